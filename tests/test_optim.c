@@ -2,6 +2,7 @@
  * transformers (tools/ref numbers computed with torch 2.x, see comments). */
 #include "accel/accel.h"
 #include "backends/registry.h"
+#include "core/backend.h"
 #include "check.h"
 
 static const float P0[4] = {0.5f, -1.25f, 2.0f, 0.125f};
@@ -118,6 +119,62 @@ static void test_adam_bits(void) {
         CHECK(memcmp(p, want, sizeof p) == 0);
         accel_optimizer_free(opt);
     }
+}
+
+/* The update's refresh of a weight's autocast copy (kernels.h:
+ * accel_k_adam's cast): the bits accel_copy_ gives converting the new
+ * weights, for each kind of copy (bf16, f16, and f32 holding either's
+ * rounding), on values the rounding treats apart: ties, subnormals of either
+ * dtype, overflow to inf, NaNs with payloads (a signalling one too), signed
+ * zeros; a length no vector and no thread block fills. lr 0 and zero
+ * gradients leave the values as they are (but infs, which the decay's
+ * 0 * inf turns to NaN, and signalling NaNs, quieted), so the new weights
+ * are those values. */
+static void test_adam_cast(void) {
+    enum { N = 70001 };
+    static const uint32_t special[] = {
+        0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f80c000u, /* bf16 ties to even, up and down; above a tie */
+        0x00000001u, 0x807fffffu, 0x00400000u, 0x33800000u, /* f32 subnormals; f16's smallest subnormal / 2 */
+        0x33c00000u, 0x387fc000u, 0x477ff000u, 0x477fe000u, /* f16 rounding near subnormals and near 65504 */
+        0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, /* to inf in bf16 and f16; infs */
+        0x7fc00001u, 0x7f800001u, 0xffbfffffu, 0x80000000u, /* NaNs (quiet, signalling, negative); -0 */
+    };
+    enum { NS = (int)(sizeof special / sizeof special[0]) };
+    accel_device cpu = ACCEL_CPU_DEVICE;
+    int64_t n = N;
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, 1, &n, cpu), *g = accel_tensor_new(ACCEL_F32, 1, &n, cpu);
+    accel_tensor *m = accel_tensor_new(ACCEL_F32, 1, &n, cpu), *v = accel_tensor_new(ACCEL_F32, 1, &n, cpu);
+    CHECK(p && g && m && v);
+    memset(g->data, 0, accel_nbytes(g));
+    memset(m->data, 0, accel_nbytes(m));
+    memset(v->data, 0, accel_nbytes(v));
+    uint32_t *bits = p->data;
+    for (int64_t i = 0; i < n; i++)
+        bits[i] = i % 3 ? special[i % NS] : 0x3f800000u + (uint32_t)(i * 2654435761u % 0x1000000u);
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 2; d++)
+        for (int widened = 0; widened < 2; widened++) {
+            accel_dtype dt = dts[d];
+            accel_tensor *cast = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
+            accel_tensor *want = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
+            accel_tensor *rounded = accel_tensor_new(dt, 1, &n, cpu);
+            CHECK(cast && want && rounded);
+            accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .cast = cast, .cast_dt = dt, .lr = 0.0, .beta1 = 0.9,
+                              .beta2 = 0.999, .eps = 1e-8, .step = 1, .decoupled = true};
+            CHECK(ACCEL_KERNEL("test_adam_cast", cpu, adam, &k) == ACCEL_OK);
+            CHECK(accel_copy_(rounded, p) == ACCEL_OK);
+            CHECK(!widened || accel_copy_(want, rounded) == ACCEL_OK);
+            const void *w = widened ? want->data : rounded->data;
+            CHECK_MSG(memcmp(cast->data, w, accel_nbytes(cast)) == 0, "%s%s copy differs from a conversion",
+                      accel_dtype_name(dt), widened ? " widened" : "");
+            accel_tensor_free(cast);
+            accel_tensor_free(want);
+            accel_tensor_free(rounded);
+        }
+    accel_tensor_free(p);
+    accel_tensor_free(g);
+    accel_tensor_free(m);
+    accel_tensor_free(v);
 }
 
 /* The flat (ZeRO shard) form: two shards updated by two optimizers give the
@@ -552,6 +609,7 @@ int main(void) {
     RUN(test_sgd);
     RUN(test_adam_adamw);
     RUN(test_adam_bits);
+    RUN(test_adam_cast);
     RUN(test_flat_shards);
     RUN(test_errors);
     RUN(test_duplicate_params);

@@ -58,7 +58,7 @@ static int64_t snapshot(accel_module *m, float *out, bool grads) {
 typedef struct trace {
     float loss[STEPS * 4];
     float *grads, *weights; /* after each step: STEPS x numel */
-    uint64_t builds_after_micro[STEPS * 4];
+    uint64_t builds_after_micro[STEPS * 4], rewrites_after_micro[STEPS * 4];
 } trace;
 
 /* STEPS AdamW steps of `accum` micro-batches each under autocast dt, from
@@ -75,7 +75,7 @@ static void train(accel_module *m, const float *init, int64_t numel, accel_dtype
     accel_state_dict_free(sd);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
     CHECK(opt != NULL);
-    uint64_t builds0 = accel__prepared_stats_get().builds;
+    accel__prepared_stats st0 = accel__prepared_stats_get();
     for (int s = 0; s < STEPS; s++) {
         for (int k = 0; k < accum; k++) {
             accel_dtype prev = accel_autocast_begin(dt);
@@ -83,7 +83,9 @@ static void train(accel_module *m, const float *init, int64_t numel, accel_dtype
             accel_autocast_end(prev);
             CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
             CHECK(accel_to_floats(loss, &tr->loss[s * accum + k]) == ACCEL_OK);
-            tr->builds_after_micro[s * accum + k] = accel__prepared_stats_get().builds - builds0;
+            accel__prepared_stats st = accel__prepared_stats_get();
+            tr->builds_after_micro[s * accum + k] = st.builds - st0.builds;
+            tr->rewrites_after_micro[s * accum + k] = st.rewrites - st0.rewrites;
             accel_step_reset();
         }
         snapshot(m, tr->grads + s * numel, true);
@@ -131,19 +133,25 @@ static void check_identical(accel_dtype dt, int accum) {
               "%s x%d: weights differ", name, accum);
     CHECK_MSG(cached.loss[0] != cached.loss[STEPS * accum - 1], "%s x%d: training did not move", name, accum);
 
-    /* Once per step: the first micro-batch of each step converts every
-     * weight the forward multiplies (the same count each step), the others
-     * and every backward reuse it; without the cache nothing is built. */
+    /* Once per step: the first micro-batch of the first step converts every
+     * weight the forward multiplies, the others and every backward reuse it.
+     * From then on the optimizer's update rounds the new weights into those
+     * copies (a rewrite each); the forward rebuilds only what is made from
+     * the copies (oneDNN's layouts): builds and rewrites together stay the
+     * same count each step. Without the cache nothing is built. */
     uint64_t per_step = cached.builds_after_micro[0];
     CHECK_MSG(per_step >= 2u * 7u + 1u, "%s: %llu weights prepared per step (2 layers x 7 linears + lm_head)", name,
               (unsigned long long)per_step);
     for (int s = 0; s < STEPS; s++)
-        for (int k = 0; k < accum; k++)
-            CHECK_MSG(cached.builds_after_micro[s * accum + k] == (uint64_t)(s + 1) * per_step,
-                      "%s x%d: step %d micro-batch %d: %llu builds, want %llu", name, accum, s, k,
-                      (unsigned long long)cached.builds_after_micro[s * accum + k],
-                      (unsigned long long)((s + 1) * per_step));
-    CHECK(plain.builds_after_micro[STEPS * accum - 1] == 0);
+        for (int k = 0; k < accum; k++) {
+            uint64_t b = cached.builds_after_micro[s * accum + k], r = cached.rewrites_after_micro[s * accum + k];
+            CHECK_MSG(b + r == (uint64_t)(s + 1) * per_step,
+                      "%s x%d: step %d micro-batch %d: %llu builds + %llu rewrites, want %llu", name, accum, s, k,
+                      (unsigned long long)b, (unsigned long long)r, (unsigned long long)((s + 1) * per_step));
+            CHECK_MSG(r >= (uint64_t)s * (2u * 7u + 1u), "%s x%d: step %d: %llu copies rewritten by the optimizer",
+                      name, accum, s, (unsigned long long)r);
+        }
+    CHECK(plain.builds_after_micro[STEPS * accum - 1] == 0 && plain.rewrites_after_micro[STEPS * accum - 1] == 0);
 
     trace_free(&cached);
     trace_free(&plain);
@@ -160,6 +168,77 @@ static void test_bf16_identical(void) {
 static void test_f16_identical(void) {
     check_identical(ACCEL_F16, 1);
     check_identical(ACCEL_F16, 4);
+}
+
+/* An optimizer step taken while the tape still holds a forward (a loss
+ * computed after the backward, its backward run after the update): the
+ * update must not round the new weights into the copies that tape reads, so
+ * that backward multiplies the weights its forward saw, as without the cache;
+ * the step after reads the new ones. Both runs' gradients, weights and next
+ * loss agree to the bit, and the update with a live tape rewrote nothing. */
+typedef struct late_run {
+    float loss;
+    float *grads, *weights;
+    uint64_t rewrites_live_tape;
+} late_run;
+
+static void update_with_live_tape(accel_module *m, const float *init, int64_t numel, late_run *r) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    int64_t at = 0;
+    for (int i = 0; i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue;
+        CHECK(accel_tensor_from_host(sd->entries[i].t, init + at) == ACCEL_OK);
+        at += accel_numel(sd->entries[i].t);
+    }
+    accel_state_dict_free(sd);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
+    CHECK(opt && accel_optimizer_zero_grad(opt) == ACCEL_OK); /* the other run's last gradients */
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *first = accel_llama_loss(m, batch_ids(0, 0));
+    CHECK(first && accel_backward(first) == ACCEL_OK);
+    accel_tensor *late = accel_llama_loss(m, batch_ids(0, 1)); /* its tape reads the copies of now */
+    CHECK(late != NULL);
+    uint64_t r0 = accel__prepared_stats_get().rewrites;
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    r->rewrites_live_tape = accel__prepared_stats_get().rewrites - r0;
+    CHECK(accel_optimizer_zero_grad(opt) == ACCEL_OK);
+    CHECK_MSG(accel_backward(late) == ACCEL_OK, "%s", accel_last_error());
+    snapshot(m, r->grads, true);
+    snapshot(m, r->weights, false);
+    accel_step_reset();
+    accel_tensor *next = accel_llama_loss(m, batch_ids(1, 0));
+    CHECK(next && accel_to_floats(next, &r->loss) == ACCEL_OK);
+    accel_autocast_end(prev);
+    accel_optimizer_free(opt);
+    accel_step_reset();
+}
+
+static void test_update_with_live_tape(void) {
+    accel_llama_config c = small_config();
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK(m != NULL);
+    int64_t numel = snapshot(m, NULL, false);
+    float *init = malloc((size_t)numel * sizeof(float));
+    snapshot(m, init, false);
+    late_run run[2];
+    for (int k = 0; k < 2; k++) {
+        run[k].grads = calloc((size_t)numel, sizeof(float));
+        run[k].weights = calloc((size_t)numel, sizeof(float));
+        bool was = accel__prepared_set_enabled(k == 0);
+        update_with_live_tape(m, init, numel, &run[k]);
+        accel__prepared_set_enabled(was);
+    }
+    CHECK_MSG(run[0].rewrites_live_tape == 0, "%llu copies rewritten under a live tape",
+              (unsigned long long)run[0].rewrites_live_tape);
+    CHECK(memcmp(run[0].grads, run[1].grads, sizeof(float) * (size_t)numel) == 0);
+    CHECK(memcmp(run[0].weights, run[1].weights, sizeof(float) * (size_t)numel) == 0);
+    CHECK(memcmp(&run[0].loss, &run[1].loss, sizeof(float)) == 0);
+    for (int k = 0; k < 2; k++) {
+        free(run[k].grads);
+        free(run[k].weights);
+    }
+    free(init);
+    accel_module_free(m);
 }
 
 /* ------------------------------------------------------------ every writer bumps the version */
@@ -451,6 +530,7 @@ static void test_released_mid_step(void) {
 int main(void) {
     RUN(test_bf16_identical);
     RUN(test_f16_identical);
+    RUN(test_update_with_live_tape);
     RUN(test_every_writer_bumps);
     RUN(test_two_models_free_order);
     RUN(test_released_mid_step);

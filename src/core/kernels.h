@@ -439,12 +439,17 @@ typedef struct accel_k_sgd {
 
 /* One Adam/AdamW step on f32 contiguous p from g with moments m and v
  * (PyTorch's rule); step is the step number after this one (>= 1), decoupled
- * selects AdamW's weight decay. */
+ * selects AdamW's weight decay. cast (optional; contiguous, p's numel)
+ * receives the updated p rounded to cast_dt (bf16 or f16), stored as cast_dt
+ * or, for an f32 cast, widened back to f32: the weight's autocast copy
+ * (core/prepared.h's CAST and ROUNDED_F32 forms) refreshed in the pass that
+ * updates the weight, with the bits a conversion of the new p would give. */
 typedef struct accel_k_adam {
-    ACCEL_KERNEL_TENSORS(4, *p, *g, *m, *v);
+    ACCEL_KERNEL_TENSORS(5, *p, *g, *m, *v, *cast);
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;
     bool decoupled;
+    accel_dtype cast_dt;
 } accel_k_adam;
 
 /* out (f64, 0-dim) = sum |g|^norm_type over g (f32 contiguous), or max |g|

@@ -76,7 +76,7 @@ static atomic_int g_tracked;
 static _Atomic uintptr_t g_env_lo = UINTPTR_MAX, g_env_hi; /* covers every tracked range */
 static grave *g_graves;
 static atomic_llong g_bytes;
-static atomic_ullong g_builds, g_hits;
+static atomic_ullong g_builds, g_hits, g_rewrites;
 static atomic_int g_enabled = -1; /* -1: not read from the environment yet */
 
 /* ---- versions */
@@ -487,7 +487,53 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
     return st;
 }
 
+/* ---- a writer's refresh of the autocast form */
+
+/* Whether f may be overwritten now: no tape can read it (see
+ * accel__prepared_rewrite). */
+static bool form_writable(const form *f, bool tape_done) {
+    return !in_current_step(f) || (tape_done && f->arena == accel_step_arena());
+}
+
+/* e's untagged autocast form (CAST or ROUNDED_F32) that may be overwritten now, or NULL. */
+static form *cast_form(accel__prepared *e, bool tape_done) {
+    for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) {
+        form *f = &e->forms[i];
+        bool cast = f->key.kind == ACCEL__FORM_CAST || f->key.kind == ACCEL__FORM_ROUNDED_F32;
+        if (f->t && cast && !f->key.tag && form_writable(f, tape_done)) return f;
+    }
+    return NULL;
+}
+
+/* The entry of owner with its current storage, referenced for the caller,
+ * or NULL: never starts tracking (a writer needs no entry to write). */
+static accel__prepared *entry_if_tracked(accel_tensor *owner) {
+    pthread_rwlock_rdlock(&g_reg_lock);
+    accel__prepared *e = copied_header(owner) ? NULL : own_entry(owner);
+    e = entry_get(e && entry_current(e, owner) ? e : NULL);
+    pthread_rwlock_unlock(&g_reg_lock);
+    return e;
+}
+
+accel_status accel__prepared_rewrite(accel_tensor *owner, bool tape_done, accel__form_rewrite write, void *ctx) {
+    accel__prepared *e = owner && accel__prepared_enabled() && trackable(owner) ? entry_if_tracked(owner) : NULL;
+    if (!e) return write(NULL, ACCEL_F32, ctx);
+    pthread_mutex_lock(&e->build);
+    form *f = cast_form(e, tape_done);
+    accel_status st = write(f ? f->t : NULL, f ? f->key.dt : ACCEL_F32, ctx);
+    if (f) {
+        accel__tensor_written(f->t); /* forms of the form (oneDNN's layouts) are of the old values */
+        /* the owner's version after write's report of its writes; a failed
+         * write may have left the form half-written: rebuilt at its next get */
+        f->version = st == ACCEL_OK ? atomic_load(&e->version) : NO_VERSION;
+        if (st == ACCEL_OK) atomic_fetch_add(&g_rewrites, 1);
+    }
+    pthread_mutex_unlock(&e->build);
+    entry_put(e);
+    return st;
+}
+
 accel__prepared_stats accel__prepared_stats_get(void) {
     return (accel__prepared_stats){.bytes = atomic_load(&g_bytes), .builds = atomic_load(&g_builds),
-                                   .hits = atomic_load(&g_hits)};
+                                   .hits = atomic_load(&g_hits), .rewrites = atomic_load(&g_rewrites)};
 }

@@ -104,11 +104,33 @@ void accel__prepared_sweep(void);
 bool accel__prepared_set_enabled(bool on);
 bool accel__prepared_enabled(void);
 
-/* Process-wide: bytes held in forms, and how many builds and hits so far. */
+/* Writes owner's new values and, when form is not NULL, the same values
+ * rounded to round_dt into form (owner's shape; dtype round_dt, or f32
+ * holding the rounded values), reporting its writes to owner. */
+typedef accel_status (*accel__form_rewrite)(accel_tensor *form, accel_dtype round_dt, void *ctx);
+
+/* For a writer that replaces owner's values and can round them into its
+ * autocast form in the same pass (the optimizer's update: kernels.h,
+ * accel_k_adam's cast), so the next forward finds the form current instead
+ * of converting the weight again: runs write with owner's untagged CAST or
+ * ROUNDED_F32 form when owner holds one that may be overwritten now, else
+ * with NULL (nothing else changes then: the forms rebuild at their next get
+ * as after any write). A form may be overwritten when no tape can read its
+ * old values: it was handed out last by an earlier step of the calling
+ * thread, or by its current step when tape_done (the caller knows this
+ * thread's tape is empty: its backward ran). After write the form counts as
+ * built from owner's new version, and its own bytes are reported written (the
+ * forms made from it, oneDNN's layouts, rebuild); after a failed write it is
+ * rebuilt at its next get. Returns write's status. */
+accel_status accel__prepared_rewrite(accel_tensor *owner, bool tape_done, accel__form_rewrite write, void *ctx);
+
+/* Process-wide: bytes held in forms, and how many builds, hits and
+ * rewrites (accel__prepared_rewrite with a form) so far. */
 typedef struct accel__prepared_stats {
     int64_t bytes;
     uint64_t builds;
     uint64_t hits;
+    uint64_t rewrites;
 } accel__prepared_stats;
 accel__prepared_stats accel__prepared_stats_get(void);
 

@@ -257,6 +257,15 @@ accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_ten
 
 /* ---- updates */
 
+/* accel__form_rewrite of an Adam update (ctx: its accel_k_adam). */
+static accel_status adam_write(accel_tensor *form, accel_dtype round_dt, void *ctx) {
+    accel_k_adam *k = ctx;
+    k->cast = form, k->cast_dt = round_dt;
+    accel_status st = ACCEL_KERNEL("accel_optimizer_step", k->p->device, adam, k);
+    accel__tensor_written(k->p); /* p: a parameter, a flat buffer or a host block of one: every view sees it */
+    return st;
+}
+
 accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment *s, accel_tensor *p, accel_tensor *g,
                                accel_tensor *m, accel_tensor *v) {
     const accel_optim_hparams *h = &opt->groups[s->group].h;
@@ -271,9 +280,9 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
     accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .lr = h->lr, .beta1 = h->beta1,
                       .beta2 = h->beta2, .eps = h->eps, .weight_decay = h->weight_decay, .step = s->step,
                       .decoupled = opt->kind == ACCEL_OPTIM_ADAMW};
-    accel_status st = ACCEL_KERNEL("accel_optimizer_step", p->device, adam, &k);
-    accel__tensor_written(p); /* p: a parameter, a flat buffer or a host block of one: every view sees it */
-    return st;
+    /* After a backward the tape is empty: the weight's autocast copy that the
+     * step's forward read can take the new values in the update's pass. */
+    return accel__prepared_rewrite(p, accel_tape_size() == 0, adam_write, &k);
 }
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {

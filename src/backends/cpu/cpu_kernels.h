@@ -130,8 +130,11 @@ typedef struct accel__adam_coef {
     float step_size, bc2_sqrt, w1, b2, w2, eps, decay, l2;
 } accel__adam_coef;
 /* The update of n contiguous parameters and their moments (optim_update.c,
- * per ISA variant; OpenMP threads when large). */
-void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n);
+ * per ISA variant; OpenMP threads when large); cast (NULL: none) receives the
+ * new p rounded to cast_dt, stored as cast_store (cast_dt, or f32 widened
+ * back): kernels.h's accel_k_adam. */
+void accel__cpu_adam_update(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n,
+                            void *cast, accel_dtype cast_store, accel_dtype cast_dt);
 /* RMSNorm's row loops (norm_rows.c, per ISA variant, the same bits on
  * every one), one thread each. A row x [D] (f32; xdt the dtype the input
  * had, whose rounding of x * rstd is kept): y = w * round(x * rstd) (w NULL:

@@ -93,7 +93,8 @@
       (x, g, s, dw, n, xdt))                                                                   \
     /* optim_update.c */                                                                       \
     X(accel__cpu_adam_update,                                                                  \
-      (const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n),    \
-      (c, p, m, v, g, n))
+      (const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n,     \
+       void *cast, accel_dtype cast_store, accel_dtype cast_dt),                               \
+      (c, p, m, v, g, n, cast, cast_store, cast_dt))
 
 #endif

@@ -38,7 +38,8 @@ accel_status accel__cpuk_adam(accel_k_adam *k) {
         .decay = k->decoupled ? (float)(1.0 - k->lr * k->weight_decay) : 1.0f,
         .l2 = k->decoupled ? 0.0f : (float)k->weight_decay,
     };
-    accel__cpu_adam_update(&c, k->p->data, k->m->data, k->v->data, k->g->data, accel_numel(k->p));
+    accel__cpu_adam_update(&c, k->p->data, k->m->data, k->v->data, k->g->data, accel_numel(k->p),
+                           k->cast ? k->cast->data : NULL, k->cast ? k->cast->dtype : ACCEL_F32, k->cast_dt);
     return ACCEL_OK;
 }
 

@@ -38,7 +38,11 @@ typedef struct adam_consts {
     float step_size, bc2_sqrt, w1, b2, w2, eps, decay, l2;
 } adam_consts;
 
-__global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, adam_consts c) {
+/* cast (NULL: none): the new p rounded to cast_dt, stored as cast_store
+ * (cast_dt, or f32 widened back), kernels.h's accel_k_adam, by the scalar
+ * conversions the CPU's match bit for bit. */
+__global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, adam_consts c, void *cast,
+                       accel_dtype cast_store, accel_dtype cast_dt) {
     GRID_STRIDE(i, n) {
         float pi = p[i];
         float gi = g[i] + c.l2 * pi;
@@ -48,7 +52,9 @@ __global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, 
         m[i] = mi;
         v[i] = vi;
         float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
-        p[i] = pi + -c.step_size * (mi / denom);
+        float pn = pi + -c.step_size * (mi / denom);
+        p[i] = pn;
+        if (cast) accel__elem_set(cast, cast_store, i, cast_store == ACCEL_F32 ? accel__round_to(pn, cast_dt) : pn);
     }
 }
 
@@ -70,7 +76,8 @@ extern "C" accel_status accel__cudak_adam(accel_k_adam *k) {
     c.l2 = k->decoupled ? 0.0f : (float)k->weight_decay;
     cudaStream_t s = accel__cuda_enter(index);
     adam_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->p->data, (const float *)k->g->data, (float *)k->m->data,
-                                              (float *)k->v->data, n, c);
+                                              (float *)k->v->data, n, c, k->cast ? k->cast->data : NULL,
+                                              k->cast ? k->cast->dtype : ACCEL_F32, k->cast_dt);
     return launched(index, "adam");
 }
 
