@@ -1319,6 +1319,19 @@ static void test_optimizers(void) {
                           .eps = 1e-8, .weight_decay = 0.01, .step = v < 2 ? 1 : 117, .decoupled = v & 1};
         KRUN("adam", adam, accel_k_adam, a, 1e-5);
     }
+    /* with the weight's autocast copy refreshed in the pass: bf16, f16, f32
+     * holding bf16's rounding (a rounding apart where p differs in its last
+     * bit: the dtype's tolerance) */
+    const accel_dtype cast_store[] = {ACCEL_BF16, ACCEL_F16, ACCEL_F32}, cast_dt[] = {ACCEL_BF16, ACCEL_F16, ACCEL_BF16};
+    for (int c = 0; c < 3; c++) {
+        pair *p = mk1(ACCEL_F32, n, ACC), *g = mk1(ACCEL_F32, n, IN), *m = mk1(ACCEL_F32, n, ACC);
+        pair *vv = mk1(ACCEL_F32, n, ACC), *cast = mk1(cast_store[c], n, OUT);
+        make_positive(vv);
+        accel_k_adam a = {.p = &p->c, .g = &g->c, .m = &m->c, .v = &vv->c, .cast = &cast->c, .cast_dt = cast_dt[c],
+                          .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .step = 117,
+                          .decoupled = true};
+        KRUN("adam cast", adam, accel_k_adam, a, tol_of(cast_dt[c]));
+    }
     const double norms[] = {2.0, 1.0, 3.5, INFINITY};
     for (int k = 0; k < 4; k++) {
         pair *out = mk0(ACCEL_F64, OUT), *g = mk1(ACCEL_F32, 100003, IN);
