@@ -61,10 +61,8 @@ typedef struct trace {
     uint64_t builds_after_micro[STEPS * 4], rewrites_after_micro[STEPS * 4];
 } trace;
 
-/* STEPS AdamW steps of `accum` micro-batches each under autocast dt, from
- * the weights `init`; the step arena is reset after each micro-batch and
- * after each optimizer step, as a training loop does. */
-static void train(accel_module *m, const float *init, int64_t numel, accel_dtype dt, int accum, trace *tr) {
+/* m's parameters set from init (snapshot's order). */
+static void load_weights(accel_module *m, const float *init) {
     accel_state_dict *sd = accel_module_state_dict(m);
     int64_t at = 0;
     for (int i = 0; i < sd->n; i++) {
@@ -73,6 +71,13 @@ static void train(accel_module *m, const float *init, int64_t numel, accel_dtype
         at += accel_numel(sd->entries[i].t);
     }
     accel_state_dict_free(sd);
+}
+
+/* STEPS AdamW steps of `accum` micro-batches each under autocast dt, from
+ * the weights `init`; the step arena is reset after each micro-batch and
+ * after each optimizer step, as a training loop does. */
+static void train(accel_module *m, const float *init, int64_t numel, accel_dtype dt, int accum, trace *tr) {
+    load_weights(m, init);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
     CHECK(opt != NULL);
     accel__prepared_stats st0 = accel__prepared_stats_get();
@@ -182,15 +187,8 @@ typedef struct late_run {
     uint64_t rewrites_live_tape;
 } late_run;
 
-static void update_with_live_tape(accel_module *m, const float *init, int64_t numel, late_run *r) {
-    accel_state_dict *sd = accel_module_state_dict(m);
-    int64_t at = 0;
-    for (int i = 0; i < sd->n; i++) {
-        if (sd->entries[i].is_tied_alias) continue;
-        CHECK(accel_tensor_from_host(sd->entries[i].t, init + at) == ACCEL_OK);
-        at += accel_numel(sd->entries[i].t);
-    }
-    accel_state_dict_free(sd);
+static void update_with_live_tape(accel_module *m, const float *init, late_run *r) {
+    load_weights(m, init);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
     CHECK(opt && accel_optimizer_zero_grad(opt) == ACCEL_OK); /* the other run's last gradients */
     accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
@@ -225,7 +223,7 @@ static void test_update_with_live_tape(void) {
         run[k].grads = calloc((size_t)numel, sizeof(float));
         run[k].weights = calloc((size_t)numel, sizeof(float));
         bool was = accel__prepared_set_enabled(k == 0);
-        update_with_live_tape(m, init, numel, &run[k]);
+        update_with_live_tape(m, init, &run[k]);
         accel__prepared_set_enabled(was);
     }
     CHECK_MSG(run[0].rewrites_live_tape == 0, "%llu copies rewritten under a live tape",
