@@ -113,13 +113,21 @@ static void trace_free(trace *tr) {
     free(tr->weights);
 }
 
-static void check_identical(accel_dtype dt, int accum) {
+/* A small Llama, and its initial weights in snapshot's order (*init: malloc'd). */
+static accel_module *small_model(float **init, int64_t *numel) {
     accel_llama_config c = small_config();
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK(m != NULL);
-    int64_t numel = snapshot(m, NULL, false);
-    float *init = malloc((size_t)numel * sizeof(float));
-    snapshot(m, init, false);
+    *numel = snapshot(m, NULL, false);
+    *init = malloc((size_t)*numel * sizeof(float));
+    snapshot(m, *init, false);
+    return m;
+}
+
+static void check_identical(accel_dtype dt, int accum) {
+    int64_t numel;
+    float *init;
+    accel_module *m = small_model(&init, &numel);
     trace cached, plain;
     trace_alloc(&cached, numel);
     trace_alloc(&plain, numel);
@@ -212,12 +220,9 @@ static void update_with_live_tape(accel_module *m, const float *init, late_run *
 }
 
 static void test_update_with_live_tape(void) {
-    accel_llama_config c = small_config();
-    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
-    CHECK(m != NULL);
-    int64_t numel = snapshot(m, NULL, false);
-    float *init = malloc((size_t)numel * sizeof(float));
-    snapshot(m, init, false);
+    int64_t numel;
+    float *init;
+    accel_module *m = small_model(&init, &numel);
     late_run run[2];
     for (int k = 0; k < 2; k++) {
         run[k].grads = calloc((size_t)numel, sizeof(float));
