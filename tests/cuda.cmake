@@ -32,3 +32,6 @@ if(ACCEL_CUDA)
   target_link_libraries(test_cuda_failures PRIVATE ${ACCEL_CUDA_LIBS})
   set_target_properties(test_cuda_failures PROPERTIES LINKER_LANGUAGE C)
 endif()
+# cuda_calls_table: no event or stream poll outside the call table
+# (tests/check_cuda_calls.sh, grep on the sources: runs in every build).
+add_test(NAME cuda_calls_table COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/check_cuda_calls.sh ${CMAKE_SOURCE_DIR})

@@ -10,7 +10,12 @@
  * - cuBLASLt's heuristic answering "no algorithm" with a status
  *   (NOT_SUPPORTED, or INVALID_VALUE for a bias epilogue at M = 1) is a plan
  *   without algorithm, cached: the biased GEMM adds its bias first, and the
- *   heuristic is not asked again for that signature (an fp8 one's too).
+ *   heuristic is not asked again for that signature (an fp8 one's too);
+ * - the NCCL backend stages a host buffer through pinned memory: no copy it
+ *   enqueues has a pageable side (that copy would wait for the collective
+ *   inside cudaMemcpyAsync, forever when a peer is dead, and the host would
+ *   never poll for the timeout), and the output reaches the host buffer only
+ *   after the wait (dist/nccl_stage.h).
  * Skipped (77) in a build without the CUDA backend. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +165,105 @@ static void test_event_poll_clears_only_not_ready(void) {
     use_real();
 }
 
+/* ---- the NCCL backend's staging: which memory each copy touches */
+
+#ifdef ACCEL_HAVE_NCCL
+#include "dist/nccl_stage.h"
+
+/* The fakes' memory kinds: "device" is what fake_device_malloc handed out,
+ * pinned what fake_host_alloc did (both host memory here), the rest pageable. */
+enum { MAX_REGIONS = 8 };
+static struct region {
+    char *p;
+    size_t n;
+    enum cudaMemoryType type;
+} regions[MAX_REGIONS];
+static int n_regions, n_copies, n_pageable_copies;
+
+static cudaError_t region_new(void **p, size_t bytes, enum cudaMemoryType type) {
+    if (n_regions == MAX_REGIONS || !(*p = malloc(bytes))) return cudaErrorMemoryAllocation;
+    regions[n_regions++] = (struct region){*p, bytes, type};
+    return cudaSuccess;
+}
+
+static cudaError_t region_free(void *p) {
+    for (int i = 0; i < n_regions; i++)
+        if (regions[i].p == p) {
+            free(p);
+            regions[i] = regions[--n_regions];
+            return cudaSuccess;
+        }
+    return cudaErrorInvalidValue;
+}
+
+static enum cudaMemoryType kind_of(const void *p) {
+    for (int i = 0; i < n_regions; i++)
+        if ((const char *)p >= regions[i].p && (const char *)p < regions[i].p + regions[i].n) return regions[i].type;
+    return cudaMemoryTypeUnregistered;
+}
+
+static cudaError_t fake_device_malloc(void **p, size_t bytes) { return region_new(p, bytes, cudaMemoryTypeDevice); }
+static cudaError_t fake_host_alloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    return region_new(p, bytes, cudaMemoryTypeHost);
+}
+
+static cudaError_t fake_attributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    a->type = kind_of(p);
+    return cudaSuccess;
+}
+
+/* The copy done at once (the fake stream runs as soon as it is given work),
+ * counted, and counted apart when a side is pageable. */
+static cudaError_t fake_memcpy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    (void)kind, (void)s;
+    n_copies++;
+    if (kind_of(dst) == cudaMemoryTypeUnregistered || kind_of(src) == cudaMemoryTypeUnregistered) n_pageable_copies++;
+    memcpy(dst, src, n);
+    return cudaSuccess;
+}
+
+static void test_nccl_staging_is_pinned(void) {
+    use_fakes();
+    accel__cuda_call.malloc = fake_device_malloc;
+    accel__cuda_call.free = region_free;
+    accel__cuda_call.host_alloc = fake_host_alloc;
+    accel__cuda_call.free_host = region_free;
+    accel__cuda_call.pointer_attributes = fake_attributes;
+    accel__cuda_call.memcpy_async = fake_memcpy_async;
+    enum { N = 16 };
+    float in[N], out[N] = {0}; /* the caller's host buffers: pageable */
+    for (int i = 0; i < N; i++) in[i] = (float)i + 0.5f;
+    accel__nccl_stage st = {0};
+    CHECK(accel__nccl_stage_reserve(&st, 2 * sizeof in) == cudaSuccess && st.bytes == 2 * sizeof in);
+    CHECK(accel__nccl_on_device(st.dev) && !accel__nccl_on_device(st.host) && !accel__nccl_on_device(in));
+    /* a collective with its input at 0 and its output after it (reduce_scatter's layout) */
+    CHECK(accel__nccl_put(&st, NULL, 0, in, sizeof in) == cudaSuccess);
+    memcpy(st.dev + sizeof in, st.dev, sizeof in); /* the collective: its output is its input */
+    CHECK(accel__nccl_get(&st, NULL, out, sizeof in, sizeof out) == cudaSuccess);
+    CHECK_MSG(n_copies == 2 && n_pageable_copies == 0, "%d copies, %d of them with a pageable side", n_copies,
+              n_pageable_copies);
+    CHECK(out[N - 1] == 0.0f); /* not before the wait for the collective */
+    accel__nccl_take(&st, out, sizeof in, sizeof out);
+    CHECK(memcmp(out, in, sizeof in) == 0);
+    /* device buffers: copied directly, one copy each way */
+    void *d = NULL;
+    CHECK(fake_device_malloc(&d, sizeof in) == cudaSuccess);
+    CHECK(accel__nccl_put(&st, NULL, 0, d, sizeof in) == cudaSuccess);
+    CHECK(accel__nccl_get(&st, NULL, d, 0, sizeof in) == cudaSuccess);
+    CHECK(n_copies == 4 && n_pageable_copies == 0);
+    /* a smaller need keeps the buffers, a larger one replaces both */
+    char *dev = st.dev;
+    CHECK(accel__nccl_stage_reserve(&st, 8) == cudaSuccess && st.dev == dev);
+    CHECK(accel__nccl_stage_reserve(&st, 4 * sizeof in) == cudaSuccess && st.bytes == 4 * sizeof in && n_regions == 3);
+    accel__nccl_stage_free(&st);
+    region_free(d);
+    CHECK(n_regions == 0 && !st.dev && !st.host);
+    use_real();
+}
+#endif
+
 /* ---- the GEMM's heuristic */
 
 static int n_heuristic;
@@ -282,6 +386,9 @@ int main(void) {
     RUN(test_out_of_memory_releases_the_cache_and_retries);
     RUN(test_release_cached);
     RUN(test_event_poll_clears_only_not_ready);
+#ifdef ACCEL_HAVE_NCCL
+    RUN(test_nccl_staging_is_pinned);
+#endif
     /* its bias-first kernel would run on host pointers on a GPU */
     if (accel_device_count(ACCEL_DEV_CUDA) == 0) RUN(test_no_heuristic_is_a_cached_plan);
     else printf("skipped test_no_heuristic_is_a_cached_plan: a GPU is present (cuda_kernels runs the real GEMMs)\n");

@@ -433,30 +433,44 @@ static void test_out_of_memory(void) {
 }
 
 /* Grid-stride loops past one grid (65535 * 8 blocks of 256 threads: 134 M
- * elements): fill and copy write the elements the second pass reaches. */
+ * elements), on bytes (two tensors of 134 MB): fill writes every element,
+ * and a transposing copy (a strided view: a kernel of one element a thread,
+ * where a contiguous copy would be cudaMemcpyAsync and dense rows the row
+ * copy) puts every element, the second pass's too, in its place. */
 static void test_grid_stride_wrap(void) {
-    if (g_dev.type != ACCEL_DEV_CUDA) return; /* 0.5 GB per tensor: the GPU's case */
-    const int64_t n = (int64_t)65535 * 8 * 256 + 77;
-    size_t bytes = (size_t)n * sizeof(float);
-    float *a = g_cuda->mem.alloc(0, bytes, 256), *b = g_cuda->mem.alloc(0, bytes, 256), *h = accel_malloc(bytes);
-    CHECK(a && b && h);
-    if (!a || !b || !h) return;
-    accel_tensor ta = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_F32, .device = g_dev, .ndim = 1, .shape = {n},
-                       .stride = {1}, .data = a};
-    accel_tensor tb = ta;
-    tb.data = b;
-    accel_k_fill f = {.out = &ta, .value = 3.0};
+    if (g_dev.type != ACCEL_DEV_CUDA) return; /* 134 MB tensors: the GPU's case */
+    const int64_t m = (int64_t)65535 * 8 * 256 / 2 + 39, n = 2 * m;
+    uint8_t *a = g_cuda->mem.alloc(0, (size_t)n, 256), *b = g_cuda->mem.alloc(0, (size_t)n, 256);
+    uint8_t *h = accel_malloc((size_t)n), *p = accel_malloc((size_t)n);
+    CHECK(a && b && h && p);
+    if (!a || !b || !h || !p) return;
+    accel_tensor flat = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_U8, .device = g_dev, .ndim = 1, .shape = {n},
+                         .stride = {1}, .data = b};
+    accel_k_fill f = {.out = &flat, .value = 3.0};
     CHECK(g_cuda->kernels.fill(&f) == ACCEL_OK);
-    CHECK(g_cuda->mem.memset(0, b, 0xFF, bytes) == ACCEL_OK);
-    accel_k_copy c = {.out = &tb, .in = &ta};
-    CHECK(g_cuda->kernels.copy(&c) == ACCEL_OK);
-    CHECK(g_cuda->mem.copy_to_host(0, h, b, bytes) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, h, b, (size_t)n) == ACCEL_OK);
     int64_t wrong = 0;
-    for (int64_t i = 0; i < n; i++) wrong += h[i] != 3.0f;
-    CHECK_MSG(wrong == 0, "grid-stride wrap: %lld of %lld elements wrong", (long long)wrong, (long long)n);
+    for (int64_t i = 0; i < n; i++) wrong += h[i] != 3;
+    CHECK_MSG(wrong == 0, "grid-stride wrap: fill: %lld of %lld elements wrong", (long long)wrong, (long long)n);
+    /* out [m, 2] <- a [2, m] transposed (p: its bytes, never 0xFF, b's before the copy) */
+    for (int64_t i = 0; i < n; i++) p[i] = (uint8_t)(i % 251);
+    CHECK(g_cuda->mem.copy_to_device(0, a, p, (size_t)n) == ACCEL_OK);
+    CHECK(g_cuda->mem.memset(0, b, 0xFF, (size_t)n) == ACCEL_OK);
+    accel_tensor in = {.magic = ACCEL_TENSOR_MAGIC, .dtype = ACCEL_U8, .device = g_dev, .ndim = 2, .shape = {m, 2},
+                       .stride = {1, m}, .data = a};
+    accel_tensor out = in;
+    out.stride[0] = 2, out.stride[1] = 1, out.data = b;
+    accel_k_copy c = {.out = &out, .in = &in};
+    CHECK(g_cuda->kernels.copy(&c) == ACCEL_OK);
+    CHECK(g_cuda->mem.copy_to_host(0, h, b, (size_t)n) == ACCEL_OK);
+    wrong = 0;
+    for (int64_t j = 0; j < m; j++) wrong += (h[2 * j] != p[j]) + (h[2 * j + 1] != p[m + j]);
+    CHECK_MSG(wrong == 0, "grid-stride wrap: transposing copy: %lld of %lld elements wrong", (long long)wrong,
+              (long long)n);
     g_cuda->mem.free(0, a);
     g_cuda->mem.free(0, b);
     accel_free(h);
+    accel_free(p);
 }
 
 /* ---- memory-like kernels */

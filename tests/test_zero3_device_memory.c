@@ -17,7 +17,8 @@
  * caching allocator's bytes (cached blocks of the model's first parameters
  * included) must only not grow after the second step. After the first step
  * no step calls the host allocator (the gather landing and host staging
- * buffers are made at prepare). */
+ * buffers are made at prepare), and on CUDA none creates an event (the
+ * backend's event pool and the pool's fences are reused). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,16 @@ static size_t device_bytes(accel_device dev) {
     return accel__hostless_memory_stats(dev.index).in_use;
 }
 
+/* CUDA events the backend has made on dev (its event pool's, the virtual
+ * memory's fences); 0 on hostless, whose events are no resource. */
+static long events_created(accel_device dev) {
+#ifdef ACCEL_HAVE_CUDA
+    if (dev.type == ACCEL_DEV_CUDA) return cuda_hooks()->events_created(dev.index);
+#endif
+    (void)dev;
+    return 0;
+}
+
 /* What steps 2..STEPS measured: bytes, each the most over those steps, but
  * the counts (summed) and steady_bytes. */
 typedef struct measures {
@@ -65,6 +76,7 @@ typedef struct measures {
     double mapped_between, mapped_peak, held_between; /* the pool's */
     double steady_bytes[2];    /* device bytes after step 2 and after the last */
     long host_allocs, creates; /* host allocations, physical memory created */
+    long events;               /* CUDA events created */
 } measures;
 
 static double most(double a, double b) { return a > b ? a : b; }
@@ -74,7 +86,7 @@ static void train(accel_accelerator *acc, accel_module *model, accel_optimizer *
                   accel_tensor *y, size_t base, measures *m, float *first, float *last) {
     accel_device dev = accel_accelerator_device(acc);
     for (int s = 0; s < STEPS; s++) {
-        long before = n_allocs;
+        long before = n_allocs, events = events_created(dev);
         int64_t created = accel__vm_stats_of(dev).creates;
         if (dev.type == ACCEL_DEV_HOSTLESS) accel__hostless_reset_peak(dev.index);
         accel__vm_reset_peak(dev);
@@ -90,6 +102,7 @@ static void train(accel_accelerator *acc, accel_module *model, accel_optimizer *
         accel__vm_stats v = accel__vm_stats_of(dev);
         m->host_allocs += n_allocs - before;
         m->creates += (long)(v.creates - created);
+        m->events += events_created(dev) - events;
         double now = (double)(device_bytes(dev) - base);
         m->steady_bytes[s > 1] = now;
         m->between = most(m->between, now);
@@ -149,6 +162,8 @@ static void test_memory_and_allocations(void) {
     CHECK_MSG(m.steady_bytes[1] == m.steady_bytes[0], "device bytes grew from %.0f after step 2 to %.0f",
               m.steady_bytes[0], m.steady_bytes[1]);
     CHECK_MSG(m.host_allocs == 0, "steps 2..%d made %ld allocations", STEPS, m.host_allocs);
+    CHECK_MSG(m.events == 0, "steps 2..%d created %ld CUDA events (the event pool reuses freed ones)", STEPS,
+              m.events);
     if (hostless) {
         CHECK_MSG(after_prepare <= shards, "after prepare: %.0f device bytes, want <= %.0f (the shards)",
                   after_prepare, shards);

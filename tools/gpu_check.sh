@@ -29,10 +29,11 @@
 #       (mixed_precision='fp8', end to end), then the op tests with every
 #       tensor on cuda:0 and the seed examples with ACCEL_DEFAULT_DEVICE=cuda:0
 #       (four_lines, train_linear on one rank and on two sharing the GPU under
-#       bf16, three train_llama steps; informative), test_cuda_kernels under
-#       compute-sanitizer's memcheck, a per-kernel profile of one large-config
-#       step by Nsight Compute (summed by tools/ncu_summary.py into the results;
-#       both informative), and times them; then the benchmark: the Llama training
+#       bf16, three train_llama steps; informative), a per-kernel profile of one
+#       large-config step by Nsight Compute (summed by tools/ncu_summary.py into
+#       the results), test_cuda_kernels under compute-sanitizer's memcheck (both
+#       informative; the profile first, since memcheck may take all the time it
+#       is given), and times them; then the benchmark: the Llama training
 #       step in bf16 (the bench config and a large one: hidden 2048, 16 layers,
 #       seq 1024) by accel (bench_gpu_step) and by PyTorch on the same GPU in
 #       the same run (bench/gpu_step_peer.py), tokens/s and MFU against each
@@ -47,6 +48,9 @@
 #       its own limit, never the run. Exits 1 when a GPU test fails or times
 #       out, 77 when there is no usable GPU (nothing else is run then, unless
 #       GPU_CHECK_WITHOUT_GPU=1: how the script is tested on a machine without one).
+#       With the device tool: timeout_s 480 (the budget, the last steps' kill
+#       grace and the summary); a 15-minute lease then leaves room for a short
+#       rerun of single steps, not for a second full run.
 #
 #   tools/gpu_check.sh dry       (here: no GPU needed)
 #       The benchmark half on the cpu with a tiny config, from build/ (or
@@ -324,11 +328,11 @@ run() {
         --main_process_port 0 --num_processes 2 --mixed_precision bf16 "$B/train_linear"
     step example_train_llama_cuda 90 "$BUILD/example_run" env ACCEL_DEFAULT_DEVICE=cuda:0 "$B/accel" launch \
         --main_process_port 0 --num_processes 1 --mixed_precision bf16 "$B/train_llama" "$ROOT/docs/CONVENTIONS.md" 3
-    # the kernels under compute-sanitizer's memcheck (out-of-bounds and misaligned accesses; the
-    # out-of-memory test's refused allocations are API errors, not reported), and where the large
-    # config's GPU time goes, kernel by kernel (Nsight Compute: the warm-up step and one timed)
-    step memcheck_cuda_kernels 150 "$T" compute-sanitizer --tool memcheck --report-api-errors no \
-        --error-exitcode 1 --print-limit 30 "$B/test_cuda_kernels"
+    # where the large config's GPU time goes, kernel by kernel (Nsight Compute: the warm-up step and
+    # one timed), then the kernels under compute-sanitizer's memcheck (out-of-bounds and misaligned
+    # accesses; the out-of-memory test's refused allocations are API errors, not reported). The
+    # profile first: memcheck may use all it is given, and the profile's table exists only when ncu
+    # finishes; memcheck cut short by the budget still lists the errors it found until then.
     # shellcheck disable=SC2086
     if step profile_large 150 "$ROOT" ncu --clock-control none --metrics gpu__time_duration.sum \
         --print-summary per-kernel --launch-count 5000 "$B/bench_gpu_step" $BENCH_LARGE --steps 1 --warmup 1 \
@@ -337,6 +341,8 @@ run() {
           timeout 30 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 "$ROOT/tools/ncu_summary.py" \
               "$LOGDIR/profile_large.log" 2>&1; } >> "$RESULTS.kernels"
     fi
+    step memcheck_cuda_kernels 150 "$T" compute-sanitizer --tool memcheck --report-api-errors no \
+        --error-exitcode 1 --print-limit 30 "$B/test_cuda_kernels"
     RESERVE=0
     bench "$B/bench_gpu_step" cuda "--steps 10 --warmup 2" "--steps 4 --warmup 1" "$ROOT/bench/results/gpu.md" \
         > "$LOGDIR/bench_table.log" 2>&1

@@ -6,13 +6,11 @@
  *
  * Buffers are device pointers of the rank's GPU; a host pointer (the flat
  * host buffers the layers above use today) is staged through a device
- * buffer of this backend and a pinned host buffer of the same layout: copies
- * between pinned and device memory are asynchronous, so the host returns
- * from enqueueing them and polls the collective (the timeout and a peer's
- * death are seen); a copy into pageable memory would wait for the NCCL
- * kernel inside cudaMemcpyAsync, forever when a peer is dead. The host side
- * (user buffer <-> pinned) is a memcpy before the enqueue and after the poll. Collectives run on a communication stream of their
- * own, ordered after the work already enqueued on the calling thread's
+ * buffer of this backend and a pinned host buffer of the same layout
+ * (nccl_stage.h: copies between pinned and device memory are asynchronous,
+ * so the host returns from enqueueing them and polls the collective, seeing
+ * the timeout and a peer's death). Collectives run on a communication stream
+ * of their own, ordered after the work already enqueued on the calling thread's
  * compute stream (an event the communication stream waits for), and the
  * compute stream waits for the collective in turn. The call returns when the
  * collective has finished (dist.c's contract), polling its event.
@@ -37,15 +35,14 @@
 #include "backends/cuda/cuda_calls.h"
 #include "backends/cuda/cuda_internal.h"
 #include "dist/backend.h"
+#include "dist/nccl_stage.h"
 
 typedef struct nccl_state {
     ncclComm_t comm;
     int device;
     cudaStream_t stream;
     cudaEvent_t before, after;
-    void *stage; /* device staging buffer for host pointers */
-    void *host;  /* pinned host staging of the same stage_bytes, same offsets */
-    size_t stage_bytes;
+    accel__nccl_stage st; /* the staging of host pointers */
     bool aborted;  /* comm is then NULL: ncclCommAbort freed it */
     bool deferred; /* between stream begin and end: a collective enqueues only */
     cudaEvent_t *spare; /* the tickets released, for the next stream-ordered calls */
@@ -179,8 +176,7 @@ static void nccl_finalize(accel_pg *pg) {
     }
     for (int i = 0; i < s->n_spare; i++) cudaEventDestroy(s->spare[i]);
     accel_free(s->spare);
-    if (s->stage) cudaFree(s->stage);
-    if (s->host) cudaFreeHost(s->host);
+    accel__nccl_stage_free(&s->st);
     if (s->after) cudaEventDestroy(s->after);
     if (s->before) cudaEventDestroy(s->before);
     if (s->stream) cudaStreamDestroy(s->stream);
@@ -190,34 +186,16 @@ static void nccl_finalize(accel_pg *pg) {
 
 /* ---- buffers */
 
-static bool on_device(const void *p) {
-    struct cudaPointerAttributes a;
-    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 /* The staging buffers (device and pinned host), on the rank's GPU whichever
  * device the calling thread (the group's communication thread for
  * asynchronous work) last used. Returns the device one. */
 static char *stage(accel_pg *pg, size_t bytes) {
     nccl_state *s = state_of(pg);
     cudaSetDevice(s->device);
-    if (bytes <= s->stage_bytes) return s->stage;
-    if (s->stage) cudaFree(s->stage);
-    if (s->host) cudaFreeHost(s->host);
-    s->stage = s->host = NULL;
-    s->stage_bytes = 0;
-    cudaError_t e = cudaMalloc(&s->stage, bytes ? bytes : 1);
-    if (e == cudaSuccess) e = cudaHostAlloc(&s->host, bytes ? bytes : 1, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-        cuda_fail(pg, "allocating the staging buffers", e);
-        return NULL;
-    }
-    s->stage_bytes = bytes;
-    return s->stage;
+    cudaError_t e = accel__nccl_stage_reserve(&s->st, bytes);
+    if (e == cudaSuccess) return s->st.dev;
+    cuda_fail(pg, "allocating the staging buffers", e);
+    return NULL;
 }
 
 /* The communication stream waits for the caller's compute stream. */
@@ -241,37 +219,24 @@ static accel_status end(accel_pg *pg) {
     return wait_done(pg, s->after);
 }
 
-/* A staging copy on the communication stream. cudaMemcpyDefault: one side of
- * a collective may be on the device and the other on the host (a device
- * send and a host recv stage both), and a kind that does not match the
- * pointers is undefined behaviour; with unified addressing CUDA finds the
- * direction itself. */
-static accel_status copy(accel_pg *pg, void *dst, const void *src, size_t n) {
-    if (!n) return ACCEL_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, state_of(pg)->stream);
+/* The staging copies on the communication stream (nccl_stage.h), failures named. */
+static accel_status staged(accel_pg *pg, cudaError_t e) {
     return e == cudaSuccess ? ACCEL_OK : cuda_fail(pg, "staging copy", e);
 }
 
-/* Staged input: n bytes of src (host or device) into the device stage at
- * off; a host src through the pinned stage. */
 static accel_status put(accel_pg *pg, size_t off, const void *src, size_t n) {
     nccl_state *s = state_of(pg);
-    char *d = (char *)s->stage + off, *h = (char *)s->host + off;
-    if (on_device(src)) return copy(pg, d, src, n);
-    if (n) memcpy(h, src, n);
-    return copy(pg, d, h, n);
+    return staged(pg, accel__nccl_put(&s->st, s->stream, off, src, n));
 }
 
-/* Staged output, enqueued: n bytes of the device stage at off to dst when dst
- * is device memory, else to the pinned stage, which take() copies to dst
- * once the collective is done (end()). */
 static accel_status get(accel_pg *pg, void *dst, size_t off, size_t n) {
     nccl_state *s = state_of(pg);
-    return copy(pg, on_device(dst) ? dst : (char *)s->host + off, (char *)s->stage + off, n);
+    return staged(pg, accel__nccl_get(&s->st, s->stream, dst, off, n));
 }
 
+/* The output into a host dst once the collective has ended (`ended`). */
 static accel_status take(accel_pg *pg, accel_status ended, void *dst, size_t off, size_t n) {
-    if (ended == ACCEL_OK && n && !on_device(dst)) memcpy(dst, (char *)state_of(pg)->host + off, n);
+    if (ended == ACCEL_OK) accel__nccl_take(&state_of(pg)->st, dst, off, n);
     return ended;
 }
 
@@ -303,7 +268,7 @@ static accel_status nccl_all_reduce(accel_pg *pg, void *buf, size_t count, accel
     ncclDataType_t t;
     if (!nccl_type(dt, &t)) return nccl_fail(pg, "all_reduce", "dtype not reducible by NCCL");
     size_t bytes = count * accel_dtype_size(dt);
-    bool dev = on_device(buf);
+    bool dev = accel__nccl_on_device(buf);
     void *d = dev ? buf : (void *)stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
     if (!dev && put(pg, 0, buf, bytes) != ACCEL_OK) return accel_last_status();
@@ -316,7 +281,7 @@ static accel_status nccl_all_reduce(accel_pg *pg, void *buf, size_t count, accel
 
 static accel_status nccl_broadcast(accel_pg *pg, void *buf, size_t bytes, int root) {
     nccl_state *s = state_of(pg);
-    bool dev = on_device(buf);
+    bool dev = accel__nccl_on_device(buf);
     void *d = dev ? buf : (void *)stage(pg, bytes);
     if (!d || begin(pg) != ACCEL_OK) return accel_last_status();
     if (!dev && pg->rank == root && put(pg, 0, buf, bytes) != ACCEL_OK)
@@ -344,7 +309,7 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
     size_t total = 0;
     for (int k = 0; k < pg->size; k++) total += bytes[k];
     bool receives = root < 0 || pg->rank == root;
-    bool dev = on_device(send) && (!receives || on_device(recv));
+    bool dev = accel__nccl_on_device(send) && (!receives || accel__nccl_on_device(recv));
     char *d = dev ? NULL : stage(pg, total + bytes[pg->rank]);
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const char *dsend = dev ? send : d + total;
@@ -361,7 +326,7 @@ static accel_status nccl_all_gatherv(accel_pg *pg, const void *send, void *recv,
         } else if (pg->rank == root && k != root) {
             st = check_nccl(pg, ncclRecv(drecv + off, bytes[k], ncclUint8, k, s->comm, s->stream), "ncclRecv");
         } else if (pg->rank == root) {
-            st = copy(pg, drecv + off, dsend, bytes[k]);
+            st = staged(pg, accel__nccl_copy(s->stream, drecv + off, dsend, bytes[k]));
         } else if (k == pg->rank) {
             st = check_nccl(pg, ncclSend(dsend, bytes[k], ncclUint8, root, s->comm, s->stream), "ncclSend");
         }
@@ -378,7 +343,7 @@ static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *re
     ncclDataType_t t;
     if (!nccl_type(dt, &t)) return nccl_fail(pg, "reduce_scatter", "dtype not reducible by NCCL");
     size_t bytes = count * accel_dtype_size(dt), all = bytes * (size_t)pg->size;
-    bool dev = on_device(send) && on_device(recv);
+    bool dev = accel__nccl_on_device(send) && accel__nccl_on_device(recv);
     char *d = dev ? NULL : stage(pg, all + bytes);
     if ((!dev && !d) || begin(pg) != ACCEL_OK) return accel_last_status();
     const void *dsend = dev ? send : d;
@@ -397,7 +362,7 @@ static accel_status nccl_reduce_scatter(accel_pg *pg, const void *send, void *re
 /* Device memory on both sides (send NULL: in place). */
 static bool stream_takes(accel_pg *pg, const void *send, const void *recv) {
     (void)pg;
-    return recv && on_device(recv) && (!send || on_device(send));
+    return recv && accel__nccl_on_device(recv) && (!send || accel__nccl_on_device(send));
 }
 
 /* A ticket is an event (a spare one when there is). */

@@ -89,22 +89,41 @@ static cudaStream_t stream_or_current(int index, accel_stream *s) {
 
 /* Freed events are kept per device and recorded again (an event is
  * reusable once freed: a later record replaces what it marked), so steady
- * steps create none; the pool holds the most events live at once. */
+ * steps create none; the pool holds the most events live at once. created
+ * counts every event the backend made on the device (the virtual memory's
+ * fences too), for the tests of steady steps. */
 typedef struct event_pool {
     cudaEvent_t *spare;
     int n, cap;
+    long created;
 } event_pool;
 
 static event_pool g_events[ACCEL_CUDA_MAX_DEVICES];
 static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
+
+accel_status accel__cuda_event_new(int index, cudaEvent_t *e, const char *op) {
+    accel__cuda_enter(index);
+    if (accel__cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), index, op) != ACCEL_OK)
+        return accel_last_status();
+    pthread_mutex_lock(&g_events_lock);
+    g_events[index].created++;
+    pthread_mutex_unlock(&g_events_lock);
+    return ACCEL_OK;
+}
+
+long accel__cuda_events_created(int index) {
+    pthread_mutex_lock(&g_events_lock);
+    long n = g_events[index].created;
+    pthread_mutex_unlock(&g_events_lock);
+    return n;
+}
 
 static cudaEvent_t event_take(int index) {
     cudaEvent_t e = NULL;
     pthread_mutex_lock(&g_events_lock);
     if (g_events[index].n) e = g_events[index].spare[--g_events[index].n];
     pthread_mutex_unlock(&g_events_lock);
-    if (!e && accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "event_record") != ACCEL_OK)
-        return NULL;
+    if (!e && accel__cuda_event_new(index, &e, "event_record") != ACCEL_OK) return NULL;
     return e;
 }
 

@@ -4,6 +4,10 @@
 accel__cuda_calls accel__cuda_call = {
     .malloc = cudaMalloc,
     .free = cudaFree,
+    .host_alloc = cudaHostAlloc,
+    .free_host = cudaFreeHost,
+    .pointer_attributes = cudaPointerGetAttributes,
+    .memcpy_async = cudaMemcpyAsync,
     .event_query = cudaEventQuery,
     .peek_error = cudaPeekAtLastError,
     .take_error = cudaGetLastError,

@@ -1,10 +1,12 @@
 /* The CUDA calls whose failures decide what the backend does next (an
  * allocation's retry and its message, an event's "not ready", cuBLASLt's
- * "no algorithm"), reached through one table so that a test can replace
- * them: on a machine without a GPU (or with one) a test sets an entry to a
- * fake that returns the error it wants to see handled, runs the host logic,
- * and puts the entry back (tests/test_cuda_failures.c). Production never
- * changes the table: each entry is the CUDA function itself. Not public API. */
+ * "no algorithm"), and those of the NCCL backend's staging (dist/nccl_stage.h:
+ * which memory its copies touch), reached through one table so that a test
+ * can replace them: on a machine without a GPU (or with one) a test sets an
+ * entry to a fake that returns the error it wants to see handled (or looks
+ * at the pointers it is given), runs the host logic, and puts the entry back
+ * (tests/test_cuda_failures.c). Production never changes the table: each
+ * entry is the CUDA function itself. Not public API. */
 #ifndef ACCEL_BACKENDS_CUDA_CALLS_H
 #define ACCEL_BACKENDS_CUDA_CALLS_H
 
@@ -18,6 +20,10 @@ extern "C" {
 typedef struct accel__cuda_calls {
     cudaError_t (*malloc)(void **p, size_t bytes);
     cudaError_t (*free)(void *p);
+    cudaError_t (*host_alloc)(void **p, size_t bytes, unsigned flags);
+    cudaError_t (*free_host)(void *p);
+    cudaError_t (*pointer_attributes)(struct cudaPointerAttributes *a, const void *p);
+    cudaError_t (*memcpy_async)(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s);
     cudaError_t (*event_query)(cudaEvent_t e);
     /* the runtime's pending error: cudaPeekAtLastError, cudaGetLastError */
     cudaError_t (*peek_error)(void);

@@ -12,6 +12,7 @@ typedef struct accel__cuda_hooks {
     size_t (*reserved_bytes)(int index); /* the caching allocator's device memory (allocator.c) */
     int (*gemm_plans)(void);             /* cuBLASLt plans built so far (gemm.c) */
     bool (*host_pinned)(const void *p);  /* p is page-locked host memory of the CUDA runtime */
+    long (*events_created)(int index);   /* CUDA events the backend made so far (cuda_backend.c) */
 } accel__cuda_hooks;
 
 #endif

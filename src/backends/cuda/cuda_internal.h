@@ -23,6 +23,13 @@ accel_status accel__cuda_check(cudaError_t e, int index, const char *op);
  * when none was set). */
 cudaStream_t accel__cuda_enter(int index);
 
+/* A new event on device index (made current), without timing, counted in
+ * accel__cuda_events_created; on failure the error names op. */
+accel_status accel__cuda_event_new(int index, cudaEvent_t *e, const char *op);
+/* Events made on device index so far (the event pool's and the virtual
+ * memory's fences): steady steps make none. */
+long accel__cuda_events_created(int index);
+
 /* The caching allocator (allocator.c): device memory handed out in size
  * classes and kept on free for reuse, so that steady-state steps never call
  * cudaMalloc. Freed blocks are reused in the order of the stream they are

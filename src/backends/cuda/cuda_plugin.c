@@ -45,6 +45,7 @@ static const accel__cuda_hooks hooks = {
     .reserved_bytes = accel__cuda_reserved_bytes,
     .gemm_plans = accel__cuda_gemm_plans,
     .host_pinned = host_pinned,
+    .events_created = accel__cuda_events_created,
 };
 
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_cuda_abi = {

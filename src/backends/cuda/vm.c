@@ -146,10 +146,7 @@ static accel_status unmap(int index, void *p, size_t bytes) {
 
 static void *fence_new(int index) {
     cudaEvent_t e;
-    accel__cuda_enter(index);
-    if (accel__cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), index, "vm_unmap: event"))
-        return NULL;
-    return e;
+    return accel__cuda_event_new(index, &e, "vm_unmap: event") == ACCEL_OK ? e : NULL;
 }
 
 static accel_status fence_record(int index, void *fence) {
