@@ -10,7 +10,7 @@
 
 option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the static library" OFF)
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
-set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/backends/plugin_shims\\.c$")
+set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl(_stage)?\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/backends/plugin_shims\\.c$")
 
 # The headers core and plug-ins share (every structure and table passed
 # between them): the hash of their text is part of ACCEL__PLUGIN_LAYOUT
