@@ -1077,16 +1077,20 @@ static void test_losses(void) {
         KRUN("cross_entropy_backward", cross_entropy_backward, accel_k_cross_entropy_backward, cb, 1e-4);
     }
 
-    /* The fused loss + gradient: x and dx in each dtype, and bf16 logits with an
-     * f32 gradient; dx of ignored rows is written (0), so all of it is compared.
-     * Then every row ignored: nan loss, count 0, dx all 0. */
-    for (int c = 0; c < 4; c++) {
-        accel_dtype xdt = c < 3 ? FLOATS[c] : ACCEL_BF16, ddt = c < 3 ? FLOATS[c] : ACCEL_F32;
+    /* The fused loss + gradient: x and dx in each dtype, bf16 logits with an
+     * f32 gradient, and bf16 ones times an incoming gradient of -0.7 (the
+     * backward's run for a gradient other than 1: ignored rows -0); dx of
+     * ignored rows is written, so all of it is compared. Then every row
+     * ignored: nan loss, count 0, dx all 0. */
+    for (int c = 0; c < 5; c++) {
+        accel_dtype xdt = c < 3 ? FLOATS[c] : ACCEL_BF16, ddt = c < 3 ? FLOATS[c] : c == 3 ? ACCEL_F32 : ACCEL_BF16;
         pair *fo = mk0(ACCEL_F32, OUT), *fc = mk0(ACCEL_I64, OUT), *fd = mk2(ddt, N, C, CONTIG, OUT);
-        pair *fx = mk2(xdt, N, C, CONTIG, IN), *ft = mk1(ACCEL_I64, N, IN);
+        pair *fx = mk2(xdt, N, C, CONTIG, IN), *ft = mk1(ACCEL_I64, N, IN), *fg = c == 4 ? mk0(ACCEL_F32, IN) : NULL;
         for (int64_t i = 0; i < N; i++) set_elem(ft, i, i % 7 == 3 ? (double)ignore : (double)((i * 104729) % C));
+        if (fg) set_elem(fg, 0, -0.7);
         accel_k_cross_entropy_fused cf = {.out = &fo->c, .count = &fc->c, .dx = &fd->c, .x = &fx->c,
-                                          .targets = &ft->c, .N = N, .C = C, .ignore = ignore};
+                                          .targets = &ft->c, .g = fg ? &fg->c : NULL, .N = N, .C = C,
+                                          .ignore = ignore};
         KRUN("cross_entropy_fused", cross_entropy_fused, accel_k_cross_entropy_fused, cf,
              ddt == ACCEL_F32 ? 1e-4 : tol_of(ddt));
     }

@@ -777,10 +777,11 @@ static void outer_step(ledger *l) {
         l->bytes += f32_contig(nV, loss_in, true) + gbuf(nV, loss_in, false) + 4 * 8 * n + 6 * 4 * n;
     } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) { /* fused: the logits' gradient, per-thread rows */
         l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
-        if (d->cp > 1) { /* scaled by the rank's share of the loss (not 1: src/ops/loss.c), a new gradient */
-            binary_fwd(l, nV, loss_in, ACCEL_F32);
-            l->bytes += loss_in == ACCEL_F32 ? 0 : grad_copy(nV, loss_in, false);
-        }
+        /* scaled by the rank's share of the loss (not 1: src/ops/loss.c): an
+         * f32 gradient's copy times it; a bf16 one computed again with it,
+         * in place (per-thread rows again) */
+        if (d->cp > 1 && loss_in == ACCEL_F32) binary_fwd(l, nV, loss_in, ACCEL_F32);
+        else if (d->cp > 1) l->bytes += l->k->threads * 4 * d->V;
     } else /* f16: f32 logits and lse; the backward's gradient */
         l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
     linear_bwd(l, d->C, d->V, lo, hn, false, false); /* lm_head: the norm's output (the region's input) gets its gradient */

@@ -344,9 +344,12 @@ typedef struct accel_k_cross_entropy_backward {
  * counted rows, 0 on ignored ones (the backward only scales it by the
  * incoming gradient, so no second pass of exponentials). x and dx
  * contiguous, f32, bf16 or f16 each (computed in f32, dx rounded once);
- * targets [N] i64 contiguous. */
+ * targets [N] i64 contiguous. g (optional, 0-dim f32): dx is that f32
+ * gradient times g, multiplied in f32 before dx's rounding, as an f32
+ * gradient scaled and then rounded to 16 bits (the backward of a 16-bit dx
+ * for g != 1, which scaled after its rounding would be rounded twice). */
 typedef struct accel_k_cross_entropy_fused {
-    ACCEL_KERNEL_TENSORS(5, *out, *count, *dx, *x, *targets);
+    ACCEL_KERNEL_TENSORS(6, *out, *count, *dx, *x, *targets, *g);
     int64_t N, C, ignore;
 } accel_k_cross_entropy_fused;
 

@@ -19,8 +19,9 @@ static accel_status ce_backward(accel_node *node, accel_tensor *grad_out) {
 
 /* The fused forward saved the gradient for g = 1: with that g (the loss's
  * own backward) it becomes the logits' gradient as it is, else its scaled
- * copy does (gradient accumulation, a loss scale, context parallelism's
- * loss share): one logits-sized buffer, not a second for the accumulation.
+ * form does (gradient accumulation, a loss scale, context parallelism's
+ * loss share: ce_scaled_grad): one logits-sized buffer, not a second for
+ * the accumulation.
  * g is known to be 1 when it is accel_backward's seed; else it is read only
  * where reading it is free (host memory): on a device a read would wait for
  * the stream at every step, so g is multiplied in there. */
@@ -29,9 +30,34 @@ static bool grad_is_one(const accel_node *node, accel_tensor *g) {
     return accel__device_host_addressable(g->device) && accel_item(g) == 1.0;
 }
 
+/* Runs cross_entropy_fused: out, count, dx of x [N, C] and targets tt [N]
+ * (nci: N, C, ignore_index), dx times g when g is given. */
+static accel_status ce_fused_run(accel_tensor *out, accel_tensor *count, accel_tensor *dx, accel_tensor *x,
+                                 accel_tensor *tt, accel_tensor *g, const int64_t *nci) {
+    accel_k_cross_entropy_fused k = {.out = out, .count = count, .dx = dx, .x = x, .targets = tt, .g = g,
+                                     .N = nci[0], .C = nci[1], .ignore = nci[2]};
+    return ACCEL_KERNEL("accel_cross_entropy", out->device, cross_entropy_fused, &k);
+}
+
+/* The gradient for g != 1. An f32 dx: its copy times g. A 16-bit one was
+ * rounded for g = 1, and scaled after that it would be rounded twice: f32
+ * logits (transformers' logits.float()) get the f32 gradient times g rounded
+ * once (the cast's backward), so the kernel runs again with g, into dx (the
+ * node's own, read no more), the same f32 rows scaled before the rounding.
+ * Its loss and count are new tensors: the forward's loss is the caller's. */
+static accel_tensor *ce_scaled_grad(accel_node *node, accel_tensor *g) {
+    accel_tensor *dx = node->saved[0];
+    if (dx->dtype == ACCEL_F32) return accel_mul(dx, g);
+    accel_device dev = dx->device;
+    accel_tensor *gf = accel__f32_contig(g);
+    accel_tensor *out = accel_empty_on(ACCEL_F32, 0, NULL, dev), *count = accel_empty_on(ACCEL_I64, 0, NULL, dev);
+    if (!gf || !out || !count) return NULL;
+    return ce_fused_run(out, count, dx, node->saved[1], node->saved[2], gf, node->iarg) == ACCEL_OK ? dx : NULL;
+}
+
 static accel_status ce_fused_backward(accel_node *node, accel_tensor *grad_out) {
     accel_tensor *x = node->inputs[0], *dx = node->saved[0];
-    if (!grad_is_one(node, grad_out) && !(dx = accel_mul(dx, grad_out))) return accel_last_status();
+    if (!grad_is_one(node, grad_out) && !(dx = ce_scaled_grad(node, grad_out))) return accel_last_status();
     if (x->dtype == dx->dtype && accel__grad_first_is_step(x)) {
         x->grad = dx;
         return ACCEL_OK;
@@ -59,11 +85,17 @@ static accel_tensor *ce_fused(accel_tensor *const *in, accel_tensor *tt, accel_t
     accel_tensor *dx = accel_empty_on(logits->dtype, logits->ndim, logits->shape, dev);
     accel_tensor *count = accel_empty_on(ACCEL_I64, 0, NULL, dev);
     if (!xc || !dx || !count) return NULL;
-    accel_k_cross_entropy_fused k = {.out = out, .count = count, .dx = dx, .x = xc, .targets = tt, .N = N,
-                                     .C = C, .ignore = ignore_index};
-    if (ACCEL_KERNEL("accel_cross_entropy", dev, cross_entropy_fused, &k) != ACCEL_OK) return NULL;
+    const int64_t nci[3] = {N, C, ignore_index};
+    if (ce_fused_run(out, count, dx, xc, tt, NULL, nci) != ACCEL_OK) return NULL;
     accel_node *n = accel_tape_record("cross_entropy", ce_fused_backward, out, 2, in);
-    if (n) n->saved[0] = dx;
+    if (n) {
+        n->saved[0] = dx;
+        n->saved[1] = xc;
+        n->saved[2] = tt;
+        n->iarg[0] = N;
+        n->iarg[1] = C;
+        n->iarg[2] = ignore_index;
+    }
     return out;
 }
 

@@ -364,10 +364,12 @@ void accel__cpu_rope(const accel_k_rope *k) {
 
 /* ---- cross-entropy with its gradient */
 
-/* One counted row: writes dx = (softmax(x) - onehot(t)) * inv_count into
- * drow (dtype ddt) and returns logsumexp(x) - x[t]. row: C floats of scratch. */
+/* One counted row: writes dx = (softmax(x) - onehot(t)) * inv_count, times
+ * *g when g is given (one more f32 product: that f32 gradient scaled), into
+ * drow (dtype ddt) and returns logsumexp(x) - x[t]. row: C floats of
+ * scratch. */
 ACCEL__VEC_MATH static double ce_row_fused(const void *xrow, accel_dtype xdt, void *drow, accel_dtype ddt, int64_t C,
-                                           int64_t t, float inv_count, float *row) {
+                                           int64_t t, float inv_count, const float *g, float *row) {
     const float *x = xdt == ACCEL_F32 ? xrow : row;
     if (xdt != ACCEL_F32) accel__cpu_to_f32(row, xrow, xdt, C);
     float xt = x[t];
@@ -384,14 +386,33 @@ ACCEL__VEC_MATH static double ce_row_fused(const void *xrow, accel_dtype xdt, vo
 #pragma omp simd
     for (int64_t j = 0; j < C; j++) e[j] *= scale;
     e[t] -= inv_count;
+    if (g) {
+        float gv = *g;
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) e[j] *= gv;
+    }
     if (ddt != ACCEL_F32) accel__cpu_from_f32(drow, ddt, e, C);
     return (double)(mx + logf(s)) - xt;
+}
+
+/* An ignored row's dx: 0, or 0 * *g (-0 for a negative g, nan for a nan
+ * one, as that f32 zero scaled and rounded). row: C floats of scratch. */
+static void ce_row_ignored(void *drow, accel_dtype ddt, int64_t C, const float *g, float *row) {
+    float z = g ? 0.0f * *g : 0.0f;
+    if (z == 0.0f && !signbit(z)) {
+        memset(drow, 0, (size_t)C * accel_dtype_size(ddt));
+        return;
+    }
+    float *e = ddt == ACCEL_F32 ? drow : row;
+    for (int64_t j = 0; j < C; j++) e[j] = z;
+    if (ddt != ACCEL_F32) accel__cpu_from_f32(drow, ddt, e, C);
 }
 
 void accel__cpu_cross_entropy_fused(const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch,
                                     double *total) {
     int64_t N = k->N, C = k->C, ignore = k->ignore;
     const int64_t *t = k->targets->data;
+    const float *g = k->g ? k->g->data : NULL;
     accel_dtype xdt = k->x->dtype, ddt = k->dx->dtype;
     size_t xes = accel_dtype_size(xdt), des = accel_dtype_size(ddt);
     float inv_count = count ? (float)(1.0 / (double)count) : 0.0f;
@@ -402,12 +423,11 @@ void accel__cpu_cross_entropy_fused(const accel_k_cross_entropy_fused *k, int64_
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < N; i++) {
             char *d = (char *)k->dx->data + (size_t)(i * C) * des;
-            if (t[i] == ignore) {
-                memset(d, 0, (size_t)C * des);
-                continue;
-            }
-            sum += ce_row_fused((const char *)k->x->data + (size_t)(i * C) * xes, xdt, d, ddt, C, t[i], inv_count,
-                                row);
+            if (t[i] == ignore)
+                ce_row_ignored(d, ddt, C, g, row);
+            else
+                sum += ce_row_fused((const char *)k->x->data + (size_t)(i * C) * xes, xdt, d, ddt, C, t[i],
+                                    inv_count, g, row);
         }
     }
     *total = sum;

@@ -252,7 +252,9 @@ extern "C" accel_status accel__cudak_cross_entropy_backward(accel_k_cross_entrop
 
 /* ---- cross-entropy with its gradient in one pass (cross_entropy_fused):
  * the counted rows first (dx is scaled by 1 / count), then one block per row
- * computes the loss and writes dx. x and dx in their own float dtypes. */
+ * computes the loss and writes dx. x and dx in their own float dtypes; g
+ * (NULL: 1, a product that changes no value) one more f32 product before
+ * dx's rounding. */
 
 __global__ void ce_count_k(const int64_t *t, loss_scratch *sc, int64_t N, int64_t C, int64_t ignore) {
     unsigned long long counted = 0;
@@ -266,12 +268,12 @@ __global__ void ce_count_k(const int64_t *t, loss_scratch *sc, int64_t N, int64_
 }
 
 __global__ void ce_fused_rows_k(void *dx, accel_dtype ddt, const void *x, accel_dtype xdt, const int64_t *t,
-                                loss_scratch *sc, int64_t N, int64_t C, int64_t ignore) {
-    float inv_count = sc->count ? (float)(1.0 / (double)sc->count) : 0.0f;
+                                const float *g, loss_scratch *sc, int64_t N, int64_t C, int64_t ignore) {
+    float inv_count = sc->count ? (float)(1.0 / (double)sc->count) : 0.0f, gv = g ? *g : 1.0f;
     ROW_LOOP(i, N) {
         int64_t ti = t[i], base = i * C;
-        if (ti == ignore) {
-            for (int64_t j = threadIdx.x; j < C; j += blockDim.x) accel__elem_set(dx, ddt, base + j, 0.0);
+        if (ti == ignore) { /* 0 * gv: -0 for a negative g, nan for a nan one */
+            for (int64_t j = threadIdx.x; j < C; j += blockDim.x) accel__elem_set(dx, ddt, base + j, 0.0f * gv);
             continue;
         }
         if (ti < 0 || ti >= C) continue; /* reported by ce_count_k */
@@ -284,7 +286,7 @@ __global__ void ce_fused_rows_k(void *dx, accel_dtype ddt, const void *x, accel_
         float scale = inv_count / s;
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             float v = expf(load_f(x, xdt, base + j) - m) * scale;
-            accel__elem_set(dx, ddt, base + j, j == ti ? v - inv_count : v);
+            accel__elem_set(dx, ddt, base + j, (j == ti ? v - inv_count : v) * gv);
         }
         if (threadIdx.x == 0) atomicAdd(&sc->total, (double)(m + logf(s)) - load_f(x, xdt, base + ti));
     }
@@ -300,8 +302,9 @@ extern "C" accel_status accel__cudak_cross_entropy_fused(accel_k_cross_entropy_f
     if (k->N) {
         ce_count_k<<<blocks_for(k->N), KTHREADS, 0, s>>>(t, sc, k->N, k->C, k->ignore);
         if (k->C)
-            ce_fused_rows_k<<<row_blocks(k->N), KTHREADS, 0, s>>>(k->dx->data, k->dx->dtype, k->x->data,
-                                                                 k->x->dtype, t, sc, k->N, k->C, k->ignore);
+            ce_fused_rows_k<<<row_blocks(k->N), KTHREADS, 0, s>>>(
+                k->dx->data, k->dx->dtype, k->x->data, k->x->dtype, t, k->g ? (const float *)k->g->data : NULL, sc,
+                k->N, k->C, k->ignore);
     }
     ce_finish_k<<<1, 1, 0, s>>>((float *)k->out->data, (int64_t *)k->count->data, sc);
     if (launched(index, "cross_entropy_fused") != ACCEL_OK) return accel_last_status();
