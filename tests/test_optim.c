@@ -126,10 +126,10 @@ static void test_adam_bits(void) {
  * weights, for each kind of copy (bf16, f16, and f32 holding either's
  * rounding), on values the rounding treats apart: ties, subnormals of either
  * dtype, overflow to inf, NaNs with payloads (a signalling one too), signed
- * zeros; a length no vector and no thread block fills. lr 0 and zero
+ * zeros; a length no vector and no thread block fills. First lr 0 and zero
  * gradients leave the values as they are (but infs, which the decay's
  * 0 * inf turns to NaN, and signalling NaNs, quieted), so the new weights
- * are those values. */
+ * are those values; then updates that move every weight. */
 static void test_adam_cast(void) {
     enum { N = 70001 };
     static const uint32_t special[] = {
@@ -152,25 +152,32 @@ static void test_adam_cast(void) {
     for (int64_t i = 0; i < n; i++)
         bits[i] = i % 3 ? special[i % NS] : 0x3f800000u + (uint32_t)(i * 2654435761u % 0x1000000u);
     const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
-    for (int d = 0; d < 2; d++)
-        for (int widened = 0; widened < 2; widened++) {
-            accel_dtype dt = dts[d];
-            accel_tensor *cast = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
-            accel_tensor *want = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
-            accel_tensor *rounded = accel_tensor_new(dt, 1, &n, cpu);
-            CHECK(cast && want && rounded);
-            accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .cast = cast, .cast_dt = dt, .lr = 0.0, .beta1 = 0.9,
-                              .beta2 = 0.999, .eps = 1e-8, .step = 1, .decoupled = true};
-            CHECK(ACCEL_KERNEL("test_adam_cast", cpu, adam, &k) == ACCEL_OK);
-            CHECK(accel_copy_(rounded, p) == ACCEL_OK);
-            CHECK(!widened || accel_copy_(want, rounded) == ACCEL_OK);
-            const void *w = widened ? want->data : rounded->data;
-            CHECK_MSG(memcmp(cast->data, w, accel_nbytes(cast)) == 0, "%s%s copy differs from a conversion",
-                      accel_dtype_name(dt), widened ? " widened" : "");
-            accel_tensor_free(cast);
-            accel_tensor_free(want);
-            accel_tensor_free(rounded);
-        }
+    for (int run = 0; run < 8; run++) {
+        int d = run % 2, widened = run / 2 % 2;
+        if (run == 4) /* then updates that move every weight: the copy is of the new values */
+            for (int64_t i = 0; i < n; i++) ((float *)g->data)[i] = (float)((int)(i * 7919 % 2003) - 1001) * 1e-3f;
+        accel_dtype dt = dts[d];
+        accel_tensor *cast = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
+        accel_tensor *want = accel_tensor_new(widened ? ACCEL_F32 : dt, 1, &n, cpu);
+        accel_tensor *rounded = accel_tensor_new(dt, 1, &n, cpu);
+        CHECK(cast && want && rounded);
+        accel_k_adam k = {.p = p, .g = g, .m = m, .v = v, .cast = cast, .cast_dt = dt, .lr = run < 4 ? 0.0 : 1e-2,
+                          .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .step = 1 + run, .decoupled = true};
+        CHECK(ACCEL_KERNEL("test_adam_cast", cpu, adam, &k) == ACCEL_OK);
+        CHECK(accel_copy_(rounded, p) == ACCEL_OK);
+        CHECK(!widened || accel_copy_(want, rounded) == ACCEL_OK);
+        const void *w = widened ? want->data : rounded->data;
+        CHECK_MSG(memcmp(cast->data, w, accel_nbytes(cast)) == 0, "run %d: %s%s copy differs from a conversion", run,
+                  accel_dtype_name(dt), widened ? " widened" : "");
+        accel_tensor_free(cast);
+        accel_tensor_free(want);
+        accel_tensor_free(rounded);
+    }
+    /* a copy rounded to a dtype that is not 16-bit: refused, not a stack overrun */
+    accel_k_adam bad = {.p = p, .g = g, .m = m, .v = v, .cast = p, .cast_dt = ACCEL_F32, .lr = 1e-3, .beta1 = 0.9,
+                        .beta2 = 0.999, .eps = 1e-8, .step = 9, .decoupled = true};
+    CHECK(ACCEL_KERNEL("test_adam_cast", cpu, adam, &bad) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "rounded to bfloat16 or float16, not float32");
     accel_tensor_free(p);
     accel_tensor_free(g);
     accel_tensor_free(m);

@@ -11,6 +11,7 @@
  *     tape still reads them (ASan/LSan runs check the memory).
  * tests/CMakeLists.txt runs it again with ACCEL_GEMM=dnnl (oneDNN multiplies
  * the bf16 copies itself, so the cached form is the cast, not the widened). */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -74,9 +75,12 @@ static void load_weights(accel_module *m, const float *init) {
 }
 
 /* STEPS AdamW steps of `accum` micro-batches each under autocast dt, from
- * the weights `init`; the step arena is reset after each micro-batch and
- * after each optimizer step, as a training loop does. */
-static void train(accel_module *m, const float *init, int64_t numel, accel_dtype dt, int accum, trace *tr) {
+ * the weights `init`; the step arena is reset after each optimizer step, as
+ * a training loop does, and with reset_micro after each micro-batch too (the
+ * update then finds the copies handed out by an earlier step, else by its
+ * own step, whose tape its backwards emptied). */
+static void train(accel_module *m, const float *init, int64_t numel, accel_dtype dt, int accum, bool reset_micro,
+                  trace *tr) {
     load_weights(m, init);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
     CHECK(opt != NULL);
@@ -91,7 +95,7 @@ static void train(accel_module *m, const float *init, int64_t numel, accel_dtype
             accel__prepared_stats st = accel__prepared_stats_get();
             tr->builds_after_micro[s * accum + k] = st.builds - st0.builds;
             tr->rewrites_after_micro[s * accum + k] = st.rewrites - st0.rewrites;
-            accel_step_reset();
+            if (reset_micro) accel_step_reset();
         }
         snapshot(m, tr->grads + s * numel, true);
         CHECK(accel_optimizer_step(opt) == ACCEL_OK);
@@ -124,7 +128,7 @@ static accel_module *small_model(float **init, int64_t *numel) {
     return m;
 }
 
-static void check_identical(accel_dtype dt, int accum) {
+static void check_identical(accel_dtype dt, int accum, bool reset_micro) {
     int64_t numel;
     float *init;
     accel_module *m = small_model(&init, &numel);
@@ -132,9 +136,9 @@ static void check_identical(accel_dtype dt, int accum) {
     trace_alloc(&cached, numel);
     trace_alloc(&plain, numel);
 
-    train(m, init, numel, dt, accum, &cached);
+    train(m, init, numel, dt, accum, reset_micro, &cached);
     bool was = accel__prepared_set_enabled(false);
-    train(m, init, numel, dt, accum, &plain);
+    train(m, init, numel, dt, accum, reset_micro, &plain);
     accel__prepared_set_enabled(was);
 
     const char *name = accel_dtype_name(dt);
@@ -174,13 +178,17 @@ static void check_identical(accel_dtype dt, int accum) {
 }
 
 static void test_bf16_identical(void) {
-    check_identical(ACCEL_BF16, 1);
-    check_identical(ACCEL_BF16, 4);
+    for (int reset_micro = 0; reset_micro < 2; reset_micro++) {
+        check_identical(ACCEL_BF16, 1, reset_micro);
+        check_identical(ACCEL_BF16, 4, reset_micro);
+    }
 }
 
 static void test_f16_identical(void) {
-    check_identical(ACCEL_F16, 1);
-    check_identical(ACCEL_F16, 4);
+    for (int reset_micro = 0; reset_micro < 2; reset_micro++) {
+        check_identical(ACCEL_F16, 1, reset_micro);
+        check_identical(ACCEL_F16, 4, reset_micro);
+    }
 }
 
 /* An optimizer step taken while the tape still holds a forward (a loss
@@ -240,6 +248,76 @@ static void test_update_with_live_tape(void) {
         free(run[k].grads);
         free(run[k].weights);
     }
+    free(init);
+    accel_module_free(m);
+}
+
+/* Two threads taking turns on one model (docs/contract.md: a handle used by
+ * one thread at a time): T runs a forward and keeps its loss; U then runs a
+ * forward (taking the copies T's tape holds), its backward and an update.
+ * The copies T's tape reads must keep the values T's forward saw: U's update
+ * rewrites no copy another thread was handed, and T's gradients are the
+ * uncached run's to the bit. */
+typedef struct turns {
+    accel_module *m;
+    pthread_barrier_t forward_done, update_done;
+    float *grads;
+} turns;
+
+static void *holder_thread(void *arg) {
+    turns *c = arg;
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *loss = accel_llama_loss(c->m, batch_ids(0, 1));
+    accel_autocast_end(prev);
+    CHECK(loss != NULL);
+    pthread_barrier_wait(&c->forward_done);
+    pthread_barrier_wait(&c->update_done);
+    CHECK_MSG(accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    snapshot(c->m, c->grads, true);
+    accel_step_reset();
+    accel_thread_cleanup();
+    return NULL;
+}
+
+static void take_turns(accel_module *m, const float *init, float *grads) {
+    load_weights(m, init);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, NULL);
+    CHECK(opt && accel_optimizer_zero_grad(opt) == ACCEL_OK);
+    turns c = {.m = m, .grads = grads};
+    pthread_barrier_init(&c.forward_done, NULL, 2);
+    pthread_barrier_init(&c.update_done, NULL, 2);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, holder_thread, &c) == 0);
+    pthread_barrier_wait(&c.forward_done);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *loss = accel_llama_loss(m, batch_ids(0, 0));
+    accel_autocast_end(prev);
+    CHECK(loss && accel_backward(loss) == ACCEL_OK);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    CHECK(accel_optimizer_zero_grad(opt) == ACCEL_OK);
+    pthread_barrier_wait(&c.update_done);
+    pthread_join(t, NULL);
+    accel_optimizer_free(opt);
+    accel_step_reset();
+    pthread_barrier_destroy(&c.forward_done);
+    pthread_barrier_destroy(&c.update_done);
+}
+
+static void test_update_while_another_thread_holds(void) {
+    int64_t numel;
+    float *init;
+    accel_module *m = small_model(&init, &numel);
+    float *grads[2];
+    for (int k = 0; k < 2; k++) {
+        grads[k] = calloc((size_t)numel, sizeof(float));
+        bool was = accel__prepared_set_enabled(k == 0);
+        take_turns(m, init, grads[k]);
+        accel__prepared_set_enabled(was);
+    }
+    CHECK_MSG(memcmp(grads[0], grads[1], sizeof(float) * (size_t)numel) == 0,
+              "the holding thread's gradients differ from the uncached run's");
+    free(grads[0]);
+    free(grads[1]);
     free(init);
     accel_module_free(m);
 }
@@ -534,6 +612,7 @@ int main(void) {
     RUN(test_bf16_identical);
     RUN(test_f16_identical);
     RUN(test_update_with_live_tape);
+    RUN(test_update_while_another_thread_holds);
     RUN(test_every_writer_bumps);
     RUN(test_two_models_free_order);
     RUN(test_released_mid_step);

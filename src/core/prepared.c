@@ -48,6 +48,8 @@ typedef struct form {
     grave *spare;              /* allocated with t, so dropping t never allocates */
     const accel_arena *arena;  /* the step that last handed it out: its tape may read it */
     uint32_t gen;
+    bool shared;               /* handed out to more than one thread since built: a tape
+                                * other than the last one's may read it */
 } form;
 
 struct accel__prepared {
@@ -272,6 +274,7 @@ static bool in_current_step(const form *f) {
 }
 
 static void form_handed_out(form *f) {
+    if (f->arena && f->arena != accel_step_arena()) f->shared = true;
     f->arena = accel_step_arena();
     f->gen = accel_arena_generation(f->arena);
 }
@@ -394,6 +397,7 @@ static accel_status form_build(form *f, accel_tensor *owner, const accel__form_k
         return st;
     }
     f->version = v;
+    f->shared = false;
     atomic_fetch_add(&g_builds, 1);
     return ACCEL_OK;
 }
@@ -490,13 +494,17 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
 /* ---- a writer's refresh of the autocast form */
 
 /* Whether f may be overwritten now: no tape can read it (see
- * accel__prepared_rewrite). */
-static bool form_writable(const form *f, bool tape_done) {
-    return !in_current_step(f) || (tape_done && f->arena == accel_step_arena());
+ * accel__prepared_rewrite). A form another thread was handed since it was
+ * built never is: that thread's tape may still hold it, and only the last
+ * thread to take it is remembered. tape_done is asked last (it may make the
+ * calling thread's step arena). */
+static bool form_writable(const form *f, accel__tape_done tape_done) {
+    if (f->shared) return false;
+    return !in_current_step(f) || (f->arena == accel_step_arena() && tape_done());
 }
 
 /* e's untagged autocast form (CAST or ROUNDED_F32) that may be overwritten now, or NULL. */
-static form *cast_form(accel__prepared *e, bool tape_done) {
+static form *cast_form(accel__prepared *e, accel__tape_done tape_done) {
     for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) {
         form *f = &e->forms[i];
         bool cast = f->key.kind == ACCEL__FORM_CAST || f->key.kind == ACCEL__FORM_ROUNDED_F32;
@@ -515,7 +523,8 @@ static accel__prepared *entry_if_tracked(accel_tensor *owner) {
     return e;
 }
 
-accel_status accel__prepared_rewrite(accel_tensor *owner, bool tape_done, accel__form_rewrite write, void *ctx) {
+accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_done, accel__form_rewrite write,
+                                     void *ctx) {
     accel__prepared *e = owner && accel__prepared_enabled() && trackable(owner) ? entry_if_tracked(owner) : NULL;
     if (!e) return write(NULL, ACCEL_F32, ctx);
     pthread_mutex_lock(&e->build);

@@ -109,6 +109,10 @@ bool accel__prepared_enabled(void);
  * holding the rounded values), reporting its writes to owner. */
 typedef accel_status (*accel__form_rewrite)(accel_tensor *form, accel_dtype round_dt, void *ctx);
 
+/* Whether the calling thread's tape is empty (its backward ran): asked of
+ * the caller, which knows the tape (core does not). */
+typedef bool (*accel__tape_done)(void);
+
 /* For a writer that replaces owner's values and can round them into its
  * autocast form in the same pass (the optimizer's update: kernels.h,
  * accel_k_adam's cast), so the next forward finds the form current instead
@@ -116,13 +120,14 @@ typedef accel_status (*accel__form_rewrite)(accel_tensor *form, accel_dtype roun
  * ROUNDED_F32 form when owner holds one that may be overwritten now, else
  * with NULL (nothing else changes then: the forms rebuild at their next get
  * as after any write). A form may be overwritten when no tape can read its
- * old values: it was handed out last by an earlier step of the calling
- * thread, or by its current step when tape_done (the caller knows this
- * thread's tape is empty: its backward ran). After write the form counts as
- * built from owner's new version, and its own bytes are reported written (the
+ * old values: it has been handed out to the calling thread alone since it
+ * was built, last by an earlier step of that thread, or by its current step
+ * when tape_done() (asked only then). After write the form counts as built
+ * from owner's new version, and its own bytes are reported written (the
  * forms made from it, oneDNN's layouts, rebuild); after a failed write it is
  * rebuilt at its next get. Returns write's status. */
-accel_status accel__prepared_rewrite(accel_tensor *owner, bool tape_done, accel__form_rewrite write, void *ctx);
+accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_done, accel__form_rewrite write,
+                                     void *ctx);
 
 /* Process-wide: bytes held in forms, and how many builds, hits and
  * rewrites (accel__prepared_rewrite with a form) so far. */

@@ -257,6 +257,8 @@ accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_ten
 
 /* ---- updates */
 
+static bool tape_done(void) { return accel_tape_size() == 0; }
+
 /* accel__form_rewrite of an Adam update (ctx: its accel_k_adam). */
 static accel_status adam_write(accel_tensor *form, accel_dtype round_dt, void *ctx) {
     accel_k_adam *k = ctx;
@@ -282,7 +284,7 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
                       .decoupled = opt->kind == ACCEL_OPTIM_ADAMW};
     /* After a backward the tape is empty: the weight's autocast copy that the
      * step's forward read can take the new values in the update's pass. */
-    return accel__prepared_rewrite(p, accel_tape_size() == 0, adam_write, &k);
+    return accel__prepared_rewrite(p, tape_done, adam_write, &k);
 }
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {

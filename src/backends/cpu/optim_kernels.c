@@ -26,6 +26,9 @@ accel_status accel__cpuk_sgd(accel_k_sgd *k) {
 }
 
 accel_status accel__cpuk_adam(accel_k_adam *k) {
+    if (k->cast && k->cast_dt != ACCEL_BF16 && k->cast_dt != ACCEL_F16)
+        return accel_set_error(ACCEL_ERR_DTYPE, "adam: the weight's copy is rounded to bfloat16 or float16, not %s",
+                               accel_dtype_name(k->cast_dt));
     const double t = (double)k->step;
     const double bc1 = 1.0 - pow(k->beta1, t), bc2 = 1.0 - pow(k->beta2, t);
     const accel__adam_coef c = {

@@ -59,6 +59,9 @@ __global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, 
 }
 
 extern "C" accel_status accel__cudak_adam(accel_k_adam *k) {
+    if (k->cast && k->cast_dt != ACCEL_BF16 && k->cast_dt != ACCEL_F16)
+        return accel_set_error(ACCEL_ERR_DTYPE, "adam: the weight's copy is rounded to bfloat16 or float16, not %s",
+                               accel_dtype_name(k->cast_dt));
     int index = k->p->device.index;
     int64_t n = accel_numel(k->p);
     if (!n) return ACCEL_OK;
