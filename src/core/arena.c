@@ -266,6 +266,8 @@ accel_arena *accel_step_arena(void) {
     return tl_step_arena;
 }
 
+const accel_arena *accel__step_arena_if_made(void) { return tl_step_arena; }
+
 static bool chunk_holds(const chunk *c, uintptr_t lo, uintptr_t hi) {
     return lo >= (uintptr_t)c->data && hi <= (uintptr_t)c->data + c->cap;
 }

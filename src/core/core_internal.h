@@ -97,6 +97,8 @@ bool accel__arena_kept(const accel_arena *a, int slot, uint64_t watch, size_t po
  * it has none yet): lock-free, for the registry of storage versions, whose
  * tracked storages never lie in step memory (accel__step_arena_overlaps). */
 bool accel__in_own_step_arena(const void *p, size_t n);
+/* The calling thread's step arena, or NULL while it has none (never makes one). */
+const accel_arena *accel__step_arena_if_made(void);
 /* Whether [p, p + n) overlaps any thread's step arena (takes the arenas' lock). */
 bool accel__step_arena_overlaps(const void *p, size_t n);
 /* Whether t is to get its first gradient and that gradient may be step

@@ -496,11 +496,12 @@ accel_status accel__prepared_get(accel_tensor *owner, const accel__form_key *key
 /* Whether f may be overwritten now: no tape can read it (see
  * accel__prepared_rewrite). A form another thread was handed since it was
  * built never is: that thread's tape may still hold it, and only the last
- * thread to take it is remembered. tape_done is asked last (it may make the
- * calling thread's step arena). */
+ * thread to take it is remembered. Makes no step arena for a thread that has
+ * none (an optimizer's own thread): no form can be of its steps then. */
 static bool form_writable(const form *f, accel__tape_done tape_done) {
-    if (f->shared) return false;
-    return !in_current_step(f) || (f->arena == accel_step_arena() && tape_done());
+    const accel_arena *mine = accel__step_arena_if_made();
+    if (f->shared || !mine || f->arena != mine) return false;
+    return f->gen != accel_arena_generation(mine) || tape_done();
 }
 
 /* e's untagged autocast form (CAST or ROUNDED_F32) that may be overwritten now, or NULL. */
