@@ -156,14 +156,10 @@ ACCEL__VEC_MATH static void store_block(void *base, accel_dtype dt, int64_t off,
     accel__cpu_from_f32((char *)base + off * (int64_t)accel_dtype_size(dt), dt, v, n);
 }
 
-/* v rounded to dtype dt in place (what a tensor of dt would hold). */
-ACCEL__VEC_MATH static void round_block(float *v, accel_dtype dt, int64_t n) {
-    if (dt == ACCEL_BF16) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) v[i] = accel__bf16_float(accel__bf16_bits(v[i]));
-    } else if (dt == ACCEL_F16) {
-        for (int64_t i = 0; i < n; i++) v[i] = accel_f16_to_f32(accel_f32_to_f16(v[i]));
-    }
+/* v as a tensor of dtype dt (f32, bf16 or f16) would hold it. Inlined with
+ * a constant dt into a loop, the rounding stays in its registers. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) float rounded(float v, accel_dtype dt) {
+    return dt == ACCEL_BF16 ? accel__bf16_round(v) : dt == ACCEL_F16 ? accel__f16_round(v) : v;
 }
 
 /* n elements between f32 and bf16/f16, on this thread. */
@@ -243,27 +239,34 @@ ACCEL__VEC_MATH static void swiglu_f32_block(const float *x, const float *u, flo
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i]))) * u[i];
 }
 
-void accel__cpu_swiglu(const accel_k_swiglu *k) {
+/* One block of the forward (not all f32): y = round(silu(x)) * u with the
+ * rounding to gate's dtype rt, a constant of each inlined copy. The silu
+ * loop stays a loop of its own: with the rounding and the product in it,
+ * GCC's code ran slower. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void swiglu_block(const accel_k_swiglu *k, int64_t off,
+                                                                               int64_t m, accel_dtype rt) {
+    float bx[BLOCK], bu[BLOCK], y[BLOCK];
+    const float *x = f32_view(k->gate->data, k->gate->dtype, off, m, bx);
+    const float *u = f32_view(k->up->data, k->up->dtype, off, m, bu);
+    silu_block(x, y, m);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) y[i] = rounded(y[i], rt) * u[i];
+    store_block(k->out->data, k->out->dtype, off, m, y, 0.0f, NULL);
+}
+
+/* ACCEL__VEC_MATH here and below as the blocks: GCC inlines only into functions of the same optimize attribute. */
+ACCEL__VEC_MATH void accel__cpu_swiglu(const accel_k_swiglu *k) {
     const accel_tensor *gate = k->gate, *up = k->up, *out = k->out;
     int64_t n = accel_numel(out), nb = (n + BLOCK - 1) / BLOCK;
     bool f32 = gate->dtype == ACCEL_F32 && up->dtype == ACCEL_F32 && out->dtype == ACCEL_F32;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
-        if (f32) {
-            int64_t off = b * BLOCK;
-            swiglu_f32_block((const float *)gate->data + off, (const float *)up->data + off, (float *)out->data + off,
-                             off + BLOCK < n ? BLOCK : n - off);
-            continue;
-        }
-        float bx[BLOCK], bu[BLOCK], y[BLOCK];
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
-        const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
-        const float *u = f32_view(up->data, up->dtype, off, m, bu);
-        silu_block(x, y, m);
-        round_block(y, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) y[i] *= u[i];
-        store_block(out->data, out->dtype, off, m, y, 0.0f, NULL);
+        if (f32) swiglu_f32_block((const float *)gate->data + off, (const float *)up->data + off,
+                                  (float *)out->data + off, m);
+        else if (gate->dtype == ACCEL_BF16) swiglu_block(k, off, m, ACCEL_BF16);
+        else if (gate->dtype == ACCEL_F16) swiglu_block(k, off, m, ACCEL_F16);
+        else swiglu_block(k, off, m, ACCEL_F32);
     }
 }
 
@@ -274,38 +277,38 @@ ACCEL__VEC_MATH static void sigmoid_block(const float *x, float *s, int64_t n) {
 
 /* One block of the backward: the sigmoid once for both gradients (the
  * same values silu_block would give), dgate = round(g * up) * silu'(gate)
- * and dup = g * round(silu(gate)), each into d before its store. */
-ACCEL__VEC_MATH static void swiglu_backward_block(const accel_k_swiglu_backward *k, int64_t off, int64_t m) {
+ * and dup = g * round(silu(gate)), each into d before its store, with the
+ * rounding to gate's dtype rt (a constant of each inlined copy) in the
+ * product's loop: ~10% less CPU than a rounding pass between two loops. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void
+swiglu_backward_block(const accel_k_swiglu_backward *k, int64_t off, int64_t m, accel_dtype rt) {
     const accel_tensor *gate = k->gate, *up = k->up, *g = k->g;
-    float bx[BLOCK], bu[BLOCK], bg[BLOCK], s[BLOCK], t[BLOCK], d[BLOCK], old[BLOCK];
+    float bx[BLOCK], bu[BLOCK], bg[BLOCK], s[BLOCK], d[BLOCK], old[BLOCK];
     const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
     const float *gg = f32_view(g->data, g->dtype, off, m, bg);
     sigmoid_block(x, s, m);
     if (k->dgate) {
         const float *u = f32_view(up->data, up->dtype, off, m, bu);
 #pragma omp simd
-        for (int64_t i = 0; i < m; i++) t[i] = gg[i] * u[i];
-        round_block(t, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) d[i] = t[i] * (s[i] * (1.0f + x[i] * (1.0f - s[i])));
+        for (int64_t i = 0; i < m; i++) d[i] = rounded(gg[i] * u[i], rt) * (s[i] * (1.0f + x[i] * (1.0f - s[i])));
         store_block(k->dgate->data, k->dgate->dtype, off, m, d, k->dgate_beta, old);
     }
     if (k->dup) {
 #pragma omp simd
-        for (int64_t i = 0; i < m; i++) t[i] = x[i] * s[i];
-        round_block(t, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
+        for (int64_t i = 0; i < m; i++) d[i] = gg[i] * rounded(x[i] * s[i], rt);
         store_block(k->dup->data, k->dup->dtype, off, m, d, k->dup_beta, old);
     }
 }
 
-void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
+ACCEL__VEC_MATH void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
     int64_t n = accel_numel(k->gate), nb = (n + BLOCK - 1) / BLOCK;
+    accel_dtype rt = k->gate->dtype;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
-        swiglu_backward_block(k, off, m);
+        if (rt == ACCEL_BF16) swiglu_backward_block(k, off, m, ACCEL_BF16);
+        else if (rt == ACCEL_F16) swiglu_backward_block(k, off, m, ACCEL_F16);
+        else swiglu_backward_block(k, off, m, ACCEL_F32);
     }
 }
 
