@@ -7,6 +7,15 @@
  * written in place, in one pass). RoPE, whose rows are short (64 elements at
  * head dim 64), converts f32 and bf16 in registers instead, one loop per
  * combination of dtypes. */
+
+/* No multiply-add fused, as GCC fuses none in ISO C mode: every variant
+ * then gives the baseline's bits and the reference kernels' formulas'
+ * (tests/test_fused_same_bits.c), with clang too, whose default fuses.
+ * Before the includes: clang applies it where a function is defined, and
+ * vec_math.h's expf is. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 #include <omp.h>
 #include <string.h>
 #ifdef __F16C__
