@@ -359,7 +359,8 @@ rotate(const void *x1, const void *x2, bool xb, const float *c, const float *sn,
  * row's (b, h) comes from one division per run of rows, not per row (at
  * head dim 64 the divisions and a call per conversion and per half cost
  * several times the row's own work). f16 is widened into, or rounded
- * from, f32 scratch with F16C (the vectorised conversions above). */
+ * from, f32 scratch by the run conversions above (F16C in the vector
+ * variants). */
 ACCEL__VEC_MATH static inline __attribute__((always_inline)) void rope_rows(const accel_k_rope *k, int64_t r0,
                                                                             int64_t r1, bool xb, bool yb, bool acc) {
     enum { HB = BLOCK / 2 };
