@@ -3,8 +3,19 @@
  * bf16 weight, SwiGLU forward and backward, RoPE, and the cross-entropy rows
  * with their gradient. They work on blocks of BLOCK elements: a bf16 operand is widened into a stack buffer
  * (f32 ones are read in place), the math runs in f32 in `omp simd` loops, and
- * the result is rounded once into its dtype (RoPE's f32 output and the
- * all-f32 SwiGLU forward are written in place, in one pass). */
+ * the result is rounded once into its dtype (the all-f32 SwiGLU forward is
+ * written in place, in one pass). RoPE, whose rows are short (64 elements at
+ * head dim 64), converts f32 and bf16 in registers instead, one loop per
+ * combination of dtypes. */
+
+/* No multiply-add fused, as GCC fuses none in ISO C mode: every variant
+ * then gives the baseline's bits and the reference kernels' formulas'
+ * (tests/test_fused_same_bits.c), with clang too, whose default fuses.
+ * Before the includes: clang applies it where a function is defined, and
+ * vec_math.h's expf is. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 #include <omp.h>
 #include <string.h>
 #ifdef __F16C__
@@ -154,14 +165,10 @@ ACCEL__VEC_MATH static void store_block(void *base, accel_dtype dt, int64_t off,
     accel__cpu_from_f32((char *)base + off * (int64_t)accel_dtype_size(dt), dt, v, n);
 }
 
-/* v rounded to dtype dt in place (what a tensor of dt would hold). */
-ACCEL__VEC_MATH static void round_block(float *v, accel_dtype dt, int64_t n) {
-    if (dt == ACCEL_BF16) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) v[i] = accel__bf16_float(accel__bf16_bits(v[i]));
-    } else if (dt == ACCEL_F16) {
-        for (int64_t i = 0; i < n; i++) v[i] = accel_f16_to_f32(accel_f32_to_f16(v[i]));
-    }
+/* v as a tensor of dtype dt (f32, bf16 or f16) would hold it. Inlined with
+ * a constant dt into a loop, the rounding stays in its registers. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) float rounded(float v, accel_dtype dt) {
+    return dt == ACCEL_BF16 ? accel__bf16_round(v) : dt == ACCEL_F16 ? accel__f16_round(v) : v;
 }
 
 /* n elements between f32 and bf16/f16, on this thread. */
@@ -241,27 +248,34 @@ ACCEL__VEC_MATH static void swiglu_f32_block(const float *x, const float *u, flo
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * (1.0f / (1.0f + accel__expf(-x[i]))) * u[i];
 }
 
-void accel__cpu_swiglu(const accel_k_swiglu *k) {
+/* One block of the forward (not all f32): y = round(silu(x)) * u with the
+ * rounding to gate's dtype rt, a constant of each inlined copy. The silu
+ * loop stays a loop of its own: with the rounding and the product in it,
+ * GCC's code ran slower. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void swiglu_block(const accel_k_swiglu *k, int64_t off,
+                                                                               int64_t m, accel_dtype rt) {
+    float bx[BLOCK], bu[BLOCK], y[BLOCK];
+    const float *x = f32_view(k->gate->data, k->gate->dtype, off, m, bx);
+    const float *u = f32_view(k->up->data, k->up->dtype, off, m, bu);
+    silu_block(x, y, m);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) y[i] = rounded(y[i], rt) * u[i];
+    store_block(k->out->data, k->out->dtype, off, m, y, 0.0f, NULL);
+}
+
+/* ACCEL__VEC_MATH here and below as the blocks: GCC inlines only into functions of the same optimize attribute. */
+ACCEL__VEC_MATH void accel__cpu_swiglu(const accel_k_swiglu *k) {
     const accel_tensor *gate = k->gate, *up = k->up, *out = k->out;
     int64_t n = accel_numel(out), nb = (n + BLOCK - 1) / BLOCK;
     bool f32 = gate->dtype == ACCEL_F32 && up->dtype == ACCEL_F32 && out->dtype == ACCEL_F32;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
-        if (f32) {
-            int64_t off = b * BLOCK;
-            swiglu_f32_block((const float *)gate->data + off, (const float *)up->data + off, (float *)out->data + off,
-                             off + BLOCK < n ? BLOCK : n - off);
-            continue;
-        }
-        float bx[BLOCK], bu[BLOCK], y[BLOCK];
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
-        const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
-        const float *u = f32_view(up->data, up->dtype, off, m, bu);
-        silu_block(x, y, m);
-        round_block(y, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) y[i] *= u[i];
-        store_block(out->data, out->dtype, off, m, y, 0.0f, NULL);
+        if (f32) swiglu_f32_block((const float *)gate->data + off, (const float *)up->data + off,
+                                  (float *)out->data + off, m);
+        else if (gate->dtype == ACCEL_BF16) swiglu_block(k, off, m, ACCEL_BF16);
+        else if (gate->dtype == ACCEL_F16) swiglu_block(k, off, m, ACCEL_F16);
+        else swiglu_block(k, off, m, ACCEL_F32);
     }
 }
 
@@ -272,92 +286,144 @@ ACCEL__VEC_MATH static void sigmoid_block(const float *x, float *s, int64_t n) {
 
 /* One block of the backward: the sigmoid once for both gradients (the
  * same values silu_block would give), dgate = round(g * up) * silu'(gate)
- * and dup = g * round(silu(gate)), each into d before its store. */
-ACCEL__VEC_MATH static void swiglu_backward_block(const accel_k_swiglu_backward *k, int64_t off, int64_t m) {
+ * and dup = g * round(silu(gate)), each into d before its store, with the
+ * rounding to gate's dtype rt (a constant of each inlined copy) in the
+ * product's loop: ~10% less CPU than a rounding pass between two loops. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void
+swiglu_backward_block(const accel_k_swiglu_backward *k, int64_t off, int64_t m, accel_dtype rt) {
     const accel_tensor *gate = k->gate, *up = k->up, *g = k->g;
-    float bx[BLOCK], bu[BLOCK], bg[BLOCK], s[BLOCK], t[BLOCK], d[BLOCK], old[BLOCK];
+    float bx[BLOCK], bu[BLOCK], bg[BLOCK], s[BLOCK], d[BLOCK], old[BLOCK];
     const float *x = f32_view(gate->data, gate->dtype, off, m, bx);
     const float *gg = f32_view(g->data, g->dtype, off, m, bg);
     sigmoid_block(x, s, m);
     if (k->dgate) {
         const float *u = f32_view(up->data, up->dtype, off, m, bu);
 #pragma omp simd
-        for (int64_t i = 0; i < m; i++) t[i] = gg[i] * u[i];
-        round_block(t, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) d[i] = t[i] * (s[i] * (1.0f + x[i] * (1.0f - s[i])));
+        for (int64_t i = 0; i < m; i++) d[i] = rounded(gg[i] * u[i], rt) * (s[i] * (1.0f + x[i] * (1.0f - s[i])));
         store_block(k->dgate->data, k->dgate->dtype, off, m, d, k->dgate_beta, old);
     }
     if (k->dup) {
 #pragma omp simd
-        for (int64_t i = 0; i < m; i++) t[i] = x[i] * s[i];
-        round_block(t, gate->dtype, m);
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) d[i] = gg[i] * t[i];
+        for (int64_t i = 0; i < m; i++) d[i] = gg[i] * rounded(x[i] * s[i], rt);
         store_block(k->dup->data, k->dup->dtype, off, m, d, k->dup_beta, old);
     }
 }
 
-void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
+ACCEL__VEC_MATH void accel__cpu_swiglu_backward(const accel_k_swiglu_backward *k) {
     int64_t n = accel_numel(k->gate), nb = (n + BLOCK - 1) / BLOCK;
+    accel_dtype rt = k->gate->dtype;
 #pragma omp parallel for if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
         int64_t off = b * BLOCK, m = off + BLOCK < n ? BLOCK : n - off;
-        swiglu_backward_block(k, off, m);
+        if (rt == ACCEL_BF16) swiglu_backward_block(k, off, m, ACCEL_BF16);
+        else if (rt == ACCEL_F16) swiglu_backward_block(k, off, m, ACCEL_F16);
+        else swiglu_backward_block(k, off, m, ACCEL_F32);
     }
 }
 
 /* ---- RoPE */
 
-/* o1 (+)= x1 c - x2 s, o2 (+)= x2 c + x1 s with s = sign * sin (beta 0: =,
- * else +=): one block of a row's halves. */
-ACCEL__VEC_MATH static void rotate_block(const float *x1, const float *x2, const float *c, const float *sn, float sign,
-                                         float beta, float *o1, float *o2, int64_t n) {
-    if (beta == 0.0f) {
+/* Element i of a run of f32 (bf16 false) or bf16 values as f32, and v
+ * stored into one (rounded). Inlined with a constant `bf16` into the loops
+ * below, so that each case vectorises with the conversion in registers. */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) float load_run(const void *p, bool bf16, int64_t i) {
+    return bf16 ? accel__bf16_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void store_run(void *p, bool bf16, int64_t i, float v) {
+    if (bf16) ((uint16_t *)p)[i] = accel__bf16_bits(v);
+    else ((float *)p)[i] = v;
+}
+
+/* n columns of a row's halves: y1 (+)= x1 c - x2 s, y2 (+)= x2 c + x1 s with
+ * s = sign * sin (acc: added to y's values, the sum rounded once, as the
+ * reference adds them), x and y f32 or bf16 runs (xb, yb). */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void
+rotate(const void *x1, const void *x2, bool xb, const float *c, const float *sn, float sign, void *y1, void *y2,
+       bool yb, bool acc, int64_t n) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float si = sign * sn[i];
-            o1[i] = x1[i] * c[i] - x2[i] * si;
-            o2[i] = x2[i] * c[i] + x1[i] * si;
+    for (int64_t i = 0; i < n; i++) {
+        float a = load_run(x1, xb, i), b = load_run(x2, xb, i), si = sign * sn[i];
+        float o1 = a * c[i] - b * si, o2 = b * c[i] + a * si;
+        if (acc) {
+            o1 = o1 + load_run(y1, yb, i);
+            o2 = o2 + load_run(y2, yb, i);
         }
-    } else {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            float si = sign * sn[i];
-            o1[i] += x1[i] * c[i] - x2[i] * si;
-            o2[i] += x2[i] * c[i] + x1[i] * si;
+        store_run(y1, yb, i, o1);
+        store_run(y2, yb, i, o2);
+    }
+}
+
+/* Rows [r0, r1) of the [BH, T] rows, with x's and y's kinds (xb, yb: bf16,
+ * else f32 or f16) and beta != 0 (acc) constants of each inlined copy. A
+ * row's (b, h) comes from one division per run of rows, not per row (at
+ * head dim 64 the divisions and a call per conversion and per half cost
+ * several times the row's own work). f16 is widened into, or rounded
+ * from, f32 scratch by the run conversions above (F16C in the vector
+ * variants). */
+ACCEL__VEC_MATH static inline __attribute__((always_inline)) void rope_rows(const accel_k_rope *k, int64_t r0,
+                                                                            int64_t r1, bool xb, bool yb, bool acc) {
+    enum { HB = BLOCK / 2 };
+    const accel_tensor *x = k->x, *y = k->y;
+    int64_t H = x->shape[1], T = k->T, half = k->half, t = r0 % T, bh = r0 / T;
+    int64_t xes = (int64_t)accel_dtype_size(x->dtype), yes = (int64_t)accel_dtype_size(y->dtype);
+    bool xh = x->dtype == ACCEL_F16, yh = y->dtype == ACCEL_F16;
+    const char *xr = NULL;
+    char *yr = NULL;
+    for (int64_t r = r0; r < r1; r++, t++) {
+        if (t == T || r == r0) { /* the first row of a (b, h), or of this run */
+            if (t == T) {
+                t = 0;
+                bh++;
+            }
+            xr = (const char *)x->data +
+                 ((bh / H) * x->stride[0] + (bh % H) * x->stride[1] + t * x->stride[2]) * xes;
+            yr = (char *)y->data + ((bh / H) * y->stride[0] + (bh % H) * y->stride[1] + t * y->stride[2]) * yes;
+        } else {
+            xr += x->stride[2] * xes;
+            yr += y->stride[2] * yes;
+        }
+        const float *c = (const float *)k->cos->data + t * half, *sn = (const float *)k->sin->data + t * half;
+        for (int64_t i0 = 0; i0 < half; i0 += HB) {
+            float b1[HB], b2[HB], o1[HB], o2[HB];
+            int64_t m = half - i0 < HB ? half - i0 : HB;
+            const void *x1 = xr + i0 * xes, *x2 = xr + (half + i0) * xes;
+            void *y1 = yr + i0 * yes, *y2 = yr + (half + i0) * yes;
+            if (xh) {
+                f16_to_f32_run(b1, x1, m);
+                f16_to_f32_run(b2, x2, m);
+                x1 = b1;
+                x2 = b2;
+            }
+            if (yh && acc) {
+                f16_to_f32_run(o1, y1, m);
+                f16_to_f32_run(o2, y2, m);
+            }
+            rotate(x1, x2, xb, c + i0, sn + i0, k->sign, yh ? o1 : y1, yh ? o2 : y2, yb, acc, m);
+            if (yh) {
+                f32_to_f16_run(y1, o1, m);
+                f32_to_f16_run(y2, o2, m);
+            }
         }
     }
 }
 
-/* An f32 y is written in place; a bf16/f16 one through o1, o2 and
- * store_block (beta applied there). */
-void accel__cpu_rope(const accel_k_rope *k) {
-    const accel_tensor *x = k->x, *y = k->y;
-    int64_t H = x->shape[1], T = k->T, half = k->half, D = 2 * half, rows = k->BH * T;
-    const float *cs = k->cos->data, *sn = k->sin->data;
-    size_t xes = accel_dtype_size(x->dtype), yes = accel_dtype_size(y->dtype);
-    bool direct = y->dtype == ACCEL_F32;
-    enum { HB = BLOCK / 2 };
-#pragma omp parallel for if (rows * D > 16384) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        float b1[HB], b2[HB], o1[HB], o2[HB], old[HB];
-        int64_t t = r % T, bh = r / T;
-        const char *xr = (const char *)x->data +
-                         (size_t)((bh / H) * x->stride[0] + (bh % H) * x->stride[1] + t * x->stride[2]) * xes;
-        char *yr = (char *)y->data +
-                   (size_t)((bh / H) * y->stride[0] + (bh % H) * y->stride[1] + t * y->stride[2]) * yes;
-        for (int64_t i0 = 0; i0 < half; i0 += HB) {
-            int64_t m = half - i0 < HB ? half - i0 : HB;
-            const float *x1 = f32_view(xr, x->dtype, i0, m, b1), *x2 = f32_view(xr, x->dtype, half + i0, m, b2);
-            if (direct) { /* y's row is contiguous in D: rotated straight into it */
-                float *y1 = (float *)yr + i0;
-                rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, k->beta, y1, y1 + half, m);
-                continue;
-            }
-            rotate_block(x1, x2, cs + t * half + i0, sn + t * half + i0, k->sign, 0.0f, o1, o2, m);
-            store_block(yr, y->dtype, i0, m, o1, k->beta, old);
-            store_block(yr, y->dtype, half + i0, m, o2, k->beta, old);
+/* Elements a task of the rotation takes (rows of a whole multiple). */
+enum { ROPE_TASK = 16384 };
+
+/* ACCEL__VEC_MATH as rope_rows: GCC inlines its conversions only into functions of the same optimize attribute. */
+ACCEL__VEC_MATH void accel__cpu_rope(const accel_k_rope *k) {
+    int64_t rows = k->BH * k->T, D = 2 * k->half, per = ROPE_TASK / D > 0 ? ROPE_TASK / D : 1;
+    int64_t ntasks = (rows + per - 1) / per;
+    int kind = (k->x->dtype == ACCEL_BF16) * 4 + (k->y->dtype == ACCEL_BF16) * 2 + (k->beta != 0.0f);
+#pragma omp parallel for if (rows * D > ROPE_TASK) schedule(static)
+    for (int64_t j = 0; j < ntasks; j++) {
+        int64_t r0 = j * per, r1 = r0 + per < rows ? r0 + per : rows;
+        switch (kind) { /* each case its own loop, its conversions and beta known */
+#define ROPE_CASE(c)                                                                                                   \
+    case c: rope_rows(k, r0, r1, (c) & 4, (c) & 2, (c) & 1); break;
+            ROPE_CASE(0) ROPE_CASE(1) ROPE_CASE(2) ROPE_CASE(3) ROPE_CASE(4) ROPE_CASE(5) ROPE_CASE(6) ROPE_CASE(7)
+#undef ROPE_CASE
         }
     }
 }

@@ -96,6 +96,45 @@ ACCEL__VEC_MATH static inline float accel__bf16_float(uint16_t h) {
     return f;
 }
 
+/* f rounded to bf16 and widened back (accel__bf16_float(accel__bf16_bits(f))'s
+ * bits: nearest even, a NaN kept quiet), in 32-bit integer operations: a
+ * loop that rounds in registers between f32 operations then stays at the
+ * floats' width (through a uint16_t GCC vectorises it at twice as many lanes,
+ * in pairs of registers). */
+ACCEL__VEC_MATH static inline float accel__bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u : r;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+/* f rounded to f16 and widened back: accel_f16_to_f32(accel_f32_to_f16(f))'s
+ * bits (nearest even; from 65520 on +-inf; a NaN becomes the quiet NaN with
+ * f's sign) with selects only, so that `omp simd` loops over it vectorise
+ * (the scalar conversion's branches and nearbyintf keep a loop scalar). */
+ACCEL__VEC_MATH static inline float accel__f16_round(float f) {
+    uint32_t u, sub;
+    memcpy(&u, &f, sizeof u);
+    uint32_t sign = u & 0x80000000u, ax = u & 0x7fffffffu;
+    /* normal results: the mantissa rounded to 10 bits (a carry moves into the exponent) */
+    uint32_t r = (ax + 0xfffu + ((ax >> 13) & 1u)) & ~0x1fffu;
+    /* below 2^-14, subnormal results: |f| 2^24 rounded to an integer (the
+     * 1.5 2^23 shift rounds to nearest even below 2^22), times 2^-24; both
+     * products exact */
+    float a;
+    memcpy(&a, &ax, sizeof a);
+    float s = ((a * 16777216.0f + 12582912.0f) - 12582912.0f) * 5.9604644775390625e-8f;
+    memcpy(&sub, &s, sizeof sub);
+    r = ax < 0x38800000u ? sub : r;
+    r = ax >= 0x477ff000u ? 0x7f800000u : r;
+    r = ax > 0x7f800000u ? 0x7fc00000u : r;
+    r |= sign;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
 /* The max of x[0..n) (-inf when n == 0; NaNs not propagated) through eight
  * running maxima: one AVX register once vectorised (a `simd
  * reduction(max)` over a float select does not vectorise with clang). */
