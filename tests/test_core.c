@@ -421,6 +421,25 @@ static void test_materialize_checks_dtype(void) {
     accel_tensor_free(m);
 }
 
+/* Fills of zero: +0.0 as bytes (3 MiB and an odd tail), -0.0 keeping its
+ * sign in every float dtype, as torch's fill_ does (bf16 and f16 filled
+ * +0.0 before: a memset). */
+static void test_zero_fills(void) {
+    const accel_dtype dts[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 3; d++) {
+        accel_tensor *t = accel_empty(dts[d], ACCEL_SHAPE(786433));
+        CHECK(t && accel_fill_(t, 1.5) == ACCEL_OK && accel_zero_(t) == ACCEL_OK);
+        const unsigned char *b = t->data;
+        size_t bad = 0;
+        for (size_t i = 0; i < accel_nbytes(t); i++) bad += b[i] != 0;
+        CHECK_MSG(bad == 0, "%s: %zu bytes not zeroed", accel_dtype_name(dts[d]), bad);
+        CHECK(accel_fill_(t, -0.0) == ACCEL_OK);
+        double first = accel_get(t, (int64_t[]){0}), last = accel_get(t, (int64_t[]){786432});
+        CHECK_MSG(first == 0.0 && signbit(first) && signbit(last), "%s: -0.0 filled as +0.0", accel_dtype_name(dts[d]));
+    }
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -430,6 +449,7 @@ int main(void) {
     RUN(test_setters_report);
     RUN(test_integer_values_fit);
     RUN(test_materialize_checks_dtype);
+    RUN(test_zero_fills);
     RUN(test_shape_overflow);
     RUN(test_arena_reuse);
     RUN(test_arena_mark_rewind);

@@ -1,4 +1,5 @@
 /* Strided layouts (broadcast strides, dim merging) and the strided copy. */
+#include <math.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -152,11 +153,11 @@ accel_status accel__cpuk_copy(accel_k_copy *a) {
 accel_status accel__cpuk_fill(accel_k_fill *a) {
     accel_tensor *t = a->out;
     int64_t n = accel_numel(t);
-    if (accel_is_contiguous(t) && t->dtype == ACCEL_F32) {
+    if (accel_is_contiguous(t) && a->value == 0.0 && !signbit(a->value)) { /* -0.0 is not all zero bytes */
+        memset(t->data, 0, (size_t)n * accel_dtype_size(t->dtype));
+    } else if (accel_is_contiguous(t) && t->dtype == ACCEL_F32) {
         float *p = t->data, v = (float)a->value;
         for (int64_t i = 0; i < n; i++) p[i] = v;
-    } else if (accel_is_contiguous(t) && a->value == 0.0) {
-        memset(t->data, 0, (size_t)n * accel_dtype_size(t->dtype));
     } else {
         size_t es = accel_dtype_size(t->dtype);
         for (int64_t i = 0; i < n; i++)
