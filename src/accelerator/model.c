@@ -129,28 +129,26 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     return accel__first_error_return(&first);
 }
 
-/* A step of prepare that failed on one rank alone (its device or memory
- * full) fails the prepare on every rank before the collectives that follow
- * it: the others would go on into them without it (a broadcast waiting for
- * the distributed timeout), and its retry would meet them there. One 4-byte
- * all-reduce; `what` says what the failing rank could not do. */
-static accel_status agree(accel_accelerator *acc, accel_status mine, const char *what) {
+accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
     if (acc->world == 1) return mine;
     char why[512];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
-    int32_t v = (int32_t)mine;
+    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
+    int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
     accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
     if (st) return st;
-    if (mine) return accel_set_error(mine, "%s", why); /* its own failure, whatever the collective left */
-    return v ? accel_set_error((accel_status)v, "accel_accelerator_prepare: another rank could not %s (a retry on "
-                               "every rank prepares it)", what) : ACCEL_OK;
+    /* its own failure, whatever the collective left, and the step it stopped */
+    if (mine) return accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's prepare "
+                                     "fails: %s", acc->rank, what, why);
+    return v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) could not %s "
+                               "(its error is reported there)", (v >> 8) - 1, what) : ACCEL_OK;
 }
 
 /* Placement, before any of the prepare's collectives: the ranks that placed
  * keep their model on the device (a retry leaves it). */
 static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
     if (acc->o.no_device_placement || acc->device.type == ACCEL_DEV_CPU) return mine;
-    return agree(acc, mine, "place the model on its device");
+    return accel__prepare_agree(acc, mine, "place the model on its device");
 }
 
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
@@ -172,8 +170,8 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
                                                : accel_module_flatten(pm->m, 16, pad);
     /* the flat buffers are the prepare's largest allocation: the ranks agree
      * on them before the layout's and the broadcast's collectives */
-    accel_status made =
-        agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
+    accel_status made = accel__prepare_agree(acc, pm->fp ? ACCEL_OK : accel_last_status(),
+                                             "make the model's flat parameter buffers");
     if (made) return undo_prepare(acc, pm, made);
     pm->ddp = accel_pg_size(acc->dp_pg) > 1;
     accel_status st = pm->strat->layout(acc, pm);

@@ -1,0 +1,101 @@
+/* A local step of prepare failing on one rank alone (out of memory there:
+ * tests/refuse_band.h refuses the step's allocation on the last rank),
+ * under `accel launch --num_processes 2` on the cpu (accelerator.cmake;
+ * plainly one process has no other rank and returns): prepare fails on
+ * every rank with ACCEL_ERR_OOM, the failing rank naming what it could not
+ * do, the others naming that rank and step; after it, a retry on every rank
+ * prepares and trains, and a free in any order (without the retry) leaks
+ * nothing. The steps: DDP's flat parameter buffers. Before, the failing
+ * rank returned while the others went on into the next collective (the
+ * weights' broadcast), where they waited for the distributed timeout, and a
+ * retry met them there: "mismatched collectives". */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "check.h"
+#include "refuse_band.h"
+
+enum { KIB = 1024, MIB = 1024 * 1024 };
+
+/* Prepares (m, opt) with the last rank refusing one allocation of band:
+ * every rank fails with ACCEL_ERR_OOM, the failing one saying it could not
+ * do `what`, the others that it could not. */
+static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, refuse_band band,
+                          const char *what) {
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    bool refusing = rank == world - 1;
+    if (refusing) refuse_band_install(&band);
+    accel_status st = accel_accelerator_prepare(acc, m, opt);
+    if (refusing) refuse_band_install(NULL);
+    CHECK_MSG(!refusing || band.refused, "rank %d: the allocation of %zu to %zu bytes (skipping %d) never came: %s",
+              rank, band.min, band.max, band.skip, what);
+    CHECK_MSG(st == ACCEL_ERR_OOM, "rank %d: prepare -> %d: %s", rank, (int)st, accel_last_error());
+    char want[256];
+    if (refusing) snprintf(want, sizeof want, "rank %d could not %s", rank, what);
+    else snprintf(want, sizeof want, "another rank (%d) could not %s", world - 1, what);
+    CHECK_MSG(strstr(accel_last_error(), want) != NULL, "rank %d: wanted \"%s\" in: %s", rank, want,
+              accel_last_error());
+}
+
+/* ---------------------------------------------------------------- DDP and ZeRO */
+
+/* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more). */
+static const struct shard_case {
+    int stage;
+    refuse_band band;
+    const char *what;
+} SHARD_CASES[] = {
+    {0, {.min = MIB, .max = SIZE_MAX}, "make the model's flat parameter buffers"},
+};
+
+static void shard_case(const struct shard_case *c, bool retry) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = c->stage;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    if (!acc) return;
+    if (accel_accelerator_num_processes(acc) == 1) {
+        accel_accelerator_free(acc);
+        return;
+    }
+    accel_manual_seed(3);
+    accel_module *m = accel_linear_new(512, 512, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    prepare_fails(acc, m, opt, c->band, c->what);
+    if (!retry) { /* the handled failure, then the frees: model first */
+        accel_module_free(m);
+        accel_optimizer_free(opt);
+        accel_accelerator_free(acc);
+        return;
+    }
+    int rank = accel_accelerator_process_index(acc);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "stage %d, rank %d: the retry: %s", c->stage, rank,
+              accel_last_error());
+    CHECK(accel_accelerator_zero_stage(acc) == c->stage);
+    float xs[1024];
+    for (int i = 0; i < 1024; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 512), xs)));
+    CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK &&
+                  accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+              "stage %d, rank %d: a step after the retry: %s", c->stage, rank, accel_last_error());
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+static void test_one_rank_buffers_fail(void) {
+    for (size_t i = 0; i < sizeof SHARD_CASES / sizeof SHARD_CASES[0]; i++) {
+        shard_case(&SHARD_CASES[i], true);
+        shard_case(&SHARD_CASES[i], false);
+    }
+}
+
+int main(void) {
+    RUN(test_one_rank_buffers_fail);
+    return check_summary();
+}
