@@ -5,8 +5,9 @@
  * every rank with ACCEL_ERR_OOM, the failing rank naming what it could not
  * do, the others naming that rank and step; after it, a retry on every rank
  * prepares and trains, and a free in any order (without the retry) leaks
- * nothing. The steps: DDP's flat parameter buffers. Before, the failing
- * rank returned while the others went on into the next collective (the
+ * nothing. The steps: DDP's flat parameter buffers, ZeRO-2's gradient
+ * shard, ZeRO-3's parameter and gradient shards. Before, the failing rank
+ * returned while the others went on into the next collective (the
  * weights' broadcast), where they waited for the distributed timeout, and a
  * retry met them there: "mismatched collectives". */
 #include <stdint.h>
@@ -42,14 +43,29 @@ static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimiz
 
 /* ---------------------------------------------------------------- DDP and ZeRO */
 
-/* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more). */
+/* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more),
+ * a shard of 2 ranks 525312 bytes: the shards' allocations come in this
+ * order (stage 2: the gradient shard; stage 3: the parameter shard, then
+ * the gradient shard). */
 static const struct shard_case {
     int stage;
     refuse_band band;
     const char *what;
 } SHARD_CASES[] = {
     {0, {.min = MIB, .max = SIZE_MAX}, "make the model's flat parameter buffers"},
+    {2, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
+    {3, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
+    {3, {.min = 256 * KIB, .max = MIB, .skip = 1}, "lay out the model's parameters, gradients and shards"},
 };
+
+/* The sum of m's weight's elements (in host memory): whatever a failed
+ * prepare gave back must be what it was given. */
+static double weight_sum(accel_module *m) {
+    const accel_tensor *w = accel_module_get_tensor(m, "weight");
+    double s = 0;
+    for (int64_t i = 0; w && i < accel_numel(w); i++) s += ((const float *)w->data)[i];
+    return s;
+}
 
 static void shard_case(const struct shard_case *c, bool retry) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -65,7 +81,9 @@ static void shard_case(const struct shard_case *c, bool retry) {
     accel_module *m = accel_linear_new(512, 512, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    double before = weight_sum(m);
     prepare_fails(acc, m, opt, c->band, c->what);
+    CHECK_MSG(weight_sum(m) == before, "stage %d: the failed prepare changed the weights", c->stage);
     if (!retry) { /* the handled failure, then the frees: model first */
         accel_module_free(m);
         accel_optimizer_free(opt);

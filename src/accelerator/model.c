@@ -156,28 +156,39 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
     accel_status placed = agree_placement(acc, place_model(acc, pm->m));
     if (placed) return placed;
-    /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
+    /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part:
+     * local steps, each agreed on where it runs (undone: the pipeline's split, the cp group) */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
-    /* undone: the pipeline's split, the cp group */
-    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_keep_stage(acc, pm))
-        return undo_prepare(acc, pm, accel_last_status());
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
-        return undo_prepare(acc, pm, accel_last_status());
+    accel_status st = ACCEL_OK;
+    if (acc->par.size[ACCEL__MESH_TP] > 1)
+        st = accel__prepare_agree(acc, accel__tp_prepare(acc, pm->m), "slice the model for tensor parallelism");
+    if (!st && acc->cp_pg)
+        st = accel__prepare_agree(acc, accel__cp_prepare(acc, pm->m), "give the model its context-parallel group");
+    if (!st && pm->pp_split)
+        st = accel__prepare_agree(acc, accel__pipeline_keep_stage(acc, pm),
+                                  "release the other pipeline stages' parameters");
+    if (!st && acc->mp == ACCEL_MP_FP8) {
+        st = accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm) ? accel_last_status() : ACCEL_OK;
+        st = accel__prepare_agree(acc, st, "convert the model for fp8");
+    }
+    if (st) return undo_prepare(acc, pm, st);
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
     /* pp: the stage's own parameters (the others are on meta) */
     pm->fp = acc->par.size[ACCEL__MESH_PP] > 1 ? accel__module_flatten_present(pm->m, 16, pad)
                                                : accel_module_flatten(pm->m, 16, pad);
-    /* the flat buffers are the prepare's largest allocation: the ranks agree
-     * on them before the layout's and the broadcast's collectives */
-    accel_status made = accel__prepare_agree(acc, pm->fp ? ACCEL_OK : accel_last_status(),
-                                             "make the model's flat parameter buffers");
-    if (made) return undo_prepare(acc, pm, made);
+    /* the flat buffers are the prepare's largest allocation */
+    st = accel__prepare_agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
+    if (st) return undo_prepare(acc, pm, st);
     pm->ddp = accel_pg_size(acc->dp_pg) > 1;
-    accel_status st = pm->strat->layout(acc, pm);
-    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    /* the strategy's buffers (ZeRO's shards, the shared gradients) and the autocast hook, agreed on before
+     * the broadcast; then the start, agreed on before the undo, whose release is collective under stage 3 */
+    st = pm->strat->layout(acc, pm);
     if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
-    if (!st) st = pm->strat->start(acc, pm); /* after the autocast hook: stage 3 chains to it */
+    st = accel__prepare_agree(acc, st, "lay out the model's parameters, gradients and shards");
+    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    if (!st) st = accel__prepare_agree(acc, pm->strat->start(acc, pm), "start the model's strategy (its buckets, "
+                                       "shards or hooks)"); /* after the autocast hook: stage 3 chains to it */
     return st ? undo_prepare(acc, pm, st) : ACCEL_OK;
 }
 
