@@ -6,10 +6,13 @@
  * do, the others naming that rank and step; after it, a retry on every rank
  * prepares and trains, and a free in any order (without the retry) leaks
  * nothing. The steps: DDP's flat parameter buffers, ZeRO-2's gradient
- * shard, ZeRO-3's parameter and gradient shards. Before, the failing rank
- * returned while the others went on into the next collective (the
- * weights' broadcast), where they waited for the distributed timeout, and a
- * retry met them there: "mismatched collectives". */
+ * shard, ZeRO-3's parameter and gradient shards, the tensor-parallel plan's
+ * first cut (a retry works) and a later one (that rank's model is left
+ * sliced in part: every retry is refused, naming it). Before, the failing
+ * rank returned while the others went on into the next collective (the
+ * weights' broadcast, the flat buffers' agreement), where they waited for
+ * the distributed timeout, and a retry met them there: "mismatched
+ * collectives". */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -113,7 +116,69 @@ static void test_one_rank_buffers_fail(void) {
     }
 }
 
+/* ---------------------------------------------------------------- tensor parallelism */
+
+/* A Llama whose embedding (vocab 4096 x 64) and MLP weights (4096 x 64)
+ * are cut, at tp 2, into slices of 512 KiB, the plan's only allocations of
+ * that size: the embedding first, then each layer's gate, up and down. */
+static accel_module *wide_llama(void) {
+    accel_manual_seed(5);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 4096;
+    c.hidden_size = 64;
+    c.intermediate_size = 4096;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 16;
+    c.tie_word_embeddings = true;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* skip 0: the embedding's cut fails, nothing of the model is cut on that
+ * rank (the others' plan ran whole) and a retry cuts it and trains. skip 2:
+ * layer 0's up_proj, after the embedding, its attention and its gate_proj were cut: that rank's
+ * model is sliced in part, so every retry fails, that rank saying why. */
+static void tp_case(int skip) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.tp_size = 2;
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) == 1; /* no tp group of 2 to make */
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    if (!acc) return;
+    accel_module *m = wide_llama();
+    CHECK(m != NULL);
+    prepare_fails(acc, m, NULL, (refuse_band){.min = 512 * KIB, .max = 512 * KIB + 1, .skip = skip},
+                  "slice the model for tensor parallelism");
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_status st = accel_accelerator_prepare(acc, m, NULL);
+    if (skip) {
+        CHECK_MSG(st == ACCEL_ERR_STATE, "rank %d: the retry -> %d: %s", rank, (int)st, accel_last_error());
+        CHECK_MSG(strstr(accel_last_error(), rank == world - 1 ? "applied only in part" : "another rank (1) could not "
+                         "slice") != NULL, "rank %d: %s", rank, accel_last_error());
+    } else {
+        CHECK_MSG(st == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+        int64_t ids[4] = {1, 2, 3, 4000};
+        accel_tensor *logits = accel_llama_forward(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 4), ids), NULL);
+        CHECK_MSG(logits && logits->shape[2] == 2048, "rank %d: %s", rank, accel_last_error());
+        CHECK_MSG(logits && accel_accelerator_backward(acc, accel_mean_all(logits)) == ACCEL_OK, "rank %d: %s", rank,
+                  accel_last_error());
+        accel_step_reset();
+    }
+    accel_module_free(m); /* before the accelerator: it lets the model go first */
+    accel_accelerator_free(acc);
+}
+
+static void test_one_rank_tp_cut_fails(void) {
+    tp_case(0);
+    tp_case(2);
+}
+
 int main(void) {
+    RUN(test_one_rank_tp_cut_fails);
     RUN(test_one_rank_buffers_fail);
     return check_summary();
 }
