@@ -6,13 +6,14 @@
  * do, the others naming that rank and step; after it, a retry on every rank
  * prepares and trains, and a free in any order (without the retry) leaks
  * nothing. The steps: DDP's flat parameter buffers, ZeRO-2's gradient
- * shard, ZeRO-3's parameter and gradient shards, the tensor-parallel plan's
- * first cut (a retry works) and a later one (that rank's model is left
- * sliced in part: every retry is refused, naming it). Before, the failing
- * rank returned while the others went on into the next collective (the
- * weights' broadcast, the flat buffers' agreement), where they waited for
- * the distributed timeout, and a retry met them there: "mismatched
- * collectives". */
+ * shard, ZeRO-3's parameter and gradient shards, ZeRO-1/2/3's optimizer
+ * state shard, the tensor-parallel plan's first cut (a retry works) and a
+ * later one (that rank's model is left sliced in part: every retry is
+ * refused, naming it). Before, the failing rank returned while the others
+ * went on into the next collective (the weights' broadcast, a training
+ * step), where they waited for the distributed timeout, and a retry met
+ * them there: "mismatched collectives", or a sharded optimizer that one
+ * rank did not have. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,17 +49,20 @@ static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimiz
 
 /* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more),
  * a shard of 2 ranks 525312 bytes: the shards' allocations come in this
- * order (stage 2: the gradient shard; stage 3: the parameter shard, then
- * the gradient shard). */
+ * order (stage 2: the gradient shard, then AdamW's two state shards; stage
+ * 3: the parameter shard, the gradient shard, then the state). */
 static const struct shard_case {
     int stage;
     refuse_band band;
     const char *what;
 } SHARD_CASES[] = {
     {0, {.min = MIB, .max = SIZE_MAX}, "make the model's flat parameter buffers"},
+    {1, {.min = 256 * KIB, .max = MIB}, "shard the optimizer's state"},
     {2, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
+    {2, {.min = 256 * KIB, .max = MIB, .skip = 1}, "shard the optimizer's state"},
     {3, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
     {3, {.min = 256 * KIB, .max = MIB, .skip = 1}, "lay out the model's parameters, gradients and shards"},
+    {3, {.min = 256 * KIB, .max = MIB, .skip = 2}, "shard the optimizer's state"},
 };
 
 /* The sum of m's weight's elements (in host memory): whatever a failed
@@ -86,6 +90,9 @@ static void shard_case(const struct shard_case *c, bool retry) {
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     double before = weight_sum(m);
     prepare_fails(acc, m, opt, c->band, c->what);
+    /* the model as it was: given back by the failed prepare, or (the optimizer's step failed) unprepared */
+    accel_status un = accel_accelerator_unprepare_model(acc, m);
+    CHECK_MSG(un == ACCEL_OK || un == ACCEL_ERR_STATE, "stage %d: %s", c->stage, accel_last_error());
     CHECK_MSG(weight_sum(m) == before, "stage %d: the failed prepare changed the weights", c->stage);
     if (!retry) { /* the handled failure, then the frees: model first */
         accel_module_free(m);
