@@ -136,7 +136,9 @@ if(TARGET accel_cli)
   accel_launch2_test(zero_reprepare_cpu_2 test_zero_reprepare OFF)
   # Device placement failing on one rank alone: every rank's prepare fails, and a retry on every rank places the model.
   accel_launch2_test(placement_rankfail_hostless_2 test_placement_rankfail ON)
-  accel_launch2_test(placement_rankfail_cpu_2 test_placement_rankfail OFF)
+  # Another local step of prepare failing on one rank alone (the flat buffers, ZeRO's shards, the tp plan's cuts):
+  # likewise.
+  accel_launch2_test(prepare_rankfail_cpu_2 test_prepare_rankfail OFF)
 endif()
 
 # The fine-tune guide's example: a Hugging Face directory fine-tuned under DDP and FSDP, saved, generated from.

@@ -209,6 +209,15 @@ bool accel__module_params_sharded(const accel_module *m);
  * backward's strategy calls for every prepared model (grad_ready among them). */
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
 accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
+/* model.c: a local step of prepare (an allocation, a slicing) that failed on
+ * one rank alone (its memory full) fails on every rank before the
+ * collectives that follow it: the others would go on into them without it
+ * (waiting there for the distributed timeout), and its retry, or its undo's
+ * collectives, would meet them there. One 4-byte all-reduce over every rank,
+ * called by all of them at the same point; mine: this rank's status. The
+ * failing rank keeps its message and adds `what` it could not do; the
+ * others get its status and "another rank (r) could not <what>". */
+accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
 

@@ -129,28 +129,26 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     return accel__first_error_return(&first);
 }
 
-/* A step of prepare that failed on one rank alone (its device or memory
- * full) fails the prepare on every rank before the collectives that follow
- * it: the others would go on into them without it (a broadcast waiting for
- * the distributed timeout), and its retry would meet them there. One 4-byte
- * all-reduce; `what` says what the failing rank could not do. */
-static accel_status agree(accel_accelerator *acc, accel_status mine, const char *what) {
+accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
     if (acc->world == 1) return mine;
     char why[512];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
-    int32_t v = (int32_t)mine;
+    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
+    int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
     accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
     if (st) return st;
-    if (mine) return accel_set_error(mine, "%s", why); /* its own failure, whatever the collective left */
-    return v ? accel_set_error((accel_status)v, "accel_accelerator_prepare: another rank could not %s (a retry on "
-                               "every rank prepares it)", what) : ACCEL_OK;
+    /* its own failure, whatever the collective left, and the step it stopped */
+    if (mine) return accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's prepare "
+                                     "fails: %s", acc->rank, what, why);
+    return v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) could not %s "
+                               "(its error is reported there)", (v >> 8) - 1, what) : ACCEL_OK;
 }
 
 /* Placement, before any of the prepare's collectives: the ranks that placed
  * keep their model on the device (a retry leaves it). */
 static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
     if (acc->o.no_device_placement || acc->device.type == ACCEL_DEV_CPU) return mine;
-    return agree(acc, mine, "place the model on its device");
+    return accel__prepare_agree(acc, mine, "place the model on its device");
 }
 
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
@@ -158,28 +156,39 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
     accel_status placed = agree_placement(acc, place_model(acc, pm->m));
     if (placed) return placed;
-    /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part */
+    /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part:
+     * local steps, each agreed on where it runs (undone: the pipeline's split, the cp group) */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
-    /* undone: the pipeline's split, the cp group */
-    if (accel__tp_prepare(acc, pm->m) || accel__cp_prepare(acc, pm->m) || accel__pipeline_keep_stage(acc, pm))
-        return undo_prepare(acc, pm, accel_last_status());
-    if (acc->mp == ACCEL_MP_FP8 && (accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm)))
-        return undo_prepare(acc, pm, accel_last_status());
+    accel_status st = ACCEL_OK;
+    if (acc->par.size[ACCEL__MESH_TP] > 1)
+        st = accel__prepare_agree(acc, accel__tp_prepare(acc, pm->m), "slice the model for tensor parallelism");
+    if (!st && acc->cp_pg)
+        st = accel__prepare_agree(acc, accel__cp_prepare(acc, pm->m), "give the model its context-parallel group");
+    if (!st && pm->pp_split)
+        st = accel__prepare_agree(acc, accel__pipeline_keep_stage(acc, pm),
+                                  "release the other pipeline stages' parameters");
+    if (!st && acc->mp == ACCEL_MP_FP8) {
+        st = accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm) ? accel_last_status() : ACCEL_OK;
+        st = accel__prepare_agree(acc, st, "convert the model for fp8");
+    }
+    if (st) return undo_prepare(acc, pm, st);
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
     /* pp: the stage's own parameters (the others are on meta) */
     pm->fp = acc->par.size[ACCEL__MESH_PP] > 1 ? accel__module_flatten_present(pm->m, 16, pad)
                                                : accel_module_flatten(pm->m, 16, pad);
-    /* the flat buffers are the prepare's largest allocation: the ranks agree
-     * on them before the layout's and the broadcast's collectives */
-    accel_status made =
-        agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
-    if (made) return undo_prepare(acc, pm, made);
+    /* the flat buffers are the prepare's largest allocation */
+    st = accel__prepare_agree(acc, pm->fp ? ACCEL_OK : accel_last_status(), "make the model's flat parameter buffers");
+    if (st) return undo_prepare(acc, pm, st);
     pm->ddp = accel_pg_size(acc->dp_pg) > 1;
-    accel_status st = pm->strat->layout(acc, pm);
-    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    /* the strategy's buffers (ZeRO's shards, the shared gradients) and the autocast hook, agreed on before
+     * the broadcast; then the start, agreed on before the undo, whose release is collective under stage 3 */
+    st = pm->strat->layout(acc, pm);
     if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
-    if (!st) st = pm->strat->start(acc, pm); /* after the autocast hook: stage 3 chains to it */
+    st = accel__prepare_agree(acc, st, "lay out the model's parameters, gradients and shards");
+    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    if (!st) st = accel__prepare_agree(acc, pm->strat->start(acc, pm), "start the model's strategy (its buckets, "
+                                       "shards or hooks)"); /* after the autocast hook: stage 3 chains to it */
     return st ? undo_prepare(acc, pm, st) : ACCEL_OK;
 }
 

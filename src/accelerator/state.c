@@ -503,10 +503,11 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
     accel__first_error first = {0}; /* the first failure, whatever the undoing adds */
     /* An optimizer prepared before this model (listed first in a prepare
      * call, or its own call first) keeps its state where the parameters
-     * were: it follows them to where the placement put them. */
-    for (int i = 0; i < acc->n_opts && !first.st; i++)
-        accel__first_error_note(&first, accel__optimizer_follow_params(acc->opts[i]));
-    if (!first.st) accel__first_error_note(&first, accel__link_add(&model->links, model_detached, acc));
+     * were: it follows them to where the placement put them. Local steps,
+     * agreed on before the undo, whose release is collective under ZeRO. */
+    for (int i = 0; i < acc->n_opts && !st; i++) st = accel__optimizer_follow_params(acc->opts[i]);
+    if (!st) st = accel__link_add(&model->links, model_detached, acc);
+    accel__first_error_note(&first, accel__prepare_agree(acc, st, "take the model"));
     /* An optimizer over this model that its strategy let go of when the model
      * was unprepared (ZeRO: its shard given back) is sharded again: stepped
      * whole, it read the full parameters ZeRO-3 no longer maps and the
@@ -514,7 +515,10 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
     for (int i = 0; i < acc->n_opts && !first.st && acc->strat->prepare_optimizer; i++)
         if (!acc->strat_opt[i] && over_model(pm, acc->opts[i]))
             accel__first_error_note(&first, acc->strat->prepare_optimizer(acc, i));
-    if (first.st) accel__first_error_note(&first, forget_model(acc, pm));
+    if (first.st) {
+        accel__link_remove(&model->links, acc); /* else a retry would find it prepared */
+        accel__first_error_note(&first, forget_model(acc, pm));
+    }
     return accel__first_error_return(&first);
 }
 
@@ -529,19 +533,21 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
-    /* its state where prepare placed the model, then the stage's parameters (pp), then the
-     * strategy's shard of them (ZeRO) */
-    if ((st = accel__optimizer_follow_params(opt))) return st;
-    if ((st = accel__pipeline_prepare_optimizer(acc, acc->n_opts))) return st;
-    if (acc->strat->prepare_optimizer && (st = acc->strat->prepare_optimizer(acc, acc->n_opts))) {
+    /* its state where prepare placed the model, then the stage's parameters (pp), then its link:
+     * local steps, agreed on before the strategy's shard of them (ZeRO), which agrees on itself; undone
+     * locally, so every rank returns the first failure with nothing prepared */
+    st = accel__optimizer_follow_params(opt);
+    if (!st) st = accel__pipeline_prepare_optimizer(acc, acc->n_opts);
+    if (!st) st = accel__link_add(links, optimizer_detached, acc);
+    st = accel__prepare_agree(acc, st, "take the optimizer");
+    if (!st && acc->strat->prepare_optimizer) st = acc->strat->prepare_optimizer(acc, acc->n_opts);
+    if (st) {
+        accel__link_remove(links, acc);
         accel__pipeline_unprepare_optimizer(acc, acc->n_opts);
         return st;
     }
     acc->n_opts++;
-    accel__first_error first = {0}; /* the link's failure, whatever the undoing adds */
-    accel__first_error_note(&first, accel__link_add(links, optimizer_detached, acc));
-    if (first.st) accel__first_error_note(&first, forget_optimizer(acc, acc->n_opts - 1, true));
-    return accel__first_error_return(&first);
+    return ACCEL_OK;
 }
 
 accel_status accel_accelerator_prepare_scheduler(accel_accelerator *acc, accel_lr_scheduler *s) {

@@ -48,6 +48,10 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is parallelized over another group than the "
                                    "accelerator's tp group (accel_accelerator_tp_group)", FN,
                                    accel_module_path(foreign, path, sizeof path));
+        if (accel__tp_own_plan_partial(m))
+            return accel_set_error(ACCEL_ERR_STATE, "%s: the model's tensor-parallel plan was applied only in part "
+                                   "(a plan that failed part-way on this rank, out of memory, left some of its "
+                                   "modules sliced, the others whole): build or load the model anew", FN);
         return ACCEL_OK; /* the user's plan, applied already */
     }
     int own = accel__tp_own_plan(m, tp, acc->par.sequence_parallel);

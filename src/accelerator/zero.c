@@ -569,12 +569,19 @@ static accel_status offload_optimizer(accel_accelerator *acc, accel_optimizer *o
     return accel__optimizer_set_offload(opt, &o);
 }
 
-/* The optimizer's own segments and state again, after a failed prepare.
- * Its status: out of memory, the optimizer may be left without its state. */
+/* The optimizer's own segments and state again, after a failed prepare
+ * (st: its failure, whose message stays, saying when they could not come
+ * back: out of memory, the optimizer may be left without its state). */
 static accel_status restore_user(accel_optimizer *opt, const accel__zopt *z, int n_prior,
-                                 const accel_named_state *prior) {
-    accel_status st = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
-    return !st && n_prior > 0 ? accel_optimizer_load_state(opt, n_prior, prior) : st;
+                                 const accel_named_state *prior, accel_status st) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    accel_status rst = accel_optimizer_set_segments(opt, z->n_user, z->user_params, NULL, NULL, z->user_groups);
+    if (!rst && n_prior > 0) rst = accel_optimizer_load_state(opt, n_prior, prior);
+    if (rst)
+        return accel_set_error(st, "%s; and the optimizer's own parameters and state could not be restored (%s)", why,
+                               accel_last_error());
+    return accel_set_error(st, "%s", why);
 }
 
 accel__model *accel__zero_optimizer_model(accel_accelerator *acc, int i) {
@@ -590,20 +597,14 @@ accel_tensor *accel__zero_user_param(accel_accelerator *acc, int i, int u) {
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = accel_calloc(1, sizeof *z);
-    if (!z) return accel_last_status();
-    accel_status st = plan(acc, opt, z);
+    accel_status st = z ? plan(acc, opt, z) : accel_last_status();
     accel_named_state *prior = NULL;
     int n_prior = st ? -1 : state_snapshot(opt, &prior);
     if (!st && n_prior < 0) st = accel_last_status();
     if (!st) st = retarget(acc, opt, z);
     if (!st && (st = offload_optimizer(acc, opt, z))) { /* e.g. no room under nvme_path: nothing changed */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", accel_last_error());
-        if (restore_user(opt, z, n_prior, prior))
-            accel_set_error(st, "accel_accelerator_prepare: %s; and the optimizer's own parameters and state could "
-                            "not be restored (%s)", why, accel_last_error());
-        else
-            accel_set_error(st, "accel_accelerator_prepare: %s", why);
+        accel_set_error(st, "accel_accelerator_prepare: %s", accel_last_error());
+        restore_user(opt, z, n_prior, prior, st);
     }
     if (!st) {
         acc->strat_opt[i] = z;
@@ -611,6 +612,16 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
         st = accel__zero_load_state(acc, i, n_prior, prior);
         if (st) acc->strat_opt[i] = NULL; /* the user's layout cannot come back without its state */
     }
+    /* The shard's segments and state are this rank's allocations: a rank
+     * that could not make them fails every rank's prepare, and the others
+     * give the optimizer its own back here, from the snapshot (a release
+     * would consolidate: a collective the failed rank does not join). */
+    accel_status all = accel__prepare_agree(acc, st, "shard the optimizer's state");
+    if (all && !st) {
+        acc->strat_opt[i] = NULL;
+        restore_user(opt, z, n_prior, prior, all);
+    }
+    st = all;
     if (n_prior >= 0) accel_named_state_free(prior, n_prior);
     if (st) zopt_free(z);
     return st;

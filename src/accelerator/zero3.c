@@ -1049,6 +1049,7 @@ static void remove_hooks(accel__model *pm) {
 accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
+    zm->sharded = true; /* on every rank: the prepare agreed on the layout, so a failed start's release gathers */
     for (int k = 0; k < zm->n_units && !st; k++) {
         accel__unit *u = &zm->units[k];
         st = copy_floats(zm->zdev, zm->zparams + u->zoff, model_device(pm), my_piece(acc, full_params(pm), u), u->shard);
@@ -1340,7 +1341,7 @@ static accel_status to_own_storage(accel_accelerator *acc, accel__model *pm) {
     clear_loss loss = {.unit = -1};
     for (int k = 0; k < zm->n_units; k++) {
         accel__unit *u = &zm->units[k];
-        accel_status st = gather_masters(acc, pm, u);
+        accel_status st = zm->sharded ? gather_masters(acc, pm, u) : ACCEL_OK;
         if (st && !loss.st) {
             loss.unit = k;
             loss.st = st;

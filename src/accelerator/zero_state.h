@@ -44,6 +44,8 @@ typedef struct accel__zero_model {
     float *zparams;        /* stage 3: the f32 parameter shard [zn] (the masters the optimizer updates; memory of zdev) */
     accel_device zdev;     /* where the shards (and so the optimizer's step) live: the f32 buffer's device, or the
                             * cpu under stage 3's offload_param for a model on a device (zero3.c) */
+    bool sharded;          /* stage 3: the start took the shards, which hold the masters from then on (before it,
+                            * after a layout that a prepare undid, the full buffer still holds the weights) */
     char *zpath;           /* stage 3 under offload_param nvme: the file zparams maps (MAP_SHARED), else NULL */
     int zfd;               /* its descriptor, while zpath is set */
     uint16_t *zsend16;     /* stage 3 under bf16: the shard rounded to bf16 as each unit's gather sends it [zn] (device memory) */

@@ -143,6 +143,15 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
     return ACCEL_OK;
 }
 
+bool accel__tp_own_plan_partial(accel_module *m) {
+    const accel__arch *a = accel__arch_of_module(m);
+    accel_module *layers = a && m->ops == &a->causal_lm ? accel__decoder_layers(m) : NULL;
+    if (!layers || !layers->n_children) return false;
+    /* the plan's last act: the last layer's heads cut */
+    const accel_llama_config *c = m->impl;
+    return accel__decoder_layer_heads(layers->children[layers->n_children - 1]) == c->num_attention_heads;
+}
+
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel) {
     const accel__arch *a = accel__arch_of_module(m);
     if (!a || m->ops != &a->causal_lm) return 0;

@@ -285,7 +285,7 @@ static int64_t rank_kv_heads(accel_module *llama, const accel_llama_config *c) {
 int64_t accel__decoder_rank_heads(accel_module *llama) {
     accel_module *layers = accel__decoder_layers(llama);
     if (!layers || !layers->n_children) return ((const accel_llama_config *)llama->impl)->num_attention_heads;
-    return ((const layer_impl *)layers->children[0]->impl)->heads;
+    return accel__decoder_layer_heads(layers->children[0]);
 }
 
 /* The cache holds the keys and values in the dtype the layers compute them
@@ -639,6 +639,8 @@ void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t 
     li->heads = heads;
     li->kv_heads = kv_heads;
 }
+
+int64_t accel__decoder_layer_heads(const accel_module *layer) { return ((const layer_impl *)layer->impl)->heads; }
 
 static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c, int index, accel_device dev) {
     accel_module *layer = accel__decoder_layer_module(a, c, index);

@@ -79,8 +79,15 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
  * accelerator asks this, naming no family. */
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel);
 
+/* Whether m, a model with a plan of its own with some of its modules
+ * tensor-parallel, has them only in part: a plan that failed part-way (out
+ * of memory on this rank) left the modules it had cut sliced, the others
+ * whole. Such a model cannot be prepared. */
+bool accel__tp_own_plan_partial(accel_module *m);
+
 /* Sets the query and key/value heads a decoder layer computes (llama.c's
- * layer; the whole config's until the plan cuts them). */
+ * layer; the whole config's until the plan cuts them), and reads its query heads. */
 void accel__decoder_layer_set_heads(accel_module *layer, int64_t heads, int64_t kv_heads);
+int64_t accel__decoder_layer_heads(const accel_module *layer);
 
 #endif

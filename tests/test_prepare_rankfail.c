@@ -1,0 +1,191 @@
+/* A local step of prepare failing on one rank alone (out of memory there:
+ * tests/refuse_band.h refuses the step's allocation on the last rank),
+ * under `accel launch --num_processes 2` on the cpu (accelerator.cmake;
+ * plainly one process has no other rank and returns): prepare fails on
+ * every rank with ACCEL_ERR_OOM, the failing rank naming what it could not
+ * do, the others naming that rank and step; after it, a retry on every rank
+ * prepares and trains, and a free in any order (without the retry) leaks
+ * nothing. The steps: DDP's flat parameter buffers, ZeRO-2's gradient
+ * shard, ZeRO-3's parameter and gradient shards, ZeRO-1/2/3's optimizer
+ * state shard, the tensor-parallel plan's first cut (a retry works) and a
+ * later one (that rank's model is left sliced in part: every retry is
+ * refused, naming it). Before, the failing rank returned while the others
+ * went on into the next collective (the weights' broadcast, a training
+ * step), where they waited for the distributed timeout, and a retry met
+ * them there: "mismatched collectives", or a sharded optimizer that one
+ * rank did not have. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "accel/accelerator.h"
+#include "check.h"
+#include "refuse_band.h"
+
+enum { KIB = 1024, MIB = 1024 * 1024 };
+
+/* Prepares (m, opt) with the last rank refusing one allocation of band:
+ * every rank fails with ACCEL_ERR_OOM, the failing one saying it could not
+ * do `what`, the others that it could not. */
+static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, refuse_band band,
+                          const char *what) {
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    bool refusing = rank == world - 1;
+    if (refusing) refuse_band_install(&band);
+    accel_status st = accel_accelerator_prepare(acc, m, opt);
+    if (refusing) refuse_band_install(NULL);
+    CHECK_MSG(!refusing || band.refused, "rank %d: the allocation of %zu to %zu bytes (skipping %d) never came: %s",
+              rank, band.min, band.max, band.skip, what);
+    CHECK_MSG(st == ACCEL_ERR_OOM, "rank %d: prepare -> %d: %s", rank, (int)st, accel_last_error());
+    char want[256];
+    if (refusing) snprintf(want, sizeof want, "rank %d could not %s", rank, what);
+    else snprintf(want, sizeof want, "another rank (%d) could not %s", world - 1, what);
+    CHECK_MSG(strstr(accel_last_error(), want) != NULL, "rank %d: wanted \"%s\" in: %s", rank, want,
+              accel_last_error());
+}
+
+/* ---------------------------------------------------------------- DDP and ZeRO */
+
+/* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more),
+ * a shard of 2 ranks 525312 bytes: the shards' allocations come in this
+ * order (stage 2: the gradient shard, then AdamW's two state shards; stage
+ * 3: the parameter shard, the gradient shard, then the state). */
+static const struct shard_case {
+    int stage;
+    refuse_band band;
+    const char *what;
+} SHARD_CASES[] = {
+    {0, {.min = MIB, .max = SIZE_MAX}, "make the model's flat parameter buffers"},
+    {1, {.min = 256 * KIB, .max = MIB}, "shard the optimizer's state"},
+    {2, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
+    {2, {.min = 256 * KIB, .max = MIB, .skip = 1}, "shard the optimizer's state"},
+    {3, {.min = 256 * KIB, .max = MIB}, "lay out the model's parameters, gradients and shards"},
+    {3, {.min = 256 * KIB, .max = MIB, .skip = 1}, "lay out the model's parameters, gradients and shards"},
+    {3, {.min = 256 * KIB, .max = MIB, .skip = 2}, "shard the optimizer's state"},
+};
+
+/* The sum of m's weight's elements (in host memory): whatever a failed
+ * prepare gave back must be what it was given. */
+static double weight_sum(accel_module *m) {
+    const accel_tensor *w = accel_module_get_tensor(m, "weight");
+    double s = 0;
+    for (int64_t i = 0; w && i < accel_numel(w); i++) s += ((const float *)w->data)[i];
+    return s;
+}
+
+static void shard_case(const struct shard_case *c, bool retry) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = c->stage;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    if (!acc) return;
+    if (accel_accelerator_num_processes(acc) == 1) {
+        accel_accelerator_free(acc);
+        return;
+    }
+    accel_manual_seed(3);
+    accel_module *m = accel_linear_new(512, 512, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    double before = weight_sum(m);
+    prepare_fails(acc, m, opt, c->band, c->what);
+    /* the model as it was: given back by the failed prepare, or (the optimizer's step failed) unprepared */
+    accel_status un = accel_accelerator_unprepare_model(acc, m);
+    CHECK_MSG(un == ACCEL_OK || un == ACCEL_ERR_STATE, "stage %d: %s", c->stage, accel_last_error());
+    CHECK_MSG(weight_sum(m) == before, "stage %d: the failed prepare changed the weights", c->stage);
+    if (!retry) { /* the handled failure, then the frees: model first */
+        accel_module_free(m);
+        accel_optimizer_free(opt);
+        accel_accelerator_free(acc);
+        return;
+    }
+    int rank = accel_accelerator_process_index(acc);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "stage %d, rank %d: the retry: %s", c->stage, rank,
+              accel_last_error());
+    CHECK(accel_accelerator_zero_stage(acc) == c->stage);
+    float xs[1024];
+    for (int i = 0; i < 1024; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 512), xs)));
+    CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK &&
+                  accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+              "stage %d, rank %d: a step after the retry: %s", c->stage, rank, accel_last_error());
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+static void test_one_rank_buffers_fail(void) {
+    for (size_t i = 0; i < sizeof SHARD_CASES / sizeof SHARD_CASES[0]; i++) {
+        shard_case(&SHARD_CASES[i], true);
+        shard_case(&SHARD_CASES[i], false);
+    }
+}
+
+/* ---------------------------------------------------------------- tensor parallelism */
+
+/* A Llama whose embedding (vocab 4096 x 64) and MLP weights (4096 x 64)
+ * are cut, at tp 2, into slices of 512 KiB, the plan's only allocations of
+ * that size: the embedding first, then each layer's gate, up and down. */
+static accel_module *wide_llama(void) {
+    accel_manual_seed(5);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 4096;
+    c.hidden_size = 64;
+    c.intermediate_size = 4096;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 16;
+    c.tie_word_embeddings = true;
+    c.torch_dtype = ACCEL_F32;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+/* skip 0: the embedding's cut fails, nothing of the model is cut on that
+ * rank (the others' plan ran whole) and a retry cuts it and trains. skip 2:
+ * layer 0's up_proj, after the embedding, its attention and its gate_proj were cut: that rank's
+ * model is sliced in part, so every retry fails, that rank saying why. */
+static void tp_case(int skip) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.tp_size = 2;
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) == 1; /* no tp group of 2 to make */
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    if (!acc) return;
+    accel_module *m = wide_llama();
+    CHECK(m != NULL);
+    prepare_fails(acc, m, NULL, (refuse_band){.min = 512 * KIB, .max = 512 * KIB + 1, .skip = skip},
+                  "slice the model for tensor parallelism");
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_status st = accel_accelerator_prepare(acc, m, NULL);
+    if (skip) {
+        CHECK_MSG(st == ACCEL_ERR_STATE, "rank %d: the retry -> %d: %s", rank, (int)st, accel_last_error());
+        CHECK_MSG(strstr(accel_last_error(), rank == world - 1 ? "applied only in part" : "another rank (1) could not "
+                         "slice") != NULL, "rank %d: %s", rank, accel_last_error());
+    } else {
+        CHECK_MSG(st == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+        int64_t ids[4] = {1, 2, 3, 4000};
+        accel_tensor *logits = accel_llama_forward(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 4), ids), NULL);
+        CHECK_MSG(logits && logits->shape[2] == 2048, "rank %d: %s", rank, accel_last_error());
+        CHECK_MSG(logits && accel_accelerator_backward(acc, accel_mean_all(logits)) == ACCEL_OK, "rank %d: %s", rank,
+                  accel_last_error());
+        accel_step_reset();
+    }
+    accel_module_free(m); /* before the accelerator: it lets the model go first */
+    accel_accelerator_free(acc);
+}
+
+static void test_one_rank_tp_cut_fails(void) {
+    tp_case(0);
+    tp_case(2);
+}
+
+int main(void) {
+    RUN(test_one_rank_tp_cut_fails);
+    RUN(test_one_rank_buffers_fail);
+    return check_summary();
+}
