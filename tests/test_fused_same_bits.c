@@ -15,7 +15,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/vec_math.h"
 #include "check.h"
-#include "core/cpuinfo.h"
+#include "each_cpu_variant.h"
 
 static const accel_dtype DTYPES[3] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
 
@@ -203,16 +203,12 @@ static void swiglu_same_bits(const char *variant) {
                         }
 }
 
+static void both_same_bits(const char *variant) {
+    rope_same_bits(variant);
+    swiglu_same_bits(variant);
+}
+
 int main(void) {
-    accel__cpu_variant start = accel__cpu_variant_current();
-    for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {
-        if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
-        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
-        const char *name = accel__cpu_variant_name((accel__cpu_variant)v);
-        fprintf(stderr, "variant %s\n", name);
-        rope_same_bits(name);
-        swiglu_same_bits(name);
-    }
-    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+    each_cpu_variant(both_same_bits);
     return check_summary();
 }

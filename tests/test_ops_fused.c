@@ -9,7 +9,7 @@
  * and f32 op bf16/f16 reading the bf16/f16 operand as stored. */
 #include "accel/accel.h"
 #include "check.h"
-#include "core/cpuinfo.h"
+#include "each_cpu_variant.h"
 #include "gradcheck.h"
 
 /* Elements of a and b (any float dtypes, same numel) that differ by more
@@ -418,6 +418,22 @@ static void rope_grad_accumulates(const char *variant) {
     accel_step_reset();
 }
 
+/* The fast paths against the reference kernels in one CPU variant. */
+static void fast_vs_ref(const char *name) {
+    swiglu_fast_vs_ref(ACCEL_F32, name);
+    swiglu_fast_vs_ref(ACCEL_BF16, name);
+    swiglu_fast_vs_ref(ACCEL_F16, name);
+    rope_fast_vs_ref(ACCEL_F32, name);
+    rope_fast_vs_ref(ACCEL_BF16, name);
+    rope_fast_vs_ref(ACCEL_F16, name);
+    rope_grad_accumulates(name);
+    ce_fast_vs_ref(ACCEL_F32, name);
+    ce_fast_vs_ref(ACCEL_BF16, name);
+    conversions(name);
+    binary_lowp(ACCEL_BF16, name);
+    binary_lowp(ACCEL_F16, name);
+}
+
 int main(void) {
     RUN(test_swiglu_matches_unfused);
     RUN(test_swiglu_gradcheck);
@@ -427,25 +443,6 @@ int main(void) {
     rope_grad_in_layout(ACCEL_F32);
     rope_grad_in_layout(ACCEL_BF16);
     /* the fast paths in every CPU variant this machine runs */
-    accel__cpu_variant start = accel__cpu_variant_current();
-    for (int v = 0; v < ACCEL__CPU_N_VARIANTS; v++) {
-        if (!accel__cpu_variant_runnable((accel__cpu_variant)v)) continue;
-        CHECK(accel__cpu_variant_use((accel__cpu_variant)v) == ACCEL_OK);
-        const char *name = accel__cpu_variant_name((accel__cpu_variant)v);
-        fprintf(stderr, "variant %s\n", name);
-        swiglu_fast_vs_ref(ACCEL_F32, name);
-        swiglu_fast_vs_ref(ACCEL_BF16, name);
-        swiglu_fast_vs_ref(ACCEL_F16, name);
-        rope_fast_vs_ref(ACCEL_F32, name);
-        rope_fast_vs_ref(ACCEL_BF16, name);
-        rope_fast_vs_ref(ACCEL_F16, name);
-        rope_grad_accumulates(name);
-        ce_fast_vs_ref(ACCEL_F32, name);
-        ce_fast_vs_ref(ACCEL_BF16, name);
-        conversions(name);
-        binary_lowp(ACCEL_BF16, name);
-        binary_lowp(ACCEL_F16, name);
-    }
-    CHECK(accel__cpu_variant_use(start) == ACCEL_OK);
+    each_cpu_variant(fast_vs_ref);
     return check_summary();
 }
