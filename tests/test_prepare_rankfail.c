@@ -184,7 +184,53 @@ static void test_one_rank_tp_cut_fails(void) {
     tp_case(2);
 }
 
+/* ---------------------------------------------------------------- pipeline parallelism */
+
+/* pp 2 over the 2 ranks: the split of the layers into stages (chunks + 1
+ * ints: 12 bytes, the prepare's first allocation of that size) and its
+ * record for the all-gather that compares the ranks' splits ((world + 1) x
+ * (chunks + 3) ints: 60 bytes) failing on the last rank alone; every rank
+ * fails at once, and a retry prepares and trains. */
+static void pp_case(size_t bytes, const char *what) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.pp_size = 2;
+    o.parallelism.num_micro_batches = 2;
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) != 2; /* pp 2 takes the 2 ranks */
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    if (!acc) return;
+    accel_manual_seed(9);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 32, c.num_hidden_layers = 2;
+    c.num_attention_heads = 2, c.num_key_value_heads = 1, c.max_position_embeddings = 16;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = m ? accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h) : NULL;
+    CHECK(m && opt);
+    prepare_fails(acc, m, opt, (refuse_band){.min = bytes, .max = bytes + 1}, what);
+    int rank = accel_accelerator_process_index(acc);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+    int64_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 7 + 3) % 40;
+    double loss;
+    CHECK_MSG(accel_accelerator_pipeline_step(acc, m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 8), ids), &loss,
+                                              NULL) == ACCEL_OK,
+              "rank %d: a step after the retry: %s", rank, accel_last_error());
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+static void test_one_rank_pipeline_split_fails(void) {
+    pp_case(12, "split the model into stages");
+    pp_case(60, "record the pipeline split");
+}
+
 int main(void) {
+    RUN(test_one_rank_pipeline_split_fails);
     RUN(test_one_rank_tp_cut_fails);
     RUN(test_one_rank_buffers_fail);
     return check_summary();

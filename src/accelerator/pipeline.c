@@ -593,7 +593,12 @@ static accel_status agree_split(accel_accelerator *acc, int stage, const int *sp
     /* a record: stage, failed (0 no, 1 the split, 2 a kept parameter missing), first_layer[0..chunks] */
     size_t k = (size_t)chunks + 3, world = (size_t)acc->world;
     int32_t *all = accel_malloc((world + 1) * k * sizeof *all), *rec = all ? all + world * k : NULL;
-    if (!all) return accel_last_status();
+    /* every rank into the all-gather, or none */
+    accel_status got = accel__prepare_agree(acc, all ? ACCEL_OK : accel_last_status(), "record the pipeline split");
+    if (got) {
+        accel_free(all);
+        return got;
+    }
     rec[0] = stage;
     rec[1] = mine == ACCEL_OK ? 0 : lacks ? 2 : 1;
     for (int s = 0; s <= chunks; s++) rec[2 + s] = mine ? 0 : split[s];
@@ -665,7 +670,11 @@ accel_status accel__pipeline_split_model(accel_accelerator *acc, accel__model *p
                                stages);
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
     int chunks = n_chunks(acc), *split = pg ? accel_malloc(((size_t)chunks + 1) * sizeof *split) : NULL;
-    if (!split) return accel_last_status();
+    accel_status got = accel__prepare_agree(acc, split ? ACCEL_OK : accel_last_status(), "split the model into stages");
+    if (got) {
+        accel_free(split);
+        return got;
+    }
     accel_status mine = stage_split(acc, pm->m, chunks, split, fn);
     bool lacks = false;
     if (!mine) mine = holds_kept(acc, pm->m, split, accel_pg_rank(pg), fn, &lacks);
