@@ -184,6 +184,38 @@ static void test_one_rank_tp_cut_fails(void) {
     tp_case(2);
 }
 
+/* tp 2 with an optimizer: the plan cuts the model on every rank, then the
+ * last rank cannot make its flat buffers (the prepare's first allocation of
+ * 2 MiB or more). The optimizer must follow the slices that replaced the
+ * whole weights it was made over (freed by the plan): a retry prepares both
+ * and trains (under ASan a use after free before). */
+static void test_one_rank_fails_after_tp_cut(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.tp_size = 2;
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) == 1;
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    if (!acc) return;
+    accel_module *m = wide_llama();
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = m ? accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h) : NULL;
+    CHECK(m && opt);
+    prepare_fails(acc, m, opt, (refuse_band){.min = 2 * MIB, .max = SIZE_MAX}, "make the model's flat parameter buffers");
+    int rank = accel_accelerator_process_index(acc);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+    int64_t ids[4] = {1, 2, 3, 4000};
+    accel_tensor *logits = accel_llama_forward(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 4), ids), NULL);
+    CHECK_MSG(logits && accel_accelerator_backward(acc, accel_mean_all(logits)) == ACCEL_OK &&
+                  accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+              "rank %d: a step after the retry: %s", rank, accel_last_error());
+    accel_step_reset();
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+}
+
 /* ---------------------------------------------------------------- pipeline parallelism */
 
 /* pp 2 over the 2 ranks: the split of the layers into stages (chunks + 1
@@ -232,6 +264,7 @@ static void test_one_rank_pipeline_split_fails(void) {
 int main(void) {
     RUN(test_one_rank_pipeline_split_fails);
     RUN(test_one_rank_tp_cut_fails);
+    RUN(test_one_rank_fails_after_tp_cut);
     RUN(test_one_rank_buffers_fail);
     return check_summary();
 }

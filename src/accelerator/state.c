@@ -612,12 +612,16 @@ static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_pr
     for (int j = i + 1; fresh && !st && j < n; j++)
         if (objs[j].kind == ACCEL_PREPARE_OPTIMIZER && objs[j].obj)
             st = accel__tp_segment_entries(acc, m, objs[j].obj, &where[j]);
-    if (!st) st = accel_accelerator_prepare_model(acc, m);
-    for (int j = i + 1; !st && j < n; j++)
-        if (where[j]) st = accel__tp_retarget_optimizer(m, objs[j].obj, where[j]);
+    accel__first_error first = {0};
+    accel__first_error_note(&first, st ? st : accel_accelerator_prepare_model(acc, m));
+    /* The optimizers follow the model's parameters also when its prepare
+     * failed after the tensor-parallel plan cut them (it frees each whole
+     * weight as its slice replaces it): else they would name freed tensors. */
+    for (int j = i + 1; where && j < n; j++)
+        if (where[j]) accel__first_error_note(&first, accel__tp_retarget_optimizer(m, objs[j].obj, where[j]));
     for (int j = 0; where && j < n; j++) accel_free(where[j]);
     accel_free(where);
-    return st;
+    return accel__first_error_return(&first);
 }
 
 accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs) {
