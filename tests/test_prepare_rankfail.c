@@ -216,6 +216,90 @@ static void test_one_rank_fails_after_tp_cut(void) {
     accel_accelerator_free(acc);
 }
 
+/* A plan of the user's own that leaves attention whole (Megatron's MLP
+ * split) is not a plan "applied in part": prepared under tp 2, it runs. */
+static void test_user_plan_of_the_mlp_alone(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.tp_size = 2;
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) == 1;
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    if (!acc) return;
+    accel_manual_seed(1);
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 32, c.num_hidden_layers = 2;
+    c.num_attention_heads = 2, c.num_key_value_heads = 2, c.max_position_embeddings = 16, c.torch_dtype = ACCEL_F32;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_tp_plan_entry plan[] = {
+        {"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, false},
+        {"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, false},
+    };
+    CHECK_MSG(m && accel_module_parallelize(m, plan, 3, accel_accelerator_tp_group(acc)) == ACCEL_OK, "%s",
+              accel_last_error());
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    int64_t ids[4] = {1, 2, 3, 4};
+    CHECK_MSG(accel_llama_forward(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 4), ids), NULL) != NULL, "%s",
+              accel_last_error());
+    accel_step_reset();
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+}
+
+/* ---------------------------------------------------------------- ZeRO optimizer after a step */
+
+/* ZeRO-1: prepared, a step, the model unprepared (the optimizer stays
+ * prepared), then prepared again with the last rank refusing the 3rd
+ * allocation of 256 KiB to 1 MiB (the optimizer's re-shard, after its
+ * segments were moved onto the shard): every rank fails, every rank's
+ * optimizer gets its own segments back (the failing one's named the shard's
+ * views before: a later prepare of the model prepared the optimizer on one
+ * rank only, a hang), and a retry trains. */
+static accel_status linear_step(accel_accelerator *acc, accel_module *m, accel_optimizer *opt, int rank) {
+    float xs[1024];
+    for (int i = 0; i < 1024; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 512), xs)));
+    accel_status st = loss ? accel_accelerator_backward(acc, loss) : accel_last_status();
+    if (!st) st = accel_accelerator_optimizer_step(acc, opt);
+    accel_step_reset();
+    return st;
+}
+
+static void test_one_rank_reshard_fails(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 1;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc != NULL);
+    if (!acc || accel_accelerator_num_processes(acc) == 1) {
+        accel_accelerator_free(acc);
+        return;
+    }
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_manual_seed(3);
+    accel_module *m = accel_linear_new(512, 512, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    CHECK(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK && linear_step(acc, m, opt, rank) == ACCEL_OK);
+    CHECK(accel_accelerator_unprepare_model(acc, m) == ACCEL_OK);
+    refuse_band band = {.min = 256 * KIB, .max = MIB, .skip = 2};
+    if (rank == world - 1) refuse_band_install(&band);
+    accel_status st = accel_accelerator_prepare_model(acc, m);
+    if (rank == world - 1) refuse_band_install(NULL);
+    CHECK_MSG(st == ACCEL_ERR_OOM && (rank != world - 1 || band.refused), "rank %d: -> %d: %s", rank, (int)st,
+              accel_last_error());
+    CHECK_MSG(accel_optimizer_segment_param(opt, 0, NULL) == accel_module_get_tensor(m, "weight") ||
+                  accel_optimizer_segment_param(opt, 0, NULL) == accel_module_get_tensor(m, "bias"),
+              "rank %d: the optimizer's first segment is not the model's parameter again", rank);
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+    CHECK_MSG(linear_step(acc, m, opt, rank) == ACCEL_OK, "rank %d: a step after the retry: %s", rank,
+              accel_last_error());
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
 /* ---------------------------------------------------------------- pipeline parallelism */
 
 /* pp 2 over the 2 ranks: the split of the layers into stages (chunks + 1
@@ -263,6 +347,8 @@ static void test_one_rank_pipeline_split_fails(void) {
 
 int main(void) {
     RUN(test_one_rank_pipeline_split_fails);
+    RUN(test_user_plan_of_the_mlp_alone);
+    RUN(test_one_rank_reshard_fails);
     RUN(test_one_rank_tp_cut_fails);
     RUN(test_one_rank_fails_after_tp_cut);
     RUN(test_one_rank_buffers_fail);

@@ -64,16 +64,14 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
 /* Every rank starts from its data-parallel rank 0's parameters and buffers
  * (the same slices: the ranks of a tp group hold different ones). */
 static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
-    accel_status st = ACCEL_OK;
+    accel_state_dict *sd = accel_module_state_dict(pm->m);
+    accel_status st = accel__prepare_agree(acc, sd ? ACCEL_OK : accel_last_status(), "list the model's buffers");
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
         if (b->n) st = accel__staged_broadcast(acc->dp_pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
     }
-    if (st) return st;
-    accel_state_dict *sd = accel_module_state_dict(pm->m);
-    if (!sd) return accel_last_status();
-    for (int i = 0; i < sd->n && !st; i++) {
+    for (int i = 0; sd && i < sd->n && !st; i++) {
         accel_tensor *t = sd->entries[i].t;
         if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || t->device.type == ACCEL_DEV_META) continue;
         if (!accel_is_contiguous(t)) {

@@ -612,6 +612,8 @@ static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_pr
     for (int j = i + 1; fresh && !st && j < n; j++)
         if (objs[j].kind == ACCEL_PREPARE_OPTIMIZER && objs[j].obj)
             st = accel__tp_segment_entries(acc, m, objs[j].obj, &where[j]);
+    /* every rank into the model's prepare, or none */
+    st = accel__prepare_agree(acc, st, "list the optimizers' parameters for the model's tensor-parallel plan");
     accel__first_error first = {0};
     accel__first_error_note(&first, st ? st : accel_accelerator_prepare_model(acc, m));
     /* The optimizers follow the model's parameters also when its prepare

@@ -602,22 +602,29 @@ accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i) {
     int n_prior = st ? -1 : state_snapshot(opt, &prior);
     if (!st && n_prior < 0) st = accel_last_status();
     if (!st) st = retarget(acc, opt, z);
+    bool retargeted = !st;
     if (!st && (st = offload_optimizer(acc, opt, z))) { /* e.g. no room under nvme_path: nothing changed */
         accel_set_error(st, "accel_accelerator_prepare: %s", accel_last_error());
         restore_user(opt, z, n_prior, prior, st);
+        retargeted = false;
     }
     if (!st) {
         acc->strat_opt[i] = z;
         /* Whatever state the optimizer had (it may have stepped before prepare) moves to the shard. */
         st = accel__zero_load_state(acc, i, n_prior, prior);
-        if (st) acc->strat_opt[i] = NULL; /* the user's layout cannot come back without its state */
+        if (st) acc->strat_opt[i] = NULL;
     }
     /* The shard's segments and state are this rank's allocations: a rank
-     * that could not make them fails every rank's prepare, and the others
-     * give the optimizer its own back here, from the snapshot (a release
-     * would consolidate: a collective the failed rank does not join). */
+     * that could not make them fails every rank's prepare, and every rank
+     * whose optimizer was moved onto the shard (the failing one too, when it
+     * failed after that) gives it its own segments and state back here,
+     * from the snapshot (a release would consolidate: a collective the
+     * failed rank does not join). Else the ranks' optimizers would differ:
+     * the next prepare of the model would prepare the optimizer on some
+     * ranks only (a hang), and the failing rank's would name the freed
+     * flat buffer's memory. */
     accel_status all = accel__prepare_agree(acc, st, "shard the optimizer's state");
-    if (all && !st) {
+    if (all && retargeted) {
         acc->strat_opt[i] = NULL;
         restore_user(opt, z, n_prior, prior, all);
     }

@@ -17,10 +17,13 @@ typedef struct accel__decoder_cp {
 /* The impl of a causal LM root built by accel_llama_new: its resolved
  * config first (what accel_llama_config_of returns, and what its layers
  * point at), then its cp setting, which the layers read through that
- * pointer (accel__decoder_cp_of). */
+ * pointer (accel__decoder_cp_of), and whether its own tensor-parallel plan
+ * (accel_llama_parallelize) began cutting and did not finish: a model cut
+ * in part, which no retry can complete (decoder_tp.c). */
 typedef struct accel__decoder_root {
     accel_llama_config cfg;
     accel__decoder_cp cp;
+    bool tp_cut_open;
 } accel__decoder_root;
 
 /* The cp setting of the root whose config is c (a root's cfg member). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "arch.h"
+#include "decoder_cp.h"
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "tp_internal.h"
@@ -136,20 +137,19 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
     if (accel__llama_tp_check(c, tp, "accel_llama_parallelize")) return accel_last_status();
     accel_tp_plan_entry plan[10];
     int n = plan_entries(a, c, c->num_key_value_heads < tp, sequence_parallel, plan);
+    accel__decoder_root *root = llama->impl; /* a causal LM root: accel_llama_config_of said so */
+    root->tp_cut_open = true; /* until the last layer is cut: a failure between leaves the model cut in part */
     if (accel_module_parallelize(llama, plan, n, pg)) return accel_last_status();
     accel_module *layers = accel__decoder_layers(llama);
     for (int i = 0; layers && i < layers->n_children; i++)
         if (parallelize_layer(layers->children[i], i, a, c, pg, sequence_parallel)) return accel_last_status();
+    root->tp_cut_open = false;
     return ACCEL_OK;
 }
 
 bool accel__tp_own_plan_partial(accel_module *m) {
     const accel__arch *a = accel__arch_of_module(m);
-    accel_module *layers = a && m->ops == &a->causal_lm ? accel__decoder_layers(m) : NULL;
-    if (!layers || !layers->n_children) return false;
-    /* the plan's last act: the last layer's heads cut */
-    const accel_llama_config *c = m->impl;
-    return accel__decoder_layer_heads(layers->children[layers->n_children - 1]) == c->num_attention_heads;
+    return a && m->ops == &a->causal_lm && ((const accel__decoder_root *)m->impl)->tp_cut_open;
 }
 
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel) {

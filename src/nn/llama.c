@@ -689,6 +689,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     accel__decoder_root *r = accel_malloc(sizeof *r);
     if (!r) return NULL;
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
+    r->tp_cut_open = false;
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);

@@ -79,10 +79,10 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
  * accelerator asks this, naming no family. */
 int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel);
 
-/* Whether m, a model with a plan of its own with some of its modules
- * tensor-parallel, has them only in part: a plan that failed part-way (out
- * of memory on this rank) left the modules it had cut sliced, the others
- * whole. Such a model cannot be prepared. */
+/* Whether m's own plan (accel_llama_parallelize) began cutting and failed
+ * part-way (out of memory on this rank): the modules it cut are sliced, the
+ * others whole, and such a model cannot be prepared. A plan of the user's
+ * (accel_module_parallelize, any modules) is never partial here. */
 bool accel__tp_own_plan_partial(accel_module *m);
 
 /* Sets the query and key/value heads a decoder layer computes (llama.c's
