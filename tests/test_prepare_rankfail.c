@@ -45,6 +45,17 @@ static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimiz
               accel_last_error());
 }
 
+/* An accelerator of opts o over the 2 ranks of prepare_rankfail_cpu_2; NULL
+ * when run as one process (ctest's plain run: no group of 2 to make). */
+static accel_accelerator *accelerator_of_two(const accel_accelerator_opts *o) {
+    accel_accelerator *one = accel_accelerator_new(NULL);
+    bool alone = one && accel_accelerator_num_processes(one) == 1;
+    accel_accelerator_free(one);
+    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(o);
+    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    return acc;
+}
+
 /* ---------------------------------------------------------------- DDP and ZeRO */
 
 /* The Linear's f32 flat buffers are 262656 elements each (1 MiB and more),
@@ -150,11 +161,7 @@ static accel_module *wide_llama(void) {
 static void tp_case(int skip) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.tp_size = 2;
-    accel_accelerator *one = accel_accelerator_new(NULL);
-    bool alone = one && accel_accelerator_num_processes(one) == 1; /* no tp group of 2 to make */
-    accel_accelerator_free(one);
-    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
-    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
     accel_module *m = wide_llama();
     CHECK(m != NULL);
@@ -192,11 +199,7 @@ static void test_one_rank_tp_cut_fails(void) {
 static void test_one_rank_fails_after_tp_cut(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.tp_size = 2;
-    accel_accelerator *one = accel_accelerator_new(NULL);
-    bool alone = one && accel_accelerator_num_processes(one) == 1;
-    accel_accelerator_free(one);
-    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
-    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
     accel_module *m = wide_llama();
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
@@ -221,11 +224,7 @@ static void test_one_rank_fails_after_tp_cut(void) {
 static void test_user_plan_of_the_mlp_alone(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.tp_size = 2;
-    accel_accelerator *one = accel_accelerator_new(NULL);
-    bool alone = one && accel_accelerator_num_processes(one) == 1;
-    accel_accelerator_free(one);
-    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
-    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
     accel_manual_seed(1);
     accel_llama_config c = accel_llama_config_default();
@@ -311,11 +310,7 @@ static void pp_case(size_t bytes, const char *what) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = 2;
     o.parallelism.num_micro_batches = 2;
-    accel_accelerator *one = accel_accelerator_new(NULL);
-    bool alone = one && accel_accelerator_num_processes(one) != 2; /* pp 2 takes the 2 ranks */
-    accel_accelerator_free(one);
-    accel_accelerator *acc = alone ? NULL : accel_accelerator_new(&o);
-    CHECK_MSG(alone || acc, "%s", accel_last_error());
+    accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
     accel_manual_seed(9);
     accel_llama_config c = accel_llama_config_default();
