@@ -340,7 +340,75 @@ static void test_one_rank_pipeline_split_fails(void) {
     pp_case(60, "record the pipeline split");
 }
 
+/* ---------------------------------------------------------------- every allocation in turn */
+
+/* The last rank refuses the k-th allocation (any size) of its prepare of a
+ * Linear and its AdamW, for every k its prepare makes, under DDP and ZeRO 1,
+ * 2 and 3: each prepare either works on every rank or fails on every rank
+ * with a status, and then a retry prepares and trains a step (a local step
+ * not agreed on would leave the others in a collective: a hang, then
+ * "mismatched collectives" and a broken group). */
+typedef struct refuse_kth {
+    long count, k;
+    bool refused;
+} refuse_kth;
+
+static void *refuse_kth_alloc(void *ctx, size_t bytes, size_t align) {
+    refuse_kth *r = ctx;
+    if (r->count++ == r->k) {
+        r->refused = true;
+        return NULL;
+    }
+    void *p = NULL;
+    return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1) ? NULL : p;
+}
+
+/* One k at ZeRO stage `stage`; whether the last rank refused (every rank learns it). */
+static bool sweep_one(int stage, long k) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = stage;
+    accel_accelerator *acc = accelerator_of_two(&o);
+    if (!acc) return false;
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_manual_seed(3);
+    accel_module *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    refuse_kth r = {.k = k};
+    if (rank == world - 1) accel_set_allocator(&(accel_allocator){refuse_kth_alloc, refuse_band_free, &r});
+    accel_status st = accel_accelerator_prepare(acc, m, opt);
+    if (rank == world - 1) accel_set_allocator(NULL);
+    CHECK_MSG(st == ACCEL_OK || strstr(accel_last_error(), "could not"), "stage %d, allocation %ld, rank %d: %s",
+              stage, k, rank, accel_last_error());
+    if (st) { /* failed on every rank: undone, so a retry prepares */
+        accel_accelerator_unprepare_model(acc, m);
+        st = accel_accelerator_prepare(acc, m, opt);
+        CHECK_MSG(st == ACCEL_OK, "stage %d, allocation %ld, rank %d: the retry: %s", stage, k, rank,
+                  accel_last_error());
+    }
+    if (st == ACCEL_OK) {
+        float xs[128];
+        for (int i = 0; i < 128; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
+        accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 64), xs)));
+        CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK &&
+                      accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK,
+                  "stage %d, allocation %ld, rank %d: a step: %s", stage, k, rank, accel_last_error());
+        accel_step_reset();
+    }
+    bool refused = accel_accelerator_reduce_scalar(acc, r.refused ? 1.0 : 0.0, "max") == 1.0;
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+    return refused;
+}
+
+static void test_every_allocation_refused_in_turn(void) {
+    for (int stage = 0; stage <= 3; stage++)
+        for (long k = 0; sweep_one(stage, k); k++) continue;
+}
+
 int main(void) {
+    RUN(test_every_allocation_refused_in_turn);
     RUN(test_one_rank_pipeline_split_fails);
     RUN(test_user_plan_of_the_mlp_alone);
     RUN(test_one_rank_reshard_fails);
