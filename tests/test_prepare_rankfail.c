@@ -22,6 +22,7 @@
 #include "accel/accelerator.h"
 #include "check.h"
 #include "refuse_band.h"
+#include "tiny_llama.h"
 
 enum { KIB = 1024, MIB = 1024 * 1024 };
 
@@ -226,11 +227,7 @@ static void test_user_plan_of_the_mlp_alone(void) {
     o.parallelism.tp_size = 2;
     accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
-    accel_manual_seed(1);
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 32, c.num_hidden_layers = 2;
-    c.num_attention_heads = 2, c.num_key_value_heads = 2, c.max_position_embeddings = 16, c.torch_dtype = ACCEL_F32;
-    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *m = tiny_llama(1);
     accel_tp_plan_entry plan[] = {
         {"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, false},
         {"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, false},
@@ -312,11 +309,7 @@ static void pp_case(size_t bytes, const char *what) {
     o.parallelism.num_micro_batches = 2;
     accel_accelerator *acc = accelerator_of_two(&o);
     if (!acc) return;
-    accel_manual_seed(9);
-    accel_llama_config c = accel_llama_config_default();
-    c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 32, c.num_hidden_layers = 2;
-    c.num_attention_heads = 2, c.num_key_value_heads = 1, c.max_position_embeddings = 16;
-    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *m = tiny_llama(9);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
     accel_optimizer *opt = m ? accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h) : NULL;
     CHECK(m && opt);
