@@ -1272,9 +1272,10 @@ static void test_sdpa(void) {
 static void test_sdpa_backward(void) {
     for (size_t ci = 0; ci < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; ci++)
         for (int di = 0; di < 3; di++)
-            for (int variant = 0; variant < 5; variant++) {
+            for (int variant = 0; variant < 6; variant++) {
                 /* all grads (dq overwritten), dq added into (dq_beta 1), dv only, f32 grads of 16-bit inputs,
-                 * dq only (a k and v that need no gradient: the key pass does not run) */
+                 * dq only (a k and v that need no gradient: the key pass does not run), dk and dv
+                 * overwritten (dkv_overwrite: poisoned on the GPU, their old values never read) */
                 const sdpa_case *c = &SDPA_CASES[ci];
                 accel_dtype dt = FLOATS[di], gdt = variant == 3 ? ACCEL_F32 : dt;
                 if (variant == 3 && dt == ACCEL_F32) continue;
@@ -1283,8 +1284,9 @@ static void test_sdpa_backward(void) {
                 if (hl) sdpa_heads_last(&d);
                 int64_t nq = c->B * c->H * c->Tq, nk = c->B * c->Hkv * c->Tk;
                 pair *dq = variant == 2 ? NULL : mk1(gdt, nq * c->D, variant == 1 ? ACC : OUT);
-                pair *dk = variant == 2 || variant == 4 ? NULL : mk1(gdt, nk * c->D, ACC);
-                pair *dv = variant == 4 ? NULL : mk1(gdt, nk * c->Dv, ACC);
+                role kv_role = variant == 5 ? OUT : ACC;
+                pair *dk = variant == 2 || variant == 4 ? NULL : mk1(gdt, nk * c->D, kv_role);
+                pair *dv = variant == 4 ? NULL : mk1(gdt, nk * c->Dv, kv_role);
                 pair *g = mk1(dt, nq * c->Dv, IN), *q = mk1(dt, nq * c->D, IN);
                 pair *k = mk1(dt, nk * c->D, IN), *v = mk1(dt, nk * c->Dv, IN);
                 pair *o = mk1(dt, nq * c->Dv, IN), *lse = mk1(ACCEL_F32, nq, IN);
@@ -1294,7 +1296,8 @@ static void test_sdpa_backward(void) {
                 sync_to_device(lse);
                 accel_k_sdpa_backward a = {.dq = dq ? &dq->c : NULL, .dk = dk ? &dk->c : NULL, .dv = dv ? &dv->c : NULL,
                                            .g = &g->c, .q = &q->c, .k = &k->c, .v = &v->c, .o = &o->c,
-                                           .lse = &lse->c, .dims = d, .dq_beta = (float)(variant == 1)};
+                                           .lse = &lse->c, .dims = d, .dq_beta = (float)(variant == 1),
+                                           .dkv_overwrite = variant == 5};
                 accel_k_sdpa_backward_dense(&a);
                 if (hl) {
                     heads_last(a.gs, c->H, c->Tq, c->Dv);

@@ -252,12 +252,12 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
     free(pb);
     check_rounded("sdpa output", c, dt, o, o32, fb.o);
     check_lse("sdpa lse", lse, lse32, 1e-6, 1e-6);
-    /* backward, twice: dq poisoned (overwritten), then dq added into; dk, dv added into */
+    /* backward, twice: dq, dk and dv poisoned (overwritten: dq_beta 0, dkv_overwrite), then added into */
     for (int beta = 0; beta < 2; beta++) {
         accel_tensor *dx[3], *dx32[3];
         int64_t nd[3] = {n[Q], n[K], n[V]};
         for (int i = 0; i < 3; i++) {
-            if (i == Q && beta == 0) {
+            if (beta == 0) {
                 dx[i] = poisoned(dt, nd[i]);
                 dx32[i] = poisoned(ACCEL_F32, nd[i]);
             } else {
@@ -266,9 +266,11 @@ static void check_kernels(const sdpa_case *c, accel_dtype dt) {
         }
         /* both from the f32 forward's lse (each recomputes P from its q, k) */
         accel_k_sdpa_backward b = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = lp[G], .q = lp[Q], .k = lp[K],
-                                   .v = lp[V], .o = o, .lse = lse32, .dims = bd, .dq_beta = (float)beta};
+                                   .v = lp[V], .o = o, .lse = lse32, .dims = bd, .dq_beta = (float)beta,
+                                   .dkv_overwrite = beta == 0};
         accel_k_sdpa_backward b32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q], .k = hi[K],
-                                     .v = hi[V], .o = o32, .lse = lse32, .dims = b.dims, .dq_beta = (float)beta};
+                                     .v = hi[V], .o = o32, .lse = lse32, .dims = b.dims, .dq_beta = (float)beta,
+                                     .dkv_overwrite = beta == 0};
         accel_k_sdpa_backward_dense(&b);
         accel_k_sdpa_backward_dense(&b32);
         /* the backward reads k and v dense: the forward's strided ones are another layout of the same values */
@@ -643,7 +645,7 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
     for (int beta = 0; beta < 2; beta++) {
         accel_tensor *dx[3], *dx32[3];
         for (int i = 0; i < 3; i++) {
-            if (i == Q && beta == 0) {
+            if (beta == 0) { /* poisoned: overwritten (dq_beta 0, dkv_overwrite) */
                 dx[i] = laid_out(&L[i], od, NULL, 0xFF);
                 dx32[i] = poisoned(ACCEL_F32, n[i]);
             } else {
@@ -654,14 +656,15 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
             }
         }
         accel_k_sdpa_backward k = {.dq = dx[Q], .dk = dx[K], .dv = dx[V], .g = in[G], .q = in[Q], .k = in[K],
-                                   .v = in[V], .o = o, .lse = lse32, .dims = d, .dq_beta = (float)beta};
+                                   .v = in[V], .o = o, .lse = lse32, .dims = d, .dq_beta = (float)beta,
+                                   .dkv_overwrite = beta == 0};
         memcpy(k.gs, L[G].s, sizeof k.gs);
         memcpy(k.dqs, L[Q].s, sizeof k.dqs);
         memcpy(k.dks, L[K].s, sizeof k.dks);
         memcpy(k.dvs, L[V].s, sizeof k.dvs);
         accel_k_sdpa_backward k32 = {.dq = dx32[Q], .dk = dx32[K], .dv = dx32[V], .g = hi[G], .q = hi[Q],
                                      .k = hi[K], .v = hi[V], .o = o32, .lse = lse32, .dims = bd,
-                                     .dq_beta = (float)beta};
+                                     .dq_beta = (float)beta, .dkv_overwrite = beta == 0};
         accel_k_sdpa_backward_dense(&k32);
         CHECK(cpu->kernels.sdpa_backward(&k) == ACCEL_OK && cpu->kernels.sdpa_backward(&k32) == ACCEL_OK);
         const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
@@ -669,7 +672,7 @@ static void check_layout(const sdpa_case *c, accel_dtype dt, accel_dtype od, boo
         for (int i = 0; i < 3; i++) {
             snprintf(what, sizeof what, "%s (%s, %s, dq_beta %d)", names[i], accel_dtype_name(od),
                      apart ? "rows apart" : "dense", beta);
-            got = gathered(what, &L[i], dx[i], i == Q && beta == 0 ? 0xFF : 0x3c);
+            got = gathered(what, &L[i], dx[i], beta == 0 ? 0xFF : 0x3c);
             check_rounded(what, c, dt, got, dx32[i], extra[i]);
             accel_tensor_free(got);
             accel_tensor_free(dx[i]);

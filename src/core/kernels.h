@@ -405,8 +405,9 @@ typedef struct accel_k_sdpa {
     accel_k_sdpa_dims dims;
 } accel_k_sdpa;
 
-/* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional;
- * accumulated into, zeroed by the op) from g = dO and the forward's q, k, v,
+/* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional; added
+ * into, or with dkv_overwrite written without their old values being read)
+ * from g = dO and the forward's q, k, v,
  * o (at dims' qs, ks, vs, os) and lse (f32 [B, H, Tq]): P recomputed from q,
  * k and lse, the softmax gradient's row term delta_i = sum_e g_ie o_ie (o as
  * stored, f32 sums). gs, dqs, dks, dvs: the strides of g (o's shape), dq
@@ -417,6 +418,7 @@ typedef struct accel_k_sdpa_backward {
     ACCEL_KERNEL_TENSORS(9, *dq, *dk, *dv, *g, *q, *k, *v, *o, *lse);
     accel_k_sdpa_dims dims;
     float dq_beta;
+    bool dkv_overwrite;
     int64_t gs[3], dqs[3], dks[3], dvs[3];
 } accel_k_sdpa_backward;
 

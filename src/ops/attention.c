@@ -45,22 +45,25 @@ static accel_tensor *operand_rows(accel_tensor *t, accel_dtype dt, int64_t n, bo
 /* The gradient buffer of input t [B, heads, T, n], its strides into s: on a
  * strided device a first gradient in t's own layout (the transposed view of
  * a projection's output gets a contiguous [B, T, heads, n] block that the
- * transpose's backward passes on), else dense; zeroed to be added into. */
-static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, bool zeroed, int64_t s[3]) {
+ * transpose's backward passes on), else dense. */
+static bool grad_rows(accel__gbuf *g, accel_tensor *t, int64_t n, bool strided, int64_t s[3]) {
     bool layout = strided && (n <= 1 || t->stride[3] == 1);
     if (!(layout ? accel__gbuf_begin_native_layout(g, t) : accel__gbuf_begin_native(g, t))) return false;
-    if (!g->dst) return true;
-    if (zeroed && g->beta == 0.0f) {
-        /* fresh memory, contiguous or (in t's layout) a permutation of one
-         * dense block: zeroed as that block, one memset, where the fill
-         * kernel would walk the permuted strides element by element */
-        int64_t numel = accel_numel(g->dst), one = 1;
-        accel_tensor *block = accel_is_contiguous(g->dst) ? g->dst : accel_view_raw(g->dst, 1, &numel, &one, 0);
-        if (!block || accel_zero_(block) != ACCEL_OK) return false;
-        g->beta = 1.0f;
-    }
     /* dst is contiguous or in t's layout, whose rows are: rows_of fits */
-    rows_of(g->dst, n, s);
+    if (g->dst) rows_of(g->dst, n, s);
+    return true;
+}
+
+/* g's fresh memory (beta 0) zeroed to be added into (beta 1): contiguous
+ * or (in t's layout) a permutation of one dense block, zeroed as that
+ * block, one memset, where the fill kernel would walk the permuted strides
+ * element by element. */
+static bool zeroed(accel__gbuf *g) {
+    if (!g->dst || g->beta != 0.0f) return true;
+    int64_t numel = accel_numel(g->dst), one = 1;
+    accel_tensor *block = accel_is_contiguous(g->dst) ? g->dst : accel_view_raw(g->dst, 1, &numel, &one, 0);
+    if (!block || accel_zero_(block) != ACCEL_OK) return false;
+    g->beta = 1.0f;
     return true;
 }
 
@@ -89,10 +92,14 @@ static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
     k.g = go ? operand_rows(go, go->dtype, d->Dv, strided, k.gs) : NULL;
     if (!k.g) return accel_last_status();
     accel__gbuf gq, gk, gv;
-    if (!grad_rows(&gq, node->inputs[0], d->D, strided, false, k.dqs) ||
-        !grad_rows(&gk, node->inputs[1], d->D, strided, true, k.dks) ||
-        !grad_rows(&gv, node->inputs[2], d->Dv, strided, true, k.dvs))
+    if (!grad_rows(&gq, node->inputs[0], d->D, strided, k.dqs) || !grad_rows(&gk, node->inputs[1], d->D, strided, k.dks) ||
+        !grad_rows(&gv, node->inputs[2], d->Dv, strided, k.dvs))
         return accel_last_status();
+    /* the kernels add into dk and dv, or overwrite both: fresh ones are
+     * written as they are (no memset, no old values read), else each fresh
+     * one is zeroed to be added into with the other */
+    k.dkv_overwrite = gk.beta == 0.0f && gv.beta == 0.0f;
+    if (!k.dkv_overwrite && (!zeroed(&gk) || !zeroed(&gv))) return accel_last_status();
     k.dq = gq.dst, k.dk = gk.dst, k.dv = gv.dst, k.dq_beta = gq.beta;
     accel_arena_mark m = accel_arena_mark_now(accel_step_arena());
     accel_status st = scratch_given_back(m, ACCEL_KERNEL("sdpa backward", k.g->device, sdpa_backward, &k));

@@ -86,6 +86,17 @@ static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t 
     return w;
 }
 
+/* A gradient's f32 accumulator tile of t's rows (tile_at): t's values to
+ * be added into (tile_load), or zeros where `fresh` (t's old values are
+ * not part of the result and are not read). */
+static tile grad_tile(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, float *scratch,
+                      bool dense, bool fresh) {
+    if (!fresh) return tile_load(t, off, rows, cols, stride, scratch, dense);
+    tile w = tile_at(t, off, stride, scratch, cols, dense);
+    for (int64_t r = 0; r < rows; r++) memset(w.p + r * w.ld, 0, (size_t)cols * sizeof *w.p);
+    return w;
+}
+
 /* Writes a tile that tile_at gave back into t's rows (stride apart):
  * nothing to do when it is t's own memory, else its dense scratch rows. */
 static void tile_store(accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, tile w) {
@@ -208,15 +219,6 @@ static void chunks_to_rows(float *rows, int64_t ld, const float *cm, int64_t nq,
     }
 }
 
-/* Chunk-major cm of dtype dt = rows rounded to nearest even. */
-static void rows_to_chunks(void *cm, accel_dtype dt, const float *rows, int64_t ld, int64_t nq, int64_t kend) {
-    size_t es = accel_dtype_size(dt);
-    for (int64_t j = 0; j < kend; j += KC) {
-        int64_t c = kend - j < KC ? kend - j : KC;
-        char *dst = (char *)cm + (size_t)(nq * j) * es;
-        for (int64_t r = 0; r < nq; r++) accel__cpu_from_f32(dst + (size_t)(r * c) * es, dt, rows + r * ld + j, c);
-    }
-}
 
 /* Floats that n elements of dtype dt take (scratch is counted in floats). */
 static int64_t floats_of(accel_dtype dt, int64_t n) {
@@ -380,29 +382,12 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
 
 /* ---- forward */
 
-/* The masked softmax of nq score rows (query i0 + r) over their first
- * kend columns: p (row stride ld) = softmax(scale s) (row stride lds; s may
- * be p) and lse[r] its log-sum-exp, or (`recompute`) p = exp(scale s -
- * lse[r]), the same probabilities from the forward's lse. Columns past a
- * row's last key are 0 up to kend; a row that sees no key is all zeros (its
- * lse -inf). The masked scores are set to -inf (their exponentials are 0)
- * and every row runs over all kend columns (a multiple of 64 on whole
- * blocks): a causal row's own length left up to 15 columns to the vector
- * loop's scalar tail (3-5% of the forward's CPU time, AVX-512). */
-static void masked_rows(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float *p, int64_t ld,
-                        float *s, int64_t lds, float scale, float *lse, bool recompute) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *row = p + r * ld, *sr = s + r * lds;
-        int64_t n = last_key(d, i0 + r) + 1;
-        if (n <= 0) {
-            memset(row, 0, (size_t)kend * sizeof *row);
-            if (!recompute) lse[r] = -INFINITY;
-            continue;
-        }
-        for (int64_t j = n; j < kend; j++) sr[j] = -INFINITY;
-        if (recompute) accel__cpu_probs_row(row, sr, kend, scale, lse[r]);
-        else accel__cpu_softmax_row(row, sr, kend, scale, &lse[r]);
-    }
+/* The rows' block (attention_rows.c) of the nq score rows of query block
+ * i0 over keys [0, kend), scaled by scale; with lp their rounding to dt. */
+static accel__score_block score_block(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float scale,
+                                      void *lp, accel_dtype dt) {
+    return (accel__score_block){.rows = nq, .kend = kend, .n0 = i0 + d->Tk - d->Tq + 1, .causal = d->causal,
+                                .scale = scale, .lp = lp, .dt = dt, .chunk = KC};
 }
 
 /* `floats` floats of a thread's scratch at base (64-byte pieces), the
@@ -439,15 +424,6 @@ static operand tile_operand(tiles t, const accel_tensor *x, int64_t off, int64_t
     if (stride == cols) return (operand){elem_ptr(x, off), cols};
     accel__cpu_copy_rows(scratch, elem_ptr(x, off), x->dtype, rows, cols, stride);
     return (operand){scratch, cols};
-}
-
-/* P or dS [nq, kend] (rows ld apart) as the GEMMs that take them read it:
- * as it is on the f32 tiles, rounded to t.dt, chunk-major, into lp on the
- * native path. */
-static const void *tile_probs(tiles t, void *lp, const float *src, int64_t nq, int64_t kend, int64_t ld) {
-    if (!native(t)) return src;
-    rows_to_chunks(lp, t.dt, src, ld, nq, kend);
-    return lp;
 }
 
 /* One thread's scratch of the forward: the head's K [Tk, D] and V
@@ -493,9 +469,11 @@ static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks,
  * the GEMM's alpha on the f32 tiles; on the native path chunk-major into sc,
  * the scale in the softmax), then the masked softmax with its lse
  * (forward), or P again from lse (`recompute`: the backward's, the same
- * GEMM on the same operands giving the forward's S). */
+ * GEMM on the same operands giving the forward's S). On the native path P
+ * also rounded to t.dt, chunk-major, into lp for the GEMMs that take it
+ * (the forward's pr rows then hold the unnormalised exponentials). */
 static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t i0, int64_t nq, int64_t kend, operand q,
-                                const kv_head *kv, float *sc, float *pr, float *lse, bool recompute) {
+                                const kv_head *kv, float *sc, float *pr, void *lp, float *lse, bool recompute) {
     float *rows = pr, scale = 1.0f;
     accel_status st;
     if (native(t)) { /* its rows are sc itself when it is one chunk */
@@ -508,7 +486,9 @@ static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t i0,
         st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pr, kend);
         if (st != ACCEL_OK) return st;
     }
-    masked_rows(d, i0, nq, kend, pr, kend, rows, kend, scale, lse, recompute);
+    accel__score_block sb = score_block(d, i0, nq, kend, scale, native(t) ? lp : NULL, t.dt);
+    if (recompute) accel__cpu_probs_rows(&sb, pr, kend, rows, kend, lse);
+    else accel__cpu_softmax_rows(&sb, pr, kend, rows, kend, lse);
     return ACCEL_OK;
 }
 
@@ -518,10 +498,10 @@ static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, in
                                   const kv_head *kv, float *lse, tile ob, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
-    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s.sc, s.pr, lse, false);
+    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s.sc, s.pr, s.pl, lse, false);
     if (st != ACCEL_OK) return st;
-    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, tile_probs(t, s.pl, s.pr, nq, kend, kend), kend, kv->v,
-                      kv->ldv, 0.0f, ob.p, ob.ld);
+    return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, native(t) ? s.pl : s.pr, kend, kv->v, kv->ldv, 0.0f, ob.p,
+                      ob.ld);
 }
 
 /* One (batch, head) bh on its kv head: lse [Tq] and O [Tq, Dv]. */
@@ -625,47 +605,27 @@ static accel_status reference_forward(const accel_k_sdpa *a) {
 
 /* ---- backward */
 
-/* dS = scale P (dP - delta) in place over nq rows of kend columns. */
-static void softmax_grad_rows(int64_t nq, int64_t kend, const float *p, int64_t ldp, float *dp, int64_t ldd,
-                              const float *delta, float scale) {
-    for (int64_t r = 0; r < nq; r++) accel__cpu_softmax_grad_row(p + r * ldp, dp + r * ldd, kend, delta[r], scale);
-}
-
 /* delta_r = dO_r . O_r (f32 sums) for the block's nq rows: rowsum(dP P)
  * computed from the output as stored, as FlashAttention and PyTorch's
  * flash attention do (and the GPU kernels: the two backends agree), Dv
  * products a row where the row sum over P takes kend. go: dO's rows as the
- * tile GEMMs read them (f32, or the native path's dtype); o's rows widened
- * through the scratch row. */
-static void row_deltas(const accel_k_sdpa_backward *a, tiles t, operand go, int64_t ooff, int64_t nq, float *row,
-                       float *delta) {
+ * tile GEMMs read them (f32, or the native path's dtype). */
+static void row_deltas(const accel_k_sdpa_backward *a, tiles t, operand go, int64_t ooff, int64_t nq, float *delta) {
     const accel_k_sdpa_dims *d = &a->dims;
-    for (int64_t r = 0; r < nq; r++) {
-        const float *g = row, *o = row + d->Dv;
-        if (native(t)) {
-            size_t at = (size_t)(r * go.ld) * accel_dtype_size(t.dt);
-            accel__cpu_to_f32(row, (const char *)go.p + at, t.dt, d->Dv);
-        } else {
-            g = (const float *)go.p + r * go.ld;
-        }
-        if (a->o->dtype == ACCEL_F32) o = (const float *)a->o->data + ooff + r * d->os[2];
-        else accel__cpu_to_f32(row + d->Dv, elem_ptr(a->o, ooff + r * d->os[2]), a->o->dtype, d->Dv);
-        float s = 0.0f;
-        for (int64_t e = 0; e < d->Dv; e++) s += g[e] * o[e];
-        delta[r] = s;
-    }
+    accel__cpu_dot_rows(delta, go.p, native(t) ? t.dt : ACCEL_F32, go.ld, elem_ptr(a->o, ooff), a->o->dtype, d->os[2],
+                        nq, d->Dv);
 }
 
 /* One thread's scratch of the backward: the block's P, recomputed, and dP
  * (on the f32 tiles, and on the native path where a row spans chunks), f32
- * rows [QB, Tk]; its rows' deltas [QB] and a row of dO and of O widened
- * [2 Dv]; the kv head's dK, dV [Tk, D(v)] and a block's dQ [QB, D] where
- * they are not accumulated in place; the kv head's K, V [Tk, D(v)] and a block's Q, dO
- * [QB, D(v)] as operand_scratch says; on the native path also a block's
+ * rows [QB, Tk]; its rows' deltas [QB]; the kv head's dK, dV [Tk, D(v)]
+ * and a block's dQ [QB, D] where they are not accumulated in place; the kv
+ * head's K, V [Tk, D(v)] and a block's Q, dO [QB, D(v)] as operand_scratch
+ * says; on the native path also a block's
  * S and dP as their GEMMs write them (f32) and P, then s dS, rounded to lp,
  * both chunk-major [QB, Tk]. */
 typedef struct bwd_scratch {
-    float *pr, *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc, *delta, *row;
+    float *pr, *dp, *k, *v, *dk, *dv, *q, *g, *dq, *sc, *delta;
     void *pl;
 } bwd_scratch;
 
@@ -684,7 +644,6 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     s->q = carve(base, &n, operand_scratch(t, a->q, QB * d->D, d->qs[2], d->D));
     s->g = carve(base, &n, operand_scratch(t, a->g, QB * d->Dv, a->gs[2], d->Dv));
     s->delta = carve(base, &n, QB);
-    s->row = carve(base, &n, 2 * d->Dv);
     s->sc = carve(base, &n, keys);
     s->pl = carve(base, &n, floats_of(t.dt, keys));
     return n;
@@ -706,15 +665,23 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
         if (a->dq && a->dq_beta == 0.0f) rows_zero(a->dq, dqoff, nq, d->D, a->dqs[2]);
         return ACCEL_OK;
     }
+    /* O's rows for the deltas, asked of the cache now (rows apart in the
+     * [B, Tq, H, Dv] layout each waited on memory) */
+    int64_t ooff = row_at(d->os, b, h, i0);
+    for (int64_t r = 0; r < nq; r++) {
+        const char *orow = elem_ptr(a->o, ooff + r * d->os[2]);
+        for (size_t at = 0; at < (size_t)d->Dv * accel_dtype_size(a->o->dtype); at += 64) __builtin_prefetch(orow + at);
+    }
     operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
-    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s->sc, s->pr, (float *)a->lse->data + bh * d->Tq + i0,
-                                  true);
+    /* P rounded (native path) only for dV's GEMM */
+    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s->sc, s->pr, a->dv ? s->pl : NULL,
+                                  (float *)a->lse->data + bh * d->Tq + i0, true);
     if (st != ACCEL_OK) return st;
     const float *pb = s->pr;
     operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, tile_probs(t, s->pl, pb, nq, kend, kend), kend, go.p, go.ld,
-                        1.0f, gr->dvh.p, gr->dvh.ld);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, native(t) ? s->pl : pb, kend, go.p, go.ld, 1.0f, gr->dvh.p,
+                        gr->dvh.ld);
     if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
     /* dP = dO V^T, then dS in its rows: on the native path the GEMM's
      * chunk-major dP, already rows when it is one chunk */
@@ -730,9 +697,11 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     if (st != ACCEL_OK) return st;
     /* the scale: in dS before its rounding on the native path, the GEMMs' alpha on the f32 tiles */
     float alpha = native(t) ? 1.0f : d->scale;
-    row_deltas(a, t, go, row_at(d->os, b, h, i0), nq, s->row, s->delta);
-    softmax_grad_rows(nq, kend, pb, kend, dp, ldp, s->delta, native(t) ? d->scale : 1.0f);
-    const void *ds = tile_probs(t, s->pl, dp, nq, kend, ldp);
+    row_deltas(a, t, go, ooff, nq, s->delta);
+    /* dS = scale P (dP - delta) in dP's rows, rounded (native path) for dQ's and dK's GEMMs */
+    accel__score_block sb = score_block(d, i0, nq, kend, native(t) ? d->scale : 1.0f, native(t) ? s->pl : NULL, t.dt);
+    accel__cpu_softmax_grad_rows(&sb, pb, kend, dp, ldp, s->delta);
+    const void *ds = native(t) ? s->pl : dp;
     if (a->dq) { /* dQ = s dS K (+ dQ) */
         int64_t ld = a->dqs[2];
         tile dqb = a->dq_beta != 0.0f ? tile_load(a->dq, dqoff, nq, d->D, ld, s->dq, native(t))
@@ -757,8 +726,8 @@ static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t
     kv_head kvh = kv_load(t, a->k, row_at(d->ks, b, kv, 0), d->ks[2], a->v, row_at(d->vs, b, kv, 0), d->vs[2], d, s->k,
                           s->v);
     kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
-    if (a->dk) gr.dkh = tile_load(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk, native(t));
-    if (a->dv) gr.dvh = tile_load(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv, native(t));
+    if (a->dk) gr.dkh = grad_tile(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk, native(t), a->dkv_overwrite);
+    if (a->dv) gr.dvh = grad_tile(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv, native(t), a->dkv_overwrite);
     accel_status st = ACCEL_OK;
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
         for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)

@@ -105,6 +105,9 @@ void accel__cpu_unary_grad_ref(accel__unop op, double p, accel_tensor *dx, const
 void accel__cpu_to_f32(float *dst, const void *src, accel_dtype dt, int64_t n);
 /* dst (dtype dt) = src (f32) rounded to nearest even, contiguous, one thread. */
 void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n);
+/* dst (dtype dt) = s src (f32 products) rounded to nearest even: the bits
+ * of the products stored as f32 and then given to accel__cpu_from_f32. */
+void accel__cpu_from_f32_scaled(void *dst, accel_dtype dt, const float *src, float s, int64_t n);
 /* accel__cpu_to_f32 of `rows` rows of n elements, `stride` elements apart
  * in src, into dense f32 rows of n at dst (one run where stride is n); the
  * rows read ahead (prefetched) where they are apart. One thread. */
@@ -191,16 +194,44 @@ bool accel__cpu_sdpa_native(accel_dtype dt, const accel_k_sdpa_dims *d);
 /* The class of a Tk x D attention of dt timed again (`accel env
  * --measure-gemm`); returns the provider kept, or -1. */
 int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
-/* The rows of its softmax, of its recomputation and of the softmax's
- * gradient, compiled per ISA variant (attention_rows.c), n >= 1, scale > 0:
- * dst[0..n) = softmax(scale src[0..n)) and *lse = log sum_j exp(scale
- * src_j) (dst may be src); dst[0..n) = exp(scale src - lse), the same
- * probabilities again from the row's lse (dst may be src); g[0..n) = scale
- * p (g - delta) in place, delta the row's sum(g p) (attention's: dO . O). With scale 1 the values of the same rows
- * without a scale. -inf scores (masked keys) give 0. */
-void accel__cpu_softmax_row(float *dst, const float *src, int64_t n, float scale, float *lse);
-void accel__cpu_probs_row(float *dst, const float *src, int64_t n, float scale, float lse);
-void accel__cpu_softmax_grad_row(const float *p, float *g, int64_t n, float delta, float scale);
+/* A block of attention's score rows (one query block's), for the row
+ * kernels below, compiled per ISA variant (attention_rows.c): `rows` rows
+ * of kend columns; row r sees its first min(kend, max(0, n0 + r)) keys
+ * under the causal mask (`causal`), all kend otherwise (n0 unused); the
+ * scores are multiplied by scale > 0. Each row is computed over its keys
+ * rounded up to 16 (the masked scores among them set to -inf in the score
+ * rows), and its columns past those are zeros. With lp each finished row is
+ * also rounded to dt (bf16 or f16) into lp, chunk-major: chunk j holds keys
+ * [j, j + c), c = min(chunk, kend - j), as a dense [rows, c] matrix at
+ * element rows j (the layout the tile GEMMs read). */
+typedef struct accel__score_block {
+    int64_t rows, kend, n0;
+    bool causal;
+    float scale;
+    void *lp;
+    accel_dtype dt;
+    int64_t chunk;
+} accel__score_block;
+/* p (rows ldp apart) = softmax(scale s) over each row's keys (s: rows lds
+ * apart; p may be s), lse[r] the row's log-sum-exp (-inf and a row of zeros
+ * for a row that sees no key). With b->lp, p keeps the exponentials and lp
+ * gets them normalised as they are rounded (the bits of rounding the
+ * normalised row). */
+void accel__cpu_softmax_rows(const accel__score_block *b, float *p, int64_t ldp, float *s, int64_t lds, float *lse);
+/* p = exp(scale s - lse[r]): the same probabilities again from the rows'
+ * log-sum-exp. */
+void accel__cpu_probs_rows(const accel__score_block *b, float *p, int64_t ldp, float *s, int64_t lds,
+                           const float *lse);
+/* g = scale p (g - delta[r]) in place (rows ldg apart), delta the row's
+ * sum(g p) (attention's: dO . O). */
+void accel__cpu_softmax_grad_rows(const accel__score_block *b, const float *p, int64_t ldp, float *g, int64_t ldg,
+                                  const float *delta);
+/* out[r] = the dot product of row r of a (dtype adt, rows lda apart) and
+ * row r of b (bdt, ldb), n elements, for `rows` rows: f32 products in a
+ * fixed order of additions, the same bits in every variant (attention's
+ * row deltas, dO . O). */
+void accel__cpu_dot_rows(float *out, const void *a, accel_dtype adt, int64_t lda, const void *b, accel_dtype bdt,
+                         int64_t ldb, int64_t rows, int64_t n);
 
 /* ---- the scalar functions, shared by the fast and reference paths (and the
  * CUDA kernels, which include this header: ACCEL__HD, from core/dtype_elem.h,

@@ -61,6 +61,8 @@
     X(accel__cpu_copy_rows,                                                                    \
       (void *dst, const void *src, accel_dtype dt, int64_t rows, int64_t n, int64_t stride),   \
       (dst, src, dt, rows, n, stride))                                                         \
+    X(accel__cpu_from_f32_scaled, (void *dst, accel_dtype dt, const float *src, float s, int64_t n), \
+      (dst, dt, src, s, n))                                                                    \
     X(accel__cpu_convert,                                                                      \
       (void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n),         \
       (dst, dst_dt, src, src_dt, n))                                                           \
@@ -75,12 +77,21 @@
       (const accel_k_cross_entropy_fused *k, int64_t count, int nt, float *scratch, double *total), \
       (k, count, nt, scratch, total))                                                          \
     /* attention_rows.c */                                                                     \
-    X(accel__cpu_softmax_row, (float *dst, const float *src, int64_t n, float scale, float *lse),     \
-      (dst, src, n, scale, lse))                                                               \
-    X(accel__cpu_probs_row, (float *dst, const float *src, int64_t n, float scale, float lse),       \
-      (dst, src, n, scale, lse))                                                               \
-    X(accel__cpu_softmax_grad_row, (const float *p, float *g, int64_t n, float delta, float scale),  \
-      (p, g, n, delta, scale))                                                                 \
+    X(accel__cpu_softmax_rows,                                                                 \
+      (const accel__score_block *b, float *p, int64_t ldp, float *s, int64_t lds, float *lse), \
+      (b, p, ldp, s, lds, lse))                                                                \
+    X(accel__cpu_probs_rows,                                                                   \
+      (const accel__score_block *b, float *p, int64_t ldp, float *s, int64_t lds,              \
+       const float *lse),                                                                      \
+      (b, p, ldp, s, lds, lse))                                                                \
+    X(accel__cpu_softmax_grad_rows,                                                            \
+      (const accel__score_block *b, const float *p, int64_t ldp, float *g, int64_t ldg,        \
+       const float *delta),                                                                    \
+      (b, p, ldp, g, ldg, delta))                                                              \
+    X(accel__cpu_dot_rows,                                                                     \
+      (float *out, const void *a, accel_dtype adt, int64_t lda, const void *b, accel_dtype bdt, \
+       int64_t ldb, int64_t rows, int64_t n),                                                  \
+      (out, a, adt, lda, b, bdt, ldb, rows, n))                                                \
     /* norm_rows.c */                                                                          \
     X(accel__cpu_rms_norm_row,                                                                 \
       (const float *x, const float *w, float *y, float *rstd, int64_t D, float eps, accel_dtype xdt), \

@@ -94,6 +94,26 @@ void accel__cpu_from_f32(void *dst, accel_dtype dt, const float *src, int64_t n)
     else accel_convert(dst, dt, src, ACCEL_F32, (size_t)n);
 }
 
+ACCEL__VEC_MATH static void f32_to_bf16_scaled_run(uint16_t *d, const float *s, float k, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) d[i] = accel__bf16_bits(s[i] * k);
+}
+
+void accel__cpu_from_f32_scaled(void *dst, accel_dtype dt, const float *src, float s, int64_t n) {
+    if (dt == ACCEL_BF16) {
+        f32_to_bf16_scaled_run(dst, src, s, n);
+        return;
+    }
+    float t[BLOCK];
+    size_t es = accel_dtype_size(dt);
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t len = n - i < BLOCK ? n - i : BLOCK;
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) t[j] = src[i + j] * s;
+        accel__cpu_from_f32((char *)dst + (size_t)i * es, dt, t, len);
+    }
+}
+
 /* Rows ahead that a strided widening asks the cache for (64-byte lines).
  * Rows apart (a head's in the projections' [B, T, H, D]: D elements every
  * H D, which sdpa's kernels widen a tile at a time) defeat the hardware

@@ -142,6 +142,11 @@ __device__ inline void store(const elems &e, int64_t i, float v) {
     else accel__elem_set(e.p, e.dt, i, v);
 }
 
+/* Element i of e = v (`overwrite`: its old value not read) or e[i] + v. */
+__device__ inline void add_or_store(const elems &e, int64_t i, float v, bool overwrite) {
+    store(e, i, overwrite ? v : load(e, i) + v);
+}
+
 /* rows x cols of a matrix (element off of src, row stride `stride`) into
  * shared memory with row stride `ld`, as f32. */
 __device__ inline void stage(float *dst, int64_t ld, const elems &src, int64_t off, int64_t stride, int rows,
@@ -291,12 +296,13 @@ static size_t bwd_kv_smem(const accel_k_sdpa_dims *d) {
                                     BK * d->D + BK * d->Dv);
 }
 
-/* dk, dv (each optional; added into) of the kv head b*Hkv + kv of blockIdx.x
+/* dk, dv (each optional; added into, or written where `overwrite`: one
+ * block writes each element once) of the kv head b*Hkv + kv of blockIdx.x
  * for its tile of keys blockIdx.y. Thread layout: key c = threadIdx.x / TPR
  * of the tile. */
 __global__ void __launch_bounds__(ATT_THREADS)
     sdpa_bwd_kv_k(elems dk, elems dv, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
-                  accel_k_sdpa_dims d) {
+                  accel_k_sdpa_dims d, bool overwrite) {
     extern __shared__ float sm[];
     const int64_t D = d.D, Dv = d.Dv, G = d.H / d.Hkv;
     float *sk = sm, *sv = sk + BK * (D + 1), *sq = sv + BK * (Dv + 1), *sg = sq + BQ * (D + 1);
@@ -345,8 +351,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     if (c >= nk) return;
     const int64_t kr = row_at(dk, b, kv, j), vr = row_at(dv, b, kv, j);
-    for (int64_t e = sub; dk.p && e < D; e += TPR) store(dk, kr + e, load(dk, kr + e) + d.scale * sdk[c * D + e]);
-    for (int64_t e = sub; dv.p && e < Dv; e += TPR) store(dv, vr + e, load(dv, vr + e) + sdv[c * Dv + e]);
+    for (int64_t e = sub; dk.p && e < D; e += TPR) add_or_store(dk, kr + e, d.scale * sdk[c * D + e], overwrite);
+    for (int64_t e = sub; dv.p && e < Dv; e += TPR) add_or_store(dv, vr + e, sdv[c * Dv + e], overwrite);
 }
 
 /* ---- tensor cores (q, k, v and dO all bf16 or all f16) */
@@ -613,7 +619,7 @@ enum { KV_RSTEP = TC_THREADS / TK };
 template <typename T>
 __global__ void __launch_bounds__(TC_THREADS)
     sdpa_bwd_kv_tc_k(elems dk, elems dv, const float *lse, const float *delta, elems go, elems q, elems k, elems v,
-                     accel_k_sdpa_dims d) {
+                     accel_k_sdpa_dims d, bool overwrite) {
     extern __shared__ __align__(128) unsigned char tc_sm[];
     const int D = (int)d.D, Dv = (int)d.Dv;
     const int64_t G = d.H / d.Hkv;
@@ -670,8 +676,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int kc = threadIdx.x / TC_TPR, sub = threadIdx.x % TC_TPR;
     if (kc >= nk) return;
     const int64_t kr = row_at(dk, b, kv, j0 + kc), vr = row_at(dv, b, kv, j0 + kc);
-    for (int e = sub; dk.p && e < D; e += TC_TPR) store(dk, kr + e, load(dk, kr + e) + d.scale * sdk[kc * lddk + e]);
-    for (int e = sub; dv.p && e < Dv; e += TC_TPR) store(dv, vr + e, load(dv, vr + e) + sdv[kc * lddv + e]);
+    for (int e = sub; dk.p && e < D; e += TC_TPR) add_or_store(dk, kr + e, d.scale * sdk[kc * lddk + e], overwrite);
+    for (int e = sub; dv.p && e < Dv; e += TC_TPR) add_or_store(dv, vr + e, sdv[kc * lddv + e], overwrite);
 }
 
 /* ---- launches */
@@ -814,7 +820,8 @@ static accel_status bwd_kv_tc(const accel_k_sdpa_backward *k, const bwd_operands
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_kv_tc_k<T>, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->Hkv), tiles(d->Tk, TK));
-    sdpa_bwd_kv_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d);
+    sdpa_bwd_kv_tc_k<T><<<grid, TC_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d,
+                                                        k->dkv_overwrite);
     return launched(index, "sdpa_backward");
 }
 
@@ -846,7 +853,8 @@ static accel_status bwd_kv(const accel_k_sdpa_backward *k, const bwd_operands &x
     accel_status st = shared_memory(index, (const void *)sdpa_bwd_kv_k, bytes, limit, d, "sdpa_backward");
     if (st != ACCEL_OK) return st;
     dim3 grid((unsigned)(d->B * d->Hkv), tiles(d->Tk, BK));
-    sdpa_bwd_kv_k<<<grid, ATT_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d);
+    sdpa_bwd_kv_k<<<grid, ATT_THREADS, bytes, s>>>(x.dk, x.dv, x.lse, x.delta, x.go, x.q, x.k, x.v, *d,
+                                                   k->dkv_overwrite);
     return launched(index, "sdpa_backward");
 }
 
