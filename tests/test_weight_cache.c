@@ -60,6 +60,7 @@ typedef struct trace {
     float loss[STEPS * 4];
     float *grads, *weights; /* after each step: STEPS x numel */
     uint64_t builds_after_micro[STEPS * 4], rewrites_after_micro[STEPS * 4];
+    uint64_t builds_after_step[STEPS];
 } trace;
 
 /* m's parameters set from init (snapshot's order). */
@@ -99,6 +100,7 @@ static void train(accel_module *m, const float *init, int64_t numel, accel_dtype
         }
         snapshot(m, tr->grads + s * numel, true);
         CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+        tr->builds_after_step[s] = accel__prepared_stats_get().builds - st0.builds;
         CHECK(accel_optimizer_zero_grad(opt) == ACCEL_OK);
         snapshot(m, tr->weights + s * numel, false);
         accel_step_reset();
@@ -153,9 +155,11 @@ static void check_identical(accel_dtype dt, int accum, bool reset_micro) {
     /* Once per step: the first micro-batch of the first step converts every
      * weight the forward multiplies, the others and every backward reuse it.
      * From then on the optimizer's update rounds the new weights into those
-     * copies (a rewrite each); the forward rebuilds only what is made from
-     * the copies (oneDNN's layouts): builds and rewrites together stay the
-     * same count each step. Without the cache nothing is built. */
+     * copies (a rewrite each) and builds again what is made from the copies
+     * (oneDNN's layouts, where this CPU's GEMMs take them) right after: the
+     * next step's forward and backward build nothing, and builds and
+     * rewrites together stay the same count each step. Without the cache
+     * nothing is built. */
     uint64_t per_step = cached.builds_after_micro[0];
     CHECK_MSG(per_step >= 2u * 7u + 1u, "%s: %llu weights prepared per step (2 layers x 7 linears + lm_head)", name,
               (unsigned long long)per_step);
@@ -167,6 +171,9 @@ static void check_identical(accel_dtype dt, int accum, bool reset_micro) {
                       (unsigned long long)b, (unsigned long long)r, (unsigned long long)((s + 1) * per_step));
             CHECK_MSG(r >= (uint64_t)s * (2u * 7u + 1u), "%s x%d: step %d: %llu copies rewritten by the optimizer",
                       name, accum, s, (unsigned long long)r);
+            CHECK_MSG(s == 0 || b == cached.builds_after_step[s - 1],
+                      "%s x%d: step %d micro-batch %d built %llu forms after the update", name, accum, s, k,
+                      (unsigned long long)(b - cached.builds_after_step[s - 1]));
         }
     CHECK(plain.builds_after_micro[STEPS * accum - 1] == 0 && plain.rewrites_after_micro[STEPS * accum - 1] == 0);
 

@@ -12,7 +12,9 @@
  * do not wait for each other; the lock is never held across another
  * owner's build, and a build reports its form's write without holding the
  * registry's lock. Lock order: an owner's build lock, then the registry's,
- * then the graves' (each of those two held for bookkeeping only).
+ * then the graves' (each of those two held for bookkeeping only); a
+ * writer's refresh (accel__prepared_rewrite) also takes its form's own
+ * entry's build lock under the owner's, to look, never the other way.
  *
  * An entry is freed by its last reference: the registry holds one while the
  * entry is tracked, and every accel__prepared_get takes one, under the
@@ -45,6 +47,8 @@ typedef struct form {
     accel__form_key key;
     uint64_t version;          /* the owner's version it was built from */
     accel_tensor *t;           /* persistent; NULL: slot free */
+    accel__form_fill fill;     /* what built it, to build it again (refresh_forms) */
+    accel_dtype form_dt;
     grave *spare;              /* allocated with t, so dropping t never allocates */
     const accel_arena *arena;  /* the step that last handed it out: its tape may read it */
     uint32_t gen;
@@ -397,6 +401,7 @@ static accel_status form_build(form *f, accel_tensor *owner, const accel__form_k
         return st;
     }
     f->version = v;
+    f->fill = fill, f->form_dt = form_dt;
     f->shared = false;
     atomic_fetch_add(&g_builds, 1);
     return ACCEL_OK;
@@ -524,12 +529,46 @@ static accel__prepared *entry_if_tracked(accel_tensor *owner) {
     return e;
 }
 
+/* The slots of e's forms built from its current version, as a bit mask
+ * (e's build lock taken here). */
+static unsigned current_forms(accel__prepared *e) {
+    unsigned mask = 0;
+    pthread_mutex_lock(&e->build);
+    uint64_t v = atomic_load(&e->version);
+    for (int i = 0; i < ACCEL__PREPARED_FORMS; i++)
+        if (e->forms[i].t && e->forms[i].version == v) mask |= 1u << i;
+    pthread_mutex_unlock(&e->build);
+    return mask;
+}
+
+/* Builds again, from e's owner as it is now, the forms of mask that a
+ * write left behind, where no tape can read them (form_writable); the
+ * others rebuild at their next get, as after any write. A build that fails
+ * drops its form (rebuilt at its next get too): the writer's call, which
+ * succeeded, does not fail for it and leaves no error. */
+static void refresh_forms(accel__prepared *e, unsigned mask, accel__tape_done tape_done) {
+    pthread_mutex_lock(&e->build);
+    uint64_t v = atomic_load(&e->version);
+    for (int i = 0; i < ACCEL__PREPARED_FORMS; i++) {
+        form *g = &e->forms[i];
+        if (!(mask >> i & 1u) || !g->t || g->version == v || !form_writable(g, tape_done)) continue;
+        accel__form_key key = g->key;
+        if (form_build(g, e->owner, &key, g->form_dt, g->fill, v) != ACCEL_OK) accel_clear_error();
+    }
+    pthread_mutex_unlock(&e->build);
+}
+
 accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_done, accel__form_rewrite write,
                                      void *ctx) {
     accel__prepared *e = owner && accel__prepared_enabled() && trackable(owner) ? entry_if_tracked(owner) : NULL;
     if (!e) return write(NULL, ACCEL_F32, ctx);
     pthread_mutex_lock(&e->build);
     form *f = cast_form(e, tape_done);
+    /* the form's own forms (oneDNN's layouts of it) current before the
+     * write: built again right after it, while the form's new bytes are
+     * still in cache (at the next forward they were read from memory) */
+    accel__prepared *fe = f ? entry_if_tracked(f->t) : NULL;
+    unsigned fresh = fe ? current_forms(fe) : 0;
     accel_status st = write(f ? f->t : NULL, f ? f->key.dt : ACCEL_F32, ctx);
     if (f) {
         accel__tensor_written(f->t); /* forms of the form (oneDNN's layouts) are of the old values */
@@ -539,6 +578,8 @@ accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_
         if (st == ACCEL_OK) atomic_fetch_add(&g_rewrites, 1);
     }
     pthread_mutex_unlock(&e->build);
+    if (fe && st == ACCEL_OK) refresh_forms(fe, fresh, tape_done);
+    if (fe) entry_put(fe);
     entry_put(e);
     return st;
 }

@@ -123,9 +123,13 @@ typedef bool (*accel__tape_done)(void);
  * old values: it has been handed out to the calling thread alone since it
  * was built, last by an earlier step of that thread, or by its current step
  * when tape_done() (asked only then). After write the form counts as built
- * from owner's new version, and its own bytes are reported written (the
- * forms made from it, oneDNN's layouts, rebuild); after a failed write it is
- * rebuilt at its next get. Returns write's status. */
+ * from owner's new version, and its own bytes are reported written: the
+ * forms made from it (oneDNN's layouts) that were current before the write
+ * are built again from the new bytes right away where no tape can read them
+ * (by the same rule), while those bytes are still in cache, the others at
+ * their next get; a refresh that fails drops its form (rebuilt at its next
+ * get) and fails nothing. After a failed write the form is rebuilt at its
+ * next get. Returns write's status. */
 accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_done, accel__form_rewrite write,
                                      void *ctx);
 
