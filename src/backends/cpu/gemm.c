@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,16 +258,22 @@ static int mode_now(void) {
  * its name into impl, or false when oneDNN has none (or is not built in). */
 static bool dnnl_probe(accel_dtype dt, const char **impl) {
 #ifdef ACCEL_HAVE_DNNL
+    /* asked by every GEMM call (attention's thousands of tile GEMMs a
+     * layer, from every thread): the answer, once made, is read without
+     * the lock */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static bool probed[3], ok[3];
+    static atomic_bool probed[3];
+    static bool ok[3];
     static char name[3][64];
     int i = dt == ACCEL_BF16 ? 1 : dt == ACCEL_F16 ? 2 : 0;
-    pthread_mutex_lock(&lock);
-    if (!probed[i]) {
-        ok[i] = accel__dnnl_supports(dt, name[i], sizeof name[i]);
-        probed[i] = true;
+    if (!atomic_load_explicit(&probed[i], memory_order_acquire)) {
+        pthread_mutex_lock(&lock);
+        if (!atomic_load_explicit(&probed[i], memory_order_relaxed)) {
+            ok[i] = accel__dnnl_supports(dt, name[i], sizeof name[i]);
+            atomic_store_explicit(&probed[i], true, memory_order_release);
+        }
+        pthread_mutex_unlock(&lock);
     }
-    pthread_mutex_unlock(&lock);
     *impl = name[i];
     return ok[i];
 #else
