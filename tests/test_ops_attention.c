@@ -140,11 +140,37 @@ static void test_dtypes_meta_errors(void) {
     accel_step_reset();
 }
 
+/* No query (Tq = 0): the keys and values still get their gradients, zeros
+ * (their first ones in the step, which the kernels may write without
+ * reading: the op asks that only where a query exists). */
+static void test_no_queries(void) {
+    for (int causal = 0; causal < 2; causal++) {
+        accel_tensor *q = accel_ones(ACCEL_F32, ACCEL_SHAPE(1, 2, 0, 8));
+        accel_tensor *kl = accel_full(ACCEL_F32, ACCEL_SHAPE(1, 1, 5, 8), 0.5), *vl = accel_full(ACCEL_F32, ACCEL_SHAPE(1, 1, 5, 8), 2);
+        accel_requires_grad_(q, true);
+        accel_requires_grad_(kl, true);
+        accel_requires_grad_(vl, true);
+        /* k and v not leaves: their gradients are fresh step memory */
+        accel_tensor *o = accel_sdpa(q, accel_mul_scalar(kl, 3.0), accel_mul_scalar(vl, 3.0), causal, 0.0);
+        CHECK(o && o->shape[2] == 0);
+        accel_tensor *loss = o ? accel_sum(o, 0, NULL, false) : NULL;
+        CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+        for (int i = 0; i < 2; i++) {
+            accel_tensor *g = (i ? vl : kl)->grad;
+            float got[40] = {1.0f};
+            CHECK(g && accel_numel(g) == 40 && accel_to_floats(g, got) == ACCEL_OK);
+            for (int e = 0; e < 40; e++) CHECK_MSG(got[e] == 0.0f, "%s's gradient [%d] = %g", i ? "v" : "k", e, (double)got[e]);
+        }
+        accel_step_reset();
+    }
+}
+
 int main(void) {
     RUN(test_vs_torch);
     RUN(test_gradcheck);
     RUN(test_fast_vs_reference);
     RUN(test_dtypes_meta_errors);
+    RUN(test_no_queries);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -406,8 +406,9 @@ typedef struct accel_k_sdpa {
 } accel_k_sdpa;
 
 /* dq (optional, dq_beta 0 overwrites, 1 adds), dk and dv (optional; added
- * into, or with dkv_overwrite written without their old values being read)
- * from g = dO and the forward's q, k, v,
+ * into, or with dkv_overwrite written without their old values being read;
+ * set only where B, H and Tq are positive, so a kernel that returns early
+ * when no query exists need not write them) from g = dO and the forward's q, k, v,
  * o (at dims' qs, ks, vs, os) and lse (f32 [B, H, Tq]): P recomputed from q,
  * k and lse, the softmax gradient's row term delta_i = sum_e g_ie o_ie (o as
  * stored, f32 sums). gs, dqs, dks, dvs: the strides of g (o's shape), dq

@@ -14,7 +14,9 @@
  * registry's lock. Lock order: an owner's build lock, then the registry's,
  * then the graves' (each of those two held for bookkeeping only); a
  * writer's refresh (accel__prepared_rewrite) also takes its form's own
- * entry's build lock under the owner's, to look, never the other way.
+ * entry's build lock under the owner's (and rebuilds that entry's forms
+ * there), never the other way: no build of the form's forms (oneDNN's
+ * reorders) touches the owner.
  *
  * An entry is freed by its last reference: the registry holds one while the
  * entry is tracked, and every accel__prepared_get takes one, under the
@@ -577,8 +579,10 @@ accel_status accel__prepared_rewrite(accel_tensor *owner, accel__tape_done tape_
         f->version = st == ACCEL_OK ? atomic_load(&e->version) : NO_VERSION;
         if (st == ACCEL_OK) atomic_fetch_add(&g_rewrites, 1);
     }
-    pthread_mutex_unlock(&e->build);
+    /* still under e's build lock: f's tensor (fe's owner) cannot be dropped
+     * by another thread's failed rebuild of f meanwhile */
     if (fe && st == ACCEL_OK) refresh_forms(fe, fresh, tape_done);
+    pthread_mutex_unlock(&e->build);
     if (fe) entry_put(fe);
     entry_put(e);
     return st;

@@ -97,8 +97,9 @@ static accel_status sdpa_backward(accel_node *node, accel_tensor *grad_out) {
         return accel_last_status();
     /* the kernels add into dk and dv, or overwrite both: fresh ones are
      * written as they are (no memset, no old values read), else each fresh
-     * one is zeroed to be added into with the other */
-    k.dkv_overwrite = gk.beta == 0.0f && gv.beta == 0.0f;
+     * one is zeroed to be added into with the other; with no query at all
+     * too (kernels.h: one may return before writing anything) */
+    k.dkv_overwrite = d->B > 0 && d->H > 0 && d->Tq > 0 && gk.beta == 0.0f && gv.beta == 0.0f;
     if (!k.dkv_overwrite && (!zeroed(&gk) || !zeroed(&gv))) return accel_last_status();
     k.dq = gq.dst, k.dk = gk.dst, k.dv = gv.dst, k.dq_beta = gq.beta;
     accel_arena_mark m = accel_arena_mark_now(accel_step_arena());

@@ -5,6 +5,14 @@
  * score rows (a query block's, 64 rows of 64 to a few thousand keys): a
  * call and its set-up per row (the polynomial's constants broadcast, the
  * dispatch) showed beside rows of ~160 keys. */
+
+/* No multiply-add fused (GCC fuses none in ISO C mode; clang's default
+ * does): dot_rows' fixed order gives the same bits in every variant only
+ * then. Before the includes: clang applies it where a function is
+ * defined, and vec_math.h's are. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 #include <string.h>
 
 #include "cpu_kernels.h"
