@@ -9,7 +9,9 @@
  * shard, ZeRO-3's parameter and gradient shards, ZeRO-1/2/3's optimizer
  * state shard, the tensor-parallel plan's first cut (a retry works) and a
  * later one (that rank's model is left sliced in part: every retry is
- * refused, naming it). Before, the failing rank returned while the others
+ * refused, naming it), a data loader that one rank cannot shard (its batch
+ * size), and every allocation of a prepare of a Linear, its AdamW and a
+ * data loader refused in turn. Before, the failing rank returned while the others
  * went on into the next collective (the weights' broadcast, a training
  * step), where they waited for the distributed timeout, and a retry met
  * them there: "mismatched collectives", or a sharded optimizer that one
@@ -335,12 +337,57 @@ static void test_one_rank_pipeline_split_fails(void) {
 
 /* ---------------------------------------------------------------- every allocation in turn */
 
+/* A data loader of 8 rows of one field, batch size b (shuffled: its seed
+ * is broadcast by prepare). */
+static accel_dataloader *loader_of(accel_dataset **ds, int64_t b) {
+    float x[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    *ds = accel_tensor_dataset_new(1, (accel_tensor *[]){accel_from_floats(ACCEL_SHAPE(8, 1), x)});
+    accel_dataloader_opts o = accel_dataloader_opts_default();
+    o.batch_size = b;
+    o.shuffle = true;
+    o.seed = 11;
+    return *ds ? accel_dataloader_new(*ds, &o) : NULL;
+}
+
+/* split_batches with a batch size the last rank's loader cannot split over
+ * 2 ranks (3): every rank's prepare fails, naming the step; the loaders are
+ * as they came (one process, their own seed); a retry with a batch of 4
+ * there prepares every rank's loader and each gets its half. */
+static void test_one_rank_loader_fails(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.split_batches = true;
+    accel_accelerator *acc = accelerator_of_two(&o);
+    if (!acc) return;
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_dataset *ds;
+    accel_dataloader *dl = loader_of(&ds, rank == world - 1 ? 3 : 4);
+    CHECK(dl != NULL);
+    accel_status st = accel_accelerator_prepare(acc, dl);
+    char want[256];
+    if (rank == world - 1) snprintf(want, sizeof want, "rank %d could not shard the data loader", rank);
+    else snprintf(want, sizeof want, "another rank (%d) could not shard the data loader", world - 1);
+    CHECK_MSG(st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), want), "rank %d: %d: %s", rank, (int)st,
+              accel_last_error());
+    const accel_dataloader_opts *lo = accel_dataloader_get_opts(dl);
+    CHECK_MSG(lo->num_processes <= 1 && lo->process_index == 0 && lo->seed == 11 && !lo->split_batches,
+              "rank %d: the loader kept the failed prepare's sharding (%d processes, index %d)", rank,
+              lo->num_processes, lo->process_index);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+    dl = loader_of(&ds, 4);
+    CHECK_MSG(accel_accelerator_prepare(acc, dl) == ACCEL_OK, "rank %d: the retry: %s", rank, accel_last_error());
+    CHECK(accel_dataloader_get_opts(dl)->num_processes == world);
+    accel_accelerator_free(acc);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+}
+
 /* The last rank refuses the k-th allocation (any size) of its prepare of a
- * Linear and its AdamW, for every k its prepare makes, under DDP and ZeRO 1,
- * 2 and 3: each prepare either works on every rank or fails on every rank
- * with a status, and then a retry prepares and trains a step (a local step
- * not agreed on would leave the others in a collective: a hang, then
- * "mismatched collectives" and a broken group). */
+ * Linear, its AdamW and a data loader, for every k its prepare makes, under
+ * DDP and ZeRO 1, 2 and 3: each prepare either works on every rank or fails
+ * on every rank with a status, and then a retry prepares and trains a step
+ * (a local step not agreed on would leave the others in a collective: a
+ * hang, then "mismatched collectives" and a broken group). */
 typedef struct refuse_kth {
     long count, k;
     bool refused;
@@ -367,15 +414,17 @@ static bool sweep_one(int stage, long k) {
     accel_module *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
     accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    accel_dataset *ds;
+    accel_dataloader *dl = loader_of(&ds, 2);
     refuse_kth r = {.k = k};
     if (rank == world - 1) accel_set_allocator(&(accel_allocator){refuse_kth_alloc, refuse_band_free, &r});
-    accel_status st = accel_accelerator_prepare(acc, m, opt);
+    accel_status st = accel_accelerator_prepare(acc, m, opt, dl);
     if (rank == world - 1) accel_set_allocator(NULL);
     CHECK_MSG(st == ACCEL_OK || strstr(accel_last_error(), "could not"), "stage %d, allocation %ld, rank %d: %s",
               stage, k, rank, accel_last_error());
     if (st) { /* failed on every rank: undone, so a retry prepares */
         accel_accelerator_unprepare_model(acc, m);
-        st = accel_accelerator_prepare(acc, m, opt);
+        st = accel_accelerator_prepare(acc, m, opt, dl);
         CHECK_MSG(st == ACCEL_OK, "stage %d, allocation %ld, rank %d: the retry: %s", stage, k, rank,
                   accel_last_error());
     }
@@ -392,6 +441,8 @@ static bool sweep_one(int stage, long k) {
     accel_accelerator_free(acc);
     accel_optimizer_free(opt);
     accel_module_free(m);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
     return refused;
 }
 
@@ -402,6 +453,7 @@ static void test_every_allocation_refused_in_turn(void) {
 
 int main(void) {
     RUN(test_every_allocation_refused_in_turn);
+    RUN(test_one_rank_loader_fails);
     RUN(test_one_rank_pipeline_split_fails);
     RUN(test_user_plan_of_the_mlp_alone);
     RUN(test_one_rank_reshard_fails);

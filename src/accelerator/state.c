@@ -573,15 +573,29 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
     if (acc->n_dls == ACCEL__MAX_PREPARED) return too_many("data loaders");
     int data_rank, data_world;
     accel__tp_data_rank(acc, &data_rank, &data_world);
+    /* Each local step agreed before the next collective (a rank that
+     * stopped alone left the others in the seed's broadcast or in the first
+     * step's); a failure anywhere gives the loader back as it came, on
+     * every rank. */
+    accel_dataloader_opts before = *accel_dataloader_get_opts(dl);
     st = accel_dataloader_shard(dl, data_world, data_rank, acc->o.split_batches, !acc->o.no_even_batches);
-    if (st) return st;
-    if (acc->world > 1) {
+    st = accel__prepare_agree(acc, st, "shard the data loader");
+    if (!st && acc->world > 1) {
         /* synchronize_rng_states: every rank shuffles with rank 0's seed. */
-        uint64_t seed = accel_dataloader_get_opts(dl)->seed;
-        if ((st = accel_pg_broadcast(acc->pg, &seed, 1, ACCEL_I64, 0))) return st;
-        accel_dataloader_set_seed(dl, seed);
+        uint64_t seed = before.seed;
+        st = accel_pg_broadcast(acc->pg, &seed, 1, ACCEL_I64, 0);
+        if (!st) accel_dataloader_set_seed(dl, seed);
     }
-    if ((st = accel__link_add(links, dataloader_detached, acc))) return st;
+    if (!st) {
+        st = accel__prepare_agree(acc, accel__link_add(links, dataloader_detached, acc), "link the data loader");
+        if (st) accel__link_remove(links, acc); /* made here, another rank's failed */
+    }
+    if (st) { /* its sharding and seed as they were (both valid: it had them) */
+        accel_dataloader_shard(dl, before.num_processes, before.process_index, before.split_batches,
+                               !before.no_even_batches);
+        accel_dataloader_set_seed(dl, before.seed);
+        return st;
+    }
     if (!acc->o.no_device_placement) accel__dataloader_place(dl, acc->device);
     acc->dls[acc->n_dls++] = dl;
     return ACCEL_OK;
