@@ -61,6 +61,22 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
 
 /* ---------------------------------------------------------------- prepare */
 
+/* accel__staged_broadcast of t from its data-parallel rank 0, its local
+ * steps agreed on every rank where t is staged (a device's memory the group
+ * cannot read): its host copy before the broadcast (a rank that could not
+ * make it left the others in the broadcast) and the copy back after it (a
+ * rank that could not write it back was left with other weights). */
+static accel_status broadcast_agreed(accel_accelerator *acc, accel_tensor *t) {
+    if (!accel__needs_staging(t->device)) return accel__staged_broadcast(acc->dp_pg, t, 0);
+    void *host = accel__stage_to_host(t, NULL, true);
+    accel_status st = accel__prepare_agree(acc, host ? ACCEL_OK : accel_last_status(),
+                                           "copy the weights to host memory for their broadcast");
+    if (st) return host ? accel__stage_end(t, host, st, false, true) : st;
+    st = accel__stage_end(t, host, accel_pg_broadcast(acc->dp_pg, host, (size_t)accel_numel(t), t->dtype, 0), true,
+                          true);
+    return accel__prepare_agree(acc, st, "copy the broadcast weights back to the device");
+}
+
 /* Every rank starts from its data-parallel rank 0's parameters and buffers
  * (the same slices: the ranks of a tp group hold different ones). */
 static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
@@ -69,7 +85,7 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
-        if (b->n) st = accel__staged_broadcast(acc->dp_pg, accel__flat_view(&h, b, b->params, 0, b->numel), 0);
+        if (b->n) st = broadcast_agreed(acc, accel__flat_view(&h, b, b->params, 0, b->numel));
     }
     for (int i = 0; sd && i < sd->n && !st; i++) {
         accel_tensor *t = sd->entries[i].t;
@@ -79,7 +95,7 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
                                  sd->entries[i].name);
             break;
         }
-        st = accel__staged_broadcast(acc->dp_pg, t, 0);
+        st = broadcast_agreed(acc, t);
     }
     accel_state_dict_free(sd);
     return st;
