@@ -18,16 +18,26 @@
 #include "check.h"
 #include "refuse_band.h"
 
-static void test_one_rank_placement_fails(void) {
+/* The launch's accelerator on hostless:0, its device, rank and world; NULL
+ * when the run is not on hostless (nothing to test then). */
+static accel_accelerator *accelerator_on_hostless(accel_device *dev, int *rank, int *world) {
     accel_accelerator *acc = accel_accelerator_new(NULL);
     CHECK(acc != NULL);
-    if (!acc) return;
-    accel_device dev = accel_accelerator_device(acc);
-    if (dev.type != ACCEL_DEV_HOSTLESS) {
+    if (!acc) return NULL;
+    *dev = accel_accelerator_device(acc);
+    if (dev->type != ACCEL_DEV_HOSTLESS) {
         accel_accelerator_free(acc);
-        return;
+        return NULL;
     }
-    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    *rank = accel_accelerator_process_index(acc), *world = accel_accelerator_num_processes(acc);
+    return acc;
+}
+
+static void test_one_rank_placement_fails(void) {
+    accel_device dev;
+    int rank, world;
+    accel_accelerator *acc = accelerator_on_hostless(&dev, &rank, &world);
+    if (!acc) return;
     accel_module *m = accel_linear_new(4, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     if (rank == world - 1) accel__hostless_alloc_fail_at(2); /* the bias: half-way through */
     accel_status st = accel_accelerator_prepare(acc, m, NULL);
@@ -54,15 +64,10 @@ static void test_one_rank_placement_fails(void) {
  * the broadcast: pinned memory refused, then the pageable fallback of that
  * size (the last rank alone). */
 static void test_one_rank_staging_fails(void) {
-    accel_accelerator *acc = accel_accelerator_new(NULL);
-    CHECK(acc != NULL);
+    accel_device dev;
+    int rank, world;
+    accel_accelerator *acc = accelerator_on_hostless(&dev, &rank, &world);
     if (!acc) return;
-    accel_device dev = accel_accelerator_device(acc);
-    if (dev.type != ACCEL_DEV_HOSTLESS) {
-        accel_accelerator_free(acc);
-        return;
-    }
-    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
     accel_module *m = accel_linear_new(96, 32, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     refuse_band band = {.min = 12416, .max = 12417};
     if (rank == world - 1) {
