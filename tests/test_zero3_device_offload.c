@@ -19,6 +19,10 @@
  * - tied weights across units train as the model in one unit.
  * - accel_accelerator_clear holds one unit gathered at a time, and says so
  *   when a unit could not be gathered (a failed mapping).
+ * - the start of ZeRO-3 at prepare failing on one rank (a unit's full
+ *   parameters that cannot be unmapped once its shard piece is filled):
+ *   every rank fails, the model comes back with its weights to the bit,
+ *   and a retry trains.
  */
 #include <math.h>
 #include <stdio.h>
@@ -373,6 +377,46 @@ static void test_map_failure_on_one_rank(void) {
     accel_accelerator_free(acc);
 }
 
+/* The last rank cannot unmap a unit's full parameters (the hostless unmap
+ * hook) while prepare starts ZeRO-3: prepare fails on every rank, and the
+ * weights every rank gets back are the ones it prepared, to the bit (the
+ * undo gathers each unit from the shards: before, the failing rank had
+ * filled its pieces only up to that unit, and the others' weights came
+ * back with its unfilled pieces); a retry prepares and trains. */
+static void test_start_fails_on_one_rank(void) {
+    if (N < 2) return;
+    int who = N - 1;
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_manual_seed(7);
+    accel_module *model = stack(dev);
+    accel_optimizer *opt = adamw(model);
+    float *before = malloc(NP * sizeof(float)), *after = malloc(NP * sizeof(float));
+    CHECK(params_to_host(model, before, NP) == NP);
+    if (R == who) accel__hostless_vm_fail_unmap_next(1);
+    accel_status st = accel_accelerator_prepare(acc, model, opt, NULL, NULL);
+    accel__hostless_vm_fail_unmap_next(0);
+    CHECK_MSG(st != ACCEL_OK, "rank %d: prepare went on", R);
+    char want[64];
+    snprintf(want, sizeof want, R == who ? "rank %d could not" : "another rank (%d) could not", who);
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    accel_clear_error();
+    CHECK(params_to_host(model, after, NP) == NP);
+    int differ = 0;
+    for (int i = 0; i < NP; i++) differ += memcmp(&before[i], &after[i], sizeof(float)) != 0;
+    CHECK_MSG(differ == 0, "rank %d: %d of %d weights changed by the failed prepare", R, differ, NP);
+    CHECK_MSG(accel_accelerator_prepare(acc, model, opt, NULL, NULL) == ACCEL_OK, "rank %d: the retry: %s", R,
+              accel_last_error());
+    good_step(acc, model, opt, dev, 0);
+    free(before);
+    free(after);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
 /* accel_accelerator_clear gives the model plain buffers back unit by unit:
  * the device holds the two plain buffers (parameters, gradients) and one
  * unit gathered at a time beside what it held before, not every unit
@@ -502,6 +546,7 @@ int main(void) {
     RUN(test_offload_param_accumulation);
     RUN(test_sharded_checkpoint_nvme);
     RUN(test_map_failure_on_one_rank);
+    RUN(test_start_fails_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);
     RUN(test_clear_reports_failed_gather);

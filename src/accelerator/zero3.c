@@ -1049,12 +1049,23 @@ static void remove_hooks(accel__model *pm) {
 accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_status st = ACCEL_OK;
-    zm->sharded = true; /* on every rank: the prepare agreed on the layout, so a failed start's release gathers */
+    /* Every unit's piece into the shard first, agreed, then the full
+     * parameters released: a failure while filling leaves every rank's
+     * model whole (not sharded: the undo gathers nothing), and one while
+     * releasing finds every rank's pieces filled (the undo's gathers bring
+     * the weights back). Filled and released unit by unit, a rank that
+     * stopped at unit k had its pieces of the later units unfilled, and the
+     * undo gathered those into every rank's weights. */
     for (int k = 0; k < zm->n_units && !st; k++) {
         accel__unit *u = &zm->units[k];
         st = copy_floats(zm->zdev, zm->zparams + u->zoff, model_device(pm), my_piece(acc, full_params(pm), u), u->shard);
-        accel_status rst = release(acc, pm, u);
-        if (!st) st = rst;
+    }
+    st = accel__prepare_agree(acc, st, "fill its ZeRO-3 parameter shard");
+    if (st) return st;
+    zm->sharded = true; /* on every rank: a failed release from here on is undone by gathering */
+    for (int k = 0; k < zm->n_units && !st; k++) {
+        accel__unit *u = &zm->units[k];
+        st = release(acc, pm, u);
         if (!st) st = grads_drop(acc, pm, u);
     }
     if (!st) st = shard_evict(pm, 0, zm->zn);
