@@ -482,8 +482,32 @@ static void test_state_roundtrip(void) {
     accel_optimizer_step(opt2);
     CHECK(memcmp(p, p2, sizeof p) == 0);
 
-    /* Errors name the entry. */
+    /* Errors name the entry, and leave the state as it was: every entry is
+     * checked before any is written (the moments were zeroed first). */
+    accel_named_state *kept;
+    int nk = accel_optimizer_state(opt2, &kept);
+    float m_before[4], v_before[4];
+    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_before) == ACCEL_OK && accel_to_floats(kept[3].t, v_before) == ACCEL_OK);
+    accel_named_state_free(kept, nk);
     accel_tensor *wrong = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
+    saved[3].t = wrong; /* after the valid exp_avg */
+    CHECK(accel_optimizer_load_state(opt2, n, saved) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "state.0.exp_avg_sq");
+    accel_clear_error();
+    saved[3].t = copies[1];
+    accel_named_state last_bad[10];
+    memcpy(last_bad, saved, sizeof saved);
+    last_bad[9] = (accel_named_state){"param_groups.0.beta1", NULL, 7};
+    CHECK(accel_optimizer_load_state(opt2, 10, last_bad) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "beta1");
+    accel_clear_error();
+    nk = accel_optimizer_state(opt2, &kept);
+    float m_after[4], v_after[4];
+    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
+    CHECK(kept[1].value == 4 && accel_optimizer_step_count(opt2) == 4);
+    accel_named_state_free(kept, nk);
+    CHECK_MSG(memcmp(m_before, m_after, sizeof m_after) == 0 && memcmp(v_before, v_after, sizeof v_after) == 0,
+              "a failed load_state changed the moments");
     saved[2].t = wrong;
     CHECK(accel_optimizer_load_state(opt2, n, saved) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "state.0.exp_avg");

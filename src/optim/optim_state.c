@@ -155,13 +155,14 @@ static const char *out_of_range(const char *field, double v, bool sgd) {
     return v >= 0 && isfinite(v) ? NULL : "must be a finite number >= 0";
 }
 
-static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
-                                       const accel_named_state *e, const char *field) {
+/* The entry e of segment s: checked, and written where `apply`. */
+static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, const accel_named_state *e,
+                                       const char *field, bool apply) {
     if (strcmp(field, "step") == 0) {
         double v;
         if (!entry_scalar(e, &v)) return accel_last_status();
         if (!is_count(v)) return bad_entry(e->name, "the step must be a whole number >= 0");
-        s->step = (int64_t)v;
+        if (apply) s->step = (int64_t)v;
         return ACCEL_OK;
     }
     int ns = accel__n_state(opt, &opt->groups[s->group].h);
@@ -176,18 +177,21 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s,
             return bad_entry(e->name, msg);
         }
         if (e->t->device.type == ACCEL_DEV_META) return bad_entry(e->name, "is on meta (it has no data)");
-        return accel__seg_state_load(opt, s, k, e->t);
+        return apply ? accel__seg_state_load(opt, s, k, e->t) : ACCEL_OK;
     }
     return bad_entry(e->name, "unknown state for this optimizer");
 }
 
-static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *h,
-                                     const accel_named_state *e, const char *field) {
+/* The entry e of param group hparams *h: checked, and written where `apply`
+ * (else into a copy). */
+static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *hp, const accel_named_state *e,
+                                     const char *field, bool apply) {
     double v;
     if (!entry_scalar(e, &v)) return accel_last_status();
     bool sgd = opt->kind == ACCEL_OPTIM_SGD;
     const char *why = out_of_range(field, v, sgd);
     if (why) return bad_entry(e->name, why);
+    accel_optim_hparams scratch = *hp, *h = apply ? hp : &scratch;
     if (strcmp(field, "lr") == 0) h->lr = v;
     else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
     else if (sgd && strcmp(field, "momentum") == 0) {
@@ -203,15 +207,8 @@ static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *
     return ACCEL_OK;
 }
 
-accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st) {
-    if (!opt || n < 0 || (n > 0 && !st))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
-    /* Segments without entries have not stepped: start them from zero. */
-    for (int i = 0; i < opt->n_segs; i++) {
-        accel__segment *s = &opt->segs[i];
-        s->step = 0;
-        if (accel__seg_state_zero(opt, s) != ACCEL_OK) return accel_last_status();
-    }
+/* Every entry of st checked, and (`apply`) written. */
+static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool apply) {
     for (int i = 0; i < n; i++) {
         const accel_named_state *e = &st[i];
         if (!e->name) return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry %d has no name", i);
@@ -222,19 +219,36 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
             double v;
             if (!entry_scalar(e, &v)) return accel_last_status();
             if (!is_count(v)) return bad_entry(e->name, "the step must be a whole number >= 0");
-            opt->steps = (int64_t)v;
+            if (apply) opt->steps = (int64_t)v;
             continue;
         }
         if ((idx = parse_indexed(e->name, "state.", &rest)) >= 0) {
             if (idx >= opt->n_segs) return bad_entry(e->name, "no such parameter in this optimizer");
-            rc = load_segment_entry(opt, &opt->segs[idx], e, rest);
+            rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply);
         } else if ((idx = parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
             if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
-            rc = load_group_entry(opt, &opt->groups[idx].h, e, rest);
+            rc = load_group_entry(opt, &opt->groups[idx].h, e, rest, apply);
         } else {
             rc = bad_entry(e->name, "unknown name");
         }
         if (rc != ACCEL_OK) return rc;
     }
     return ACCEL_OK;
+}
+
+accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st) {
+    if (!opt || n < 0 || (n > 0 && !st))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
+    /* Every entry checked before anything is written: a bad one (a beta out
+     * of range, a wrong size, an unknown name) leaves the optimizer's state
+     * as it was, where it once found the moments already zeroed. */
+    accel_status st0 = load_entries(opt, n, st, false);
+    if (st0 != ACCEL_OK) return st0;
+    /* Segments without entries have not stepped: start them from zero. */
+    for (int i = 0; i < opt->n_segs; i++) {
+        accel__segment *s = &opt->segs[i];
+        s->step = 0;
+        if (accel__seg_state_zero(opt, s) != ACCEL_OK) return accel_last_status();
+    }
+    return load_entries(opt, n, st, true);
 }
