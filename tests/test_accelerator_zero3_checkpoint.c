@@ -436,6 +436,21 @@ static void expect_merge_errors(const char *broken) {
     CHECK_STR_CONTAINS(accel_last_error(), "sharded_index.json: a \"shape\" has more than 2^60 elements");
 }
 
+/* load_state of ckpt into r's model fails naming `what`, and the model's
+ * weights (save_model's files, into ROOT/<tag>_before and _after) are as they
+ * were: no rank's shard is written before every rank read all its pieces. */
+static void expect_load_error_keeps_weights(run *r, const char *ckpt, const char *what, const char *tag) {
+    char before[700], after[700], name[128];
+    snprintf(name, sizeof name, "%s_before", tag);
+    path_of(before, sizeof before, name);
+    snprintf(name, sizeof name, "%s_after", tag);
+    path_of(after, sizeof after, name);
+    CHECK(accel_accelerator_save_model(A, r->m, before, NULL) == ACCEL_OK);
+    expect_load_error(ckpt, what);
+    CHECK(accel_accelerator_save_model(A, r->m, after, NULL) == ACCEL_OK);
+    CHECK_MSG(dirs_equal(before, after), "%s: the failed load_state changed the weights (%s, %s)", tag, before, after);
+}
+
 static void test_bad_checkpoints(void) {
     char ckpt[600], broken[600], cmd[4096];
     path_of(ckpt, sizeof ckpt, "small_ckpt");
@@ -452,11 +467,13 @@ static void test_bad_checkpoints(void) {
     r = (run){accel_sequential_new(7, l), NULL, false};
     r.o = optimizer(r.m);
     CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
-    expect_load_error(ckpt, "has no parameter 6.weight: the checkpoint does not cover this model");
+    expect_load_error_keeps_weights(&r, ckpt, "has no parameter 6.weight: the checkpoint does not cover this model",
+                                    "layer_more");
     finish(&r);
     /* a mismatching model: other widths */
     r = start(false, 5, 17);
-    expect_load_error(ckpt, "parameter 0.weight has shape [33, 8] there, [17, 8] in this model");
+    expect_load_error_keeps_weights(&r, ckpt, "parameter 0.weight has shape [33, 8] there, [17, 8] in this model",
+                                    "other_widths");
     finish(&r);
     /* a model that is not sharded (DDP) is told what to do */
     accel_accelerator_opts ddp_opts = accel_accelerator_opts_default();

@@ -378,7 +378,7 @@ accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_ten
 accel_status accel__zero3_remove_sharded(const char *sub);
 /* Every rank's status becomes the worst one (one all-reduce; `mine` as is on
  * one process): a rank whose own part succeeded gets ACCEL_ERR_IO "<op>:
- * another rank failed to write its state". Collective. */
+ * another rank failed (its error is reported there)". Collective. */
 accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
 
 /* checkpoint.c: a directory written aside, then swapped in with one rename,

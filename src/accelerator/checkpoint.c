@@ -605,7 +605,7 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
     int32_t v = mine != ACCEL_OK;
     accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
     if (st) return st;
-    if (v && !mine) return accel_set_error(ACCEL_ERR_IO, "%s: another rank failed to write its state", op);
+    if (v && !mine) return accel_set_error(ACCEL_ERR_IO, "%s: another rank failed (its error is reported there)", op);
     return mine;
 }
 

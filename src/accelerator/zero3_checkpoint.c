@@ -153,12 +153,38 @@ static accel_tensor *shard_tensor(accel_tensor *h, accel__model *pm) {
     return h;
 }
 
-/* fill_shard into the parameter shard, through a host copy on a device. */
-static accel_status load_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src) {
+/* fill_shard into a host copy of the parameter shard (*out: accel_malloc'd,
+ * NULL on failure): the shard itself is written only once every rank has
+ * read all of its pieces (load_shard). */
+static accel_status read_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src,
+                               float **out) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    *out = accel_malloc((size_t)(zm->zn ? zm->zn : 1) * sizeof(float));
+    accel_status st = *out ? fill_shard(acc, pm, nm, rd, src, *out) : accel_last_status();
+    if (st) {
+        accel_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* The parameter shard from this rank's pieces of the checkpoint, agreed on
+ * every rank before any shard is written (collective: every rank calls it,
+ * `mine` the status of its steps before, src NULL after a failure there): a
+ * checkpoint one rank cannot read (a tensor of another shape, one missing, a
+ * short file) leaves every rank's weights as they were. Filled in place, a
+ * host shard (a cpu model, offload_param) was zeroed and part-read on the
+ * ranks whose pieces held the bad tensor, and loaded on the others. */
+static accel_status load_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src,
+                               accel_status mine) {
+    float *fresh = NULL;
+    if (!mine) mine = read_shard(acc, pm, nm, rd, src, &fresh);
+    accel_status st = accel__ranks_agree(acc, mine, FN_LOAD);
     accel_tensor zt;
-    float *host = accel__stage_to_host(shard_tensor(&zt, pm), NULL, false);
-    if (!host) return accel_last_status();
-    return accel__stage_end(&zt, host, fill_shard(acc, pm, nm, rd, src, host), true, true);
+    shard_tensor(&zt, pm);
+    if (!st) st = accel__tensor_write_bytes(&zt, 0, fresh, (size_t)accel_numel(&zt) * sizeof(float));
+    accel_free(fresh);
+    return st;
 }
 
 /* The units that stay gathered (the persistent one) hold the loaded values in
@@ -943,13 +969,13 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
     model_subdir(sub, sizeof sub, dir, i);
     names nm;
     accel_status st = names_of(pm, &nm);
-    if (st) return st;
+    if (st) return load_shard(acc, pm, &nm, NULL, NULL, st); /* joins the agreement, reads nothing */
     if (accel__is_dir(sub)) {
         sharded_index ix;
         shard_files fs = {0};
         st = index_open(&ix, sub);
         if (!st) st = files_init(&fs, &ix, sub, "");
-        if (!st) st = load_shard(acc, pm, &nm, read_sharded, &fs);
+        st = load_shard(acc, pm, &nm, read_sharded, &fs, st);
         if (!st) st = refresh_gathered(acc, pm, &nm, read_sharded, &fs);
         snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
         accel_safetensors *rf = st ? NULL : accel_safetensors_open(path);
@@ -962,7 +988,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
         full_file(path, sizeof path, dir, i);
         accel_safetensors *f = accel_safetensors_open(path);
         full_src fs = {f, &nm};
-        st = f ? load_shard(acc, pm, &nm, read_full, &fs) : accel_last_status();
+        st = load_shard(acc, pm, &nm, read_full, &fs, f ? ACCEL_OK : accel_last_status());
         if (!st) st = refresh_gathered(acc, pm, &nm, read_full, &fs);
         if (!st) st = load_replicated(f, &nm);
         accel_safetensors_close(f);
