@@ -11,7 +11,8 @@
  * later one (that rank's model is left sliced in part: every retry is
  * refused, naming it), a data loader that one rank cannot shard (its batch
  * size), and every allocation of a prepare of a Linear, its AdamW and a
- * data loader refused in turn. Before, the failing rank returned while the others
+ * data loader refused in turn; and at clear, the buffer a ZeRO optimizer's
+ * state is consolidated into refused on one rank. Before, the failing rank returned while the others
  * went on into the next collective (the weights' broadcast, a training
  * step), where they waited for the distributed timeout, and a retry met
  * them there: "mismatched collectives", or a sharded optimizer that one
@@ -382,6 +383,70 @@ static void test_one_rank_loader_fails(void) {
     accel_dataset_free(ds);
 }
 
+/* A Linear(64, 64) and AdamW trained one step under ZeRO `stage` on 2 ranks,
+ * then cleared, the last rank refusing (`refuse`) the full-size buffer its
+ * optimizer state is consolidated into: the model's weights after the clear
+ * into w (4160 floats), the clear's status into *st. False when run as one
+ * process (nothing done). */
+static bool clear_after_a_step(int stage, bool refuse, float *w, accel_status *st) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = stage;
+    accel_accelerator *acc = accelerator_of_two(&o);
+    if (!acc) return false;
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_manual_seed(3);
+    accel_module *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
+    CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "%s", accel_last_error());
+    float xs[128];
+    for (int i = 0; i < 128; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 64), xs)));
+    CHECK(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK && accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
+    accel_step_reset();
+    /* the flat f32 buffer: 4160 floats, padded to the shards (a few KiB more at most) */
+    refuse_band band = {.min = 4160 * sizeof(float), .max = 4160 * sizeof(float) + 4096};
+    if (refuse && rank == world - 1) refuse_band_install(&band);
+    *st = accel_accelerator_clear(acc);
+    if (refuse && rank == world - 1) refuse_band_install(NULL);
+    CHECK_MSG(!refuse || rank != world - 1 || band.refused, "stage %d: the consolidation's buffer never came", stage);
+    char why[512];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    accel_clear_error();
+    const accel_tensor *wt = accel_module_get_tensor(m, "weight"), *bt = accel_module_get_tensor(m, "bias");
+    CHECK(wt && bt && accel_to_floats(wt, w) == ACCEL_OK && accel_to_floats(bt, w + 4096) == ACCEL_OK);
+    /* the group still works after it */
+    CHECK_MSG(accel_accelerator_reduce_scalar(acc, 1.0, "sum") == (double)world, "stage %d, rank %d: the group after the "
+              "clear: %s (the clear: %s)", stage, rank, accel_last_error(), why);
+    if (*st) accel_set_error(*st, "%s", why);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+    return true;
+}
+
+/* ZeRO 1-3: one rank cannot allocate the buffer its optimizer's state is
+ * consolidated into at clear: every rank's clear fails saying so (the
+ * optimizer comes back with fresh state), the weights are the ones a clear
+ * without the failure gives, to the bit, and the group still works. Before,
+ * that rank went on alone into the model's release while the others
+ * gathered: "mismatched collectives", a broken group, and under ZeRO-3 every
+ * unit's weights came back as zeros. */
+static void test_one_rank_consolidation_fails(void) {
+    for (int stage = 1; stage <= 3; stage++) {
+        float good[4160], got[4160];
+        accel_status st;
+        if (!clear_after_a_step(stage, false, good, &st)) return; /* one process */
+        CHECK_MSG(st == ACCEL_OK, "stage %d: the clear: %s", stage, accel_last_error());
+        CHECK(clear_after_a_step(stage, true, got, &st));
+        CHECK_MSG(st != ACCEL_OK && strstr(accel_last_error(), "consolidated"), "stage %d: the clear -> %d: %s", stage,
+                  (int)st, accel_last_error());
+        accel_clear_error();
+        CHECK_MSG(memcmp(good, got, sizeof good) == 0, "stage %d: the weights after the failed consolidation differ",
+                  stage);
+    }
+}
+
 /* The last rank refuses the k-th allocation (any size) of its prepare of a
  * Linear, its AdamW and a data loader, for every k its prepare makes, under
  * DDP and ZeRO 1, 2 and 3: each prepare either works on every rank or fails
@@ -454,6 +519,7 @@ static void test_every_allocation_refused_in_turn(void) {
 int main(void) {
     RUN(test_every_allocation_refused_in_turn);
     RUN(test_one_rank_loader_fails);
+    RUN(test_one_rank_consolidation_fails);
     RUN(test_one_rank_pipeline_split_fails);
     RUN(test_user_plan_of_the_mlp_alone);
     RUN(test_one_rank_reshard_fails);

@@ -709,15 +709,23 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
     /* Every run steps together; a rank whose shard has no run learns the count from the others. */
     int64_t step = 0;
     if (!s) s = accel__zero_local_state(acc, i, local, &step);
-    if (acc->world > 1) { /* collective: every rank reaches it */
-        accel_status s2 = accel_pg_all_reduce(acc->pg, &step, 1, ACCEL_I64, ACCEL_REDUCE_MAX);
+    for (int k = 0; k < nk && !s; k++)
+        if (!(bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float)))) s = accel_last_status();
+    if (acc->world > 1) {
+        /* collective: every rank reaches it, and learns whether every rank
+         * made its part (the local copies, the full buffers), so the
+         * gathers run on every rank or on none: a rank that went past them
+         * alone met the others' gathers with its next collective, and the
+         * group broke (under ZeRO-3 a clear then gathered every unit as zeros) */
+        int64_t v[2] = {step, (int64_t)s};
+        accel_status s2 = accel_pg_all_reduce(acc->pg, v, 2, ACCEL_I64, ACCEL_REDUCE_MAX);
         if (!s) s = s2;
+        step = v[0];
+        if (!s && v[1])
+            s = accel_set_error((accel_status)v[1], "ZeRO: another rank could not make its part of optimizer %d's "
+                                "consolidated state (its error is reported there)", i);
     }
-    for (int k = 0; k < nk && !s; k++) {
-        bufs[k] = accel_calloc((size_t)(b->numel ? b->numel : 1), sizeof(float));
-        if (!bufs[k]) s = accel_last_status();
-        else s = gather_shards(acc, pm, local[k], bufs[k]);
-    }
+    for (int k = 0; k < nk && !s; k++) s = gather_shards(acc, pm, local[k], bufs[k]);
     if (s) goto fail;
     res = accel_calloc((size_t)(n + z->n_user * 3 + 1), sizeof *res);
     if (!res) {
