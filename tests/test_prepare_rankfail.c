@@ -383,21 +383,31 @@ static void test_one_rank_loader_fails(void) {
     accel_dataset_free(ds);
 }
 
+/* The accelerator of ZeRO `stage` over 2 ranks (NULL as one process), a
+ * Linear(64, 64) (seed 3) and its AdamW, not prepared. */
+static accel_accelerator *linear_under_zero(int stage, accel_module **m, accel_optimizer **opt) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = stage;
+    accel_accelerator *acc = accelerator_of_two(&o);
+    if (!acc) return NULL;
+    accel_manual_seed(3);
+    *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, *m, &h);
+    return acc;
+}
+
 /* A Linear(64, 64) and AdamW trained one step under ZeRO `stage` on 2 ranks,
  * then cleared, the last rank refusing (`refuse`) the full-size buffer its
  * optimizer state is consolidated into: the model's weights after the clear
  * into w (4160 floats), the clear's status into *st. False when run as one
  * process (nothing done). */
 static bool clear_after_a_step(int stage, bool refuse, float *w, accel_status *st) {
-    accel_accelerator_opts o = accel_accelerator_opts_default();
-    o.zero_stage = stage;
-    accel_accelerator *acc = accelerator_of_two(&o);
+    accel_module *m;
+    accel_optimizer *opt;
+    accel_accelerator *acc = linear_under_zero(stage, &m, &opt);
     if (!acc) return false;
     int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
-    accel_manual_seed(3);
-    accel_module *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
-    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
-    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     CHECK_MSG(accel_accelerator_prepare(acc, m, opt) == ACCEL_OK, "%s", accel_last_error());
     float xs[128];
     for (int i = 0; i < 128; i++) xs[i] = (float)((i + rank) % 7) * 0.1f;
@@ -470,15 +480,11 @@ static void *refuse_kth_alloc(void *ctx, size_t bytes, size_t align) {
 
 /* One k at ZeRO stage `stage`; whether the last rank refused (every rank learns it). */
 static bool sweep_one(int stage, long k) {
-    accel_accelerator_opts o = accel_accelerator_opts_default();
-    o.zero_stage = stage;
-    accel_accelerator *acc = accelerator_of_two(&o);
+    accel_module *m;
+    accel_optimizer *opt;
+    accel_accelerator *acc = linear_under_zero(stage, &m, &opt);
     if (!acc) return false;
     int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
-    accel_manual_seed(3);
-    accel_module *m = accel_linear_new(64, 64, true, ACCEL_CPU_DEVICE, ACCEL_F32);
-    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
-    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, m, &h);
     accel_dataset *ds;
     accel_dataloader *dl = loader_of(&ds, 2);
     refuse_kth r = {.k = k};
