@@ -528,6 +528,18 @@ static void test_state_roundtrip(void) {
         accel_clear_error();
     }
     CHECK(accel_optimizer_get_lr(opt2, 0) == 0.01 && accel_optimizer_hparams(opt2, 0)->beta1 == 0.9);
+    /* its own state, as accel_optimizer_state hands it out (views of it),
+     * loaded back: the moments and steps as they were (zeroed first, they
+     * once read their own zeros) */
+    nk = accel_optimizer_state(opt2, &kept);
+    CHECK(nk == 9 && accel_optimizer_load_state(opt2, nk, kept) == ACCEL_OK);
+    accel_named_state_free(kept, nk);
+    nk = accel_optimizer_state(opt2, &kept);
+    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
+    CHECK(kept[1].value == 4 && accel_optimizer_step_count(opt2) == 4);
+    accel_named_state_free(kept, nk);
+    CHECK_MSG(memcmp(m_before, m_after, sizeof m_after) == 0 && memcmp(v_before, v_after, sizeof v_after) == 0,
+              "loading an optimizer's own state into it changed the moments");
     accel_named_state lr0 = {"param_groups.0.lr", NULL, 0}; /* a schedule that ended at 0 */
     CHECK(accel_optimizer_load_state(opt2, 1, &lr0) == ACCEL_OK && accel_optimizer_get_lr(opt2, 0) == 0);
     accel_tensor_free(wrong);

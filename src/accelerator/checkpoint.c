@@ -33,6 +33,8 @@
 #include "tracking/tracking_internal.h" /* accel__write_file_atomic */
 
 #define PATHN 4096
+/* The name load_state's agreements give the other ranks' errors. */
+#define FN_LOAD_STATE "accel_accelerator_load_state"
 
 /* ---------------------------------------------------------------- files */
 
@@ -764,7 +766,7 @@ static accel_status share_verdict(accel_accelerator *acc, accel_status mine) {
     if (!s) s = accel_pg_broadcast(acc->pg, msg, sizeof msg, ACCEL_U8, 0);
     if (s) return s;
     if (acc->rank != 0 && first) mine = accel_set_error((accel_status)first, "%s (found by rank 0)", msg);
-    return accel__ranks_agree(acc, mine, "accel_accelerator_load_state");
+    return accel__ranks_agree(acc, mine, FN_LOAD_STATE);
 }
 
 /* With automatic naming: the newest complete checkpoint, as rank 0 finds it. */
@@ -808,11 +810,15 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
      * dir): once, not once per rank; the other ranks check sizes. */
     s = share_verdict(acc, check_complete(dir, acc->rank == 0 && input_dir));
     accel_progress *bar = files_bar(acc, "load_state");
+    /* Each model and optimizer ends agreed: some loads have collectives of
+     * their own (ZeRO-3's shard agreement), and a rank that stopped after a
+     * local failure met the next object's collectives of the others. */
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
         else if (!(s = refuse_foreign(dir, i)))
             s = load_model_file(path, acc->models[i].m, acc->par.size[ACCEL__MESH_PP] > 1);
+        s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
@@ -821,6 +827,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         if (!s && !sharded) s = load_file(path, &os, load_opt);
+        s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
         accel_progress_update(bar, 1);
     }
     for (int i = 0; i < acc->n_scheds && !s; i++) {
@@ -832,7 +839,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     if (!s) s = load_rank_state(acc, dir);
     accel_progress_update(bar, 1);
     accel_progress_close(bar);
-    s = agree(acc, s);
+    s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
     if (!s) {
         accel_resume_point r = resume_point(acc);
         accel__tracking_resumed(acc, dir, &r);

@@ -155,9 +155,11 @@ static const char *out_of_range(const char *field, double v, bool sgd) {
     return v >= 0 && isfinite(v) ? NULL : "must be a finite number >= 0";
 }
 
-/* The entry e of segment s: checked, and written where `apply`. */
+/* The entry e of segment s: checked, and written where `apply`; when
+ * checking, a tensor entry that is a view of s's own state (the state
+ * accel_optimizer_state handed out, loaded back) sets own[s]. */
 static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, const accel_named_state *e,
-                                       const char *field, bool apply) {
+                                       const char *field, bool apply, bool *own) {
     if (strcmp(field, "step") == 0) {
         double v;
         if (!entry_scalar(e, &v)) return accel_last_status();
@@ -177,6 +179,7 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, 
             return bad_entry(e->name, msg);
         }
         if (e->t->device.type == ACCEL_DEV_META) return bad_entry(e->name, "is on meta (it has no data)");
+        if (!apply && s->state[k] && accel__device_ptr(e->t) == accel__device_ptr(s->state[k])) own[s - opt->segs] = true;
         return apply ? accel__seg_state_load(opt, s, k, e->t) : ACCEL_OK;
     }
     return bad_entry(e->name, "unknown state for this optimizer");
@@ -207,8 +210,8 @@ static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *
     return ACCEL_OK;
 }
 
-/* Every entry of st checked, and (`apply`) written. */
-static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool apply) {
+/* Every entry of st checked (own: load_segment_entry's), and (`apply`) written. */
+static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool apply, bool *own) {
     for (int i = 0; i < n; i++) {
         const accel_named_state *e = &st[i];
         if (!e->name) return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry %d has no name", i);
@@ -224,7 +227,7 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
         }
         if ((idx = parse_indexed(e->name, "state.", &rest)) >= 0) {
             if (idx >= opt->n_segs) return bad_entry(e->name, "no such parameter in this optimizer");
-            rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply);
+            rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply, own);
         } else if ((idx = parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
             if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
             rc = load_group_entry(opt, &opt->groups[idx].h, e, rest, apply);
@@ -242,13 +245,17 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
     /* Every entry checked before anything is written: a bad one (a beta out
      * of range, a wrong size, an unknown name) leaves the optimizer's state
      * as it was, where it once found the moments already zeroed. */
-    accel_status st0 = load_entries(opt, n, st, false);
-    if (st0 != ACCEL_OK) return st0;
-    /* Segments without entries have not stepped: start them from zero. */
-    for (int i = 0; i < opt->n_segs; i++) {
+    bool *own = accel_calloc((size_t)opt->n_segs + 1, sizeof *own);
+    if (!own) return accel_last_status();
+    accel_status rc = load_entries(opt, n, st, false, own);
+    /* Segments without entries have not stepped: start them from zero. A
+     * segment whose entries are views of its own state (the optimizer's
+     * state loaded back into it) is not: zeroed first, it read its zeros. */
+    for (int i = 0; i < opt->n_segs && !rc; i++) {
         accel__segment *s = &opt->segs[i];
         s->step = 0;
-        if (accel__seg_state_zero(opt, s) != ACCEL_OK) return accel_last_status();
+        if (!own[i] && accel__seg_state_zero(opt, s) != ACCEL_OK) rc = accel_last_status();
     }
-    return load_entries(opt, n, st, true);
+    accel_free(own);
+    return rc ? rc : load_entries(opt, n, st, true, NULL);
 }
