@@ -23,6 +23,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "accelerator/accelerator_internal.h" /* accel__prepare_agree */
 #include "check.h"
 #include "refuse_band.h"
 #include "tiny_llama.h"
@@ -47,6 +48,11 @@ static void prepare_fails(accel_accelerator *acc, accel_module *m, accel_optimiz
     else snprintf(want, sizeof want, "another rank (%d) could not %s", world - 1, what);
     CHECK_MSG(strstr(accel_last_error(), want) != NULL, "rank %d: wanted \"%s\" in: %s", rank, want,
               accel_last_error());
+    /* a rank that did its part never names itself (a step agreed inside, as
+     * the ZeRO optimizer's shard, agreed again by prepare: each rank once did) */
+    char self[64];
+    snprintf(self, sizeof self, "rank %d could not", rank);
+    CHECK_MSG(refusing || !strstr(accel_last_error(), self), "rank %d blames itself: %s", rank, accel_last_error());
 }
 
 /* An accelerator of opts o over the 2 ranks of prepare_rankfail_cpu_2; NULL
@@ -58,6 +64,28 @@ static accel_accelerator *accelerator_of_two(const accel_accelerator_opts *o) {
     accel_accelerator *acc = alone ? NULL : accel_accelerator_new(o);
     CHECK_MSG(alone || acc, "%s", accel_last_error());
     return acc;
+}
+
+/* A step agreed inside another (ZeRO-3's start fills its shard and agrees,
+ * prepare agrees on the start): the failure the inner agreement gave every
+ * rank goes through the outer one as it is, so the rank that did its part
+ * names the failing one, never itself; the failing rank names its inner
+ * step. A success after it agrees to success. */
+static void test_agreement_inside_an_agreement(void) {
+    accel_accelerator *acc = accelerator_of_two(NULL);
+    if (!acc) return;
+    int rank = accel_accelerator_process_index(acc), world = accel_accelerator_num_processes(acc);
+    accel_status mine = rank == world - 1 ? accel_set_error(ACCEL_ERR_OOM, "no memory here") : ACCEL_OK;
+    accel_status st = accel__prepare_agree(acc, accel__prepare_agree(acc, mine, "do the inner step"), "do the outer step");
+    char want[128], self[64];
+    if (rank == world - 1) snprintf(want, sizeof want, "rank %d could not do the inner step", rank);
+    else snprintf(want, sizeof want, "another rank (%d) could not do the inner step", world - 1);
+    snprintf(self, sizeof self, "rank %d could not do the outer step", rank);
+    CHECK_MSG(st == ACCEL_ERR_OOM && strstr(accel_last_error(), want) && !strstr(accel_last_error(), self),
+              "rank %d: %d: %s", rank, (int)st, accel_last_error());
+    accel_clear_error();
+    CHECK(accel__prepare_agree(acc, ACCEL_OK, "do a later step") == ACCEL_OK);
+    accel_accelerator_free(acc);
 }
 
 /* ---------------------------------------------------------------- DDP and ZeRO */
@@ -525,6 +553,7 @@ static void test_every_allocation_refused_in_turn(void) {
 int main(void) {
     RUN(test_every_allocation_refused_in_turn);
     RUN(test_one_rank_loader_fails);
+    RUN(test_agreement_inside_an_agreement);
     RUN(test_one_rank_consolidation_fails);
     RUN(test_one_rank_pipeline_split_fails);
     RUN(test_user_plan_of_the_mlp_alone);

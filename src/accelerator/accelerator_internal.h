@@ -129,6 +129,11 @@ struct accel_accelerator {
     accel_device device;
     accel_pg *pg;
     int rank, world, local_rank, local_world;
+    /* the failure the last accel__prepare_agree gave every rank (status and
+     * message), so an agreement over it (a step that agreed inside, such as
+     * ZeRO-3's start, agreed again by its caller) passes it on as it is */
+    accel_status agreed_st;
+    char agreed_msg[1024];
 
     accel__model models[ACCEL__MAX_PREPARED];
     int n_models;
@@ -216,7 +221,9 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
  * collectives, would meet them there. One 4-byte all-reduce over every rank,
  * called by all of them at the same point; mine: this rank's status. The
  * failing rank keeps its message and adds `what` it could not do; the
- * others get its status and "another rank (r) could not <what>". */
+ * others get its status and "another rank (r) could not <what>". A `mine`
+ * that is the failure an earlier agreement gave (acc->agreed_*) is passed
+ * on unchanged: every rank has one then, and each would name itself. */
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);

@@ -143,19 +143,30 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     return accel__first_error_return(&first);
 }
 
+/* st with its message (the last error) kept as the failure every rank was given. */
+static accel_status agreed(accel_accelerator *acc, accel_status st) {
+    acc->agreed_st = st;
+    snprintf(acc->agreed_msg, sizeof acc->agreed_msg, "%s", st ? accel_last_error() : "");
+    return st;
+}
+
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
     if (acc->world == 1) return mine;
     char why[512];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
+    bool passed_on = mine && mine == acc->agreed_st && !strcmp(accel_last_error(), acc->agreed_msg);
     /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
     int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
     accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
-    if (st) return st;
+    if (st) return agreed(acc, st);
+    if (passed_on) return mine;
     /* its own failure, whatever the collective left, and the step it stopped */
-    if (mine) return accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's prepare "
-                                     "fails: %s", acc->rank, what, why);
-    return v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) could not %s "
-                               "(its error is reported there)", (v >> 8) - 1, what) : ACCEL_OK;
+    if (mine)
+        return agreed(acc, accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's "
+                                           "prepare fails: %s", acc->rank, what, why));
+    return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) "
+                                           "could not %s (its error is reported there)", (v >> 8) - 1, what)
+                         : ACCEL_OK);
 }
 
 /* Placement, before any of the prepare's collectives: the ranks that placed
