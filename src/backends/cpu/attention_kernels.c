@@ -219,7 +219,6 @@ static void chunks_to_rows(float *rows, int64_t ld, const float *cm, int64_t nq,
     }
 }
 
-
 /* Floats that n elements of dtype dt take (scratch is counted in floats). */
 static int64_t floats_of(accel_dtype dt, int64_t n) {
     return ((int64_t)accel_dtype_size(dt) * n + 3) / 4;

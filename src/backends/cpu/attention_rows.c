@@ -41,19 +41,11 @@ static inline int64_t row_span(const accel__score_block *b, int64_t n) {
  * dense [rows, c] matrix at element rows j): one pass while the row is in
  * L1. mul = 1 leaves every value as it is (a NaN quieted, as the rounding
  * quiets it anyway). */
-ACCEL__VEC_MATH static void row_round(const accel__score_block *b, int64_t r, const float *row, float mul) {
+static void row_round(const accel__score_block *b, int64_t r, const float *row, float mul) {
     size_t es = accel_dtype_size(b->dt);
     for (int64_t j = 0; j < b->kend; j += b->chunk) {
         int64_t c = b->kend - j < b->chunk ? b->kend - j : b->chunk;
-        void *dst = (char *)b->lp + (size_t)(b->rows * j + r * c) * es;
-        const float *src = row + j;
-        if (b->dt == ACCEL_BF16) {
-            uint16_t *d = dst;
-#pragma omp simd
-            for (int64_t i = 0; i < c; i++) d[i] = accel__bf16_bits(src[i] * mul);
-        } else {
-            accel__cpu_from_f32_scaled(dst, b->dt, src, mul, c);
-        }
+        accel__cpu_from_f32_scaled((char *)b->lp + (size_t)(b->rows * j + r * c) * es, b->dt, row + j, mul, c);
     }
 }
 
