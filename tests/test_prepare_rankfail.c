@@ -168,21 +168,16 @@ static void test_one_rank_buffers_fail(void) {
 
 /* ---------------------------------------------------------------- tensor parallelism */
 
-/* A Llama whose embedding (vocab 4096 x 64) and MLP weights (4096 x 64)
- * are cut, at tp 2, into slices of 512 KiB, the plan's only allocations of
- * that size: the embedding first, then each layer's gate, up and down. */
+/* The tiny Llama widened: its embedding (vocab 4096 x 64) and MLP weights
+ * (4096 x 64) are cut, at tp 2, into slices of 512 KiB, the plan's only
+ * allocations of that size: the embedding first, then each layer's gate,
+ * up and down. */
 static accel_module *wide_llama(void) {
     accel_manual_seed(5);
-    accel_llama_config c = accel_llama_config_default();
+    accel_llama_config c = tiny_llama_config();
     c.vocab_size = 4096;
     c.hidden_size = 64;
     c.intermediate_size = 4096;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.max_position_embeddings = 16;
-    c.tie_word_embeddings = true;
-    c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 

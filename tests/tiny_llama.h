@@ -10,11 +10,8 @@
 
 #include "accel/accel.h"
 
-/* The same tiny model as another family of the architecture table:
- * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
- * logits, query_pre_attn_scalar 8), "granite" (its four multipliers). */
-static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
-    accel_manual_seed(seed);
+/* The tiny model's config (a test may widen it: tests/test_prepare_rankfail.c). */
+static inline accel_llama_config tiny_llama_config(void) {
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 40;
     c.hidden_size = 16;
@@ -25,6 +22,15 @@ static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
     c.max_position_embeddings = 16;
     c.tie_word_embeddings = true;
     c.torch_dtype = ACCEL_F32;
+    return c;
+}
+
+/* The same tiny model as another family of the architecture table:
+ * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
+ * logits, query_pre_attn_scalar 8), "granite" (its four multipliers). */
+static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
+    accel_manual_seed(seed);
+    accel_llama_config c = tiny_llama_config();
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
     if (!strcmp(model_type, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
