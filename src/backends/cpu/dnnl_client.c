@@ -20,9 +20,10 @@ accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_
              : missing("accel__dnnl_gemm");
 }
 
-accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes) {
+accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes,
+                                       accel__pair_layout *pairs) {
     const accel__dnnl_hooks *h = dnnl();
-    return h ? h->weight_layout(dt, trans_b, N, K, bytes) : missing("accel__dnnl_weight_layout");
+    return h ? h->weight_layout(dt, trans_b, N, K, bytes, pairs) : missing("accel__dnnl_weight_layout");
 }
 
 accel_status accel__dnnl_weight_pack(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void *dst) {

@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/openblas_core.h"
 #include "backends/cpu/openblas_lazy.h"
+#include "backends/cpu/pair_pack.h"
 
 #include <limits.h>
 #include <omp.h>
@@ -759,8 +760,14 @@ void accel__gemm_form_set_timer(accel__gemm_form_timer fn, void *ctx) {
  * N = cols). */
 static accel_status fill_dnnl_form(accel_tensor *dst, accel_tensor *src, const accel__form_key *key) {
     bool nt = key->kind == ACCEL__FORM_DNNL_NT;
-    int64_t rows = src->shape[0], cols = src->shape[1];
-    accel_status st = accel__dnnl_weight_pack(key->dt, nt, nt ? rows : cols, nt ? cols : rows, src->data, dst->data);
+    int64_t rows = src->shape[0], cols = src->shape[1], N = nt ? rows : cols, K = nt ? cols : rows;
+    size_t bytes;
+    accel__pair_layout pairs;
+    accel_status st = accel__dnnl_weight_layout(key->dt, nt, N, K, &bytes, &pairs);
+    if (st == ACCEL_OK && pairs.k_block && accel__pair_pack_enabled())
+        accel__pair_pack(&pairs, nt, N, K, src->data, dst->data);
+    else if (st == ACCEL_OK)
+        st = accel__dnnl_weight_pack(key->dt, nt, N, K, src->data, dst->data);
     accel__tensor_written(dst);
     return st;
 }
@@ -792,7 +799,7 @@ static int cmp_seconds(const void *a, const void *b) {
  * (no layout, or a matmul that reads it only with the reference loop). */
 static bool form_time(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double t[2]) {
     size_t bytes;
-    if (accel__dnnl_weight_layout(ACCEL_F32, tb, N, K, &bytes) != ACCEL_OK || !bytes) return false;
+    if (accel__dnnl_weight_layout(ACCEL_F32, tb, N, K, &bytes, NULL) != ACCEL_OK || !bytes) return false;
     float *A = calloc((size_t)(M * K), sizeof(float)), *B = calloc((size_t)(K * N), sizeof(float));
     float *C = calloc((size_t)(M * N), sizeof(float));
     void *P = calloc(bytes, 1);
@@ -860,7 +867,7 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
     if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
         return false;
     size_t bytes;
-    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes);
+    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes, NULL);
     /* none (oneDNN reads W as it is stored: gemm:jit's plain [K, N] on
      * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
      * AVX-512 past an N or K that is no multiple of them), which would not

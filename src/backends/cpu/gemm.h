@@ -373,6 +373,17 @@ accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_
                               float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
                               void *C, accel_dtype c_dt, int64_t ldc);
 
+/* A weight layout of oneDNN's for 16-bit op(B) [K, N] whose innermost
+ * block holds pairs of consecutive rows k (the layouts of its AVX512-BF16
+ * and AMX kernels, e.g. BA16a64b2a): blocks of k_block x n_block elements,
+ * each laid out [k_block / 2][n_block][2], block (kb, nb) starting at
+ * element kb * k_stride + nb * n_stride. k_block 0: the layout is not of
+ * that kind, or pads K or N (not multiples of the blocks). accel packs
+ * these itself (pair_pack.h). */
+typedef struct accel__pair_layout {
+    int64_t k_block, n_block, k_stride, n_stride;
+} accel__pair_layout;
+
 /* Weights in oneDNN's layout. The layout of op(B) [K, N] of dtype dt (B
  * stored dense, [N, K] when trans_b) is the one oneDNN's matmul picks for
  * its weights ("format any") on a 1024-row matmul, chosen at its first use
@@ -381,8 +392,11 @@ accel_status accel__dnnl_gemm(accel_dtype dt, bool trans_a, bool trans_b, int64_
  * Its size in bytes into *bytes; 0 where there is none to pack into: the
  * plain layout B is stored in is the one oneDNN wants (f32 NN on AVX2:
  * gemm:jit reads plain matrices), oneDNN has only its reference loop, or the
- * table of primitives is full. ACCEL_OK or an error (OOM, the engine). */
-accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes);
+ * table of primitives is full. *pairs (when not NULL): the layout where it is
+ * a pair layout accel packs itself, else k_block 0. ACCEL_OK or an error
+ * (OOM, the engine). */
+accel_status accel__dnnl_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes,
+                                       accel__pair_layout *pairs);
 
 /* Reorders the dense B into dst (accel__dnnl_weight_layout's bytes, which
  * must be non-zero). */

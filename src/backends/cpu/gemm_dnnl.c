@@ -61,6 +61,7 @@ typedef struct dnnl_entry {
     dnnl_memory_desc_t a_md, b_md, c_md; /* op(A), op(B) as stored (plain), C */
     dnnl_memory_desc_t w_md;             /* op(B) in the weight layout (all kinds but KIND_MATMUL) */
     size_t layout_bytes;                 /* KIND_LAYOUT: w_md's size; 0 when w_md is b_md's layout */
+    accel__pair_layout pairs;            /* KIND_LAYOUT: w_md as a pair layout (gemm.h), or k_block 0 */
     size_t scratch_bytes;
     char impl[64]; /* oneDNN's implementation name, e.g. "brg:avx512_core_amx" */
 } dnnl_entry;
@@ -212,6 +213,25 @@ static dnnl_status_t matmul_create(dnnl_entry *e, const dnnl_memory_desc_t *w, f
     return s;
 }
 
+/* The blocked 16-bit layout md of op(B) [K, N] as a pair layout (gemm.h):
+ * innermost blocks (k / 2, n, 2 k), no padding, nothing extra (oneDNN's
+ * compensation buffers of int8 weights); else k_block 0. */
+static accel__pair_layout pair_layout_of(const dnnl_memory_desc_t *md, int64_t K, int64_t N) {
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    accel__pair_layout none = {0, 0, 0, 0};
+    if (md->format_kind != dnnl_blocked || md->ndims != 2 || md->offset0 != 0 || md->extra.flags != 0 ||
+        (md->data_type != dnnl_bf16 && md->data_type != dnnl_f16))
+        return none;
+    if (b->inner_nblks != 3 || b->inner_idxs[0] != 0 || b->inner_idxs[1] != 1 || b->inner_idxs[2] != 0 ||
+        b->inner_blks[2] != 2)
+        return none;
+    accel__pair_layout l = {b->inner_blks[0] * 2, b->inner_blks[1], b->strides[0], b->strides[1]};
+    if (md->padded_dims[0] != K || md->padded_dims[1] != N || l.k_block <= 0 || l.n_block <= 0 || K % l.k_block ||
+        N % l.n_block)
+        return none;
+    return l;
+}
+
 /* The weight layout of e's (dtype, trans_b, N, K): the weights descriptor
  * of a LAYOUT_M-row matmul created with weights "any". None (layout_bytes
  * 0, success) when oneDNN has no such matmul but its reference loop, or
@@ -230,8 +250,10 @@ static dnnl_status_t layout_create(dnnl_entry *e) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(e->impl, sizeof e->impl, "%s", impl);
     e->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    if (!reference_impl(impl) && !dnnl_memory_desc_equal(&e->w_md, &e->b_md))
+    if (!reference_impl(impl) && !dnnl_memory_desc_equal(&e->w_md, &e->b_md)) {
         e->layout_bytes = dnnl_memory_desc_get_size(&e->w_md);
+        e->pairs = pair_layout_of(&e->w_md, e->key.K, e->key.N);
+    }
     dnnl_primitive_desc_destroy(pd);
     return dnnl_success;
 }
@@ -540,11 +562,14 @@ static accel_status layout_get(accel_dtype dt, bool trans_b, int64_t N, int64_t 
     return ACCEL_OK;
 }
 
-accel_status accel__onednn_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes) {
+accel_status accel__onednn_weight_layout(accel_dtype dt, bool trans_b, int64_t N, int64_t K, size_t *bytes,
+                                         accel__pair_layout *pairs) {
     const dnnl_entry *lay;
     *bytes = 0;
+    if (pairs) *pairs = (accel__pair_layout){0, 0, 0, 0};
     accel_status st = layout_get(dt, trans_b, N, K, &lay);
     if (st == ACCEL_OK && lay) *bytes = lay->layout_bytes;
+    if (st == ACCEL_OK && lay && pairs) *pairs = lay->pairs;
     return st;
 }
 
