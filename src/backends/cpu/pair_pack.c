@@ -11,8 +11,12 @@
  * step wrote it, so its stores bypass the caches (SSE2's streaming stores,
  * x86-64's baseline): a store that allocates its line first reads it from
  * memory, which doubled the pass's traffic (docs/cpu.md "Packing the
- * weights"). Where a block's rows are not 16-byte aligned or its sizes not
- * multiples of 8, and off x86, the words are stored one by one. */
+ * weights"). The transposed blocks are made in a buffer first (in order,
+ * then streamed whole); the interleaved ones are streamed as made. Where a
+ * block's rows are not 16-byte aligned, its sizes not multiples of 8 or
+ * (transposed) it exceeds the buffer, and off x86, the elements are stored
+ * one by one. One thread: on 2 cores two threads' streams were no faster
+ * (the pass is bound by its stores); not measured on more. */
 #include "backends/cpu/pair_pack.h"
 
 #include <stdatomic.h>
@@ -21,7 +25,8 @@
 #include <emmintrin.h>
 #endif
 
-/* The largest block streamed (oneDNN's are 32 x 64 elements: 4 KiB). */
+/* The largest block made in a buffer and streamed, in words (16 KiB;
+ * oneDNN's blocks are 32 x 64 elements: 1024 words). */
 enum { STREAM_TILE_WORDS = 4096 };
 
 static atomic_bool g_enabled = true;
@@ -49,14 +54,14 @@ static void block_transposed(const accel__pair_layout *l, int64_t K, const uint1
     }
 }
 
-/* Block (kb, nb) of op(B) = B, B [K, N]: out[j][n] = B[k0 + 2j][n0 + n] | B[k0 + 2j + 1][n0 + n] << 16. */
+/* Block (kb, nb) of op(B) = B, B [K, N]: element pair (j, n) = B[k0 + 2j][n0 + n], B[k0 + 2j + 1][n0 + n]. */
 static void block_plain(const accel__pair_layout *l, int64_t N, const uint16_t *B, int64_t kb, int64_t nb,
                         uint32_t *out) {
     int64_t jn = l->k_block / 2, bn = l->n_block;
     for (int64_t j = 0; j < jn; j++) {
         const uint16_t *r0 = B + (kb * l->k_block + 2 * j) * N + nb * bn, *r1 = r0 + N;
-        uint32_t *o = out + j * bn;
-        for (int64_t n = 0; n < bn; n++) o[n] = (uint32_t)r0[n] | (uint32_t)r1[n] << 16;
+        uint16_t *o = (uint16_t *)(void *)(out + j * bn);
+        for (int64_t n = 0; n < bn; n++) o[2 * n] = r0[n], o[2 * n + 1] = r1[n];
     }
 }
 
