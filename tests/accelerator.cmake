@@ -139,6 +139,13 @@ if(TARGET accel_cli)
   # Another local step of prepare failing on one rank alone (the flat buffers, ZeRO's shards, the tp plan's cuts):
   # likewise.
   accel_launch2_test(prepare_rankfail_cpu_2 test_prepare_rankfail OFF)
+  # A pipeline whose stages hold different buffers, its weights' broadcast staged (hostless): the staged
+  # broadcast's agreements are each data-parallel group's, so prepare succeeds and a step runs.
+  add_test(NAME pipeline_staged_hostless_4
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 4 $<TARGET_FILE:test_pipeline_staged>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(pipeline_staged_hostless_4 PROPERTIES TIMEOUT 90 ENVIRONMENT
+                       "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
 endif()
 
 # The fine-tune guide's example: a Hugging Face directory fine-tuned under DDP and FSDP, saved, generated from.

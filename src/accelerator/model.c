@@ -61,20 +61,56 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
 
 /* ---------------------------------------------------------------- prepare */
 
+/* st with its message (the last error) kept as the failure every rank was given. */
+static accel_status agreed(accel_accelerator *acc, accel_status st) {
+    acc->agreed_st = st;
+    snprintf(acc->agreed_msg, sizeof acc->agreed_msg, "%s", st ? accel_last_error() : "");
+    return st;
+}
+
+/* accel__prepare_agree over the ranks of pg (acc->pg, or a group whose
+ * ranks all reach the same agreements: the others learn of its failure at
+ * their next agreement over every rank). */
+static accel_status agree_on(accel_accelerator *acc, accel_pg *pg, accel_status mine, const char *what) {
+    if (accel_pg_size(pg) == 1) return mine;
+    char why[512];
+    snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
+    bool passed_on = mine && mine == acc->agreed_st && !strcmp(accel_last_error(), acc->agreed_msg);
+    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
+    int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
+    accel_status st = accel_pg_all_reduce(pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+    if (st) return agreed(acc, st);
+    if (passed_on) return mine;
+    /* its own failure, whatever the collective left, and the step it stopped */
+    if (mine)
+        return agreed(acc, accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's "
+                                           "prepare fails: %s", acc->rank, what, why));
+    return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) "
+                                           "could not %s (its error is reported there)", (v >> 8) - 1, what)
+                         : ACCEL_OK);
+}
+
+accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
+    return acc->world == 1 ? mine : agree_on(acc, acc->pg, mine, what);
+}
+
 /* accel__staged_broadcast of t from its data-parallel rank 0, its local
- * steps agreed on every rank where t is staged (a device's memory the group
- * cannot read): its host copy before the broadcast (a rank that could not
- * make it left the others in the broadcast) and the copy back after it (a
- * rank that could not write it back was left with other weights). */
+ * steps agreed on every rank of the broadcast where t is staged (a device's
+ * memory the group cannot read): its host copy before the broadcast (a rank
+ * that could not make it left the others in the broadcast) and the copy
+ * back after it (a rank that could not write it back was left with other
+ * weights). Agreed over the data-parallel group, whose ranks hold the same
+ * tensors: a pipeline's stages hold different ones (buffers, dtypes), so
+ * over every rank the agreements of one stage met another's collectives. */
 static accel_status broadcast_agreed(accel_accelerator *acc, accel_tensor *t) {
     if (!accel__needs_staging(t->device)) return accel__staged_broadcast(acc->dp_pg, t, 0);
     void *host = accel__stage_to_host(t, NULL, true);
-    accel_status st = accel__prepare_agree(acc, host ? ACCEL_OK : accel_last_status(),
-                                           "copy the weights to host memory for their broadcast");
+    accel_status st = agree_on(acc, acc->dp_pg, host ? ACCEL_OK : accel_last_status(),
+                               "copy the weights to host memory for their broadcast");
     if (st) return host ? accel__stage_end(t, host, st, false, true) : st;
     st = accel__stage_end(t, host, accel_pg_broadcast(acc->dp_pg, host, (size_t)accel_numel(t), t->dtype, 0), true,
                           true);
-    return accel__prepare_agree(acc, st, "copy the broadcast weights back to the device");
+    return agree_on(acc, acc->dp_pg, st, "copy the broadcast weights back to the device");
 }
 
 /* Every rank starts from its data-parallel rank 0's parameters and buffers
@@ -143,32 +179,6 @@ static accel_status place_model(accel_accelerator *acc, accel_module *m) {
     return accel__first_error_return(&first);
 }
 
-/* st with its message (the last error) kept as the failure every rank was given. */
-static accel_status agreed(accel_accelerator *acc, accel_status st) {
-    acc->agreed_st = st;
-    snprintf(acc->agreed_msg, sizeof acc->agreed_msg, "%s", st ? accel_last_error() : "");
-    return st;
-}
-
-accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
-    if (acc->world == 1) return mine;
-    char why[512];
-    snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
-    bool passed_on = mine && mine == acc->agreed_st && !strcmp(accel_last_error(), acc->agreed_msg);
-    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
-    int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
-    accel_status st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
-    if (st) return agreed(acc, st);
-    if (passed_on) return mine;
-    /* its own failure, whatever the collective left, and the step it stopped */
-    if (mine)
-        return agreed(acc, accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's "
-                                           "prepare fails: %s", acc->rank, what, why));
-    return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) "
-                                           "could not %s (its error is reported there)", (v >> 8) - 1, what)
-                         : ACCEL_OK);
-}
-
 /* Placement, before any of the prepare's collectives: the ranks that placed
  * keep their model on the device (a retry leaves it). */
 static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
@@ -211,7 +221,8 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     st = pm->strat->layout(acc, pm);
     if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
     st = accel__prepare_agree(acc, st, "lay out the model's parameters, gradients and shards");
-    if (!st && pm->ddp) st = broadcast_weights(acc, pm);
+    /* the broadcast agrees over each data-parallel group: here every rank learns how the others' went */
+    if (!st && pm->ddp) st = accel__prepare_agree(acc, broadcast_weights(acc, pm), "broadcast the weights");
     if (!st) st = accel__prepare_agree(acc, pm->strat->start(acc, pm), "start the model's strategy (its buckets, "
                                        "shards or hooks)"); /* after the autocast hook: stage 3 chains to it */
     return st ? undo_prepare(acc, pm, st) : ACCEL_OK;
