@@ -20,7 +20,10 @@ if not rows:
     sys.exit("idle_trace: no events recorded")
 tids = collections.Counter(r[1] for r in rows)
 main = min(tids)  # the process's first thread runs the step
-workers = set(tids) - {main}
+# the threads that ran in the recording (a cpu-clock sample): a thread of
+# the process that never runs (an idle helper) would count as asleep
+# throughout
+workers = {r[1] for r in rows if r[2].startswith("cpu-clock")} - {main}
 
 in_region = False
 entered = returned = None
@@ -64,7 +67,7 @@ for t, tid, ev, rest in rows:
         state = re.search(r"prev_state=(\S+)", rest).group(1)
         if prev in workers and state.startswith("S") and prev not in asleep:
             asleep[prev] = (t, in_region)
-    elif ev == "sched:sched_wakeup":
+    elif ev == "sched:sched_waking":
         woken = int(re.search(r"\bpid=(\d+)", rest).group(1))
         if woken in asleep:
             close_sleep(woken, t)

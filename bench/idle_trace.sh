@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Where the second core idles in a Llama training step: uprobes on libgomp's
 # GOMP_parallel (entry and return: every OpenMP region of accel's kernels and
-# of oneDNN's, which share the one pool), the scheduler's switch and wake-up
-# events of the process, and a cpu-clock sample of its threads, recorded by
+# of oneDNN's, which share the one pool), the scheduler's switch and waking
+# events of the process (sched_waking fires in the waker's context, so the
+# recording of the process sees its threads wake each other), and a
+# cpu-clock sample of its threads, recorded by
 # perf over the timed steps of bench_llama_step (attached once its warm-up
 # steps have printed), then summed by bench/idle_trace.py:
 #
@@ -38,7 +40,7 @@ perf probe -q -x "$gomp" -a GOMP_parallel%return
 . "$here/perf_steps.sh"
 # the sampling rate on cpu-clock alone: a global -F would sample the
 # tracepoints too, dropping most of the switches and wake-ups
-perf_timed_steps "$bin" "$args" -e 'probe_libgomp:*' -e sched:sched_switch -e sched:sched_wakeup \
+perf_timed_steps "$bin" "$args" -e 'probe_libgomp:*' -e sched:sched_switch -e sched:sched_waking \
     -e 'cpu-clock/freq=1999/'
 grep -E "^(CPU|ISA|step|split_ms)" "$out/log" || true
 echo "load average (1 min) at the first timed step: $timed_load, at the end: $(cut -d' ' -f1 /proc/loadavg)"
