@@ -207,10 +207,11 @@ static accel_status zero12_zero_grad(accel_accelerator *acc, accel__model *pm) {
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
-        if (b->n) st = accel_zero_(accel__flat_view(&h, b, b->grads, 0, b->numel));
+        /* read next by the next backward, a forward later: out of the caches */
+        if (b->n) st = accel__zero_cold_(accel__flat_view(&h, b, b->grads, 0, b->numel));
     }
     accel_tensor h;
-    if (!st && zm->zgrad) st = accel_zero_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
+    if (!st && zm->zgrad) st = accel__zero_cold_(shard_view(&h, pm, zm->zgrad, 0, zm->zn));
     return st;
 }
 

@@ -60,6 +60,12 @@ typedef struct accel_backend_mem {
     void (*step_reset)(int index);
     /* n bytes of device memory at p set to `byte`. Required. */
     accel_status (*memset)(int index, void *p, int byte, size_t n);
+    /* n bytes at p set to zero that are next read long after (the
+     * gradients between steps: accel__zero_cold_), in a way that leaves
+     * them out of the caches (the cpu: streaming stores, where a store that
+     * allocates its line first reads it from memory). Optional: NULL means
+     * memset. */
+    accel_status (*memset_cold)(int index, void *p, size_t n);
     /* Synchronous copies: host -> device, device -> host, and device -> device
      * within this backend (src on device src_index, dst on dst_index). On an
      * asynchronous device they wait for the thread's current stream. Required. */

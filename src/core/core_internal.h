@@ -40,6 +40,10 @@ void *accel__elem_ptr(const accel_tensor *t, int64_t i);
 /* Copies n bytes from src on device `from` to dst on device `to` (any two
  * registered devices; contiguous bytes), through their backends. */
 accel_status accel__copy_bytes(accel_device to, void *dst, accel_device from, const void *src, size_t n);
+/* accel_zero_ of t, whose zeros are next read long after (the gradients
+ * between an optimizer step and the next backward): through its backend's
+ * memset_cold where t is contiguous and the backend has one. */
+accel_status accel__zero_cold_(accel_tensor *t);
 /* A tensor header over caller memory `data` on dev, initialised in place (a
  * stack header for a kernel call on a raw buffer: nothing is allocated). */
 void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,

@@ -780,6 +780,15 @@ accel_status accel_fill_(accel_tensor *t, double v) {
     return st;
 }
 
+accel_status accel__zero_cold_(accel_tensor *t) {
+    if (!accel_tensor_check(t, "accel_zero_", "t")) return accel_last_status();
+    const accel_backend *be = t->device.type == ACCEL_DEV_META ? NULL : accel__backend_of(t->device);
+    if (!be || !be->mem.memset_cold || !accel_is_contiguous(t)) return accel_zero_(t);
+    accel_status st = be->mem.memset_cold(t->device.index, t->data, accel_nbytes(t));
+    accel__tensor_written(t);
+    return st;
+}
+
 accel_status accel_zero_(accel_tensor *t) {
     if (!accel_tensor_check(t, "accel_zero_", "t")) return accel_last_status();
     if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;

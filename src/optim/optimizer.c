@@ -335,7 +335,8 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;
         accel__seg_tensors(&opt->segs[i], &p, &g);
-        if (g) accel_zero_(g);
+        /* read next by the next backward, a forward later: out of the caches */
+        if (g) accel__zero_cold_(g);
     }
     return ACCEL_OK;
 }

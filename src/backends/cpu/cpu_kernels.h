@@ -67,6 +67,8 @@ static inline int64_t accel__bcast_offset(int ndim, const int64_t *shape, const 
 
 /* dst = src: same dtype and shape, any strides on both sides. */
 void accel__cpu_copy(accel_tensor *dst, const accel_tensor *src);
+/* n bytes at p set to zero with stores that bypass the caches (stream_zero.c). */
+void accel__cpu_zero_streamed(void *p, size_t n);
 /* Copies src (any strides, any dtype) into the contiguous buffer dst of the
  * same dtype. */
 void accel__cpu_copy_strided(void *dst, const accel_tensor *src);
