@@ -4,7 +4,9 @@
  *     alignment of the start (the unaligned head, the streamed body, the
  *     tail) and sizes around the 16-byte stores and the 64-byte minimum;
  *   - a tensor, a contiguous view at an odd offset (only its elements), a
- *     strided view (accel_zero_'s fill: only its elements), an empty one;
+ *     strided view (accel_zero_'s fill: only its elements), an empty one, a
+ *     tensor past the cpu's 1 MiB threshold (a view at an odd offset in it);
+ *   - accel__cpu_zero_streamed of nothing at NULL;
  *   - an optimizer's zero_grad zeroes every gradient it holds. */
 #include "accel/accel.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -58,10 +60,19 @@ static void test_tensors(void) {
     accel_tensor *empty = accel_slice(t, 0, 3, 3, 1);
     CHECK(empty && accel__zero_cold_(empty) == ACCEL_OK);
     CHECK(accel__zero_cold_(t) == ACCEL_OK && all_equal(v, 37 * 29, 0.0f));
+    /* 1.2 MiB of rows 1..: streamed (the cpu's threshold is 1 MiB) */
+    accel_tensor *big = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){301, 1027}, ACCEL_CPU_DEVICE);
+    CHECK(big && accel_fill_(big, 1.0) == ACCEL_OK);
+    accel_tensor *rows = accel_slice(big, 0, 1, 301, 1);
+    CHECK(rows && accel__zero_cold_(rows) == ACCEL_OK);
+    const float *bv = big->data;
+    CHECK(all_equal(bv, 1027, 1.0f) && all_equal(bv + 1027, 300 * 1027, 0.0f));
+    accel__cpu_zero_streamed(NULL, 0);
     CHECK(accel__zero_cold_(NULL) != ACCEL_OK); /* the tensor checks of accel_zero_ */
     accel_clear_error();
     accel_step_reset();
     accel_tensor_free(t);
+    accel_tensor_free(big);
 }
 
 static void test_zero_grad(void) {

@@ -129,11 +129,15 @@ struct accel_accelerator {
     accel_device device;
     accel_pg *pg;
     int rank, world, local_rank, local_world;
-    /* the failure the last accel__prepare_agree gave every rank (status and
-     * message), so an agreement over it (a step that agreed inside, such as
-     * ZeRO-3's start, agreed again by its caller) passes it on as it is */
+    /* the failure the last agreement of prepare gave this rank (status,
+     * message, and the rank it names: its own, or the failing one), so an
+     * agreement over it (a step that agreed inside, such as ZeRO-3's start
+     * or a data-parallel group's staged broadcast, agreed again by its
+     * caller over every rank) passes it on as it is, naming that rank to
+     * the ranks that learn of it only there */
     accel_status agreed_st;
     char agreed_msg[1024];
+    int agreed_rank;
 
     accel__model models[ACCEL__MAX_PREPARED];
     int n_models;
@@ -223,7 +227,8 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
  * failing rank keeps its message and adds `what` it could not do; the
  * others get its status and "another rank (r) could not <what>". A `mine`
  * that is the failure an earlier agreement gave (acc->agreed_*) is passed
- * on unchanged: every rank has one then, and each would name itself. */
+ * on unchanged, naming the rank that failed: the ranks of that agreement
+ * would each name themselves otherwise. */
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);

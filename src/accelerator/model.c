@@ -61,9 +61,11 @@ static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) 
 
 /* ---------------------------------------------------------------- prepare */
 
-/* st with its message (the last error) kept as the failure every rank was given. */
-static accel_status agreed(accel_accelerator *acc, accel_status st) {
+/* st with its message (the last error) and the rank it names kept as the
+ * failure this agreement gave. */
+static accel_status agreed(accel_accelerator *acc, accel_status st, int rank) {
     acc->agreed_st = st;
+    acc->agreed_rank = rank;
     snprintf(acc->agreed_msg, sizeof acc->agreed_msg, "%s", st ? accel_last_error() : "");
     return st;
 }
@@ -76,18 +78,20 @@ static accel_status agree_on(accel_accelerator *acc, accel_pg *pg, accel_status 
     char why[512];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
     bool passed_on = mine && mine == acc->agreed_st && !strcmp(accel_last_error(), acc->agreed_msg);
-    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to the others */
-    int32_t v = mine ? (int32_t)((acc->rank + 1) << 8 | (int)mine) : 0;
+    /* (rank + 1) << 8 | status: a failing rank, the highest, names itself to
+     * the others (a failure passed on names the rank it came from) */
+    int named = passed_on ? acc->agreed_rank : acc->rank;
+    int32_t v = mine ? (int32_t)((named + 1) << 8 | (int)mine) : 0;
     accel_status st = accel_pg_all_reduce(pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
-    if (st) return agreed(acc, st);
+    if (st) return agreed(acc, st, acc->rank);
     if (passed_on) return mine;
     /* its own failure, whatever the collective left, and the step it stopped */
     if (mine)
         return agreed(acc, accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's "
-                                           "prepare fails: %s", acc->rank, what, why));
+                                           "prepare fails: %s", acc->rank, what, why), acc->rank);
     return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) "
                                            "could not %s (its error is reported there)", (v >> 8) - 1, what)
-                         : ACCEL_OK);
+                         : ACCEL_OK, (v >> 8) - 1);
 }
 
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {

@@ -122,11 +122,13 @@ static accel_status cpu_memset(int index, void *p, int byte, size_t n) {
     return ACCEL_OK;
 }
 
-/* memset_cold: 16-byte streaming stores (SSE2, x86-64's baseline) between
- * an unaligned head and tail; elsewhere memset. */
+/* memset_cold: streamed (stream_zero.c) from 1 MiB, about half a core's L2
+ * here: a small model's gradients, which an ordinary memset leaves in the
+ * caches for the next backward, keep memset. */
 static accel_status cpu_memset_cold(int index, void *p, size_t n) {
     (void)index;
-    accel__cpu_zero_streamed(p, n);
+    if (n >= ((size_t)1 << 20)) accel__cpu_zero_streamed(p, n);
+    else if (n) memset(p, 0, n);
     return ACCEL_OK;
 }
 

@@ -16,6 +16,7 @@
 #include "cpu_kernels.h"
 
 void accel__cpu_zero_streamed(void *p, size_t n) {
+    if (!n) return; /* p may be NULL then (an empty tensor's) */
     char *c = p;
 #ifdef __SSE2__
     size_t head = (size_t)(-(uintptr_t)c % 16);
