@@ -492,6 +492,77 @@ static void test_save_state_into_link(void) {
     run_free(A, &a);
 }
 
+/* A copy of every parameter of m (f32, on the cpu), to compare after. */
+static float *params_copy(accel_module *m, int64_t *n_out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
+    float *out = malloc(sizeof(float) * (size_t)(total ? total : 1)), *p = out;
+    for (int i = 0; i < n && out; i++) {
+        memcpy(p, ps[i]->data, sizeof(float) * (size_t)accel_numel(ps[i]));
+        p += accel_numel(ps[i]);
+    }
+    accel_free(ps);
+    *n_out = total;
+    return out;
+}
+
+static bool params_equal(accel_module *m, const float *was, int64_t n) {
+    int64_t k;
+    float *now = params_copy(m, &k);
+    bool same = now && k == n && memcmp(now, was, sizeof(float) * (size_t)n) == 0;
+    free(now);
+    return same;
+}
+
+static accel_module *mlp(int64_t in, int64_t hidden, int64_t out, uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_module *l[3] = {accel_linear_new(in, hidden, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_silu_module_new(),
+                          accel_linear_new(hidden, out, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    return accel_sequential_new(3, l);
+}
+
+/* A checkpoint of other models (an unlucky user's: another config's
+ * directory): load_state fails naming the tensor that does not fit, and no
+ * weight of any model changes: not the model before it in the checkpoint,
+ * which fits, nor the tensors of the failing model before the one that does
+ * not (both were loaded before the failure was found). */
+static void test_load_of_other_models_changes_nothing(void) {
+    accel_module *a = mlp(3, 6, 1, 3), *b = mlp(2, 4, 2, 4);
+    CHECK(accel_accelerator_prepare(A, a, b) == ACCEL_OK);
+    /* under automatic naming the directory is the next checkpoint_<n> instead: dir says which */
+    char given[300], dir[512];
+    snprintf(given, sizeof given, "%s/other_models", DIR_);
+    CHECK_MSG(accel_accelerator_save_state(A, given, dir, sizeof dir) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    /* the same first model (other values); the second's last layer 4 -> 3 outputs */
+    accel_module *a2 = mlp(3, 6, 1, 5), *b2 = mlp(2, 4, 3, 6);
+    CHECK(accel_accelerator_prepare(A, a2, b2) == ACCEL_OK);
+    int64_t na, nb;
+    float *wa = params_copy(a2, &na), *wb = params_copy(b2, &nb);
+    accel_status st = accel_accelerator_load_state(A, dir, NULL);
+    CHECK_MSG(st == ACCEL_ERR_FORMAT, "load_state -> %d: %s", (int)st, accel_last_error());
+    CHECK_STR_CONTAINS(accel_last_error(), "model_1.safetensors: 2.weight does not fit: [2, 4] in the file, the model's [3, 4]");
+    CHECK_STR_CONTAINS(accel_last_error(), "nothing was loaded");
+    accel_clear_error();
+    CHECK_MSG(params_equal(a2, wa, na), "the first model was loaded before the second failed");
+    CHECK_MSG(params_equal(b2, wb, nb), "the failing model's first layer was loaded");
+    /* the models that fit load */
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    CHECK(accel_accelerator_prepare(A, a2, b) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(!params_equal(a2, wa, na));
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    free(wa);
+    free(wb);
+    accel_module_free(a);
+    accel_module_free(b);
+    accel_module_free(a2);
+    accel_module_free(b2);
+    accel_step_reset();
+}
+
 int main(void) {
     /* one directory per run: under the launcher every rank has the same parent */
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_ckpt_test_%d",
@@ -514,6 +585,7 @@ int main(void) {
     RUN(test_save_model_writes_config);
     RUN(test_save_model_config_every_family);
     if (N == 1) RUN(test_save_state_into_link);
+    RUN(test_load_of_other_models_changes_nothing);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
         char cmd[300];

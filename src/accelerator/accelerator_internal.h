@@ -352,6 +352,9 @@ accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry
 /* load_state of a model entry under tp: accel__tp_read_slice's slice
  * copied into e's tensor; nothing when e is not a slice. */
 accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced);
+/* The shape model entry e has in a checkpoint's file (a tp slice's whole
+ * tensor; else e's own) into shape (e->t->ndim dims); true for a slice. */
+bool accel__tp_file_shape(const accel_state_entry *e, int64_t *shape);
 /* save_state of optimizer i under tp (collective over the tp group): the
  * state st (n entries in the user's per-tensor vocabulary: the optimizer's
  * own, a ZeRO strategy's consolidated, or under pp the whole numbering

@@ -477,19 +477,47 @@ static accel_status refuse_foreign(const char *dir, int i) {
     return ACCEL_OK;
 }
 
-/* pp: a stage loads its part (the other stages' parameters are on meta). */
-static accel_status load_model_file(const char *path, accel_module *m, bool pp) {
+/* Whether entry i of sd is one a model load reads (pp: a stage loads its
+ * part, the other stages' parameters being on meta). */
+static bool loads_entry(const accel_state_dict *sd, int i, bool pp) {
+    return !sd->entries[i].is_tied_alias && !(pp && sd->entries[i].t->device.type == ACCEL_DEV_META);
+}
+
+/* Every tensor of sd that a load reads present in f (path) with the shape it
+ * is read at (a tp slice's whole tensor): checked before anything is
+ * written, so that a checkpoint of another model (a layer resized, a tensor
+ * renamed) fails the load with the model as it was, not half-loaded. */
+static accel_status check_model_entries(accel_safetensors *f, const char *path, const accel_state_dict *sd, bool pp) {
+    for (int i = 0; i < sd->n; i++) {
+        if (!loads_entry(sd, i, pp)) continue;
+        const accel_state_entry *e = &sd->entries[i];
+        const accel_st_info *info = accel_safetensors_find(f, e->name);
+        if (!info) return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s has no tensor %s", path,
+                                          e->name);
+        int64_t want[ACCEL_MAX_DIMS];
+        bool sliced = accel__tp_file_shape(e, want), same = info->ndim == e->t->ndim;
+        for (int d = 0; same && d < info->ndim; d++) same = info->shape[d] == want[d];
+        if (!same) {
+            char got[128], need[128];
+            accel_shape_str_n(info->ndim, info->shape, got, sizeof got);
+            accel_shape_str_n(e->t->ndim, want, need, sizeof need);
+            return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s: %s %s: %s in the file, %s %s "
+                                   "(nothing was loaded)", path, e->name,
+                                   sliced ? "has the wrong shape for this rank's tensor-parallel slice" : "does not fit",
+                                   got, sliced ? "the slices' whole" : "the model's", need);
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* Model m's file checked whole (check_model_entries), then loaded. */
+static accel_status load_model_file(const char *path, accel_module *m, bool pp, bool load) {
     accel_safetensors *f = accel_safetensors_open(path);
     if (!f) return accel_last_status();
     accel_state_dict *sd = accel_module_state_dict(m);
-    accel_status s = sd ? ACCEL_OK : accel_last_status();
-    for (int i = 0; sd && i < sd->n && !s; i++) {
-        if (sd->entries[i].is_tied_alias || (pp && sd->entries[i].t->device.type == ACCEL_DEV_META)) continue;
-        if (!accel_safetensors_find(f, sd->entries[i].name)) {
-            s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s has no tensor %s", path,
-                                sd->entries[i].name);
-            break;
-        }
+    accel_status s = sd ? check_model_entries(f, path, sd, pp) : accel_last_status();
+    for (int i = 0; load && sd && i < sd->n && !s; i++) {
+        if (!loads_entry(sd, i, pp)) continue;
         bool sliced; /* a tp slice: cut from the whole tensor */
         if (!(s = accel__tp_load_entry(f, &sd->entries[i], &sliced)) && !sliced)
             s = accel_safetensors_load_into(f, sd->entries[i].name, sd->entries[i].t);
@@ -813,11 +841,19 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     /* Each model and optimizer ends agreed: some loads have collectives of
      * their own (ZeRO-3's shard agreement), and a rank that stopped after a
      * local failure met the next object's collectives of the others. */
+    /* every plain model file checked before any model is loaded: a second
+     * model's mismatch leaves the first as it was */
+    bool pp = acc->par.size[ACCEL__MESH_PP] > 1;
+    for (int i = 0; i < acc->n_models && !s; i++) {
+        numbered(path, sizeof path, dir, "model", i);
+        if (!acc->models[i].strat->load_state && !(s = refuse_foreign(dir, i)))
+            s = load_model_file(path, acc->models[i].m, pp, false);
+    }
+    s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
-        else if (!(s = refuse_foreign(dir, i)))
-            s = load_model_file(path, acc->models[i].m, acc->par.size[ACCEL__MESH_PP] > 1);
+        else s = load_model_file(path, acc->models[i].m, pp, true);
         s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
         accel_progress_update(bar, 1);
     }

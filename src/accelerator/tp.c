@@ -237,6 +237,14 @@ accel_tensor *accel__tp_read_slice(accel_safetensors *f, const accel_state_entry
     return cut;
 }
 
+bool accel__tp_file_shape(const accel_state_entry *e, int64_t *shape) {
+    accel_tp_slice sl;
+    for (int d = 0; d < e->t->ndim; d++) shape[d] = e->t->shape[d];
+    if (!entry_split(e, &sl)) return false;
+    shape[sl.dim] = whole_size(&sl);
+    return true;
+}
+
 accel_status accel__tp_load_entry(accel_safetensors *f, const accel_state_entry *e, bool *sliced) {
     accel_tensor *cut = accel__tp_read_slice(f, e, sliced);
     if (!*sliced) return ACCEL_OK;
