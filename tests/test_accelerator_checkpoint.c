@@ -554,6 +554,34 @@ static void test_load_of_other_models_changes_nothing(void) {
     CHECK_MSG(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
     CHECK(!params_equal(a2, wa, na));
     CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    /* models that fit, an optimizer that does not (its checkpoint's over all
+     * of a's parameters after a step, this one over the first layer's): the
+     * models stay as they were too */
+    accel_tensor **ps;
+    int np = accel_module_parameters(a, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.01);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, np, ps, &h);
+    accel_free(ps);
+    CHECK(accel_accelerator_prepare(A, a, opt) == ACCEL_OK);
+    float xs[6] = {0.5f, -1, 2, 1, 0, -0.5f};
+    accel_tensor *loss = accel_mean_all(accel_module_call(a, accel_from_floats(ACCEL_SHAPE(2, 3), xs)));
+    CHECK(loss && accel_accelerator_backward(A, loss) == ACCEL_OK && accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
+    accel_step_reset();
+    CHECK_MSG(accel_accelerator_save_state(A, given, dir, sizeof dir) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    np = accel_module_parameters(a2, &ps);
+    accel_optimizer *opt2 = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, 2, ps, &h); /* layer 0's weight and bias */
+    accel_free(ps);
+    CHECK(accel_accelerator_prepare(A, a2, opt2) == ACCEL_OK);
+    float *wa2 = params_copy(a2, &na);
+    st = accel_accelerator_load_state(A, dir, NULL);
+    CHECK_MSG(st != ACCEL_OK, "an optimizer over 2 of 4 parameters loaded one over 4");
+    accel_clear_error();
+    CHECK_MSG(params_equal(a2, wa2, na), "the model was loaded before its optimizer failed");
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    accel_optimizer_free(opt);
+    accel_optimizer_free(opt2);
+    free(wa2);
     free(wa);
     free(wb);
     accel_module_free(a);

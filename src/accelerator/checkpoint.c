@@ -427,6 +427,14 @@ static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
+/* load_opt's check without the load, where the user's optimizer loads
+ * itself (no strategy's format, no pipeline part): its entries (tp: this
+ * rank's slices) against the optimizer, nothing written. */
+static accel_status check_opt(void *o, int n, const accel_named_state *st) {
+    opt_slot *os = o;
+    if (accel__tp_slice_optimizer(os->acc, os->i, n, (accel_named_state *)st)) return accel_last_status();
+    return accel__optimizer_check_state(os->acc->opts[os->i], n, st);
+}
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
     return accel_lr_scheduler_load_state(s, n, st);
 }
@@ -841,13 +849,20 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     /* Each model and optimizer ends agreed: some loads have collectives of
      * their own (ZeRO-3's shard agreement), and a rank that stopped after a
      * local failure met the next object's collectives of the others. */
-    /* every plain model file checked before any model is loaded: a second
-     * model's mismatch leaves the first as it was */
+    /* every plain model file, and every optimizer that loads itself, checked
+     * before any is loaded: a later object's mismatch leaves the earlier
+     * ones as they were */
     bool pp = acc->par.size[ACCEL__MESH_PP] > 1;
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (!acc->models[i].strat->load_state && !(s = refuse_foreign(dir, i)))
             s = load_model_file(path, acc->models[i].m, pp, false);
+    }
+    for (int i = 0; i < acc->n_opts && !s; i++) {
+        if (accel__optimizer_model(acc, i) || acc->pp_opt[i]) continue; /* checked as they load */
+        numbered(path, sizeof path, dir, "optimizer", i);
+        opt_slot os = {acc, i};
+        s = load_file(path, &os, check_opt);
     }
     s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
     for (int i = 0; i < acc->n_models && !s; i++) {

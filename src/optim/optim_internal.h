@@ -117,6 +117,10 @@ accel_tensor *accel__seg_state_tensor(accel_optimizer *opt, accel__segment *s, i
 /* src (f32, s->numel elements, any device) into state kind k of s; all state of s to zero. */
 accel_status accel__seg_state_load(accel_optimizer *opt, accel__segment *s, int k, accel_tensor *src);
 accel_status accel__seg_state_zero(accel_optimizer *opt, accel__segment *s);
+/* accel_optimizer_load_state's check of every entry against opt, writing
+ * nothing: ACCEL_OK where the load would take them all, else its error
+ * (load_state checks every object before the first is loaded). */
+accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st);
 /* Bytes of memory holding opt's state: its state buffers, or the paging buffer of a file home. */
 int64_t accel__optimizer_state_bytes(const accel_optimizer *opt);
 /* The state file's path, or NULL when the state is not in a file. */

@@ -239,6 +239,16 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
     return ACCEL_OK;
 }
 
+accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st) {
+    if (!opt || n < 0 || (n > 0 && !st))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
+    bool *own = accel_calloc((size_t)opt->n_segs + 1, sizeof *own);
+    if (!own) return accel_last_status();
+    accel_status rc = load_entries(opt, n, st, false, own);
+    accel_free(own);
+    return rc;
+}
+
 accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st) {
     if (!opt || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
