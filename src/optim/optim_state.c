@@ -239,25 +239,31 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
     return ACCEL_OK;
 }
 
-accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st) {
+/* load_entries' check of every entry, writing nothing; *own (the caller
+ * frees it; NULL when the arguments or the allocation failed): which
+ * segments have entries that are views of their own state. */
+static accel_status check_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool **own) {
+    *own = NULL;
     if (!opt || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
-    bool *own = accel_calloc((size_t)opt->n_segs + 1, sizeof *own);
-    if (!own) return accel_last_status();
-    accel_status rc = load_entries(opt, n, st, false, own);
+    if (!(*own = accel_calloc((size_t)opt->n_segs + 1, sizeof **own))) return accel_last_status();
+    return load_entries(opt, n, st, false, *own);
+}
+
+accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st) {
+    bool *own;
+    accel_status rc = check_entries(opt, n, st, &own);
     accel_free(own);
     return rc;
 }
 
 accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st) {
-    if (!opt || n < 0 || (n > 0 && !st))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
     /* Every entry checked before anything is written: a bad one (a beta out
      * of range, a wrong size, an unknown name) leaves the optimizer's state
      * as it was, where it once found the moments already zeroed. */
-    bool *own = accel_calloc((size_t)opt->n_segs + 1, sizeof *own);
-    if (!own) return accel_last_status();
-    accel_status rc = load_entries(opt, n, st, false, own);
+    bool *own;
+    accel_status rc = check_entries(opt, n, st, &own);
+    if (!own) return rc;
     /* Segments without entries have not stepped: start them from zero. A
      * segment whose entries are views of its own state (the optimizer's
      * state loaded back into it) is not: zeroed first, it read its zeros. */
