@@ -846,12 +846,9 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
      * dir): once, not once per rank; the other ranks check sizes. */
     s = share_verdict(acc, check_complete(dir, acc->rank == 0 && input_dir));
     accel_progress *bar = files_bar(acc, "load_state");
-    /* Each model and optimizer ends agreed: some loads have collectives of
-     * their own (ZeRO-3's shard agreement), and a rank that stopped after a
-     * local failure met the next object's collectives of the others. */
-    /* every plain model file, and every optimizer that loads itself, checked
+    /* Every plain model file, and every optimizer that loads itself, checked
      * before any is loaded: a later object's mismatch leaves the earlier
-     * ones as they were */
+     * ones as they were. */
     bool pp = acc->par.size[ACCEL__MESH_PP] > 1;
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
@@ -865,6 +862,9 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         s = load_file(path, &os, check_opt);
     }
     s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
+    /* Each model and optimizer ends agreed: some loads have collectives of
+     * their own (ZeRO-3's shard agreement), and a rank that stopped after a
+     * local failure met the next object's collectives of the others. */
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
         if (acc->models[i].strat->load_state) s = acc->models[i].strat->load_state(acc, i, dir);
