@@ -780,24 +780,19 @@ accel_status accel_fill_(accel_tensor *t, double v) {
     return st;
 }
 
-accel_status accel__zero_cold_(accel_tensor *t) {
+/* accel_zero_, through the backend's memset_cold where cold and it has one. */
+static accel_status zero(accel_tensor *t, bool cold) {
     if (!accel_tensor_check(t, "accel_zero_", "t")) return accel_last_status();
-    const accel_backend *be = t->device.type == ACCEL_DEV_META ? NULL : accel__backend_of(t->device);
-    if (!be || !be->mem.memset_cold || !accel_is_contiguous(t)) return accel_zero_(t);
-    accel_status st = be->mem.memset_cold(t->device.index, t->data, accel_nbytes(t));
+    if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
+    if (!accel_is_contiguous(t)) return accel_fill_(t, 0.0);
+    const accel_backend *be = accel__backend_for(t->device, "accel_zero_");
+    if (!be) return accel_last_status();
+    accel_status st = cold && be->mem.memset_cold ? be->mem.memset_cold(t->device.index, t->data, accel_nbytes(t))
+                                                  : be->mem.memset(t->device.index, t->data, 0, accel_nbytes(t));
     accel__tensor_written(t);
     return st;
 }
 
-accel_status accel_zero_(accel_tensor *t) {
-    if (!accel_tensor_check(t, "accel_zero_", "t")) return accel_last_status();
-    if (t->device.type == ACCEL_DEV_META) return ACCEL_OK;
-    if (accel_is_contiguous(t)) {
-        const accel_backend *be = accel__backend_for(t->device, "accel_zero_");
-        if (!be) return accel_last_status();
-        accel_status st = be->mem.memset(t->device.index, t->data, 0, accel_nbytes(t));
-        accel__tensor_written(t);
-        return st;
-    }
-    return accel_fill_(t, 0.0);
-}
+accel_status accel__zero_cold_(accel_tensor *t) { return zero(t, true); }
+
+accel_status accel_zero_(accel_tensor *t) { return zero(t, false); }
