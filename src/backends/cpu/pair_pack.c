@@ -15,8 +15,9 @@
  * then streamed whole); the interleaved ones are streamed as made. Where a
  * block's rows are not 16-byte aligned, its sizes not multiples of 8 or
  * (transposed) it exceeds the buffer, and off x86, the elements are stored
- * one by one. One thread: on 2 cores two threads' streams were no faster
- * (the pass is bound by its stores); not measured on more. */
+ * one by one. One thread: on 2 cores two threads were no faster (cold
+ * sources), nor once the refresh packed from the cache right after the
+ * update (the optimizer's phase 51 -> 60 ms with two); not measured on more. */
 #include "backends/cpu/pair_pack.h"
 
 #include <stdatomic.h>
@@ -71,13 +72,39 @@ static void stream_words(uint32_t *dst, const uint32_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i += 4) _mm_stream_si128((__m128i *)(dst + i), _mm_load_si128((const __m128i *)(src + i)));
 }
 
+/* block_transposed into the 16-byte aligned out, 4 x 4 words at a time:
+ * four rows' 4 words loaded, transposed in registers (two rounds of
+ * unpacks), stored as four 4-word pieces of out's rows j .. j + 3. The
+ * scalar loop's load and store per word took ~2/3 of the NT forms' packing
+ * time. jn and bn multiples of 4 (the streamed path's blocks). */
+static void block_transposed_4x4(const accel__pair_layout *l, int64_t K, const uint16_t *B, int64_t kb, int64_t nb,
+                                 uint32_t *out) {
+    int64_t jn = l->k_block / 2, bn = l->n_block;
+    for (int64_t n = 0; n < bn; n += 4) {
+        const uint16_t *r = B + (nb * bn + n) * K + kb * l->k_block;
+        for (int64_t j = 0; j < jn; j += 4) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(r + 2 * j)),
+                    b = _mm_loadu_si128((const __m128i *)(r + K + 2 * j)),
+                    c = _mm_loadu_si128((const __m128i *)(r + 2 * K + 2 * j)),
+                    d = _mm_loadu_si128((const __m128i *)(r + 3 * K + 2 * j));
+            __m128i ab0 = _mm_unpacklo_epi32(a, b), ab1 = _mm_unpackhi_epi32(a, b); /* a0 b0 a1 b1, a2 b2 a3 b3 */
+            __m128i cd0 = _mm_unpacklo_epi32(c, d), cd1 = _mm_unpackhi_epi32(c, d);
+            uint32_t *o = out + j * bn + n;
+            _mm_store_si128((__m128i *)o, _mm_unpacklo_epi64(ab0, cd0));            /* word j:     a0 b0 c0 d0 */
+            _mm_store_si128((__m128i *)(o + bn), _mm_unpackhi_epi64(ab0, cd0));     /* word j + 1: a1 b1 c1 d1 */
+            _mm_store_si128((__m128i *)(o + 2 * bn), _mm_unpacklo_epi64(ab1, cd1)); /* word j + 2 */
+            _mm_store_si128((__m128i *)(o + 3 * bn), _mm_unpackhi_epi64(ab1, cd1)); /* word j + 3 */
+        }
+    }
+}
+
 /* block_transposed made in a buffer of the calling thread's L1 (B's rows
  * read in order, each of their lines once; a transposing store straight to
  * memory would fill 16 partial lines at a time), then streamed out whole. */
 static void block_transposed_stream(const accel__pair_layout *l, int64_t K, const uint16_t *B, int64_t kb,
                                     int64_t nb, uint32_t *out) {
     _Alignas(64) uint32_t tile[STREAM_TILE_WORDS];
-    block_transposed(l, K, B, kb, nb, tile);
+    block_transposed_4x4(l, K, B, kb, nb, tile);
     stream_words(out, tile, l->k_block / 2 * l->n_block);
 }
 
