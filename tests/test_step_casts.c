@@ -8,12 +8,19 @@
  *   - an arena rewind (activation checkpointing's) or a step reset that frees
  *     a conversion is never handed out again, even when new tensors take the
  *     same addresses.
+ *   - a decoder's input norm (accel__rms_norm_gemm_input, ops/norm.h) hands
+ *     the Linear after it its output rounded in the norm's own pass, where
+ *     the GEMMs multiply the autocast dtype itself; the same bits as
+ *     accel_rms_norm then a conversion.
  * tests/gemm.cmake runs it under each GEMM provider: OpenBLAS reads the
  * operands rounded and widened to f32 (ROUNDED_F32), oneDNN on bf16 units the
  * bf16 copies (CAST). */
 #include "accel/accel.h"
 #include "check.h"
+#include "backends/cpu/gemm.h"
 #include "core/prepared.h"
+#include "core/step_casts.h"
+#include "ops/norm.h"
 
 enum { R = 24, IN = 16, OUT = 8 };
 
@@ -162,8 +169,112 @@ static void test_rewind_and_reset_forget(void) {
     accel_tensor_free(w);
 }
 
+/* ---- the RMSNorm's rounded copy (ops/norm.h) */
+
+static int g_made;
+static accel_tensor *count_made(accel_tensor *src, int kind, accel_dtype dt) {
+    (void)src, (void)kind, (void)dt;
+    g_made++;
+    return NULL;
+}
+
+/* What one norm-then-Linear step gave. */
+typedef struct norm_run {
+    float h[R * IN], y[R * OUT], gx[R * IN], gw[OUT * IN], gnw[IN];
+    bool offered;     /* the norm's output had a conversion before any GEMM */
+    bool copy_bits;   /* ... holding its output rounded as a copy rounds */
+    bool saved_it;    /* ... and the Linear saved that conversion as its operand */
+} norm_run;
+
+/* h = RMSNorm(x) (gemm_input: accel__rms_norm_gemm_input), y = Linear(h)
+ * under autocast dt, then the backward of sum(y). */
+static void norm_then_linear(bool gemm_input, accel_dtype dt, accel_tensor *w, accel_tensor *nw, norm_run *out) {
+    accel_tensor *x = input(6);
+    accel_dtype prev = accel_autocast_begin(dt);
+    accel_tensor *h = gemm_input ? accel__rms_norm_gemm_input(x, nw, 1e-6) : accel_rms_norm(x, nw, 1e-6);
+    CHECK(h && h->dtype == ACCEL_F32);
+    g_made = 0;
+    accel_tensor *c = accel__step_cast(h, ACCEL__FORM_CAST, dt, count_made);
+    out->offered = c && !g_made;
+    if (!c) accel_clear_error();
+    accel_tensor *want = accel_empty(dt, ACCEL_SHAPE(R, IN));
+    CHECK(want && accel_copy_(want, h) == ACCEL_OK);
+    out->copy_bits = c && !memcmp(c->data, want->data, accel_nbytes(want));
+    accel_tensor *y = accel_linear(h, w, NULL);
+    accel_autocast_end(prev);
+    out->saved_it = c && saved_operand(y) == c;
+    CHECK(y && accel_backward(accel_sum_all(y)) == ACCEL_OK && x->grad && nw->grad);
+    CHECK(accel_to_floats(h, out->h) == ACCEL_OK && accel_to_floats(y, out->y) == ACCEL_OK);
+    CHECK(accel_to_floats(x->grad, out->gx) == ACCEL_OK && accel_to_floats(w->grad, out->gw) == ACCEL_OK);
+    CHECK(accel_to_floats(nw->grad, out->gnw) == ACCEL_OK);
+    CHECK(accel_zero_(w->grad) == ACCEL_OK && accel_zero_(nw->grad) == ACCEL_OK);
+    accel_step_reset();
+    accel_tensor_free(x);
+}
+
+/* Under autocast, where the CPU's GEMMs multiply the autocast dtype itself
+ * (accel__gemm_native: oneDNN on bf16 units, not OpenBLAS, which reads
+ * operands widened), the norm's kernel rounds its output for the GEMMs and
+ * offers it as the output's conversion: no conversion is made, its bits
+ * are a copy's, the Linear saves it; elsewhere, with the cache off, or under
+ * the reference kernels, the same rule. Output, Linear and gradients are
+ * accel_rms_norm's bits either way. */
+static void test_norm_offers_its_rounding(void) {
+    accel_tensor *w = weight(7), *nw = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(IN), ACCEL_CPU_DEVICE);
+    float v[IN];
+    for (int i = 0; i < IN; i++) v[i] = 0.5f + 0.0625f * (float)i;
+    CHECK(nw && accel_tensor_from_host(nw, v) == ACCEL_OK && accel_requires_grad_(nw, true) == ACCEL_OK);
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    for (int d = 0; d < 2; d++)
+        for (int mode = 0; mode < 3; mode++) { /* 0: as is, 1: the cache off, 2: the reference kernels */
+            bool was_cache = accel__prepared_set_enabled(mode != 1), was_ref = accel_set_reference_kernels(mode == 2);
+            bool expect = mode != 1 && accel__gemm_native(dts[d]);
+            norm_run *fused = calloc(1, sizeof *fused), *plain = calloc(1, sizeof *plain);
+            norm_then_linear(true, dts[d], w, nw, fused);
+            norm_then_linear(false, dts[d], w, nw, plain);
+            const char *dn = accel_dtype_name(dts[d]);
+            CHECK_MSG(fused->offered == expect, "%s, mode %d: the norm's copy offered %d, expected %d", dn, mode,
+                      fused->offered, expect);
+            CHECK_MSG(!plain->offered, "%s, mode %d: accel_rms_norm offered a conversion", dn, mode);
+            if (expect) {
+                CHECK_MSG(fused->copy_bits, "%s, mode %d: the norm's copy is not its output's rounding", dn, mode);
+                CHECK_MSG(fused->saved_it, "%s, mode %d: the Linear did not read the norm's copy", dn, mode);
+            }
+            CHECK_MSG(!memcmp(fused->h, plain->h, sizeof fused->h) && !memcmp(fused->y, plain->y, sizeof fused->y),
+                      "%s, mode %d: the values differ from accel_rms_norm's", dn, mode);
+            CHECK_MSG(!memcmp(fused->gx, plain->gx, sizeof fused->gx) && !memcmp(fused->gw, plain->gw, sizeof fused->gw) &&
+                          !memcmp(fused->gnw, plain->gnw, sizeof fused->gnw),
+                      "%s, mode %d: the gradients differ from accel_rms_norm's", dn, mode);
+            free(fused);
+            free(plain);
+            accel_set_reference_kernels(was_ref);
+            accel__prepared_set_enabled(was_cache);
+        }
+    accel_tensor_free(w);
+    accel_tensor_free(nw);
+}
+
+/* A write into the norm's output after it offered its copy: the next Linear
+ * converts the new values. */
+static void test_norm_copy_forgotten_after_write(void) {
+    accel_tensor *w = weight(8);
+    accel_set_grad_enabled(false);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *h = accel__rms_norm_gemm_input(input(1), NULL, 1e-6);
+    CHECK(h && accel_fill_(h, 0.375) == ACCEL_OK);
+    accel_tensor *got = accel_linear(h, w, NULL), *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
+    CHECK(fresh && accel_fill_(fresh, 0.375) == ACCEL_OK);
+    CHECK_MSG(same_bits(got, accel_linear(fresh, w, NULL)), "a Linear read the norm's copy of its old output");
+    accel_autocast_end(prev);
+    accel_set_grad_enabled(true);
+    accel_step_reset();
+    accel_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_shared_and_identical);
+    RUN(test_norm_offers_its_rounding);
+    RUN(test_norm_copy_forgotten_after_write);
     RUN(test_write_forgets);
     RUN(test_rewind_and_reset_forget);
     accel_thread_cleanup();

@@ -288,9 +288,11 @@ typedef struct accel_k_embedding_backward {
 
 /* RMSNorm over rows [R, D] (f32 contiguous; w optional [D]):
  * y = w * round(x * rstd), rstd[r] = 1/sqrt(mean(x^2) + eps), the rounding
- * to x_dt as transformers' LlamaRMSNorm does. */
+ * to x_dt as transformers' LlamaRMSNorm does. y16 (optional, contiguous,
+ * bf16 or f16): y rounded to its dtype as a copy rounds, in the same pass
+ * (the CPU's kernel; the op asks no other backend for it). */
 typedef struct accel_k_rms_norm {
-    ACCEL_KERNEL_TENSORS(4, *y, *rstd, *x, *w);
+    ACCEL_KERNEL_TENSORS(5, *y, *rstd, *x, *w, *y16);
     int64_t R, D;
     float eps;
     accel_dtype x_dt;

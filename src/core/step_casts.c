@@ -60,11 +60,32 @@ void accel__step_casts_written(const void *p, size_t n) {
     }
 }
 
+/* The span of src's elements when src's conversions are remembered: a step
+ * tensor of the calling thread's step arena, with the cache on. */
+static bool rememberable(const accel_tensor *src, uintptr_t *lo, uintptr_t *hi) {
+    return accel__prepared_enabled() && (src->flags & ACCEL_TF_ARENA) && accel__tensor_span(src, lo, hi) &&
+           accel__in_own_step_arena((const void *)*lo, *hi - *lo);
+}
+
+/* Remembers c, src's conversion (src's elements at [lo, hi)), made since
+ * the watch started. */
+static void remember(const accel_tensor *src, uintptr_t lo, uintptr_t hi, int kind, accel_dtype dt, accel_tensor *c) {
+    uintptr_t clo, chi;
+    if (!accel__tensor_span(c, &clo, &chi)) return;
+    cast_entry *e = &tl_casts[tl_next];
+    tl_next = (tl_next + 1) % CASTS;
+    drop(e);
+    *e = (cast_entry){.data = src->data, .src_dt = src->dtype, .ndim = src->ndim, .kind = kind, .dt = dt,
+                      .cast = c, .lo = lo, .hi = hi, .cast_lo = clo, .cast_hi = chi,
+                      .pos = accel_arena_used(accel_step_arena())};
+    memcpy(e->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim);
+    memcpy(e->stride, src->stride, sizeof(int64_t) * (size_t)src->ndim);
+    tl_held++;
+}
+
 accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, accel__step_cast_make make) {
     uintptr_t lo, hi;
-    if (!accel__prepared_enabled() || !(src->flags & ACCEL_TF_ARENA) || !accel__tensor_span(src, &lo, &hi) ||
-        !accel__in_own_step_arena((const void *)lo, hi - lo))
-        return make(src, kind, dt);
+    if (!rememberable(src, &lo, &hi)) return make(src, kind, dt);
     accel_arena *a = accel_step_arena();
     sweep(a);
     for (int i = 0; i < CASTS; i++)
@@ -74,15 +95,20 @@ accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, acce
      * new one's place freed nothing it holds). */
     tl_watch = accel__arena_watch(a, ACCEL__WATCH_STEP_CASTS);
     accel_tensor *c = make(src, kind, dt);
-    uintptr_t clo, chi;
-    if (!c || !accel__tensor_span(c, &clo, &chi)) return c;
-    cast_entry *e = &tl_casts[tl_next];
-    tl_next = (tl_next + 1) % CASTS;
-    drop(e);
-    *e = (cast_entry){.data = src->data, .src_dt = src->dtype, .ndim = src->ndim, .kind = kind, .dt = dt,
-                      .cast = c, .lo = lo, .hi = hi, .cast_lo = clo, .cast_hi = chi, .pos = accel_arena_used(a)};
-    memcpy(e->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim);
-    memcpy(e->stride, src->stride, sizeof(int64_t) * (size_t)src->ndim);
-    tl_held++;
+    if (c) remember(src, lo, hi, kind, dt, c);
     return c;
+}
+
+void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_tensor *cast) {
+    uintptr_t lo, hi;
+    if (!rememberable(src, &lo, &hi) || !(cast->flags & ACCEL_TF_ARENA)) return;
+    accel_arena *a = accel_step_arena();
+    sweep(a);
+    for (int i = 0; i < CASTS; i++)
+        if (tl_casts[i].data && same_elements(&tl_casts[i], src, kind, dt)) drop(&tl_casts[i]);
+    /* src and cast are both older than the watch: the entry's place (the
+     * arena's position now) lies above both, so a later rewind that frees
+     * either goes below it */
+    tl_watch = accel__arena_watch(a, ACCEL__WATCH_STEP_CASTS);
+    remember(src, lo, hi, kind, dt, cast);
 }

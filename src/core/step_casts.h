@@ -41,6 +41,14 @@ typedef accel_tensor *(*accel__step_cast_make)(accel_tensor *src, int kind, acce
  * make fails. */
 accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, accel__step_cast_make make);
 
+/* Remembers cast (a step tensor of src's shape, dtype dt, holding exactly
+ * what src's conversion of (kind, dt) would: an op that made it in the
+ * pass that wrote src, as the RMSNorm before the projections) as src's
+ * conversion, in place of any remembered before; nothing where src's
+ * conversions are not remembered. Call it after src's and cast's last
+ * writes (a write reported to either forgets it). */
+void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_tensor *cast);
+
 /* Forgets the calling thread's conversions of, or into, bytes [p, p + n)
  * (they were written). Called by accel__storage_written. */
 void accel__step_casts_written(const void *p, size_t n);

@@ -7,6 +7,7 @@
 #include "arch.h"
 #include "nn_internal.h"
 #include "ops/fp8_linear.h"
+#include "ops/norm.h"
 
 accel_tensor *accel__module_tensor(accel_module *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -104,12 +105,19 @@ accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, ac
 
 typedef struct norm_impl {
     double eps;
+    bool gemm_input; /* RMSNorm: accel__rms_norm_create's */
 } norm_impl;
 
 static double norm_eps(const accel_module *m) { return ((const norm_impl *)m->impl)->eps; }
 
+/* RMSNorm of x by weight w with m's eps, as m's output is read (norm_impl). */
+static accel_tensor *rms_norm_of(const accel_module *m, accel_tensor *x, accel_tensor *w) {
+    const norm_impl *n = m->impl;
+    return n->gemm_input ? accel__rms_norm_gemm_input(x, w, n->eps) : accel_rms_norm(x, w, n->eps);
+}
+
 accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
-    return accel_rms_norm(x, accel__module_tensor(m, "weight"), norm_eps(m));
+    return rms_norm_of(m, x, accel__module_tensor(m, "weight"));
 }
 
 /* GemmaRMSNorm: x.float() / rms * (1 + weight.float()), rounded once to x's
@@ -117,7 +125,7 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
  * would round (bf16: a weight of 0.003 gives 1), and so would x / rms. */
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x) {
     accel_tensor *w = accel_add_scalar(accel_to_dtype(accel__module_tensor(m, "weight"), ACCEL_F32), 1.0);
-    accel_tensor *y = x ? accel_rms_norm(accel_to_dtype(x, ACCEL_F32), w, norm_eps(m)) : NULL;
+    accel_tensor *y = x ? rms_norm_of(m, accel_to_dtype(x, ACCEL_F32), w) : NULL;
     return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
 }
 
@@ -128,15 +136,16 @@ static accel_module *norm_module(const accel_module_ops *ops, double eps, const 
     if (!check_dims(fn, dim, 1)) return NULL;
     norm_impl *impl = accel_malloc(sizeof *impl);
     if (!impl) return NULL;
-    impl->eps = eps;
+    *impl = (norm_impl){.eps = eps};
     accel_module *m = accel_module_new(ops, impl);
     if (!m) accel_free(impl);
     return m;
 }
 
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
-                                    accel_device dev, accel_dtype dt) {
+                                    accel_device dev, accel_dtype dt, bool gemm_input) {
     accel_module *m = norm_module(ops, eps, "accel_rms_norm_new", dim);
+    if (m) ((norm_impl *)m->impl)->gemm_input = gemm_input;
     accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
     if (!w || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
@@ -146,7 +155,7 @@ accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, d
 }
 
 accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
-    return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt);
+    return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt, false);
 }
 
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x) {

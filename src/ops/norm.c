@@ -1,6 +1,10 @@
 /* accel_rms_norm (transformers' LlamaRMSNorm) and accel_layer_norm (torch),
  * over the last dim, computed in f32. */
+#include "backends/cpu/gemm.h"
+#include "core/prepared.h"
+#include "core/step_casts.h"
 #include "nn_internal.h"
+#include "norm.h"
 
 /* Out dtype: f32 under autocast, else the promotion of the inputs. */
 static accel_dtype norm_dtype(accel_tensor *x, accel_tensor *w, accel_tensor *b) {
@@ -48,8 +52,19 @@ static accel_status rms_backward(accel_node *node, accel_tensor *grad_out) {
     return st == ACCEL_OK ? accel__gbuf_end(&gw) : st;
 }
 
-accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps) {
-    static const char *OP = "accel_rms_norm";
+/* The dtype of the rounded copy of an RMSNorm's output y (f32 under
+ * autocast ac) that the projections reading y take (accel__mm_operand): ac
+ * itself where the CPU's GEMMs multiply it natively and the step's
+ * conversions are remembered; else f32: none is made (a widened operand is
+ * another form, and no other backend makes the copy). */
+static accel_dtype gemm_input_dtype(accel_device dev, accel_dtype y_dt) {
+    accel_dtype ac = accel_autocast_dtype();
+    bool native = ac != ACCEL_F32 && y_dt == ACCEL_F32 && dev.type == ACCEL_DEV_CPU && accel__prepared_enabled() &&
+                  accel__gemm_native(ac);
+    return native ? ac : ACCEL_F32;
+}
+
+static accel_tensor *rms_norm(const char *OP, accel_tensor *x, accel_tensor *w, double eps, bool gemm_input) {
     accel_tensor *in[2] = {x, w};
     accel_device dev;
     if (!accel__op_begin_opt(OP, 2, in, 2u, &dev)) return NULL;
@@ -65,13 +80,16 @@ accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps) {
     accel_tensor *xf = accel__f32_contig(x), *wf = w ? accel__f32_contig(w) : NULL;
     accel_tensor *y = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, x->shape, dev);
     accel_tensor *rstd = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(R), dev);
+    accel_dtype dt16 = gemm_input ? gemm_input_dtype(dev, out->dtype) : ACCEL_F32;
+    accel_tensor *y16 = dt16 != ACCEL_F32 ? accel_empty_on(dt16, x->ndim, x->shape, dev) : NULL;
     norm_saved *sv = accel_arena_alloc(accel_step_arena(), sizeof *sv, 64);
-    if (!xf || (w && !wf) || !y || !rstd || !sv) return NULL;
+    if (!xf || (w && !wf) || !y || !rstd || (dt16 != ACCEL_F32 && !y16) || !sv) return NULL;
     *sv = (norm_saved){R, D, (float)eps, x->dtype};
-    accel_k_rms_norm k = {.y = y, .rstd = rstd, .x = xf, .w = wf, .R = R, .D = D, .eps = (float)eps,
+    accel_k_rms_norm k = {.y = y, .rstd = rstd, .x = xf, .w = wf, .y16 = y16, .R = R, .D = D, .eps = (float)eps,
                           .x_dt = x->dtype};
     if (ACCEL_KERNEL(OP, dev, rms_norm, &k) != ACCEL_OK) return NULL;
     if (y != out && accel_copy_(out, y) != ACCEL_OK) return NULL;
+    if (y16) accel__step_cast_offer(out, ACCEL__FORM_CAST, dt16, y16);
     accel_node *n = accel_tape_record("rms_norm", rms_backward, out, 2, in);
     if (n) {
         n->saved[0] = xf;
@@ -80,6 +98,14 @@ accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps) {
         n->ctx = sv;
     }
     return out;
+}
+
+accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps) {
+    return rms_norm("accel_rms_norm", x, w, eps, false);
+}
+
+accel_tensor *accel__rms_norm_gemm_input(accel_tensor *x, accel_tensor *w, double eps) {
+    return rms_norm("accel_rms_norm", x, w, eps, true);
 }
 
 /* ------------------------------------------------------------------ layer_norm */

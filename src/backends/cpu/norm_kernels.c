@@ -12,13 +12,30 @@ static inline float round_to(float v, accel_dtype dt) {
     return v;
 }
 
+/* Row r of y rounded into y16 (dtype dt; NULL: none) while it is in L1: the
+ * vectorised conversion of a copy, or the reference's. */
+static void row_rounded(void *y16, accel_dtype dt, const float *y, int64_t r, int64_t D, bool ref) {
+    if (!y16) return;
+    void *d = (char *)y16 + (size_t)(r * D) * accel_dtype_size(dt);
+    if (ref) accel_convert(d, dt, y + r * D, ACCEL_F32, (size_t)D);
+    else accel__cpu_from_f32(d, dt, y + r * D, D);
+}
+
 /* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps): the
- * rows of norm_rows.c, or the reference (mean(x^2) in double). */
-static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64_t R, int64_t D, float eps,
-                    accel_dtype xdt, bool ref) {
+ * rows of norm_rows.c, or the reference (mean(x^2) in double); each row
+ * then rounded into y16 where there is one. */
+static void rms_fwd(const accel_k_rms_norm *k, bool ref) {
+    const float *x = k->x->data, *w = k->w ? k->w->data : NULL;
+    float *y = k->y->data, *rstd = k->rstd->data, eps = k->eps;
+    int64_t R = k->R, D = k->D;
+    accel_dtype xdt = k->x_dt, dt16 = k->y16 ? k->y16->dtype : ACCEL_F32;
+    void *y16 = k->y16 ? k->y16->data : NULL;
     if (!ref) {
 #pragma omp parallel for if (R * D > 16384) schedule(static)
-        for (int64_t r = 0; r < R; r++) accel__cpu_rms_norm_row(x + r * D, w, y + r * D, rstd + r, D, eps, xdt);
+        for (int64_t r = 0; r < R; r++) {
+            accel__cpu_rms_norm_row(x + r * D, w, y + r * D, rstd + r, D, eps, xdt);
+            row_rounded(y16, dt16, y, r, D, false);
+        }
         return;
     }
     for (int64_t r = 0; r < R; r++) {
@@ -31,12 +48,12 @@ static void rms_fwd(const float *x, const float *w, float *y, float *rstd, int64
             float v = round_to(xr[j] * s, xdt);
             y[r * D + j] = w ? w[j] * v : v;
         }
+        row_rounded(y16, dt16, y, r, D, true);
     }
 }
 
 accel_status accel__cpuk_rms_norm(accel_k_rms_norm *k) {
-    rms_fwd(k->x->data, k->w ? k->w->data : NULL, k->y->data, k->rstd->data, k->R, k->D, k->eps, k->x_dt,
-            accel_reference_kernels());
+    rms_fwd(k, accel_reference_kernels());
     return ACCEL_OK;
 }
 

@@ -163,6 +163,8 @@ __global__ void rms_norm_k(float *y, float *rstd, const float *x, const float *w
 
 extern "C" accel_status accel__cudak_rms_norm(accel_k_rms_norm *k) {
     int index = k->y->device.index;
+    if (k->y16) /* the CPU kernel's fusion (kernels.h): the op asks no device for it */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "rms_norm: the rounded copy y16 is the CPU kernel's");
     if (!k->R) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
     rms_norm_k<<<row_blocks(k->R), KTHREADS, 0, s>>>((float *)k->y->data, (float *)k->rstd->data,
