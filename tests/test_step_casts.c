@@ -271,10 +271,46 @@ static void test_norm_copy_forgotten_after_write(void) {
     accel_tensor_free(w);
 }
 
+/* Rewinds around the norm's offer (where it makes one: accel__gemm_native):
+ *   - a conversion freed by a rewind before an offer is not kept by the
+ *     offer's new watch: a Linear of a new tensor at the old one's address
+ *     converts it anew;
+ *   - an offer freed by a rewind is not handed out to a new tensor at the
+ *     norm's output's address. */
+static void test_norm_copy_and_rewinds(void) {
+    accel_tensor *w = weight(9);
+    accel_set_grad_enabled(false);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_arena *a = accel_step_arena();
+    for (int freed_offer = 0; freed_offer < 2; freed_offer++) {
+        accel_arena_mark m = accel_arena_mark_now(a);
+        accel_tensor *x1 = input(1), *h1 = NULL;
+        if (freed_offer) CHECK((h1 = accel__rms_norm_gemm_input(x1, NULL, 1e-6)) != NULL);
+        else CHECK(accel_linear(x1, w, NULL) != NULL); /* x1's conversion remembered */
+        void *x_at = x1->data, *h_at = h1 ? h1->data : NULL;
+        CHECK(accel_arena_rewind(a, m) == ACCEL_OK);
+        accel_tensor *x2 = input(3);
+        CHECK_MSG(x2->data == x_at, "the arena should give the new input the old one's address");
+        /* the offer after the rewind (case 1), or a plain norm at the freed offer's place (case 2) */
+        accel_tensor *h2 = freed_offer ? accel_rms_norm(x2, NULL, 1e-6) : accel__rms_norm_gemm_input(x2, NULL, 1e-6);
+        CHECK(h2 && (!freed_offer || h2->data == h_at));
+        accel_tensor *src = freed_offer ? h2 : x2, *got = accel_linear(src, w, NULL);
+        accel_tensor *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
+        CHECK(fresh && accel_copy_(fresh, src) == ACCEL_OK);
+        CHECK_MSG(same_bits(got, accel_linear(fresh, w, NULL)), "a freed conversion was handed out (%s)",
+                  freed_offer ? "the norm's offer, rewound" : "made before the rewind, then an offer");
+        accel_step_reset();
+    }
+    accel_autocast_end(prev);
+    accel_set_grad_enabled(true);
+    accel_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_shared_and_identical);
     RUN(test_norm_offers_its_rounding);
     RUN(test_norm_copy_forgotten_after_write);
+    RUN(test_norm_copy_and_rewinds);
     RUN(test_write_forgets);
     RUN(test_rewind_and_reset_forget);
     accel_thread_cleanup();

@@ -11,7 +11,10 @@
  * kernel also rounds each row to that dtype while the row is in L1, and the
  * copy is the step's conversion of the output (core/step_casts.h): the first
  * projection finds it made instead of reading the output again to convert
- * it. The same values and gradients as accel_rms_norm. */
+ * it. The same values and gradients as accel_rms_norm. The copy is made
+ * whether or not a GEMM then reads this very tensor (a sequence-parallel
+ * projection gathers it first; a prefill slices the final norm's output):
+ * there it is written and not read. */
 accel_tensor *accel__rms_norm_gemm_input(accel_tensor *x, accel_tensor *w, double eps);
 
 #endif

@@ -12,13 +12,10 @@ static inline float round_to(float v, accel_dtype dt) {
     return v;
 }
 
-/* Row r of y rounded into y16 (dtype dt; NULL: none) while it is in L1: the
- * vectorised conversion of a copy, or the reference's. */
-static void row_rounded(void *y16, accel_dtype dt, const float *y, int64_t r, int64_t D, bool ref) {
-    if (!y16) return;
-    void *d = (char *)y16 + (size_t)(r * D) * accel_dtype_size(dt);
-    if (ref) accel_convert(d, dt, y + r * D, ACCEL_F32, (size_t)D);
-    else accel__cpu_from_f32(d, dt, y + r * D, D);
+/* Row r of y rounded into y16 (dtype dt; NULL: none) while it is in L1,
+ * with a copy's conversion (round to nearest even). */
+static void row_rounded(void *y16, accel_dtype dt, const float *y, int64_t r, int64_t D) {
+    if (y16) accel__cpu_from_f32((char *)y16 + (size_t)(r * D) * accel_dtype_size(dt), dt, y + r * D, D);
 }
 
 /* y[r] = w * round(x[r] * rstd[r]); rstd[r] = 1/sqrt(mean(x^2) + eps): the
@@ -34,7 +31,7 @@ static void rms_fwd(const accel_k_rms_norm *k, bool ref) {
 #pragma omp parallel for if (R * D > 16384) schedule(static)
         for (int64_t r = 0; r < R; r++) {
             accel__cpu_rms_norm_row(x + r * D, w, y + r * D, rstd + r, D, eps, xdt);
-            row_rounded(y16, dt16, y, r, D, false);
+            row_rounded(y16, dt16, y, r, D);
         }
         return;
     }
@@ -48,7 +45,7 @@ static void rms_fwd(const accel_k_rms_norm *k, bool ref) {
             float v = round_to(xr[j] * s, xdt);
             y[r * D + j] = w ? w[j] * v : v;
         }
-        row_rounded(y16, dt16, y, r, D, true);
+        row_rounded(y16, dt16, y, r, D);
     }
 }
 
