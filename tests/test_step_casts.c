@@ -186,12 +186,12 @@ typedef struct norm_run {
     bool saved_it;    /* ... and the Linear saved that conversion as its operand */
 } norm_run;
 
-/* h = RMSNorm(x) (gemm_input: accel__rms_norm_gemm_input), y = Linear(h)
+/* h = RMSNorm(x) (gemm_input: ACCEL__NORM_OUT_TO_GEMMS, ops/norm.h), y = Linear(h)
  * under autocast dt, then the backward of sum(y). */
 static void norm_then_linear(bool gemm_input, accel_dtype dt, accel_tensor *w, accel_tensor *nw, norm_run *out) {
     accel_tensor *x = input(6);
     accel_dtype prev = accel_autocast_begin(dt);
-    accel_tensor *h = gemm_input ? accel__rms_norm_gemm_input(x, nw, 1e-6) : accel_rms_norm(x, nw, 1e-6);
+    accel_tensor *h = gemm_input ? accel__rms_norm_with_roles(x, nw, 1e-6, ACCEL__NORM_OUT_TO_GEMMS) : accel_rms_norm(x, nw, 1e-6);
     CHECK(h && h->dtype == ACCEL_F32);
     g_made = 0;
     accel_tensor *c = accel__step_cast(h, ACCEL__FORM_CAST, dt, count_made);
@@ -260,7 +260,7 @@ static void test_norm_copy_forgotten_after_write(void) {
     accel_tensor *w = weight(8);
     accel_set_grad_enabled(false);
     accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
-    accel_tensor *h = accel__rms_norm_gemm_input(input(1), NULL, 1e-6);
+    accel_tensor *h = accel__rms_norm_with_roles(input(1), NULL, 1e-6, ACCEL__NORM_OUT_TO_GEMMS);
     CHECK(h && accel_fill_(h, 0.375) == ACCEL_OK);
     accel_tensor *got = accel_linear(h, w, NULL), *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
     CHECK(fresh && accel_fill_(fresh, 0.375) == ACCEL_OK);
@@ -285,14 +285,14 @@ static void test_norm_copy_and_rewinds(void) {
     for (int freed_offer = 0; freed_offer < 2; freed_offer++) {
         accel_arena_mark m = accel_arena_mark_now(a);
         accel_tensor *x1 = input(1), *h1 = NULL;
-        if (freed_offer) CHECK((h1 = accel__rms_norm_gemm_input(x1, NULL, 1e-6)) != NULL);
+        if (freed_offer) CHECK((h1 = accel__rms_norm_with_roles(x1, NULL, 1e-6, ACCEL__NORM_OUT_TO_GEMMS)) != NULL);
         else CHECK(accel_linear(x1, w, NULL) != NULL); /* x1's conversion remembered */
         void *x_at = x1->data, *h_at = h1 ? h1->data : NULL;
         CHECK(accel_arena_rewind(a, m) == ACCEL_OK);
         accel_tensor *x2 = input(3);
         CHECK_MSG(x2->data == x_at, "the arena should give the new input the old one's address");
         /* the offer after the rewind (case 1), or a plain norm at the freed offer's place (case 2) */
-        accel_tensor *h2 = freed_offer ? accel_rms_norm(x2, NULL, 1e-6) : accel__rms_norm_gemm_input(x2, NULL, 1e-6);
+        accel_tensor *h2 = freed_offer ? accel_rms_norm(x2, NULL, 1e-6) : accel__rms_norm_with_roles(x2, NULL, 1e-6, ACCEL__NORM_OUT_TO_GEMMS);
         CHECK(h2 && (!freed_offer || h2->data == h_at));
         accel_tensor *src = freed_offer ? h2 : x2, *got = accel_linear(src, w, NULL);
         accel_tensor *fresh = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, IN));
@@ -306,11 +306,91 @@ static void test_norm_copy_and_rewinds(void) {
     accel_tensor_free(w);
 }
 
+/* What a residual-sum-then-norm step gave. */
+typedef struct residual_run {
+    float gb[R * OUT], gx[R * OUT], gw[OUT * IN], gw2[OUT * OUT], gnw[OUT], y[R * OUT];
+    uint64_t takes;
+} residual_run;
+
+/* b = Linear(x0) (the autocast dtype), h = x + b (f32), y = Linear(RMSNorm(h))
+ * with the norm's roles, then the backward of sum(y) + sum(h * h) (h's
+ * gradient from the norm and from another reader, as a residual stream has). */
+static void residual_then_norm(unsigned roles, accel_dtype dt, bool square_first, accel_tensor *w, accel_tensor *w2,
+                               accel_tensor *nw, residual_run *out) {
+    accel_tensor *x0 = input(4), *x = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, OUT));
+    float v[R * OUT];
+    for (int i = 0; i < R * OUT; i++) v[i] = (float)((i * 29) % 83) / 17.0f - 2.1f;
+    CHECK(x && accel_tensor_from_host(x, v) == ACCEL_OK && accel_requires_grad_(x, true) == ACCEL_OK);
+    accel_dtype prev = accel_autocast_begin(dt);
+    accel_tensor *b = accel_linear(x0, w, NULL), *h = accel_add(x, b);
+    accel_tensor *sq = square_first ? accel_sum_all(accel_mul(h, h)) : NULL;
+    accel_tensor *y = accel_linear(accel__rms_norm_with_roles(h, nw, 1e-6, roles), w2, NULL);
+    accel_autocast_end(prev);
+    CHECK(b && b->dtype == dt && h && h->dtype == ACCEL_F32 && y);
+    if (!square_first) sq = accel_sum_all(accel_mul(h, h));
+    accel_tensor *loss = accel_add(accel_sum_all(y), sq);
+    uint64_t t0 = accel__step_cast_takes();
+    CHECK(loss && accel_backward(loss) == ACCEL_OK && b->grad && x->grad);
+    out->takes = accel__step_cast_takes() - t0;
+    CHECK(accel_to_floats(b->grad, out->gb) == ACCEL_OK && accel_to_floats(x->grad, out->gx) == ACCEL_OK);
+    CHECK(accel_to_floats(y, out->y) == ACCEL_OK && accel_to_floats(w->grad, out->gw) == ACCEL_OK);
+    CHECK(accel_to_floats(w2->grad, out->gw2) == ACCEL_OK && accel_to_floats(nw->grad, out->gnw) == ACCEL_OK);
+    CHECK(accel_zero_(w->grad) == ACCEL_OK && accel_zero_(w2->grad) == ACCEL_OK && accel_zero_(nw->grad) == ACCEL_OK);
+    accel_step_reset();
+    accel_tensor_free(x0);
+    accel_tensor_free(x);
+}
+
+/* A norm of a residual stream (ACCEL__NORM_IN_RESIDUAL): under autocast on
+ * the CPU its backward rounds h's gradient for the sum's branch, which the
+ * sum's backward takes (one conversion taken a step), with the cache on,
+ * where the norm's backward adds the last of h's gradient; where another
+ * reader's backward adds into it after (recorded before the norm), that
+ * write forgets the rounding and the sum converts. Every gradient the bits
+ * of the plain norm's (which offers none). */
+static void test_norm_backward_rounds_the_branch_gradient(void) {
+    accel_tensor *w = weight(10), *w2 = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(OUT, OUT), ACCEL_CPU_DEVICE);
+    accel_tensor *nw = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(OUT), ACCEL_CPU_DEVICE);
+    accel_rng rng;
+    CHECK(w2 && nw && accel_rng_init(&rng, 11) == ACCEL_OK && accel_rng_normal_(&rng, w2, 0.0, 0.5) == ACCEL_OK &&
+          accel_rng_normal_(&rng, nw, 1.0, 0.1) == ACCEL_OK);
+    CHECK(accel_requires_grad_(w2, true) == ACCEL_OK && accel_requires_grad_(nw, true) == ACCEL_OK);
+    const accel_dtype dts[] = {ACCEL_BF16, ACCEL_F16};
+    const unsigned roles[] = {ACCEL__NORM_IN_RESIDUAL, ACCEL__NORM_IN_RESIDUAL | ACCEL__NORM_OUT_TO_GEMMS};
+    for (int d = 0; d < 2; d++)
+        for (int r = 0; r < 2; r++)
+            for (int cache = 0; cache < 2; cache++)
+                for (int first = 0; first < 2; first++) {
+                    bool was = accel__prepared_set_enabled(cache);
+                    residual_run *fused = calloc(1, sizeof *fused), *plain = calloc(1, sizeof *plain);
+                    residual_then_norm(roles[r], dts[d], first, w, w2, nw, fused);
+                    residual_then_norm(0, dts[d], first, w, w2, nw, plain);
+                    const char *dn = accel_dtype_name(dts[d]);
+                    CHECK_MSG(fused->takes == (uint64_t)(cache && !first), "%s, roles %u, cache %d, square first %d: %llu "
+                              "conversions taken", dn, roles[r], cache, first, (unsigned long long)fused->takes);
+                    CHECK_MSG(plain->takes == 0, "%s: the plain norm's backward offered a conversion", dn);
+                    CHECK_MSG(!memcmp(fused->gb, plain->gb, sizeof fused->gb), "%s, roles %u, cache %d: the branch's "
+                              "gradient differs from the plain norm's", dn, roles[r], cache);
+                    CHECK_MSG(!memcmp(fused->gx, plain->gx, sizeof fused->gx) && !memcmp(fused->y, plain->y, sizeof fused->y) &&
+                                  !memcmp(fused->gw, plain->gw, sizeof fused->gw) &&
+                                  !memcmp(fused->gw2, plain->gw2, sizeof fused->gw2) &&
+                                  !memcmp(fused->gnw, plain->gnw, sizeof fused->gnw),
+                              "%s, roles %u, cache %d: values or gradients differ from the plain norm's", dn, roles[r], cache);
+                    free(fused);
+                    free(plain);
+                    accel__prepared_set_enabled(was);
+                }
+    accel_tensor_free(w);
+    accel_tensor_free(w2);
+    accel_tensor_free(nw);
+}
+
 int main(void) {
     RUN(test_shared_and_identical);
     RUN(test_norm_offers_its_rounding);
     RUN(test_norm_copy_forgotten_after_write);
     RUN(test_norm_copy_and_rewinds);
+    RUN(test_norm_backward_rounds_the_branch_gradient);
     RUN(test_write_forgets);
     RUN(test_rewind_and_reset_forget);
     accel_thread_cleanup();

@@ -5,6 +5,8 @@
 #include "accel/autograd.h"
 #include "core/backend.h"
 #include "core/core_internal.h"
+#include "core/prepared.h"
+#include "core/step_casts.h"
 
 typedef struct tape {
     accel_node **nodes; /* arena memory of the generation below */
@@ -133,7 +135,12 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
                                accel_device_str(g->device, b, sizeof b), accel_device_str(t->device, a, sizeof a));
     }
     if (accel__grad_first_is_step(t)) {
-        /* A step tensor's first gradient: a copy, not zeros + add. */
+        /* A step tensor's first gradient: a copy, not zeros + add; of
+         * another dtype, the conversion an op made of g in its own pass
+         * where it offered one (a decoder norm's backward, ops/norm.h),
+         * taken: t's alone from now on. */
+        if (g->dtype != t->dtype && (t->grad = accel__step_cast_take((accel_tensor *)g, ACCEL__FORM_CAST, t->dtype)))
+            return ACCEL_OK;
         t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
         if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();
         return t->grad ? ACCEL_OK : accel_last_status();

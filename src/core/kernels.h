@@ -299,9 +299,11 @@ typedef struct accel_k_rms_norm {
 } accel_k_rms_norm;
 
 /* dx (optional; dx_beta 0 overwrites, 1 adds) and dw (optional; accumulated)
- * of RMSNorm. */
+ * of RMSNorm. dx16 (optional, with dx; contiguous, bf16 or f16): dx's new
+ * values rounded to its dtype as a copy rounds, in the same pass (the CPU's
+ * kernel; the op asks no other backend for it). */
 typedef struct accel_k_rms_norm_backward {
-    ACCEL_KERNEL_TENSORS(6, *dx, *dw, *g, *x, *w, *rstd);
+    ACCEL_KERNEL_TENSORS(7, *dx, *dw, *g, *x, *w, *rstd, *dx16);
     int64_t R, D;
     accel_dtype x_dt;
     float dx_beta;

@@ -26,7 +26,7 @@ typedef struct cast_entry {
 
 static _Thread_local cast_entry tl_casts[CASTS];
 static _Thread_local int tl_held, tl_next;
-static _Thread_local uint64_t tl_watch;
+static _Thread_local uint64_t tl_watch, tl_takes;
 
 bool accel__step_casts_held(void) { return tl_held > 0; }
 
@@ -112,3 +112,19 @@ void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_t
     tl_watch = accel__arena_watch(a, ACCEL__WATCH_STEP_CASTS);
     remember(src, lo, hi, kind, dt, cast);
 }
+
+accel_tensor *accel__step_cast_take(accel_tensor *src, int kind, accel_dtype dt) {
+    uintptr_t lo, hi;
+    if (!tl_held || !rememberable(src, &lo, &hi)) return NULL;
+    sweep(accel_step_arena());
+    for (int i = 0; i < CASTS; i++)
+        if (tl_casts[i].data && same_elements(&tl_casts[i], src, kind, dt)) {
+            accel_tensor *c = tl_casts[i].cast;
+            drop(&tl_casts[i]);
+            tl_takes++;
+            return c;
+        }
+    return NULL;
+}
+
+uint64_t accel__step_cast_takes(void) { return tl_takes; }

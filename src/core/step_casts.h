@@ -49,6 +49,13 @@ accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, acce
  * writes (a write reported to either forgets it). */
 void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_tensor *cast);
 
+/* src's remembered conversion of (kind, dt), forgotten here (the caller's
+ * alone from now on: it may write it, as a gradient it becomes), or NULL
+ * (no error) when none is remembered. */
+accel_tensor *accel__step_cast_take(accel_tensor *src, int kind, accel_dtype dt);
+/* The calling thread's conversions taken so far (the tests' evidence). */
+uint64_t accel__step_cast_takes(void);
+
 /* Forgets the calling thread's conversions of, or into, bytes [p, p + n)
  * (they were written). Called by accel__storage_written. */
 void accel__step_casts_written(const void *p, size_t n);

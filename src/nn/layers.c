@@ -105,7 +105,7 @@ accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, ac
 
 typedef struct norm_impl {
     double eps;
-    bool gemm_input; /* RMSNorm: accel__rms_norm_create's */
+    unsigned roles; /* RMSNorm: accel__rms_norm_create's (ops/norm.h) */
 } norm_impl;
 
 static double norm_eps(const accel_module *m) { return ((const norm_impl *)m->impl)->eps; }
@@ -113,7 +113,7 @@ static double norm_eps(const accel_module *m) { return ((const norm_impl *)m->im
 /* RMSNorm of x by weight w with m's eps, as m's output is read (norm_impl). */
 static accel_tensor *rms_norm_of(const accel_module *m, accel_tensor *x, accel_tensor *w) {
     const norm_impl *n = m->impl;
-    return n->gemm_input ? accel__rms_norm_gemm_input(x, w, n->eps) : accel_rms_norm(x, w, n->eps);
+    return accel__rms_norm_with_roles(x, w, n->eps, n->roles);
 }
 
 accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
@@ -143,9 +143,9 @@ static accel_module *norm_module(const accel_module_ops *ops, double eps, const 
 }
 
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
-                                    accel_device dev, accel_dtype dt, bool gemm_input) {
+                                    accel_device dev, accel_dtype dt, unsigned roles) {
     accel_module *m = norm_module(ops, eps, "accel_rms_norm_new", dim);
-    if (m) ((norm_impl *)m->impl)->gemm_input = gemm_input;
+    if (m) ((norm_impl *)m->impl)->roles = roles;
     accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
     if (!w || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
@@ -155,7 +155,7 @@ accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, d
 }
 
 accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
-    return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt, false);
+    return accel__rms_norm_create(&RMSNORM_OPS, dim, eps, dev, dt, 0);
 }
 
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x) {

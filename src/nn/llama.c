@@ -10,6 +10,7 @@
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "ops/attention.h"
+#include "ops/norm.h"
 #include "ops/attention_masked.h"
 #include "tp_internal.h"
 
@@ -608,10 +609,17 @@ static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out
     return accel__linear_create(in, out, bias, dev, c->torch_dtype, c->initializer_range);
 }
 
-/* gemm_input: the norm's output is the projections' input (nn_internal.h) */
+/* ACCEL__NORM_IN_RESIDUAL where the residual stream is summed with the
+ * projections' outputs themselves (not with their normalised outputs: OLMo
+ * 2, Gemma 2), else 0. */
+static unsigned branch_sums(const accel__arch *a) {
+    return a->norm_outputs || a->sandwich_norms ? 0 : ACCEL__NORM_IN_RESIDUAL;
+}
+
+/* roles: what the norm's output and input are to the layer (ops/norm.h) */
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev,
-                              bool gemm_input) {
-    accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, gemm_input);
+                              unsigned roles) {
+    accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, roles);
     /* Gemma's norms scale by 1 + weight: their weights start at 0 */
     accel_tensor *w = m && a->gemma_blocks ? accel__module_tensor(m, "weight") : NULL;
     if (w && w->device.type != ACCEL_DEV_META && accel_fill_(w, 0.0) != ACCEL_OK) {
@@ -654,6 +662,8 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&a->mlp, NULL));
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
     int64_t qn = a->qk_norm ? D : qd, kn = a->qk_norm ? D : kvd;
+    /* the input norm's input: the embeddings in the first layer */
+    unsigned in_sum = index > 0 ? branch_sums(a) : 0;
     bool ok = attn && mlp &&
               (a->fused_qkv ? accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
                                   accel_module_add_child(attn, "qkv_proj", linear(c, C, qd + 2 * kvd, qkvb, dev))
@@ -662,22 +672,25 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                   accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
                                   accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev))) &&
               (!(a->qk_norm || a->qk_norm_full) ||
-               (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev, false)) &&
-                accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev, false)))) &&
+               (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev, 0)) &&
+                accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
               (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
                                 : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
                                       accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
               accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
               /* the layer's forward (above): the input norm feeds the
-               * attention, the second norm the MLP unless the branches'
-               * outputs are normalised (OLMo 2's outputs, Gemma 2's sandwich) */
+               * attention, the second norm the MLP, unless the branches'
+               * outputs are normalised (OLMo 2's outputs; Gemma 2's sandwich,
+               * where pre_feedforward_layernorm feeds the MLP); a norm's
+               * input is a sum with a projection's output where they are not */
               accel_module_add_child(layer, a->norm_outputs ? "post_attention_layernorm" : "input_layernorm",
-                                     rms_norm(a, c, C, dev, !a->norm_outputs)) &&
+                                     rms_norm(a, c, C, dev, a->norm_outputs ? 0 : ACCEL__NORM_OUT_TO_GEMMS | in_sum)) &&
               accel_module_add_child(layer, a->norm_outputs ? "post_feedforward_layernorm" : "post_attention_layernorm",
-                                     rms_norm(a, c, C, dev, !a->norm_outputs && !a->sandwich_norms)) &&
+                                     rms_norm(a, c, C, dev, a->norm_outputs || a->sandwich_norms
+                                                                ? 0 : ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
               (!a->sandwich_norms ||
-               (accel_module_add_child(layer, "pre_feedforward_layernorm", rms_norm(a, c, C, dev, true)) &&
-                accel_module_add_child(layer, "post_feedforward_layernorm", rms_norm(a, c, C, dev, false))));
+               (accel_module_add_child(layer, "pre_feedforward_layernorm", rms_norm(a, c, C, dev, ACCEL__NORM_OUT_TO_GEMMS)) &&
+                accel_module_add_child(layer, "post_feedforward_layernorm", rms_norm(a, c, C, dev, 0))));
     if (!ok) {
         accel_module_free(layer);
         return NULL;
@@ -727,7 +740,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     }
     /* A tied head gets its weight from embed_tokens: build it on meta. */
     ok = ok &&
-         accel_module_add_child(model, "norm", rms_norm(a, c, c->hidden_size, dev, true)) &&
+         accel_module_add_child(model, "norm", rms_norm(a, c, c->hidden_size, dev, ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
          accel_module_add_child(root, "lm_head",
                                 linear(c, c->hidden_size, c->vocab_size, false,
                                        c->tie_word_embeddings ? ACCEL_META_DEVICE : dev));

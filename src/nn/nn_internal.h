@@ -28,12 +28,10 @@ accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_dev
  * with w and b its slices or rows): the fp8 Linear with m's meta under an
  * fp8 autocast when m was converted (nn/fp8_modules.h), else accel_linear. */
 accel_tensor *accel__linear_apply(accel_module *m, accel_tensor *x, accel_tensor *w, accel_tensor *b);
-/* RMSNorm module with the given ops (type name "RMSNorm", "LlamaRMSNorm", ...).
- * gemm_input: its output is the input of the projections that follow (a
- * decoder layer's input norms, the final norm), computed with
- * accel__rms_norm_gemm_input (ops/norm.h), else accel_rms_norm. */
+/* RMSNorm module with the given ops (type name "RMSNorm", "LlamaRMSNorm", ...)
+ * and roles (ops/norm.h: ACCEL__NORM_*; 0 for accel_rms_norm's plain one). */
 accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, double eps,
-                                    accel_device dev, accel_dtype dt, bool gemm_input);
+                                    accel_device dev, accel_dtype dt, unsigned roles);
 /* LayerNorm (weight 1, bias 0) with the given ops. */
 accel_module *accel__layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, accel_device dev,
                                        accel_dtype dt);

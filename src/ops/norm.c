@@ -33,6 +33,7 @@ typedef struct norm_saved {
     int64_t R, D;
     float eps;
     accel_dtype x_dt;
+    accel_dtype dt16; /* RMSNorm: dx's rounded copy's dtype (copy_dtype, IN_RESIDUAL), f32 for none */
 } norm_saved;
 
 /* ------------------------------------------------------------------ rms_norm */
@@ -44,27 +45,36 @@ static accel_status rms_backward(accel_node *node, accel_tensor *grad_out) {
     accel__gbuf gx, gw;
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin_zeroed(&gw, node->inputs[1]))
         return accel_last_status();
+    /* x a residual stream (norm.h: IN_RESIDUAL): x's gradient is what the
+     * sum's backward rounds for its branch; rounded here in the kernel's
+     * pass where dx is x's gradient itself (not a scratch added in later)
+     * and offered as its conversion (accel_grad_accumulate takes it). */
+    accel_tensor *dx16 = sv->dt16 != ACCEL_F32 && gx.dst && !gx.tmp && gx.dst->dtype == ACCEL_F32
+                             ? accel_empty_on(sv->dt16, gx.dst->ndim, gx.dst->shape, gx.dst->device)
+                             : NULL;
     accel_k_rms_norm_backward k = {.dx = gx.dst, .dw = gw.dst, .g = gt, .x = node->saved[0], .w = node->saved[1],
-                                   .rstd = node->saved[2], .R = sv->R, .D = sv->D, .x_dt = sv->x_dt,
+                                   .rstd = node->saved[2], .dx16 = dx16, .R = sv->R, .D = sv->D, .x_dt = sv->x_dt,
                                    .dx_beta = gx.beta};
     accel_status st = ACCEL_KERNEL("rms_norm backward", gt->device, rms_norm_backward, &k);
     if (st == ACCEL_OK) st = accel__gbuf_end(&gx);
-    return st == ACCEL_OK ? accel__gbuf_end(&gw) : st;
+    if (st == ACCEL_OK) st = accel__gbuf_end(&gw);
+    if (st == ACCEL_OK && dx16) accel__step_cast_offer(gx.dst, ACCEL__FORM_CAST, sv->dt16, dx16);
+    return st;
 }
 
-/* The dtype of the rounded copy of an RMSNorm's output y (f32 under
- * autocast ac) that the projections reading y take (accel__mm_operand): ac
- * itself where the CPU's GEMMs multiply it natively and the step's
- * conversions are remembered; else f32: none is made (a widened operand is
- * another form, and no other backend makes the copy). */
-static accel_dtype gemm_input_dtype(accel_device dev, accel_dtype y_dt) {
+/* The dtype of the rounded copies an RMSNorm of these roles (norm.h)
+ * makes, its output y (f32 under autocast ac) on dev: ac where the step's
+ * conversions are remembered on the CPU, else f32 (none made: no other
+ * backend makes them); for the output's copy also only where the GEMMs
+ * multiply ac natively (a widened operand is another form). */
+static accel_dtype copy_dtype(accel_device dev, accel_dtype y_dt, unsigned roles, unsigned role) {
     accel_dtype ac = accel_autocast_dtype();
-    bool native = ac != ACCEL_F32 && y_dt == ACCEL_F32 && dev.type == ACCEL_DEV_CPU && accel__prepared_enabled() &&
-                  accel__gemm_native(ac);
-    return native ? ac : ACCEL_F32;
+    bool ok = (roles & role) && ac != ACCEL_F32 && y_dt == ACCEL_F32 && dev.type == ACCEL_DEV_CPU &&
+              accel__prepared_enabled() && (role != ACCEL__NORM_OUT_TO_GEMMS || accel__gemm_native(ac));
+    return ok ? ac : ACCEL_F32;
 }
 
-static accel_tensor *rms_norm(const char *OP, accel_tensor *x, accel_tensor *w, double eps, bool gemm_input) {
+static accel_tensor *rms_norm(const char *OP, accel_tensor *x, accel_tensor *w, double eps, unsigned roles) {
     accel_tensor *in[2] = {x, w};
     accel_device dev;
     if (!accel__op_begin_opt(OP, 2, in, 2u, &dev)) return NULL;
@@ -80,11 +90,11 @@ static accel_tensor *rms_norm(const char *OP, accel_tensor *x, accel_tensor *w, 
     accel_tensor *xf = accel__f32_contig(x), *wf = w ? accel__f32_contig(w) : NULL;
     accel_tensor *y = out->dtype == ACCEL_F32 ? out : accel_empty_on(ACCEL_F32, x->ndim, x->shape, dev);
     accel_tensor *rstd = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(R), dev);
-    accel_dtype dt16 = gemm_input ? gemm_input_dtype(dev, out->dtype) : ACCEL_F32;
+    accel_dtype dt16 = copy_dtype(dev, out->dtype, roles, ACCEL__NORM_OUT_TO_GEMMS);
     accel_tensor *y16 = dt16 != ACCEL_F32 ? accel_empty_on(dt16, x->ndim, x->shape, dev) : NULL;
     norm_saved *sv = accel_arena_alloc(accel_step_arena(), sizeof *sv, 64);
     if (!xf || (w && !wf) || !y || !rstd || (dt16 != ACCEL_F32 && !y16) || !sv) return NULL;
-    *sv = (norm_saved){R, D, (float)eps, x->dtype};
+    *sv = (norm_saved){R, D, (float)eps, x->dtype, copy_dtype(dev, out->dtype, roles, ACCEL__NORM_IN_RESIDUAL)};
     accel_k_rms_norm k = {.y = y, .rstd = rstd, .x = xf, .w = wf, .y16 = y16, .R = R, .D = D, .eps = (float)eps,
                           .x_dt = x->dtype};
     if (ACCEL_KERNEL(OP, dev, rms_norm, &k) != ACCEL_OK) return NULL;
@@ -101,11 +111,11 @@ static accel_tensor *rms_norm(const char *OP, accel_tensor *x, accel_tensor *w, 
 }
 
 accel_tensor *accel_rms_norm(accel_tensor *x, accel_tensor *w, double eps) {
-    return rms_norm("accel_rms_norm", x, w, eps, false);
+    return rms_norm("accel_rms_norm", x, w, eps, 0);
 }
 
-accel_tensor *accel__rms_norm_gemm_input(accel_tensor *x, accel_tensor *w, double eps) {
-    return rms_norm("accel_rms_norm", x, w, eps, true);
+accel_tensor *accel__rms_norm_with_roles(accel_tensor *x, accel_tensor *w, double eps, unsigned roles) {
+    return rms_norm("accel_rms_norm", x, w, eps, roles);
 }
 
 /* ------------------------------------------------------------------ layer_norm */
@@ -147,7 +157,7 @@ accel_tensor *accel_layer_norm(accel_tensor *x, accel_tensor *w, accel_tensor *b
     accel_tensor *mean = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(R), dev), *rstd = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(R), dev);
     norm_saved *sv = accel_arena_alloc(accel_step_arena(), sizeof *sv, 64);
     if (!xf || (w && !wf) || (b && !bf) || !y || !mean || !rstd || !sv) return NULL;
-    *sv = (norm_saved){R, D, (float)eps, x->dtype};
+    *sv = (norm_saved){R, D, (float)eps, x->dtype, ACCEL_F32};
     accel_k_layer_norm k = {.y = y, .mean = mean, .rstd = rstd, .x = xf, .w = wf, .b = bf, .R = R, .D = D,
                             .eps = (float)eps};
     if (ACCEL_KERNEL(OP, dev, layer_norm, &k) != ACCEL_OK) return NULL;

@@ -70,12 +70,16 @@ static void rms_backward_few_rows(const accel_k_rms_norm_backward *k, int nt) {
     int64_t R = k->R, D = k->D;
     const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data, *w = k->w ? k->w->data : NULL;
     float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
+    void *dx16 = k->dx16 ? k->dx16->data : NULL;
+    accel_dtype dt16 = k->dx16 ? k->dx16->dtype : ACCEL_F32;
 #pragma omp parallel num_threads(nt)
     {
         if (dx) {
 #pragma omp for schedule(static) nowait
-            for (int64_t r = 0; r < R; r++)
+            for (int64_t r = 0; r < R; r++) {
                 accel__cpu_rms_norm_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D);
+                row_rounded(dx16, dt16, dx, r, D);
+            }
         }
         int t = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t cblk = ((D + n - 1) / n + 15) / 16 * 16, c0 = t * cblk, c1 = c0 + cblk < D ? c0 + cblk : D;
@@ -93,6 +97,8 @@ accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
     const float *x = k->x->data, *rstd = k->rstd->data, *g = k->g->data;
     const float *w = k->w ? k->w->data : NULL;
     float *dx = k->dx ? k->dx->data : NULL, *dw = k->dw ? k->dw->data : NULL;
+    void *dx16 = k->dx16 ? k->dx16->data : NULL;
+    accel_dtype dt16 = k->dx16 ? k->dx16->dtype : ACCEL_F32;
     int nt = R * D > 16384 ? accel_num_threads() : 1;
     if (nb == 1 && nt > 1) {
         rms_backward_few_rows(k, nt);
@@ -112,7 +118,10 @@ accel_status accel__cpuk_rms_norm_backward(accel_k_rms_norm_backward *k) {
             if (pdw && pdw != dw)
                 for (int64_t j = 0; j < D; j++) pdw[j] = 0.0f;
             for (int64_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
-                if (dx) accel__cpu_rms_norm_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D);
+                if (dx) {
+                    accel__cpu_rms_norm_dx_row(x + r * D, g + r * D, w, rstd[r], dx + r * D, k->dx_beta, D);
+                    row_rounded(dx16, dt16, dx, r, D);
+                }
                 if (pdw) accel__cpu_rms_norm_dw_row(x + r * D, g + r * D, rstd[r], pdw, D, k->x_dt);
             }
         }

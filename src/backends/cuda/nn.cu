@@ -268,6 +268,8 @@ static accel_status norm_dw(int index, cudaStream_t s, float *dw, float *db, con
 }
 
 extern "C" accel_status accel__cudak_rms_norm_backward(accel_k_rms_norm_backward *k) {
+    if (k->dx16) /* the CPU kernel's fusion (kernels.h): the op asks no device for it */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "rms_norm_backward: the rounded copy dx16 is the CPU kernel's");
     int index = k->g->device.index;
     if (!k->R || !k->D) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
