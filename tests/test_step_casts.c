@@ -8,10 +8,12 @@
  *   - an arena rewind (activation checkpointing's) or a step reset that frees
  *     a conversion is never handed out again, even when new tensors take the
  *     same addresses.
- *   - a decoder's input norm (accel__rms_norm_gemm_input, ops/norm.h) hands
- *     the Linear after it its output rounded in the norm's own pass, where
- *     the GEMMs multiply the autocast dtype itself; the same bits as
- *     accel_rms_norm then a conversion.
+ *   - a decoder's norms (accel__rms_norm_with_roles, ops/norm.h) hand the
+ *     Linear after them their output rounded in the norm's own pass, where
+ *     the GEMMs multiply the autocast dtype itself, and the residual sum's
+ *     branch its gradient rounded in the backward's pass; the same bits as
+ *     accel_rms_norm then a conversion, and nothing stale handed out after
+ *     a write or a rewind.
  * tests/gemm.cmake runs it under each GEMM provider: OpenBLAS reads the
  * operands rounded and widened to f32 (ROUNDED_F32), oneDNN on bf16 units the
  * bf16 copies (CAST). */
@@ -385,12 +387,92 @@ static void test_norm_backward_rounds_the_branch_gradient(void) {
     accel_tensor_free(nw);
 }
 
+/* b32's gradient through h = x + bf16(b32), y = RMSNorm(h) of `roles` and
+ * rows x cols (2 threads), loss sum(y * coef); *takes: conversions taken. */
+static void few_rows_run(unsigned roles, int64_t rows, int64_t cols, float *gb, uint64_t *takes) {
+    int64_t n = rows * cols;
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((i * 31) % 101) / 23.0f - 2.2f;
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(rows, cols), v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((i * 17) % 89) / 29.0f - 1.4f;
+    accel_tensor *b32 = accel_from_floats(ACCEL_SHAPE(rows, cols), v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((i * 7) % 13) / 5.0f - 1.1f;
+    accel_tensor *coef = accel_from_floats(ACCEL_SHAPE(rows, cols), v);
+    CHECK(x && b32 && coef && accel_requires_grad_(x, true) == ACCEL_OK && accel_requires_grad_(b32, true) == ACCEL_OK);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *h = accel_add(x, accel_to_dtype(b32, ACCEL_BF16));
+    accel_tensor *y = accel__rms_norm_with_roles(h, NULL, 1e-6, roles);
+    accel_autocast_end(prev);
+    uint64_t t0 = accel__step_cast_takes();
+    CHECK(h && h->dtype == ACCEL_F32 && y && accel_backward(accel_sum_all(accel_mul(y, coef))) == ACCEL_OK && b32->grad);
+    *takes = accel__step_cast_takes() - t0;
+    CHECK(accel_to_floats(b32->grad, gb) == ACCEL_OK);
+    accel_step_reset();
+    free(v);
+}
+
+/* The norm's backward over one block of rows (R <= 64) with more than one
+ * thread (R x D > 16384: rms_backward_few_rows, its rows' dx then the weight
+ * gradient by columns) rounds the input's gradient too: taken, the same
+ * bits as the plain norm's. */
+static void test_norm_backward_few_rows(void) {
+    int threads = accel_num_threads();
+    CHECK(accel_set_num_threads(2) == ACCEL_OK);
+    enum { FR = 24, FD = 1024 };
+    float *fused = malloc(sizeof(float) * FR * FD), *plain = malloc(sizeof(float) * FR * FD);
+    uint64_t tf, tp;
+    few_rows_run(ACCEL__NORM_IN_RESIDUAL, FR, FD, fused, &tf);
+    few_rows_run(0, FR, FD, plain, &tp);
+    CHECK_MSG(tf == 1 && tp == 0, "conversions taken: %llu with the role, %llu without", (unsigned long long)tf,
+              (unsigned long long)tp);
+    CHECK_MSG(!memcmp(fused, plain, sizeof(float) * FR * FD), "the branch's gradient differs from the plain norm's");
+    free(fused);
+    free(plain);
+    CHECK(accel_set_num_threads(threads) == ACCEL_OK);
+}
+
+/* A reader of h recorded between the sum and the norm whose backward adds
+ * into h's gradient through its kernel (a Linear's dX, beta 1) after the
+ * norm offered its rounding: that write forgets the offer (accel__gbuf_end
+ * reports it), the branch's gradient is the plain norm's. */
+static void test_norm_offer_forgotten_by_a_kernel_write(void) {
+    accel_tensor *w = weight(12), *w2 = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(OUT, OUT), ACCEL_CPU_DEVICE);
+    accel_rng rng;
+    CHECK(w2 && accel_rng_init(&rng, 13) == ACCEL_OK && accel_rng_normal_(&rng, w2, 0.0, 0.5) == ACCEL_OK);
+    CHECK(accel_requires_grad_(w2, true) == ACCEL_OK);
+    float gb[2][R * OUT];
+    uint64_t takes[2];
+    for (int v = 0; v < 2; v++) {
+        accel_tensor *x0 = input(4), *x = accel_empty(ACCEL_F32, ACCEL_SHAPE(R, OUT));
+        CHECK(x && accel_fill_(x, 0.25) == ACCEL_OK && accel_requires_grad_(x, true) == ACCEL_OK);
+        accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+        accel_tensor *b = accel_linear(x0, w, NULL), *h = accel_add(x, b);
+        accel_tensor *side = accel_sum_all(accel_linear(h, w2, NULL)); /* its dX adds into h's gradient last */
+        accel_tensor *y = accel__rms_norm_with_roles(h, NULL, 1e-6, v ? 0 : ACCEL__NORM_IN_RESIDUAL);
+        accel_autocast_end(prev);
+        uint64_t t0 = accel__step_cast_takes();
+        CHECK(y && side && accel_backward(accel_add(accel_sum_all(accel_mul(y, y)), side)) == ACCEL_OK && b->grad);
+        takes[v] = accel__step_cast_takes() - t0;
+        CHECK(accel_to_floats(b->grad, gb[v]) == ACCEL_OK);
+        CHECK(accel_zero_(w->grad) == ACCEL_OK && accel_zero_(w2->grad) == ACCEL_OK);
+        accel_step_reset();
+        accel_tensor_free(x0);
+        accel_tensor_free(x);
+    }
+    CHECK_MSG(takes[0] == 0, "a conversion older than the Linear's write into h's gradient was taken");
+    CHECK_MSG(!memcmp(gb[0], gb[1], sizeof gb[0]), "the branch's gradient differs from the plain norm's");
+    accel_tensor_free(w);
+    accel_tensor_free(w2);
+}
+
 int main(void) {
     RUN(test_shared_and_identical);
     RUN(test_norm_offers_its_rounding);
     RUN(test_norm_copy_forgotten_after_write);
     RUN(test_norm_copy_and_rewinds);
     RUN(test_norm_backward_rounds_the_branch_gradient);
+    RUN(test_norm_backward_few_rows);
+    RUN(test_norm_offer_forgotten_by_a_kernel_write);
     RUN(test_write_forgets);
     RUN(test_rewind_and_reset_forget);
     accel_thread_cleanup();

@@ -139,7 +139,7 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
          * another dtype, the conversion an op made of g in its own pass
          * where it offered one (a decoder norm's backward, ops/norm.h),
          * taken: t's alone from now on. */
-        if (g->dtype != t->dtype && (t->grad = accel__step_cast_take((accel_tensor *)g, ACCEL__FORM_CAST, t->dtype)))
+        if (g->dtype != t->dtype && (t->grad = accel__step_cast_take(g, ACCEL__FORM_CAST, t->dtype)))
             return ACCEL_OK;
         t->grad = accel_empty_on(t->dtype, t->ndim, t->shape, t->device);
         if (t->grad && accel_copy_(t->grad, g) != ACCEL_OK) return accel_last_status();

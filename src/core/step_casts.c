@@ -113,7 +113,7 @@ void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_t
     remember(src, lo, hi, kind, dt, cast);
 }
 
-accel_tensor *accel__step_cast_take(accel_tensor *src, int kind, accel_dtype dt) {
+accel_tensor *accel__step_cast_take(const accel_tensor *src, int kind, accel_dtype dt) {
     uintptr_t lo, hi;
     if (!tl_held || !rememberable(src, &lo, &hi)) return NULL;
     sweep(accel_step_arena());

@@ -52,7 +52,7 @@ void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_t
 /* src's remembered conversion of (kind, dt), forgotten here (the caller's
  * alone from now on: it may write it, as a gradient it becomes), or NULL
  * (no error) when none is remembered. */
-accel_tensor *accel__step_cast_take(accel_tensor *src, int kind, accel_dtype dt);
+accel_tensor *accel__step_cast_take(const accel_tensor *src, int kind, accel_dtype dt);
 /* The calling thread's conversions taken so far (the tests' evidence). */
 uint64_t accel__step_cast_takes(void);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
+#include "core/prepared.h"
 #include "core/step_casts.h"
 #include "nn_internal.h"
 
@@ -119,7 +120,13 @@ bool accel__gbuf_begin_native_zeroed(accel__gbuf *g, accel_tensor *t) {
 }
 
 accel_status accel__gbuf_end(accel__gbuf *g) {
-    if (!g->tmp) return ACCEL_OK;
+    /* A kernel wrote t's gradient itself: reported as the library's other
+     * writes are, so nothing remembered of its old values (a conversion a
+     * norm's backward offered, core/step_casts.h) is handed out again. */
+    if (!g->tmp) {
+        if (g->dst) accel__tensor_written(g->dst);
+        return ACCEL_OK;
+    }
     return accel_grad_accumulate(g->t, g->tmp);
 }
 

@@ -12,7 +12,8 @@
  *   - beta == 1: dst is t->grad itself: the kernel adds into it (never a
  *     gradient two tensors hold, accel__grad_share: that one is staged);
  *   - beta == 0: dst is fresh memory to overwrite (t->grad of a non-leaf that
- *     had none yet, or a scratch tensor that accel__gbuf_end accumulates). */
+ *     had none yet, or a scratch tensor that accel__gbuf_end accumulates).
+ * accel__gbuf_end reports the kernel's write into t->grad (core/prepared.h). */
 typedef struct accel__gbuf {
     accel_tensor *t;
     accel_tensor *tmp; /* scratch to accumulate at the end, or NULL */

@@ -49,7 +49,8 @@ static accel_status rms_backward(accel_node *node, accel_tensor *grad_out) {
      * sum's backward rounds for its branch; rounded here in the kernel's
      * pass where dx is x's gradient itself (not a scratch added in later)
      * and offered as its conversion (accel_grad_accumulate takes it). */
-    accel_tensor *dx16 = sv->dt16 != ACCEL_F32 && gx.dst && !gx.tmp && gx.dst->dtype == ACCEL_F32
+    accel_tensor *dx16 = sv->dt16 != ACCEL_F32 && gx.dst && !gx.tmp && gx.dst->dtype == ACCEL_F32 &&
+                                 accel__prepared_enabled()
                              ? accel_empty_on(sv->dt16, gx.dst->ndim, gx.dst->shape, gx.dst->device)
                              : NULL;
     accel_k_rms_norm_backward k = {.dx = gx.dst, .dw = gw.dst, .g = gt, .x = node->saved[0], .w = node->saved[1],

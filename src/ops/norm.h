@@ -27,9 +27,11 @@ enum {
  *     gradient (accel_grad_accumulate) instead of converting it.
  * The same values and gradients as accel_rms_norm. A copy is made whether
  * or not it is then read (a sequence-parallel projection gathers the
- * output first; a prefill slices the final norm's output; the first
- * layer's input is the embeddings, no sum): there it is written and not
- * read. */
+ * output first; a prefill slices the final norm's output; activation
+ * checkpointing hands a layer's input through a copy; a pipeline stage's
+ * first input is received, no sum): there it is written and not read. A
+ * conversion is taken only while it holds the gradient's current values:
+ * a later write into it (accel_grad_accumulate, accel__gbuf_end) forgets it. */
 accel_tensor *accel__rms_norm_with_roles(accel_tensor *x, accel_tensor *w, double eps, unsigned roles);
 
 #endif
