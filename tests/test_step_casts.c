@@ -391,7 +391,8 @@ static void test_norm_backward_rounds_the_branch_gradient(void) {
  * rows x cols (2 threads), loss sum(y * coef); *takes: conversions taken. */
 static void few_rows_run(unsigned roles, int64_t rows, int64_t cols, float *gb, uint64_t *takes) {
     int64_t n = rows * cols;
-    float *v = malloc((size_t)n * sizeof *v);
+    float *v = calloc((size_t)n, sizeof *v);
+    CHECK(v != NULL);
     for (int64_t i = 0; i < n; i++) v[i] = (float)((i * 31) % 101) / 23.0f - 2.2f;
     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(rows, cols), v);
     for (int64_t i = 0; i < n; i++) v[i] = (float)((i * 17) % 89) / 29.0f - 1.4f;
