@@ -249,6 +249,57 @@ static void test_checkpoint_resume(void) {
     }
 }
 
+/* A checkpoint whose optimizer does not fit the prepared one (an unlucky
+ * user's other run: here over both groups, the prepared one over the
+ * weights alone): load_state fails before it loads anything, and the model
+ * keeps its weights. ZeRO-1/2 check the optimizer's file against the shard
+ * first (accel__zero_check_state); ZeRO-3's own shards are read, and
+ * checked, as they load. */
+static void test_load_of_other_optimizer_changes_nothing(void) {
+    if (accel_accelerator_zero_stage(A) == 3) {
+        printf("(ZeRO-3: its optimizer shards are checked as they load)\n");
+        return;
+    }
+    int64_t id = getpid();
+    CHECK(accel_pg_broadcast(accel_dist_default_group(), &id, 1, ACCEL_I64, 0) == ACCEL_OK);
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/accel_zero_other_%lld", (long long)id);
+    run a;
+    run_make(&a, 5);
+    CHECK(accel_accelerator_prepare(A, a.model, a.opt, NULL, a.sched) == ACCEL_OK);
+    for (int64_t s = 0; s < 2; s++) acc_step(&a, s, 0);
+    CHECK_MSG(accel_accelerator_save_state(A, dir, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    run_free(&a);
+
+    accel_module *m = mlp(77);
+    accel_tensor **ps, *w[2];
+    int n = accel_module_parameters(m, &ps), nw = 0;
+    for (int i = 0; i < n; i++)
+        if (ps[i]->ndim == 2) w[nw++] = ps[i];
+    accel_free(ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.02);
+    accel_optimizer *weights_only = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, nw, w, &h);
+    CHECK(accel_accelerator_prepare(A, m, weights_only) == ACCEL_OK);
+    float before[66], after[66];
+    params_of(m, before);
+    accel_status st = accel_accelerator_load_state(A, dir, NULL);
+    CHECK_MSG(st != ACCEL_OK, "an optimizer over 2 of 4 parameters loaded one over 4");
+    CHECK_STR_CONTAINS(accel_last_error(), "no such parameter in this optimizer");
+    accel_clear_error();
+    params_of(m, after);
+    CHECK_MSG(!memcmp(before, after, sizeof before), "the model was loaded before its optimizer failed");
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    accel_optimizer_free(weights_only);
+    accel_module_free(m);
+    accel_accelerator_wait_for_everyone(A);
+    if (R == 0) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+}
+
 /* The tensor state of o (exp_avg, exp_avg_sq) as host floats, in listing order; returns the count. */
 static int64_t state_values(accel_optimizer *o, float *out, int64_t cap) {
     accel_named_state *st;
@@ -415,6 +466,7 @@ int main(void) {
     RUN(test_plain);
     RUN(test_clipped); /* clipping bites: the norm is well above 0.05 */
     RUN(test_checkpoint_resume);
+    RUN(test_load_of_other_optimizer_changes_nothing);
     RUN(test_state_from_before_prepare);
     RUN(test_refusals);
     RUN(test_bad_reduce_bucket_size);

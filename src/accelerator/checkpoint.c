@@ -427,13 +427,22 @@ static accel_status load_opt(void *o, int n, const accel_named_state *st) {
     if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->load_optimizer_state(os->acc, os->i, n, st);
     return accel_optimizer_load_state(os->acc->opts[os->i], n, st);
 }
-/* load_opt's check without the load, where the user's optimizer loads
- * itself (no strategy's format, no pipeline part): its entries (tp: this
- * rank's slices) against the optimizer, nothing written. */
+/* load_opt's check without the load (no pipeline part): its entries (tp:
+ * this rank's slices) against the optimizer, or against the shard of the
+ * strategy that re-targeted it (check_optimizer_state), nothing written. */
 static accel_status check_opt(void *o, int n, const accel_named_state *st) {
     opt_slot *os = o;
     if (accel__tp_slice_optimizer(os->acc, os->i, n, (accel_named_state *)st)) return accel_last_status();
+    if (accel__optimizer_model(os->acc, os->i)) return os->acc->strat->check_optimizer_state(os->acc, os->i, n, st);
     return accel__optimizer_check_state(os->acc->opts[os->i], n, st);
+}
+
+/* Whether load_state checks optimizer i's file before loading anything:
+ * not a pipeline's part, nor a strategy's state it checks only as it loads
+ * (its own format, ZeRO-3's shards, may be read instead). */
+static bool opt_checked_first(accel_accelerator *acc, int i) {
+    if (acc->pp_opt[i]) return false;
+    return !accel__optimizer_model(acc, i) || (!acc->strat->load_optimizer && acc->strat->check_optimizer_state);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
     return accel_lr_scheduler_load_state(s, n, st);
@@ -856,7 +865,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
             s = load_model_file(path, acc->models[i].m, pp, false);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
-        if (accel__optimizer_model(acc, i) || acc->pp_opt[i]) continue; /* checked as they load */
+        if (!opt_checked_first(acc, i)) continue; /* checked as they load */
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         s = load_file(path, &os, check_opt);

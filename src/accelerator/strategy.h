@@ -125,6 +125,9 @@ struct accel__strategy {
      * holds it (*own; local). */
     int (*optimizer_state)(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
     accel_status (*load_optimizer_state)(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+    /* load_optimizer_state's check of such state, nothing written (load_state
+     * checks every file before loading any); NULL: checked as it loads. */
+    accel_status (*check_optimizer_state)(accel_accelerator *acc, int i, int n, const accel_named_state *st);
     accel_status (*save_optimizer)(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own);
     accel_status (*load_optimizer)(accel_accelerator *acc, int i, const char *dir, bool *own);
 };
@@ -169,6 +172,8 @@ accel_tensor *accel__zero_user_param(accel_accelerator *acc, int i, int u);
 int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, float *bufs[2]);
 /* Restores consolidated state into this rank's shard (local). */
 accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+/* accel__zero_load_state's checks of st, nothing read or written (local). */
+accel_status accel__zero_check_state(accel_accelerator *acc, int i, int n, const accel_named_state *st);
 /* Optimizer i's state kinds (0, 1 or 2) and their names ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
 int accel__zero_kinds(accel_accelerator *acc, int i);
 const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k);

@@ -786,7 +786,43 @@ static double scalar_of(const accel_named_state *e) {
     }
 }
 
-accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+/* accel__zero_load_local, or (check) accel__optimizer_check_state of the same entries. */
+static accel_status load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                               float *const local[2], double step, bool check) {
+    accel_optimizer *opt = acc->opts[i];
+    accel__zopt *z = acc->strat_opt[i];
+    accel__model *pm = accel__find_model(acc, z->m);
+    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
+    accel_status s = res ? ACCEL_OK : accel_last_status();
+    int m = 0;
+    for (int e = 0; e < n && !s; e++)
+        if (!add(res, &m, scalars[e].name, NULL, scalars[e].value)) s = accel_last_status();
+    char name[96];
+    for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
+        snprintf(name, sizeof name, "state.%d.step", r);
+        if (!add(res, &m, name, NULL, step)) s = accel_last_status();
+        for (int k = 0; k < n_kinds(opt, z->run_group[r]) && !s; k++) {
+            snprintf(name, sizeof name, "state.%d.%s", r, kind_name(opt, k));
+            accel_named_state *e = add(res, &m, name, view(local[k] + shard_pos(acc, pm, z->run_lo[r]),
+                                                           z->run_hi[r] - z->run_lo[r]), 0);
+            if (!e || !e->t) s = accel_last_status();
+        }
+    }
+    if (!s) s = check ? accel__optimizer_check_state(opt, m, res) : accel_optimizer_load_state(opt, m, res);
+    if (res) accel_named_state_free(res, m);
+    return s;
+}
+
+accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                    float *const local[2], double step) {
+    return load_local(acc, i, n, scalars, local, step, false);
+}
+
+/* accel__zero_load_state, or (check) its check: every entry against the
+ * optimizer, then the shard's state as load_local would give it checked
+ * by the optimizer (accel__optimizer_check_state), nothing read into it and
+ * nothing loaded. */
+static accel_status zero_load(accel_accelerator *acc, int i, int n, const accel_named_state *st, bool check) {
     const char *fn = "accel_accelerator_load_state";
     accel_optimizer *opt = acc->opts[i];
     accel__zopt *z = acc->strat_opt[i];
@@ -834,42 +870,24 @@ accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const 
         for (int v = 0; v < zm->n_units; v++) {
             int64_t plo = piece_lo(acc, &zm->units[v]), phi = plo + zm->units[v].shard;
             int64_t a = lo > plo ? lo : plo, c = hi < phi ? hi : phi;
-            if (a < c && !s)
+            if (a < c && !s && !check)
                 s = accel__tensor_read_bytes(t, (size_t)(a - lo) * sizeof(float), local[k] + zm->units[v].zoff + (a - plo),
                                              (size_t)(c - a) * sizeof(float));
         }
     }
-    if (!s) s = accel__zero_load_local(acc, i, m, res, local, step);
+    if (!s) s = load_local(acc, i, m, res, local, step, check);
     if (res) accel_named_state_free(res, m);
     accel_free(local[0]);
     accel_free(local[1]);
     return s;
 }
 
-accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
-                                    float *const local[2], double step) {
-    accel_optimizer *opt = acc->opts[i];
-    accel__zopt *z = acc->strat_opt[i];
-    accel__model *pm = accel__find_model(acc, z->m);
-    accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
-    accel_status s = res ? ACCEL_OK : accel_last_status();
-    int m = 0;
-    for (int e = 0; e < n && !s; e++)
-        if (!add(res, &m, scalars[e].name, NULL, scalars[e].value)) s = accel_last_status();
-    char name[96];
-    for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
-        snprintf(name, sizeof name, "state.%d.step", r);
-        if (!add(res, &m, name, NULL, step)) s = accel_last_status();
-        for (int k = 0; k < n_kinds(opt, z->run_group[r]) && !s; k++) {
-            snprintf(name, sizeof name, "state.%d.%s", r, kind_name(opt, k));
-            accel_named_state *e = add(res, &m, name, view(local[k] + shard_pos(acc, pm, z->run_lo[r]),
-                                                           z->run_hi[r] - z->run_lo[r]), 0);
-            if (!e || !e->t) s = accel_last_status();
-        }
-    }
-    if (!s) s = accel_optimizer_load_state(opt, m, res);
-    if (res) accel_named_state_free(res, m);
-    return s;
+accel_status accel__zero_load_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+    return zero_load(acc, i, n, st, false);
+}
+
+accel_status accel__zero_check_state(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+    return zero_load(acc, i, n, st, true);
 }
 
 accel_status accel__zero_release_optimizer(accel_accelerator *acc, int i, bool consolidate) {
@@ -934,6 +952,7 @@ const accel__strategy accel__strategy_zero1 = {
     .clip = accel__zero_clip,
     .optimizer_state = accel__zero_state,
     .load_optimizer_state = accel__zero_load_state,
+    .check_optimizer_state = accel__zero_check_state,
 };
 
 static accel_status no_start(accel_accelerator *acc, accel__model *pm) {
@@ -974,4 +993,5 @@ const accel__strategy accel__strategy_zero2 = {
     .clip = accel__zero_clip,
     .optimizer_state = accel__zero_state,
     .load_optimizer_state = accel__zero_load_state,
+    .check_optimizer_state = accel__zero_check_state,
 };
