@@ -497,6 +497,28 @@ static void test_bad_checkpoints(void) {
     expect_load_error(broken, "pytorch_model_fsdp_0/shard_0.safetensors is missing");
     finish(&r);
     if (R == 0) expect_merge_errors(broken);
+    /* FULL_STATE_DICT: the consolidated optimizer file, checked before the
+     * model loads: an optimizer of two groups (weights, then biases) where
+     * the checkpoint's has one in the module's order fails with the
+     * model's weights as they were */
+    A->fsdp.full_state_dict = true;
+    path_of(ckpt, sizeof ckpt, "full_ckpt");
+    r = start(false, 5, 33);
+    train_step(r.m, r.o, false, 0);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    finish(&r);
+    r = (run){mlp(9, 33), NULL, false};
+    accel_tensor **ps, *groups[2][3];
+    int n = accel_module_parameters(r.m, &ps), ng[2] = {0, 0};
+    for (int i = 0; i < n; i++) groups[ps[i]->ndim == 1][ng[ps[i]->ndim == 1]++] = ps[i];
+    accel_free(ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.02);
+    r.o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, ng[0], groups[0], &h);
+    CHECK(accel_optimizer_add_params(r.o, ng[1], groups[1], &h) >= 0);
+    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+    expect_load_error_keeps_weights(&r, ckpt, "expected an f32 state of", "other_optimizer");
+    finish(&r);
+    A->fsdp.full_state_dict = false;
 }
 
 /* ---------------------------------------------------------------- across world sizes */

@@ -437,12 +437,14 @@ static accel_status check_opt(void *o, int n, const accel_named_state *st) {
     return accel__optimizer_check_state(os->acc->opts[os->i], n, st);
 }
 
-/* Whether load_state checks optimizer i's file before loading anything:
- * not a pipeline's part, nor a strategy's state it checks only as it loads
- * (its own format, ZeRO-3's shards, may be read instead). */
-static bool opt_checked_first(accel_accelerator *acc, int i) {
+/* Whether load_state checks optimizer i's file in dir before loading
+ * anything: not a pipeline's part, nor a strategy's state in its own format
+ * (ZeRO-3's shards: checked as they load) or with no check. */
+static bool opt_checked_first(accel_accelerator *acc, int i, const char *dir) {
     if (acc->pp_opt[i]) return false;
-    return !accel__optimizer_model(acc, i) || (!acc->strat->load_optimizer && acc->strat->check_optimizer_state);
+    if (!accel__optimizer_model(acc, i)) return true;
+    const accel__strategy *st = acc->strat;
+    return st->check_optimizer_state && !(st->has_own_optimizer && st->has_own_optimizer(dir, i));
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
     return accel_lr_scheduler_load_state(s, n, st);
@@ -865,7 +867,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
             s = load_model_file(path, acc->models[i].m, pp, false);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) {
-        if (!opt_checked_first(acc, i)) continue; /* checked as they load */
+        if (!opt_checked_first(acc, i, dir)) continue; /* checked as they load */
         numbered(path, sizeof path, dir, "optimizer", i);
         opt_slot os = {acc, i};
         s = load_file(path, &os, check_opt);

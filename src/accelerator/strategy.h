@@ -130,6 +130,9 @@ struct accel__strategy {
     accel_status (*check_optimizer_state)(accel_accelerator *acc, int i, int n, const accel_named_state *st);
     accel_status (*save_optimizer)(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own);
     accel_status (*load_optimizer)(accel_accelerator *acc, int i, const char *dir, bool *own);
+    /* Whether dir holds optimizer i in the strategy's own format (what
+     * load_optimizer reads, and checks, as it loads); NULL: never. */
+    bool (*has_own_optimizer)(const char *dir, int i);
 };
 
 extern const accel__strategy accel__strategy_ddp;   /* ddp.c */

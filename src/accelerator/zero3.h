@@ -62,6 +62,8 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
  * false (and nothing done) when dir holds no optimizer_<i>/: the
  * consolidated file is then loaded as under stage 2. */
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
+/* Whether dir holds optimizer i sharded (dir/optimizer_<i>/). */
+bool accel__zero3_has_optimizer_shards(const char *dir, int i);
 /* refuse_foreign: an error naming what to do when dir holds model i
  * sharded (a model that is not stage 3 is loading it). */
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);

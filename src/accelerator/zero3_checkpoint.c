@@ -1056,10 +1056,16 @@ static int scalars_of(json_t *scalars, accel_named_state **out) {
     return m;
 }
 
+bool accel__zero3_has_optimizer_shards(const char *dir, int i) {
+    char sub[PATHN + 64];
+    optim_subdir(sub, sizeof sub, dir, i);
+    return accel__is_dir(sub);
+}
+
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found) {
     char sub[PATHN + 64], msub[2 * PATHN];
     optim_subdir(sub, sizeof sub, dir, i);
-    *found = accel__is_dir(sub);
+    *found = accel__zero3_has_optimizer_shards(dir, i);
     if (!*found) return ACCEL_OK;
     accel__model *pm = accel__zero_optimizer_model(acc, i);
     accel__zero_model *zm = accel__zero_of(pm);

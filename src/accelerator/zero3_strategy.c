@@ -76,6 +76,8 @@ const accel__strategy accel__strategy_zero3 = {
     .refuse_foreign = accel__zero3_refuse_sharded,
     .optimizer_state = accel__zero_state,
     .load_optimizer_state = accel__zero_load_state,
+    .check_optimizer_state = accel__zero_check_state,
     .save_optimizer = zero3_save_optimizer,
     .load_optimizer = accel__zero3_load_optimizer_state,
+    .has_own_optimizer = accel__zero3_has_optimizer_shards,
 };
