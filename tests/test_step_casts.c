@@ -23,6 +23,7 @@
 #include "core/prepared.h"
 #include "core/step_casts.h"
 #include "ops/norm.h"
+#include "tiny_llama.h"
 
 enum { R = 24, IN = 16, OUT = 8 };
 
@@ -345,7 +346,8 @@ static void residual_then_norm(unsigned roles, accel_dtype dt, bool square_first
 
 /* A norm of a residual stream (ACCEL__NORM_IN_RESIDUAL): under autocast on
  * the CPU its backward rounds h's gradient for the sum's branch, which the
- * sum's backward takes (one conversion taken a step), with the cache on,
+ * sum's backward takes (one conversion taken a step), with the cache on and
+ * not under the reference kernels,
  * where the norm's backward adds the last of h's gradient; where another
  * reader's backward adds into it after (recorded before the norm), that
  * write forgets the rounding and the sum converts. Every gradient the bits
@@ -361,14 +363,14 @@ static void test_norm_backward_rounds_the_branch_gradient(void) {
     const unsigned roles[] = {ACCEL__NORM_IN_RESIDUAL, ACCEL__NORM_IN_RESIDUAL | ACCEL__NORM_OUT_TO_GEMMS};
     for (int d = 0; d < 2; d++)
         for (int r = 0; r < 2; r++)
-            for (int cache = 0; cache < 2; cache++)
+            for (int cache = 0; cache < 3; cache++) /* 2: the cache on, the reference kernels */
                 for (int first = 0; first < 2; first++) {
-                    bool was = accel__prepared_set_enabled(cache);
+                    bool was = accel__prepared_set_enabled(cache != 0), was_ref = accel_set_reference_kernels(cache == 2);
                     residual_run *fused = calloc(1, sizeof *fused), *plain = calloc(1, sizeof *plain);
                     residual_then_norm(roles[r], dts[d], first, w, w2, nw, fused);
                     residual_then_norm(0, dts[d], first, w, w2, nw, plain);
                     const char *dn = accel_dtype_name(dts[d]);
-                    CHECK_MSG(fused->takes == (uint64_t)(cache && !first), "%s, roles %u, cache %d, square first %d: %llu "
+                    CHECK_MSG(fused->takes == (uint64_t)(cache == 1 && !first), "%s, roles %u, cache %d, square first %d: %llu "
                               "conversions taken", dn, roles[r], cache, first, (unsigned long long)fused->takes);
                     CHECK_MSG(plain->takes == 0, "%s: the plain norm's backward offered a conversion", dn);
                     CHECK_MSG(!memcmp(fused->gb, plain->gb, sizeof fused->gb), "%s, roles %u, cache %d: the branch's "
@@ -380,6 +382,7 @@ static void test_norm_backward_rounds_the_branch_gradient(void) {
                               "%s, roles %u, cache %d: values or gradients differ from the plain norm's", dn, roles[r], cache);
                     free(fused);
                     free(plain);
+                    accel_set_reference_kernels(was_ref);
                     accel__prepared_set_enabled(was);
                 }
     accel_tensor_free(w);
@@ -466,6 +469,70 @@ static void test_norm_offer_forgotten_by_a_kernel_write(void) {
     accel_tensor_free(w2);
 }
 
+/* Only an offered conversion no one was handed can be taken: not one a
+ * GEMM made (saved for its backward), nor an offer a GEMM then read. */
+static void test_take_only_unshared(void) {
+    accel_tensor *w = weight(14);
+    accel_set_grad_enabled(false);
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *x = input(1);
+    CHECK(accel_linear(x, w, NULL) != NULL); /* x's conversion made, and shared */
+    CHECK_MSG(accel__step_cast_take(x, ACCEL__FORM_CAST, ACCEL_BF16) == NULL, "a GEMM's conversion was taken");
+    accel_tensor *h = accel__rms_norm_with_roles(input(2), NULL, 1e-6, ACCEL__NORM_OUT_TO_GEMMS);
+    CHECK(h && accel_linear(h, w, NULL) != NULL); /* the norm's offer (where made), read by the Linear */
+    CHECK_MSG(accel__step_cast_take(h, ACCEL__FORM_CAST, ACCEL_BF16) == NULL, "an offer a GEMM read was taken");
+    accel_tensor *h2 = accel__rms_norm_with_roles(input(3), NULL, 1e-6, ACCEL__NORM_OUT_TO_GEMMS);
+    CHECK(h2 != NULL);
+    if (accel__gemm_native(ACCEL_BF16)) /* an offer no one read: taken once */
+        CHECK(accel__step_cast_take(h2, ACCEL__FORM_CAST, ACCEL_BF16) != NULL &&
+              accel__step_cast_take(h2, ACCEL__FORM_CAST, ACCEL_BF16) == NULL);
+    accel_autocast_end(prev);
+    accel_set_grad_enabled(true);
+    accel_step_reset();
+    accel_tensor_free(w);
+}
+
+/* The decoders' wiring of the roles (llama.c): one bf16 training step of
+ * the tiny 2-layer models takes 2 L conversions (layer 1's input norm,
+ * both layers' MLP norms, the final norm) where the residual sums take the
+ * projections' outputs (Llama, Granite), none where a norm's input is not
+ * such a sum (Gemma's 1 + weight norms, Gemma 2's and OLMo 2's normalised
+ * branches); the loss the plain path's bits. */
+static void test_decoder_roles_wired(void) {
+    const struct { const char *type; uint64_t takes; } fams[] = {
+        {"llama", 4}, {"granite", 4}, {"gemma", 0}, {"gemma2", 0}, {"olmo2", 0}};
+    int64_t ids[2 * 8];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 7 + 3) % 40;
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        double loss[2];
+        uint64_t takes[2];
+        for (int cache = 0; cache < 2; cache++) {
+            bool was = accel__prepared_set_enabled(cache);
+            accel_module *m = tiny_family(3, fams[f].type);
+            CHECK_MSG(m != NULL, "%s: %s", fams[f].type, accel_last_error());
+            if (!m) {
+                accel__prepared_set_enabled(was);
+                continue;
+            }
+            accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+            accel_tensor *l = accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(2, 8), ids));
+            accel_autocast_end(prev);
+            uint64_t t0 = accel__step_cast_takes();
+            CHECK(l && accel_backward(l) == ACCEL_OK);
+            takes[cache] = accel__step_cast_takes() - t0;
+            loss[cache] = l ? accel_item(l) : 0;
+            accel_step_reset();
+            accel_module_free(m);
+            accel__prepared_set_enabled(was);
+        }
+        CHECK_MSG(takes[1] == fams[f].takes && takes[0] == 0, "%s: %llu conversions taken (cache on), %llu (off); "
+                  "expected %llu", fams[f].type, (unsigned long long)takes[1], (unsigned long long)takes[0],
+                  (unsigned long long)fams[f].takes);
+        CHECK_MSG(loss[0] == loss[1], "%s: loss %.9g with the roles' copies, %.9g without", fams[f].type, loss[1],
+                  loss[0]);
+    }
+}
+
 int main(void) {
     RUN(test_shared_and_identical);
     RUN(test_norm_offers_its_rounding);
@@ -474,6 +541,8 @@ int main(void) {
     RUN(test_norm_backward_rounds_the_branch_gradient);
     RUN(test_norm_backward_few_rows);
     RUN(test_norm_offer_forgotten_by_a_kernel_write);
+    RUN(test_take_only_unshared);
+    RUN(test_decoder_roles_wired);
     RUN(test_write_forgets);
     RUN(test_rewind_and_reset_forget);
     accel_thread_cleanup();

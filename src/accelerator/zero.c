@@ -833,8 +833,11 @@ static accel_status zero_load(accel_accelerator *acc, int i, int n, const accel_
     float *local[2] = {NULL, NULL};
     accel_named_state *res = accel_calloc((size_t)(n + 1), sizeof *res); /* its scalar entries */
     accel_status s = res ? ACCEL_OK : accel_last_status();
+    /* the check reads the shard's sizes only: its buffers are never touched (no pages) */
     for (int k = 0; k < nk && !s; k++)
-        if (!(local[k] = accel_calloc((size_t)(shard ? shard : 1), sizeof(float)))) s = accel_last_status();
+        if (!(local[k] = check ? accel_malloc((size_t)(shard ? shard : 1) * sizeof(float))
+                               : accel_calloc((size_t)(shard ? shard : 1), sizeof(float))))
+            s = accel_last_status();
     int m = 0;
     double step = 0;
     for (int e = 0; e < n && !s; e++) {

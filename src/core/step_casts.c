@@ -22,6 +22,7 @@ typedef struct cast_entry {
     accel_tensor *cast;
     uintptr_t lo, hi, cast_lo, cast_hi; /* the source's and the conversion's bytes */
     size_t pos;                    /* the arena's position after the conversion */
+    bool exclusive;                /* offered and handed out to no one yet: it may be taken */
 } cast_entry;
 
 static _Thread_local cast_entry tl_casts[CASTS];
@@ -68,8 +69,9 @@ static bool rememberable(const accel_tensor *src, uintptr_t *lo, uintptr_t *hi) 
 }
 
 /* Remembers c, src's conversion (src's elements at [lo, hi)), made since
- * the watch started. */
-static void remember(const accel_tensor *src, uintptr_t lo, uintptr_t hi, int kind, accel_dtype dt, accel_tensor *c) {
+ * the watch started; exclusive: no one holds it yet (an offer's). */
+static void remember(const accel_tensor *src, uintptr_t lo, uintptr_t hi, int kind, accel_dtype dt, accel_tensor *c,
+                     bool exclusive) {
     uintptr_t clo, chi;
     if (!accel__tensor_span(c, &clo, &chi)) return;
     cast_entry *e = &tl_casts[tl_next];
@@ -77,7 +79,7 @@ static void remember(const accel_tensor *src, uintptr_t lo, uintptr_t hi, int ki
     drop(e);
     *e = (cast_entry){.data = src->data, .src_dt = src->dtype, .ndim = src->ndim, .kind = kind, .dt = dt,
                       .cast = c, .lo = lo, .hi = hi, .cast_lo = clo, .cast_hi = chi,
-                      .pos = accel_arena_used(accel_step_arena())};
+                      .pos = accel_arena_used(accel_step_arena()), .exclusive = exclusive};
     memcpy(e->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim);
     memcpy(e->stride, src->stride, sizeof(int64_t) * (size_t)src->ndim);
     tl_held++;
@@ -89,13 +91,16 @@ accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, acce
     accel_arena *a = accel_step_arena();
     sweep(a);
     for (int i = 0; i < CASTS; i++)
-        if (tl_casts[i].data && same_elements(&tl_casts[i], src, kind, dt)) return tl_casts[i].cast;
+        if (tl_casts[i].data && same_elements(&tl_casts[i], src, kind, dt)) {
+            tl_casts[i].exclusive = false; /* read by a GEMM (saved for its backward): never taken */
+            return tl_casts[i].cast;
+        }
     /* The entries kept so far hold now: a new watch from here on covers
      * them and the new one (a rewind before this point that went below the
      * new one's place freed nothing it holds). */
     tl_watch = accel__arena_watch(a, ACCEL__WATCH_STEP_CASTS);
     accel_tensor *c = make(src, kind, dt);
-    if (c) remember(src, lo, hi, kind, dt, c);
+    if (c) remember(src, lo, hi, kind, dt, c, false);
     return c;
 }
 
@@ -110,7 +115,7 @@ void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_t
      * arena's position now) lies above both, so a later rewind that frees
      * either goes below it */
     tl_watch = accel__arena_watch(a, ACCEL__WATCH_STEP_CASTS);
-    remember(src, lo, hi, kind, dt, cast);
+    remember(src, lo, hi, kind, dt, cast, true);
 }
 
 accel_tensor *accel__step_cast_take(const accel_tensor *src, int kind, accel_dtype dt) {
@@ -118,7 +123,7 @@ accel_tensor *accel__step_cast_take(const accel_tensor *src, int kind, accel_dty
     if (!tl_held || !rememberable(src, &lo, &hi)) return NULL;
     sweep(accel_step_arena());
     for (int i = 0; i < CASTS; i++)
-        if (tl_casts[i].data && same_elements(&tl_casts[i], src, kind, dt)) {
+        if (tl_casts[i].data && tl_casts[i].exclusive && same_elements(&tl_casts[i], src, kind, dt)) {
             accel_tensor *c = tl_casts[i].cast;
             drop(&tl_casts[i]);
             tl_takes++;

@@ -49,9 +49,10 @@ accel_tensor *accel__step_cast(accel_tensor *src, int kind, accel_dtype dt, acce
  * writes (a write reported to either forgets it). */
 void accel__step_cast_offer(accel_tensor *src, int kind, accel_dtype dt, accel_tensor *cast);
 
-/* src's remembered conversion of (kind, dt), forgotten here (the caller's
- * alone from now on: it may write it, as a gradient it becomes), or NULL
- * (no error) when none is remembered. */
+/* src's conversion of (kind, dt) that an op offered and no one was handed
+ * (accel__step_cast shares what it hands out: a GEMM saves it), forgotten
+ * here: the caller's alone from now on (it may write it, as a gradient it
+ * becomes); NULL (no error) when there is none. */
 accel_tensor *accel__step_cast_take(const accel_tensor *src, int kind, accel_dtype dt);
 /* The calling thread's conversions taken so far (the tests' evidence). */
 uint64_t accel__step_cast_takes(void);

@@ -10,8 +10,8 @@
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
 #include "ops/attention.h"
-#include "ops/norm.h"
 #include "ops/attention_masked.h"
+#include "ops/norm.h"
 #include "tp_internal.h"
 
 accel_llama_config accel_llama_config_default(void) {

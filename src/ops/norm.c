@@ -66,12 +66,14 @@ static accel_status rms_backward(accel_node *node, accel_tensor *grad_out) {
 /* The dtype of the rounded copies an RMSNorm of these roles (norm.h)
  * makes, its output y (f32 under autocast ac) on dev: ac where the step's
  * conversions are remembered on the CPU, else f32 (none made: no other
- * backend makes them); for the output's copy also only where the GEMMs
- * multiply ac natively (a widened operand is another form). */
+ * backend makes them, and the reference kernels convert as before); for the
+ * output's copy also only where the GEMMs multiply ac natively (a widened
+ * operand is another form). */
 static accel_dtype copy_dtype(accel_device dev, accel_dtype y_dt, unsigned roles, unsigned role) {
     accel_dtype ac = accel_autocast_dtype();
     bool ok = (roles & role) && ac != ACCEL_F32 && y_dt == ACCEL_F32 && dev.type == ACCEL_DEV_CPU &&
-              accel__prepared_enabled() && (role != ACCEL__NORM_OUT_TO_GEMMS || accel__gemm_native(ac));
+              accel__prepared_enabled() && !accel_reference_kernels() &&
+              (role != ACCEL__NORM_OUT_TO_GEMMS || accel__gemm_native(ac));
     return ok ? ac : ACCEL_F32;
 }
 
