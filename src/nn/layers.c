@@ -125,7 +125,10 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x) {
  * would round (bf16: a weight of 0.003 gives 1), and so would x / rms. */
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x) {
     accel_tensor *w = accel_add_scalar(accel_to_dtype(accel__module_tensor(m, "weight"), ACCEL_F32), 1.0);
-    accel_tensor *y = x ? rms_norm_of(m, accel_to_dtype(x, ACCEL_F32), w) : NULL;
+    /* an f32 x as it is (torch's x.float() is x): an alias node between the
+     * residual sum and the norm would take the norm's gradient into a buffer
+     * of its own, and the sum would not find the norm's rounding of it */
+    accel_tensor *y = x ? rms_norm_of(m, x->dtype == ACCEL_F32 ? x : accel_to_dtype(x, ACCEL_F32), w) : NULL;
     return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
 }
 

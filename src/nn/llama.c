@@ -613,9 +613,7 @@ static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out
  * projections' outputs themselves (not with their normalised outputs: OLMo
  * 2, Gemma 2) and the norm reads the sum itself, else 0. */
 static unsigned branch_sums(const accel__arch *a) {
-    /* Gemma's norms (1 + weight) take the stream through a cast node whose
-     * backward adds the norm's gradient into the sum's from another buffer */
-    return a->norm_outputs || a->sandwich_norms || a->gemma_blocks ? 0 : ACCEL__NORM_IN_RESIDUAL;
+    return a->norm_outputs || a->sandwich_norms ? 0 : ACCEL__NORM_IN_RESIDUAL;
 }
 
 /* roles: what the norm's output and input are to the layer (ops/norm.h) */
