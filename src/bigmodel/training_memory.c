@@ -267,24 +267,25 @@ static void dropout_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += f32_c
 /* The family's norm forward of e = rows * w elements (f32 input: an embedding's
  * or an add's output, or a projection's): the output (f32, also under
  * autocast) and its row statistics (rstd; LayerNorm also the mean). Gemma's
- * x * (1 + w) runs through f32 views of its input and (in f32) output that
- * record nodes of their own; the [w] weight sums are not counted. */
+ * x * (1 + w) reads a 16-bit input through its f32 conversion and (without
+ * autocast) returns its output through a view of x's dtype, nodes of their
+ * own; the [w] weight sums are not counted. */
 static accel_dtype norm_fwd(ledger *l, double e, double rows, accel_dtype xdt) {
     l->bytes += f32_contig(e, xdt, true) + 4 * e + 4 * rows * (l->f->layer_norm ? 2 : 1);
     return ACCEL_F32;
 }
 
 /* Its backward from the output's gradient (already made by the consumer):
- * the input's gradient (written directly, or added where it has one), and
- * Gemma's views: the input view's own gradient (f32), which the input takes
- * over (an f32 input without one: accel__grad_move), adds, or converts into
- * its dtype; in f32 the output view passes its gradient on to the output. */
+ * the input's gradient (written directly, or added where it has one); Gemma's
+ * norm reads an f32 input as it is (the same), and a 16-bit one through its
+ * f32 conversion, whose own gradient (f32) is converted into the input's
+ * dtype. */
 static void norm_bwd(ledger *l, double e, accel_dtype xdt, bool x_has_grad) {
-    if (!l->f->gemma) {
+    if (!l->f->gemma || xdt == ACCEL_F32) {
         l->bytes += gbuf(e, xdt, x_has_grad);
         return;
     }
-    l->bytes += 4 * e + (xdt == ACCEL_F32 ? 0 : grad_copy(e, xdt, x_has_grad));
+    l->bytes += 4 * e + grad_copy(e, xdt, x_has_grad);
 }
 
 /* RoPE of a head-split projection x [B, h, T, D] of dtype dt (a transposed
