@@ -5,9 +5,10 @@
  * A table of shape classes (dtype, transposes, log2 of M, N and K, threads)
  * and the provider each one runs on, filled the first time a class is seen
  * (or at accel__gemm_measure): every candidate times the class's GEMM on
- * scratch operands of its first shape (one warm-up, then the median of
- * REPS; a class of other work, attention's tiles, times what its caller's
- * run does: accel__gemm_choose_run), and the winner replaces the incumbent
+ * scratch operands of its first shape, put out of the caches before each
+ * run (one warm-up, then the median of REPS; a class of other work,
+ * attention's tiles, times what its caller's run does:
+ * accel__gemm_choose_run), and the winner replaces the incumbent
  * (the entry cached before, else the rule's choice) only when it is faster
  * by more than MARGIN, so noise cannot flip a choice back and forth. A
  * timing in which a candidate's run failed (no memory for its operands)
@@ -37,6 +38,9 @@
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,12 +131,13 @@ bool accel__gemm_measure_off(void) {
 
 /* ---- the cache file */
 
-/* The candidates' kernels, counted up when what a candidate runs changed so
- * much that a timing of the old one would mislead (a cached choice stands
- * until `accel env --measure-gemm`): 2, attention's native tiles handed to
- * oneDNN dense and unscaled (brgemm where they had run on gemm:jit, 5-20x
- * slower a tile). */
-enum { KERNELS = 2 };
+/* The candidates' kernels, counted up when what a candidate runs, or how
+ * it is timed, changed so much that a timing of the old one would mislead
+ * (a cached choice stands until `accel env --measure-gemm`): 2, attention's
+ * native tiles handed to oneDNN dense and unscaled (brgemm where they had
+ * run on gemm:jit, 5-20x slower a tile); 3, a GEMM class timed on operands
+ * out of the caches (plain_cold), where it had been timed on warm ones. */
+enum { KERNELS = 3 };
 
 /* What the choices of `threads` threads depend on, into out. The providers
  * this build knows are part of it: a build with a new candidate (dnnl_rows)
@@ -442,8 +447,8 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A class's GEMM (shape M x N x K) on zeroed scratch operands, made at
- * the first run. */
+/* A class's GEMM (shape M x N x K) on scratch operands (plain_cold makes
+ * them). */
 typedef struct plain_gemm {
     accel_dtype dt;
     bool ta, tb;
@@ -452,28 +457,68 @@ typedef struct plain_gemm {
     float *C;
 } plain_gemm;
 
-static bool plain_run(void *ctx, int p) {
+static size_t g_evicted; /* accel__gemm_choice_evicted_bytes; under g_lock */
+
+/* Evicts [p, p + bytes) from every cache level (no-op off x86, where the
+ * timings stay warm). */
+static void evict(const void *p, size_t bytes) {
+#if defined(__x86_64__) || defined(__i386__)
+    const char *c = p;
+    g_evicted += bytes;
+    for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
+    if (bytes) _mm_clflush(c + bytes - 1);
+    _mm_mfence();
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
+/* Makes g's operands at the first call; after that, puts them out of the
+ * caches, as a training step's large GEMMs find theirs: the activations
+ * the forward saved and the gradients a backward reads come from memory,
+ * and a candidate that copies (packs, reorders) its operands pays for
+ * memory's latency there, not for the cache's: on the AMX Xeon the step's
+ * weight gradients (dW = dY^T X, bf16) ran at ~0.65 of their warm timing,
+ * the rate they have alone flushed, and oneDNN's f32 matmul, under the
+ * margin warm, beat OpenBLAS by more than it cold, as in the step
+ * (docs/cpu.md, "Measured choice"). Not timed. */
+static bool plain_cold(void *ctx, int p) {
+    (void)p;
     plain_gemm *g = ctx;
     size_t es = accel_dtype_size(g->dt);
-    if (!g->C) {
-        g->A = calloc((size_t)(g->M * g->K), es), g->B = calloc((size_t)(g->K * g->N), es);
-        g->C = calloc((size_t)(g->M * g->N), sizeof(float));
+    size_t a = (size_t)(g->M * g->K) * es, b = (size_t)(g->K * g->N) * es, c = (size_t)(g->M * g->N) * sizeof(float);
+    if (g->C) {
+        evict(g->A, a), evict(g->B, b), evict(g->C, c);
+        return true;
     }
-    if (!g->A || !g->B || !g->C) {
-        accel_set_error(ACCEL_ERR_OOM, "out of memory for a %lld x %lld x %lld GEMM's operands", (long long)g->M,
-                        (long long)g->N, (long long)g->K);
-        return false;
+    g->A = malloc(a), g->B = malloc(b), g->C = calloc(c, 1);
+    if (g->A && g->B && g->C) {
+        /* written, so that each page is memory of its own (calloc's could
+         * all map the one zero page, which no eviction makes cold): bytes
+         * 0x3c, small finite values in each dtype (bf16 and f32 0.0115,
+         * f16 1.06) */
+        memset(g->A, 0x3c, a), memset(g->B, 0x3c, b);
+        return true;
     }
+    accel_set_error(ACCEL_ERR_OOM, "out of memory for a %lld x %lld x %lld GEMM's operands", (long long)g->M,
+                    (long long)g->N, (long long)g->K);
+    return false;
+}
+
+static bool plain_run(void *ctx, int p) {
+    plain_gemm *g = ctx;
     return accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
                           g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
 }
 
-/* The median of REPS runs of run on provider p, after one warm-up; -1
- * with the run's error set when one failed. */
-static double time_provider(int p, accel__gemm_run run, void *ctx) {
+/* The median of REPS runs of run on provider p, after one warm-up, each
+ * after an untimed prepare where there is one; -1 with the run's error set
+ * when one failed. */
+static double time_provider(int p, accel__gemm_run prepare, accel__gemm_run run, void *ctx) {
     double t[REPS] = {0};
     bool ok = true;
     for (int r = -1; ok && r < REPS; r++) {
+        if (prepare && !prepare(ctx, p)) return -1;
         double t0 = now();
         ok = run(ctx, p);
         if (r >= 0) t[r] = now() - t0;
@@ -491,11 +536,13 @@ static double time_provider(int p, accel__gemm_run run, void *ctx) {
  * unless another is faster by more than MARGIN; false, the error set, when
  * a candidate's run failed (no memory for its operands, a provider's
  * error): a timing without every candidate chooses nothing. */
-static bool measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run run, void *ctx) {
+static bool measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run prepare, accel__gemm_run run,
+                    void *ctx) {
     const accel__gemm_class *c = &ch->c;
     for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
         if (!(candidates & (1u << p))) continue;
-        ch->seconds[p] = g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c) : time_provider(p, run, ctx);
+        ch->seconds[p] =
+            g_timer ? g_timer(g_timer_ctx, (accel__gemm_provider)p, c) : time_provider(p, prepare, run, ctx);
         if (ch->seconds[p] < 0) return false;
     }
     int best = incumbent;
@@ -539,20 +586,10 @@ accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t
     return (accel__gemm_class){dt_index(dt), ta, tb, log2_floor(M), log2_floor(N), log2_floor(K), threads, 0, op};
 }
 
-int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force, bool skinny) {
-    skinny = skinny && M <= 4;
-    if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
-    accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, ACCEL__GEMM_OP_GEMM);
-    if (skinny) c.rows = (int32_t)M;
-    plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL};
-    int provider = accel__gemm_choose_run(&c, rule, candidates, force, plain_run, &g);
-    free(g.A), free(g.B), free(g.C);
-    return provider;
-}
-
-int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t candidates, bool force,
-                           accel__gemm_run run, void *ctx) {
+/* accel__gemm_choose_run with an untimed prepare before each timed run
+ * (NULL: none). */
+static int choose(const accel__gemm_class *cls, int rule, uint32_t candidates, bool force, accel__gemm_run prepare,
+                  accel__gemm_run run, void *ctx) {
     candidates |= 1u << rule;
     if (candidates == 1u << rule) return rule; /* nothing to choose between */
     accel__gemm_class c = *cls;
@@ -574,7 +611,7 @@ int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t cand
         choice m = {.c = c};
         if (i >= 0) m = g_table[i];
         /* the lock is held while timing: two threads must not time at once */
-        if (measure(&m, provider, candidates | 1u << provider, run, ctx)) {
+        if (measure(&m, provider, candidates | 1u << provider, prepare, run, ctx)) {
             if (i < 0) i = g_n++;
             g_table[i] = m;
             provider = m.provider;
@@ -584,6 +621,23 @@ int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t cand
         }
     }
     pthread_mutex_unlock(&g_lock);
+    return provider;
+}
+
+int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t candidates, bool force,
+                           accel__gemm_run run, void *ctx) {
+    return choose(cls, rule, candidates, force, NULL, run, ctx);
+}
+
+int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
+                       uint32_t candidates, bool force, bool skinny) {
+    skinny = skinny && M <= 4;
+    if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
+    accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, ACCEL__GEMM_OP_GEMM);
+    if (skinny) c.rows = (int32_t)M;
+    plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL};
+    int provider = choose(&c, rule, candidates, force, plain_cold, plain_run, &g);
+    free(g.A), free(g.B), free(g.C);
     return provider;
 }
 
@@ -603,6 +657,13 @@ void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx) {
     g_timer = fn;
     g_timer_ctx = ctx;
     pthread_mutex_unlock(&g_lock);
+}
+
+size_t accel__gemm_choice_evicted_bytes(void) {
+    pthread_mutex_lock(&g_lock);
+    size_t n = g_evicted;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 void accel__gemm_choice_reset(void) {
