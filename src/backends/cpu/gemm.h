@@ -350,10 +350,14 @@ const char *accel__gemm_choices_install(struct json_t *j);
  * (NULL: time for real). */
 typedef double (*accel__gemm_timer)(void *ctx, accel__gemm_provider p, const accel__gemm_class *c);
 void accel__gemm_choice_set_timer(accel__gemm_timer fn, void *ctx);
-/* Tests: the bytes of operands put out of the caches before a GEMM
- * class's timed runs (on x86; accel__gemm_choose times a class on cold
- * operands, as a training step's large GEMMs find theirs), counted since
- * the process started. */
+/* Defined where a GEMM class's timing puts its operands out of the caches
+ * (SSE2's clflush): accel__gemm_choose times a class on cold operands, as a
+ * training step's large GEMMs find theirs; elsewhere warm. */
+#ifdef __SSE2__
+#define ACCEL__GEMM_CHOICE_EVICTS 1
+#endif
+/* Tests: the bytes of the 64-byte lines put out of the caches before a
+ * GEMM class's timed runs, counted since the process started. */
 size_t accel__gemm_choice_evicted_bytes(void);
 /* Tests: forgets the table (rank 0's too), the classes whose timing
  * failed and the files read, reads the environment again. */

@@ -5,8 +5,9 @@
  * A table of shape classes (dtype, transposes, log2 of M, N and K, threads)
  * and the provider each one runs on, filled the first time a class is seen
  * (or at accel__gemm_measure): every candidate times the class's GEMM on
- * scratch operands of its first shape, put out of the caches before each
- * run (one warm-up, then the median of REPS; a class of other work,
+ * scratch operands of its first shape, put out of the caches (where SSE2
+ * has clflush) before each run but the first (one warm-up, then the median
+ * of REPS; a class of other work,
  * attention's tiles, times what its caller's run does:
  * accel__gemm_choose_run), and the winner replaces the incumbent
  * (the entry cached before, else the rule's choice) only when it is faster
@@ -38,9 +39,10 @@
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#ifdef ACCEL__GEMM_CHOICE_EVICTS
+#include <emmintrin.h>
 #endif
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,18 +461,26 @@ typedef struct plain_gemm {
 
 static size_t g_evicted; /* accel__gemm_choice_evicted_bytes; under g_lock */
 
-/* Evicts [p, p + bytes) from every cache level (no-op off x86, where the
- * timings stay warm). */
+/* Evicts the 64-byte lines of [p, p + bytes) from every cache level
+ * (without SSE2's clflush a no-op: the timings stay warm). */
 static void evict(const void *p, size_t bytes) {
-#if defined(__x86_64__) || defined(__i386__)
-    const char *c = p;
-    g_evicted += bytes;
-    for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
-    if (bytes) _mm_clflush(c + bytes - 1);
+#ifdef ACCEL__GEMM_CHOICE_EVICTS
+    uintptr_t end = (uintptr_t)p + bytes;
+    for (uintptr_t line = (uintptr_t)p & ~(uintptr_t)63; line < end; line += 64) {
+        _mm_clflush((const void *)line);
+        g_evicted += 64;
+    }
     _mm_mfence();
 #else
     (void)p, (void)bytes;
 #endif
+}
+
+/* n x es bytes into *bytes; false (OOM set) when that overflows size_t. */
+static bool operand_bytes(int64_t n, size_t es, size_t *bytes) {
+    if (n < 0 || (uint64_t)n > SIZE_MAX / es) return false;
+    *bytes = (size_t)n * es;
+    return true;
 }
 
 /* Makes g's operands at the first call; after that, puts them out of the
@@ -479,19 +489,19 @@ static void evict(const void *p, size_t bytes) {
  * and a candidate that copies (packs, reorders) its operands pays for
  * memory's latency there, not for the cache's: on the AMX Xeon the step's
  * weight gradients (dW = dY^T X, bf16) ran at ~0.65 of their warm timing,
- * the rate they have alone flushed, and oneDNN's f32 matmul, under the
- * margin warm, beat OpenBLAS by more than it cold, as in the step
- * (docs/cpu.md, "Measured choice"). Not timed. */
+ * the rate they have alone flushed (docs/cpu.md, "Measured choice"). Not
+ * timed. */
 static bool plain_cold(void *ctx, int p) {
     (void)p;
     plain_gemm *g = ctx;
-    size_t es = accel_dtype_size(g->dt);
-    size_t a = (size_t)(g->M * g->K) * es, b = (size_t)(g->K * g->N) * es, c = (size_t)(g->M * g->N) * sizeof(float);
-    if (g->C) {
+    size_t es = accel_dtype_size(g->dt), a = 0, b = 0, c = 0;
+    bool fits = operand_bytes(g->M * g->K, es, &a) && operand_bytes(g->K * g->N, es, &b) &&
+                operand_bytes(g->M * g->N, sizeof(float), &c);
+    if (fits && g->C) {
         evict(g->A, a), evict(g->B, b), evict(g->C, c);
         return true;
     }
-    g->A = malloc(a), g->B = malloc(b), g->C = calloc(c, 1);
+    if (fits) g->A = malloc(a), g->B = malloc(b), g->C = calloc(c, 1);
     if (g->A && g->B && g->C) {
         /* written, so that each page is memory of its own (calloc's could
          * all map the one zero page, which no eviction makes cold): bytes
