@@ -475,6 +475,15 @@ static void test_bad_checkpoints(void) {
     expect_load_error_keeps_weights(&r, ckpt, "parameter 0.weight has shape [33, 8] there, [17, 8] in this model",
                                     "other_widths");
     finish(&r);
+    /* another optimizer (SGD with momentum: one state of its own where
+     * the shards hold AdamW's two), checked before the model loads */
+    r = (run){mlp(9, 33), NULL, false};
+    accel_optim_hparams sgd = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.02);
+    sgd.momentum = 0.9;
+    r.o = accel_optimizer_new_module(ACCEL_OPTIM_SGD, r.m, &sgd);
+    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+    expect_load_error_keeps_weights(&r, ckpt, "its state kinds are not this optimizer's", "sharded_other_optimizer");
+    finish(&r);
     /* a model that is not sharded (DDP) is told what to do */
     accel_accelerator_opts ddp_opts = accel_accelerator_opts_default();
     ddp_opts.zero_stage = -1;

@@ -437,14 +437,20 @@ static accel_status check_opt(void *o, int n, const accel_named_state *st) {
     return accel__optimizer_check_state(os->acc->opts[os->i], n, st);
 }
 
-/* Whether load_state checks optimizer i's file in dir before loading
- * anything: not a pipeline's part, nor a strategy's state in its own format
- * (ZeRO-3's shards: checked as they load) or with no check. */
-static bool opt_checked_first(accel_accelerator *acc, int i, const char *dir) {
-    if (acc->pp_opt[i]) return false;
-    if (!accel__optimizer_model(acc, i)) return true;
+/* load_state's check of optimizer i in dir before anything loads: its file
+ * (check_opt), or a strategy's state in its own format (ZeRO-3's shards,
+ * check_own_optimizer); none for a pipeline's part or a strategy without a
+ * check (checked as it loads). */
+static accel_status check_opt_first(accel_accelerator *acc, int i, const char *dir) {
+    if (acc->pp_opt[i]) return ACCEL_OK;
     const accel__strategy *st = acc->strat;
-    return st->check_optimizer_state && !(st->has_own_optimizer && st->has_own_optimizer(dir, i));
+    bool own = accel__optimizer_model(acc, i) && st->has_own_optimizer && st->has_own_optimizer(dir, i);
+    if (own) return st->check_own_optimizer ? st->check_own_optimizer(acc, i, dir) : ACCEL_OK;
+    if (accel__optimizer_model(acc, i) && !st->check_optimizer_state) return ACCEL_OK;
+    char path[2 * PATHN];
+    numbered(path, sizeof path, dir, "optimizer", i);
+    opt_slot os = {acc, i};
+    return load_file(path, &os, check_opt);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {
     return accel_lr_scheduler_load_state(s, n, st);
@@ -866,12 +872,7 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         if (!acc->models[i].strat->load_state && !(s = refuse_foreign(dir, i)))
             s = load_model_file(path, acc->models[i].m, pp, false);
     }
-    for (int i = 0; i < acc->n_opts && !s; i++) {
-        if (!opt_checked_first(acc, i, dir)) continue; /* checked as they load */
-        numbered(path, sizeof path, dir, "optimizer", i);
-        opt_slot os = {acc, i};
-        s = load_file(path, &os, check_opt);
-    }
+    for (int i = 0; i < acc->n_opts && !s; i++) s = check_opt_first(acc, i, dir);
     s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
     /* Each model and optimizer ends agreed: some loads have collectives of
      * their own (ZeRO-3's shard agreement), and a rank that stopped after a

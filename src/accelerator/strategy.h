@@ -131,8 +131,11 @@ struct accel__strategy {
     accel_status (*save_optimizer)(accel_accelerator *acc, int i, const char *dir, bool failed, bool *own);
     accel_status (*load_optimizer)(accel_accelerator *acc, int i, const char *dir, bool *own);
     /* Whether dir holds optimizer i in the strategy's own format (what
-     * load_optimizer reads, and checks, as it loads); NULL: never. */
+     * load_optimizer reads); NULL: never. */
     bool (*has_own_optimizer)(const char *dir, int i);
+    /* load_optimizer's check of that format, nothing loaded (load_state
+     * checks it before loading any model; local). */
+    accel_status (*check_own_optimizer)(accel_accelerator *acc, int i, const char *dir);
 };
 
 extern const accel__strategy accel__strategy_ddp;   /* ddp.c */
@@ -188,6 +191,10 @@ accel_status accel__zero_local_state(accel_accelerator *acc, int i, float *local
  * steps, and its scalar entries ("step", "param_groups.*"). Local. */
 accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                     float *const local[2], double step);
+/* accel__zero_load_local's check, nothing loaded: the entries it would give
+ * the optimizer, checked by it (local[k] only offset, never read). */
+accel_status accel__zero_check_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                     float *const local[2], double step);
 /* grad_shard and clip of every ZeRO stage: the gradient shard when there is one (zgrad), else as DDP. */
 accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h);
 double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);

@@ -818,6 +818,11 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
     return load_local(acc, i, n, scalars, local, step, false);
 }
 
+accel_status accel__zero_check_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
+                                     float *const local[2], double step) {
+    return load_local(acc, i, n, scalars, local, step, true);
+}
+
 /* accel__zero_load_state, or (check) its check: every entry against the
  * optimizer, then the shard's state as load_local would give it checked
  * by the optimizer (accel__optimizer_check_state), nothing read into it and

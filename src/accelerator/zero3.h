@@ -64,6 +64,10 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
 accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found);
 /* Whether dir holds optimizer i sharded (dir/optimizer_<i>/). */
 bool accel__zero3_has_optimizer_shards(const char *dir, int i);
+/* check_own_optimizer: everything accel__zero3_load_optimizer_state checks
+ * of dir/optimizer_<i>/ (which must exist), nothing read into the
+ * optimizer. Local. */
+accel_status accel__zero3_check_optimizer_shards(accel_accelerator *acc, int i, const char *dir);
 /* refuse_foreign: an error naming what to do when dir holds model i
  * sharded (a model that is not stage 3 is loading it). */
 accel_status accel__zero3_refuse_sharded(const char *dir, int i);

@@ -125,12 +125,13 @@ static int aliased_entry(const accel_state_dict *sd, int e) {
 typedef accel_status (*read_fn)(void *src, const char *name, const accel_tensor *like, int64_t e0, int64_t e1,
                                 float *dst);
 
-/* This rank's pieces of every unit, zero padding included, read from src. */
+/* This rank's pieces of every unit, zero padding included, read from src;
+ * check: only what rd checks, dst [zn] never written (no pages). */
 static accel_status fill_shard(accel_accelerator *acc, accel__model *pm, const names *nm, read_fn rd, void *src,
-                               float *dst) {
+                               float *dst, bool check) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_flat_buffer *b = flat(pm);
-    memset(dst, 0, (size_t)zm->zn * sizeof(float));
+    if (!check) memset(dst, 0, (size_t)zm->zn * sizeof(float));
     for (int k = 0; k < zm->n_units; k++) {
         const accel__unit *u = &zm->units[k];
         int64_t plo = u->lo + (int64_t)acc->shard_rank * u->shard, phi = plo + u->shard;
@@ -160,7 +161,7 @@ static accel_status read_shard(accel_accelerator *acc, accel__model *pm, const n
                                float **out) {
     accel__zero_model *zm = accel__zero_of(pm);
     *out = accel_malloc((size_t)(zm->zn ? zm->zn : 1) * sizeof(float));
-    accel_status st = *out ? fill_shard(acc, pm, nm, rd, src, *out) : accel_last_status();
+    accel_status st = *out ? fill_shard(acc, pm, nm, rd, src, *out, false) : accel_last_status();
     if (st) {
         accel_free(*out);
         *out = NULL;
@@ -425,10 +426,11 @@ typedef struct shard_files {
     const char *dir;
     const char *suffix;     /* appended to a range's tensor name: "" or ".exp_avg", ... */
     accel_safetensors **open;
+    bool check;             /* read_piece checks each range's tensor, copies nothing */
 } shard_files;
 
 static accel_status files_init(shard_files *fs, const sharded_index *ix, const char *dir, const char *suffix) {
-    *fs = (shard_files){ix, dir, suffix, accel_calloc((size_t)ix->n_files + 1, sizeof *fs->open)};
+    *fs = (shard_files){ix, dir, suffix, accel_calloc((size_t)ix->n_files + 1, sizeof *fs->open), false};
     return fs->open ? ACCEL_OK : accel_last_status();
 }
 
@@ -456,7 +458,8 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
         return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: the index says it holds unit %d's range [%lld, %lld) "
                                "as tensor %s (f32, %lld elements); it does not", accel_safetensors_path(f), r->unit,
                                (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
-    memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
+    if (!fs->check)
+        memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
     return ACCEL_OK;
 }
 
@@ -1062,11 +1065,13 @@ bool accel__zero3_has_optimizer_shards(const char *dir, int i) {
     return accel__is_dir(sub);
 }
 
-accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found) {
+/* Optimizer i from dir/optimizer_<i>/ into this rank's shard, or (check)
+ * everything the load checks (the index, the optimizer's kinds, every
+ * range's file and tensor, the entries the optimizer would get) with no
+ * state read and nothing loaded. */
+static accel_status optimizer_shards(accel_accelerator *acc, int i, const char *dir, bool check) {
     char sub[PATHN + 64], msub[2 * PATHN];
     optim_subdir(sub, sizeof sub, dir, i);
-    *found = accel__zero3_has_optimizer_shards(dir, i);
-    if (!*found) return ACCEL_OK;
     accel__model *pm = accel__zero_optimizer_model(acc, i);
     accel__zero_model *zm = accel__zero_of(pm);
     optim_index oi;
@@ -1083,13 +1088,17 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
         char suffix[64];
         shard_files fs;
         snprintf(suffix, sizeof suffix, ".%s", accel__zero_kind_name(acc, i, k));
-        local[k] = accel_calloc((size_t)(zm->zn ? zm->zn : 1), sizeof(float));
+        /* the check's buffers are never touched (no pages): only offset */
+        local[k] = check ? accel_malloc((size_t)(zm->zn ? zm->zn : 1) * sizeof(float))
+                         : accel_calloc((size_t)(zm->zn ? zm->zn : 1), sizeof(float));
         st = local[k] ? files_init(&fs, &ix, sub, suffix) : accel_last_status();
-        if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, local[k]);
+        fs.check = check;
+        if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, local[k], check);
         if (local[k]) files_close(&fs);
     }
     if (!st && (nsc = scalars_of(oi.scalars, &sc)) < 0) st = accel_last_status();
-    if (!st) st = accel__zero_load_local(acc, i, nsc, sc, local, (double)oi.step);
+    if (!st)
+        st = (check ? accel__zero_check_local : accel__zero_load_local)(acc, i, nsc, sc, local, (double)oi.step);
     if (nsc >= 0) accel_named_state_free(sc, nsc);
     accel_free(local[0]);
     accel_free(local[1]);
@@ -1097,6 +1106,15 @@ accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, co
     index_free(&ix);
     json_decref(oi.root);
     return st;
+}
+
+accel_status accel__zero3_load_optimizer_state(accel_accelerator *acc, int i, const char *dir, bool *found) {
+    *found = accel__zero3_has_optimizer_shards(dir, i);
+    return *found ? optimizer_shards(acc, i, dir, false) : ACCEL_OK;
+}
+
+accel_status accel__zero3_check_optimizer_shards(accel_accelerator *acc, int i, const char *dir) {
+    return optimizer_shards(acc, i, dir, true);
 }
 
 /* ---------------------------------------------------------------- merge-weights */

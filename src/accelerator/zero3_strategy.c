@@ -80,4 +80,5 @@ const accel__strategy accel__strategy_zero3 = {
     .save_optimizer = zero3_save_optimizer,
     .load_optimizer = accel__zero3_load_optimizer_state,
     .has_own_optimizer = accel__zero3_has_optimizer_shards,
+    .check_own_optimizer = accel__zero3_check_optimizer_shards,
 };
