@@ -30,6 +30,7 @@
 #include "check.h"
 #include "tiny_llama.h"
 #include "core/core_internal.h" /* accel__tensor_write_bytes */
+#include "io/checkpoint_marker.h"     /* accel__marker_write */
 
 static int N, R;
 static accel_accelerator *A;
@@ -451,6 +452,21 @@ static void expect_load_error_keeps_weights(run *r, const char *ckpt, const char
     CHECK_MSG(dirs_equal(before, after), "%s: the failed load_state changed the weights (%s, %s)", tag, before, after);
 }
 
+/* mlp(seed, 33) prepared with an AdamW of two param groups: the weights,
+ * then the biases (biases_first: the other way round). */
+static run two_groups(uint64_t seed, bool biases_first) {
+    run r = {mlp(seed, 33), NULL, false};
+    accel_tensor **ps, *groups[2][3];
+    int n = accel_module_parameters(r.m, &ps), ng[2] = {0, 0}, first = biases_first;
+    for (int i = 0; i < n; i++) groups[ps[i]->ndim == 1][ng[ps[i]->ndim == 1]++] = ps[i];
+    accel_free(ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.02);
+    r.o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, ng[first], groups[first], &h);
+    CHECK(accel_optimizer_add_params(r.o, ng[!first], groups[!first], &h) >= 0);
+    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+    return r;
+}
+
 static void test_bad_checkpoints(void) {
     char ckpt[600], broken[600], cmd[4096];
     path_of(ckpt, sizeof ckpt, "small_ckpt");
@@ -467,7 +483,7 @@ static void test_bad_checkpoints(void) {
     r = (run){accel_sequential_new(7, l), NULL, false};
     r.o = optimizer(r.m);
     CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
-    expect_load_error_keeps_weights(&r, ckpt, "has no parameter 6.weight: the checkpoint does not cover this model",
+    expect_load_error_keeps_weights(&r, ckpt, "param group 0 holds no 6.weight there: the checkpoint does not cover",
                                     "layer_more");
     finish(&r);
     /* a mismatching model: other widths */
@@ -483,6 +499,38 @@ static void test_bad_checkpoints(void) {
     r.o = accel_optimizer_new_module(ACCEL_OPTIM_SGD, r.m, &sgd);
     CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
     expect_load_error_keeps_weights(&r, ckpt, "its state kinds are not this optimizer's", "sharded_other_optimizer");
+    finish(&r);
+    /* the shards keep the state by the model's layout, and the index says
+     * which parameters each param group held: another grouping is refused
+     * (a group's learning rate would go to other parameters) */
+    r = two_groups(9, false);
+    expect_load_error_keeps_weights(&r, ckpt, "1 param group there, 2 in this optimizer", "sharded_more_groups");
+    finish(&r);
+    char grouped[600];
+    path_of(grouped, sizeof grouped, "grouped_ckpt");
+    r = two_groups(5, false);
+    train_step(r.m, r.o, false, 0);
+    CHECK(accel_accelerator_save_state(A, grouped, NULL, 0) == ACCEL_OK);
+    finish(&r);
+    r = two_groups(9, true);
+    expect_load_error_keeps_weights(&r, grouped, "param group 0 holds 0.weight there, not in this optimizer",
+                                    "sharded_groups_swapped");
+    finish(&r);
+    r = two_groups(9, false); /* the same grouping loads */
+    CHECK_MSG(accel_accelerator_load_state(A, grouped, NULL) == ACCEL_OK, "%s", accel_last_error());
+    finish(&r);
+    /* an index from before the groups were recorded: held to their count */
+    if (R == 0) {
+        char index[700];
+        snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", grouped);
+        json_t *j = json_load_file(index, 0, NULL);
+        CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
+        json_decref(j);
+        CHECK(accel__marker_write(grouped, N, "test") == ACCEL_OK);
+    }
+    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+    r = start(false, 9, 33);
+    expect_load_error_keeps_weights(&r, grouped, "2 param groups there, 1 in this optimizer", "sharded_old_index");
     finish(&r);
     /* a model that is not sharded (DDP) is told what to do */
     accel_accelerator_opts ddp_opts = accel_accelerator_opts_default();
@@ -516,15 +564,7 @@ static void test_bad_checkpoints(void) {
     train_step(r.m, r.o, false, 0);
     CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
     finish(&r);
-    r = (run){mlp(9, 33), NULL, false};
-    accel_tensor **ps, *groups[2][3];
-    int n = accel_module_parameters(r.m, &ps), ng[2] = {0, 0};
-    for (int i = 0; i < n; i++) groups[ps[i]->ndim == 1][ng[ps[i]->ndim == 1]++] = ps[i];
-    accel_free(ps);
-    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.02);
-    r.o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, ng[0], groups[0], &h);
-    CHECK(accel_optimizer_add_params(r.o, ng[1], groups[1], &h) >= 0);
-    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+    r = two_groups(9, false);
     expect_load_error_keeps_weights(&r, ckpt, "expected an f32 state of", "other_optimizer");
     finish(&r);
     A->fsdp.full_state_dict = false;

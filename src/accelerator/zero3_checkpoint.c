@@ -926,6 +926,50 @@ static json_t *scalars_json(accel_optimizer *opt) {
     return o;
 }
 
+/* The model's name of the tensor at flat offset off, or NULL. */
+static const char *name_at(accel__model *pm, const names *nm, int64_t off) {
+    accel_flat_buffer *b = flat(pm);
+    for (int t = 0; t < b->n; t++)
+        if (b->offsets[t] == off && accel_numel(b->tensors[t])) return nm->of_tensor[t];
+    return NULL;
+}
+
+/* Optimizer i's param groups as the names of their parameters: [[name,
+ * ...], ...] (NULL, error set, when a parameter has no name). The state is
+ * kept by the model's layout, not by group, so the index says which group
+ * each parameter was in: a load into another grouping is refused. */
+static json_t *groups_json(accel_accelerator *acc, int i) {
+    accel__model *pm = accel__zero_optimizer_model(acc, i);
+    names nm;
+    if (names_of(pm, &nm)) return NULL;
+    const int *grp;
+    const int64_t *off;
+    int n = accel__zero_segments(acc, i, &grp, &off), ng = accel_optimizer_num_groups(acc->opts[i]);
+    json_t *gs = json_array();
+    accel_status st = gs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+    for (int g = 0; g < ng && !st; g++) {
+        json_t *list = json_array();
+        for (int u = 0; u < n && list && !st; u++) {
+            const char *name = grp[u] == g ? name_at(pm, &nm, off[u]) : "";
+            if (!name)
+                st = accel_set_error(ACCEL_ERR_STATE, FN_SAVE ": optimizer %d: its parameter %d (group %d) is no "
+                                     "parameter of its model", i, u, g);
+            else if (*name && json_array_append_new(list, json_string(name)))
+                st = accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+        }
+        if (!st && (!list || json_array_append_new(gs, list))) /* appending steals list, also on failure */
+            st = accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+        else if (st)
+            json_decref(list);
+    }
+    names_free(&nm);
+    if (st) {
+        json_decref(gs);
+        return NULL;
+    }
+    return gs;
+}
+
 static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_t *root = json_object(), *kinds = json_array();
     char model[64];
@@ -939,6 +983,12 @@ static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "kinds", kinds);
     json_object_set_new(root, "scalars", scalars_json(acc->opts[i]));
+    json_t *groups = groups_json(acc, i);
+    if (!groups) {
+        json_decref(root);
+        return NULL;
+    }
+    json_object_set_new(root, "groups", groups);
     return root;
 }
 
@@ -958,7 +1008,10 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
     if (!st && !failed) st = accel__mkdir(sub);
     if (!st && !failed && on_first_machine(acc))
         st = write_rank_file(acc, accel__zero_optimizer_model(acc, i), sub, nk, local, kinds);
-    if (!st && !failed && acc->rank == 0) st = save_json(sub, INDEX, optim_index_json(acc, i, step));
+    if (!st && !failed && acc->rank == 0) {
+        json_t *index = optim_index_json(acc, i, step); /* NULL: its error set (no name, no memory) */
+        st = index ? save_json(sub, INDEX, index) : accel_last_status();
+    }
     accel_free(local[0]);
     accel_free(local[1]);
     return st;
@@ -1016,6 +1069,64 @@ typedef struct optim_index {
     json_t *kinds, *scalars;
 } optim_index;
 
+/* The number of param groups the scalars "param_groups.<g>.*" name. */
+static int scalar_groups(json_t *scalars) {
+    const char *key;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(scalars, key, v) {
+        int g;
+        if (sscanf(key, "param_groups.%d.", &g) == 1 && g >= n) n = g + 1;
+    }
+    return n;
+}
+
+/* The first name of the string array a that b lacks (a non-string:
+ * "a non-name"), or NULL. */
+static const char *name_missing(json_t *a, json_t *b) {
+    for (size_t x = 0; x < json_array_size(a); x++) {
+        const char *name = json_string_value(json_array_get(a, x));
+        bool found = false;
+        for (size_t y = 0; y < json_array_size(b) && !found && name; y++)
+            found = !strcmp(name, json_string_value(json_array_get(b, y)));
+        if (!found) return name ? name : "a non-name";
+    }
+    return NULL;
+}
+
+/* Whether the index's "groups" (groups_json's) are optimizer i's: as many,
+ * each of the same parameters (in any order). An index written before the
+ * groups were recorded is held to their count (its scalars'). */
+static accel_status same_groups(const optim_index *oi, const char *path, accel_accelerator *acc, int i) {
+    json_t *saved = json_object_get(oi->root, "groups");
+    int ng = accel_optimizer_num_groups(acc->opts[i]);
+    int have = saved ? (json_is_array(saved) ? (int)json_array_size(saved) : -1) : scalar_groups(oi->scalars);
+    if (have < 0) return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: \"groups\" is not an array", path);
+    if (have != ng)
+        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: %d param group%s there, %d in this optimizer", path,
+                               have, have == 1 ? "" : "s", ng);
+    if (!saved) return ACCEL_OK;
+    json_t *mine = groups_json(acc, i);
+    if (!mine) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    for (int g = 0; g < ng && !st; g++) {
+        json_t *a = json_array_get(saved, (size_t)g), *b = json_array_get(mine, (size_t)g);
+        if (!json_is_array(a)) {
+            st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: \"groups\"[%d] is not an array", path, g);
+            break;
+        }
+        const char *name = NULL;
+        if ((name = name_missing(a, b)))
+            st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: param group %d holds %s there, not in this "
+                                 "optimizer (its param groups are of other parameters)", path, g, name);
+        else if ((name = name_missing(b, a)))
+            st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: param group %d holds no %s there: the checkpoint "
+                                 "does not cover this optimizer's parameters", path, g, name);
+    }
+    json_decref(mine);
+    return st;
+}
+
 static accel_status optim_index_open(optim_index *oi, const char *sub, accel_accelerator *acc, int i) {
     char path[2 * PATHN];
     snprintf(path, sizeof path, "%s/%s", sub, INDEX);
@@ -1037,7 +1148,7 @@ static accel_status optim_index_open(optim_index *oi, const char *sub, accel_acc
     if (!same)
         return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: its state kinds are not this optimizer's (another "
                                "optimizer type saved it)", path);
-    return ACCEL_OK;
+    return same_groups(oi, path, acc, i);
 }
 
 static int scalars_of(json_t *scalars, accel_named_state **out) {
@@ -1086,13 +1197,13 @@ static accel_status optimizer_shards(accel_accelerator *acc, int i, const char *
     if (!st) st = names_of(pm, &nm);
     for (int k = 0; k < accel__zero_kinds(acc, i) && !st; k++) {
         char suffix[64];
-        shard_files fs;
+        shard_files fs = {0};
         snprintf(suffix, sizeof suffix, ".%s", accel__zero_kind_name(acc, i, k));
         /* the check's buffers are never touched (no pages): only offset */
         local[k] = check ? accel_malloc((size_t)(zm->zn ? zm->zn : 1) * sizeof(float))
                          : accel_calloc((size_t)(zm->zn ? zm->zn : 1), sizeof(float));
         st = local[k] ? files_init(&fs, &ix, sub, suffix) : accel_last_status();
-        fs.check = check;
+        fs.check = check; /* read_piece copies nothing */
         if (!st) st = fill_shard(acc, pm, &nm, read_sharded, &fs, local[k], check);
         if (local[k]) files_close(&fs);
     }
