@@ -452,6 +452,37 @@ static void expect_load_error_keeps_weights(run *r, const char *ckpt, const char
     CHECK_MSG(dirs_equal(before, after), "%s: the failed load_state changed the weights (%s, %s)", tag, before, after);
 }
 
+/* A zero-size parameter (one inside the first Linear's unit, one last in
+ * the last one's: it shares its flat offset with the next tensor, or with
+ * none) is saved under its own name in the optimizer's groups and loads. */
+static void test_zero_size_parameter(void) {
+    char ckpt[600], index[700];
+    path_of(ckpt, sizeof ckpt, "empty_ckpt");
+    for (int pass = 0; pass < 2; pass++) {
+        run r = {mlp(5, 33), NULL, false};
+        CHECK(accel_module_add_param(r.m->children[0], "empty", accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(0), ACCEL_CPU_DEVICE)));
+        CHECK(accel_module_add_param(r.m->children[4], "empty", accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(0), ACCEL_CPU_DEVICE)));
+        r.o = optimizer(r.m);
+        CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+        if (pass == 0) {
+            train_step(r.m, r.o, false, 0);
+            CHECK_MSG(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+        } else {
+            CHECK_MSG(accel_accelerator_load_state(A, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
+        }
+        finish(&r);
+    }
+    snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", ckpt);
+    json_t *j = json_load_file(index, 0, NULL), *g = json_array_get(json_object_get(j, "groups"), 0);
+    int seen = 0;
+    for (size_t k = 0; k < json_array_size(g); k++) {
+        const char *name = json_string_value(json_array_get(g, k));
+        seen += name && (!strcmp(name, "0.empty") || !strcmp(name, "4.empty"));
+    }
+    CHECK_MSG(json_array_size(g) == 8 && seen == 2, "%s: the group's names", index);
+    json_decref(j);
+}
+
 /* mlp(seed, 33) prepared with an AdamW of two param groups: the weights,
  * then the biases (biases_first: the other way round). */
 static run two_groups(uint64_t seed, bool biases_first) {
@@ -481,10 +512,14 @@ static void test_bad_checkpoints(void) {
                           accel_linear_new(33, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32), accel_relu_module_new(),
                           accel_linear_new(3, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
     r = (run){accel_sequential_new(7, l), NULL, false};
-    r.o = optimizer(r.m);
+    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK); /* the model alone: its index is checked */
+    expect_load_error_keeps_weights(&r, ckpt, "has no parameter 6.weight: the checkpoint does not cover this model",
+                                    "layer_more");
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    r.o = optimizer(r.m); /* with its optimizer: the optimizer's groups are checked first */
     CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
     expect_load_error_keeps_weights(&r, ckpt, "param group 0 holds no 6.weight there: the checkpoint does not cover",
-                                    "layer_more");
+                                    "layer_more_optimizer");
     finish(&r);
     /* a mismatching model: other widths */
     r = start(false, 5, 17);
@@ -531,6 +566,18 @@ static void test_bad_checkpoints(void) {
     if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
     r = start(false, 9, 33);
     expect_load_error_keeps_weights(&r, grouped, "2 param groups there, 1 in this optimizer", "sharded_old_index");
+    finish(&r);
+    r = two_groups(9, false); /* fewer groups there than here: loaded silently before the groups were recorded */
+    if (R == 0) {
+        char index[700];
+        snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", ckpt);
+        json_t *j = json_load_file(index, 0, NULL);
+        CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
+        json_decref(j);
+        CHECK(accel__marker_write(ckpt, N, "test") == ACCEL_OK);
+    }
+    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+    expect_load_error_keeps_weights(&r, ckpt, "1 param group there, 2 in this optimizer", "sharded_old_index_more");
     finish(&r);
     /* a model that is not sharded (DDP) is told what to do */
     accel_accelerator_opts ddp_opts = accel_accelerator_opts_default();
@@ -677,6 +724,7 @@ int main(int argc, char **argv) {
         RUN(test_save_model_equals_ddp);
         RUN(test_save_16bit_settings);
         RUN(test_bad_checkpoints);
+        RUN(test_zero_size_parameter);
         if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
         if (R == 0 && getenv("ACCEL_Z3_KEEP")) printf("kept %s\n", ROOT);
         else if (R == 0 && check_failures_ == 0) { /* kept for a look when something failed */

@@ -183,10 +183,10 @@ accel_status accel__zero_check_state(accel_accelerator *acc, int i, int n, const
 /* Optimizer i's state kinds (0, 1 or 2) and their names ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
 int accel__zero_kinds(accel_accelerator *acc, int i);
 const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k);
-/* Optimizer i's tensor segments (the user's parameters): their count, and
- * for each its param group and its element offset in the model's flat
- * buffer (*groups, *offsets: the optimizer's, valid while it is prepared). */
-int accel__zero_segments(accel_accelerator *acc, int i, const int **groups, const int64_t **offsets);
+/* Optimizer i's tensor segments (the user's parameters, accel__zero_user_param):
+ * their count, and each one's param group (*groups: the optimizer's, valid
+ * while it is prepared). */
+int accel__zero_segments(accel_accelerator *acc, int i, const int **groups);
 /* This rank's optimizer state laid out like its parameter shard: local[k]
  * [zn] for each kind (accel_free each; NULL past the kinds) and the most steps
  * a run of this rank took (local: no collective). */

@@ -661,9 +661,9 @@ int accel__zero_kinds(accel_accelerator *acc, int i) { return max_kinds(acc->opt
 
 const char *accel__zero_kind_name(accel_accelerator *acc, int i, int k) { return kind_name(acc->opts[i], k); }
 
-int accel__zero_segments(accel_accelerator *acc, int i, const int **groups, const int64_t **offsets) {
+int accel__zero_segments(accel_accelerator *acc, int i, const int **groups) {
     const accel__zopt *z = acc->strat_opt[i];
-    *groups = z->user_groups, *offsets = z->user_off;
+    *groups = z->user_groups;
     return z->n_user;
 }
 

@@ -30,6 +30,7 @@
  * directory, completion marker listing them, one rename). */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -926,11 +927,12 @@ static json_t *scalars_json(accel_optimizer *opt) {
     return o;
 }
 
-/* The model's name of the tensor at flat offset off, or NULL. */
-static const char *name_at(accel__model *pm, const names *nm, int64_t off) {
+/* The model's name of its flattened parameter p, or NULL. By identity: a
+ * zero-size parameter shares its offset with the next. */
+static const char *name_of(accel__model *pm, const names *nm, const accel_tensor *p) {
     accel_flat_buffer *b = flat(pm);
     for (int t = 0; t < b->n; t++)
-        if (b->offsets[t] == off && accel_numel(b->tensors[t])) return nm->of_tensor[t];
+        if (b->tensors[t] == p) return nm->of_tensor[t];
     return NULL;
 }
 
@@ -943,14 +945,13 @@ static json_t *groups_json(accel_accelerator *acc, int i) {
     names nm;
     if (names_of(pm, &nm)) return NULL;
     const int *grp;
-    const int64_t *off;
-    int n = accel__zero_segments(acc, i, &grp, &off), ng = accel_optimizer_num_groups(acc->opts[i]);
+    int n = accel__zero_segments(acc, i, &grp), ng = accel_optimizer_num_groups(acc->opts[i]);
     json_t *gs = json_array();
     accel_status st = gs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
     for (int g = 0; g < ng && !st; g++) {
         json_t *list = json_array();
         for (int u = 0; u < n && list && !st; u++) {
-            const char *name = grp[u] == g ? name_at(pm, &nm, off[u]) : "";
+            const char *name = grp[u] == g ? name_of(pm, &nm, accel__zero_user_param(acc, i, u)) : "";
             if (!name)
                 st = accel_set_error(ACCEL_ERR_STATE, FN_SAVE ": optimizer %d: its parameter %d (group %d) is no "
                                      "parameter of its model", i, u, g);
@@ -983,12 +984,16 @@ static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "kinds", kinds);
     json_object_set_new(root, "scalars", scalars_json(acc->opts[i]));
-    json_t *groups = groups_json(acc, i);
+    json_t *groups = groups_json(acc, i); /* NULL: its error set */
     if (!groups) {
         json_decref(root);
         return NULL;
     }
-    json_object_set_new(root, "groups", groups);
+    if (json_object_set_new(root, "groups", groups)) { /* takes groups, also when it fails (root NULL too) */
+        json_decref(root);
+        accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+        return NULL;
+    }
     return root;
 }
 
@@ -1075,8 +1080,13 @@ static int scalar_groups(json_t *scalars) {
     json_t *v;
     int n = 0;
     json_object_foreach(scalars, key, v) {
-        int g;
-        if (sscanf(key, "param_groups.%d.", &g) == 1 && g >= n) n = g + 1;
+        const char *p = key + strlen("param_groups.");
+        char *end;
+        if (strncmp(key, "param_groups.", strlen("param_groups.")) || *p < '0' || *p > '9') continue;
+        long g = strtol(p, &end, 10);
+        if (*end != '.') continue;
+        if (g >= INT_MAX) return INT_MAX; /* no optimizer has that many */
+        if (g >= n) n = (int)g + 1;
     }
     return n;
 }
@@ -1115,6 +1125,7 @@ static accel_status same_groups(const optim_index *oi, const char *path, accel_a
             st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: \"groups\"[%d] is not an array", path, g);
             break;
         }
+        /* a's names first: name_missing(b, a) then meets strings only in a */
         const char *name = NULL;
         if ((name = name_missing(a, b)))
             st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: param group %d holds %s there, not in this "
