@@ -937,29 +937,29 @@ static const char *name_of(accel__model *pm, const names *nm, const accel_tensor
 }
 
 /* Optimizer i's param groups as the names of their parameters: [[name,
- * ...], ...] (NULL, error set, when a parameter has no name). The state is
+ * ...], ...] (NULL, error set in fn's name, when a parameter has no name). The state is
  * kept by the model's layout, not by group, so the index says which group
  * each parameter was in: a load into another grouping is refused. */
-static json_t *groups_json(accel_accelerator *acc, int i) {
+static json_t *groups_json(accel_accelerator *acc, int i, const char *fn) {
     accel__model *pm = accel__zero_optimizer_model(acc, i);
     names nm;
     if (names_of(pm, &nm)) return NULL;
     const int *grp;
     int n = accel__zero_segments(acc, i, &grp), ng = accel_optimizer_num_groups(acc->opts[i]);
     json_t *gs = json_array();
-    accel_status st = gs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+    accel_status st = gs ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
     for (int g = 0; g < ng && !st; g++) {
         json_t *list = json_array();
         for (int u = 0; u < n && list && !st; u++) {
             const char *name = grp[u] == g ? name_of(pm, &nm, accel__zero_user_param(acc, i, u)) : "";
             if (!name)
-                st = accel_set_error(ACCEL_ERR_STATE, FN_SAVE ": optimizer %d: its parameter %d (group %d) is no "
-                                     "parameter of its model", i, u, g);
+                st = accel_set_error(ACCEL_ERR_STATE, "%s: optimizer %d: its parameter %d (group %d) is no "
+                                     "parameter of its model", fn, i, u, g);
             else if (*name && json_array_append_new(list, json_string(name)))
-                st = accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+                st = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
         }
         if (!st && (!list || json_array_append_new(gs, list))) /* appending steals list, also on failure */
-            st = accel_set_error(ACCEL_ERR_OOM, FN_SAVE ": out of memory");
+            st = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
         else if (st)
             json_decref(list);
     }
@@ -984,7 +984,7 @@ static json_t *optim_index_json(accel_accelerator *acc, int i, int64_t step) {
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "kinds", kinds);
     json_object_set_new(root, "scalars", scalars_json(acc->opts[i]));
-    json_t *groups = groups_json(acc, i); /* NULL: its error set */
+    json_t *groups = groups_json(acc, i, FN_SAVE); /* NULL: its error set */
     if (!groups) {
         json_decref(root);
         return NULL;
@@ -1080,9 +1080,11 @@ static int scalar_groups(json_t *scalars) {
     json_t *v;
     int n = 0;
     json_object_foreach(scalars, key, v) {
-        const char *p = key + strlen("param_groups.");
+        static const char PREFIX[] = "param_groups.";
+        if (strncmp(key, PREFIX, sizeof PREFIX - 1)) continue;
+        const char *p = key + sizeof PREFIX - 1;
         char *end;
-        if (strncmp(key, "param_groups.", strlen("param_groups.")) || *p < '0' || *p > '9') continue;
+        if (*p < '0' || *p > '9') continue;
         long g = strtol(p, &end, 10);
         if (*end != '.') continue;
         if (g >= INT_MAX) return INT_MAX; /* no optimizer has that many */
@@ -1116,7 +1118,7 @@ static accel_status same_groups(const optim_index *oi, const char *path, accel_a
         return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: %d param group%s there, %d in this optimizer", path,
                                have, have == 1 ? "" : "s", ng);
     if (!saved) return ACCEL_OK;
-    json_t *mine = groups_json(acc, i);
+    json_t *mine = groups_json(acc, i, FN_LOAD);
     if (!mine) return accel_last_status();
     accel_status st = ACCEL_OK;
     for (int g = 0; g < ng && !st; g++) {
