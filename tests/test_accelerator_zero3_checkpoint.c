@@ -483,6 +483,20 @@ static void test_zero_size_parameter(void) {
     json_decref(j);
 }
 
+/* ckpt's optimizer index as written before the groups were recorded (rank
+ * 0 drops "groups" and writes the marker again; every rank waits). */
+static void forget_groups(const char *ckpt) {
+    if (R == 0) {
+        char index[700];
+        snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", ckpt);
+        json_t *j = json_load_file(index, 0, NULL);
+        CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
+        json_decref(j);
+        CHECK(accel__marker_write(ckpt, N, "test") == ACCEL_OK);
+    }
+    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+}
+
 /* mlp(seed, 33) prepared with an AdamW of two param groups: the weights,
  * then the biases (biases_first: the other way round). */
 static run two_groups(uint64_t seed, bool biases_first) {
@@ -555,28 +569,12 @@ static void test_bad_checkpoints(void) {
     CHECK_MSG(accel_accelerator_load_state(A, grouped, NULL) == ACCEL_OK, "%s", accel_last_error());
     finish(&r);
     /* an index from before the groups were recorded: held to their count */
-    if (R == 0) {
-        char index[700];
-        snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", grouped);
-        json_t *j = json_load_file(index, 0, NULL);
-        CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
-        json_decref(j);
-        CHECK(accel__marker_write(grouped, N, "test") == ACCEL_OK);
-    }
-    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+    forget_groups(grouped);
     r = start(false, 9, 33);
     expect_load_error_keeps_weights(&r, grouped, "2 param groups there, 1 in this optimizer", "sharded_old_index");
     finish(&r);
     r = two_groups(9, false); /* fewer groups there than here: loaded silently before the groups were recorded */
-    if (R == 0) {
-        char index[700];
-        snprintf(index, sizeof index, "%s/optimizer_0/sharded_index.json", ckpt);
-        json_t *j = json_load_file(index, 0, NULL);
-        CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
-        json_decref(j);
-        CHECK(accel__marker_write(ckpt, N, "test") == ACCEL_OK);
-    }
-    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+    forget_groups(ckpt);
     expect_load_error_keeps_weights(&r, ckpt, "1 param group there, 2 in this optimizer", "sharded_old_index_more");
     finish(&r);
     /* a model that is not sharded (DDP) is told what to do */
