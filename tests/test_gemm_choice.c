@@ -232,8 +232,8 @@ static void test_real_timer(void) {
     CHECK(p == ACCEL__GEMM_PROVIDER_OPENBLAS || p == ACCEL__GEMM_PROVIDER_DNNL);
 #ifdef ACCEL__GEMM_CHOICE_EVICTS
     size_t runs = 2 * (1 + 3), bytes = (96 * 64 + 64 * 80 + 96 * 80) * 4; /* a warm-up and REPS (3) per candidate */
-    size_t lines = accel__gemm_choice_evicted_bytes() - evicted;
-    CHECK(lines >= (runs - 1) * bytes && lines <= (runs - 1) * (bytes + 3 * 64));
+    size_t flushed = accel__gemm_choice_evicted_bytes() - evicted;
+    CHECK(flushed >= (runs - 1) * bytes && flushed <= (runs - 1) * (bytes + 3 * 64));
 #else
     CHECK(accel__gemm_choice_evicted_bytes() == evicted);
 #endif

@@ -937,9 +937,10 @@ static const char *name_of(accel__model *pm, const names *nm, const accel_tensor
 }
 
 /* Optimizer i's param groups as the names of their parameters: [[name,
- * ...], ...] (NULL, error set in fn's name, when a parameter has no name). The state is
- * kept by the model's layout, not by group, so the index says which group
- * each parameter was in: a load into another grouping is refused. */
+ * ...], ...] (NULL, error set in fn's name, when a parameter has no name).
+ * The state is kept by the model's layout, not by group, so the index says
+ * which group each parameter was in: a load into another grouping is
+ * refused. */
 static json_t *groups_json(accel_accelerator *acc, int i, const char *fn) {
     accel__model *pm = accel__zero_optimizer_model(acc, i);
     names nm;
@@ -951,11 +952,12 @@ static json_t *groups_json(accel_accelerator *acc, int i, const char *fn) {
     for (int g = 0; g < ng && !st; g++) {
         json_t *list = json_array();
         for (int u = 0; u < n && list && !st; u++) {
-            const char *name = grp[u] == g ? name_of(pm, &nm, accel__zero_user_param(acc, i, u)) : "";
+            if (grp[u] != g) continue;
+            const char *name = name_of(pm, &nm, accel__zero_user_param(acc, i, u));
             if (!name)
                 st = accel_set_error(ACCEL_ERR_STATE, "%s: optimizer %d: its parameter %d (group %d) is no "
                                      "parameter of its model", fn, i, u, g);
-            else if (*name && json_array_append_new(list, json_string(name)))
+            else if (json_array_append_new(list, json_string(name)))
                 st = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", fn);
         }
         if (!st && (!list || json_array_append_new(gs, list))) /* appending steals list, also on failure */
