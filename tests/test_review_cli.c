@@ -10,7 +10,12 @@
  *     seed's config where Accelerate 1.15 prints 262.58 MB; and it printed
  *     sizes from 1 PB up as "1.00 PB" where convert_bytes prints round(x, 2),
  *     "1.0 PB";
- *   `accel launch -h` said offload_param nvme "is refused" (it works). */
+ *   `accel launch -h` said offload_param nvme "is refused" (it works);
+ *   a YAML config's quoted "\0" cut the string there (mixed_precision:
+ *     "bf16\0x" ran bf16; a key "num_processes\0x" set num_processes), and
+ *     tags were ignored: `num_processes: !!str 2` launched 2 processes
+ *     (PyYAML builds the string '2'), `!foo bf16` and `!!python/object`
+ *     were taken as plain text (yaml.safe_load refuses them). */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -124,6 +129,38 @@ static void test_launch_help_offload_param(void) {
     CHECK_STR_CONTAINS(line, "--offload_param_nvme_path");
 }
 
+/* `accel launch --config_file <yaml> /usr/bin/env`: its exit code, the output in OUT. */
+static int launch_with(const char *yaml) {
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/launch.yaml", TMP);
+    write_file(cfg, yaml);
+    const char *a[] = {"launch", "-q", "--config_file", cfg, "/usr/bin/env", NULL};
+    return accel("", a);
+}
+
+static void refused_yaml(const char *yaml, const char *needle) {
+    CHECK_MSG(launch_with(yaml) == 2, "accepted: %s", yaml);
+    CHECK_STR_CONTAINS(OUT, needle);
+}
+
+static void test_yaml_nul_and_tags(void) {
+    refused_yaml("distributed_type: 'NO'\nmixed_precision: \"bf16\\0x\"\n",
+                 "line 2: `mixed_precision`: the value holds a NUL character");
+    refused_yaml("distributed_type: 'NO'\n\"num_processes\\0x\": 2\n", "line 2: a key holds a NUL character");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!str 2\n", "bad value for `num_processes`: '2'");
+    refused_yaml("distributed_type: 'NO'\nmixed_precision: !foo bf16\n", "`mixed_precision`: the tag !foo is not supported");
+    refused_yaml("distributed_type: 'NO'\nx: !!python/object:os.system ls\n", "the tag !!python/object:os.system");
+    refused_yaml("!foo distributed_type: 'NO'\n", "a key has the tag !foo");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!int two\n", "'two' is not an integer (tagged !!int)");
+    refused_yaml("distributed_type: 'NO'\nfsdp_config: !!omap\n  - a: 1\n", "the tag !!omap on a list");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!float 2\n", "bad value for `num_processes`: 2.0");
+    /* the standard tags build what PyYAML builds */
+    CHECK_MSG(launch_with("distributed_type: !!str NO\nnum_processes: !!int '1'\nuse_cpu: !!bool 'true'\n"
+                          "mixed_precision: ! bf16\nfsdp_config: !!map {}\n") == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_MIXED_PRECISION=bf16\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -132,6 +169,7 @@ int main(void) {
     RUN(test_config_wizard_non_utf8);
     RUN(test_estimate_memory_petabytes);
     RUN(test_launch_help_offload_param);
+    RUN(test_yaml_nul_and_tags);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
