@@ -15,7 +15,12 @@
  *     "bf16\0x" ran bf16; a key "num_processes\0x" set num_processes), and
  *     tags were ignored: `num_processes: !!str 2` launched 2 processes
  *     (PyYAML builds the string '2'), `!foo bf16` and `!!python/object`
- *     were taken as plain text (yaml.safe_load refuses them). */
+ *     were taken as plain text (yaml.safe_load refuses them);
+ *   deepspeed_config's values were read as whatever their text gave:
+ *     `zero_stage: [3]` ran stage 2, `zero_stage: true` stage 1,
+ *     `gradient_clipping: true` clipped at 1.0, `offload_optimizer_device: no`
+ *     (a YAML boolean) offloaded nothing, and a key that is no setting
+ *     (`zero_stag: 3`) was dropped without a word. */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -161,6 +166,35 @@ static void test_yaml_nul_and_tags(void) {
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
 }
 
+static void test_deepspeed_config_types(void) {
+    const char *head = "distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n";
+    const char *bad[][2] = {{"  zero_stage: [3]\n", "`deepspeed_config.zero_stage`: [3] (expected an integer)"},
+                            {"  zero_stage: true\n", "`deepspeed_config.zero_stage`: True (expected an integer)"},
+                            {"  gradient_accumulation_steps: 4.0\n", "`deepspeed_config.gradient_accumulation_steps`"},
+                            {"  gradient_clipping: true\n", "`deepspeed_config.gradient_clipping`: True (expected a number)"},
+                            {"  offload_optimizer_device: no\n", "`deepspeed_config.offload_optimizer_device`: False"},
+                            {"  zero3_init_flag: maybe\n", "`deepspeed_config.zero3_init_flag`: 'maybe'"}};
+    char yaml[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(yaml, sizeof yaml, "%s%s", head, bad[i][0]);
+        refused_yaml(yaml, bad[i][1]);
+    }
+    /* the types Accelerate writes (and numbers as strings, as str() would) still run */
+    snprintf(yaml, sizeof yaml, "%s  zero_stage: 3\n  gradient_clipping: 1\n  zero3_init_flag: 'true'\n"
+             "  offload_optimizer_device: CPU\n  deepspeed_multinode_launcher: standard\n", head);
+    CHECK_MSG(launch_with(yaml) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_ZERO_STAGE=3\n");
+    CHECK(strstr(OUT, "warning") == NULL);
+    /* a key that is no setting: named (unless -q), the run goes on */
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/launch.yaml", TMP);
+    snprintf(yaml, sizeof yaml, "%s  zero_stag: 3\n", head);
+    write_file(cfg, yaml);
+    const char *a[] = {"launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "warning: deepspeed_config.zero_stag is not a DeepSpeed setting; ignored");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -170,6 +204,7 @@ int main(void) {
     RUN(test_estimate_memory_petabytes);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
+    RUN(test_deepspeed_config_types);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

@@ -767,6 +767,7 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
         }
     }
     if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn) ||
+        !cfg_check_deepspeed_config(cv_get(root, "deepspeed_config"), path, err, errn) ||
         !cfg_check_parallel_config(root, path, err, errn))
         return false;
     ce = cv_get(root, "compute_environment");
