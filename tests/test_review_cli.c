@@ -20,7 +20,9 @@
  *     `zero_stage: [3]` ran stage 2, `zero_stage: true` stage 1,
  *     `gradient_clipping: true` clipped at 1.0, `offload_optimizer_device: no`
  *     (a YAML boolean) offloaded nothing, and a key that is no setting
- *     (`zero_stag: 3`) was dropped without a word. */
+ *     (`zero_stag: 3`) was dropped without a word;
+ *   an integer flag of the settings beyond 64 bits (--fp8_margin
+ *     99999999999999999999) was exported as 9223372036854775807. */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -195,6 +197,21 @@ static void test_deepspeed_config_types(void) {
     CHECK_STR_CONTAINS(OUT, "warning: deepspeed_config.zero_stag is not a DeepSpeed setting; ignored");
 }
 
+static void test_int_flag_beyond_64_bits(void) {
+    const char *a[] = {"launch", "-q", "--mixed_precision", "fp8", "--fp8_margin", "99999999999999999999",
+                       "/usr/bin/env", NULL};
+    CHECK_MSG(accel("", a) == 2, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "argument --fp8_margin: invalid int value: '99999999999999999999' (beyond 64 bits)");
+    CHECK(strstr(OUT, "9223372036854775807") == NULL);
+    const char *z[] = {"launch", "-q", "--use_deepspeed", "--zero_stage", "-99999999999999999999", "/usr/bin/env", NULL};
+    CHECK(accel("", z) == 2);
+    CHECK_STR_CONTAINS(OUT, "argument --zero_stage: invalid int value: '-99999999999999999999'");
+    const char *ok[] = {"launch", "-q", "--mixed_precision", "fp8", "--fp8_margin", "9223372036854775807",
+                        "/usr/bin/env", NULL}; /* the largest is taken (the library judges it) */
+    CHECK_MSG(accel("", ok) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FP8_MARGIN=9223372036854775807\n");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -205,6 +222,7 @@ int main(void) {
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);
+    RUN(test_int_flag_beyond_64_bits);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

@@ -344,9 +344,14 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
     case K_STR: snprintf(out, n, "%s", text); return true;
     case K_STORE_TRUE: snprintf(out, n, "True"); return true;
     case K_BOOL3: return bool3_str(s, text, out, n, err, errn);
-    case K_INT: {
+    case K_INT: { /* beyond 64 bits: refused (strtoll's saturated value was exported: --fp8_margin 1e20's digits became 2^63 - 1) */
+        errno = 0;
         long long i = strtoll(text, &end, 10);
         if (!*text || *end) break;
+        if (errno == ERANGE) {
+            snprintf(err, errn, "argument --%s: invalid int value: '%s' (beyond 64 bits)", s->name, text);
+            return false;
+        }
         snprintf(out, n, "%lld", i);
         return true;
     }
