@@ -22,7 +22,10 @@
  *     (a YAML boolean) offloaded nothing, and a key that is no setting
  *     (`zero_stag: 3`) was dropped without a word;
  *   an integer flag of the settings beyond 64 bits (--fp8_margin
- *     99999999999999999999) was exported as 9223372036854775807. */
+ *     99999999999999999999) was exported as 9223372036854775807;
+ *   `accel config` cut an answer longer than its buffer (127 characters for
+ *     the GPU ids) and took the rest as the next answer: 64 GPU ids were
+ *     written as the first 46, without a word. */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -212,6 +215,36 @@ static void test_int_flag_beyond_64_bits(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_FP8_MARGIN=9223372036854775807\n");
 }
 
+/* No distributed training, not CPU only, no DeepSpeed, GPU ids `ids` (then
+ * "0,1" if asked again), no mixed precision: the gpu_ids written, in buf. */
+static int wizard_gpu_ids(const char *ids, char *buf, size_t n) {
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/ids.yaml", TMP);
+    size_t cap = strlen(ids) + 64;
+    char *input = malloc(cap);
+    CHECK(input != NULL);
+    if (!input) return -1;
+    snprintf(input, cap, "0\n0\nno\nno\n%s\n0,1\nno\n", ids);
+    const char *a[] = {"config", "--config_file", cfg, NULL};
+    int rc = accel(input, a);
+    free(input);
+    read_file(cfg, buf, n);
+    unlink(cfg);
+    return rc;
+}
+
+static void test_wizard_long_answer(void) {
+    char ids[4096] = "", buf[8192];
+    for (int i = 0; i < 64; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", i);
+    CHECK_MSG(wizard_gpu_ids(ids, buf, sizeof buf) == 0, "%s", OUT); /* 181 characters: all of them written */
+    CHECK_STR_CONTAINS(buf, ",45,46,");
+    CHECK_STR_CONTAINS(buf, ",62,63\n");
+    for (int i = 64; i < 400; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", i);
+    CHECK_MSG(wizard_gpu_ids(ids, buf, sizeof buf) == 0, "%s", OUT); /* 1489: too long, asked again */
+    CHECK_STR_CONTAINS(OUT, "That answer is too long");
+    CHECK_STR_CONTAINS(buf, "gpu_ids: 0,1\n");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -223,6 +256,7 @@ int main(void) {
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);
     RUN(test_int_flag_beyond_64_bits);
+    RUN(test_wizard_long_answer);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);
