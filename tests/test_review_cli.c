@@ -10,7 +10,22 @@
  *     seed's config where Accelerate 1.15 prints 262.58 MB; and it printed
  *     sizes from 1 PB up as "1.00 PB" where convert_bytes prints round(x, 2),
  *     "1.0 PB";
- *   `accel launch -h` said offload_param nvme "is refused" (it works). */
+ *   `accel launch -h` said offload_param nvme "is refused" (it works);
+ *   a YAML config's quoted "\0" cut the string there (mixed_precision:
+ *     "bf16\0x" ran bf16; a key "num_processes\0x" set num_processes), and
+ *     tags were ignored: `num_processes: !!str 2` launched 2 processes
+ *     (PyYAML builds the string '2'), `!foo bf16` and `!!python/object`
+ *     were taken as plain text (yaml.safe_load refuses them);
+ *   deepspeed_config's values were read as whatever their text gave:
+ *     `zero_stage: [3]` ran stage 2, `zero_stage: true` stage 1,
+ *     `gradient_clipping: true` clipped at 1.0, `offload_optimizer_device: no`
+ *     (a YAML boolean) offloaded nothing, and a key that is no setting
+ *     (`zero_stag: 3`) was dropped without a word;
+ *   an integer flag of the settings beyond 64 bits (--fp8_margin
+ *     99999999999999999999) was exported as 9223372036854775807;
+ *   `accel config` cut an answer longer than its buffer (127 characters for
+ *     the GPU ids) and took the rest as the next answer: 64 GPU ids were
+ *     written as the first 46, without a word. */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -124,6 +139,112 @@ static void test_launch_help_offload_param(void) {
     CHECK_STR_CONTAINS(line, "--offload_param_nvme_path");
 }
 
+/* `accel launch --config_file <yaml> /usr/bin/env`: its exit code, the output in OUT. */
+static int launch_with(const char *yaml) {
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/launch.yaml", TMP);
+    write_file(cfg, yaml);
+    const char *a[] = {"launch", "-q", "--config_file", cfg, "/usr/bin/env", NULL};
+    return accel("", a);
+}
+
+static void refused_yaml(const char *yaml, const char *needle) {
+    CHECK_MSG(launch_with(yaml) == 2, "accepted: %s", yaml);
+    CHECK_STR_CONTAINS(OUT, needle);
+}
+
+static void test_yaml_nul_and_tags(void) {
+    refused_yaml("distributed_type: 'NO'\nmixed_precision: \"bf16\\0x\"\n",
+                 "line 2: `mixed_precision`: the value holds a NUL character");
+    refused_yaml("distributed_type: 'NO'\n\"num_processes\\0x\": 2\n", "line 2: a key holds a NUL character");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!str 2\n", "bad value for `num_processes`: '2'");
+    refused_yaml("distributed_type: 'NO'\nmixed_precision: !foo bf16\n", "`mixed_precision`: the tag !foo is not supported");
+    refused_yaml("distributed_type: 'NO'\nx: !!python/object:os.system ls\n", "the tag !!python/object:os.system");
+    refused_yaml("!foo distributed_type: 'NO'\n", "a key has the tag !foo");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!int two\n", "'two' is not an integer (tagged !!int)");
+    refused_yaml("distributed_type: 'NO'\nfsdp_config: !!omap\n  - a: 1\n", "the tag !!omap on a list");
+    refused_yaml("distributed_type: 'NO'\nnum_processes: !!float 2\n", "bad value for `num_processes`: 2.0");
+    /* the standard tags build what PyYAML builds */
+    CHECK_MSG(launch_with("distributed_type: !!str NO\nnum_processes: !!int '1'\nuse_cpu: !!bool 'true'\n"
+                          "mixed_precision: ! bf16\nfsdp_config: !!map {}\n") == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_MIXED_PRECISION=bf16\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_CPU=True\n");
+}
+
+static void test_deepspeed_config_types(void) {
+    const char *head = "distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n";
+    const char *bad[][2] = {{"  zero_stage: [3]\n", "`deepspeed_config.zero_stage`: [3] (expected an integer)"},
+                            {"  zero_stage: true\n", "`deepspeed_config.zero_stage`: True (expected an integer)"},
+                            {"  gradient_accumulation_steps: 4.0\n", "`deepspeed_config.gradient_accumulation_steps`"},
+                            {"  gradient_clipping: true\n", "`deepspeed_config.gradient_clipping`: True (expected a number)"},
+                            {"  offload_optimizer_device: no\n", "`deepspeed_config.offload_optimizer_device`: False"},
+                            {"  zero3_init_flag: maybe\n", "`deepspeed_config.zero3_init_flag`: 'maybe'"}};
+    char yaml[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(yaml, sizeof yaml, "%s%s", head, bad[i][0]);
+        refused_yaml(yaml, bad[i][1]);
+    }
+    /* the types Accelerate writes (and numbers as strings, as str() would) still run */
+    snprintf(yaml, sizeof yaml, "%s  zero_stage: 3\n  gradient_clipping: 1\n  zero3_init_flag: 'true'\n"
+             "  offload_optimizer_device: CPU\n  deepspeed_multinode_launcher: standard\n", head);
+    CHECK_MSG(launch_with(yaml) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_ZERO_STAGE=3\n");
+    CHECK(strstr(OUT, "warning") == NULL);
+    /* a key that is no setting: named (unless -q), the run goes on */
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/launch.yaml", TMP);
+    snprintf(yaml, sizeof yaml, "%s  zero_stag: 3\n", head);
+    write_file(cfg, yaml);
+    const char *a[] = {"launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "warning: deepspeed_config.zero_stag is not a DeepSpeed setting; ignored");
+}
+
+static void test_int_flag_beyond_64_bits(void) {
+    const char *a[] = {"launch", "-q", "--mixed_precision", "fp8", "--fp8_margin", "99999999999999999999",
+                       "/usr/bin/env", NULL};
+    CHECK_MSG(accel("", a) == 2, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "argument --fp8_margin: invalid int value: '99999999999999999999' (beyond 64 bits)");
+    CHECK(strstr(OUT, "9223372036854775807") == NULL);
+    const char *z[] = {"launch", "-q", "--use_deepspeed", "--zero_stage", "-99999999999999999999", "/usr/bin/env", NULL};
+    CHECK(accel("", z) == 2);
+    CHECK_STR_CONTAINS(OUT, "argument --zero_stage: invalid int value: '-99999999999999999999'");
+    const char *ok[] = {"launch", "-q", "--mixed_precision", "fp8", "--fp8_margin", "9223372036854775807",
+                        "/usr/bin/env", NULL}; /* the largest is taken (the library judges it) */
+    CHECK_MSG(accel("", ok) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FP8_MARGIN=9223372036854775807\n");
+}
+
+/* No distributed training, not CPU only, no DeepSpeed, GPU ids `ids` (then
+ * "0,1" if asked again), no mixed precision: the gpu_ids written, in buf. */
+static int wizard_gpu_ids(const char *ids, char *buf, size_t n) {
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/ids.yaml", TMP);
+    size_t cap = strlen(ids) + 64;
+    char *input = malloc(cap);
+    CHECK(input != NULL);
+    if (!input) return -1;
+    snprintf(input, cap, "0\n0\nno\nno\n%s\n0,1\nno\n", ids);
+    const char *a[] = {"config", "--config_file", cfg, NULL};
+    int rc = accel(input, a);
+    free(input);
+    read_file(cfg, buf, n);
+    unlink(cfg);
+    return rc;
+}
+
+static void test_wizard_long_answer(void) {
+    char ids[4096] = "", buf[8192];
+    for (int i = 0; i < 64; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", i);
+    CHECK_MSG(wizard_gpu_ids(ids, buf, sizeof buf) == 0, "%s", OUT); /* 181 characters: all of them written */
+    CHECK_STR_CONTAINS(buf, ",45,46,");
+    CHECK_STR_CONTAINS(buf, ",62,63\n");
+    for (int i = 64; i < 400; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", i);
+    CHECK_MSG(wizard_gpu_ids(ids, buf, sizeof buf) == 0, "%s", OUT); /* 1489: too long, asked again */
+    CHECK_STR_CONTAINS(OUT, "That answer is too long");
+    CHECK_STR_CONTAINS(buf, "gpu_ids: 0,1\n");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -132,6 +253,10 @@ int main(void) {
     RUN(test_config_wizard_non_utf8);
     RUN(test_estimate_memory_petabytes);
     RUN(test_launch_help_offload_param);
+    RUN(test_yaml_nul_and_tags);
+    RUN(test_deepspeed_config_types);
+    RUN(test_int_flag_beyond_64_bits);
+    RUN(test_wizard_long_answer);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

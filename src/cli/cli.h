@@ -138,9 +138,13 @@ int launch_setting_opts(cli_opt *out);
 /* ACCELERATE_USE_FSDP and FSDP_* (flag > fsdp_config > default). False + err on a bad value. */
 bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
                         size_t errn);
-/* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config). */
+/* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config);
+ * unless quiet, a warning for each deepspeed_config key that is no setting. */
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
-                             const char *ds_file_abs, char *err, size_t errn);
+                             const char *ds_file_abs, bool quiet, char *err, size_t errn);
+/* deepspeed_config's value types (its settings' keys; others are warned about
+ * at launch); false + err naming the key. */
+bool cfg_check_deepspeed_config(const cv *ds_config, const char *path, char *err, size_t errn);
 
 /* ParallelismConfig's and Megatron-LM's variables (ACCELERATE_USE_PARALLELISM_CONFIG,
  * PARALLELISM_CONFIG_*; ACCELERATE_USE_MEGATRON_LM, MEGATRON_LM_*; each also as

@@ -351,6 +351,81 @@ static void merge_duplicate_keys(cv *m) {
 
 static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, const char *key, int depth, char *err, size_t errn);
 
+#define YAML_TAG_PREFIX "tag:yaml.org,2002:"
+
+/* "line N: `key`: " (no key part at the top level or for a key itself). */
+static void where_in_yaml(const yaml_event_t *ev, const char *key, char *out, size_t n) {
+    snprintf(out, n, "line %zu: %s%s%s", ev->start_mark.line + 1, key ? "`" : "", key ? key : "", key ? "`: " : "");
+}
+
+/* The tag of a node as written ("!!str", "!foo"), for the errors. */
+static void tag_text(const char *tag, char *out, size_t n) {
+    size_t pl = strlen(YAML_TAG_PREFIX);
+    if (!strncmp(tag, YAML_TAG_PREFIX, pl)) snprintf(out, n, "!!%s", tag + pl);
+    else snprintf(out, n, "%s", tag);
+}
+
+/* Whether a scalar's text holds a NUL ("\0" in a quoted scalar): copied as a
+ * C string it was cut there, so `mixed_precision: "bf16\0x"` read as bf16
+ * where PyYAML keeps the whole string (and Accelerate refuses it). */
+static bool scalar_has_nul(const yaml_event_t *ev) {
+    return strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length;
+}
+
+/* A scalar with a tag, as yaml.safe_load builds it: !!str keeps the text
+ * ("!!str 2" is the string '2', not the int), !!int / !!float / !!bool must
+ * hold what they say, !!null is None, "!" (non-specific) is a string; any
+ * other tag (!!binary, !!timestamp, !!python/..., !custom) is refused, as
+ * safe_load refuses (or builds what no config key takes). Ignored, a tag
+ * changed the value's type without a word. NULL + why in err. */
+static cv *tagged_scalar(const yaml_event_t *ev, const char *tag, const char *key, char *err, size_t errn) {
+    const char *text = (const char *)ev->data.scalar.value;
+    char shown[128];
+    tag_text(tag, shown, sizeof shown);
+    if (!strcmp(tag, "!") || !strcmp(tag, YAML_TAG_PREFIX "str")) return cv_str(text);
+    if (!strcmp(tag, YAML_TAG_PREFIX "null")) return cv_new(CV_NULL);
+    bool is_int = !strcmp(tag, YAML_TAG_PREFIX "int"), is_float = !strcmp(tag, YAML_TAG_PREFIX "float");
+    bool is_bool = !strcmp(tag, YAML_TAG_PREFIX "bool");
+    where_in_yaml(ev, key, err, errn); /* the errors below go on from there */
+    if (!is_int && !is_float && !is_bool) {
+        app(err, errn, "the tag %s is not supported (a config holds plain strings, numbers, booleans, lists and "
+            "mappings)", shown);
+        return NULL;
+    }
+    char why[256];
+    cv *v = resolve_plain(text, why, sizeof why);
+    if (!v) {
+        app(err, errn, "%s", why);
+        return NULL;
+    }
+    if (is_float && v->t == CV_INT) { /* !!float 4 is 4.0 */
+        v->t = CV_FLOAT;
+        v->f = (double)v->i;
+    }
+    cv_type want = is_int ? CV_INT : is_float ? CV_FLOAT : CV_BOOL;
+    if (v->t != want) {
+        app(err, errn, "'%s' is not %s (tagged %s)", text, is_int ? "an integer" : is_float ? "a number" : "a boolean",
+            shown);
+        cv_free(v);
+        return NULL;
+    }
+    err[0] = 0; /* no error after all */
+    return v;
+}
+
+/* A collection's tag: none, "!", or its own kind's (!!map, !!seq). */
+static bool collection_tag_ok(const yaml_event_t *ev, const char *key, char *err, size_t errn) {
+    bool is_map = ev->type == YAML_MAPPING_START_EVENT;
+    const char *tag = (const char *)(is_map ? ev->data.mapping_start.tag : ev->data.sequence_start.tag);
+    if (!tag || !strcmp(tag, "!") || !strcmp(tag, is_map ? YAML_TAG_PREFIX "map" : YAML_TAG_PREFIX "seq"))
+        return true;
+    char shown[128];
+    tag_text(tag, shown, sizeof shown);
+    where_in_yaml(ev, key, err, errn);
+    app(err, errn, "the tag %s on a %s is not supported", shown, is_map ? "mapping" : "list");
+    return false;
+}
+
 static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, size_t errn) {
     if (depth > CFG_MAX_DEPTH) {
         snprintf(err, errn, "line %zu: nested deeper than %d levels", p->mark.line + 1, CFG_MAX_DEPTH);
@@ -373,6 +448,19 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
         if (is_map) {
             if (ev.type != YAML_SCALAR_EVENT) {
                 snprintf(err, errn, "line %zu: only scalar keys are supported", ev.start_mark.line + 1);
+                yaml_event_delete(&ev);
+                cv_free(c);
+                return NULL;
+            }
+            /* a key is a name: a NUL in it cut it short ("num_processes\0x" set num_processes) */
+            const char *ktag = (const char *)ev.data.scalar.tag;
+            bool std_tag = !ktag || !strcmp(ktag, "!") || !strncmp(ktag, YAML_TAG_PREFIX, strlen(YAML_TAG_PREFIX));
+            if (scalar_has_nul(&ev) || !std_tag) {
+                char shown[128] = "";
+                if (!std_tag) tag_text(ktag, shown, sizeof shown);
+                where_in_yaml(&ev, NULL, err, errn);
+                app(err, errn, "a key %s%s", std_tag ? "holds a NUL character (\\0)" : "has the tag ", shown);
+                if (!std_tag) app(err, errn, ", which is not supported");
                 yaml_event_delete(&ev);
                 cv_free(c);
                 return NULL;
@@ -401,18 +489,28 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
 /* depth: how many collections enclose this node */
 static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, const char *key, int depth, char *err, size_t errn) {
     switch (ev->type) {
-    case YAML_SCALAR_EVENT:
+    case YAML_SCALAR_EVENT: {
+        char why[256];
+        if (scalar_has_nul(ev)) {
+            where_in_yaml(ev, key, err, errn);
+            app(err, errn, "the value holds a NUL character (\\0)");
+            return NULL;
+        }
+        if (ev->data.scalar.tag) return tagged_scalar(ev, (const char *)ev->data.scalar.tag, key, err, errn);
         if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-            char why[256];
             cv *v = resolve_plain((char *)ev->data.scalar.value, why, sizeof why);
-            if (!v)
-                snprintf(err, errn, "line %zu: %s%s%s%s", ev->start_mark.line + 1, key ? "`" : "", key ? key : "",
-                         key ? "`: " : "", why);
+            if (!v) {
+                where_in_yaml(ev, key, err, errn);
+                app(err, errn, "%s", why);
+            }
             return v;
         }
         return cv_str((char *)ev->data.scalar.value);
-    case YAML_MAPPING_START_EVENT: return yaml_collection(p, true, depth + 1, err, errn);
-    case YAML_SEQUENCE_START_EVENT: return yaml_collection(p, false, depth + 1, err, errn);
+    }
+    case YAML_MAPPING_START_EVENT:
+        return collection_tag_ok(ev, key, err, errn) ? yaml_collection(p, true, depth + 1, err, errn) : NULL;
+    case YAML_SEQUENCE_START_EVENT:
+        return collection_tag_ok(ev, key, err, errn) ? yaml_collection(p, false, depth + 1, err, errn) : NULL;
     default: snprintf(err, errn, "line %zu: unsupported YAML (anchors/aliases?)", ev->start_mark.line + 1); return NULL;
     }
 }
@@ -669,6 +767,7 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
         }
     }
     if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn) ||
+        !cfg_check_deepspeed_config(cv_get(root, "deepspeed_config"), path, err, errn) ||
         !cfg_check_parallel_config(root, path, err, errn))
         return false;
     ce = cv_get(root, "compute_environment");

@@ -20,13 +20,22 @@ static const cli_opt OPTS[] = {
 
 /* ---------------------------------------------------------------- prompts */
 
-/* A line from stdin without the newline; exits 1 at EOF (no answer possible). */
+/* A line from stdin without the newline; exits 1 at EOF (no answer possible).
+ * A line that does not fit out is asked again: cut to fit, its rest became
+ * the next question's answer (64 GPU ids were written as the first 46). */
 static void ask_line(const char *prompt, char *out, size_t n) {
-    fputs(prompt, stdout);
-    fflush(stdout);
-    if (!fgets(out, (int)n, stdin)) {
-        fprintf(stderr, "\naccel config: error: no answer (end of input)\n");
-        exit(1);
+    for (;;) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+        if (!fgets(out, (int)n, stdin)) {
+            fprintf(stderr, "\naccel config: error: no answer (end of input)\n");
+            exit(1);
+        }
+        size_t len = strlen(out);
+        if (len < n - 1 || out[len - 1] == '\n' || feof(stdin)) break;
+        int c;
+        while ((c = getchar()) != EOF && c != '\n') {} /* the rest of that line */
+        printf("\nThat answer is too long: at most %zu characters, please.\n", n - 2);
     }
     out[strcspn(out, "\r\n")] = 0;
     char *s = out;
@@ -296,7 +305,7 @@ static cv *wizard(void) {
         exit(1);
     }
     if (!cpu_type && !use_cpu) {
-        char ids[128];
+        char ids[1024];
         ask_str("What GPU(s) (by id) should be used for training on this machine as a comma-separated list? [all]:",
                 "all", ids, sizeof ids);
         cv_set(c, "gpu_ids", cv_str(ids));

@@ -267,7 +267,8 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         return false;
     }
     if (L->deepspeed) {
-        if (!launch_export_deepspeed(e, ls, cv_get(cfg, "deepspeed_config"), mp_from_config, ds_abs, err, sizeof err)) {
+        if (!launch_export_deepspeed(e, ls, cv_get(cfg, "deepspeed_config"), mp_from_config, ds_abs, L->quiet, err,
+                                     sizeof err)) {
             fprintf(stderr, "accel launch: error: %s\n", err);
             return false;
         }

@@ -344,9 +344,14 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
     case K_STR: snprintf(out, n, "%s", text); return true;
     case K_STORE_TRUE: snprintf(out, n, "True"); return true;
     case K_BOOL3: return bool3_str(s, text, out, n, err, errn);
-    case K_INT: {
+    case K_INT: { /* beyond 64 bits: refused (strtoll's saturated value was exported: --fp8_margin 1e20's digits became 2^63 - 1) */
+        errno = 0;
         long long i = strtoll(text, &end, 10);
         if (!*text || *end) break;
+        if (errno == ERANGE) {
+            snprintf(err, errn, "argument --%s: invalid int value: '%s' (beyond 64 bits)", s->name, text);
+            return false;
+        }
         snprintf(out, n, "%lld", i);
         return true;
     }
@@ -458,8 +463,11 @@ bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_c
     return true;
 }
 
+static void warn_unknown_deepspeed_keys(const cv *section);
+
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
-                             const char *ds_file_abs, char *err, size_t errn) {
+                             const char *ds_file_abs, bool quiet, char *err, size_t errn) {
+    if (!quiet) warn_unknown_deepspeed_keys(ds_config);
     /* ACCELERATE_CONFIG_DS_FIELDS: the deepspeed_config keys (and mixed_precision when the
      * config file chose it), which Accelerate refuses to combine with a DeepSpeed JSON. */
     char fields[4096] = "";
@@ -478,6 +486,59 @@ bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *d
         if (val[0] && DEEPSPEED[i].env) env_add(e, DEEPSPEED[i].env, val);
     }
     return true;
+}
+
+/* deepspeed_config keys `accelerate config` may write that accel's launcher
+ * has no setting for (DeepSpeed's own multi-node launcher): known, unused. */
+static const char *const DS_LAUNCHER_KEYS[] = {"deepspeed_multinode_launcher", "deepspeed_hostfile",
+                                               "deepspeed_exclusion_filter", "deepspeed_inclusion_filter", NULL};
+
+static const setting *ds_setting_of(const char *key) {
+    for (size_t i = 0; i < NDEEPSPEED; i++)
+        if (!strcmp(key, DEEPSPEED[i].name)) return &DEEPSPEED[i];
+    return NULL;
+}
+
+/* A deepspeed_config value of s's flag type. Unchecked, a value of another
+ * type was read as what its text happened to give: `zero_stage: [3]` ran
+ * stage 2 (the default), `zero_stage: true` stage 1, `gradient_clipping:
+ * true` clipped at 1.0, `offload_optimizer_device: no` (a YAML boolean)
+ * offloaded nothing, where Accelerate's int() / float() / DeepSpeed refuse
+ * them. A string key takes what Python's str() writes of a number. */
+static bool ds_config_ok(const setting *s, const cv *v) {
+    switch (s->type) {
+    case K_INT: return v->t == CV_INT;
+    case K_FLOAT: return v->t == CV_INT || v->t == CV_FLOAT;
+    case K_BOOL: return v->t == CV_BOOL || (v->t == CV_STR && accel__str_to_bool(v->s, strlen(v->s)) >= 0);
+    default: return v->t == CV_STR || v->t == CV_INT || v->t == CV_FLOAT;
+    }
+}
+
+bool cfg_check_deepspeed_config(const cv *section, const char *path, char *err, size_t errn) {
+    for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
+        const setting *s = ds_setting_of(section->keys[i]);
+        const cv *v = section->items[i];
+        if (!s || v->t == CV_NULL || ds_config_ok(s, v)) continue; /* unknown keys: warned about at launch */
+        char val[256] = "";
+        cv_repr(v, false, val, sizeof val);
+        snprintf(err, errn, "The config file at %s has a bad value for `deepspeed_config.%s`: %s (expected %s)", path,
+                 s->name, val, s->type == K_INT ? "an integer" : s->type == K_FLOAT ? "a number"
+                 : s->type == K_BOOL ? "true or false" : "a string");
+        return false;
+    }
+    return true;
+}
+
+/* deepspeed_config keys that are no setting (a typo such as `zero_stag`):
+ * Accelerate copies them onto its args unused; say so instead of running
+ * with the default without a word. */
+static void warn_unknown_deepspeed_keys(const cv *section) {
+    for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
+        const char *k = section->keys[i];
+        bool known = ds_setting_of(k) != NULL;
+        for (size_t j = 0; DS_LAUNCHER_KEYS[j] && !known; j++) known = !strcmp(k, DS_LAUNCHER_KEYS[j]);
+        if (!known) fprintf(stderr, "accel launch: warning: deepspeed_config.%s is not a DeepSpeed setting; ignored\n", k);
+    }
 }
 
 /* ---------------------------------------------------------------- fp8 */
