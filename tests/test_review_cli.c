@@ -25,7 +25,9 @@
  *     99999999999999999999) was exported as 9223372036854775807;
  *   `accel config` cut an answer longer than its buffer (127 characters for
  *     the GPU ids) and took the rest as the next answer: 64 GPU ids were
- *     written as the first 46, without a word. */
+ *     written as the first 46, without a word;
+ *   `accel config update` on a config file that is a symbolic link replaced
+ *     the link with a file of its own (the linked file left as it was). */
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -245,6 +247,45 @@ static void test_wizard_long_answer(void) {
     CHECK_STR_CONTAINS(buf, "gpu_ids: 0,1\n");
 }
 
+/* `accel config update` (and default) on a config file that is a symbolic
+ * link writes through it, as Python's open() does: the link stays a link
+ * and its target gets the new text; a dangling link's target is created; a
+ * loop of links is an error naming the file. */
+static void test_config_through_symlink(void) {
+    char real[PATH_MAX + 32], link[PATH_MAX + 32], buf[4096];
+    snprintf(real, sizeof real, "%s/real_config.yaml", TMP);
+    snprintf(link, sizeof link, "%s/link_config.yaml", TMP);
+    write_file(real, "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: bf16\n"
+                     "num_processes: 1\nuse_cpu: true\n");
+    CHECK(symlink("real_config.yaml", link) == 0); /* relative: the link's directory */
+    const char *up[] = {"config", "update", "--config_file", link, NULL};
+    CHECK_MSG(accel("", up) == 0, "%s", OUT);
+    struct stat st;
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    read_file(real, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "mixed_precision: bf16");
+    CHECK_STR_CONTAINS(buf, "debug: false"); /* what update adds: it was written */
+    /* a dangling link: its target is made (in a directory made for it) */
+    char dangling[PATH_MAX + 32], made[PATH_MAX + 32];
+    snprintf(dangling, sizeof dangling, "%s/dangling.yaml", TMP);
+    snprintf(made, sizeof made, "%s/sub/made.yaml", TMP);
+    CHECK(symlink(made, dangling) == 0);
+    const char *def[] = {"config", "default", "--config_file", dangling, NULL};
+    CHECK_MSG(accel("", def) == 0, "%s", OUT);
+    CHECK(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+    read_file(made, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "num_processes: 1");
+    /* a loop */
+    char a[PATH_MAX + 32], b[PATH_MAX + 32];
+    snprintf(a, sizeof a, "%s/loop_a.yaml", TMP);
+    snprintf(b, sizeof b, "%s/loop_b.yaml", TMP);
+    CHECK(symlink("loop_b.yaml", a) == 0 && symlink("loop_a.yaml", b) == 0);
+    const char *loop[] = {"config", "default", "--config_file", a, NULL};
+    CHECK(accel("", loop) == 1);
+    CHECK_STR_CONTAINS(OUT, "loop_a.yaml: Too many levels of symbolic links");
+    CHECK(lstat(a, &st) == 0 && S_ISLNK(st.st_mode));
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_review_cli_XXXXXX");
@@ -257,6 +298,7 @@ int main(void) {
     RUN(test_deepspeed_config_types);
     RUN(test_int_flag_beyond_64_bits);
     RUN(test_wizard_long_answer);
+    RUN(test_config_through_symlink);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", TMP);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "cli/cli.h"
@@ -923,15 +924,48 @@ static bool find_non_utf8(const cv *v, const char *name, char *where, size_t n) 
     return false;
 }
 
+/* The file a write of path lands on: path, or where its symbolic links lead
+ * (a dangling one's target included, which Python's open() creates), so the
+ * rename below replaces the target and a linked default_config.yaml (kept
+ * in a dotfiles repository, say) stays a link: renamed over the link it
+ * became a file of its own, the linked one left as it was. False + err on a
+ * loop of links or a name too long. */
+static bool write_target(const char *path, char *out, size_t n, char *err, size_t errn) {
+    enum { MAX_HOPS = 40 }; /* the kernel's own limit (ELOOP) */
+    if ((size_t)snprintf(out, n, "%s", path) >= n) {
+        snprintf(err, errn, "cannot write %s: the name is too long", path);
+        return false;
+    }
+    for (int hops = 0;; hops++) {
+        struct stat st;
+        if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return true;
+        char link[4096];
+        ssize_t k = hops < MAX_HOPS ? readlink(out, link, sizeof link - 1) : -1;
+        if (k < 0 || (size_t)k >= sizeof link - 1) {
+            snprintf(err, errn, "cannot write %s: %s", path, hops == MAX_HOPS ? strerror(ELOOP) : strerror(errno));
+            return false;
+        }
+        link[k] = 0;
+        char *slash = strrchr(out, '/'); /* a relative target is relative to the link's directory */
+        size_t dir = link[0] == '/' || !slash ? 0 : (size_t)(slash - out) + 1;
+        if (dir + (size_t)k >= n) {
+            snprintf(err, errn, "cannot write %s: the name its links lead to is too long", path);
+            return false;
+        }
+        memcpy(out + dir, link, (size_t)k + 1);
+    }
+}
+
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
-    char bad[512];
+    char bad[512], target[4096];
     if (find_non_utf8(root, "", bad, sizeof bad)) {
         snprintf(err, errn, "cannot write %s: %s is not UTF-8 text (config files hold UTF-8 only)", path, bad);
         return false;
     }
-    mkdir_p(path);
+    if (!write_target(path, target, sizeof target, err, errn)) return false;
+    mkdir_p(target);
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", target);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         snprintf(err, errn, "cannot write %s: %s", tmp, strerror(errno));
@@ -961,7 +995,7 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         yaml_emitter_delete(&e);
     }
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok || rename(tmp, target) != 0) {
         snprintf(err, errn, "cannot write %s: %s", path, problem ? problem : strerror(errno));
         remove(tmp);
         return false;
