@@ -170,6 +170,29 @@ static void test_index_beside_a_single_file(void) {
     CHECK_MSG(access(path, F_OK) == 0, "%s (not a shard) was deleted", path);
 }
 
+/* A shard holding a tensor its index does not list (a hand-edited or stale
+ * index): the merge dropped it without a word (transformers loads every
+ * tensor of a shard), and --remove_checkpoint_dir then deleted the only
+ * copy. The merge is refused naming the tensor; nothing is written or
+ * removed. */
+static void test_tensor_missing_from_index(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(ck, sizeof ck, "%s/unlisted", TMP);
+    /* its shard 3 still listed for the other tensors it holds */
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && sed -i '/model.layers.0.mlp.down_proj.weight/d' "
+             "%s/model.safetensors.index.json", ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/unlisted_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "model-00003-of-00008.safetensors holds tensor 'model.layers.0.mlp.down_proj.weight', "
+                            "which the index does not list");
+    snprintf(path, sizeof path, "%s/unlisted_out/model.safetensors", TMP);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
+    snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -180,6 +203,7 @@ int main(void) {
     RUN(test_remove_checkpoint_dir_from_elsewhere);
     RUN(test_remove_keeps_the_merged_file);
     RUN(test_index_beside_a_single_file);
+    RUN(test_tensor_missing_from_index);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -77,6 +77,40 @@ static void note_single(accel_checkpoint *ck, const char *dir, const char *index
                         "%s, leaving it as it is\n", single, index);
 }
 
+/* Every tensor of every shard is one the index places there. A tensor the
+ * index does not list was dropped from the merge (transformers loads every
+ * tensor of a shard: another model) and, with --remove_checkpoint_dir,
+ * deleted with its shard; one the index places in another shard is a second
+ * copy that may differ. 1 after naming it. */
+static int check_shards(accel_checkpoint *ck, const char *dir) {
+    for (int s = 0; s < accel_checkpoint_num_shards(ck); s++) {
+        accel_safetensors *st = accel_checkpoint_shard(ck, s);
+        if (!st) {
+            fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+            return 1;
+        }
+        for (int i = 0; i < accel_safetensors_count(st); i++) {
+            const char *name = accel_safetensors_at(st, i)->name;
+            int at = accel_checkpoint_shard_of(ck, name);
+            if (at == s) continue;
+            if (at < 0)
+                fprintf(stderr, "accel merge-weights: error: %s/%s holds tensor '%s', which the index does not "
+                                "list: merging would drop it; add it to the index's weight_map\n", dir,
+                        accel_checkpoint_shard_path(ck, s), name);
+            else {
+                accel_safetensors *other = accel_checkpoint_shard(ck, at);
+                fprintf(stderr, "accel merge-weights: error: %s/%s holds tensor '%s', which the index places in "
+                                "%s%s\n", dir, accel_checkpoint_shard_path(ck, s), name,
+                        accel_checkpoint_shard_path(ck, at),
+                        !other ? "" : accel_safetensors_find(other, name) ? ": two copies; keep one"
+                                                                          : ", which does not hold it: fix the index");
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* When dir (or, for a pytorch_model_fsdp_<i>/ given itself, its parent) is a
  * save_state checkpoint, the files merged (those under sub, the sharded
  * model's directory) are checked against its marker. 0 when intact or when
@@ -193,7 +227,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
         return 1;
     }
     if (indexed) note_single(ck, dir, index, out_dir);
-    if (verify_files(dir, ck)) {
+    if (verify_files(dir, ck) || (indexed && check_shards(ck, dir))) {
         accel_checkpoint_close(ck);
         return 1;
     }
