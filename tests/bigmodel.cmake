@@ -174,6 +174,12 @@ if(TARGET accel_cli)
            data/bert_bad_configs/positions_2e58.json WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_buffers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
     "^accel estimate-memory: data/bert_bad_configs/positions_2e58.json: the weights and buffers would take more than 2\\^63 bytes \\(max_position_embeddings 288230376151711743\\)\n$")
+  # The pipeline table's micro-batch inputs [B / M, T, C] of an absurd sequence: the product wrapped to
+  # "0 bytes each" and the table showed the weights alone (UBSan's signed overflow); refused by name.
+  add_test(NAME bigmodel_estimate_memory_pp_inputs_overflow COMMAND accel_cli estimate-memory data/llama_seed_config
+           --pp_size 2 --batch_size 2 --seq_len 576460752303423488 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pp_inputs_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "accel estimate-memory: error: a micro-batch's inputs \\[2, 576460752303423488, 512\\] float32 between the stages would take more than 2\\^62 bytes")
   # A tp the runtime's plan refuses (8 heads over 3 ranks) is refused without a batch too, before any
   # table (it printed a per-rank estimate of a mesh that cannot run).
   add_test(NAME bigmodel_estimate_memory_tp_uneven COMMAND accel_cli estimate-memory data/llama_seed_config --tp_size 3
