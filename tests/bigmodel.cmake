@@ -180,6 +180,11 @@ if(TARGET accel_cli)
            --pp_size 2 --batch_size 2 --seq_len 576460752303423488 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_pp_inputs_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
     "accel estimate-memory: error: a micro-batch's inputs \\[2, 576460752303423488, 512\\] float32 between the stages would take more than 2\\^62 bytes")
+  # --dtypes given twice: argparse's last one holds (the rows of both were printed).
+  add_test(NAME bigmodel_estimate_memory_dtypes_twice COMMAND accel_cli estimate-memory data/llama_seed_config
+           --dtypes float32 --dtypes int8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_dtypes_twice PROPERTIES TIMEOUT 20
+    PASS_REGULAR_EXPRESSION "│ int8│   15.62 MB  │ 65.65 MB │" FAIL_REGULAR_EXPRESSION "float32")
   # A tp the runtime's plan refuses (8 heads over 3 ranks) is refused without a batch too, before any
   # table (it printed a per-rank estimate of a mesh that cannot run).
   add_test(NAME bigmodel_estimate_memory_tp_uneven COMMAND accel_cli estimate-memory data/llama_seed_config --tp_size 3

@@ -445,6 +445,7 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
             return 0;
         }
         if (!strcmp(a, "--dtypes")) {
+            ndt = 0; /* argparse's store: a later --dtypes replaces an earlier one's list */
             if (valued && dtype_index(argv[i + 1]) >= 0 && ndt < 16) /* the one value: what follows is positional */
                 dts[ndt++] = dtype_index(argv[++i]);
             else
