@@ -167,6 +167,24 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
     "lm_head_2e66.json: the weights would take more than 2\\^63 bytes")
+  # BERT's position_ids / token_type_ids buffers (2 x max_position_embeddings int64) added to weights
+  # just under 2^62 bytes wrapped the total negative (a table of "-9223372036854774784 bytes", UBSan's
+  # signed overflow): refused, naming max_position_embeddings.
+  add_test(NAME bigmodel_estimate_memory_bert_buffers COMMAND accel_cli estimate-memory
+           data/bert_bad_configs/positions_2e58.json WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_buffers PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "^accel estimate-memory: data/bert_bad_configs/positions_2e58.json: the weights and buffers would take more than 2\\^63 bytes \\(max_position_embeddings 288230376151711743\\)\n$")
+  # The pipeline table's micro-batch inputs [B / M, T, C] of an absurd sequence: the product wrapped to
+  # "0 bytes each" and the table showed the weights alone (UBSan's signed overflow); refused by name.
+  add_test(NAME bigmodel_estimate_memory_pp_inputs_overflow COMMAND accel_cli estimate-memory data/llama_seed_config
+           --pp_size 2 --batch_size 2 --seq_len 576460752303423488 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pp_inputs_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "accel estimate-memory: error: a micro-batch's inputs \\[2, 576460752303423488, 512\\] float32 between the stages would take more than 2\\^62 bytes")
+  # --dtypes given twice: argparse's last one holds (the rows of both were printed).
+  add_test(NAME bigmodel_estimate_memory_dtypes_twice COMMAND accel_cli estimate-memory data/llama_seed_config
+           --dtypes float32 --dtypes int8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_dtypes_twice PROPERTIES TIMEOUT 20
+    PASS_REGULAR_EXPRESSION "│ int8│   15.62 MB  │ 65.65 MB │" FAIL_REGULAR_EXPRESSION "float32")
   # A tp the runtime's plan refuses (8 heads over 3 ranks) is refused without a batch too, before any
   # table (it printed a per-rank estimate of a mesh that cannot run).
   add_test(NAME bigmodel_estimate_memory_tp_uneven COMMAND accel_cli estimate-memory data/llama_seed_config --tp_size 3

@@ -141,6 +141,58 @@ static void test_remove_keeps_the_merged_file(void) {
     accel_safetensors_close(st);
 }
 
+/* A folder holding the index and its shards and also a model.safetensors
+ * (another model, or an older merge): merge-weights merged that
+ * model.safetensors instead of the sharded checkpoint, and with
+ * --remove_checkpoint_dir deleted it and the index, leaving the shards
+ * without their index. The index's shards are what is merged. */
+static void test_index_beside_a_single_file(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], path[PATH_MAX + 64];
+    snprintf(ck, sizeof ck, "%s/both", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cp data/st_small.safetensors %s/model.safetensors",
+             ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ck);
+    accel_checkpoint *src = accel_checkpoint_open(path);
+    CHECK(src != NULL);
+    if (!src) return;
+    int want = accel_checkpoint_count(src);
+    accel_checkpoint_close(src);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/both_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 0);
+    snprintf(path, sizeof path, "%s/both_out/model.safetensors", TMP);
+    accel_safetensors *out = accel_safetensors_open(path);
+    CHECK_MSG(out && accel_safetensors_count(out) == want, "merged %d tensors, the index lists %d",
+              out ? accel_safetensors_count(out) : -1, want);
+    accel_safetensors_close(out);
+    /* the other model.safetensors is not the sharded checkpoint's: left in place */
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s (not a shard) was deleted", path);
+}
+
+/* A shard holding a tensor its index does not list (a hand-edited or stale
+ * index): the merge dropped it without a word (transformers loads every
+ * tensor of a shard), and --remove_checkpoint_dir then deleted the only
+ * copy. The merge is refused naming the tensor; nothing is written or
+ * removed. */
+static void test_tensor_missing_from_index(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(ck, sizeof ck, "%s/unlisted", TMP);
+    /* its shard 3 still listed for the other tensors it holds */
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && sed -i '/model.layers.0.mlp.down_proj.weight/d' "
+             "%s/model.safetensors.index.json", ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/unlisted_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "model-00003-of-00008.safetensors holds tensor 'model.layers.0.mlp.down_proj.weight', "
+                            "which the index does not list");
+    snprintf(path, sizeof path, "%s/unlisted_out/model.safetensors", TMP);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
+    snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -150,6 +202,8 @@ int main(void) {
     RUN(test_empty_weight_map);
     RUN(test_remove_checkpoint_dir_from_elsewhere);
     RUN(test_remove_keeps_the_merged_file);
+    RUN(test_index_beside_a_single_file);
+    RUN(test_tensor_missing_from_index);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -445,6 +445,7 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
             return 0;
         }
         if (!strcmp(a, "--dtypes")) {
+            ndt = 0; /* argparse's store: a later --dtypes replaces an earlier one's list */
             if (valued && dtype_index(argv[i + 1]) >= 0 && ndt < 16) /* the one value: what follows is positional */
                 dts[ndt++] = dtype_index(argv[++i]);
             else
@@ -683,11 +684,20 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     /* BertEmbeddings' position_ids and token_type_ids: [1, max_position_embeddings] int64 buffers each,
      * which accel's BERT makes per forward instead; BertEmbeddings is a layer of its own (unsplit) */
     if (bert) {
-        int64_t buffers = 2 * bcfg.max_position_embeddings * 8;
-        int64_t emb = accel_module_sizes_get(body_sizes, "embeddings") + buffers;
-        body += buffers;
-        if (emb > body_largest) body_largest = emb;
+        int64_t buffers = 0, emb = 0;
+        /* the loader bounds the weights, not these: weights just under 2^62 bytes and as many of buffers
+         * wrapped the total negative */
+        bool wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
+                     __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb) ||
+                     __builtin_add_overflow(body, buffers, &body);
         accel_module_sizes_free(body_sizes);
+        if (wraps) {
+            fprintf(stderr, "accel estimate-memory: %s: the weights and buffers would take more than 2^63 bytes "
+                            "(max_position_embeddings %lld)\n", model, (long long)bcfg.max_position_embeddings);
+            accel_module_free(m);
+            return 1;
+        }
+        if (emb > body_largest) body_largest = emb;
     }
     static const double div[] = {1, 2, 4, 8};
     char rows[16][CLI_TABLE_MAX_COLS][32];

@@ -89,6 +89,18 @@ static void layers_str(const int *first, const cli_pipeline_request *q, int s, c
     if (at >= n) snprintf(out, n, "%d chunks", q->virt);
 }
 
+/* The bytes of one micro-batch's hidden states [b, t, c], or -1 past 2^62:
+ * the product of an absurd batch and sequence wrapped (to 0 bytes held, a
+ * table of the weights alone). A stage holds at most 2^20 of them (the
+ * micro-batches' cap), whose sum accel_rank_memory_estimate bounds. */
+static int64_t micro_input_bytes(int64_t b, int64_t t, int64_t c, accel_dtype dt) {
+    int64_t n;
+    if (__builtin_mul_overflow(b, t, &n) || __builtin_mul_overflow(n, c, &n) ||
+        __builtin_mul_overflow(n, (int64_t)accel_dtype_size(dt), &n) || n > (INT64_C(1) << 62))
+        return -1;
+    return n;
+}
+
 int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     const accel__family *f = accel__family_of(m);
     if (!f || !f->stages) {
@@ -108,7 +120,13 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     /* the hidden states between stages: a cp rank's T / cp positions (accelerator/pipeline.c: its chunks of
      * the ids), whole on every tp rank, or their 1 / tp under sequence parallelism */
     int64_t T = q->seq / q->cp / (q->sp ? q->tp : 1);
-    int64_t micro_bytes = q->batch / q->micro * T * C * (int64_t)accel_dtype_size(dt);
+    int64_t micro_bytes = micro_input_bytes(q->batch / q->micro, T, C, dt);
+    if (micro_bytes < 0) {
+        fprintf(stderr, WHO ": error: a micro-batch's inputs [%lld, %lld, %lld] %s between the stages would take more "
+                        "than 2^62 bytes (--batch_size %lld, --seq_len %lld)\n", (long long)(q->batch / q->micro),
+                (long long)T, (long long)C, accel_dtype_name(dt), (long long)q->batch, (long long)q->seq);
+        return 1;
+    }
     if (q->pp * q->virt > 1024 || stage_params(m, f->stages, q, first, bytes)) {
         fprintf(stderr, WHO ": error: %s\n", q->pp * q->virt > 1024 ? "more than 1024 pipeline chunks"
                                                                     : accel_last_error());
@@ -124,9 +142,13 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
     for (int s = 0; s < q->pp; s++) {
         accel_rank_memory r;
         int in_flight = 0, held = 0;
+        int64_t held_bytes = 0;
         if (stage_inputs(q, s, &in_flight, &held) ||
+            (__builtin_mul_overflow((int64_t)held, micro_bytes, &held_bytes) &&
+             accel_set_error(ACCEL_ERR_INVALID_ARG, "stage %d's %d held micro-batch inputs of %lld bytes: more than "
+                             "2^63 bytes", s, held, (long long)micro_bytes)) ||
             accel_rank_memory_estimate((accel_shard_strategy)q->strategy, bytes[s], 0, q->dp_shard, q->autocast,
-                                       held * micro_bytes, &r)) {
+                                       held_bytes, &r)) {
             fprintf(stderr, WHO ": error: %s\n", accel_last_error());
             free(rows);
             return 1;

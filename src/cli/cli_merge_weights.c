@@ -34,8 +34,10 @@ static bool same_file(const char *a, const char *b) {
 
 /* The shards are named relative to dir (the index's folder), not to the
  * current directory. The merged file itself is never removed: merging a
- * folder's model.safetensors into that folder leaves it in place. */
-static int remove_shards(accel_checkpoint *ck, const char *dir, const char *merged) {
+ * folder's model.safetensors into that folder leaves it in place. index: the
+ * index merged, NULL for a single model.safetensors (no index of it to
+ * remove). */
+static int remove_shards(accel_checkpoint *ck, const char *dir, const char *index, const char *merged) {
     int n = accel_checkpoint_num_shards(ck);
     for (int i = 0; i < n; i++) {
         char shard[8192];
@@ -46,11 +48,66 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *merg
             return 1;
         }
     }
-    char index[4096];
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
-    unlink(index);
+    if (index) unlink(index);
     if (rmdir(dir) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", dir, strerror(errno));
+    return 0;
+}
+
+/* Whether dir holds model.safetensors.index.json (its path into index): the
+ * sharded checkpoint to merge. Loading prefers a model.safetensors beside it
+ * (accel_checkpoint_open, as transformers), but merging that one instead
+ * wrote another model than the shards', and --remove_checkpoint_dir then
+ * deleted it and the index, the shards left without one. */
+static bool has_index(const char *dir, char *index, size_t n) {
+    snprintf(index, n, "%s/model.safetensors.index.json", dir);
+    return accel__is_file(index);
+}
+
+/* A model.safetensors beside the index that is none of its shards is left
+ * alone: said in a note, unless it is the output about to be replaced. */
+static void note_single(accel_checkpoint *ck, const char *dir, const char *index, const char *out_dir) {
+    char single[4096], out[4096];
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
+    for (int i = 0; i < accel_checkpoint_num_shards(ck); i++)
+        if (!strcmp(accel_checkpoint_shard_path(ck, i), "model.safetensors")) return;
+    if (accel__is_file(single) && !same_file(single, out))
+        fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: merging the shards of "
+                        "%s, leaving it as it is\n", single, index);
+}
+
+/* Every tensor of every shard is one the index places there. A tensor the
+ * index does not list was dropped from the merge (transformers loads every
+ * tensor of a shard: another model) and, with --remove_checkpoint_dir,
+ * deleted with its shard; one the index places in another shard is a second
+ * copy that may differ. 1 after naming it. */
+static int check_shards(accel_checkpoint *ck, const char *dir) {
+    for (int s = 0; s < accel_checkpoint_num_shards(ck); s++) {
+        accel_safetensors *st = accel_checkpoint_shard(ck, s);
+        if (!st) {
+            fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+            return 1;
+        }
+        for (int i = 0; i < accel_safetensors_count(st); i++) {
+            const char *name = accel_safetensors_at(st, i)->name;
+            int at = accel_checkpoint_shard_of(ck, name);
+            if (at == s) continue;
+            if (at < 0)
+                fprintf(stderr, "accel merge-weights: error: %s/%s holds tensor '%s', which the index does not "
+                                "list: merging would drop it; add it to the index's weight_map\n", dir,
+                        accel_checkpoint_shard_path(ck, s), name);
+            else {
+                accel_safetensors *other = accel_checkpoint_shard(ck, at);
+                fprintf(stderr, "accel merge-weights: error: %s/%s holds tensor '%s', which the index places in "
+                                "%s%s\n", dir, accel_checkpoint_shard_path(ck, s), name,
+                        accel_checkpoint_shard_path(ck, at),
+                        !other ? "" : accel_safetensors_find(other, name) ? ": two copies; keep one"
+                                                                          : ", which does not hold it: fix the index");
+            }
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -162,12 +219,15 @@ int accel_cli_merge_weights(int argc, char **argv) {
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
     if (sharded && verify_marker(dir, sub)) return 1;
     if (sharded) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
-    accel_checkpoint *ck = accel_checkpoint_open(dir);
+    char index[4096];
+    bool indexed = has_index(dir, index, sizeof index);
+    accel_checkpoint *ck = accel_checkpoint_open(indexed ? index : dir);
     if (!ck) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
-    if (verify_files(dir, ck)) {
+    if (indexed) note_single(ck, dir, index, out_dir);
+    if (verify_files(dir, ck) || (indexed && check_shards(ck, dir))) {
         accel_checkpoint_close(ck);
         return 1;
     }
@@ -204,7 +264,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     printf("Weights merged into %s (%d tensors)\n", path, n);
     rc = 0;
-    if (vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")]) rc = remove_shards(ck, dir, path);
+    if (vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")]) rc = remove_shards(ck, dir, indexed ? index : NULL, path);
     accel_checkpoint_close(ck);
     return rc;
 }
