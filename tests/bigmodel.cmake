@@ -185,6 +185,13 @@ if(TARGET accel_cli)
            --dtypes float32 --dtypes int8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_dtypes_twice PROPERTIES TIMEOUT 20
     PASS_REGULAR_EXPRESSION "│ int8│   15.62 MB  │ 65.65 MB │" FAIL_REGULAR_EXPRESSION "float32")
+  # 17 dtypes (a table row each, 16 at most): refused naming the limit (it said "expected one or more of
+  # float32, ...", as if a value were wrong).
+  add_test(NAME bigmodel_estimate_memory_dtypes_17 COMMAND accel_cli estimate-memory data/llama_seed_config
+           --dtypes int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8 int8
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_dtypes_17 PROPERTIES TIMEOUT 20
+    PASS_REGULAR_EXPRESSION "argument --dtypes: at most 16 values \\(a table row each\\)")
   # A tp the runtime's plan refuses (8 heads over 3 ranks) is refused without a batch too, before any
   # table (it printed a per-rank estimate of a mesh that cannot run).
   add_test(NAME bigmodel_estimate_memory_tp_uneven COMMAND accel_cli estimate-memory data/llama_seed_config --tp_size 3

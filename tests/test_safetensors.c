@@ -422,7 +422,8 @@ static void expect_ck_error(const char *path, const char *needle) {
 
 static void test_index_errors(void) {
     mkdir(tmp_path("ix"), 0755);
-    const char *ix = tmp_path("ix/model.safetensors.index.json");
+    char ix[256]; /* tmp_path's buffers are reused */
+    snprintf(ix, sizeof ix, "%s", tmp_path("ix/model.safetensors.index.json"));
     const char *t1 = "{\"weight_map\": {\"a\": \"../x.safetensors\"}}";
     write_file(ix, t1, strlen(t1));
     expect_ck_error(tmp_path("ix"), "weight_map entry 'a' names shard '../x.safetensors'");
@@ -435,6 +436,15 @@ static void test_index_errors(void) {
     const char *t4 = "{\"metadata\": {\"total_size\": 4}, \"weight_map\": {\"a\": \"missing.safetensors\"}}";
     write_file(ix, t4, strlen(t4));
     expect_ck_error(ix, "shard 'missing.safetensors' is missing");
+    /* there, but no file to read: said as such, not "missing" */
+    mkdir(tmp_path("ix/dir.safetensors"), 0755);
+    const char *t4d = "{\"weight_map\": {\"a\": \"dir.safetensors\"}}";
+    write_file(ix, t4d, strlen(t4d));
+    expect_ck_error(ix, "shard 'dir.safetensors' is a directory");
+    CHECK(mkfifo(tmp_path("ix/fifo.safetensors"), 0644) == 0);
+    const char *t4f = "{\"weight_map\": {\"a\": \"fifo.safetensors\"}}";
+    write_file(ix, t4f, strlen(t4f));
+    expect_ck_error(ix, "shard 'fifo.safetensors' is not a regular file");
     const char *t5 = "{\"weight_map\": {\"a\": 3}}";
     write_file(ix, t5, strlen(t5));
     expect_ck_error(ix, "weight_map entry 'a' must be a file name");

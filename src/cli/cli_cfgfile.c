@@ -1,6 +1,7 @@
 /* src/cli/cli_cfgfile.c — default_config.yaml: read (libyaml / jansson),
  * normalise and validate like Accelerate's load_config_from_file, write like
  * to_dict() + yaml.safe_dump (sorted keys, empty dicts and None dropped). */
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -373,22 +374,82 @@ static bool scalar_has_nul(const yaml_event_t *ev) {
     return strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length;
 }
 
+/* !!float's text as PyYAML's construct_yaml_float reads it: underscores
+ * dropped, any case, .inf / .nan, else what Python's float() takes (an
+ * exponent without a dot, "1e-3", included: the usual way to write one, as
+ * the untagged resolver wants a dot). False when it is none. */
+static bool yaml_float_text(const char *text, double *out) {
+    char t[128];
+    size_t n = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '_') continue;
+        if (n + 1 >= sizeof t) return false;
+        t[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    }
+    t[n] = 0;
+    const char *u = t + (t[0] == '-' || t[0] == '+');
+    double sign = t[0] == '-' ? -1.0 : 1.0;
+    if (!strcmp(u, ".inf")) *out = sign * INFINITY;
+    else if (!strcmp(u, ".nan")) *out = NAN;
+    else {
+        char *end;
+        if (!*u || strchr(u, 'x') || isspace((unsigned char)*u)) return false; /* float() takes no hex */
+        *out = strtod(t, &end);
+        if (*end) return false;
+    }
+    return true;
+}
+
+/* !!bool's text as construct_yaml_bool reads it: yes/no/true/false/on/off,
+ * any case; -1 when it is none. */
+static int yaml_bool_text(const char *text) {
+    static const char *const T[] = {"yes", "true", "on"}, *const F[] = {"no", "false", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (!strcasecmp(text, T[i])) return 1;
+        if (!strcasecmp(text, F[i])) return 0;
+    }
+    return -1;
+}
+
 /* A scalar with a tag, as yaml.safe_load builds it: !!str keeps the text
  * ("!!str 2" is the string '2', not the int), !!int / !!float / !!bool must
- * hold what they say, !!null is None, "!" (non-specific) is a string; any
- * other tag (!!binary, !!timestamp, !!python/..., !custom) is refused, as
- * safe_load refuses (or builds what no config key takes). Ignored, a tag
- * changed the value's type without a word. NULL + why in err. */
+ * hold what they say (by PyYAML's constructors: `!!float 1e-3`, `!!bool ON`),
+ * !!null is None, "!" (non-specific) resolves as a plain scalar would, quoted
+ * or not (PyYAML's parser: `! 2` is the int); any other tag (!!binary,
+ * !!timestamp, !!python/..., !custom) is refused, as safe_load refuses (or
+ * builds what no config key takes). Ignored, a tag changed the value's type
+ * without a word. NULL + why in err. */
 static cv *tagged_scalar(const yaml_event_t *ev, const char *tag, const char *key, char *err, size_t errn) {
     const char *text = (const char *)ev->data.scalar.value;
     char shown[128];
     tag_text(tag, shown, sizeof shown);
-    if (!strcmp(tag, "!") || !strcmp(tag, YAML_TAG_PREFIX "str")) return cv_str(text);
+    if (!strcmp(tag, YAML_TAG_PREFIX "str")) return cv_str(text);
     if (!strcmp(tag, YAML_TAG_PREFIX "null")) return cv_new(CV_NULL);
-    bool is_int = !strcmp(tag, YAML_TAG_PREFIX "int"), is_float = !strcmp(tag, YAML_TAG_PREFIX "float");
-    bool is_bool = !strcmp(tag, YAML_TAG_PREFIX "bool");
+    if (!strcmp(tag, YAML_TAG_PREFIX "float") || !strcmp(tag, YAML_TAG_PREFIX "bool")) {
+        bool fl = tag[strlen(YAML_TAG_PREFIX)] == 'f';
+        double f = 0.0;
+        int b = fl ? (yaml_float_text(text, &f) ? 1 : -1) : yaml_bool_text(text);
+        if (b >= 0) {
+            cv *v = cv_new(fl ? CV_FLOAT : CV_BOOL);
+            if (v && fl) v->f = f;
+            else if (v) v->b = b == 1;
+            return v;
+        }
+        where_in_yaml(ev, key, err, errn);
+        app(err, errn, "'%s' is not %s (tagged %s)", text, fl ? "a number" : "a boolean", shown);
+        return NULL;
+    }
+    if (!strcmp(tag, "!")) {
+        char why[256];
+        cv *v = resolve_plain(text, why, sizeof why);
+        if (!v) {
+            where_in_yaml(ev, key, err, errn);
+            app(err, errn, "%s", why);
+        }
+        return v;
+    }
     where_in_yaml(ev, key, err, errn); /* the errors below go on from there */
-    if (!is_int && !is_float && !is_bool) {
+    if (strcmp(tag, YAML_TAG_PREFIX "int")) {
         app(err, errn, "the tag %s is not supported (a config holds plain strings, numbers, booleans, lists and "
             "mappings)", shown);
         return NULL;
@@ -399,14 +460,8 @@ static cv *tagged_scalar(const yaml_event_t *ev, const char *tag, const char *ke
         app(err, errn, "%s", why);
         return NULL;
     }
-    if (is_float && v->t == CV_INT) { /* !!float 4 is 4.0 */
-        v->t = CV_FLOAT;
-        v->f = (double)v->i;
-    }
-    cv_type want = is_int ? CV_INT : is_float ? CV_FLOAT : CV_BOOL;
-    if (v->t != want) {
-        app(err, errn, "'%s' is not %s (tagged %s)", text, is_int ? "an integer" : is_float ? "a number" : "a boolean",
-            shown);
+    if (v->t != CV_INT) {
+        app(err, errn, "'%s' is not an integer (tagged %s)", text, shown);
         cv_free(v);
         return NULL;
     }
@@ -455,7 +510,7 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
             }
             /* a key is a name: a NUL in it cut it short ("num_processes\0x" set num_processes) */
             const char *ktag = (const char *)ev.data.scalar.tag;
-            bool std_tag = !ktag || !strcmp(ktag, "!") || !strncmp(ktag, YAML_TAG_PREFIX, strlen(YAML_TAG_PREFIX));
+            bool std_tag = !ktag || !strcmp(ktag, "!") || !strcmp(ktag, YAML_TAG_PREFIX "str"); /* a name: text */
             if (scalar_has_nul(&ev) || !std_tag) {
                 char shown[128] = "";
                 if (!std_tag) tag_text(ktag, shown, sizeof shown);
@@ -942,7 +997,8 @@ static bool write_target(const char *path, char *out, size_t n, char *err, size_
         char link[4096];
         ssize_t k = hops < MAX_HOPS ? readlink(out, link, sizeof link - 1) : -1;
         if (k < 0 || (size_t)k >= sizeof link - 1) {
-            snprintf(err, errn, "cannot write %s: %s", path, hops == MAX_HOPS ? strerror(ELOOP) : strerror(errno));
+            int e = hops == MAX_HOPS ? ELOOP : k < 0 ? errno : ENAMETOOLONG;
+            snprintf(err, errn, "cannot write %s: %s", path, strerror(e));
             return false;
         }
         link[k] = 0;
@@ -971,6 +1027,9 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         snprintf(err, errn, "cannot write %s: %s", tmp, strerror(errno));
         return false;
     }
+    /* the file replaced keeps its permissions (a 0600 config stays private), as writing it in place would */
+    struct stat old;
+    if (stat(target, &old) == 0) (void)fchmod(fileno(f), old.st_mode & 07777);
     bool ok;
     const char *problem = NULL; /* the encoder's reason, where errno has none */
     if (ends_with(path, ".json")) {

@@ -451,6 +451,12 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
             else
                 while (!valued && i + 1 < argc && argv[i + 1][0] != '-' && dtype_index(argv[i + 1]) >= 0 && ndt < 16)
                     dts[ndt++] = dtype_index(argv[++i]);
+            if (ndt == 16 && !valued && i + 1 < argc && dtype_index(argv[i + 1]) >= 0) {
+                usage(stderr);
+                fprintf(stderr, "accel estimate-memory: error: argument --dtypes: at most 16 values (a table row "
+                                "each)\n");
+                return 2;
+            }
             if (ndt == 0 || (!valued && i + 1 < argc && argv[i + 1][0] != '-' && model)) {
                 usage(stderr);
                 fprintf(stderr, "accel estimate-memory: error: argument --dtypes: expected one or more of float32, "

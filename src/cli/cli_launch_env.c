@@ -499,19 +499,21 @@ static const setting *ds_setting_of(const char *key) {
     return NULL;
 }
 
-/* A deepspeed_config value of s's flag type. Unchecked, a value of another
- * type was read as what its text happened to give: `zero_stage: [3]` ran
- * stage 2 (the default), `zero_stage: true` stage 1, `gradient_clipping:
- * true` clipped at 1.0, `offload_optimizer_device: no` (a YAML boolean)
- * offloaded nothing, where Accelerate's int() / float() / DeepSpeed refuse
- * them. A string key takes what Python's str() writes of a number. */
+/* A deepspeed_config value its variable's reader takes: Accelerate exports
+ * str(value) and the reader applies int() / float() / str_to_bool(), so
+ * `zero_stage: '3'`, `gradient_clipping: "1.0"` and `zero3_init_flag: 1` run
+ * there and here; a list or mapping, or a value whose text the reader
+ * refuses, does not: unchecked, `zero_stage: [3]` ran stage 2 (the
+ * default), `zero_stage: true` stage 1, `gradient_clipping: true` clipped at
+ * 1.0. A string setting takes what str() writes of a number, not a YAML
+ * boolean: `offload_optimizer_device: no` offloaded nothing (DeepSpeed
+ * refuses "False"). */
 static bool ds_config_ok(const setting *s, const cv *v) {
-    switch (s->type) {
-    case K_INT: return v->t == CV_INT;
-    case K_FLOAT: return v->t == CV_INT || v->t == CV_FLOAT;
-    case K_BOOL: return v->t == CV_BOOL || (v->t == CV_STR && accel__str_to_bool(v->s, strlen(v->s)) >= 0);
-    default: return v->t == CV_STR || v->t == CV_INT || v->t == CV_FLOAT;
-    }
+    if (v->t == CV_SEQ || v->t == CV_MAP) return false;
+    if (s->type == K_STR) return v->t != CV_BOOL;
+    char text[512], out[512], err[512];
+    config_str(s, v, text, sizeof text);
+    return flag_str(s, text, out, sizeof out, err, sizeof err);
 }
 
 bool cfg_check_deepspeed_config(const cv *section, const char *path, char *err, size_t errn) {

@@ -65,14 +65,19 @@ static bool has_index(const char *dir, char *index, size_t n) {
 }
 
 /* A model.safetensors beside the index that is none of its shards is left
- * alone: said in a note, unless it is the output about to be replaced. */
+ * alone, said in a note; where it is the output (merged into the same
+ * folder) the note says it is replaced. */
 static void note_single(accel_checkpoint *ck, const char *dir, const char *index, const char *out_dir) {
     char single[4096], out[4096];
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
     snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++)
         if (!strcmp(accel_checkpoint_shard_path(ck, i), "model.safetensors")) return;
-    if (accel__is_file(single) && !same_file(single, out))
+    if (!accel__is_file(single)) return;
+    if (same_file(single, out))
+        fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: the merge of the shards of "
+                        "%s replaces it\n", single, index);
+    else
         fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: merging the shards of "
                         "%s, leaving it as it is\n", single, index);
 }

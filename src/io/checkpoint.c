@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "accel/io.h"
 #include "io/io_internal.h"
@@ -220,8 +221,12 @@ static accel_status open_index(accel_checkpoint *ck, const char *path) {
     for (int i = 0; i < ck->ix.n_shards; i++) {
         char *p = accel__path_join(ck->dir, ck->ix.shards[i]);
         if (!p) return accel_last_status();
-        bool ok = accel__is_file(p);
-        if (!ok) accel_set_error(ACCEL_ERR_IO, "%s: shard '%s' is missing (%s)", path, ck->ix.shards[i], p);
+        /* a name that is there but no regular file (a directory, a FIFO, a device) is not "missing" */
+        struct stat sb;
+        bool there = stat(p, &sb) == 0, ok = there && S_ISREG(sb.st_mode);
+        if (!ok)
+            accel_set_error(ACCEL_ERR_IO, "%s: shard '%s' %s (%s)", path, ck->ix.shards[i],
+                            !there ? "is missing" : S_ISDIR(sb.st_mode) ? "is a directory" : "is not a regular file", p);
         accel_free(p);
         if (!ok) return accel_last_status();
     }
