@@ -193,6 +193,32 @@ static void test_tensor_missing_from_index(void) {
     CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
 }
 
+/* The same for an index of another name (diffusers' diffusion_pytorch_model.safetensors.index.json):
+ * the tensor the index omits is named, nothing written or removed; and with the tensor listed, the
+ * merge removes that index with its shards. */
+static void test_index_of_another_name(void) {
+    char ck[PATH_MAX + 16], cmd[8 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(ck, sizeof ck, "%s/diffusers", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && mv %s/model.safetensors.index.json "
+             "%s/diffusion_pytorch_model.safetensors.index.json && sed -i "
+             "'/model.layers.0.mlp.down_proj.weight/d' %s/diffusion_pytorch_model.safetensors.index.json", ck, ck, ck,
+             ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/diffusers_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "holds tensor 'model.layers.0.mlp.down_proj.weight', which the index does not list");
+    snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
+    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/model.safetensors.index.json "
+             "%s/diffusion_pytorch_model.safetensors.index.json", ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/diffusers_out --remove_checkpoint_dir", ck, TMP);
+    CHECK_MSG(run(cmd) == 0, "merge of the intact checkpoint failed");
+    snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors.index.json", ck);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was left behind, its shards removed", path);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -204,6 +230,7 @@ int main(void) {
     RUN(test_remove_keeps_the_merged_file);
     RUN(test_index_beside_a_single_file);
     RUN(test_tensor_missing_from_index);
+    RUN(test_index_of_another_name);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

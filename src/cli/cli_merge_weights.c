@@ -14,6 +14,7 @@
  * marker (sizes and CRC-32C): a corrupted checkpoint is refused, naming the
  * file, rather than merged into a different model. The write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
  * only after it succeeded. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,14 +55,26 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *inde
     return 0;
 }
 
-/* Whether dir holds model.safetensors.index.json (its path into index): the
- * sharded checkpoint to merge. Loading prefers a model.safetensors beside it
+/* Whether dir holds an index (model.safetensors.index.json, or the one
+ * `.index.json` of another name, diffusers' diffusion_pytorch_model... say,
+ * as loading finds it; its path into index): the sharded checkpoint to
+ * merge. Loading prefers a model.safetensors beside it
  * (accel_checkpoint_open, as transformers), but merging that one instead
  * wrote another model than the shards', and --remove_checkpoint_dir then
- * deleted it and the index, the shards left without one. */
+ * deleted it and the index, the shards left without one. Two or more
+ * indexes: loading's error (which one is meant?) once opened. */
 static bool has_index(const char *dir, char *index, size_t n) {
     snprintf(index, n, "%s/model.safetensors.index.json", dir);
-    return accel__is_file(index);
+    if (accel__is_file(index)) return true;
+    DIR *d = opendir(dir);
+    int count = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name), tail = strlen(".index.json");
+        if (len <= tail || strcmp(e->d_name + len - tail, ".index.json")) continue;
+        if (count++ == 0) snprintf(index, n, "%s/%s", dir, e->d_name);
+    }
+    if (d) closedir(d);
+    return count == 1 && accel__is_file(index);
 }
 
 /* A model.safetensors beside the index that is none of its shards is left
