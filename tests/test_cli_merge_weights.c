@@ -1,6 +1,8 @@
 /* `accel merge-weights`: the 8-shard transformers checkpoint in tests/data
  * merges into one model.safetensors holding the same tensors, byte for byte;
  * bad input gives a clear error. Runs build/bin/accel next to itself. */
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +221,35 @@ static void test_index_of_another_name(void) {
     CHECK_MSG(access(path, F_OK) != 0, "%s was left behind, its shards removed", path);
 }
 
+/* An output folder whose name leaves no room for "/model.safetensors" within PATH_MAX: refused by
+ * name, where the cut name (".../model.saf") was written as another file. */
+static void test_output_path_too_long(void) {
+    char out[4200], cmd[8 * PATH_MAX], buf[4096];
+    int n = snprintf(out, sizeof out, "%s", TMP);
+    while (n + 201 <= 4085 - 2) n += snprintf(out + n, sizeof out - (size_t)n, "/%0200d", 0);
+    out[n++] = '/'; /* a last folder of 1 to 201 characters, to 4085 in all */
+    while (n < 4085) out[n++] = 'e';
+    out[n] = 0;
+    for (char *p = out + strlen(TMP) + 1;; p++) { /* mkdir -p */
+        if (*p && *p != '/') continue;
+        char c = *p;
+        *p = 0;
+        CHECK(mkdir(out, 0755) == 0 || errno == EEXIST);
+        *p = c;
+        if (!c) break;
+    }
+    CHECK(strlen(out) == 4085);
+    snprintf(cmd, sizeof cmd, "merge-weights data/hf_llama_sharded %s", out);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "/model.safetensors is longer than 4095 bytes");
+    DIR *d = opendir(out);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECK_MSG(entries == 0, "the output folder holds %d files", entries);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -231,6 +262,7 @@ int main(void) {
     RUN(test_index_beside_a_single_file);
     RUN(test_tensor_missing_from_index);
     RUN(test_index_of_another_name);
+    RUN(test_output_path_too_long);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

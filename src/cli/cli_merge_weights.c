@@ -270,7 +270,10 @@ int accel_cli_merge_weights(int argc, char **argv) {
         ok = ts[i] != NULL;
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    /* cut, the name would be another file's (".../model.safeten") */
+    if (ok && (size_t)snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= sizeof path)
+        ok = accel_set_error(ACCEL_ERR_INVALID_ARG, "the output path %.40s.../model.safetensors is longer than %zu bytes",
+                             out_dir, sizeof path - 1) == ACCEL_OK;
     if (ok) ok = accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK;
     for (int i = 0; ts && i < n; i++) accel_tensor_free(ts[i]);
     free(ts);
