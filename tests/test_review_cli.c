@@ -275,10 +275,12 @@ static void test_config_through_symlink(void) {
     write_file(real, "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: bf16\n"
                      "num_processes: 1\nuse_cpu: true\n");
     CHECK(symlink("real_config.yaml", link) == 0); /* relative: the link's directory */
+    CHECK(chmod(real, 0600) == 0);                   /* kept private by its owner */
     const char *up[] = {"config", "update", "--config_file", link, NULL};
     CHECK_MSG(accel("", up) == 0, "%s", OUT);
     struct stat st;
     CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK_MSG(stat(real, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o", (unsigned)(st.st_mode & 0777));
     read_file(real, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "mixed_precision: bf16");
     CHECK_STR_CONTAINS(buf, "debug: false"); /* what update adds: it was written */
