@@ -294,6 +294,19 @@ static void test_device_map_set_checks_values(void) {
     accel_clear_error();
 }
 
+/* "00" is cuda:0 again: a second budget for the same GPU would let the
+ * inferred map put twice its memory there. */
+static void test_max_memory_gpu_key_leading_zero(void) {
+    accel_max_memory mm = {0};
+    CHECK(accel_max_memory_set(&mm, "0", "1GB") == ACCEL_OK);
+    CHECK(accel_max_memory_set(&mm, "00", "1GB") == ACCEL_ERR_INVALID_ARG);
+    CHECK(strstr(accel_last_error(), "'00'") != NULL);
+    CHECK(accel_max_memory_set_bytes(&mm, "01", 5) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(mm.n == 1 && accel_max_memory_get(&mm, "0") == 1000000000);
+    CHECK(accel_max_memory_set(&mm, "10", "1GB") == ACCEL_OK); /* a zero elsewhere is fine */
+}
+
 static void test_infer_basic(void) {
     accel_module *m = model_for_test();
     check_map(m, "0=200,1=200", NULL, "{\"linear1\": 0, \"batchnorm\": 1, \"linear2\": 1}");
@@ -471,6 +484,7 @@ int main(void) {
     RUN(test_clean_device_map);
     RUN(test_device_map_basics);
     RUN(test_device_map_set_checks_values);
+    RUN(test_max_memory_gpu_key_leading_zero);
     RUN(test_infer_basic);
     RUN(test_infer_tied);
     RUN(test_infer_buffers_and_fallback);

@@ -241,6 +241,13 @@ static int mm_index(const accel_max_memory *mm, const char *device) {
 accel_status accel_max_memory_set_bytes(accel_max_memory *mm, const char *device, int64_t bytes) {
     if (!mm || !device || !device[0] || strlen(device) >= sizeof mm->e[0].device || bytes < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_max_memory_set: bad device or size");
+    /* Keys are compared as strings, GPUs by atoi: "0" and "00" would be two
+     * budgets of the one cuda:0 (Accelerate's int keys cannot differ so), and
+     * a map inferred from them overcommits it. */
+    if (accel__is_gpu_key(device) && device[0] == '0' && device[1])
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_max_memory_set: GPU index '%s' has a leading zero; write it as '%d'", device,
+                               atoi(device));
     int i = mm_index(mm, device);
     if (i < 0) {
         if (mm->n == ACCEL_MAX_MEMORY_DEVICES)
