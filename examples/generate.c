@@ -25,7 +25,6 @@
  * its first logits, the median of the --first-reps; load excluded),
  * prompt_cpu_ms (the process's CPU time of that forward, all threads, median:
  * what another process's load cannot add to) and decode tokens/s. */
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,47 +71,6 @@ static bool parse_u64(const char *v, uint64_t *out) {
     if (end == v || *end || errno || v[0] == '-') return false;
     *out = x;
     return true;
-}
-
-/* {"key": "value" or integer, ...} -> map. Small on purpose: keys and values without escapes. */
-static accel_device_map *map_from_json(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    accel_device_map *m = accel_device_map_new();
-    char *p = strchr(buf, '{');
-    while (m && p && *p) {
-        char *k0 = strchr(p, '"');
-        if (!k0) break;
-        char *k1 = strchr(k0 + 1, '"');
-        char *colon = k1 ? strchr(k1, ':') : NULL;
-        if (!colon) goto bad;
-        char *v = colon + 1;
-        while (isspace((unsigned char)*v)) v++;
-        char val[32];
-        if (*v == '"') {
-            char *v1 = strchr(v + 1, '"');
-            if (!v1 || v1 - v - 1 >= (long)sizeof val) goto bad;
-            snprintf(val, sizeof val, "%.*s", (int)(v1 - v - 1), v + 1);
-            p = v1 + 1;
-        } else {
-            char *e = v;
-            while (isdigit((unsigned char)*e)) e++;
-            if (e == v || e - v >= (long)sizeof val) goto bad;
-            snprintf(val, sizeof val, "%.*s", (int)(e - v), v);
-            p = e;
-        }
-        *k1 = 0;
-        if (accel_device_map_set(m, k0 + 1, val) != ACCEL_OK) goto bad;
-    }
-    return m;
-bad:
-    fprintf(stderr, "generate: %s is not a {\"prefix\": \"device\", ...} JSON object\n", path);
-    accel_device_map_free(m);
-    return NULL;
 }
 
 static double cpu_seconds(void) {
@@ -245,7 +203,7 @@ int main(int argc, char **argv) {
             strcmp(map_s, "sequential") == 0)
             strategy = map_s;
         else if (strstr(map_s, ".json"))
-            map = map_from_json(map_s);
+            map = accel_device_map_load(map_s);
         else
             map = accel_device_map_parse(map_s);
         if (!strategy && !map) {

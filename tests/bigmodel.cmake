@@ -41,6 +41,17 @@ add_test(NAME bigmodel_generate_greedy COMMAND generate ${CMAKE_SOURCE_DIR}/test
 set_tests_properties(bigmodel_generate_greedy PROPERTIES
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
+# The same map saved as JSON (json.dump(model.hf_device_map), accel_device_map_load): the same ids;
+# a value of another type is refused naming the file and the key.
+add_test(NAME bigmodel_generate_greedy_json_map COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+  --ids 23,49,33,48 --new-tokens 8 --device-map ${CMAKE_SOURCE_DIR}/tests/data/device_maps/llama_basic_disk.json)
+set_tests_properties(bigmodel_generate_greedy_json_map PROPERTIES
+  PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
+add_test(NAME bigmodel_generate_bad_json_map COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+  --ids 23,49,33,48 --new-tokens 8 --device-map ${CMAKE_SOURCE_DIR}/tests/data/device_maps/bad_value.json)
+set_tests_properties(bigmodel_generate_bad_json_map PROPERTIES PASS_REGULAR_EXPRESSION
+  "bad_value.json: key 'model.layers': the value is neither a device name nor a GPU index")
+
 # The same greedy ids with the resident modules on two hostless devices and
 # the offloaded ones streamed from disk onto them.
 add_test(NAME bigmodel_generate_greedy_hostless COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic

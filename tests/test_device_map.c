@@ -3,7 +3,9 @@
  * check_device_map, tied parameters), cross-checked against
  * accelerate itself (tests/test_modeling_utils.py cases). Models are built on
  * the meta device: no weight memory. */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/bigmodel.h"
 #include "accel/io.h"
@@ -476,6 +478,64 @@ static void test_check_device_map(void) {
     accel_module_free(m);
 }
 
+/* text into a file of its own; its path in out. */
+static void map_file(const char *text, char *out, size_t n) {
+    snprintf(out, n, "/tmp/accel_device_map_%d_XXXXXX", (int)getpid());
+    int fd = mkstemp(out);
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    if (fd >= 0) close(fd);
+}
+
+static void load_refused(const char *text, const char *needle) {
+    char path[128];
+    map_file(text, path, sizeof path);
+    CHECK_MSG(accel_device_map_load(path) == NULL, "loaded: %s", text);
+    CHECK_STR_CONTAINS(accel_last_error(), path);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+    unlink(path);
+}
+
+/* A device map saved as JSON (json.dump(model.hf_device_map)): the file's
+ * order, GPU indices as integers, every entry of a large file; refused by
+ * name: no file, not an object, a key twice, a value of another type or a
+ * device accel_device_map_set refuses. */
+static void test_device_map_load(void) {
+    char path[128], buf[256];
+    map_file("{\"model.embed_tokens\": 0, \"model.layers\": \"cpu\", \"lm_head\": \"disk\"}", path, sizeof path);
+    accel_device_map *m = accel_device_map_load(path);
+    CHECK_MSG(m && m->n == 3, "%s", accel_last_error());
+    if (m) CHECK(!strcmp(accel_device_map_str(m, buf, sizeof buf),
+                         "{\"model.embed_tokens\": 0, \"model.layers\": \"cpu\", \"lm_head\": \"disk\"}"));
+    accel_device_map_free(m);
+    unlink(path);
+    /* 4000 entries (~150 KB): the last one too (a 64 KiB reader dropped it, its modules left on a parent's device) */
+    size_t cap = 1 << 20, used = 0;
+    char *big = malloc(cap);
+    used += (size_t)snprintf(big + used, cap - used, "{\"model\": \"cpu\"");
+    for (int i = 0; i < 4000; i++)
+        used += (size_t)snprintf(big + used, cap - used, ", \"model.layers.%d.self_attn.q_proj\": \"cpu\"", i);
+    snprintf(big + used, cap - used, ", \"model.layers.3999.mlp\": \"disk\"}");
+    map_file(big, path, sizeof path);
+    free(big);
+    m = accel_device_map_load(path);
+    CHECK_MSG(m && m->n == 4002, "%s", accel_last_error());
+    const char *d = m ? accel_device_map_lookup(m, "model.layers.3999.mlp.up_proj.weight") : NULL;
+    CHECK(d && !strcmp(d, "disk"));
+    accel_device_map_free(m);
+    unlink(path);
+    CHECK(accel_device_map_load("/nonexistent/accel_map.json") == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "/nonexistent/accel_map.json");
+    accel_clear_error();
+    load_refused("[\"cpu\"]", "a device map is a JSON object of prefix -> device, not a list");
+    load_refused("{\"a\": \"cpu\", \"a\": 0}", "duplicate");
+    load_refused("{\"a\": true}", "key 'a': the value is neither a device name nor a GPU index");
+    load_refused("{\"a\": -1}", "key 'a': the value is neither");
+    load_refused("{\"a\": 1.5}", "key 'a': the value is neither");
+    load_refused("{\"a\": \"gpu:9\"}", "key 'a': ");
+    load_refused("{\"a\": ", "invalid JSON");
+}
+
 int main(void) {
     RUN(test_module_sizes);
     RUN(test_module_sizes_overflow);
@@ -490,6 +550,7 @@ int main(void) {
     RUN(test_infer_buffers_and_fallback);
     RUN(test_balanced_memory);
     RUN(test_check_device_map);
+    RUN(test_device_map_load);
     accel_thread_cleanup();
     return check_summary();
 }

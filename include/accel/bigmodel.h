@@ -59,6 +59,13 @@ const char *accel_device_map_lookup(const accel_device_map *m, const char *name)
  * "type:N" keeps its colon) — for tests and the CLI. Each value is checked as
  * accel_device_map_set checks it; NULL + error on the first bad one. */
 accel_device_map *accel_device_map_parse(const char *spec);
+/* Reads a device map saved as JSON, as `json.dump(model.hf_device_map)`
+ * writes it: one object of prefix -> device, a string ("cpu", "disk",
+ * "cuda:1") or a GPU index (an integer), in the file's order. Each value is
+ * checked as accel_device_map_set checks it; NULL + error naming the file
+ * and the key when the file cannot be read, is not such an object, holds a
+ * key twice, or a value of another type. The caller frees the map. */
+accel_device_map *accel_device_map_load(const char *path);
 /* Writes {"a": 0, "b": "cpu"} (integers unquoted, like Python) into buf. */
 const char *accel_device_map_str(const accel_device_map *m, char *buf, size_t n);
 /* The device a map value denotes: "0" -> cuda:0, "cpu", "meta", "cuda:1".

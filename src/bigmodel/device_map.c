@@ -1,6 +1,7 @@
 /* src/bigmodel/device_map.c — device map containers, memory budgets,
  * clean_device_map and check_device_map. */
 #include <ctype.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
 #include "core/core_internal.h"
+#include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
 bool accel__is_gpu_key(const char *s) {
@@ -141,6 +143,39 @@ accel_device_map *accel_device_map_parse(const char *spec) {
         }
     }
     accel_free(copy);
+    return m;
+}
+
+accel_device_map *accel_device_map_load(const char *path) {
+    if (!path) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_device_map_load: path is NULL");
+        return NULL;
+    }
+    json_t *j = accel__json_load_file(path); /* unreadable, not JSON, a key twice: named by file */
+    if (!j) return NULL;
+    accel_device_map *m = json_is_object(j) ? accel_device_map_new() : NULL;
+    if (!json_is_object(j))
+        accel_set_error(ACCEL_ERR_FORMAT, "%s: a device map is a JSON object of prefix -> device, not a %s", path,
+                        json_is_array(j) ? "list" : "scalar");
+    void *it = m ? json_object_iter(j) : NULL; /* the file's order, as Python's dict keeps it */
+    for (; m && it; it = json_object_iter_next(j, it)) {
+        const char *key = json_object_iter_key(it), *dev = NULL;
+        json_t *v = json_object_iter_value(it);
+        char index[24];
+        if (json_is_string(v)) dev = json_string_value(v);
+        else if (json_is_integer(v) && json_integer_value(v) >= 0)
+            snprintf(index, sizeof index, "%lld", (long long)json_integer_value(v)), dev = index;
+        accel_status st = dev ? accel_device_map_set(m, key, dev)
+                              : accel_set_error(ACCEL_ERR_FORMAT, "the value is neither a device name nor a GPU index");
+        if (st) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", accel_last_error());
+            accel_set_error(st, "%s: key '%s': %s", path, key, why);
+            accel_device_map_free(m);
+            m = NULL;
+        }
+    }
+    json_decref(j);
     return m;
 }
 
