@@ -172,52 +172,50 @@ static void test_index_beside_a_single_file(void) {
     CHECK_MSG(access(path, F_OK) == 0, "%s (not a shard) was deleted", path);
 }
 
-/* A shard holding a tensor its index does not list (a hand-edited or stale
- * index): the merge dropped it without a word (transformers loads every
- * tensor of a shard), and --remove_checkpoint_dir then deleted the only
- * copy. The merge is refused naming the tensor; nothing is written or
- * removed. */
-static void test_tensor_missing_from_index(void) {
-    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
-    snprintf(ck, sizeof ck, "%s/unlisted", TMP);
-    /* its shard 3 still listed for the other tensors it holds */
-    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && sed -i '/model.layers.0.mlp.down_proj.weight/d' "
-             "%s/model.safetensors.index.json", ck, ck);
+/* A copy of the sharded fixture in TMP/name whose index, named `index`,
+ * does not list model.layers.0.mlp.down_proj.weight (its shard 3 still
+ * listed for the other tensors it holds), merged with
+ * --remove_checkpoint_dir: refused naming the tensor, nothing written or
+ * removed. The checkpoint's folder into ck. */
+static void unlisted_tensor_refused(const char *name, const char *index, char *ck, size_t n) {
+    char cmd[8 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(ck, n, "%s/%s", TMP, name);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && mv %s/model.safetensors.index.json %s/%s.tmp && "
+             "mv %s/%s.tmp %s/%s && sed -i '/model.layers.0.mlp.down_proj.weight/d' %s/%s", ck, ck, ck, index, ck,
+             index, ck, index, ck, index);
     CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "merge-weights %s %s/unlisted_out --remove_checkpoint_dir", ck, TMP);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/%s_out --remove_checkpoint_dir", ck, TMP, name);
     CHECK(run(cmd) == 1);
     slurp("err", buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "model-00003-of-00008.safetensors holds tensor 'model.layers.0.mlp.down_proj.weight', "
                             "which the index does not list");
-    snprintf(path, sizeof path, "%s/unlisted_out/model.safetensors", TMP);
+    snprintf(path, sizeof path, "%s/%s_out/model.safetensors", TMP, name);
     CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
     snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
     CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
 }
 
-/* The same for an index of another name (diffusers' diffusion_pytorch_model.safetensors.index.json):
- * the tensor the index omits is named, nothing written or removed; and with the tensor listed, the
- * merge removes that index with its shards. */
+/* A shard holding a tensor its index does not list (a hand-edited or stale
+ * index): the merge dropped it without a word (transformers loads every
+ * tensor of a shard), and --remove_checkpoint_dir then deleted the only
+ * copy. */
+static void test_tensor_missing_from_index(void) {
+    char ck[PATH_MAX + 16];
+    unlisted_tensor_refused("unlisted", "model.safetensors.index.json", ck, sizeof ck);
+}
+
+/* The same for an index of another name (diffusers' diffusion_pytorch_model.safetensors.index.json);
+ * with the tensor listed again, the merge removes that index with its shards (it was left pointing at
+ * deleted shards). */
 static void test_index_of_another_name(void) {
-    char ck[PATH_MAX + 16], cmd[8 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
-    snprintf(ck, sizeof ck, "%s/diffusers", TMP);
-    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && mv %s/model.safetensors.index.json "
-             "%s/diffusion_pytorch_model.safetensors.index.json && sed -i "
-             "'/model.layers.0.mlp.down_proj.weight/d' %s/diffusion_pytorch_model.safetensors.index.json", ck, ck, ck,
-             ck);
-    CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "merge-weights %s %s/diffusers_out --remove_checkpoint_dir", ck, TMP);
-    CHECK(run(cmd) == 1);
-    slurp("err", buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "holds tensor 'model.layers.0.mlp.down_proj.weight', which the index does not list");
-    snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
-    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
-    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/model.safetensors.index.json "
-             "%s/diffusion_pytorch_model.safetensors.index.json", ck);
+    char ck[PATH_MAX + 16], cmd[8 * PATH_MAX], path[PATH_MAX + 64];
+    const char *index = "diffusion_pytorch_model.safetensors.index.json";
+    unlisted_tensor_refused("diffusers", index, ck, sizeof ck);
+    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/model.safetensors.index.json %s/%s", ck, index);
     CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "merge-weights %s %s/diffusers_out --remove_checkpoint_dir", ck, TMP);
     CHECK_MSG(run(cmd) == 0, "merge of the intact checkpoint failed");
-    snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors.index.json", ck);
+    snprintf(path, sizeof path, "%s/%s", ck, index);
     CHECK_MSG(access(path, F_OK) != 0, "%s was left behind, its shards removed", path);
 }
 
