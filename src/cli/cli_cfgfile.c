@@ -411,11 +411,21 @@ static int yaml_bool_text(const char *text) {
     return -1;
 }
 
+/* A scalar resolved as a plain one is (resolve_plain), its error located. */
+static cv *plain_value(const yaml_event_t *ev, const char *key, char *err, size_t errn) {
+    char why[256];
+    cv *v = resolve_plain((const char *)ev->data.scalar.value, why, sizeof why);
+    if (!v) {
+        where_in_yaml(ev, key, err, errn);
+        app(err, errn, "%s", why);
+    }
+    return v;
+}
+
 /* A scalar with a tag, as yaml.safe_load builds it: !!str keeps the text
  * ("!!str 2" is the string '2', not the int), !!int / !!float / !!bool must
  * hold what they say (by PyYAML's constructors: `!!float 1e-3`, `!!bool ON`),
- * !!null is None, "!" (non-specific) resolves as a plain scalar would, quoted
- * or not (PyYAML's parser: `! 2` is the int); any other tag (!!binary,
+ * !!null is None ("!" is no tag here: yaml_node resolves it as plain); any other tag (!!binary,
  * !!timestamp, !!python/..., !custom) is refused, as safe_load refuses (or
  * builds what no config key takes). Ignored, a tag changed the value's type
  * without a word. NULL + why in err. */
@@ -439,33 +449,19 @@ static cv *tagged_scalar(const yaml_event_t *ev, const char *tag, const char *ke
         app(err, errn, "'%s' is not %s (tagged %s)", text, fl ? "a number" : "a boolean", shown);
         return NULL;
     }
-    if (!strcmp(tag, "!")) {
-        char why[256];
-        cv *v = resolve_plain(text, why, sizeof why);
-        if (!v) {
-            where_in_yaml(ev, key, err, errn);
-            app(err, errn, "%s", why);
-        }
-        return v;
-    }
-    where_in_yaml(ev, key, err, errn); /* the errors below go on from there */
     if (strcmp(tag, YAML_TAG_PREFIX "int")) {
+        where_in_yaml(ev, key, err, errn);
         app(err, errn, "the tag %s is not supported (a config holds plain strings, numbers, booleans, lists and "
             "mappings)", shown);
         return NULL;
     }
-    char why[256];
-    cv *v = resolve_plain(text, why, sizeof why);
-    if (!v) {
-        app(err, errn, "%s", why);
-        return NULL;
-    }
-    if (v->t != CV_INT) {
+    cv *v = plain_value(ev, key, err, errn);
+    if (v && v->t != CV_INT) {
+        where_in_yaml(ev, key, err, errn);
         app(err, errn, "'%s' is not an integer (tagged %s)", text, shown);
         cv_free(v);
         return NULL;
     }
-    err[0] = 0; /* no error after all */
     return v;
 }
 
@@ -546,22 +542,16 @@ static cv *yaml_collection(yaml_parser_t *p, bool is_map, int depth, char *err, 
 static cv *yaml_node(yaml_parser_t *p, yaml_event_t *ev, const char *key, int depth, char *err, size_t errn) {
     switch (ev->type) {
     case YAML_SCALAR_EVENT: {
-        char why[256];
         if (scalar_has_nul(ev)) {
             where_in_yaml(ev, key, err, errn);
             app(err, errn, "the value holds a NUL character (\\0)");
             return NULL;
         }
-        if (ev->data.scalar.tag) return tagged_scalar(ev, (const char *)ev->data.scalar.tag, key, err, errn);
-        if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-            cv *v = resolve_plain((char *)ev->data.scalar.value, why, sizeof why);
-            if (!v) {
-                where_in_yaml(ev, key, err, errn);
-                app(err, errn, "%s", why);
-            }
-            return v;
-        }
-        return cv_str((char *)ev->data.scalar.value);
+        /* the non-specific "!" resolves as a plain scalar, quoted or not (PyYAML's parser: `! 2` is the int) */
+        const char *tag = (const char *)ev->data.scalar.tag;
+        bool plain = tag ? !strcmp(tag, "!") : ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        if (tag && !plain) return tagged_scalar(ev, tag, key, err, errn);
+        return plain ? plain_value(ev, key, err, errn) : cv_str((char *)ev->data.scalar.value);
     }
     case YAML_MAPPING_START_EVENT:
         return collection_tag_ok(ev, key, err, errn) ? yaml_collection(p, true, depth + 1, err, errn) : NULL;

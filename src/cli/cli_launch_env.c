@@ -433,15 +433,29 @@ static bool value_of(const setting *s, const launch_settings *ls, const cv *sect
     return true;
 }
 
-/* fsdp_config keys that are none of the settings: Accelerate keeps them on its
- * args without exporting them; say so instead of dropping them silently. */
-static void warn_unknown_fsdp_keys(const cv *section) {
+/* The setting of table[0..n) a config section's key names, as config_value
+ * finds it: its name, the name without `prefix` (NULL: none) or its alias;
+ * NULL when none. */
+static const setting *setting_named(const setting *table, size_t n, const char *prefix, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, table[i].name) ||
+            (prefix && !strncmp(table[i].name, prefix, strlen(prefix)) && !strcmp(key, table[i].name + strlen(prefix))) ||
+            (table[i].alias && !strcmp(key, table[i].alias)))
+            return &table[i];
+    return NULL;
+}
+
+/* A section's keys that name none of its settings (nor of `also`, NULL
+ * terminated): Accelerate keeps them on its args without exporting them; say
+ * so instead of dropping them silently (a typo such as `zero_stag` ran with
+ * the default without a word). */
+static void warn_unknown_keys(const cv *section, const setting *table, size_t n, const char *prefix,
+                              const char *const *also, const char *section_name, const char *what) {
     for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
         const char *k = section->keys[i];
-        bool known = false;
-        for (size_t j = 0; j < NFSDP && !known; j++)
-            known = !strcmp(k, FSDP[j].name) || !strcmp(k, FSDP[j].name + strlen("fsdp_"));
-        if (!known) fprintf(stderr, "accel launch: warning: fsdp_config.%s is not an FSDP setting; ignored\n", k);
+        bool known = setting_named(table, n, prefix, k) != NULL;
+        for (size_t j = 0; also && also[j] && !known; j++) known = !strcmp(k, also[j]);
+        if (!known) fprintf(stderr, "accel launch: warning: %s.%s is not %s; ignored\n", section_name, k, what);
     }
 }
 
@@ -459,15 +473,20 @@ bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_c
         snprintf(err, errn, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
         return false;
     }
-    if (!quiet) warn_unknown_fsdp_keys(fsdp_config);
+    if (!quiet) warn_unknown_keys(fsdp_config, FSDP, NFSDP, "fsdp_", NULL, "fsdp_config", "an FSDP setting");
     return true;
 }
 
-static void warn_unknown_deepspeed_keys(const cv *section);
+/* deepspeed_config keys `accelerate config` may write that accel's launcher
+ * has no setting for (DeepSpeed's own multi-node launcher): known, unused. */
+static const char *const DS_LAUNCHER_KEYS[] = {"deepspeed_multinode_launcher", "deepspeed_hostfile",
+                                               "deepspeed_exclusion_filter", "deepspeed_inclusion_filter", NULL};
 
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,
                              const char *ds_file_abs, bool quiet, char *err, size_t errn) {
-    if (!quiet) warn_unknown_deepspeed_keys(ds_config);
+    if (!quiet)
+        warn_unknown_keys(ds_config, DEEPSPEED, NDEEPSPEED, NULL, DS_LAUNCHER_KEYS, "deepspeed_config",
+                          "a DeepSpeed setting");
     /* ACCELERATE_CONFIG_DS_FIELDS: the deepspeed_config keys (and mixed_precision when the
      * config file chose it), which Accelerate refuses to combine with a DeepSpeed JSON. */
     char fields[4096] = "";
@@ -486,17 +505,6 @@ bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *d
         if (val[0] && DEEPSPEED[i].env) env_add(e, DEEPSPEED[i].env, val);
     }
     return true;
-}
-
-/* deepspeed_config keys `accelerate config` may write that accel's launcher
- * has no setting for (DeepSpeed's own multi-node launcher): known, unused. */
-static const char *const DS_LAUNCHER_KEYS[] = {"deepspeed_multinode_launcher", "deepspeed_hostfile",
-                                               "deepspeed_exclusion_filter", "deepspeed_inclusion_filter", NULL};
-
-static const setting *ds_setting_of(const char *key) {
-    for (size_t i = 0; i < NDEEPSPEED; i++)
-        if (!strcmp(key, DEEPSPEED[i].name)) return &DEEPSPEED[i];
-    return NULL;
 }
 
 /* A deepspeed_config value its variable's reader takes: Accelerate exports
@@ -518,7 +526,7 @@ static bool ds_config_ok(const setting *s, const cv *v) {
 
 bool cfg_check_deepspeed_config(const cv *section, const char *path, char *err, size_t errn) {
     for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
-        const setting *s = ds_setting_of(section->keys[i]);
+        const setting *s = setting_named(DEEPSPEED, NDEEPSPEED, NULL, section->keys[i]);
         const cv *v = section->items[i];
         if (!s || v->t == CV_NULL || ds_config_ok(s, v)) continue; /* unknown keys: warned about at launch */
         char val[256] = "";
@@ -531,27 +539,7 @@ bool cfg_check_deepspeed_config(const cv *section, const char *path, char *err, 
     return true;
 }
 
-/* deepspeed_config keys that are no setting (a typo such as `zero_stag`):
- * Accelerate copies them onto its args unused; say so instead of running
- * with the default without a word. */
-static void warn_unknown_deepspeed_keys(const cv *section) {
-    for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
-        const char *k = section->keys[i];
-        bool known = ds_setting_of(k) != NULL;
-        for (size_t j = 0; DS_LAUNCHER_KEYS[j] && !known; j++) known = !strcmp(k, DS_LAUNCHER_KEYS[j]);
-        if (!known) fprintf(stderr, "accel launch: warning: deepspeed_config.%s is not a DeepSpeed setting; ignored\n", k);
-    }
-}
-
 /* ---------------------------------------------------------------- fp8 */
-
-static const setting *fp8_setting_of(const char *key) {
-    for (size_t i = 0; i < NFP8; i++)
-        if (!strcmp(key, FP8[i].name) || !strcmp(key, FP8[i].name + strlen("fp8_")) ||
-            (FP8[i].alias && !strcmp(key, FP8[i].alias)))
-            return &FP8[i];
-    return NULL;
-}
 
 /* Whether a config value fits s (choices in any case: `accelerate config` writes backend TE). */
 static bool fp8_config_ok(const setting *s, const cv *v) {
@@ -582,7 +570,7 @@ bool cfg_check_fp8_config(const cv *section, const char *path, char *err, size_t
     for (size_t i = 0; section && section->t == CV_MAP && i < section->n; i++) {
         const char *k = section->keys[i];
         const cv *v = section->items[i];
-        const setting *s = fp8_setting_of(k);
+        const setting *s = setting_named(FP8, NFP8, "fp8_", k);
         if (!s) {
             char known[1024] = "";
             for (size_t j = 0; j < NFP8; j++)
