@@ -14,7 +14,6 @@
  * marker (sizes and CRC-32C): a corrupted checkpoint is refused, naming the
  * file, rather than merged into a different model. The write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
  * only after it succeeded. */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,15 +65,12 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *inde
 static bool has_index(const char *dir, char *index, size_t n) {
     snprintf(index, n, "%s/model.safetensors.index.json", dir);
     if (accel__is_file(index)) return true;
-    DIR *d = opendir(dir);
-    int count = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name), tail = strlen(".index.json");
-        if (len <= tail || strcmp(e->d_name + len - tail, ".index.json")) continue;
-        if (count++ == 0) snprintf(index, n, "%s/%s", dir, e->d_name);
-    }
-    if (d) closedir(d);
-    return count == 1 && accel__is_file(index);
+    int count;
+    char *found = accel__checkpoint_find_index(dir, &count);
+    accel_clear_error(); /* a folder that cannot be listed: loading says so */
+    bool one = count == 1 && (size_t)snprintf(index, n, "%s", found) < n && accel__is_file(index);
+    accel_free(found);
+    return one;
 }
 
 /* A model.safetensors beside the index that is none of its shards is left
@@ -270,10 +266,12 @@ int accel_cli_merge_weights(int argc, char **argv) {
         ok = ts[i] != NULL;
     }
     char path[4096];
-    /* cut, the name would be another file's (".../model.safeten") */
-    if (ok && (size_t)snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= sizeof path)
-        ok = accel_set_error(ACCEL_ERR_INVALID_ARG, "the output path %.40s.../model.safetensors is longer than %zu bytes",
-                             out_dir, sizeof path - 1) == ACCEL_OK;
+    /* cut, the name would be another file's (".../model.saf") */
+    if (ok && (size_t)snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= sizeof path) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "the output path %.40s.../model.safetensors is longer than %zu bytes",
+                        out_dir, sizeof path - 1);
+        ok = 0;
+    }
     if (ok) ok = accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK;
     for (int i = 0; ts && i < n; i++) accel_tensor_free(ts[i]);
     free(ts);

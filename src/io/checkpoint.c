@@ -164,23 +164,31 @@ static const char *basename_of(const char *path) {
 }
 
 /* Resolves a directory into the file to open (accelerate's load_checkpoint_in_model rules). */
-static char *resolve_dir(const char *dir) {
-    char *single = accel__path_join(dir, "model.safetensors");
-    if (!single || accel__is_file(single)) return single;
-    accel_free(single);
+char *accel__checkpoint_find_index(const char *dir, int *count) {
+    *count = 0;
     DIR *d = opendir(dir);
     if (!d) {
+        *count = -1;
         accel_set_error(ACCEL_ERR_IO, "%s: cannot list directory", dir);
         return NULL;
     }
     char *found = NULL;
-    int count = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!ends_with(e->d_name, ".index.json")) continue;
-        if (count++ == 0) found = accel__path_join(dir, e->d_name);
+        if ((*count)++ == 0) found = accel__path_join(dir, e->d_name);
     }
     closedir(d);
+    return found;
+}
+
+static char *resolve_dir(const char *dir) {
+    char *single = accel__path_join(dir, "model.safetensors");
+    if (!single || accel__is_file(single)) return single;
+    accel_free(single);
+    int count;
+    char *found = accel__checkpoint_find_index(dir, &count);
+    if (count < 0) return NULL;
     if (count == 0) {
         char *bin = accel__path_join(dir, "pytorch_model.bin");
         bool torch_only = bin && accel__is_file(bin);

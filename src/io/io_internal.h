@@ -74,6 +74,10 @@ int accel__open_regular(const char *path, const char *what, struct stat *sb);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
  * the file, line and column. Caller json_decref()s. */
 json_t *accel__json_load_file(const char *path);
+/* The `.index.json` files of dir (a sharded checkpoint's index: the first one
+ * listed, owned by the caller, NULL when none) and their number into *count;
+ * NULL and -1, the error set, when dir cannot be listed. */
+char *accel__checkpoint_find_index(const char *dir, int *count);
 /* JSON text from memory (duplicate keys refused); NULL + ACCEL_ERR_FORMAT naming
  * `name`, the line and column. */
 json_t *accel__json_parse(const char *name, const char *text, size_t len);
