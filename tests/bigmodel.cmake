@@ -191,6 +191,13 @@ if(TARGET accel_cli)
            --pp_size 2 --batch_size 2 --seq_len 576460752303423488 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_pp_inputs_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
     "accel estimate-memory: error: a micro-batch's inputs \\[2, 576460752303423488, 512\\] float32 between the stages would take more than 2\\^62 bytes")
+  # Each micro-batch's inputs just within 2^62 bytes, but a stage holding 8 of them under gpipe: their
+  # sum past 2^63 is refused by name (the product would wrap).
+  add_test(NAME bigmodel_estimate_memory_pp_held_overflow COMMAND accel_cli estimate-memory data/llama_seed_config
+           --pp_size 4 --batch_size 16 --num_micro_batches 8 --pp_schedule gpipe --seq_len 1125899906842624
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pp_held_overflow PROPERTIES TIMEOUT 20 PASS_REGULAR_EXPRESSION
+    "error: stage 1's 8 held micro-batch inputs of 4611686018427387904 bytes: more than 2\\^63 bytes")
   # --dtypes given twice: argparse's last one holds (the rows of both were printed).
   add_test(NAME bigmodel_estimate_memory_dtypes_twice COMMAND accel_cli estimate-memory data/llama_seed_config
            --dtypes float32 --dtypes int8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
