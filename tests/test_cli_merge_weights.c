@@ -167,9 +167,27 @@ static void test_index_beside_a_single_file(void) {
     CHECK_MSG(out && accel_safetensors_count(out) == want, "merged %d tensors, the index lists %d",
               out ? accel_safetensors_count(out) : -1, want);
     accel_safetensors_close(out);
-    /* the other model.safetensors is not the sharded checkpoint's: left in place */
+    /* the other model.safetensors is not the sharded checkpoint's: left in place, said so */
     snprintf(path, sizeof path, "%s/model.safetensors", ck);
     CHECK_MSG(access(path, F_OK) == 0, "%s (not a shard) was deleted", path);
+    char buf[4096];
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "model.safetensors is not one of the index's shards: merging the shards of ");
+    CHECK_STR_CONTAINS(buf, ", leaving it as it is");
+    /* merged into that folder (a fresh copy: the shards above are removed), it is the output: the note
+     * says it is replaced, and it is */
+    snprintf(ck, sizeof ck, "%s/both_again", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cp data/st_small.safetensors %s/model.safetensors",
+             ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s", ck, ck);
+    CHECK(run(cmd) == 0);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "model.safetensors is not one of the index's shards: the merge of the shards of ");
+    accel_safetensors *merged = accel_safetensors_open(path);
+    CHECK(merged && accel_safetensors_count(merged) == want);
+    accel_safetensors_close(merged);
 }
 
 /* A copy of the sharded fixture in TMP/name whose index, named `index`,
