@@ -476,7 +476,8 @@ static void evict(const void *p, size_t bytes) {
 #endif
 }
 
-/* n x es bytes into *bytes; false (OOM set) when that overflows size_t. */
+/* n x es bytes into *bytes; false when that overflows size_t (plain_cold
+ * then reports the operands as out of memory). */
 static bool operand_bytes(int64_t n, size_t es, size_t *bytes) {
     if (n < 0 || (uint64_t)n > SIZE_MAX / es) return false;
     *bytes = (size_t)n * es;
