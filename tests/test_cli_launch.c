@@ -456,11 +456,14 @@ static void test_config_numbers(void) {
     CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_ACCUMULATION_STEPS=8\n");
 }
 
-/* Plain scalars as PyYAML (yaml.safe_load) reads them: each row of
- * data/yaml_scalars.tsv (tools/gen_yaml_scalars.py) as a deepspeed_config
- * value, read back by `accel env` as its Python repr; an int beyond 64 bits
- * is refused naming its key. (strtod made 1e3 and 1.0e3 floats where PyYAML
- * has strings, and 99999999999999999999 was a string where PyYAML has an int.) */
+/* Scalars as PyYAML (yaml.safe_load) reads them, plain and tagged !!int /
+ * !!float: each row of data/yaml_scalars.tsv (tools/gen_yaml_scalars.py) as
+ * a deepspeed_config value, read back by `accel env` as its Python repr; an
+ * int beyond 64 bits and what safe_load refuses are refused naming the key.
+ * (strtod made 1e3 and 1.0e3 floats where PyYAML has strings, and
+ * 99999999999999999999 was a string where PyYAML has an int; `!!int 0o17`,
+ * `!!int 1:75` and `!!float 1:30` were refused where PyYAML builds 15, 135,
+ * 90.0, and `!!float nan(1)` was a NaN where PyYAML refuses it.) */
 static void test_yaml_scalars(void) {
     FILE *t = fopen("data/yaml_scalars.tsv", "r");
     CHECK(t != NULL);
@@ -477,9 +480,12 @@ static void test_yaml_scalars(void) {
         FILE *f = fopen(cfg, "w");
         fprintf(f, "distributed_type: 'NO'\nnum_processes: 1\ndeepspeed_config:\n  x: %s\n", line);
         fclose(f);
+        const char *text = strncmp(line, "!!", 2) ? line : strchr(line, ' ') + 1; /* a tagged one's text */
         CHECK(run(a, NULL) == 0);
         if (!strcmp(tab + 1, "!range"))
-            snprintf(want, sizeof want, "`x`: %s is an integer out of range (beyond 64 bits)", line);
+            snprintf(want, sizeof want, "`x`: %s is an integer out of range (beyond 64 bits)", text);
+        else if (!strcmp(tab + 1, "!error"))
+            snprintf(want, sizeof want, "`x`: '%s' is not %s", text, line[2] == 'i' ? "an integer" : "a number");
         else
             snprintf(want, sizeof want, "- deepspeed_config: {'x': %s}\n", tab + 1);
         CHECK_MSG(strstr(OUT, want) != NULL, "scalar %s: want \"%s\" in accel env's output", line, want);

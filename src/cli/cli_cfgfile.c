@@ -374,30 +374,109 @@ static bool scalar_has_nul(const yaml_event_t *ev) {
     return strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length;
 }
 
+/* The text without '_' and in lower case (PyYAML's constructors drop the
+ * underscores; construct_yaml_float also folds the case): malloc'd. */
+static char *constructor_text(const char *text, bool lower) {
+    char *t = malloc(strlen(text) + 1), *w = t;
+    if (!t) cv_oom();
+    for (const char *p = text; *p; p++)
+        if (*p != '_') *w++ = (char)(lower ? tolower((unsigned char)*p) : *p);
+    *w = 0;
+    return t;
+}
+
+/* One number as Python's float() takes it, in ASCII and lower case:
+ * [-+]?(digits[.digits]|.digits)(e[-+]?digits)?, inf, infinity, nan. What
+ * strtod also takes (hex, "nan(...)", leading blanks) is no float to
+ * Python: false. */
+static bool python_float(const char *s, double *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    if (!strcmp(p, "inf") || !strcmp(p, "infinity") || !strcmp(p, "nan")) {
+        *out = !strcmp(p, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
+        return true;
+    }
+    const char *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    size_t digits = (size_t)(q - p);
+    if (*q == '.')
+        for (q++; *q >= '0' && *q <= '9'; q++) digits++;
+    if (!digits) return false;
+    if (*q == 'e') {
+        q += q[1] == '-' || q[1] == '+';
+        if (!(*++q >= '0' && *q <= '9')) return false;
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    if (*q) return false;
+    *out = strtod(s, NULL);
+    return true;
+}
+
 /* !!float's text as PyYAML's construct_yaml_float reads it: underscores
- * dropped, any case, .inf / .nan, else what Python's float() takes (an
+ * dropped, any case, a sign, then .inf / .nan, base 60 (each part a float:
+ * "1:30" is 90.0, "1:30.5" 90.5), else what Python's float() takes (an
  * exponent without a dot, "1e-3", included: the usual way to write one, as
  * the untagged resolver wants a dot). False when it is none. */
 static bool yaml_float_text(const char *text, double *out) {
-    char t[128];
-    size_t n = 0;
-    for (const char *p = text; *p; p++) {
-        if (*p == '_') continue;
-        if (n + 1 >= sizeof t) return false;
-        t[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-    }
-    t[n] = 0;
+    char *t = constructor_text(text, true);
     const char *u = t + (t[0] == '-' || t[0] == '+');
-    double sign = t[0] == '-' ? -1.0 : 1.0;
-    if (!strcmp(u, ".inf")) *out = sign * INFINITY;
-    else if (!strcmp(u, ".nan")) *out = NAN;
-    else {
-        char *end;
-        if (!*u || strchr(u, 'x') || isspace((unsigned char)*u)) return false; /* float() takes no hex */
-        *out = strtod(t, &end);
-        if (*end) return false;
+    double sign = t[0] == '-' ? -1.0 : 1.0, v = 0.0, x;
+    bool ok = true;
+    if (!strcmp(u, ".inf")) v = INFINITY;
+    else if (!strcmp(u, ".nan")) v = NAN, sign = 1.0; /* PyYAML drops its sign */
+    else if (!strchr(u, ':')) ok = python_float(u, &v);
+    else
+        for (char *part = (char *)u, *colon; ok; part = colon + 1) {
+            if ((colon = strchr(part, ':'))) *colon = 0;
+            ok = python_float(part, &x);
+            v = v * 60 + x;
+            if (!colon) break;
+        }
+    free(t);
+    if (ok) *out = sign * v;
+    return ok;
+}
+
+/* Past the digits of `base` from d, their value in *v (*big set when it
+ * passes 64 bits). */
+static const char *read_digits(const char *d, int base, unsigned long long *v, bool *big) {
+    for (;; d++) {
+        int k = *d >= '0' && *d <= '9' ? *d - '0' : *d >= 'a' && *d <= 'f' ? *d - 'a' + 10
+                : *d >= 'A' && *d <= 'F' ? *d - 'A' + 10 : 99;
+        if (k >= base) return d;
+        *big |= !push_digit(v, base, k);
     }
-    return true;
+}
+
+/* !!int's text as PyYAML's construct_yaml_int reads it: underscores dropped,
+ * a sign, then 0 / 0b binary / 0x hex / 0-led octal by Python's int(s, 8)
+ * ("017" and "0o17" alike) / base 60 with parts of any size ("1:75" is 135) /
+ * decimal. 1: an int, in *out; 0: none (what Python's int() takes beyond
+ * these, a second sign or blanks, is refused too); -1: beyond 64 bits. */
+static int yaml_int_text(const char *text, long long *out) {
+    char *t = constructor_text(text, false);
+    const char *p = t + (t[0] == '-' || t[0] == '+'), *d = p, *e;
+    int base = 10, r = 1;
+    if (p[0] == '0' && (p[1] == 'b' || p[1] == 'x')) base = p[1] == 'b' ? 2 : 16, d = p + 2;
+    else if (p[0] == '0' && p[1]) base = 8, d = p + 1 + (p[1] == 'o' || p[1] == 'O');
+    else if (strchr(p, ':')) base = 60;
+    unsigned long long v = 0; /* the magnitude: -2^63 fits */
+    bool big = false;
+    if (base != 60) {
+        e = read_digits(d, base, &v, &big);
+        r = e != d && !*e;
+    } else {
+        for (const char *part = d; r; part = e + 1) { /* each part's digits added to v * 60 */
+            unsigned long long g = 0;
+            e = read_digits(part, 10, &g, &big);
+            big |= !push_digit(&v, 60, 0) || __builtin_add_overflow(v, g, &v);
+            if (e == part || (*e && *e != ':')) r = 0;
+            if (!*e) break;
+        }
+    }
+    if (r && (big || v > (unsigned long long)LLONG_MAX + (t[0] == '-'))) r = -1;
+    if (r == 1) *out = t[0] == '-' ? (long long)(0 - v) : (long long)v;
+    free(t);
+    return r;
 }
 
 /* !!bool's text as construct_yaml_bool reads it: yes/no/true/false/on/off,
@@ -455,14 +534,13 @@ static cv *tagged_scalar(const yaml_event_t *ev, const char *tag, const char *ke
             "mappings)", shown);
         return NULL;
     }
-    cv *v = plain_value(ev, key, err, errn);
-    if (v && v->t != CV_INT) {
-        where_in_yaml(ev, key, err, errn);
-        app(err, errn, "'%s' is not an integer (tagged %s)", text, shown);
-        cv_free(v);
-        return NULL;
-    }
-    return v;
+    long long i;
+    int r = yaml_int_text(text, &i);
+    if (r == 1) return cv_int(i);
+    where_in_yaml(ev, key, err, errn);
+    if (r) app(err, errn, "%s is an integer out of range (beyond 64 bits)", text);
+    else app(err, errn, "'%s' is not an integer (tagged %s)", text, shown);
+    return NULL;
 }
 
 /* A collection's tag: none, "!", or its own kind's (!!map, !!seq). */
