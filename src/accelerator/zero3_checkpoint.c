@@ -310,10 +310,12 @@ typedef struct sharded_index {
     saved_range *ranges;
     const char **files;
     json_t *state_dict;     /* [{"name", "unit"|"replicated"|"alias_of"}] in state-dict order */
+    json_t *by_name;        /* {name: index in params}, the first of a name: a lookup per name, not a scan */
 } sharded_index;
 
 static void index_free(sharded_index *ix) {
     json_decref(ix->root);
+    json_decref(ix->by_name);
     accel_free(ix->params);
     accel_free(ix->ranges);
     accel_free(ix->files);
@@ -402,22 +404,26 @@ static accel_status index_open(sharded_index *ix, const char *sub) {
     ix->n_units = (int)json_array_size(units);
     ix->params = accel_calloc(json_array_size(ix->state_dict) + 1, sizeof *ix->params);
     if (!ix->params) return accel_last_status();
+    if (!(ix->by_name = json_object())) return accel_set_error(ACCEL_ERR_OOM, FN_LOAD ": out of memory");
     size_t i;
     json_t *e;
     json_array_foreach(ix->state_dict, i, e) {
         if (!json_is_string(json_object_get(e, "name")))
             return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
         if (!json_object_get(e, "unit")) continue; /* replicated, or an alias */
-        accel_status st = parse_param(ix, e, &ix->params[ix->n_params++]);
+        saved_param *p = &ix->params[ix->n_params];
+        accel_status st = parse_param(ix, e, p);
         if (st) return st;
+        if (!json_object_get(ix->by_name, p->name) && json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
+            return accel_set_error(ACCEL_ERR_OOM, FN_LOAD ": out of memory");
+        ix->n_params++;
     }
     return parse_files(ix, files);
 }
 
 static const saved_param *find_param(const sharded_index *ix, const char *name) {
-    for (int i = 0; i < ix->n_params; i++)
-        if (!strcmp(ix->params[i].name, name)) return &ix->params[i];
-    return NULL;
+    json_t *i = json_object_get(ix->by_name, name);
+    return i ? &ix->params[json_integer_value(i)] : NULL;
 }
 
 /* The files of one sharded directory (the model's or an optimizer's), opened
@@ -1096,16 +1102,23 @@ static int scalar_groups(json_t *scalars) {
 }
 
 /* The first name of the string array a that b lacks (a non-string:
- * "a non-name"), or NULL. */
-static const char *name_missing(json_t *a, json_t *b) {
-    for (size_t x = 0; x < json_array_size(a); x++) {
-        const char *name = json_string_value(json_array_get(a, x));
-        bool found = false;
-        for (size_t y = 0; y < json_array_size(b) && !found && name; y++)
-            found = !strcmp(name, json_string_value(json_array_get(b, y)));
-        if (!found) return name ? name : "a non-name";
+ * "a non-name") in *missing, NULL when none. By a set of b's names (a
+ * pairwise scan was quadratic: a mixture of experts has tens of thousands
+ * of parameters). */
+static accel_status name_missing(json_t *a, json_t *b, const char **missing) {
+    json_t *names = json_object();
+    bool oom = !names;
+    for (size_t y = 0; y < json_array_size(b) && !oom; y++) {
+        const char *name = json_string_value(json_array_get(b, y));
+        oom = name && json_object_set(names, name, json_true());
     }
-    return NULL;
+    *missing = NULL;
+    for (size_t x = 0; x < json_array_size(a) && !oom && !*missing; x++) {
+        const char *name = json_string_value(json_array_get(a, x));
+        if (!name || !json_object_get(names, name)) *missing = name ? name : "a non-name";
+    }
+    json_decref(names);
+    return oom ? accel_set_error(ACCEL_ERR_OOM, FN_LOAD ": out of memory") : ACCEL_OK;
 }
 
 /* Whether the index's "groups" (groups_json's) are optimizer i's: as many,
@@ -1131,10 +1144,10 @@ static accel_status same_groups(const optim_index *oi, const char *path, accel_a
         }
         /* a's names first: name_missing(b, a) then meets strings only in a */
         const char *name = NULL;
-        if ((name = name_missing(a, b)))
+        if (!(st = name_missing(a, b, &name)) && name)
             st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: param group %d holds %s there, not in this "
                                  "optimizer (its param groups are of other parameters)", path, g, name);
-        else if ((name = name_missing(b, a)))
+        else if (!st && !(st = name_missing(b, a, &name)) && name)
             st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: param group %d holds no %s there: the checkpoint "
                                  "does not cover this optimizer's parameters", path, g, name);
     }
