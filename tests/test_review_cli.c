@@ -126,6 +126,29 @@ static void test_estimate_memory_petabytes(void) {
     rmdir(dir);
 }
 
+/* A Llama whose weights fit in 2^63 bytes by 8 (the loader's bound) while
+ * its rotary buffers (2 x head_dim / 2 f32, head_dim 2^20) do not: 4 bytes
+ * x (8 head_dim + 6 intermediate + 4 per layer, + 4 outside the layers)
+ * without lm_head. The estimate is refused naming the bound (the total
+ * wrapped: "-9223372036850581504 bytes"). */
+static void test_estimate_memory_buffers_past_2_63(void) {
+    char dir[PATH_MAX + 8], path[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/edge", TMP);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    /* intermediate_size = (2^61 - 11 - 2^23) / 6 */
+    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 2, \"intermediate_size\": 384307168200884222, "
+                     "\"num_attention_heads\": 1, \"num_key_value_heads\": 1, \"head_dim\": 1048576, "
+                     "\"vocab_size\": 1, \"num_hidden_layers\": 1, \"tie_word_embeddings\": true, "
+                     "\"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}");
+    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
+    CHECK_MSG(accel("", a) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "the weights and buffers would take more than 2^63 bytes");
+    CHECK(strstr(OUT, "-9") == NULL);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* The launcher's help tells what the library does: offload_param nvme works
  * (a shard file per rank under --offload_param_nvme_path). */
 static void test_launch_help_offload_param(void) {
@@ -313,6 +336,7 @@ int main(void) {
     setenv("HF_HOME", TMP, 1);
     RUN(test_config_wizard_non_utf8);
     RUN(test_estimate_memory_petabytes);
+    RUN(test_estimate_memory_buffers_past_2_63);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);

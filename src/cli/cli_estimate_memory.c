@@ -677,34 +677,33 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
         return 1;
     }
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
-    /* transformers' LlamaRotaryEmbedding buffers inv_freq and original_inv_freq (rotary_dim / 2 f32 each: the
-     * head_dim rotated, Phi-3's partial_rotary_factor of it), which accel's Llama computes instead of keeping
-     * (GPT-2 has no RoPE) */
+    /* Buffers transformers keeps and accel computes instead. LlamaRotaryEmbedding's inv_freq and
+     * original_inv_freq (rotary_dim / 2 f32 each: the head_dim rotated, Phi-3's partial_rotary_factor of it;
+     * GPT-2 has no RoPE); Gemma's embedding scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale);
+     * BertEmbeddings' position_ids and token_type_ids, [1, max_position_embeddings] int64 each (BertEmbeddings
+     * is a layer of its own, unsplit). The loader bounds the weights, not these: weights just under 2^63
+     * bytes and the buffers wrapped the total negative. */
+    int64_t buffers = 0, emb = 0;
+    bool wraps = false;
     if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA) {
         accel_llama_config rc = cfg;
         if (!rc.head_dim) rc.head_dim = cfg.hidden_size / cfg.num_attention_heads;
-        body += 2 * (accel__rotary_dim(&rc) / 2) * 4;
+        buffers = 2 * (accel__rotary_dim(&rc) / 2) * 4;
     }
-    /* and Gemma's embedding keeps its scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale) */
-    if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) body += 4;
-    /* BertEmbeddings' position_ids and token_type_ids: [1, max_position_embeddings] int64 buffers each,
-     * which accel's BERT makes per forward instead; BertEmbeddings is a layer of its own (unsplit) */
-    if (bert) {
-        int64_t buffers = 0, emb = 0;
-        /* the loader bounds the weights, not these: weights just under 2^62 bytes and as many of buffers
-         * wrapped the total negative */
-        bool wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
-                     __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb) ||
-                     __builtin_add_overflow(body, buffers, &body);
-        accel_module_sizes_free(body_sizes);
-        if (wraps) {
-            fprintf(stderr, "accel estimate-memory: %s: the weights and buffers would take more than 2^63 bytes "
-                            "(max_position_embeddings %lld)\n", model, (long long)bcfg.max_position_embeddings);
-            accel_module_free(m);
-            return 1;
-        }
-        if (emb > body_largest) body_largest = emb;
+    if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) buffers += 4;
+    if (bert)
+        wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
+                __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb);
+    wraps = wraps || __builtin_add_overflow(body, buffers, &body);
+    accel_module_sizes_free(body_sizes);
+    if (wraps) {
+        fprintf(stderr, "accel estimate-memory: %s: the weights and buffers would take more than 2^63 bytes", model);
+        if (bert) fprintf(stderr, " (max_position_embeddings %lld)", (long long)bcfg.max_position_embeddings);
+        fprintf(stderr, "\n");
+        accel_module_free(m);
+        return 1;
     }
+    if (emb > body_largest) body_largest = emb;
     static const double div[] = {1, 2, 4, 8};
     char rows[16][CLI_TABLE_MAX_COLS][32];
     for (int r = 0; r < ndt; r++) {
