@@ -312,13 +312,13 @@ static double seconds(void) {
 
 /* The call `failed` (true: it returned an error) on every rank, within a
  * few seconds, naming rank `who`. */
-static void failed_together(bool failed, double t0, int who, const char *what) {
+static void failed_together(bool failed, double t0, int who, const char *what, const char *cause) {
     double took = seconds() - t0;
     char want[32];
     snprintf(want, sizeof want, "rank %d", who);
     CHECK_MSG(failed, "%s: rank %d went on", what, R);
     if (failed) CHECK_STR_CONTAINS(accel_last_error(), want);
-    if (failed) CHECK_STR_CONTAINS(accel_last_error(), "map");
+    if (failed) CHECK_STR_CONTAINS(accel_last_error(), cause);
     CHECK_MSG(took < 15, "%s: rank %d took %.1f s to fail (the group's timeout is 60 s)", what, R, took);
     accel_clear_error();
     accel_step_reset();
@@ -357,7 +357,7 @@ static void test_map_failure_on_one_rank(void) {
     if (R == who) accel__hostless_vm_fail_next(1);
     double t0 = seconds();
     accel_tensor *y = accel_module_call(model, data(R, 1, 0, dev));
-    failed_together(y == NULL, t0, who, "forward");
+    failed_together(y == NULL, t0, who, "forward", "map");
     accel__hostless_vm_fail_next(0);
     good_step(acc, model, opt, dev, 2);
 
@@ -366,11 +366,37 @@ static void test_map_failure_on_one_rank(void) {
     if (R == who) accel__hostless_vm_fail_next(1);
     t0 = seconds();
     accel_status st = loss ? accel_accelerator_backward(acc, loss) : ACCEL_ERR_STATE;
-    failed_together(st != ACCEL_OK, t0, who, "backward");
+    failed_together(st != ACCEL_OK, t0, who, "backward", "map");
     accel__hostless_vm_fail_next(0);
     CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
     good_step(acc, model, opt, dev, 4);
 
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    accel_accelerator_free(acc);
+}
+
+/* The copy of what a unit's gather sends to the host (the group takes host
+ * memory only) fails on the last rank alone, in forward: every rank fails
+ * at once naming it (before, the copy came after the ranks agreed on the
+ * mapping, so that rank skipped the all-gather and the others waited in it
+ * until the group's timeout); the next step trains. */
+static void test_send_failure_on_one_rank(void) {
+    if (N < 2) return;
+    int who = N - 1;
+    accel_accelerator *acc = accelerator((cfg){0});
+    if (!acc) return;
+    accel_device dev = accel_accelerator_device(acc);
+    accel_optimizer *opt;
+    accel_module *model = trained_stack(acc, &opt);
+    accel_tensor *x = data(R, 1, 0, dev);
+    if (R == who) accel__hostless_copy_fail_next(1);
+    double t0 = seconds();
+    accel_tensor *y = accel_module_call(model, x);
+    failed_together(y == NULL, t0, who, "forward", R == who ? "a copy to the host failed" : "what its gather sends");
+    accel__hostless_copy_fail_next(0);
+    good_step(acc, model, opt, dev, 2);
     CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(model);
@@ -549,6 +575,7 @@ int main(void) {
     RUN(test_offload_param_accumulation);
     RUN(test_sharded_checkpoint_nvme);
     RUN(test_map_failure_on_one_rank);
+    RUN(test_send_failure_on_one_rank);
     RUN(test_start_fails_on_one_rank);
     RUN(test_tied_weights_across_units);
     RUN(test_clear_is_incremental);

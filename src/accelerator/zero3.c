@@ -631,7 +631,8 @@ accel_status accel__zero3_layout(accel_accelerator *acc, accel__model *pm) {
 /* ---------------------------------------------------------------- agreeing on a failed mapping
  * A device model's mappings (a unit's parameters when its gather starts,
  * its gradients when its backward starts) can fail on one rank alone: its
- * device is full. That rank would skip the collective that follows while
+ * device is full; so can readying what a gather sends (device_send_ready: a
+ * device copy or cast). That rank would skip the collective that follows while
  * the others waited in it until the group's timeout. Instead the ranks agree
  * at the same point: a 4-byte all-reduce (MAX) over the shard group of
  * (rank + 1) << 8 | status, 0 where the mapping worked, just before the
@@ -654,9 +655,10 @@ static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status
     if (st) return accel_set_error(st, "ZeRO-3 on rank %d: %s (every rank of the shard group stops with it)",
                                    acc->rank, why);
     if (ast || !v) return ast;
-    return accel_set_error((accel_status)(v & 0xff), "ZeRO-3: rank %d could not map device memory for a unit (%s "
-                           "there), so every rank of the shard group stops with it", (v >> 8) - 1,
-                           accel_status_name((accel_status)(v & 0xff)));
+    accel_status theirs = (accel_status)(v & 0xff);
+    return accel_set_error(theirs, "ZeRO-3: rank %d could not %s (%s there), so every rank of the shard group stops "
+                           "with it", (v >> 8) - 1, theirs == ACCEL_ERR_OOM ? "map device memory for a unit"
+                           : "ready a unit's memory or what its gather sends", accel_status_name(theirs));
 }
 
 /* ---------------------------------------------------------------- gather / release */
@@ -772,43 +774,47 @@ static const void *gather_send(accel__model *pm, const accel__unit *u, accel_sta
     return mine16;
 }
 
-/* Starts moving every rank's `send` (n elements of dt, memory of zdev) into
- * `recv` (device memory): a copy on one process; a group that takes host
- * memory only gathers into zstage_recv (from a host copy of send, unless the
- * shard is on the host already); one that takes device memory gathers into
- * recv, in place from this rank's block of it when the shard is on the host. */
-static accel_status start_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, const void *send, void *recv,
-                                 accel_dtype dt, int64_t n) {
-    accel__zero_model *zm = accel__zero_of(pm);
-    accel_device dev = model_device(pm);
-    size_t bytes = (size_t)n * accel_dtype_size(dt);
-    if (acc->shard_world == 1) return accel__copy_bytes(dev, recv, zm->zdev, send, bytes);
-    if (zm->zstage_recv) {
-        accel_tensor sv;
-        if (!shard_on_host(pm) && !(send = accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, n), zm->zstage_send, true)))
-            return accel_last_status();
-        recv = zm->zstage_recv;
-    } else if (shard_on_host(pm)) {
-        void *block = (char *)recv + (size_t)acc->shard_rank * bytes;
-        accel_status st = accel__copy_bytes(dev, block, zm->zdev, send, bytes);
-        if (st) return st;
-        send = block;
-    }
-    u->gather = accel_pg_all_gather_async(acc->shard_pg, send, recv, (size_t)n, dt);
-    return u->gather ? ACCEL_OK : accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
-}
-
-static accel_status agree(accel_accelerator *acc, accel__model *pm, accel_status st);
-
-/* Leaves the unit GATHERING (its range mapped): finish_gather completes it
- * (on one process, a device copy made here). */
-static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
+/* The bytes unit u's collective sends, made ready before the ranks agree
+ * (launch_gather), so that a failure here is agreed on with the mapping's
+ * (after the agreement that rank alone would skip the collective, the others
+ * waiting in it until the group's timeout): the piece, rounded to bf16 in
+ * zsend16 for a bf16 gather; for a group that takes host memory only, a host
+ * copy of it in zstage_send (unless the shard is on the host already); with
+ * the shard on the host and a group that takes device memory, a copy in this
+ * rank's block of the unit's landing, which the gather then sends in place.
+ * NULL on failure. */
+static const void *device_send_ready(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
     accel_status st = ACCEL_OK;
     const void *send = gather_send(pm, u, &st);
+    if (st) return NULL;
+    if (acc->shard_world == 1 || (shard_on_host(pm) && zm->zstage_recv)) return send;
+    accel_tensor sv;
+    if (zm->zstage_recv) return accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, u->shard), zm->zstage_send, true);
+    if (!shard_on_host(pm)) return send;
+    size_t bytes = (size_t)u->shard * accel_dtype_size(dt);
+    char *block = (char *)(u->gather16 ? (void *)zm->zland16 : (void *)(full_params(pm) + u->lo)) +
+                  (size_t)acc->shard_rank * bytes;
+    return accel__copy_bytes(model_device(pm), block, zm->zdev, send, bytes) ? NULL : block;
+}
+
+/* Starts moving every rank's `send` (device_send_ready's) into the unit's
+ * landing (its range, or zland16 for bf16): a copy on one process; a group
+ * that takes host memory only gathers into zstage_recv. Leaves the unit
+ * GATHERING (its range mapped): finish_gather completes it. */
+static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, const void *send) {
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
     void *recv = u->gather16 ? zm->zland16 : (void *)(full_params(pm) + u->lo);
-    if (!st) st = start_gather(acc, pm, u, send, recv, dt, u->shard);
+    accel_status st = ACCEL_OK;
+    if (acc->shard_world == 1) {
+        st = accel__copy_bytes(model_device(pm), recv, zm->zdev, send, (size_t)u->shard * accel_dtype_size(dt));
+    } else {
+        u->gather = accel_pg_all_gather_async(acc->shard_pg, send, zm->zstage_recv ? zm->zstage_recv : recv,
+                                              (size_t)u->shard, dt);
+        if (!u->gather) st = accel_last_status() ? accel_last_status() : ACCEL_ERR_DIST;
+    }
     if (st) {
         zm->gathering = -1;
         return st;
@@ -849,12 +855,14 @@ static accel_status launch_gather(accel_accelerator *acc, accel__model *pm, acce
     u->gather16 = !exact && gathers_bf16(pm);
     accel_status st = on_device(pm) ? take_gather_buffers(acc, pm, u) : ACCEL_OK;
     if (!st) st = params_map(acc, pm, u);
+    const void *send = NULL;
+    if (!st && on_device(pm) && !(send = device_send_ready(acc, pm, u))) st = accel_last_status();
     if ((st = agree(acc, pm, st))) {
         params_drop(acc, pm, u);
         zm->gathering = -1;
         return st;
     }
-    if (on_device(pm)) return device_launch_gather(acc, pm, u);
+    if (on_device(pm)) return device_launch_gather(acc, pm, u, send);
     if (u->gather16) host_narrow_bf16(zm->zsend16 + u->zoff, mine, u->shard);
     if (acc->shard_world == 1) {
         if (u->gather16) {

@@ -42,6 +42,7 @@ FORWARD(vm_set_limit, size_t)
 FORWARD(vm_lag_fences, bool)
 FORWARD(vm_set_idle_cache, size_t)
 FORWARD(alloc_fail_at, int)
+FORWARD(copy_fail_next, int)
 #undef FORWARD
 
 void accel__hostless_call_counts(int index, accel__hostless_calls *out) {

@@ -151,6 +151,7 @@ enum { HOSTLESS_VM_GRANULE = 64 << 10 };
 static int g_map_fail;    /* vm_maps still to refuse (atomic) */
 static int g_unmap_fail;  /* unmaps of pages still to refuse (atomic) */
 static int g_record_fail; /* fence records still to refuse (atomic) */
+static int g_copy_fail;   /* copies between host and device still to refuse (atomic) */
 
 /* Whether to refuse this call: takes one from *left (atomic) while it is above 0. */
 static bool injected_failure(int *left_p) {
@@ -348,6 +349,8 @@ static accel_status hostless_memset(int index, void *p, int byte, size_t n) {
 static accel_status hostless_copy_to_device(int index, void *dst, const void *src, size_t n) {
     void *h = to_host_ptr(index, dst);
     if (!h) return bad_pointer(index, "copy to", dst);
+    if (injected_failure(&g_copy_fail))
+        return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: a copy from the host failed (injected)", index);
     if (n) memcpy(h, src, n);
     return ACCEL_OK;
 }
@@ -355,6 +358,8 @@ static accel_status hostless_copy_to_device(int index, void *dst, const void *sr
 static accel_status hostless_copy_to_host(int index, void *dst, const void *src, size_t n) {
     const void *h = to_host_ptr(index, src);
     if (!h) return bad_pointer(index, "copy from", src);
+    if (injected_failure(&g_copy_fail))
+        return accel_set_error(ACCEL_ERR_DEVICE, "hostless:%d: a copy to the host failed (injected)", index);
     atomic_fetch_add(&g_host_reads[index], 1);
     if (n) memcpy(dst, h, n);
     return ACCEL_OK;
@@ -430,6 +435,8 @@ static void hook_vm_fail_next(int n) { __atomic_store_n(&g_map_fail, n, __ATOMIC
 static void hook_vm_fail_unmap_next(int n) { __atomic_store_n(&g_unmap_fail, n, __ATOMIC_RELAXED); }
 
 static void hook_vm_fail_record_next(int n) { __atomic_store_n(&g_record_fail, n, __ATOMIC_RELAXED); }
+
+static void hook_copy_fail_next(int n) { __atomic_store_n(&g_copy_fail, n, __ATOMIC_RELAXED); }
 
 /* ---- kernels: the CPU kernels on translated tensors */
 
@@ -551,6 +558,7 @@ static const accel__hostless_hooks hooks = {
     .vm_idle_releases = hook_vm_idle_releases,
     .call_counts = hook_call_counts,
     .alloc_fail_at = hook_alloc_fail_at,
+    .copy_fail_next = hook_copy_fail_next,
 };
 
 static const char *unavailable(void) {

@@ -47,6 +47,9 @@ void accel__hostless_vm_fail_next(int n);
 void accel__hostless_vm_fail_unmap_next(int n);
 /* The next n fence records (cudaEventRecord's place) fail with ACCEL_ERR_DEVICE (0: none). */
 void accel__hostless_vm_fail_record_next(int n);
+/* The next n copies between host and device (copy_to_host, copy_to_device:
+ * cudaMemcpy's place) fail with ACCEL_ERR_DEVICE, nothing copied (0: none). */
+void accel__hostless_copy_fail_next(int n);
 
 /* Physical memory for virtual memory fails with ACCEL_ERR_OOM once the
  * handles of every hostless device would hold more than `bytes` (0, the
@@ -84,6 +87,7 @@ typedef struct accel__hostless_hooks {
     int64_t (*vm_idle_releases)(void);
     void (*call_counts)(int index, accel__hostless_calls *out);
     void (*alloc_fail_at)(int k);
+    void (*copy_fail_next)(int n);
 } accel__hostless_hooks;
 
 /* The granule is 64 KiB, or ACCEL_TEST_VM_GRANULE bytes (a power of two from
