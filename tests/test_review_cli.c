@@ -106,47 +106,49 @@ static void test_config_wizard_non_utf8(void) {
     check_wizard_non_utf8("cfg.json");
 }
 
+/* `accel estimate-memory <TMP>/<name> --dtypes float32` on a folder holding
+ * only config_json (removed after): its exit code, the output in OUT. */
+static int estimate_f32(const char *name, const char *config_json) {
+    char dir[PATH_MAX + 8], path[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/%s", TMP, name);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, config_json);
+    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
+    int rc = accel("", a);
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}
+
 /* A config whose weights without lm_head are 4080 x 0.25 TiB (the layers)
  * + 4 TiB (the embedding) + norms = 1024.00 TiB: convert_bytes says "1.0 PB". */
 static void test_estimate_memory_petabytes(void) {
-    char dir[PATH_MAX + 8], path[PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s/pb", TMP);
-    CHECK(mkdir(dir, 0700) == 0);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 65536, \"intermediate_size\": 262144, "
-                     "\"num_attention_heads\": 512, \"num_key_value_heads\": 512, \"head_dim\": 128, "
-                     "\"vocab_size\": 16777216, \"num_hidden_layers\": 4080, \"tie_word_embeddings\": false, "
-                     "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6}");
-    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
-    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    int rc = estimate_f32("pb", "{\"model_type\": \"llama\", \"hidden_size\": 65536, \"intermediate_size\": 262144, "
+                          "\"num_attention_heads\": 512, \"num_key_value_heads\": 512, \"head_dim\": 128, "
+                          "\"vocab_size\": 16777216, \"num_hidden_layers\": 4080, \"tie_word_embeddings\": false, "
+                          "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-6}");
+    CHECK_MSG(rc == 0, "%s", OUT);
     CHECK_STR_CONTAINS(OUT, "  1.0 PB  ");
     CHECK_STR_CONTAINS(OUT, " 4.0 PB ");
     CHECK(strstr(OUT, ".00 PB") == NULL);
-    unlink(path);
-    rmdir(dir);
 }
 
 /* A Llama whose weights fit in 2^63 bytes by 8 (the loader's bound) while
  * its rotary buffers (2 x head_dim / 2 f32, head_dim 2^20) do not: 4 bytes
  * x (8 head_dim + 6 intermediate + 4 per layer, + 4 outside the layers)
- * without lm_head. The estimate is refused naming the bound (the total
- * wrapped: "-9223372036850581504 bytes"). */
+ * without lm_head, intermediate_size (2^61 - 11 - 2^23) / 6. The estimate
+ * is refused naming the bound (the total wrapped: "-9223372036850581504
+ * bytes"). */
 static void test_estimate_memory_buffers_past_2_63(void) {
-    char dir[PATH_MAX + 8], path[PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s/edge", TMP);
-    CHECK(mkdir(dir, 0700) == 0);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    /* intermediate_size = (2^61 - 11 - 2^23) / 6 */
-    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 2, \"intermediate_size\": 384307168200884222, "
-                     "\"num_attention_heads\": 1, \"num_key_value_heads\": 1, \"head_dim\": 1048576, "
-                     "\"vocab_size\": 1, \"num_hidden_layers\": 1, \"tie_word_embeddings\": true, "
-                     "\"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}");
-    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
-    CHECK_MSG(accel("", a) == 1, "%s", OUT);
+    int rc = estimate_f32("edge", "{\"model_type\": \"llama\", \"hidden_size\": 2, "
+                          "\"intermediate_size\": 384307168200884222, \"num_attention_heads\": 1, "
+                          "\"num_key_value_heads\": 1, \"head_dim\": 1048576, \"vocab_size\": 1, "
+                          "\"num_hidden_layers\": 1, \"tie_word_embeddings\": true, "
+                          "\"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}");
+    CHECK_MSG(rc == 1, "%s", OUT);
     CHECK_STR_CONTAINS(OUT, "the weights and buffers would take more than 2^63 bytes");
     CHECK(strstr(OUT, "-9") == NULL);
-    unlink(path);
-    rmdir(dir);
 }
 
 /* The launcher's help tells what the library does: offload_param nvme works
