@@ -283,6 +283,44 @@ static void test_duplicate_params(void) {
     accel_tensor_free(q);
 }
 
+/* A NaN in a gradient makes the total norm NaN (torch: tensor(nan)), for
+ * every norm_type: the inf-norm's max dropped the NaN (fmax) and returned 4
+ * here, clipping the other gradients by it; the 2-norm returned NaN with no
+ * error. Now NAN + an error naming it, the gradients untouched; an inf
+ * gradient still gives an inf norm (clip coefficient 0, as torch). */
+static void test_clip_nan(void) {
+    const double types[] = {2.0, INFINITY, 1.0, 3.0};
+    for (int t = 0; t < 4; t++)
+        for (int form = 0; form < 2; form++) {
+            float ga[3] = {NAN, 3.0f, -4.0f}, gb[1] = {0.5f}, x[4] = {0};
+            accel_tensor *ps[2] = {host_f32(x, 3), host_f32(x + 3, 1)};
+            ps[0]->grad = host_f32(ga, 3);
+            ps[1]->grad = host_f32(gb, 1);
+            accel_optimizer *opt = form ? accel_optimizer_new_params(ACCEL_OPTIM_SGD, 2, ps, NULL) : NULL;
+            accel_clear_error();
+            double total = form ? accel_optimizer_clip_grad_norm(opt, 1.0, types[t])
+                                : accel_clip_grad_norm(2, ps, 1.0, types[t]);
+            CHECK(isnan(total));
+            CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+            CHECK_STR_CONTAINS(accel_last_error(), "the total gradient norm is nan");
+            CHECK_STR_CONTAINS(accel_last_error(), form ? "accel_optimizer_clip_grad_norm" : "accel_clip_grad_norm");
+            CHECK(ga[1] == 3.0f && ga[2] == -4.0f && gb[0] == 0.5f);
+            accel_clear_error();
+            ga[0] = INFINITY;
+            total = form ? accel_optimizer_clip_grad_norm(opt, 1.0, types[t]) : accel_clip_grad_norm(2, ps, 1.0, types[t]);
+            CHECK(isinf(total) && accel_last_status() == ACCEL_OK);
+            CHECK(ga[1] == 0.0f && gb[0] == 0.0f);
+            accel_optimizer_free(opt);
+            accel_tensor_free(ps[0]); /* and its grad */
+            accel_tensor_free(ps[1]);
+        }
+    /* the distributed pieces: a NaN partial is NaN (max kept it) */
+    float g[3] = {1.0f, NAN, 2.0f};
+    accel_tensor *tg = host_f32(g, 3);
+    CHECK(isnan(accel_grad_norm_partial(tg, INFINITY)));
+    accel_tensor_free(tg);
+}
+
 /* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */
 static void test_clip(void) {
     const struct { double type, total; float a0, b1; } cases[] = {
@@ -340,6 +378,7 @@ static void test_clip(void) {
     CHECK(((float *)pn->grad->data)[1] == 0.0f);
     accel_optimizer_free(on);
     accel_tensor_free(pn);
+    test_clip_nan();
 }
 
 static double halve(int64_t step, void *ctx) { return *(double *)ctx / (double)(step + 1); }

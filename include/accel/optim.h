@@ -181,13 +181,17 @@ void accel_named_state_free(accel_named_state *st, int n);
  * (norm_type 2, 1, any p > 0, or INFINITY); every grad is multiplied by
  * min(1, max_norm / (total + 1e-6)). Parameters without a grad are skipped.
  * max_norm must be >= 0 (a negative one would flip every gradient).
- * Returns the total norm before clipping (NAN + error on failure). */
+ * Returns the total norm before clipping (NAN + error on failure). A NaN in
+ * a gradient makes the total NaN (for every norm_type, INFINITY's max
+ * included): NAN + ACCEL_ERR_INVALID_ARG, the gradients left as they were
+ * (torch's error_if_nonfinite=True; without it torch multiplies them all by
+ * NaN). An inf gradient gives an inf total and coefficient 0, as torch. */
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type);
 /* The same over the optimizer's gradients (tensor and flat segments). */
 double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, double norm_type);
 /* Pieces for distributed clipping (each rank holds part of the gradients):
  * partial = accel_grad_norm_partial(g, p) per rank (sum |g|^p, or max |g|
- * for INFINITY; g a contiguous f32 tensor on any device, reduced there by its
+ * for INFINITY, NaN when g holds one; g a contiguous f32 tensor on any device, reduced there by its
  * backend's norm_partial kernel), combined across ranks (sum, or max for
  * INFINITY), then total = accel_grad_norm_finish(combined, p) and
  * grads *= accel_clip_coef(total, max_norm). NAN + error on failure. */
