@@ -234,6 +234,22 @@ static void test_errors(void) {
     CHECK(flat_opt(ACCEL_OPTIM_SGD, x, g, 2, &h) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "nesterov");
     accel_clear_error();
+    /* Non-finite values were taken: an inf lr (or weight decay, momentum,
+     * eps; a NaN dampening) made every parameter NaN at the first steps,
+     * silently, and its saved state was refused by load_state. */
+    const struct { accel_optim_kind kind; accel_optim_hparams h; const char *why; } nonfinite[] = {
+        {ACCEL_OPTIM_SGD, {.lr = INFINITY}, "lr must be a finite number > 0"},
+        {ACCEL_OPTIM_ADAMW, {.lr = 0.1, .weight_decay = INFINITY}, "weight_decay must be a finite number"},
+        {ACCEL_OPTIM_SGD, {.lr = 0.1, .momentum = INFINITY}, "momentum must be a finite number"},
+        {ACCEL_OPTIM_SGD, {.lr = 0.1, .momentum = 0.9, .dampening = NAN}, "dampening must be a finite number"},
+        {ACCEL_OPTIM_ADAM, {.lr = 0.1, .eps = INFINITY}, "eps must be a finite number"},
+    };
+    for (size_t k = 0; k < sizeof nonfinite / sizeof *nonfinite; k++) {
+        CHECK(flat_opt(nonfinite[k].kind, x, g, 2, &nonfinite[k].h) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), nonfinite[k].why);
+        accel_clear_error();
+    }
     /* A flat segment is a pair of contiguous f32 tensors of one numel on one device. */
     h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
     accel_tensor *tx = host_f32(x, 2), *tg1 = host_f32(g, 1), *bf = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);

@@ -69,7 +69,10 @@ typedef enum accel_optim_kind {
 /* A zero field means PyTorch's default (betas 0.9/0.999, eps 1e-8, momentum
  * and dampening 0, no nesterov), except two that have none: lr must be > 0,
  * and weight_decay is taken as given (0: none; accel_optim_defaults gives
- * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. */
+ * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. Every value must be
+ * finite (PyTorch takes an inf lr and turns every parameter NaN); lr,
+ * weight_decay, momentum and eps >= 0, betas in [0, 1); else the add is
+ * ACCEL_ERR_INVALID_ARG naming the field. */
 typedef struct accel_optim_hparams {
     double lr;
     double weight_decay;

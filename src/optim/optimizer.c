@@ -91,24 +91,33 @@ static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tenso
     accel__tensor_header(&s->flat_grad, accel__device_ptr(g), ACCEL_F32, 1, &s->numel, g->device);
 }
 
+/* Why h is out of the range an optimizer of kind takes, NULL when it is in
+ * it. Every value must be finite: an inf lr, weight decay, momentum or eps (or
+ * a NaN dampening) was taken, made every parameter NaN at the first steps,
+ * silently, and gave a state that accel_optimizer_load_state refuses. */
+static const char *hparams_bad(accel_optim_kind kind, const accel_optim_hparams *h) {
+    bool sgd = kind == ACCEL_OPTIM_SGD;
+    if (!(h->lr > 0 && isfinite(h->lr))) return "lr must be a finite number > 0 (a zeroed accel_optim_hparams needs .lr)";
+    if (!(h->weight_decay >= 0 && isfinite(h->weight_decay))) return "weight_decay must be a finite number >= 0";
+    if (sgd && !(h->momentum >= 0 && isfinite(h->momentum))) return "momentum must be a finite number >= 0";
+    if (sgd && !isfinite(h->dampening)) return "dampening must be a finite number";
+    if (sgd && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
+        return "nesterov momentum requires a momentum and zero dampening";
+    if (!sgd && !(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1)) return "betas must be in [0, 1)";
+    if (!sgd && !(h->eps >= 0 && isfinite(h->eps))) return "eps must be a finite number >= 0";
+    return NULL;
+}
+
 /* *out = *given with its zero betas/eps at their defaults (NULL given: torch.optim's
  * defaults for kind, lr 1e-3); false + error when a value is bad. */
 static bool resolve_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *given,
                             accel_optim_hparams *out) {
-    const char *bad = NULL;
     accel_optim_hparams *h = out;
     *h = given ? *given : accel_optim_defaults(kind, 1e-3);
     if (h->beta1 == 0) h->beta1 = 0.9;
     if (h->beta2 == 0) h->beta2 = 0.999;
     if (h->eps == 0) h->eps = 1e-8;
-    if (!(h->lr > 0)) bad = "lr must be > 0 (a zeroed accel_optim_hparams needs .lr)";
-    else if (!(h->weight_decay >= 0)) bad = "weight_decay must be >= 0";
-    else if (kind == ACCEL_OPTIM_SGD && !(h->momentum >= 0)) bad = "momentum must be >= 0";
-    else if (kind == ACCEL_OPTIM_SGD && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
-        bad = "nesterov momentum requires a momentum and zero dampening";
-    else if (kind != ACCEL_OPTIM_SGD && !(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1))
-        bad = "betas must be in [0, 1)";
-    else if (kind != ACCEL_OPTIM_SGD && !(h->eps >= 0)) bad = "eps must be >= 0";
+    const char *bad = hparams_bad(kind, h);
     if (bad) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, bad);
         return false;
