@@ -270,6 +270,63 @@ static void test_errors(void) {
     CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
 }
 
+/* accel_optimizer_hparams hands out the live hyperparameters: a write that
+ * switched SGD's momentum on was ignored by the step (no momentum_buffer)
+ * and accel_optimizer_state then crashed on the missing buffer; one that
+ * switched it off still applied the dampening; a NaN lr made every parameter
+ * NaN. The step now refuses them, naming the group, and changes nothing. */
+static void test_live_hparams(void) {
+    float p[2] = {1.0f, 2.0f}, g[2] = {1.0f, 1.0f};
+    accel_optim_hparams h = {.lr = 0.1};
+    accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, p, g, 2, &h);
+    h.momentum = 0.9;
+    h.dampening = 0.5;
+    CHECK(flat_add(opt, p, g, 2, &h) == 1);
+    accel_optimizer_hparams(opt, 0)->momentum = 0.9; /* on */
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 0");
+    CHECK_STR_CONTAINS(accel_last_error(), "momentum was switched on or off");
+    accel_clear_error();
+    CHECK(p[0] == 1.0f && accel_optimizer_step_count(opt) == 0);
+    accel_named_state *st;
+    int n = accel_optimizer_state(opt, &st); /* no crash, no momentum_buffer for group 0 */
+    CHECK(n > 0);
+    accel_named_state_free(st, n);
+    accel_optimizer_hparams(opt, 0)->momentum = 0;
+    accel_optimizer_hparams(opt, 1)->momentum = 0; /* off */
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 1");
+    accel_clear_error();
+    accel_optimizer_hparams(opt, 1)->momentum = 0.9;
+    accel_optimizer_hparams(opt, 1)->lr = NAN;
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0");
+    accel_clear_error();
+    CHECK(p[0] == 1.0f);
+    accel_optimizer_hparams(opt, 1)->lr = 0; /* a schedule's end: taken */
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    CHECK_CLOSE(p[0], 0.9, 1e-6, 0);
+    /* A checkpoint's momentum is checked against the group's state, not the
+     * live value: loading it back repairs a switched momentum. */
+    n = accel_optimizer_state(opt, &st);
+    accel_optimizer_hparams(opt, 1)->momentum = 0;
+    CHECK(accel_optimizer_load_state(opt, n, st) == ACCEL_OK);
+    CHECK(accel_optimizer_hparams(opt, 1)->momentum == 0.9);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    accel_named_state_free(st, n);
+    accel_optimizer_free(opt);
+    /* Adam: betas written out of [0, 1) are refused; beta1 0 (a field PyTorch takes) is not */
+    opt = flat_opt(ACCEL_OPTIM_ADAM, p, g, 2, NULL);
+    accel_optimizer_hparams(opt, 0)->beta2 = 1.0;
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "betas must be in [0, 1)");
+    accel_clear_error();
+    accel_optimizer_hparams(opt, 0)->beta2 = 0.999;
+    accel_optimizer_hparams(opt, 0)->beta1 = 0;
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    accel_optimizer_free(opt);
+}
+
 /* A parameter given twice, in one group or in two, was updated twice per
  * step (lr 0.1, grad 1: 1 -> 0.8 instead of 0.9, silently); PyTorch refuses
  * it across groups. The refusal adds nothing. */
@@ -711,6 +768,7 @@ int main(void) {
     RUN(test_flat_shards);
     RUN(test_errors);
     RUN(test_duplicate_params);
+    RUN(test_live_hparams);
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);

@@ -124,7 +124,8 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h);
 
-/* One update of every segment. No allocation. */
+/* One update of every segment. No allocation. Refused, nothing updated,
+ * when a group's live hyperparameters are bad (accel_optimizer_hparams). */
 accel_status accel_optimizer_step(accel_optimizer *opt);
 /* Zeroes every gradient (PyTorch's zero_grad(set_to_none=False)): one memset
  * per flat segment, one per tensor that has a grad. */
@@ -137,7 +138,11 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
 /* group -1: all. lr must be a finite number >= 0 (0: a schedule's start or
  * end); anything else is ACCEL_ERR_INVALID_ARG, the lr unchanged. */
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr);
-/* The group's hyperparameters (live: writes take effect at the next step). */
+/* The group's hyperparameters (live: writes take effect at the next step,
+ * which refuses values out of the ranges above (lr may be 0 there) and an
+ * SGD momentum switched on or off, its momentum_buffer being made or not when
+ * the group was added: ACCEL_ERR_INVALID_ARG naming the group, nothing
+ * updated). */
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
 int64_t accel_optimizer_step_count(const accel_optimizer *opt);
 
