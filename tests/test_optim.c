@@ -533,6 +533,10 @@ static void test_schedulers(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0 (got nan)");
     CHECK(accel_optimizer_set_lr(opt, -1, -0.1) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_optimizer_set_lr(opt, 1, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    /* -1 is every group; another negative group set them all too, silently */
+    CHECK(accel_optimizer_set_lr(opt, -2, 0.3) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "no param group -2");
+    CHECK(accel_optimizer_set_lr(opt, 2, 0.3) == ACCEL_ERR_INVALID_ARG);
     accel_clear_error();
     CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
     CHECK(accel_optimizer_set_lr(opt, 1, 0) == ACCEL_OK && accel_optimizer_set_lr(opt, 1, 0.2 / 4) == ACCEL_OK);

@@ -135,7 +135,7 @@ int accel_optimizer_num_groups(const accel_optimizer *opt);
 int accel_optimizer_num_segments(const accel_optimizer *opt);
 accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt);
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
-/* group -1: all. lr must be a finite number >= 0 (0: a schedule's start or
+/* group -1: all (another group not in opt is ACCEL_ERR_INVALID_ARG). lr must be a finite number >= 0 (0: a schedule's start or
  * end); anything else is ACCEL_ERR_INVALID_ARG, the lr unchanged. */
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr);
 /* The group's hyperparameters (live: writes take effect at the next step,

@@ -397,8 +397,10 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
 
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
-    if (group >= opt->n_groups)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
+    /* -1 is every group; -2 (an index computed wrong) set them all too, silently */
+    if (group < -1 || group >= opt->n_groups)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_optimizer_set_lr: no param group %d (%d groups; -1 is all of them)", group,
                                opt->n_groups);
     /* 0 is a schedule's start or end; a NaN turned every parameter into NaN
      * at the next step, a negative lr climbed the loss, silently */
