@@ -432,6 +432,11 @@ static void test_clip(void) {
     CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
     CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
     accel_clear_error();
+    /* n -1 (accel_module_parameters failed) returned 0 and clipped nothing; n 0 is an empty list */
+    CHECK(isnan(accel_clip_grad_norm(-1, NULL, 1.0, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "n < 0 (got -1)");
+    accel_clear_error();
+    CHECK(accel_clip_grad_norm(0, NULL, 1.0, 2.0) == 0.0 && accel_last_status() == ACCEL_OK);
     /* A negative max_norm would flip every gradient, a NaN one skip clipping. */
     float gn[2] = {3.0f, -4.0f};
     accel_tensor *pn = host_f32(gn, 2);

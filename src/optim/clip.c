@@ -93,8 +93,9 @@ accel_status accel__grad_scale(accel_tensor *g, float c) {
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type) {
     const char *fn = "accel_clip_grad_norm";
     if (!accel__check_clip_args(fn, max_norm, norm_type)) return NAN;
-    if (n > 0 && !params) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: params is NULL", fn);
+    /* a negative n (a failed accel_module_parameters' -1) returned a norm of 0, clipping nothing */
+    if (n < 0 || (n > 0 && !params)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: params is NULL or n < 0 (got %d)", fn, n);
         return NAN;
     }
     for (int i = 0; i < n; i++) {
