@@ -520,7 +520,10 @@ static void test_schedulers(void) {
      * a bad one was loaded. */
     accel_named_state bad[] = {{"last_epoch", NULL, 1e300},     {"last_epoch", NULL, -3},
                                {"last_epoch", NULL, 2.5},       {"base_lrs.0", NULL, -1},
-                               {"base_lrs.1", NULL, INFINITY}};
+                               {"base_lrs.1", NULL, INFINITY},
+                               /* sscanf's %d wrapped 2^32 to group 0 and took " 1" */
+                               {"base_lrs.4294967296", NULL, 7}, {"base_lrs. 1", NULL, 7},
+                               {"base_lrs.2", NULL, 7},          {"base_lrs.", NULL, 7}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         accel_named_state two[2] = {{"last_epoch", NULL, 9}, bad[k]};
         CHECK(accel_lr_scheduler_load_state(s2, 2, two) == ACCEL_ERR_FORMAT);
