@@ -276,12 +276,12 @@ static void test_errors(void) {
  * switched it off still applied the dampening; a NaN lr made every parameter
  * NaN. The step now refuses them, naming the group, and changes nothing. */
 static void test_live_hparams(void) {
-    float p[2] = {1.0f, 2.0f}, g[2] = {1.0f, 1.0f};
+    float p[4] = {1.0f, 2.0f, 3.0f, 4.0f}, g[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     accel_optim_hparams h = {.lr = 0.1};
     accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, p, g, 2, &h);
     h.momentum = 0.9;
     h.dampening = 0.5;
-    CHECK(flat_add(opt, p, g, 2, &h) == 1);
+    CHECK(flat_add(opt, p + 2, g + 2, 2, &h) == 1);
     accel_optimizer_hparams(opt, 0)->momentum = 0.9; /* on */
     CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "param group 0");
@@ -354,6 +354,26 @@ static void test_duplicate_params(void) {
     accel_optimizer_free(opt);
     accel_tensor_free(p);
     accel_tensor_free(q);
+    /* Flat runs that share elements (a buffer added twice, two groups'
+     * offsets computed wrong) updated those twice per step, silently: 1 ->
+     * 0.8 at lr 0.1, grad 1. Refused, naming the segment; adjacent runs and
+     * another optimizer over the same memory are fine. */
+    float x[6] = {1, 1, 1, 1, 1, 1}, gx[6] = {1, 1, 1, 1, 1, 1};
+    accel_optimizer *fo = flat_opt(ACCEL_OPTIM_SGD, x, gx, 4, &h);
+    CHECK(flat_add(fo, x, gx, 4, &h) == -1);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "overlap segment 0 (param group 0)");
+    accel_clear_error();
+    CHECK(flat_add(fo, x + 3, gx + 3, 3, &h) == -1);
+    accel_clear_error();
+    CHECK(flat_add(fo, x + 4, gx + 4, 2, &h) == 1);
+    CHECK(accel_optimizer_num_segments(fo) == 2);
+    CHECK(accel_optimizer_step(fo) == ACCEL_OK);
+    for (int i = 0; i < 6; i++) CHECK_CLOSE(x[i], 0.9, 1e-6, 0);
+    accel_optimizer *other = flat_opt(ACCEL_OPTIM_SGD, x, gx, 6, &h);
+    CHECK(other != NULL);
+    accel_optimizer_free(other);
+    accel_optimizer_free(fo);
 }
 
 /* A NaN in a gradient makes the total norm NaN (torch: tensor(nan)), for
@@ -474,7 +494,7 @@ static void test_schedulers(void) {
                                        0.5, 0.5, 0.5, 0.5}},
         {ACCEL_SCHED_CONSTANT, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
     };
-    float x[1], g[1] = {0};
+    float x[2], g[2] = {0};
     for (int c = 0; c < 4; c++) {
         accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.5);
         accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, x, g, 1, &h);
@@ -496,7 +516,7 @@ static void test_schedulers(void) {
     CHECK(flat_add(opt, x, g, 1, &h) == 0);
     h.lr = 0.2;
     h.weight_decay = 0;
-    CHECK(flat_add(opt, x, g, 1, &h) == 1);
+    CHECK(flat_add(opt, x + 1, g + 1, 1, &h) == 1);
     double scale = 1.0;
     accel_lr_scheduler *s = accel_lr_scheduler_lambda(opt, halve, &scale);
     accel_lr_scheduler_step(s);

@@ -120,7 +120,8 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
 /* Adds a param group of one flat segment: params updated from grads, both
  * contiguous f32 tensors of the same numel on one device (not meta), viewed
  * as 1-d runs (their memory borrowed, see the top of this file). Returns the
- * group index, or -1 + error naming what does not fit. */
+ * group index, or -1 + error naming what does not fit (params sharing memory
+ * with a segment already in opt is refused: updated twice per step). */
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h);
 

@@ -234,6 +234,26 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     return commit_group(opt, &rh, opt->n_segs, n);
 }
 
+/* The flat run params must share no element with a segment of opt: the
+ * shared ones were updated twice per step, silently (two groups' offsets
+ * computed wrong, one buffer added twice), as a parameter given twice
+ * (check_new_param). Compares the memory the segments view now. */
+static bool check_new_flat(const char *fn, accel_optimizer *opt, const accel_tensor *params) {
+    const char *lo = accel__device_ptr(params), *hi = lo + accel_numel(params) * (int64_t)sizeof(float);
+    for (int k = 0; k < opt->n_segs; k++) {
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[k], &p, &g);
+        const char *a = accel__device_ptr(p), *b = a + opt->segs[k].numel * (int64_t)sizeof(float);
+        if (!accel_device_eq(p->device, params->device) || a >= hi || lo >= b || lo == hi || a == b) continue;
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: the flat parameters [%lld elements] overlap segment %d (param group %d) of the "
+                        "optimizer: the shared elements would be updated twice per step",
+                        fn, (long long)accel_numel(params), k, opt->segs[k].group);
+        return false;
+    }
+    return true;
+}
+
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h) {
     const char *fn = "accel_optimizer_add_flat";
@@ -242,7 +262,8 @@ int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, c
         return -1;
     }
     accel_optim_hparams rh;
-    if (!check_flat(fn, 0, params, grads) || !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
+    if (!check_flat(fn, 0, params, grads) || !check_new_flat(fn, opt, params) ||
+        !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
         return -1;
     accel__segment *s = &opt->segs[opt->n_segs];
     memset(s, 0, sizeof *s);
