@@ -234,6 +234,22 @@ static void test_errors(void) {
     CHECK(flat_opt(ACCEL_OPTIM_SGD, x, g, 2, &h) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "nesterov");
     accel_clear_error();
+    /* Non-finite values were taken: an inf lr (or weight decay, momentum,
+     * eps; a NaN dampening) made every parameter NaN at the first steps,
+     * silently, and its saved state was refused by load_state. */
+    const struct { accel_optim_kind kind; accel_optim_hparams h; const char *why; } nonfinite[] = {
+        {ACCEL_OPTIM_SGD, {.lr = INFINITY}, "lr must be a finite number > 0"},
+        {ACCEL_OPTIM_ADAMW, {.lr = 0.1, .weight_decay = INFINITY}, "weight_decay must be a finite number"},
+        {ACCEL_OPTIM_SGD, {.lr = 0.1, .momentum = INFINITY}, "momentum must be a finite number"},
+        {ACCEL_OPTIM_SGD, {.lr = 0.1, .momentum = 0.9, .dampening = NAN}, "dampening must be a finite number"},
+        {ACCEL_OPTIM_ADAM, {.lr = 0.1, .eps = INFINITY}, "eps must be a finite number"},
+    };
+    for (size_t k = 0; k < sizeof nonfinite / sizeof *nonfinite; k++) {
+        CHECK(flat_opt(nonfinite[k].kind, x, g, 2, &nonfinite[k].h) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), nonfinite[k].why);
+        accel_clear_error();
+    }
     /* A flat segment is a pair of contiguous f32 tensors of one numel on one device. */
     h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
     accel_tensor *tx = host_f32(x, 2), *tg1 = host_f32(g, 1), *bf = accel_tensor_new(ACCEL_BF16, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
@@ -252,6 +268,63 @@ static void test_errors(void) {
     accel_tensor_free(tg1);
     accel_tensor_free(bf);
     CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
+}
+
+/* accel_optimizer_hparams hands out the live hyperparameters: a write that
+ * switched SGD's momentum on was ignored by the step (no momentum_buffer)
+ * and accel_optimizer_state then crashed on the missing buffer; one that
+ * switched it off still applied the dampening; a NaN lr made every parameter
+ * NaN. The step now refuses them, naming the group, and changes nothing. */
+static void test_live_hparams(void) {
+    float p[4] = {1.0f, 2.0f, 3.0f, 4.0f}, g[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    accel_optim_hparams h = {.lr = 0.1};
+    accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, p, g, 2, &h);
+    h.momentum = 0.9;
+    h.dampening = 0.5;
+    CHECK(flat_add(opt, p + 2, g + 2, 2, &h) == 1);
+    accel_optimizer_hparams(opt, 0)->momentum = 0.9; /* on */
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 0");
+    CHECK_STR_CONTAINS(accel_last_error(), "momentum was switched on or off");
+    accel_clear_error();
+    CHECK(p[0] == 1.0f && accel_optimizer_step_count(opt) == 0);
+    accel_named_state *st;
+    int n = accel_optimizer_state(opt, &st); /* no crash, no momentum_buffer for group 0 */
+    CHECK(n > 0);
+    accel_named_state_free(st, n);
+    accel_optimizer_hparams(opt, 0)->momentum = 0;
+    accel_optimizer_hparams(opt, 1)->momentum = 0; /* off */
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 1");
+    accel_clear_error();
+    accel_optimizer_hparams(opt, 1)->momentum = 0.9;
+    accel_optimizer_hparams(opt, 1)->lr = NAN;
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0");
+    accel_clear_error();
+    CHECK(p[0] == 1.0f);
+    accel_optimizer_hparams(opt, 1)->lr = 0; /* a schedule's end: taken */
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    CHECK_CLOSE(p[0], 0.9, 1e-6, 0);
+    /* A checkpoint's momentum is checked against the group's state, not the
+     * live value: loading it back repairs a switched momentum. */
+    n = accel_optimizer_state(opt, &st);
+    accel_optimizer_hparams(opt, 1)->momentum = 0;
+    CHECK(accel_optimizer_load_state(opt, n, st) == ACCEL_OK);
+    CHECK(accel_optimizer_hparams(opt, 1)->momentum == 0.9);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    accel_named_state_free(st, n);
+    accel_optimizer_free(opt);
+    /* Adam: betas written out of [0, 1) are refused; beta1 0 (a field PyTorch takes) is not */
+    opt = flat_opt(ACCEL_OPTIM_ADAM, p, g, 2, NULL);
+    accel_optimizer_hparams(opt, 0)->beta2 = 1.0;
+    CHECK(accel_optimizer_step(opt) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "betas must be in [0, 1)");
+    accel_clear_error();
+    accel_optimizer_hparams(opt, 0)->beta2 = 0.999;
+    accel_optimizer_hparams(opt, 0)->beta1 = 0;
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    accel_optimizer_free(opt);
 }
 
 /* A parameter given twice, in one group or in two, was updated twice per
@@ -281,6 +354,64 @@ static void test_duplicate_params(void) {
     accel_optimizer_free(opt);
     accel_tensor_free(p);
     accel_tensor_free(q);
+    /* Flat runs that share elements (a buffer added twice, two groups'
+     * offsets computed wrong) updated those twice per step, silently: 1 ->
+     * 0.8 at lr 0.1, grad 1. Refused, naming the segment; adjacent runs and
+     * another optimizer over the same memory are fine. */
+    float x[6] = {1, 1, 1, 1, 1, 1}, gx[6] = {1, 1, 1, 1, 1, 1};
+    accel_optimizer *fo = flat_opt(ACCEL_OPTIM_SGD, x, gx, 4, &h);
+    CHECK(flat_add(fo, x, gx, 4, &h) == -1);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "overlap segment 0 (param group 0)");
+    accel_clear_error();
+    CHECK(flat_add(fo, x + 3, gx + 3, 3, &h) == -1);
+    accel_clear_error();
+    CHECK(flat_add(fo, x + 4, gx + 4, 2, &h) == 1);
+    CHECK(accel_optimizer_num_segments(fo) == 2);
+    CHECK(accel_optimizer_step(fo) == ACCEL_OK);
+    for (int i = 0; i < 6; i++) CHECK_CLOSE(x[i], 0.9, 1e-6, 0);
+    accel_optimizer *other = flat_opt(ACCEL_OPTIM_SGD, x, gx, 6, &h);
+    CHECK(other != NULL);
+    accel_optimizer_free(other);
+    accel_optimizer_free(fo);
+}
+
+/* A NaN in a gradient makes the total norm NaN (torch: tensor(nan)), for
+ * every norm_type: the inf-norm's max dropped the NaN (fmax) and returned 4
+ * here, clipping the other gradients by it; the 2-norm returned NaN with no
+ * error. Now NAN + an error naming it, the gradients untouched; an inf
+ * gradient still gives an inf norm (clip coefficient 0, as torch). */
+static void test_clip_nan(void) {
+    const double types[] = {2.0, INFINITY, 1.0, 3.0};
+    for (int t = 0; t < 4; t++)
+        for (int form = 0; form < 2; form++) {
+            float ga[3] = {NAN, 3.0f, -4.0f}, gb[1] = {0.5f}, x[4] = {0};
+            accel_tensor *ps[2] = {host_f32(x, 3), host_f32(x + 3, 1)};
+            ps[0]->grad = host_f32(ga, 3);
+            ps[1]->grad = host_f32(gb, 1);
+            accel_optimizer *opt = form ? accel_optimizer_new_params(ACCEL_OPTIM_SGD, 2, ps, NULL) : NULL;
+            accel_clear_error();
+            double total = form ? accel_optimizer_clip_grad_norm(opt, 1.0, types[t])
+                                : accel_clip_grad_norm(2, ps, 1.0, types[t]);
+            CHECK(isnan(total));
+            CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+            CHECK_STR_CONTAINS(accel_last_error(), "the total gradient norm is nan");
+            CHECK_STR_CONTAINS(accel_last_error(), form ? "accel_optimizer_clip_grad_norm" : "accel_clip_grad_norm");
+            CHECK(ga[1] == 3.0f && ga[2] == -4.0f && gb[0] == 0.5f);
+            accel_clear_error();
+            ga[0] = INFINITY;
+            total = form ? accel_optimizer_clip_grad_norm(opt, 1.0, types[t]) : accel_clip_grad_norm(2, ps, 1.0, types[t]);
+            CHECK(isinf(total) && accel_last_status() == ACCEL_OK);
+            CHECK(ga[1] == 0.0f && gb[0] == 0.0f);
+            accel_optimizer_free(opt);
+            accel_tensor_free(ps[0]); /* and its grad */
+            accel_tensor_free(ps[1]);
+        }
+    /* the distributed pieces: a NaN partial is NaN (max kept it) */
+    float g[3] = {1.0f, NAN, 2.0f};
+    accel_tensor *tg = host_f32(g, 3);
+    CHECK(isnan(accel_grad_norm_partial(tg, INFINITY)));
+    accel_tensor_free(tg);
 }
 
 /* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */
@@ -321,6 +452,11 @@ static void test_clip(void) {
     CHECK(accel_clip_coef(0.5, 1.0) == 1.0);
     CHECK(isnan(accel_clip_grad_norm(0, NULL, 1.0, -1.0)));
     accel_clear_error();
+    /* n -1 (accel_module_parameters failed) returned 0 and clipped nothing; n 0 is an empty list */
+    CHECK(isnan(accel_clip_grad_norm(-1, NULL, 1.0, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "n < 0 (got -1)");
+    accel_clear_error();
+    CHECK(accel_clip_grad_norm(0, NULL, 1.0, 2.0) == 0.0 && accel_last_status() == ACCEL_OK);
     /* A negative max_norm would flip every gradient, a NaN one skip clipping. */
     float gn[2] = {3.0f, -4.0f};
     accel_tensor *pn = host_f32(gn, 2);
@@ -340,6 +476,7 @@ static void test_clip(void) {
     CHECK(((float *)pn->grad->data)[1] == 0.0f);
     accel_optimizer_free(on);
     accel_tensor_free(pn);
+    test_clip_nan();
 }
 
 static double halve(int64_t step, void *ctx) { return *(double *)ctx / (double)(step + 1); }
@@ -357,7 +494,7 @@ static void test_schedulers(void) {
                                        0.5, 0.5, 0.5, 0.5}},
         {ACCEL_SCHED_CONSTANT, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
     };
-    float x[1], g[1] = {0};
+    float x[2], g[2] = {0};
     for (int c = 0; c < 4; c++) {
         accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.5);
         accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, x, g, 1, &h);
@@ -379,7 +516,7 @@ static void test_schedulers(void) {
     CHECK(flat_add(opt, x, g, 1, &h) == 0);
     h.lr = 0.2;
     h.weight_decay = 0;
-    CHECK(flat_add(opt, x, g, 1, &h) == 1);
+    CHECK(flat_add(opt, x + 1, g + 1, 1, &h) == 1);
     double scale = 1.0;
     accel_lr_scheduler *s = accel_lr_scheduler_lambda(opt, halve, &scale);
     accel_lr_scheduler_step(s);
@@ -403,7 +540,10 @@ static void test_schedulers(void) {
      * a bad one was loaded. */
     accel_named_state bad[] = {{"last_epoch", NULL, 1e300},     {"last_epoch", NULL, -3},
                                {"last_epoch", NULL, 2.5},       {"base_lrs.0", NULL, -1},
-                               {"base_lrs.1", NULL, INFINITY}};
+                               {"base_lrs.1", NULL, INFINITY},
+                               /* sscanf's %d wrapped 2^32 to group 0 and took " 1" */
+                               {"base_lrs.4294967296", NULL, 7}, {"base_lrs. 1", NULL, 7},
+                               {"base_lrs.2", NULL, 7},          {"base_lrs.", NULL, 7}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         accel_named_state two[2] = {{"last_epoch", NULL, 9}, bad[k]};
         CHECK(accel_lr_scheduler_load_state(s2, 2, two) == ACCEL_ERR_FORMAT);
@@ -421,6 +561,10 @@ static void test_schedulers(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "lr must be a finite number >= 0 (got nan)");
     CHECK(accel_optimizer_set_lr(opt, -1, -0.1) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_optimizer_set_lr(opt, 1, INFINITY) == ACCEL_ERR_INVALID_ARG);
+    /* -1 is every group; another negative group set them all too, silently */
+    CHECK(accel_optimizer_set_lr(opt, -2, 0.3) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "no param group -2");
+    CHECK(accel_optimizer_set_lr(opt, 2, 0.3) == ACCEL_ERR_INVALID_ARG);
     accel_clear_error();
     CHECK_CLOSE(accel_optimizer_get_lr(opt, 1), 0.2 / 4, 1e-15, 0);
     CHECK(accel_optimizer_set_lr(opt, 1, 0) == ACCEL_OK && accel_optimizer_set_lr(opt, 1, 0.2 / 4) == ACCEL_OK);
@@ -656,6 +800,7 @@ int main(void) {
     RUN(test_flat_shards);
     RUN(test_errors);
     RUN(test_duplicate_params);
+    RUN(test_live_hparams);
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);

@@ -69,7 +69,10 @@ typedef enum accel_optim_kind {
 /* A zero field means PyTorch's default (betas 0.9/0.999, eps 1e-8, momentum
  * and dampening 0, no nesterov), except two that have none: lr must be > 0,
  * and weight_decay is taken as given (0: none; accel_optim_defaults gives
- * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. */
+ * AdamW's 0.01). `{.lr = 1e-3}` is Adam's defaults. Every value must be
+ * finite (PyTorch takes an inf lr and turns every parameter NaN); lr,
+ * weight_decay, momentum and eps >= 0, betas in [0, 1); else the add is
+ * ACCEL_ERR_INVALID_ARG naming the field. */
 typedef struct accel_optim_hparams {
     double lr;
     double weight_decay;
@@ -117,11 +120,13 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
 /* Adds a param group of one flat segment: params updated from grads, both
  * contiguous f32 tensors of the same numel on one device (not meta), viewed
  * as 1-d runs (their memory borrowed, see the top of this file). Returns the
- * group index, or -1 + error naming what does not fit. */
+ * group index, or -1 + error naming what does not fit (params sharing memory
+ * with a segment already in opt is refused: updated twice per step). */
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h);
 
-/* One update of every segment. No allocation. */
+/* One update of every segment. No allocation. Refused, nothing updated,
+ * when a group's live hyperparameters are bad (accel_optimizer_hparams). */
 accel_status accel_optimizer_step(accel_optimizer *opt);
 /* Zeroes every gradient (PyTorch's zero_grad(set_to_none=False)): one memset
  * per flat segment, one per tensor that has a grad. */
@@ -131,10 +136,14 @@ int accel_optimizer_num_groups(const accel_optimizer *opt);
 int accel_optimizer_num_segments(const accel_optimizer *opt);
 accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt);
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group);
-/* group -1: all. lr must be a finite number >= 0 (0: a schedule's start or
+/* group -1: all (another group not in opt is ACCEL_ERR_INVALID_ARG). lr must be a finite number >= 0 (0: a schedule's start or
  * end); anything else is ACCEL_ERR_INVALID_ARG, the lr unchanged. */
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr);
-/* The group's hyperparameters (live: writes take effect at the next step). */
+/* The group's hyperparameters (live: writes take effect at the next step,
+ * which refuses values out of the ranges above (lr may be 0 there) and an
+ * SGD momentum switched on or off, its momentum_buffer being made or not when
+ * the group was added: ACCEL_ERR_INVALID_ARG naming the group, nothing
+ * updated). */
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group);
 int64_t accel_optimizer_step_count(const accel_optimizer *opt);
 
@@ -181,13 +190,17 @@ void accel_named_state_free(accel_named_state *st, int n);
  * (norm_type 2, 1, any p > 0, or INFINITY); every grad is multiplied by
  * min(1, max_norm / (total + 1e-6)). Parameters without a grad are skipped.
  * max_norm must be >= 0 (a negative one would flip every gradient).
- * Returns the total norm before clipping (NAN + error on failure). */
+ * Returns the total norm before clipping (NAN + error on failure). A NaN in
+ * a gradient makes the total NaN (for every norm_type, INFINITY's max
+ * included): NAN + ACCEL_ERR_INVALID_ARG, the gradients left as they were
+ * (torch's error_if_nonfinite=True; without it torch multiplies them all by
+ * NaN). An inf gradient gives an inf total and coefficient 0, as torch. */
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type);
 /* The same over the optimizer's gradients (tensor and flat segments). */
 double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, double norm_type);
 /* Pieces for distributed clipping (each rank holds part of the gradients):
  * partial = accel_grad_norm_partial(g, p) per rank (sum |g|^p, or max |g|
- * for INFINITY; g a contiguous f32 tensor on any device, reduced there by its
+ * for INFINITY, NaN when g holds one; g a contiguous f32 tensor on any device, reduced there by its
  * backend's norm_partial kernel), combined across ranks (sum, or max for
  * INFINITY), then total = accel_grad_norm_finish(combined, p) and
  * grads *= accel_clip_coef(total, max_norm). NAN + error on failure. */

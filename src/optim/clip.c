@@ -3,19 +3,20 @@
 
 #include "optim_internal.h"
 
-/* sum |g|^p (or max |g|) of contiguous f32 g on its device's norm_partial
- * kernel: into a host double on the cpu, else into a step tensor of g's
- * device read back. NAN + error. */
-static double norm_partial(accel_tensor *g, double norm_type) {
-    double part = NAN;
+/* *part = sum |g|^p (or max |g|) of contiguous f32 g on its device's
+ * norm_partial kernel: into a host double on the cpu, else into a step
+ * tensor of g's device read back. False + error when the kernel fails (a
+ * NaN gradient is no failure: *part is NaN). */
+static bool norm_partial(accel_tensor *g, double norm_type, double *part) {
     accel_tensor out;
     accel_tensor *o = &out;
-    if (g->device.type == ACCEL_DEV_CPU) accel__tensor_header(&out, &part, ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
+    if (g->device.type == ACCEL_DEV_CPU) accel__tensor_header(&out, part, ACCEL_F64, 0, NULL, ACCEL_CPU_DEVICE);
     else o = accel_empty_on(ACCEL_F64, 0, NULL, g->device);
-    if (!o) return NAN;
+    if (!o) return false;
     accel_k_norm_partial k = {.out = o, .g = g, .norm_type = norm_type};
-    if (ACCEL_KERNEL("grad norm", g->device, norm_partial, &k) != ACCEL_OK) return NAN;
-    return o == &out ? part : accel_item(o);
+    if (ACCEL_KERNEL("grad norm", g->device, norm_partial, &k) != ACCEL_OK) return false;
+    if (o != &out) *part = accel_item(o);
+    return true;
 }
 
 double accel_grad_norm_partial(const accel_tensor *g, double norm_type) {
@@ -31,7 +32,8 @@ double accel_grad_norm_partial(const accel_tensor *g, double norm_type) {
     int64_t n = accel_numel(g);
     accel_tensor flat; /* a 1-d view of g's memory: the kernel's operand */
     accel__tensor_header(&flat, accel__device_ptr(g), ACCEL_F32, 1, &n, g->device);
-    return norm_partial(&flat, norm_type);
+    double part;
+    return norm_partial(&flat, norm_type, &part) ? part : NAN;
 }
 
 double accel_grad_norm_finish(double combined, double norm_type) {
@@ -60,8 +62,27 @@ bool accel__check_clip_args(const char *fn, double max_norm, double norm_type) {
     return true;
 }
 
-static double combine(double acc, double part, double norm_type) {
-    return isinf(norm_type) ? fmax(acc, part) : acc + part;
+/* acc combined with g's part (a sum, or the max for INFINITY); false when
+ * the kernel failed (its error set). A NaN part stays NaN: fmax dropped it,
+ * and a NaN gradient gave a finite inf-norm that clipped the others. */
+static bool add_partial(double *acc, accel_tensor *g, double norm_type) {
+    double part;
+    if (!norm_partial(g, norm_type, &part)) return false;
+    if (!isinf(norm_type)) *acc += part;
+    else if (isnan(part) || part > *acc) *acc = part;
+    return true;
+}
+
+/* The total norm of acc, or NAN + error when it is NaN: a gradient holds a
+ * NaN, and no coefficient clips that (torch's error_if_nonfinite refuses it;
+ * without, torch multiplies every gradient by NaN). */
+static double checked_total(const char *fn, double acc, double norm_type) {
+    double total = accel_grad_norm_finish(acc, norm_type);
+    if (isnan(total))
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: the total gradient norm is nan (a gradient holds a NaN); the gradients are left as "
+                        "they were", fn);
+    return total;
 }
 
 accel_status accel__grad_scale(accel_tensor *g, float c) {
@@ -72,8 +93,9 @@ accel_status accel__grad_scale(accel_tensor *g, float c) {
 double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm, double norm_type) {
     const char *fn = "accel_clip_grad_norm";
     if (!accel__check_clip_args(fn, max_norm, norm_type)) return NAN;
-    if (n > 0 && !params) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: params is NULL", fn);
+    /* a negative n (a failed accel_module_parameters' -1) returned a norm of 0, clipping nothing */
+    if (n < 0 || (n > 0 && !params)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: params is NULL or n < 0 (got %d)", fn, n);
         return NAN;
     }
     for (int i = 0; i < n; i++) {
@@ -87,9 +109,9 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
     }
     double acc = 0.0;
     for (int i = 0; i < n; i++)
-        if (params[i]->grad)
-            acc = combine(acc, norm_partial(params[i]->grad, norm_type), norm_type);
-    double total = accel_grad_norm_finish(acc, norm_type);
+        if (params[i]->grad && !add_partial(&acc, params[i]->grad, norm_type)) return NAN;
+    double total = checked_total(fn, acc, norm_type);
+    if (isnan(total)) return NAN;
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < n; i++)
         if (params[i]->grad && accel__grad_scale(params[i]->grad, c) != ACCEL_OK) return NAN;
@@ -97,18 +119,20 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
 }
 
 double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, double norm_type) {
+    const char *fn = "accel_optimizer_clip_grad_norm";
     if (!opt) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_clip_grad_norm: optimizer is NULL");
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
         return NAN;
     }
-    if (!accel__check_clip_args("accel_optimizer_clip_grad_norm", max_norm, norm_type)) return NAN;
+    if (!accel__check_clip_args(fn, max_norm, norm_type)) return NAN;
     double acc = 0.0;
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;
         accel__seg_tensors(&opt->segs[i], &p, &g);
-        if (g) acc = combine(acc, norm_partial(g, norm_type), norm_type);
+        if (g && !add_partial(&acc, g, norm_type)) return NAN;
     }
-    double total = accel_grad_norm_finish(acc, norm_type);
+    double total = checked_total(fn, acc, norm_type);
+    if (isnan(total)) return NAN;
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;

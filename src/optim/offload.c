@@ -185,7 +185,7 @@ bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns) {
 
 void accel__seg_free_state(accel_optimizer *opt, accel__segment *s) {
     accel__offload *o = opt->off;
-    if (o && o->home == ACCEL__HOME_FILE) file_release(o, s->file_off, accel__n_state(opt, &opt->groups[s->group].h) * s->numel);
+    if (o && o->home == ACCEL__HOME_FILE) file_release(o, s->file_off, accel__n_state(opt, s->group) * s->numel);
     for (int k = 0; k < 2; k++) {
         accel_tensor_free(s->state[k]);
         s->state[k] = NULL;
@@ -230,7 +230,7 @@ accel_status accel__optimizer_set_offload(accel_optimizer *opt, const accel__off
     int made = 0;
     for (int i = 0; i < opt->n_segs && !st; i++) {
         accel__segment *s = &opt->segs[i];
-        int ns = accel__n_state(opt, &opt->groups[s->group].h);
+        int ns = accel__n_state(opt, s->group);
         moved[i] = *s;
         moved[i].state[0] = moved[i].state[1] = NULL;
         opt->off = nu;
@@ -287,7 +287,7 @@ static float *host_range(accel_tensor *t, int64_t at, int64_t n, float *block, a
 
 accel_status accel__offload_update(accel_optimizer *opt, accel__segment *s, accel_tensor *p, accel_tensor *g) {
     accel__offload *o = opt->off;
-    int ns = accel__n_state(opt, &opt->groups[s->group].h);
+    int ns = accel__n_state(opt, s->group);
     bool staged = !accel__device_host_addressable(p->device), in_file = o->home == ACCEL__HOME_FILE;
     int need = (in_file ? ns : 0) + (staged ? 2 : 0);
     if (need > o->n_blocks)
@@ -347,7 +347,7 @@ accel_status accel__seg_state_load(accel_optimizer *opt, accel__segment *s, int 
 
 accel_status accel__seg_state_zero(accel_optimizer *opt, accel__segment *s) {
     accel__offload *o = opt->off;
-    int ns = accel__n_state(opt, &opt->groups[s->group].h);
+    int ns = accel__n_state(opt, s->group);
     if (!o || o->home != ACCEL__HOME_FILE) {
         for (int k = 0; k < ns; k++)
             if (accel_zero_(s->state[k]) != ACCEL_OK) return accel_last_status();

@@ -25,7 +25,8 @@ typedef struct accel__segment {
 } accel__segment;
 
 typedef struct accel__group {
-    accel_optim_hparams h;
+    accel_optim_hparams h; /* live: accel_optimizer_hparams hands it out, the step checks it */
+    int n_state;           /* state buffers each of its segments holds, fixed when the group was added */
 } accel__group;
 
 /* Moves, in place, the state of every parameter segment whose parameter
@@ -65,8 +66,9 @@ bool accel__check_clip_args(const char *fn, double max_norm, double norm_type);
  * (offload.c); false (state freed) on failure. */
 bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns);
 void accel__seg_free_state(accel_optimizer *opt, accel__segment *s);
-/* How many state buffers a segment of this optimizer holds (0, 1 or 2). */
-int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h);
+/* How many state buffers each segment of param group `group` holds (0, 1 or
+ * 2): fixed when the group was added, whatever its live momentum says now. */
+int accel__n_state(const accel_optimizer *opt, int group);
 /* One update of segment s (its step already counted) with its state buffers
  * m (momentum_buffer or exp_avg) and v (exp_avg_sq), on p's device's kernel. */
 accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment *s, accel_tensor *p, accel_tensor *g,

@@ -79,7 +79,7 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
         if (s->step == 0) continue;
         snprintf(name, sizeof name, "state.%d.step", i);
         push_scalar(&l, name, (double)s->step);
-        int ns = accel__n_state(opt, &opt->groups[s->group].h);
+        int ns = accel__n_state(opt, s->group);
         for (int k = 0; k < ns; k++) {
             snprintf(name, sizeof name, "state.%d.%s", i, state_name(opt, k));
             accel_named_state *e = push(&l, name);
@@ -167,7 +167,7 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, 
         if (apply) s->step = (int64_t)v;
         return ACCEL_OK;
     }
-    int ns = accel__n_state(opt, &opt->groups[s->group].h);
+    int ns = accel__n_state(opt, s->group);
     for (int k = 0; k < ns; k++) {
         if (strcmp(field, state_name(opt, k)) != 0) continue;
         if (!e->t) return bad_entry(e->name, "is a scalar, expected a tensor");
@@ -185,10 +185,11 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, 
     return bad_entry(e->name, "unknown state for this optimizer");
 }
 
-/* The entry e of param group hparams *h: checked, and written where `apply`
- * (else into a copy). */
-static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *hp, const accel_named_state *e,
-                                     const char *field, bool apply) {
+/* The entry e of param group `group`: checked, and written into its
+ * hparams where `apply` (else into a copy). */
+static accel_status load_group_entry(accel_optimizer *opt, int group, const accel_named_state *e, const char *field,
+                                     bool apply) {
+    accel_optim_hparams *hp = &opt->groups[group].h;
     double v;
     if (!entry_scalar(e, &v)) return accel_last_status();
     bool sgd = opt->kind == ACCEL_OPTIM_SGD;
@@ -198,7 +199,9 @@ static accel_status load_group_entry(accel_optimizer *opt, accel_optim_hparams *
     if (strcmp(field, "lr") == 0) h->lr = v;
     else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
     else if (sgd && strcmp(field, "momentum") == 0) {
-        if ((v != 0.0) != (h->momentum != 0.0))
+        /* against the group's state, not its live momentum (a write through
+         * accel_optimizer_hparams may have switched that) */
+        if ((v != 0.0) != (accel__n_state(opt, group) != 0))
             return bad_entry(e->name, "momentum on/off differs from this optimizer's");
         h->momentum = v;
     } else if (sgd && strcmp(field, "dampening") == 0) h->dampening = v;
@@ -230,7 +233,7 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
             rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply, own);
         } else if ((idx = parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
             if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
-            rc = load_group_entry(opt, &opt->groups[idx].h, e, rest, apply);
+            rc = load_group_entry(opt, (int)idx, e, rest, apply);
         } else {
             rc = bad_entry(e->name, "unknown name");
         }

@@ -50,10 +50,13 @@ void accel_optimizer_free(accel_optimizer *opt) {
     accel_free(opt);
 }
 
-int accel__n_state(const accel_optimizer *opt, const accel_optim_hparams *h) {
-    if (opt->kind == ACCEL_OPTIM_SGD) return h->momentum != 0.0 ? 1 : 0;
+/* The state buffers a group of h needs: a momentum_buffer for SGD with momentum, two moments for Adam. */
+static int n_state_for(accel_optim_kind kind, const accel_optim_hparams *h) {
+    if (kind == ACCEL_OPTIM_SGD) return h->momentum != 0.0 ? 1 : 0;
     return 2;
 }
+
+int accel__n_state(const accel_optimizer *opt, int group) { return opt->groups[group].n_state; }
 
 accel_device accel__seg_device(const accel__segment *s) {
     return s->param ? s->param->device : s->flat_data.device;
@@ -91,24 +94,37 @@ static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tenso
     accel__tensor_header(&s->flat_grad, accel__device_ptr(g), ACCEL_F32, 1, &s->numel, g->device);
 }
 
+/* Why h is out of the range an optimizer of kind takes, NULL when it is in
+ * it. Every value must be finite: an inf lr, weight decay, momentum or eps (or
+ * a NaN dampening) was taken, made every parameter NaN at the first steps,
+ * silently, and gave a state that accel_optimizer_load_state refuses. lr may
+ * be 0 where lr0 (a schedule's start or end: the step), not where 0 is a
+ * field left unset (construction). */
+static const char *hparams_bad(accel_optim_kind kind, const accel_optim_hparams *h, bool lr0) {
+    bool sgd = kind == ACCEL_OPTIM_SGD;
+    if (!isfinite(h->lr) || h->lr < 0 || (h->lr == 0 && !lr0))
+        return lr0 ? "lr must be a finite number >= 0"
+                   : "lr must be a finite number > 0 (a zeroed accel_optim_hparams needs .lr)";
+    if (!(h->weight_decay >= 0 && isfinite(h->weight_decay))) return "weight_decay must be a finite number >= 0";
+    if (sgd && !(h->momentum >= 0 && isfinite(h->momentum))) return "momentum must be a finite number >= 0";
+    if (sgd && !isfinite(h->dampening)) return "dampening must be a finite number";
+    if (sgd && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
+        return "nesterov momentum requires a momentum and zero dampening";
+    if (!sgd && !(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1)) return "betas must be in [0, 1)";
+    if (!sgd && !(h->eps >= 0 && isfinite(h->eps))) return "eps must be a finite number >= 0";
+    return NULL;
+}
+
 /* *out = *given with its zero betas/eps at their defaults (NULL given: torch.optim's
  * defaults for kind, lr 1e-3); false + error when a value is bad. */
 static bool resolve_hparams(const char *fn, accel_optim_kind kind, const accel_optim_hparams *given,
                             accel_optim_hparams *out) {
-    const char *bad = NULL;
     accel_optim_hparams *h = out;
     *h = given ? *given : accel_optim_defaults(kind, 1e-3);
     if (h->beta1 == 0) h->beta1 = 0.9;
     if (h->beta2 == 0) h->beta2 = 0.999;
     if (h->eps == 0) h->eps = 1e-8;
-    if (!(h->lr > 0)) bad = "lr must be > 0 (a zeroed accel_optim_hparams needs .lr)";
-    else if (!(h->weight_decay >= 0)) bad = "weight_decay must be >= 0";
-    else if (kind == ACCEL_OPTIM_SGD && !(h->momentum >= 0)) bad = "momentum must be >= 0";
-    else if (kind == ACCEL_OPTIM_SGD && h->nesterov && (h->momentum <= 0 || h->dampening != 0))
-        bad = "nesterov momentum requires a momentum and zero dampening";
-    else if (kind != ACCEL_OPTIM_SGD && !(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1))
-        bad = "betas must be in [0, 1)";
-    else if (kind != ACCEL_OPTIM_SGD && !(h->eps >= 0)) bad = "eps must be >= 0";
+    const char *bad = hparams_bad(kind, h, false);
     if (bad) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, bad);
         return false;
@@ -142,8 +158,9 @@ static bool reserve(accel_optimizer *opt, int extra_segs) {
 /* Allocates the new segments' state; on failure frees what it made and
  * leaves the optimizer unchanged. */
 static int commit_group(accel_optimizer *opt, const accel_optim_hparams *h, int first, int n) {
-    int ns = accel__n_state(opt, h);
-    opt->groups[opt->n_groups].h = *h; /* before the state: freeing a segment's state reads its group */
+    int ns = n_state_for(opt->kind, h);
+    /* before the state: freeing a segment's state reads its group */
+    opt->groups[opt->n_groups] = (accel__group){.h = *h, .n_state = ns};
     for (int i = first; i < first + n; i++)
         if (!accel__seg_alloc_state(opt, &opt->segs[i], ns)) {
             for (int j = first; j < i; j++) accel__seg_free_state(opt, &opt->segs[j]);
@@ -217,6 +234,26 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     return commit_group(opt, &rh, opt->n_segs, n);
 }
 
+/* The flat run params must share no element with a segment of opt: the
+ * shared ones were updated twice per step, silently (two groups' offsets
+ * computed wrong, one buffer added twice), as a parameter given twice
+ * (check_new_param). Compares the memory the segments view now. */
+static bool check_new_flat(const char *fn, accel_optimizer *opt, const accel_tensor *params) {
+    const char *lo = accel__device_ptr(params), *hi = lo + accel_numel(params) * (int64_t)sizeof(float);
+    for (int k = 0; k < opt->n_segs; k++) {
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[k], &p, &g);
+        const char *a = accel__device_ptr(p), *b = a + opt->segs[k].numel * (int64_t)sizeof(float);
+        if (!accel_device_eq(p->device, params->device) || a >= hi || lo >= b || lo == hi || a == b) continue;
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: the flat parameters [%lld elements] overlap segment %d (param group %d) of the "
+                        "optimizer: the shared elements would be updated twice per step",
+                        fn, (long long)accel_numel(params), k, opt->segs[k].group);
+        return false;
+    }
+    return true;
+}
+
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
                              const accel_optim_hparams *h) {
     const char *fn = "accel_optimizer_add_flat";
@@ -225,7 +262,8 @@ int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, c
         return -1;
     }
     accel_optim_hparams rh;
-    if (!check_flat(fn, 0, params, grads) || !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
+    if (!check_flat(fn, 0, params, grads) || !check_new_flat(fn, opt, params) ||
+        !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
         return -1;
     accel__segment *s = &opt->segs[opt->n_segs];
     memset(s, 0, sizeof *s);
@@ -287,10 +325,29 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
     return accel__prepared_rewrite(p, tape_done, adam_write, &k);
 }
 
+/* Every group's live hyperparameters (accel_optimizer_hparams hands them out
+ * for writing) in range, its momentum on or off as when it was added: a
+ * momentum switched on was ignored (no momentum_buffer; accel_optimizer_state
+ * then crashed on the missing one), one switched off still applied its
+ * dampening, a NaN lr turned every parameter NaN, silently. */
+static accel_status check_groups(const accel_optimizer *opt) {
+    for (int g = 0; g < opt->n_groups; g++) {
+        const accel_optim_hparams *h = &opt->groups[g].h;
+        const char *bad = hparams_bad(opt->kind, h, true);
+        if (!bad && n_state_for(opt->kind, h) != opt->groups[g].n_state)
+            bad = "momentum was switched on or off after the group was added (its momentum_buffer is made, or "
+                  "not, then); add a new param group for it";
+        if (bad)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: param group %d (written through "
+                                   "accel_optimizer_hparams?): %s", g, bad);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
     accel_status ok = accel__offload_check(opt);
-    if (ok) return ok;
+    if (ok || (ok = check_groups(opt))) return ok;
     /* a model moved after its optimizer was made (accel_module_to): the
      * state follows at the next step, as PyTorch's lazily made state does */
     if ((ok = accel__optimizer_follow_params(opt))) return ok;
@@ -361,8 +418,10 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
 
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
-    if (group >= opt->n_groups)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: no param group %d (%d groups)", group,
+    /* -1 is every group; -2 (an index computed wrong) set them all too, silently */
+    if (group < -1 || group >= opt->n_groups)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_optimizer_set_lr: no param group %d (%d groups; -1 is all of them)", group,
                                opt->n_groups);
     /* 0 is a schedule's start or end; a NaN turned every parameter into NaN
      * at the next step, a negative lr climbed the loss, silently */
@@ -416,7 +475,7 @@ accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_ten
             set_flat(s, flat_params[k], flat_grads[k]);
         }
         s->group = groups[k];
-        if (!accel__seg_alloc_state(opt, s, accel__n_state(opt, &opt->groups[groups[k]].h))) {
+        if (!accel__seg_alloc_state(opt, s, accel__n_state(opt, groups[k]))) {
             for (int i = 0; i < k; i++) accel__seg_free_state(opt, &segs[i]);
             accel_free(segs);
             return accel_last_status();

@@ -166,6 +166,20 @@ int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out) {
     return n;
 }
 
+/* g of "base_lrs.<g>" (decimal digits only, g < n_groups), or -1. sscanf's
+ * %d wrapped "base_lrs.4294967296" to group 0, whose base lr a file could so
+ * overwrite under another name. */
+static int base_lr_index(const char *name, int n_groups) {
+    static const char PREFIX[] = "base_lrs.";
+    if (strncmp(name, PREFIX, sizeof PREFIX - 1) != 0 || !name[sizeof PREFIX - 1]) return -1;
+    long g = 0;
+    for (const char *p = name + sizeof PREFIX - 1; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if ((g = g * 10 + (*p - '0')) >= n_groups) return -1; /* also before it could overflow */
+    }
+    return (int)g;
+}
+
 accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st) {
     if (!s || n < 0 || (n > 0 && !st))
@@ -177,11 +191,9 @@ accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             double v = st[i].t ? accel_item(st[i].t) : st[i].value;
-            int g;
-            char extra;
             bool epoch = st[i].name && strcmp(st[i].name, "last_epoch") == 0;
-            bool base = !epoch && st[i].name && sscanf(st[i].name, "base_lrs.%d%c", &g, &extra) == 1 && g >= 0 &&
-                        g < s->n_groups;
+            int g = epoch || !st[i].name ? -1 : base_lr_index(st[i].name, s->n_groups);
+            bool base = g >= 0;
             if (!st[i].name || isnan(v))
                 return accel_set_error(ACCEL_ERR_FORMAT,
                                        "accel_lr_scheduler_load_state: entry %d has no name or no scalar", i);

@@ -51,8 +51,11 @@ accel_status accel__cpuk_norm_partial(accel_k_norm_partial *k) {
     const int64_t n = accel_numel(k->g);
     const double norm_type = k->norm_type;
     double acc = 0.0;
-    if (isinf(norm_type)) {
-        for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs((double)g[i]));
+    if (isinf(norm_type)) { /* a NaN is kept (fmax dropped it): the norm of a NaN gradient is NaN, as torch's */
+        for (int64_t i = 0; i < n && !isnan(acc); i++) {
+            double a = fabs((double)g[i]);
+            if (!(a <= acc)) acc = a;
+        }
     } else if (norm_type == 2.0) {
 #pragma omp parallel for if (n > 65536) reduction(+ : acc) schedule(static)
         for (int64_t i = 0; i < n; i++) acc += (double)g[i] * g[i];

@@ -86,8 +86,9 @@ extern "C" accel_status accel__cudak_adam(accel_k_adam *k) {
 
 /* ---- gradient-norm partials: per-thread f64 sums, one atomic per warp into
  * out (zeroed first). The max of |g| (norm_type inf) is an integer atomicMax
- * on the f64 bits, which order as integers for values >= 0; a NaN is skipped,
- * as the CPU's fmax skips it. */
+ * on the f64 bits, which order as integers for values >= 0; a NaN is kept
+ * (its bits, sign cleared by fabs, are above inf's), as the CPU keeps it: the
+ * inf-norm of a NaN gradient is NaN, as torch's. */
 
 enum norm_kind { NORM_L2, NORM_L1, NORM_P, NORM_INF };
 
@@ -96,8 +97,11 @@ __device__ inline double warp_sum_d(double v) {
     return v;
 }
 
+/* max(v, x) that keeps a NaN of either (fmax drops it) */
+__device__ inline double max_nan(double v, double x) { return x > v || x != x ? x : v; }
+
 __device__ inline double warp_max_d(double v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -109,7 +113,7 @@ __global__ void norm_partial_k(double *out, const float *g, int64_t n, norm_kind
         case NORM_L2: acc += a * a; break;
         case NORM_L1: acc += a; break;
         case NORM_P: acc += pow(a, p); break;
-        case NORM_INF: acc = fmax(acc, a); break;
+        case NORM_INF: acc = max_nan(acc, a); break;
         }
     }
     if (kind == NORM_INF) {
