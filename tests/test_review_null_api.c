@@ -140,6 +140,10 @@ static void test_optim_bigmodel_null(void) {
     accel_clear_error();
     (void)accel_optimizer_kind(NULL);
     CHECK(invalid("accel_optimizer_kind"));
+    CHECK(accel_optimizer_num_groups(NULL) == 0 && invalid("accel_optimizer_num_groups"));
+    CHECK(accel_optimizer_num_segments(NULL) == 0 && invalid("accel_optimizer_num_segments"));
+    CHECK(accel_optimizer_step_count(NULL) == 0 && invalid("accel_optimizer_step_count"));
+    CHECK(accel_lr_scheduler_last_epoch(NULL) == 0 && invalid("accel_lr_scheduler_last_epoch"));
     CHECK(accel_get_max_layer_size(NULL, NULL, NULL, 0, NULL, NULL) == -1 && invalid("accel_get_max_layer_size"));
     accel_module *m = accel_linear_new(2, 3, true, ACCEL_CPU_DEVICE, ACCEL_F32);
     CHECK(m != NULL);

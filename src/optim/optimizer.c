@@ -400,13 +400,24 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
 
 /* ---- accessors */
 
-int accel_optimizer_num_groups(const accel_optimizer *opt) { return opt ? opt->n_groups : 0; }
-int accel_optimizer_num_segments(const accel_optimizer *opt) { return opt ? opt->n_segs : 0; }
-accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt) {
-    if (!opt) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_kind: optimizer is NULL");
-    return opt ? opt->kind : ACCEL_OPTIM_SGD;
+/* A query's handle: NULL gives the neutral value and sets the error (docs/contract.md). */
+static bool queried(const accel_optimizer *opt, const char *fn) {
+    if (!opt) accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+    return opt != NULL;
 }
-int64_t accel_optimizer_step_count(const accel_optimizer *opt) { return opt ? opt->steps : 0; }
+
+int accel_optimizer_num_groups(const accel_optimizer *opt) {
+    return queried(opt, "accel_optimizer_num_groups") ? opt->n_groups : 0;
+}
+int accel_optimizer_num_segments(const accel_optimizer *opt) {
+    return queried(opt, "accel_optimizer_num_segments") ? opt->n_segs : 0;
+}
+accel_optim_kind accel_optimizer_kind(const accel_optimizer *opt) {
+    return queried(opt, "accel_optimizer_kind") ? opt->kind : ACCEL_OPTIM_SGD;
+}
+int64_t accel_optimizer_step_count(const accel_optimizer *opt) {
+    return queried(opt, "accel_optimizer_step_count") ? opt->steps : 0;
+}
 
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
     if (!opt || group < 0 || group >= opt->n_groups) {

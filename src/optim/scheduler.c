@@ -139,7 +139,10 @@ double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {
     return accel_optimizer_get_lr(s->opt, group);
 }
 
-int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s) { return s ? s->last_epoch : 0; }
+int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s) {
+    if (!s) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_last_epoch: scheduler is NULL");
+    return s ? s->last_epoch : 0;
+}
 
 int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out) {
     if (!s || !out) {
