@@ -294,6 +294,14 @@ static void test_scheduler_and_clip(void) {
             CHECK_STR_CONTAINS(accel_last_error(), "max_norm must be >= 0");
             accel_clear_error();
             CHECK_CLOSE(accel_accelerator_clip_grad_norm(A, m, 1.0, 2.0), 1e-3, 1e-3, 1e-7); /* untouched */
+            /* a NaN gradient gives a NaN inf-norm, as torch's (the max dropped it: the others' came back) */
+            np = accel_module_parameters(m, &ps);
+            float *g0 = (float *)ps[np - 1]->grad->data, keep = g0[0];
+            accel_free(ps);
+            g0[0] = NAN;
+            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, 1e30, INFINITY)));
+            g0[0] = keep;
+            accel_clear_error();
         }
         accel_accelerator_optimizer_step(A, opt);
         accel_accelerator_scheduler_step(A, s);

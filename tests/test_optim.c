@@ -412,6 +412,9 @@ static void test_clip_nan(void) {
     accel_tensor *tg = host_f32(g, 3);
     CHECK(isnan(accel_grad_norm_partial(tg, INFINITY)));
     accel_tensor_free(tg);
+    /* and combined with others: NaN on either side (fmax kept the number) */
+    CHECK(isnan(accel_grad_norm_combine(4.0, NAN, INFINITY)) && isnan(accel_grad_norm_combine(NAN, 4.0, INFINITY)));
+    CHECK(accel_grad_norm_combine(4.0, 3.0, INFINITY) == 4.0 && accel_grad_norm_combine(4.0, 3.0, 2.0) == 7.0);
 }
 
 /* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */

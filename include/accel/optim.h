@@ -201,10 +201,14 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
 /* Pieces for distributed clipping (each rank holds part of the gradients):
  * partial = accel_grad_norm_partial(g, p) per rank (sum |g|^p, or max |g|
  * for INFINITY, NaN when g holds one; g a contiguous f32 tensor on any device, reduced there by its
- * backend's norm_partial kernel), combined across ranks (sum, or max for
- * INFINITY), then total = accel_grad_norm_finish(combined, p) and
+ * backend's norm_partial kernel), combined (accel_grad_norm_combine here,
+ * across ranks a SUM or, for INFINITY, a MAX all-reduce: both keep a NaN),
+ * then total = accel_grad_norm_finish(combined, p) and
  * grads *= accel_clip_coef(total, max_norm). NAN + error on failure. */
 double accel_grad_norm_partial(const accel_tensor *g, double norm_type);
+/* combined + part, or for INFINITY the larger; a NaN on either side gives
+ * NaN (fmax would drop it: a NaN gradient then gave a finite inf-norm). */
+double accel_grad_norm_combine(double combined, double part, double norm_type);
 double accel_grad_norm_finish(double combined, double norm_type);
 double accel_clip_coef(double total_norm, double max_norm);
 

@@ -329,7 +329,7 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
         }
         accel_tensor h;
         double part = tp ? 0 : accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
-        combined = isinf(norm_type) ? fmax(combined, part) : combined + part;
+        combined = accel_grad_norm_combine(combined, part, norm_type);
     }
     if (tp && isnan(combined = accel__tp_grad_norm_partial(acc, pm->m, norm_type))) return NAN;
     /* under pipeline parallelism, summed over the stages (pipeline.c) */

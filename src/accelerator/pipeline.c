@@ -534,7 +534,7 @@ double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model,
     if (w && w->grad) {
         double tied = accel__tp_param_norm_partial(acc, model, w, norm_type);
         if (isnan(tied)) return NAN;
-        local = fmax(0.0, local - tied);
+        local = local - tied < 0 ? 0.0 : local - tied; /* rounding below 0 clamped, a NaN kept (fmax dropped it) */
     }
     return accel__pipeline_norm_reduce(acc, &local, norm_type) ? NAN : local;
 }

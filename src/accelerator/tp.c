@@ -78,7 +78,7 @@ static void add_grad_partials(accel_module *m, double norm_type, double part[2])
         if (nt->is_buffer || !nt->owned || !nt->t->grad) continue;
         bool sharded = accel_module_tp_slice(m, nt->t, NULL);
         double p = accel_grad_norm_partial(nt->t->grad, norm_type);
-        part[sharded] = isinf(norm_type) ? fmax(part[sharded], p) : part[sharded] + p;
+        part[sharded] = accel_grad_norm_combine(part[sharded], p, norm_type);
     }
     for (int i = 0; i < m->n_children; i++) add_grad_partials(m->children[i], norm_type, part);
 }
@@ -92,7 +92,7 @@ double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, doub
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp || accel_pg_all_reduce(tp, &part[1], 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
         return NAN;
-    return inf ? fmax(part[0], part[1]) : part[0] + part[1];
+    return accel_grad_norm_combine(part[0], part[1], norm_type);
 }
 
 /* Whether w, a parameter of m or its descendants, is a tp slice (no

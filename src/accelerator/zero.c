@@ -268,7 +268,7 @@ static double piece_partial(accel_accelerator *acc, accel__model *pm, int j, dou
         if (lo >= hi) continue;
         accel_tensor h;
         double p = accel_grad_norm_partial(shard_view(&h, pm, zm->zgrad, u->zoff + (lo - plo), hi - lo), norm_type);
-        part = isinf(norm_type) ? fmax(part, p) : part + p;
+        part = accel_grad_norm_combine(part, p, norm_type);
     }
     return part;
 }
@@ -279,7 +279,7 @@ static accel_status tp_shard_partial(accel_accelerator *acc, accel__model *pm, d
     if (!sliced) return accel_last_status();
     for (int j = 0; j < b->n; j++) {
         double p = piece_partial(acc, pm, j, norm_type);
-        part[sliced[j]] = isinf(norm_type) ? fmax(part[sliced[j]], p) : part[sliced[j]] + p;
+        part[sliced[j]] = accel_grad_norm_combine(part[sliced[j]], p, norm_type);
     }
     return ACCEL_OK;
 }
@@ -295,7 +295,8 @@ static accel_status drop_tied_copy(accel_accelerator *acc, accel__model *pm, dou
     for (int j = 0; w && j < b->n; j++)
         if (b->tensors[j] == w) {
             int at = sliced ? sliced[j] : 1;
-            part[at] = fmax(0.0, part[at] - piece_partial(acc, pm, j, norm_type));
+            double left = part[at] - piece_partial(acc, pm, j, norm_type);
+            part[at] = left < 0 ? 0.0 : left; /* rounding below 0 clamped, a NaN kept (fmax dropped it) */
         }
     return ACCEL_OK;
 }
@@ -365,7 +366,7 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
     if (accel_pg_all_reduce(acc->shard_pg, part, 2, ACCEL_F64, op)) return NAN;
     /* the slices of the tp ranks make the whole parameters; the whole ones are the same on each */
     if (tp && accel_pg_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, ACCEL_F64, op)) return NAN;
-    double stages = op == ACCEL_REDUCE_MAX ? fmax(part[0], part[1]) : part[0] + part[1];
+    double stages = accel_grad_norm_combine(part[0], part[1], norm_type);
     if (accel__pipeline_norm_reduce(acc, &stages, norm_type)) return NAN;
     double total = accel_grad_norm_finish(stages, norm_type);
     double coef = accel_clip_coef(total, max_norm);

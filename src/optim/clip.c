@@ -36,6 +36,11 @@ double accel_grad_norm_partial(const accel_tensor *g, double norm_type) {
     return norm_partial(&flat, norm_type, &part) ? part : NAN;
 }
 
+double accel_grad_norm_combine(double combined, double part, double norm_type) {
+    if (!isinf(norm_type)) return combined + part;
+    return isnan(combined) || isnan(part) ? NAN : fmax(combined, part);
+}
+
 double accel_grad_norm_finish(double combined, double norm_type) {
     if (isinf(norm_type) || norm_type == 1.0) return combined;
     if (norm_type == 2.0) return sqrt(combined);
@@ -68,8 +73,7 @@ bool accel__check_clip_args(const char *fn, double max_norm, double norm_type) {
 static bool add_partial(double *acc, accel_tensor *g, double norm_type) {
     double part;
     if (!norm_partial(g, norm_type, &part)) return false;
-    if (!isinf(norm_type)) *acc += part;
-    else if (isnan(part) || part > *acc) *acc = part;
+    *acc = accel_grad_norm_combine(*acc, part, norm_type);
     return true;
 }
 
