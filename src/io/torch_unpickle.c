@@ -177,7 +177,7 @@ static accel_status new_str(up *u, size_t n) {
 static accel_status new_tuple(up *u, int64_t at, int64_t n) {
     ENSURE(u->items, u->items_cap, u->n_items + n);
     ENSURE(u->tuples, u->tuples_cap, u->n_tuples + 1);
-    memcpy(u->items + u->n_items, u->stack + at, sizeof(val) * (size_t)n);
+    if (n) memcpy(u->items + u->n_items, u->stack + at, sizeof(val) * (size_t)n);
     u->tuples[u->n_tuples] = (span){u->n_items, n};
     u->n_items += n;
     u->sp = at;
@@ -337,6 +337,7 @@ static accel_status op_reduce(up *u) {
 
 static accel_status dict_set(up *u, val d, const val *kv, int64_t n_values) {
     dict *x = &u->dicts[d.i];
+    if (!n_values) return ACCEL_OK; /* an empty SETITEMS */
     ENSURE(x->kv, x->cap, x->n + n_values);
     memcpy(x->kv + x->n, kv, sizeof(val) * (size_t)n_values);
     x->n += n_values;
