@@ -235,12 +235,19 @@ static void test_folder_resolution(void) {
 
 /* ---------------------------------------------------------------- a model */
 
-static accel_tensor *llama_logits(const char *dir, accel_tensor *ids) {
+static accel_tensor *llama_logits(const char *dir, accel_tensor *ids, const char *map_spec) {
     accel_dispatched *d = NULL;
-    accel_module *m = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &d);
+    accel_device_map *map = map_spec ? accel_device_map_parse(map_spec) : NULL;
+    accel_module *m = accel_llama_from_pretrained(dir, map, NULL, NULL, NULL, &d);
+    accel_device_map_free(map);
     CHECK_MSG(m, "%s: %s", dir, accel_last_error());
     accel_tensor *y = m ? accel_llama_forward(m, ids, NULL) : NULL;
     accel_tensor *out = y ? accel_tensor_clone_persistent(y, ACCEL_CPU_DEVICE) : NULL; /* outlives the step */
+    if (d && map_spec) {
+        accel_dispatch_stats s;
+        accel_dispatched_stats(d, &s);
+        CHECK(s.n_offloaded_disk > 0 && s.n_missing == 0 && s.n_unexpected == 0);
+    }
     accel_step_reset();
     accel_dispatched_free(d);
     accel_module_free(m);
@@ -252,8 +259,12 @@ static void test_llama_from_bin(void) {
     CHECK(ex);
     if (!ex) return;
     accel_tensor *ids = accel_safetensors_tensor(ex, "ids", -1), *want = accel_safetensors_tensor(ex, "logits", -1);
-    accel_tensor *from_bin = llama_logits("data/torch_load/llama_bin", ids);
-    accel_tensor *from_st = llama_logits("data/hf_llama_tied", ids);
+    accel_tensor *from_bin = llama_logits("data/torch_load/llama_bin", ids, NULL);
+    accel_tensor *from_st = llama_logits("data/hf_llama_tied", ids, NULL);
+    /* the layers offloaded to disk, from the .bin shards */
+    accel_tensor *offloaded = llama_logits("data/torch_load/llama_bin", ids, "model.embed_tokens:cpu,model.layers:disk,"
+                                           "model.norm:cpu,lm_head:cpu");
+    CHECK(offloaded && from_bin && accel_same_shape(offloaded, from_bin));
     CHECK(from_bin && from_st && want && accel_same_shape(from_bin, want) && accel_same_shape(from_st, want));
     if (from_bin && from_st && want && accel_same_shape(from_bin, want)) {
         int64_t n = accel_numel(want);
@@ -262,6 +273,12 @@ static void test_llama_from_bin(void) {
         accel_to_floats(from_bin, a);
         accel_to_floats(from_st, b);
         accel_to_floats(want, c);
+        if (offloaded) {
+            float *o = malloc(sizeof(float) * (size_t)n);
+            accel_to_floats(offloaded, o);
+            CHECK_MSG(memcmp(a, o, sizeof(float) * (size_t)n) == 0, "logits with disk offload differ");
+            free(o);
+        }
         double err = 0;
         for (int64_t i = 0; i < n; i++) err = fmax(err, fabs((double)a[i] - c[i]));
         CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)n) == 0, "logits from .bin and from safetensors differ");
@@ -272,6 +289,7 @@ static void test_llama_from_bin(void) {
     }
     accel_tensor_free(from_bin);
     accel_tensor_free(from_st);
+    accel_tensor_free(offloaded);
     accel_tensor_free(ids);
     accel_tensor_free(want);
     accel_safetensors_close(ex);
