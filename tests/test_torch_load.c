@@ -497,7 +497,7 @@ static void test_crafted_pickles(void) {
     op(p, 0x80), op(p, 2), op(p, 's'), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "SETITEM needs a key and a value");
     p->n = 0;
-    op(p, 0x80), op(p, 2), op(p, 'K'), op(p, 1), op(p, '('), op(p, 'R'), op(p, '.');
+    op(p, 0x80), op(p, 2), op(p, 'N'), op(p, '('), op(p, 'N'), op(p, 'R'), op(p, '.'); /* REDUCE's callable below the MARK */
     expect_pickle(p, ACCEL_ERR_FORMAT, "pops from an empty stack (or past a MARK)");
     p->n = 0;
     op(p, 0x80), op(p, 2), op(p, 0x8a), op(p, 9), op(p, '.');
@@ -544,6 +544,22 @@ static void test_crafted_zips(void) {
     patch_method(&b, "proto4/data.pkl", 8);
     write_all(tmp_path("deflated.bin"), b.p, b.n);
     expect_open_error(tmp_path("deflated.bin"), ACCEL_ERR_UNSUPPORTED, "record 'proto4/data.pkl' is compressed");
+    /* data/0's sizes in the central directory past the records (both: stored sizes must agree) */
+    free(b.p);
+    b = read_all("data/torch_load/proto4.bin");
+    for (size_t i = 0; i + 46 + 13 <= b.n; i++)
+        if (!memcmp(b.p + i, "PK\1\2", 4) && !memcmp(b.p + i + 46, "proto4/data/0", 13))
+            memset(b.p + i + 20, 0x7f, 8); /* compressed and uncompressed size: 0x7f7f7f7f */
+    write_all(tmp_path("long.bin"), b.p, b.n);
+    expect_open_error(tmp_path("long.bin"), ACCEL_ERR_FORMAT, "record 'proto4/data/0' (2139062143 bytes at offset");
+    /* a local header whose name is a byte shorter than the central entry's: its data would shift */
+    free(b.p);
+    b = read_all("data/torch_load/proto4.bin");
+    for (size_t i = 0; i + 30 + 13 <= b.n; i++)
+        if (!memcmp(b.p + i, "PK\3\4", 4) && !memcmp(b.p + i + 30, "proto4/data/0", 13)) b.p[i + 26]--;
+    write_all(tmp_path("shifted.bin"), b.p, b.n);
+    expect_open_error(tmp_path("shifted.bin"), ACCEL_ERR_FORMAT,
+                      "record 'proto4/data/0': its local header disagrees with the central directory");
     /* cut before its end records */
     write_all(tmp_path("cut.bin"), b.p, b.n - 30);
     expect_open_error(tmp_path("cut.bin"), ACCEL_ERR_FORMAT, "no end of central directory record");
