@@ -245,6 +245,15 @@ static void test_loaders_read_torch_files(void) {
     accel_safetensors *st = accel_safetensors_open("data/torch_save/small.bin");
     CHECK_MSG(st && accel_safetensors_count(st) == 6, "%s", accel_last_error());
     accel_safetensors_close(st);
+    st = accel_safetensors_open("data/torch_save/empty.bin");
+    CHECK_MSG(st && accel_safetensors_count(st) == 0, "%s", accel_last_error());
+    accel_safetensors_close(st);
+    /* 1001 entries: LONG_BINPUT / LONG_BINGET, two SETITEMS batches */
+    st = accel_safetensors_open("data/torch_save/many.bin");
+    const accel_st_info *last = st ? accel_safetensors_find(st, "p1000") : NULL;
+    CHECK_MSG(st && accel_safetensors_count(st) == 1001 && last && *(const float *)last->bytes == 1000.0f, "%s",
+              accel_last_error());
+    accel_safetensors_close(st);
     /* the legacy (torch < 1.6) format starts with the pickled magic number */
     static const unsigned char legacy[16] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                              0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e, 0x80};
