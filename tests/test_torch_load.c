@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
+#include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "check.h"
@@ -293,6 +294,48 @@ static void test_llama_from_bin(void) {
     accel_tensor_free(ids);
     accel_tensor_free(want);
     accel_safetensors_close(ex);
+}
+
+/* BERT's from_pretrained with pytorch_model.bin only: the file's weights, not
+ * a freshly initialised model (it looked for safetensors only). */
+static void test_bert_from_bin(void) {
+    mkdir(tmp_path("bert_bin"), 0755);
+    copy_file("data/hf_bert_base/config.json", tmp_path("bert_bin/config.json"));
+    accel_safetensors *st = accel_safetensors_open("data/hf_bert_base/model.safetensors");
+    CHECK(st);
+    if (!st) return;
+    int n = accel_safetensors_count(st);
+    const char **names = calloc((size_t)n, sizeof *names);
+    accel_tensor **ts = calloc((size_t)n, sizeof *ts);
+    for (int i = 0; i < n; i++) {
+        names[i] = accel_safetensors_at(st, i)->name;
+        ts[i] = accel_safetensors_tensor(st, names[i], -1);
+    }
+    CHECK(accel_torch_save(tmp_path("bert_bin/pytorch_model.bin"), n, names, ts) == ACCEL_OK);
+    accel_module *m = accel_bert_from_pretrained(tmp_path("bert_bin"), ACCEL_CPU_DEVICE);
+    CHECK_MSG(m, "%s", accel_last_error());
+    int compared = 0;
+    for (int i = 0; m && i < n; i++) {
+        char full[256]; /* a bare BertModel's checkpoint: the model's names have "bert." first */
+        snprintf(full, sizeof full, "bert.%s", names[i]);
+        accel_tensor *w = accel_module_get_tensor(m, names[i]);
+        if (!w) w = accel_module_get_tensor(m, full);
+        if (!w || w->dtype != ts[i]->dtype || accel_nbytes(w) != accel_nbytes(ts[i])) continue;
+        unsigned char *a = malloc(accel_nbytes(w) + 1), *b = malloc(accel_nbytes(w) + 1);
+        accel_tensor_to_host(w, a);
+        accel_tensor_to_host(ts[i], b);
+        CHECK_MSG(memcmp(a, b, accel_nbytes(w)) == 0, "%s differs", names[i]);
+        compared++;
+        free(a);
+        free(b);
+    }
+    CHECK_MSG(compared > 10, "%d weights compared", compared);
+    accel_module_free(m);
+    for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
+    free(ts);
+    free(names);
+    accel_safetensors_close(st);
+    accel_clear_error();
 }
 
 /* ---------------------------------------------------------------- hostile files */
@@ -643,6 +686,7 @@ int main(void) {
     RUN(test_accel_torch_save_read_back);
     RUN(test_folder_resolution);
     RUN(test_llama_from_bin);
+    RUN(test_bert_from_bin);
     RUN(test_truncations_and_flips);
     RUN(test_crafted_pickles);
     RUN(test_crafted_zips);
