@@ -58,7 +58,7 @@ test-asan: deps build-asan/CMakeCache.txt
 
 test: test-fast test-asan
 
-# clang build of everything (-Werror) + the safetensors/index parser and tokenizer fuzzers for 20 s each.
+# clang build of everything (-Werror) + the safetensors/index/PyTorch-file parser and tokenizer fuzzers for 20 s each.
 fuzz: deps
 	@dpkg-query -W -f='$${Status}' clang 2>/dev/null | grep -q "install ok installed" && \
 	  dpkg-query -W -f='$${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed" || \

@@ -1,9 +1,11 @@
-/* Fuzz target: the safetensors header parser and the checkpoint index parser.
+/* Fuzz target: the safetensors header parser, the checkpoint index parser and
+ * the PyTorch file reader (zip directory, restricted unpickler).
  *
  * Input: a byte string. If it starts with 'I', the rest is parsed as a
  * model.safetensors.index.json document; otherwise the whole input is parsed
- * as a safetensors file, and every tensor it accepts is converted to f32 (so
- * every offset the validator let through is actually read).
+ * as a safetensors file (or, starting "PK\3\4", a torch.save zip: seeds
+ * torch_*.bin), and every tensor it accepts is converted to f32 (so every
+ * offset the validator let through is actually read).
  *
  * Built two ways (tests/io.cmake):
  *   - with clang and -DACCEL_LIBFUZZER: a libFuzzer target;

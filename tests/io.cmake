@@ -1,4 +1,5 @@
-# io layer: fuzz target for the safetensors header and index parsers.
+# io layer: fuzz target for the safetensors header and index parsers, and the
+# PyTorch (torch.save zip) reader: zip directory and restricted unpickler.
 # Always: a plain driver replaying tests/data/fuzz_seeds (works with gcc, ASan included).
 add_executable(fuzz_safetensors ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_safetensors.c)
 target_include_directories(fuzz_safetensors PRIVATE ${CMAKE_SOURCE_DIR}/src)
@@ -12,7 +13,8 @@ add_test(NAME fuzz_safetensors_verdicts COMMAND fuzz_safetensors ${CMAKE_CURRENT
 if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   add_executable(fuzz_safetensors_libfuzzer ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_safetensors.c
     ${CMAKE_SOURCE_DIR}/src/io/safetensors_read.c ${CMAKE_SOURCE_DIR}/src/io/checkpoint.c
-    ${CMAKE_SOURCE_DIR}/src/io/io_util.c)
+    ${CMAKE_SOURCE_DIR}/src/io/io_util.c ${CMAKE_SOURCE_DIR}/src/io/torch_load.c
+    ${CMAKE_SOURCE_DIR}/src/io/torch_unpickle.c ${CMAKE_SOURCE_DIR}/src/io/zip_read.c)
   target_include_directories(fuzz_safetensors_libfuzzer PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_compile_definitions(fuzz_safetensors_libfuzzer PRIVATE ACCEL_LIBFUZZER)
   target_compile_options(fuzz_safetensors_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)

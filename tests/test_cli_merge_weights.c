@@ -32,15 +32,16 @@ static void slurp(const char *name, char *buf, size_t n) {
     fclose(f);
 }
 
-static void test_merge(void) {
+/* src (a sharded checkpoint) merged into TMP/out: the same tensors, byte for byte. */
+static void check_merge(const char *src_dir, const char *out) {
     char args[PATH_MAX + 64], buf[4096];
-    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s/merged", TMP);
+    snprintf(args, sizeof args, "merge-weights %s %s/%s", src_dir, TMP, out);
     CHECK(run(args) == 0);
     slurp("out", buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "Weights merged into");
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/merged/model.safetensors", TMP);
-    accel_checkpoint *src = accel_checkpoint_open("data/hf_llama_sharded");
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", TMP, out);
+    accel_checkpoint *src = accel_checkpoint_open(src_dir);
     accel_safetensors *dst = accel_safetensors_open(path);
     CHECK(src && dst);
     if (!src || !dst) return;
@@ -56,6 +57,12 @@ static void test_merge(void) {
     accel_safetensors_close(dst);
     accel_checkpoint_close(src);
 }
+
+static void test_merge(void) { check_merge("data/hf_llama_sharded", "merged"); }
+
+/* transformers' PyTorch shards (pytorch_model-0000i-of-00003.bin + pytorch_model.bin.index.json,
+ * lm_head.weight tied to the embedding: one storage, two names) into model.safetensors */
+static void test_merge_pytorch_bin(void) { check_merge("data/torch_load/llama_bin", "merged_bin"); }
 
 static void test_errors(void) {
     char buf[4096];
@@ -271,6 +278,7 @@ int main(void) {
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
     if (!mkdtemp(TMP)) return 1;
     RUN(test_merge);
+    RUN(test_merge_pytorch_bin);
     RUN(test_errors);
     RUN(test_empty_weight_map);
     RUN(test_remove_checkpoint_dir_from_elsewhere);

@@ -3,7 +3,7 @@
  * the same state dicts (tools/gen_torch_save_fixture.py -> data/torch_save/):
  * data.pkl byte for byte, every record's bytes, offsets and CRC, the local
  * headers and central directory entries; the sharded layout and index;
- * accel's loaders refusing the files by name; save_model's options. */
+ * accel's loaders reading the files back; save_model's options. */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -239,11 +239,21 @@ static void test_bad_input(void) {
     accel_tensor_free(t);
 }
 
-/* accel loads safetensors only: a torch file is refused by name, not misparsed. */
-static void test_loaders_refuse_torch_files(void) {
-    CHECK(accel_safetensors_open("data/torch_save/small.bin") == NULL);
-    CHECK(accel_last_status() == ACCEL_ERR_UNSUPPORTED && strstr(accel_last_error(), "is a PyTorch file") &&
-          strstr(accel_last_error(), "zip archive"));
+/* accel reads these files back (tests/test_torch_load.c covers the reader);
+ * the legacy (torch < 1.6) format is refused by name, not misparsed. */
+static void test_loaders_read_torch_files(void) {
+    accel_safetensors *st = accel_safetensors_open("data/torch_save/small.bin");
+    CHECK_MSG(st && accel_safetensors_count(st) == 6, "%s", accel_last_error());
+    accel_safetensors_close(st);
+    st = accel_safetensors_open("data/torch_save/empty.bin");
+    CHECK_MSG(st && accel_safetensors_count(st) == 0, "%s", accel_last_error());
+    accel_safetensors_close(st);
+    /* 1001 entries: LONG_BINPUT / LONG_BINGET, two SETITEMS batches */
+    st = accel_safetensors_open("data/torch_save/many.bin");
+    const accel_st_info *last = st ? accel_safetensors_find(st, "p1000") : NULL;
+    CHECK_MSG(st && accel_safetensors_count(st) == 1001 && last && *(const float *)last->bytes == 1000.0f, "%s",
+              accel_last_error());
+    accel_safetensors_close(st);
     /* the legacy (torch < 1.6) format starts with the pickled magic number */
     static const unsigned char legacy[16] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                              0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e, 0x80};
@@ -256,8 +266,10 @@ static void test_loaders_refuse_torch_files(void) {
     dict d = {0};
     small_dict(&d);
     CHECK(accel_save_sharded_as(tmp_path("torch_dir"), d.n, d.names, d.t, 1 << 20, ACCEL_WEIGHTS_PYTORCH) == ACCEL_OK);
-    CHECK(accel_checkpoint_open(tmp_path("torch_dir")) == NULL);
-    CHECK(accel_last_status() == ACCEL_ERR_UNSUPPORTED && strstr(accel_last_error(), "pytorch_model.bin"));
+    accel_checkpoint *ck = accel_checkpoint_open(tmp_path("torch_dir"));
+    CHECK_MSG(ck && accel_checkpoint_count(ck) == d.n && !strcmp(accel_checkpoint_shard_path(ck, 0), "pytorch_model.bin"),
+              "%s", accel_last_error());
+    accel_checkpoint_close(ck);
     accel_clear_error();
     dict_free(&d);
 }
@@ -392,7 +404,7 @@ int main(void) {
     RUN(test_small_like_torch);
     RUN(test_empty_one_many_like_torch);
     RUN(test_bad_input);
-    RUN(test_loaders_refuse_torch_files);
+    RUN(test_loaders_read_torch_files);
     RUN(test_sharded_pytorch);
     RUN(test_save_model_options);
     char cmd[128];

@@ -15,6 +15,12 @@
  * straight into the mapping (flag ACCEL_TF_MMAP). Writing to them never changes
  * the file. OWNERSHIP: such tensors borrow the mapping — free them (or rebind
  * them) BEFORE accel_safetensors_close. Converted copies own their memory.
+ *
+ * PyTorch files. accel_safetensors_open also reads torch.save's zip files
+ * (torch >= 1.6: pytorch_model.bin and its shards) into the same handle:
+ * data.pkl through a restricted unpickler that executes nothing (state dicts
+ * of tensors only; other globals and opcodes refused by name), tensors
+ * zero-copy in the mapping (docs/io.md, "Reading PyTorch files").
  */
 #ifndef ACCEL_IO_H
 #define ACCEL_IO_H
@@ -47,8 +53,12 @@ typedef struct accel_st_info {
     uint64_t begin, end;          /* data_offsets (relative to the data section) */
 } accel_st_info;
 
-/* Maps and validates `path`. NULL + error (ACCEL_ERR_IO / ACCEL_ERR_FORMAT /
- * ACCEL_ERR_UNSUPPORTED for dtypes accel lacks, e.g. F8_E4M3). */
+/* Maps and validates `path`: a safetensors file, or a torch.save zip file
+ * (then begin/end are offsets in the file, tensors sharing a storage point to
+ * the same bytes, a strided tensor is an owned gathered copy). NULL + error
+ * (ACCEL_ERR_IO / ACCEL_ERR_FORMAT / ACCEL_ERR_UNSUPPORTED for dtypes accel
+ * lacks, e.g. F8_E4M3, a compressed zip record, a pickle global outside a
+ * state dict's, torch's legacy pre-1.6 format). */
 accel_safetensors *accel_safetensors_open(const char *path);
 /* Unmaps. Zero-copy tensors from this file must be freed first. NULL is a no-op. */
 void accel_safetensors_close(accel_safetensors *st);
@@ -104,18 +114,20 @@ accel_status accel_safetensors_save(const char *path, int n, const char *const *
  * as torch writes them); tensors on any device with memory, any strides (a
  * strided one is written dense). A file past 4 GiB (ZIP64) is refused: shard.
  * Atomic like accel_safetensors_save. Duplicate or non-UTF-8 names, meta
- * tensors -> error.
- * accel reads safetensors only: its loaders refuse these files by name. */
+ * tensors -> error. accel_safetensors_open and the checkpoint loaders read
+ * these files back. */
 accel_status accel_torch_save(const char *path, int n, const char *const *names,
                               accel_tensor *const *tensors);
 
 /* ------------------------------------------------------------ checkpoints */
 
-/* A checkpoint: one safetensors file, or shards listed by an index
- * ({"metadata": {...}, "weight_map": {name: file}}). Opened from
- *   - a *.safetensors file,
+/* A checkpoint: one safetensors (or torch.save .bin) file, or shards listed by
+ * an index ({"metadata": {...}, "weight_map": {name: file}}). Opened from
+ *   - a *.safetensors or PyTorch *.bin file,
  *   - a *.index.json file,
- *   - a directory holding exactly one *.index.json, or else model.safetensors.
+ *   - a directory, in transformers' order: model.safetensors, else exactly one
+ *     *.index.json, else pytorch_model.bin (also preferred to
+ *     pytorch_model.bin.index.json).
  * Shard names with '/', "..", or absolute paths are refused (naming the index
  * and the entry); missing shards are refused at open (naming the file). Shards
  * are mapped lazily on first lookup and may be released to bound memory. */

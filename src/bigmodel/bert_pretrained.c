@@ -46,17 +46,21 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     return st;
 }
 
-/* Whether dir holds weights transformers would load: model.safetensors or a sharded index. */
+/* Whether dir holds weights transformers would load: model.safetensors, a
+ * sharded index, or PyTorch's pytorch_model.bin (or its index). */
 static bool has_weights(const char *dir) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    FILE *f = fopen(p, "rb");
-    if (!f) {
-        snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-        f = fopen(p, "rb");
+    static const char *const NAMES[] = {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                                        "pytorch_model.bin.index.json"};
+    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, NAMES[i]);
+        FILE *f = fopen(p, "rb");
+        if (f) {
+            fclose(f);
+            return true;
+        }
     }
-    if (f) fclose(f);
-    return f != NULL;
+    return false;
 }
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has

@@ -3,7 +3,8 @@
  * Accelerate's merge-weights turns a sharded checkpoint into one
  * `model.safetensors`. accel's sharded checkpoints are safetensors shards with
  * the Hub's `model.safetensors.index.json` (written by save_model and
- * save_pretrained, or by transformers): this merges them into
+ * save_pretrained, or by transformers), or PyTorch's pytorch_model-*.bin
+ * shards with pytorch_model.bin.index.json: this merges them into
  * OUTPUT_PATH/model.safetensors, tensors in the index's order, straight from
  * the mapped shards (no copy of a shard is made in memory). A ZeRO-3 / FSDP
  * SHARDED_STATE_DICT checkpoint (a save_state directory holding
@@ -191,8 +192,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
     enum { NOPTS = sizeof OPTS / sizeof *OPTS };
     const char *usage = "accel merge-weights [-h] [--unsafe_serialization] [--remove_checkpoint_dir] "
                         "checkpoint_directory output_path";
-    const char *desc = "Merges a sharded safetensors checkpoint (model.safetensors.index.json + shards) "
-                       "into one OUTPUT_PATH/model.safetensors.";
+    const char *desc = "Merges a sharded checkpoint (model.safetensors.index.json or pytorch_model.bin.index.json "
+                       "+ shards) into one OUTPUT_PATH/model.safetensors.";
     const char *vals[NOPTS] = {0};
     int first = 0;
     /* Positionals may come before or after the flags: parse flags wherever they are. */

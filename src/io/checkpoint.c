@@ -1,5 +1,6 @@
-/* src/io/checkpoint.c — checkpoints made of one safetensors file or of shards
- * listed by model.safetensors.index.json; opened lazily. */
+/* src/io/checkpoint.c — checkpoints made of one file (safetensors, or
+ * torch.save's pytorch_model.bin) or of shards listed by an index
+ * (model.safetensors.index.json, pytorch_model.bin.index.json); opened lazily. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,10 @@ char *accel__checkpoint_find_index(const char *dir, int *count) {
     return found;
 }
 
+/* transformers' order: model.safetensors, then an index (exactly one
+ * `*.index.json`, as Accelerate's load_checkpoint_in_model finds it), then
+ * pytorch_model.bin — which transformers prefers to pytorch_model.bin.index.json
+ * when both are there. */
 static char *resolve_dir(const char *dir) {
     char *single = accel__path_join(dir, "model.safetensors");
     if (!single || accel__is_file(single)) return single;
@@ -189,26 +194,22 @@ static char *resolve_dir(const char *dir) {
     int count;
     char *found = accel__checkpoint_find_index(dir, &count);
     if (count < 0) return NULL;
-    if (count == 0) {
-        char *bin = accel__path_join(dir, "pytorch_model.bin");
-        bool torch_only = bin && accel__is_file(bin);
-        accel_free(bin);
-        if (torch_only)
-            accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                            "%s holds pytorch_model.bin (PyTorch format) and no model.safetensors: accel loads "
-                            "safetensors only; save with safe_serialization (the default) or convert the file",
-                            dir);
-        else
-            accel_set_error(ACCEL_ERR_INVALID_ARG,
-                            "%s is not a folder containing a `.index.json` file or a model.safetensors file", dir);
-        return NULL;
-    }
     if (count > 1) {
         accel_free(found);
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "%s containing more than one `.index.json` file, delete the irrelevant ones.", dir);
         return NULL;
     }
+    if (count == 1 && strcmp(basename_of(found), "pytorch_model.bin.index.json")) return found;
+    char *bin = accel__path_join(dir, "pytorch_model.bin");
+    if (bin && accel__is_file(bin)) {
+        accel_free(found);
+        return bin;
+    }
+    accel_free(bin);
+    if (count == 0)
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s is not a folder containing a `.index.json` file or a model.safetensors file", dir);
     return found;
 }
 

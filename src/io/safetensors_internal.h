@@ -13,6 +13,14 @@ int accel__st_dtype_parse(const char *s);
 /* Validates `size` bytes at `buf` as a safetensors file named `path` (for
  * messages). The object borrows buf (not unmapped by close). NULL + error. */
 accel_safetensors *accel__safetensors_parse(const char *path, void *buf, size_t size);
+/* A torch.save zip file (torch >= 1.6) of `size` bytes at map, named `path`
+ * in messages (torch_load.c): *info gets its n tensors in the dict's order,
+ * names owned, bytes in the mapping (zero-copy) or, for a strided tensor, in
+ * one of the n_copies owned buffers of *copies. begin/end are offsets in the
+ * file. Named errors (ACCEL_ERR_FORMAT / ACCEL_ERR_UNSUPPORTED); what was
+ * built so far is handed over even then, for the caller to free. */
+accel_status accel__torch_read(const char *path, const unsigned char *map, size_t size, accel_st_info **info, int *n,
+                               void ***copies, int *n_copies);
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op);
 accel_status accel__st_load_into(const accel_st_info *in, const char *file, accel_tensor *dst,
                                  const char *op);

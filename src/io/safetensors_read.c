@@ -29,6 +29,8 @@ struct accel_safetensors {
     int *by_name;             /* indices into info sorted by name */
     int n_meta;
     char **meta_keys, **meta_values;
+    void **copies;            /* a torch file's strided tensors, gathered (torch_load.c) */
+    int n_copies;
 };
 
 /* Known safetensors dtypes accel cannot hold: a clear "unsupported" instead of "unknown". */
@@ -45,14 +47,16 @@ int accel__st_dtype_parse(const char *s) {
     return -1;
 }
 
-/* torch.save's output: a zip archive (local header "PK\3\4"), or the legacy
- * format's pickled magic number (protocol 2, LONG1 of 10 bytes, 0x1950a86a20f9469cfc6c). */
-static bool is_torch_file(const unsigned char *p, size_t n) {
-    static const unsigned char zip[4] = {'P', 'K', 3, 4};
+/* torch.save's legacy format (torch < 1.6): the pickled magic number
+ * (protocol 2, LONG1 of 10 bytes, 0x1950a86a20f9469cfc6c) opens the file. */
+static bool is_legacy_torch_file(const unsigned char *p, size_t n) {
     static const unsigned char legacy[14] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                              0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-    return (n >= sizeof zip && !memcmp(p, zip, sizeof zip)) || (n >= sizeof legacy && !memcmp(p, legacy, sizeof legacy));
+    return n >= sizeof legacy && !memcmp(p, legacy, sizeof legacy);
 }
+
+/* torch >= 1.6's files are zip archives: a local header "PK\3\4" first. */
+static bool is_zip(const unsigned char *p, size_t n) { return n >= 4 && !memcmp(p, "PK\3\4", 4); }
 
 static accel_safetensors *st_fail(accel_safetensors *st, json_t *root) {
     if (root) json_decref(root);
@@ -216,6 +220,8 @@ static accel_status check_coverage(const accel_safetensors *st) {
     return ACCEL_OK;
 }
 
+static accel_status index_names(accel_safetensors *st);
+
 static accel_status parse_header(accel_safetensors *st, json_t *root) {
     if (!json_is_object(root))
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: header must be a JSON object", st->path);
@@ -234,6 +240,11 @@ static accel_status parse_header(accel_safetensors *st, json_t *root) {
     }
     qsort(st->info, (size_t)st->n, sizeof(accel_st_info), cmp_begin);
     if (check_coverage(st)) return accel_last_status();
+    return index_names(st);
+}
+
+/* st->by_name, the binary search's order; a name given twice is an error. */
+static accel_status index_names(accel_safetensors *st) {
     st->by_name = accel_malloc(sizeof(int) * (size_t)(st->n ? st->n : 1));
     if (!st->by_name) return accel_last_status();
     for (int i = 0; i < st->n; i++) st->by_name[i] = i;
@@ -257,12 +268,21 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
                         path, size);
         return st_fail(st, NULL);
     }
-    if (is_torch_file(st->map, size)) {
+    if (is_zip(st->map, size)) {
+        /* the same handle over a torch.save file: tensors in place in the mapping */
+        st->section = st->map;
+        st->data_size = size;
+        if (accel__torch_read(path, st->map, size, &st->info, &st->n, &st->copies, &st->n_copies))
+            return st_fail(st, NULL);
+        qsort(st->info, (size_t)st->n, sizeof(accel_st_info), cmp_begin);
+        return index_names(st) ? st_fail(st, NULL) : st;
+    }
+    if (is_legacy_torch_file(st->map, size)) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED,
-                        "%s: is a PyTorch file (torch.save's %s, like pytorch_model.bin), not safetensors: accel "
-                        "loads safetensors only; save it with safe_serialization (the default), or convert it "
-                        "with safetensors.torch.save_file(torch.load(path), ...)",
-                        path, st->map[0] == 'P' ? "zip archive" : "legacy pickle");
+                        "%s: is a PyTorch file in torch's legacy pickle format (torch < 1.6), not safetensors: accel "
+                        "reads safetensors and torch >= 1.6's zip files; re-save it with a newer torch.save, or "
+                        "convert it with safetensors.torch.save_file(torch.load(path), ...)",
+                        path);
         return st_fail(st, NULL);
     }
     uint64_t hlen = 0;
@@ -341,6 +361,8 @@ void accel_safetensors_close(accel_safetensors *st) {
     }
     accel_free(st->meta_keys);
     accel_free(st->meta_values);
+    for (int i = 0; i < st->n_copies; i++) accel_free(st->copies[i]);
+    accel_free(st->copies);
     accel_free(st->info);
     accel_free(st->by_name);
     accel_free(st->path);
