@@ -460,9 +460,17 @@ static void test_index_errors(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "places tensor 'ghost' in this shard but it is not there");
     accel_clear_error();
     accel_checkpoint_close(ck);
-    /* two indexes / none */
+    /* two indexes / none; transformers' two names (a Hub folder such as Llama 2's): its safetensors one */
     write_file(tmp_path("ix/other.index.json"), "{}", 2);
     expect_ck_error(tmp_path("ix"), "containing more than one `.index.json` file, delete the irrelevant ones.");
+    CHECK(rename(tmp_path("ix/other.index.json"), tmp_path("ix/pytorch_model.bin.index.json")) == 0);
+    ck = accel_checkpoint_open(tmp_path("ix"));
+    CHECK_MSG(ck != NULL, "%s", accel_last_error());
+    CHECK(ck && accel_checkpoint_count(ck) == 1 && !strcmp(accel_checkpoint_name(ck, 0), "ghost"));
+    accel_checkpoint_close(ck);
+    write_file(tmp_path("ix/other.index.json"), "{}", 2);
+    expect_ck_error(tmp_path("ix"), "containing more than one `.index.json` file, delete the irrelevant ones.");
+    unlink(tmp_path("ix/pytorch_model.bin.index.json"));
     mkdir(tmp_path("empty"), 0755);
     expect_ck_error(tmp_path("empty"), "is not a folder containing a `.index.json` file or a model.safetensors file");
 }

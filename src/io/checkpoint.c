@@ -183,8 +183,22 @@ char *accel__checkpoint_find_index(const char *dir, int *count) {
     return found;
 }
 
+/* Whether dir's two indexes are transformers' two names, the Hub's usual
+ * pair (Llama 2's repositories hold both): the safetensors one is then the
+ * index meant, as transformers takes it. */
+static bool hub_pair(const char *dir, char **safetensors_index) {
+    char *st = accel__path_join(dir, "model.safetensors.index.json");
+    char *bin = accel__path_join(dir, "pytorch_model.bin.index.json");
+    bool pair = st && bin && accel__is_file(st) && accel__is_file(bin);
+    accel_free(bin);
+    if (pair) *safetensors_index = st;
+    else accel_free(st);
+    return pair;
+}
+
 /* transformers' order: model.safetensors, then an index (exactly one
- * `*.index.json`, as Accelerate's load_checkpoint_in_model finds it), then
+ * `*.index.json`, as Accelerate's load_checkpoint_in_model finds it, or
+ * model.safetensors.index.json beside pytorch_model.bin.index.json), then
  * pytorch_model.bin — which transformers prefers to pytorch_model.bin.index.json
  * when both are there. */
 static char *resolve_dir(const char *dir) {
@@ -192,8 +206,12 @@ static char *resolve_dir(const char *dir) {
     if (!single || accel__is_file(single)) return single;
     accel_free(single);
     int count;
-    char *found = accel__checkpoint_find_index(dir, &count);
+    char *found = accel__checkpoint_find_index(dir, &count), *pair;
     if (count < 0) return NULL;
+    if (count == 2 && hub_pair(dir, &pair)) {
+        accel_free(found);
+        return pair;
+    }
     if (count > 1) {
         accel_free(found);
         accel_set_error(ACCEL_ERR_INVALID_ARG,
