@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tracking/tb_internal.h"
 
@@ -282,16 +283,20 @@ static void csv_header(FILE *f, const csv *c) {
 }
 
 /* New keys widen the header: the file is rewritten with `added` empty fields
- * at the end of every old record (records may hold quoted line breaks). */
+ * at the end of every old record (records may hold quoted line breaks). The
+ * old file stays open until the new one has replaced it whole: a failure
+ * (disk full, the tmp name taken) leaves the tracker logging to the old
+ * one, not to a closed stream, and no half-written tmp file behind. */
 static accel_status csv_widen(csv *c, int added) {
     run_file *r = c->r;
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
-    FILE *in = fopen(r->path, "r"), *out = fopen(tmp, "w");
-    if (!in || !out) {
+    FILE *in = fopen(r->path, "r"), *out = in ? fopen(tmp, "w") : NULL;
+    if (!out) {
+        int e = errno;
         if (in) fclose(in);
-        if (out) fclose(out);
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s: %s", r->path,
+                               in ? tmp : r->path, strerror(e));
     }
     csv_header(out, c);
     bool in_header = true, quoted = false;
@@ -306,12 +311,18 @@ static accel_status csv_widen(csv *c, int added) {
             for (int i = 0; i < added; i++) fputc(',', out);
         fputc(ch, out);
     }
+    bool bad = ferror(in) || fflush(out) || ferror(out);
+    int e = errno;
     fclose(in);
-    bool bad = fclose(out) != 0;
-    fclose(r->f);
-    r->f = NULL;
-    if (bad || rename(tmp, r->path) || !(r->f = fopen(r->path, "a")))
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+    if (bad || rename(tmp, r->path)) {
+        if (!bad) e = errno;
+        fclose(out);
+        unlink(tmp);
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s", r->path,
+                               strerror(e));
+    }
+    fclose(r->f); /* the old file, now unlinked: everything it held was flushed */
+    r->f = out;   /* at the end of the new file: the next row appends */
     return ACCEL_OK;
 }
 
@@ -342,7 +353,10 @@ static accel_status csv_add_columns(csv *c, int n, const accel_value *values) {
         csv_header(c->r->f, c);
         return ACCEL_OK;
     }
-    return csv_widen(c, c->n_cols - before);
+    accel_status st = csv_widen(c, c->n_cols - before);
+    if (st) /* the file keeps its header: rows must keep its width, and the next log tries again */
+        while (c->n_cols > before) accel_free(c->cols[--c->n_cols]);
+    return st;
 }
 
 static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t step) {
