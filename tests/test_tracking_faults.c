@@ -2,6 +2,7 @@
  * name taken, the file size limit reached) and logging after it, long
  * non-ASCII text tags, hparams.yml strings that YAML would read as something
  * else. Every file written must stay readable by its peer's parser. */
+#include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "tb_event.pb-c.h"
+#include "tracking/tb_internal.h"
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
     (void)sb, (void)flag, (void)f;
@@ -39,6 +42,78 @@ static char *slurp(const char *path) {
 static bool exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+/* The path of the one events file in dir (false when not exactly one). */
+static bool events_file(const char *dir, char *out, size_t n) {
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20)) snprintf(out, n, "%s/%s", dir, e->d_name), found++;
+    if (d) closedir(d);
+    return found == 1;
+}
+
+/* The events of a TFRecord file, both CRCs checked; their count, -1 when the
+ * file is not whole records. */
+static int read_events(const char *path, AccelTb__Event **ev, int max) {
+    void *data;
+    size_t len;
+    if (accel_load_bytes(path, &data, &len)) return -1;
+    const uint8_t *p = data, *end = p + len;
+    int k = 0;
+    while (p < end && k < max) {
+        uint64_t n = 0;
+        uint32_t lc = 0, dc = 0;
+        if (end - p < 12) break;
+        for (int i = 0; i < 8; i++) n |= (uint64_t)p[i] << (8 * i);
+        for (int i = 0; i < 4; i++) lc |= (uint32_t)p[8 + i] << (8 * i);
+        if (lc != accel__crc32c_masked(p, 8) || (uint64_t)(end - p) < 16 + n) break;
+        for (int i = 0; i < 4; i++) dc |= (uint32_t)p[12 + n + i] << (8 * i);
+        if (dc != accel__crc32c_masked(p + 12, n) || !(ev[k] = accel_tb__event__unpack(NULL, n, p + 12))) break;
+        k++;
+        p += 16 + n;
+    }
+    bool whole = p == end;
+    free(data);
+    if (!whole)
+        while (k) accel_tb__event__free_unpacked(ev[--k], NULL);
+    return whole ? k : -1;
+}
+
+static void free_events(AccelTb__Event **ev, int n) {
+    for (int i = 0; i < n; i++) accel_tb__event__free_unpacked(ev[i], NULL);
+}
+
+static const char *tag_of(const AccelTb__Event *e) {
+    return e->what_case == ACCEL_TB__EVENT__WHAT_SUMMARY && e->summary->n_value == 1 ? e->summary->value[0]->tag
+                                                                                      : NULL;
+}
+
+/* ---------------------------------------------------------------- tensorboard */
+
+/* add_text's tag is "<key>/text_summary" whatever the key's length: it was
+ * cut to 511 bytes, and a cut inside a UTF-8 sequence (here after 255 and a
+ * half "é") made TensorBoard's reader refuse the file ("String field had bad
+ * UTF-8"). */
+static void test_tb_long_text_tag(void) {
+    char *dir = temp_dir(), run[512], path[1024], key[1300] = "", tag[1400];
+    for (int i = 0; i < 600; i++) strcat(key, "\xc3\xa9"); /* 1200 bytes of "é" */
+    snprintf(tag, sizeof tag, "%s/text_summary", key);
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value v[] = {ACCEL_VALUE_S(key, "text"), ACCEL_VALUE_F(key, 1.5)};
+    CHECK(accel_tracker_log(t, 2, v, 1) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    AccelTb__Event *ev[8];
+    int n = events_file(run, path, sizeof path) ? read_events(path, ev, 8) : -1;
+    CHECK(n == 3); /* file_version, the text, the scalar */
+    if (n == 3) {
+        CHECK(tag_of(ev[1]) && !strcmp(tag_of(ev[1]), tag));
+        CHECK(tag_of(ev[2]) && !strcmp(tag_of(ev[2]), key));
+    }
+    free_events(ev, n);
+    rm_rf(dir);
 }
 
 /* ---------------------------------------------------------------- csv */
@@ -103,6 +178,7 @@ static void test_csv_widen_fails_file_too_large(void) {
 }
 
 int main(void) {
+    RUN(test_tb_long_text_tag);
     RUN(test_csv_widen_fails_tmp_taken);
     RUN(test_csv_widen_fails_file_too_large);
     accel_thread_cleanup();

@@ -134,14 +134,20 @@ static accel_status log_text(FILE *f, const char *key, const char *text, int64_t
     tensor.tensor_shape = &shape;
     tensor.n_string_val = 1;
     tensor.string_val = &sv;
-    char tag[512];
-    snprintf(tag, sizeof tag, "%s/text_summary", key);
+    /* As long as the key: a fixed buffer cut long keys, and a cut inside a
+     * UTF-8 sequence made tensorboard's reader refuse the whole file. */
+    size_t tag_len = strlen(key) + sizeof "/text_summary";
+    char *tag = accel_malloc(tag_len);
+    if (!tag) return accel_last_status();
+    snprintf(tag, tag_len, "%s/text_summary", key);
     AccelTb__Summary__Value v = ACCEL_TB__SUMMARY__VALUE__INIT;
     v.tag = tag;
     v.metadata = &md;
     v.value_case = ACCEL_TB__SUMMARY__VALUE__VALUE_TENSOR;
     v.tensor = &tensor;
-    return write_summary(f, &v, step);
+    accel_status st = write_summary(f, &v, step);
+    accel_free(tag);
+    return st;
 }
 
 static accel_status tb_log(void *ctx, int n, const accel_value *values, int64_t step) {
