@@ -116,6 +116,39 @@ static void test_tb_long_text_tag(void) {
     rm_rf(dir);
 }
 
+/* hparams.yml quotes what yaml.dump quotes: every string (key or value)
+ * that PyYAML's resolvers would read as a bool, number, date, null, merge
+ * key or `=`. Only number-like and a few words were: "1:20" came back as
+ * 80, "2024-01-01" as a date, the key "123" as an int, and "=" made
+ * yaml.safe_load refuse the file. The expected text is yaml.dump's for the
+ * same dict (Python 3.11, PyYAML 6.0.3). */
+static void test_hparams_yml_quotes_as_pyyaml(void) {
+    char *dir = temp_dir(), run[512], sub[1024] = "", path[1100];
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value cfg[] = {
+        ACCEL_VALUE_S("a", "1:20"), ACCEL_VALUE_S("b", "2024-01-01"), ACCEL_VALUE_S("c", "2024-1-1 10:20:30.5 +01:00"),
+        ACCEL_VALUE_S("d", "0b101"), ACCEL_VALUE_S("e", "1_000"), ACCEL_VALUE_S("f", "+.inf"),
+        ACCEL_VALUE_S("g", "="), ACCEL_VALUE_S("h", "<<"), ACCEL_VALUE_S("i", "Yes"),
+        ACCEL_VALUE_S("j", "1e400"), ACCEL_VALUE_S("k", "yEs"), ACCEL_VALUE_S("l", "3 apples"),
+        ACCEL_VALUE_S("m", "0x1F"), ACCEL_VALUE_I("123", 1), ACCEL_VALUE_I("true", 2), ACCEL_VALUE_I("=", 3),
+    };
+    CHECK(accel_tracker_store_init_configuration(t, (int)(sizeof cfg / sizeof *cfg), cfg) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    DIR *d = opendir(run); /* the <time.time()> sub-run */
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    char *y = slurp(path);
+    CHECK_MSG(y && !strcmp(y, "'123': 1\n'=': 3\na: '1:20'\nb: '2024-01-01'\nc: '2024-1-1 10:20:30.5 +01:00'\n"
+                              "d: '0b101'\ne: '1_000'\nf: '+.inf'\ng: '='\nh: '<<'\ni: 'Yes'\nj: 1e400\nk: yEs\n"
+                              "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
+              "%s", y);
+    free(y);
+    rm_rf(dir);
+}
+
 /* ---------------------------------------------------------------- csv */
 
 /* A new key rewrites log.csv through log.csv.tmp. When that fails the
@@ -179,6 +212,7 @@ static void test_csv_widen_fails_file_too_large(void) {
 
 int main(void) {
     RUN(test_tb_long_text_tag);
+    RUN(test_hparams_yml_quotes_as_pyyaml);
     RUN(test_csv_widen_fails_tmp_taken);
     RUN(test_csv_widen_fails_file_too_large);
     accel_thread_cleanup();

@@ -3,9 +3,9 @@
  * framed as TFRecords. */
 #include <errno.h>
 #include <math.h>
+#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <yaml.h>
@@ -244,14 +244,45 @@ static accel_status write_hparams_all(FILE *f, int n, const accel_value *config)
     return st;
 }
 
-/* Would YAML read this string back as something else (a number, a bool, null)? */
-static bool needs_quotes(const char *s) {
-    static const char *words[] = {"", "~", "null", "true", "false", "yes", "no", "on", "off", ".nan", ".inf", "-.inf"};
-    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-        if (!strcasecmp(s, words[i])) return true;
-    char *end;
-    strtod(s, &end);
-    return !*end;
+/* PyYAML's implicit resolvers (YAML 1.1, resolver.py), as POSIX EREs: a
+ * plain scalar matching one is read back as a bool, float, int, merge key,
+ * null, date or `=` value, not as the string written. yaml.dump quotes
+ * exactly those. A number-like test alone left "1:20" (an int, 80),
+ * "2024-01-01" (a date), "0b101", "1_000", "+.inf", keys such as "123" or
+ * "true", and "=" (yaml.safe_load refuses the file: no constructor for
+ * tag:yaml.org,2002:value) plain. */
+static const char *const YAML_IMPLICIT[] = {
+    "^(yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$",
+    "^([-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9][0-9_]*([eE][-+][0-9]+)?"
+    "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN))$",
+    "^([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)$",
+    "^(<<|~|null|Null|NULL|=|)$",
+    "^([0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
+    "(\\.[0-9]*)?([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?)$",
+};
+#define N_IMPLICIT (sizeof YAML_IMPLICIT / sizeof *YAML_IMPLICIT)
+
+typedef struct yaml_resolvers {
+    regex_t re[N_IMPLICIT];
+    size_t n; /* compiled */
+} yaml_resolvers;
+
+static accel_status resolvers_init(yaml_resolvers *r) {
+    for (r->n = 0; r->n < N_IMPLICIT; r->n++)
+        if (regcomp(&r->re[r->n], YAML_IMPLICIT[r->n], REG_EXTENDED | REG_NOSUB))
+            return accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: cannot compile YAML resolver %zu (out of memory)", r->n);
+    return ACCEL_OK;
+}
+
+static void resolvers_free(yaml_resolvers *r) {
+    while (r->n) regfree(&r->re[--r->n]);
+}
+
+/* Would PyYAML read this plain scalar back as something else than a string? */
+static bool needs_quotes(const yaml_resolvers *r, const char *s) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!regexec(&r->re[i], s, 0, NULL, 0)) return true;
+    return false;
 }
 
 static int emit_scalar(yaml_emitter_t *em, const char *s, yaml_scalar_style_t style) {
@@ -268,11 +299,19 @@ static int yaml_out(void *data, unsigned char *buf, size_t n) { return fwrite(bu
 
 /* yaml.dump(config): a block mapping with sorted keys. */
 static accel_status write_hparams_yml(const char *path, int n, const accel_value *config) {
+    yaml_resolvers res;
+    if (resolvers_init(&res)) {
+        resolvers_free(&res);
+        return accel_last_status();
+    }
     const accel_value **sorted = accel_calloc((size_t)n + 1, sizeof *sorted);
     FILE *f = sorted ? fopen(path, "w") : NULL;
     if (!f) {
+        resolvers_free(&res);
         accel_free(sorted);
-        return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path, strerror(errno));
+        return sorted ? accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path,
+                                        strerror(errno))
+                      : accel_last_status();
     }
     for (int i = 0; i < n; i++) sorted[i] = &config[i];
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_key);
@@ -300,15 +339,18 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
         case ACCEL_VALUE_BOOL: text = c->i ? "true" : "false"; break;
         case ACCEL_VALUE_STRING:
             text = c->s;
-            style = needs_quotes(c->s) ? YAML_SINGLE_QUOTED_SCALAR_STYLE : YAML_ANY_SCALAR_STYLE;
+            style = needs_quotes(&res, c->s) ? YAML_SINGLE_QUOTED_SCALAR_STYLE : YAML_ANY_SCALAR_STYLE;
             break;
         }
-        ok = emit_scalar(&em, c->key, YAML_ANY_SCALAR_STYLE) && emit_scalar(&em, text, style);
+        yaml_scalar_style_t key_style = needs_quotes(&res, c->key) ? YAML_SINGLE_QUOTED_SCALAR_STYLE
+                                                                   : YAML_ANY_SCALAR_STYLE;
+        ok = emit_scalar(&em, c->key, key_style) && emit_scalar(&em, text, style);
     }
     ok = ok && yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev) &&
          yaml_document_end_event_initialize(&ev, 1) && yaml_emitter_emit(&em, &ev) &&
          yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev);
     yaml_emitter_delete(&em);
+    resolvers_free(&res);
     accel_free(sorted);
     if (fclose(f) || !ok) return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s", path);
     return ACCEL_OK;
