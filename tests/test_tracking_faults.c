@@ -116,6 +116,46 @@ static void test_tb_long_text_tag(void) {
     rm_rf(dir);
 }
 
+/* Runs log(t, ...) with files limited to `limit` bytes (EFBIG, as a full
+ * disk's ENOSPC); the limit and SIGXFSZ are restored after. */
+static accel_status log_limited(accel_tracker *t, int n, const accel_value *v, int64_t step, off_t limit) {
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)limit;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    accel_status st = accel_tracker_log(t, n, v, step);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    return st;
+}
+
+/* A log call whose write is cut short (disk full) must not leave half a
+ * record: TensorBoard's reader stops at the first broken one, so every event
+ * logged after the handled error was lost. The file stays whole records,
+ * the failed call's events are not in it, later calls' are. */
+static void test_tb_log_after_disk_full(void) {
+    char *dir = temp_dir(), run[512], path[1024];
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value v[] = {ACCEL_VALUE_F("loss", 1.5), ACCEL_VALUE_S("note", "a text long enough to be cut")};
+    CHECK(accel_tracker_log(t, 2, v, 0) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    struct stat sb;
+    CHECK(events_file(run, path, sizeof path) && stat(path, &sb) == 0);
+    CHECK(log_limited(t, 2, v, 1, sb.st_size + 40) == ACCEL_ERR_IO); /* the scalar fits, the text does not */
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot write an event to");
+    accel_clear_error();
+    CHECK(accel_tracker_log(t, 2, v, 2) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    AccelTb__Event *ev[8];
+    int n = read_events(path, ev, 8);
+    CHECK_MSG(n == 5, "%d events", n); /* file_version, step 0's two, step 2's two */
+    if (n == 5) CHECK(ev[1]->step == 0 && ev[2]->step == 0 && ev[3]->step == 2 && ev[4]->step == 2);
+    free_events(ev, n);
+    rm_rf(dir);
+}
+
 /* hparams.yml quotes what yaml.dump quotes: every string (key or value)
  * that PyYAML's resolvers would read as a bool, number, date, null, merge
  * key or `=`. Only number-like and a few words were: "1:20" came back as
@@ -185,19 +225,10 @@ static void test_csv_widen_fails_file_too_large(void) {
     accel_value a[] = {ACCEL_VALUE_F("a", 1)}, ab[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
     CHECK(accel_tracker_log(t, 1, a, 0) == ACCEL_OK);
     CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
-    /* Files may not grow past log.csv's size now: the wider copy cannot be
-     * written (EFBIG, as a full disk's ENOSPC). */
+    /* Files may not grow past log.csv's size: the wider copy cannot be written. */
     struct stat sb;
     CHECK(stat(path, &sb) == 0);
-    struct rlimit old, lim;
-    getrlimit(RLIMIT_FSIZE, &old);
-    lim = old;
-    lim.rlim_cur = (rlim_t)sb.st_size;
-    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
-    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-    CHECK(accel_tracker_log(t, 2, ab, 2) == ACCEL_ERR_IO);
-    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
-    signal(SIGXFSZ, was);
+    CHECK(log_limited(t, 2, ab, 2, sb.st_size) == ACCEL_ERR_IO);
     CHECK_STR_CONTAINS(accel_last_error(), "cannot rewrite");
     CHECK(!exists(tmp)); /* no half copy left behind */
     accel_clear_error();
@@ -213,6 +244,7 @@ static void test_csv_widen_fails_file_too_large(void) {
 int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
+    RUN(test_tb_log_after_disk_full);
     RUN(test_csv_widen_fails_tmp_taken);
     RUN(test_csv_widen_fails_file_too_large);
     accel_thread_cleanup();
