@@ -156,6 +156,54 @@ static void test_tb_log_after_disk_full(void) {
     rm_rf(dir);
 }
 
+/* The same for the jsonl and csv trackers: half a line stayed and the next
+ * line was glued to it ({"step":1,"loss":1.5,"no{"step":2,...}), which a
+ * JSON-lines or CSV reader refuses, losing the record logged after the
+ * handled error. The failed call's line is not in the file, the next is. */
+static void test_text_log_after_disk_full(void) {
+    static const char *const want[] = {
+        "{\"step\":0,\"loss\":1.5,\"note\":\"a text long enough to be cut\"}\n"
+        "{\"step\":2,\"loss\":1.5,\"note\":\"a text long enough to be cut\"}\n",
+        "step,loss,note\n0,1.5,a text long enough to be cut\n2,1.5,a text long enough to be cut\n",
+    };
+    static const char *const names[] = {"jsonl", "csv"}, *const files[] = {"log.jsonl", "log.csv"};
+    for (int k = 0; k < 2; k++) {
+        char *dir = temp_dir(), path[512];
+        snprintf(path, sizeof path, "%s/p/%s", dir, files[k]);
+        accel_tracker *t = accel_tracker_open(names[k], "p", dir);
+        accel_value v[] = {ACCEL_VALUE_F("loss", 1.5), ACCEL_VALUE_S("note", "a text long enough to be cut")};
+        CHECK(accel_tracker_log(t, 2, v, 0) == ACCEL_OK);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        CHECK(log_limited(t, 2, v, 1, sb.st_size + 12) == ACCEL_ERR_IO);
+        CHECK_STR_CONTAINS(accel_last_error(), files[k]);
+        accel_clear_error();
+        CHECK(accel_tracker_log(t, 2, v, 2) == ACCEL_OK);
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+        char *s = slurp(path);
+        CHECK_MSG(s && !strcmp(s, want[k]), "%s: %s", names[k], s);
+        free(s);
+        rm_rf(dir);
+    }
+}
+
+/* A csv tracker's first row is written with its header, as one write: a
+ * first log without values wrote a headerless row, and the header came
+ * second when keys appeared. */
+static void test_csv_header_first(void) {
+    char *dir = temp_dir(), path[512];
+    snprintf(path, sizeof path, "%s/p/log.csv", dir);
+    accel_tracker *t = accel_tracker_open("csv", "p", dir);
+    accel_value a[] = {ACCEL_VALUE_F("a", 1)};
+    CHECK(accel_tracker_log(t, 0, NULL, 0) == ACCEL_OK);
+    CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a\n0,\n1,1\n"), "%s", s);
+    free(s);
+    rm_rf(dir);
+}
+
 /* hparams.yml quotes what yaml.dump quotes: every string (key or value)
  * that PyYAML's resolvers would read as a bool, number, date, null, merge
  * key or `=`. Only number-like and a few words were: "1:20" came back as
@@ -245,6 +293,8 @@ int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
     RUN(test_tb_log_after_disk_full);
+    RUN(test_text_log_after_disk_full);
+    RUN(test_csv_header_first);
     RUN(test_csv_widen_fails_tmp_taken);
     RUN(test_csv_widen_fails_file_too_large);
     accel_thread_cleanup();
