@@ -274,8 +274,40 @@ static void test_custom_batch_sampler(void) {
     accel_dataset_free(ds);
 }
 
+/* Only pushes, as "fills out" reads: pairs, the last one short. */
+static accel_status pairs(void *ctx, int64_t epoch, int64_t len, accel_batches *out) {
+    (void)ctx, (void)epoch;
+    for (int64_t s = 0; s < len; s += 2) {
+        int64_t idx[2] = {s, s + 1};
+        accel_status st = accel_batches_push(out, len - s < 2 ? len - s : 2, idx);
+        if (st) return st;
+    }
+    return ACCEL_OK;
+}
+
+/* Every epoch hands the sampler an empty list, as a Python batch sampler is
+ * iterated afresh: the loader passed the list still holding the previous
+ * epoch's batches, so epoch 2 yielded 6 batches, epoch 3 9, while len said 3. */
+static void test_custom_batch_sampler_each_epoch(void) {
+    accel_dataset *ds = range_dataset(5);
+    accel_dataloader_opts o = accel_dataloader_opts_default();
+    o.batch_size = 2;
+    o.batch_sampler = pairs;
+    accel_dataloader *dl = accel_dataloader_new(ds, &o);
+    for (int e = 0; e < 3; e++) {
+        int64_t vals[32], sizes[16];
+        CHECK(run_epoch(dl, vals, sizes, NULL) == 3);
+        CHECK(accel_last_status() == ACCEL_OK);
+        CHECK(sizes[0] == 2 && sizes[2] == 1 && vals[0] == 0 && vals[4] == 4);
+        CHECK(accel_dataloader_len(dl) == 3);
+    }
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+}
+
 int main(void) {
     RUN(test_custom_batch_sampler);
+    RUN(test_custom_batch_sampler_each_epoch);
     RUN(test_end_of_dataloader);
     RUN(test_skip_first_batches);
     RUN(test_shuffle_reproducible);

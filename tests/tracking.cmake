@@ -1,6 +1,8 @@
-# test_tracking reads TensorBoard records with the generated protobuf-c code.
-target_include_directories(test_tracking PRIVATE ${ACCEL_GEN_DIR})
-target_link_libraries(test_tracking PRIVATE PkgConfig::PROTOBUF_C)
+# test_tracking and test_tracking_faults read TensorBoard records with the generated protobuf-c code.
+foreach(t test_tracking test_tracking_faults)
+  target_include_directories(${t} PRIVATE ${ACCEL_GEN_DIR})
+  target_link_libraries(${t} PRIVATE PkgConfig::PROTOBUF_C)
+endforeach()
 
 if(TARGET accel_cli)
   # --log_with / --project_dir and the config keys reach a 2-process job.

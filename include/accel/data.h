@@ -124,8 +124,9 @@ typedef struct accel_batch {
     int64_t index;                /* position of this batch in this rank's epoch */
 } accel_batch;
 
-/* A custom batch sampler: fills `out` with the epoch's global batches. Set
- * batch_size in the options to its nominal size, or <= 0 for variable sizes. */
+/* A custom batch sampler: fills `out` (empty on entry, every epoch) with the
+ * epoch's global batches. Set batch_size in the options to its nominal size,
+ * or <= 0 for variable sizes. */
 typedef accel_status (*accel_batch_sampler_fn)(void *ctx, int64_t epoch, int64_t dataset_len,
                                                accel_batches *out);
 

@@ -153,6 +153,9 @@ static accel_status start_epoch(accel_dataloader *dl) {
     int64_t n = accel_dataset_len(dl->ds);
     accel_status st;
     if (dl->o.batch_sampler) {
+        /* An empty list, as accel_dataloader_len's: a sampler that only pushes
+         * appended this epoch to the last one's batches. */
+        dl->global.n = 0;
         st = dl->o.batch_sampler(dl->o.batch_sampler_ctx, dl->epoch, n, &dl->global);
     } else {
         const int64_t *order = NULL;

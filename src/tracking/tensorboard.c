@@ -2,10 +2,11 @@
  * SummaryWriter writes them, encoded with protobuf-c (tb_event.proto) and
  * framed as TFRecords. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <yaml.h>
@@ -15,7 +16,8 @@
 
 typedef struct tb {
     char *dir;     /* <logging_dir>/<project> */
-    FILE *f;       /* its events file */
+    char *path;    /* its events file */
+    int fd;
 } tb;
 
 static double wall_time(void) {
@@ -67,35 +69,85 @@ static accel_status write_summary(FILE *f, AccelTb__Summary__Value *v, int64_t s
     return write_event(f, &ev);
 }
 
-/* events.out.tfevents.<10-digit time>.<host>.<pid>.<n> in dir, opened with
- * its file_version event. */
-static FILE *open_events(const char *dir) {
+/* One call's records, built in memory and appended to the events file whole
+ * or not at all. A write cut short (disk full) left half a record behind,
+ * and TensorBoard's reader stops at the first broken record: everything
+ * logged after the handled error was lost, silently. */
+typedef struct records {
+    FILE *m; /* open_memstream over buf */
+    char *buf;
+    size_t len;
+} records;
+
+static FILE *records_open(records *r) {
+    r->buf = NULL;
+    r->len = 0;
+    if (!(r->m = open_memstream(&r->buf, &r->len)))
+        accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: out of memory for an event");
+    return r->m;
+}
+
+/* Ends r and, when st is ACCEL_OK, appends its bytes to fd; a failed append
+ * is cut off again, so the file stays a sequence of whole records. */
+static accel_status records_commit(records *r, accel_status st, int fd, const char *path) {
+    if (fclose(r->m) && !st) st = accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: out of memory for an event");
+    off_t end = st ? 0 : lseek(fd, 0, SEEK_END);
+    if (!st && end < 0)
+        st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot seek %s: %s", path, strerror(errno));
+    for (size_t done = 0; !st && done < r->len;) {
+        ssize_t w = write(fd, r->buf + done, r->len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write an event to %s: %s", path,
+                                 strerror(e));
+            if (ftruncate(fd, end)) /* the half record stays: say so */
+                accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write an event to %s: %s, and cannot "
+                                "cut the half-written record off again: %s", path, strerror(e), strerror(errno));
+        } else {
+            done += (size_t)w;
+        }
+    }
+    free(r->buf);
+    return st;
+}
+
+/* events.out.tfevents.<10-digit time>.<host>.<pid>.<n> in dir, created (never
+ * an existing file: a restarted process can have the same pid within the
+ * same second) and opened with its file_version event. -1 on failure. */
+static int open_events(const char *dir, char **path_out) {
     static int uid;
     char host[256] = "localhost", path[4600];
     gethostname(host, sizeof host - 1);
-    snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d.%d", dir, (long)wall_time(), host,
-             (int)getpid(), __atomic_fetch_add(&uid, 1, __ATOMIC_RELAXED));
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(path, sizeof path, "%s/events.out.tfevents.%010ld.%s.%d.%d", dir, (long)wall_time(), host,
+                 (int)getpid(), __atomic_fetch_add(&uid, 1, __ATOMIC_RELAXED));
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
         accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
     AccelTb__Event ev = ACCEL_TB__EVENT__INIT;
     ev.wall_time = wall_time();
     ev.what_case = ACCEL_TB__EVENT__WHAT_FILE_VERSION;
     ev.file_version = (char *)"brain.Event:2";
-    if (write_event(f, &ev) || fflush(f)) {
-        fclose(f);
-        accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s", path);
-        return NULL;
+    records r;
+    if (!records_open(&r) || records_commit(&r, write_event(r.m, &ev), fd, path) ||
+        (path_out && !(*path_out = accel_strdup(path)))) {
+        close(fd);
+        unlink(path);
+        return -1;
     }
-    return f;
+    return fd;
 }
 
 void *accel__tb_open(const char *run_dir) {
     tb *t = accel_calloc(1, sizeof *t);
     if (!t) return NULL;
-    if (!(t->dir = accel_strdup(run_dir)) || !(t->f = open_events(run_dir))) {
+    if (!(t->dir = accel_strdup(run_dir)) || (t->fd = open_events(run_dir, &t->path)) < 0) {
         accel_free(t->dir);
         accel_free(t);
         return NULL;
@@ -134,31 +186,39 @@ static accel_status log_text(FILE *f, const char *key, const char *text, int64_t
     tensor.tensor_shape = &shape;
     tensor.n_string_val = 1;
     tensor.string_val = &sv;
-    char tag[512];
-    snprintf(tag, sizeof tag, "%s/text_summary", key);
+    /* As long as the key: a fixed buffer cut long keys, and a cut inside a
+     * UTF-8 sequence made tensorboard's reader refuse the whole file. */
+    size_t tag_len = strlen(key) + sizeof "/text_summary";
+    char *tag = accel_malloc(tag_len);
+    if (!tag) return accel_last_status();
+    snprintf(tag, tag_len, "%s/text_summary", key);
     AccelTb__Summary__Value v = ACCEL_TB__SUMMARY__VALUE__INIT;
     v.tag = tag;
     v.metadata = &md;
     v.value_case = ACCEL_TB__SUMMARY__VALUE__VALUE_TENSOR;
     v.tensor = &tensor;
-    return write_summary(f, &v, step);
+    accel_status st = write_summary(f, &v, step);
+    accel_free(tag);
+    return st;
 }
 
+/* The values' events, appended whole (and so on disk after every call). */
 static accel_status tb_log(void *ctx, int n, const accel_value *values, int64_t step) {
     tb *t = ctx;
+    records r;
+    FILE *f = records_open(&r);
+    if (!f) return accel_last_status();
     accel_status st = ACCEL_OK;
     for (int i = 0; i < n && !st; i++) {
         const accel_value *v = &values[i];
         switch (v->kind) {
-        case ACCEL_VALUE_FLOAT: st = log_scalar(t->f, v->key, v->f, step); break;
+        case ACCEL_VALUE_FLOAT: st = log_scalar(f, v->key, v->f, step); break;
         case ACCEL_VALUE_INT:
-        case ACCEL_VALUE_BOOL: st = log_scalar(t->f, v->key, (double)v->i, step); break;
-        case ACCEL_VALUE_STRING: st = log_text(t->f, v->key, v->s, step); break;
+        case ACCEL_VALUE_BOOL: st = log_scalar(f, v->key, (double)v->i, step); break;
+        case ACCEL_VALUE_STRING: st = log_text(f, v->key, v->s, step); break;
         }
     }
-    if (!st && fflush(t->f))
-        st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot flush %s: %s", t->dir, strerror(errno));
-    return st;
+    return records_commit(&r, st, t->fd, t->path);
 }
 
 /* ---------------------------------------------------------------- hparams */
@@ -238,14 +298,45 @@ static accel_status write_hparams_all(FILE *f, int n, const accel_value *config)
     return st;
 }
 
-/* Would YAML read this string back as something else (a number, a bool, null)? */
-static bool needs_quotes(const char *s) {
-    static const char *words[] = {"", "~", "null", "true", "false", "yes", "no", "on", "off", ".nan", ".inf", "-.inf"};
-    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-        if (!strcasecmp(s, words[i])) return true;
-    char *end;
-    strtod(s, &end);
-    return !*end;
+/* PyYAML's implicit resolvers (YAML 1.1, resolver.py), as POSIX EREs: a
+ * plain scalar matching one is read back as a bool, float, int, merge key,
+ * null, date or `=` value, not as the string written. yaml.dump quotes
+ * exactly those. A number-like test alone left "1:20" (an int, 80),
+ * "2024-01-01" (a date), "0b101", "1_000", "+.inf", keys such as "123" or
+ * "true", and "=" (yaml.safe_load refuses the file: no constructor for
+ * tag:yaml.org,2002:value) plain. */
+static const char *const YAML_IMPLICIT[] = {
+    "^(yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$",
+    "^([-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9][0-9_]*([eE][-+][0-9]+)?"
+    "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN))$",
+    "^([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)$",
+    "^(<<|~|null|Null|NULL|=|)$",
+    "^([0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
+    "(\\.[0-9]*)?([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?)$",
+};
+#define N_IMPLICIT (sizeof YAML_IMPLICIT / sizeof *YAML_IMPLICIT)
+
+typedef struct yaml_resolvers {
+    regex_t re[N_IMPLICIT];
+    size_t n; /* compiled */
+} yaml_resolvers;
+
+static accel_status resolvers_init(yaml_resolvers *r) {
+    for (r->n = 0; r->n < N_IMPLICIT; r->n++)
+        if (regcomp(&r->re[r->n], YAML_IMPLICIT[r->n], REG_EXTENDED | REG_NOSUB))
+            return accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: cannot compile YAML resolver %zu (out of memory)", r->n);
+    return ACCEL_OK;
+}
+
+static void resolvers_free(yaml_resolvers *r) {
+    while (r->n) regfree(&r->re[--r->n]);
+}
+
+/* Would PyYAML read this plain scalar back as something else than a string? */
+static bool needs_quotes(const yaml_resolvers *r, const char *s) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!regexec(&r->re[i], s, 0, NULL, 0)) return true;
+    return false;
 }
 
 static int emit_scalar(yaml_emitter_t *em, const char *s, yaml_scalar_style_t style) {
@@ -262,11 +353,19 @@ static int yaml_out(void *data, unsigned char *buf, size_t n) { return fwrite(bu
 
 /* yaml.dump(config): a block mapping with sorted keys. */
 static accel_status write_hparams_yml(const char *path, int n, const accel_value *config) {
+    yaml_resolvers res;
+    if (resolvers_init(&res)) {
+        resolvers_free(&res);
+        return accel_last_status();
+    }
     const accel_value **sorted = accel_calloc((size_t)n + 1, sizeof *sorted);
     FILE *f = sorted ? fopen(path, "w") : NULL;
     if (!f) {
+        resolvers_free(&res);
         accel_free(sorted);
-        return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path, strerror(errno));
+        return sorted ? accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path,
+                                        strerror(errno))
+                      : accel_last_status();
     }
     for (int i = 0; i < n; i++) sorted[i] = &config[i];
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_key);
@@ -294,15 +393,18 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
         case ACCEL_VALUE_BOOL: text = c->i ? "true" : "false"; break;
         case ACCEL_VALUE_STRING:
             text = c->s;
-            style = needs_quotes(c->s) ? YAML_SINGLE_QUOTED_SCALAR_STYLE : YAML_ANY_SCALAR_STYLE;
+            style = needs_quotes(&res, c->s) ? YAML_SINGLE_QUOTED_SCALAR_STYLE : YAML_ANY_SCALAR_STYLE;
             break;
         }
-        ok = emit_scalar(&em, c->key, YAML_ANY_SCALAR_STYLE) && emit_scalar(&em, text, style);
+        yaml_scalar_style_t key_style = needs_quotes(&res, c->key) ? YAML_SINGLE_QUOTED_SCALAR_STYLE
+                                                                   : YAML_ANY_SCALAR_STYLE;
+        ok = emit_scalar(&em, c->key, key_style) && emit_scalar(&em, text, style);
     }
     ok = ok && yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev) &&
          yaml_document_end_event_initialize(&ev, 1) && yaml_emitter_emit(&em, &ev) &&
          yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev);
     yaml_emitter_delete(&em);
+    resolvers_free(&res);
     accel_free(sorted);
     if (fclose(f) || !ok) return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s", path);
     return ACCEL_OK;
@@ -315,11 +417,15 @@ static accel_status tb_store_config(void *ctx, int n, const accel_value *config)
     tb *t = ctx;
     char sub[4400], path[4500];
     snprintf(sub, sizeof sub, "%s/%.7f", t->dir, wall_time());
-    accel_status st = accel__mkdirs(sub);
-    FILE *f = st ? NULL : open_events(sub);
-    if (!f) return accel_last_status();
-    st = write_hparams_all(f, n, config);
-    if (fclose(f) && !st) st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot close events in %s", sub);
+    char *events = NULL;
+    int fd = accel__mkdirs(sub) ? -1 : open_events(sub, &events);
+    if (fd < 0) return accel_last_status();
+    records r;
+    accel_status st = records_open(&r) ? records_commit(&r, write_hparams_all(r.m, n, config), fd, events)
+                                       : accel_last_status();
+    if (close(fd) && !st) st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot close %s: %s", events,
+                                               strerror(errno));
+    accel_free(events);
     snprintf(path, sizeof path, "%s/hparams.yml", sub);
     if (!st) st = write_hparams_yml(path, n, config);
     return st;
@@ -327,9 +433,10 @@ static accel_status tb_store_config(void *ctx, int n, const accel_value *config)
 
 static accel_status tb_finish(void *ctx) {
     tb *t = ctx;
-    accel_status st = fclose(t->f) ? accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot close the events "
-                                                                   "file in %s: %s", t->dir, strerror(errno))
+    accel_status st = close(t->fd) ? accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot close %s: %s",
+                                                     t->path, strerror(errno))
                                    : ACCEL_OK;
+    accel_free(t->path);
     accel_free(t->dir);
     accel_free(t);
     return st;

@@ -1,10 +1,12 @@
 /* Trackers: the generic object, the built-in registry, and the "jsonl" and
  * "csv" trackers. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tracking/tb_internal.h"
 
@@ -175,14 +177,16 @@ accel_status accel__config_json(const char *path, int n, const accel_value *conf
 typedef struct run_file {
     char *dir;
     char path[4200];
-    FILE *f;
+    int fd; /* O_APPEND */
 } run_file;
 
 static run_file *run_file_open(const char *dir, const char *name) {
     run_file *r = accel_calloc(1, sizeof *r);
     if (!r) return NULL;
     snprintf(r->path, sizeof r->path, "%s/%s", dir, name);
-    if (!(r->dir = accel_strdup(dir)) || !(r->f = fopen(r->path, "a"))) {
+    r->fd = -1;
+    if (!(r->dir = accel_strdup(dir)) ||
+        (r->fd = open(r->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666)) < 0) {
         if (r->dir) accel_set_error(ACCEL_ERR_IO, "tracker: cannot open %s: %s", r->path, strerror(errno));
         accel_free(r->dir);
         accel_free(r);
@@ -191,9 +195,32 @@ static run_file *run_file_open(const char *dir, const char *name) {
     return r;
 }
 
+/* Appends buf[0..n) whole or not at all: a write cut short (disk full) is
+ * cut off again. Half a line stayed behind, and the next call's line was
+ * glued to it: a JSON-lines or CSV reader failed on that line (or on the
+ * whole file), losing the record logged after the handled error. */
+static accel_status run_file_append(run_file *r, const char *what, const char *buf, size_t n) {
+    off_t end = lseek(r->fd, 0, SEEK_END);
+    if (end < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", what, r->path, strerror(errno));
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(r->fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            if (ftruncate(r->fd, end))
+                return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s: %s, and cannot cut the half-written "
+                                       "record off again: %s", what, r->path, strerror(e), strerror(errno));
+            return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s: %s", what, r->path, strerror(e));
+        }
+        done += (size_t)w;
+    }
+    return ACCEL_OK;
+}
+
 static accel_status run_file_close(run_file *r) {
-    accel_status st = r->f && fclose(r->f) ? accel_set_error(ACCEL_ERR_IO, "tracker: cannot close %s", r->path)
-                                           : ACCEL_OK;
+    accel_status st = r->fd >= 0 && close(r->fd)
+                          ? accel_set_error(ACCEL_ERR_IO, "tracker: cannot close %s: %s", r->path, strerror(errno))
+                          : ACCEL_OK;
     accel_free(r->dir);
     accel_free(r);
     return st;
@@ -219,10 +246,16 @@ static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64
     char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     if (!line) return accel_set_error(ACCEL_ERR_INVALID_ARG, "jsonl tracker: values are not valid UTF-8 JSON");
-    int bad = fprintf(r->f, "%s\n", line) < 0 || fflush(r->f);
-    free(line);
-    return bad ? accel_set_error(ACCEL_ERR_IO, "jsonl tracker: cannot write %s: %s", r->path, strerror(errno))
-               : ACCEL_OK;
+    size_t len = strlen(line);
+    char *withnl = realloc(line, len + 1); /* the newline in the same write: one whole line */
+    if (!withnl) {
+        free(line);
+        return accel_set_error(ACCEL_ERR_OOM, "jsonl tracker: out of memory");
+    }
+    withnl[len] = '\n';
+    accel_status st = run_file_append(r, "jsonl tracker", withnl, len + 1);
+    free(withnl);
+    return st;
 }
 
 static accel_status jsonl_finish(void *ctx) { return run_file_close(ctx); }
@@ -242,6 +275,7 @@ typedef struct csv {
     run_file *r;
     int n_cols;
     char **cols;
+    bool has_header; /* the file starts with its header line, naming every column */
 } csv;
 
 void *accel__csv_open(const char *run_dir) {
@@ -282,16 +316,24 @@ static void csv_header(FILE *f, const csv *c) {
 }
 
 /* New keys widen the header: the file is rewritten with `added` empty fields
- * at the end of every old record (records may hold quoted line breaks). */
+ * at the end of every old record (records may hold quoted line breaks). The
+ * old file stays open until the new one has replaced it whole: a failure
+ * (disk full, the tmp name taken) leaves the tracker logging to the old
+ * one, not to a closed stream, and no half-written tmp file behind. */
 static accel_status csv_widen(csv *c, int added) {
     run_file *r = c->r;
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
-    FILE *in = fopen(r->path, "r"), *out = fopen(tmp, "w");
-    if (!in || !out) {
+    FILE *in = fopen(r->path, "r"), *out = NULL;
+    int fd = in ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666) : -1;
+    int dup_fd = fd >= 0 ? dup(fd) : -1;
+    if (dup_fd >= 0 && !(out = fdopen(dup_fd, "w"))) close(dup_fd);
+    if (!out) {
+        int e = errno;
         if (in) fclose(in);
-        if (out) fclose(out);
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+        if (fd >= 0) close(fd), unlink(tmp);
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s: %s", r->path,
+                               in ? tmp : r->path, strerror(e));
     }
     csv_header(out, c);
     bool in_header = true, quoted = false;
@@ -306,12 +348,19 @@ static accel_status csv_widen(csv *c, int added) {
             for (int i = 0; i < added; i++) fputc(',', out);
         fputc(ch, out);
     }
+    bool bad = ferror(in) || fflush(out) || ferror(out);
+    int e = errno;
     fclose(in);
-    bool bad = fclose(out) != 0;
-    fclose(r->f);
-    r->f = NULL;
-    if (bad || rename(tmp, r->path) || !(r->f = fopen(r->path, "a")))
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s: %s", r->path, strerror(errno));
+    fclose(out); /* its own descriptor; fd stays */
+    if (bad || rename(tmp, r->path)) {
+        if (!bad) e = errno;
+        close(fd);
+        unlink(tmp);
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s", r->path,
+                               strerror(e));
+    }
+    close(r->fd); /* the old file, now unlinked: everything it held was written */
+    r->fd = fd;   /* the new file, appended to from now on */
     return ACCEL_OK;
 }
 
@@ -321,8 +370,8 @@ static int csv_col(const csv *c, const char *key) {
     return -1;
 }
 
+/* Adds the keys not yet columns to the column list (the file is not touched). */
 static accel_status csv_add_columns(csv *c, int n, const accel_value *values) {
-    int before = c->n_cols;
     for (int i = 0; i < n; i++) {
         if (csv_col(c, values[i].key) >= 0 || !strcmp(values[i].key, "step")) continue;
         char **grown = accel_calloc((size_t)c->n_cols + 1, sizeof *grown);
@@ -337,19 +386,10 @@ static accel_status csv_add_columns(csv *c, int n, const accel_value *values) {
         c->cols = grown;
         c->cols[c->n_cols++] = key;
     }
-    if (c->n_cols == before) return ACCEL_OK;
-    if (before == 0) {
-        csv_header(c->r->f, c);
-        return ACCEL_OK;
-    }
-    return csv_widen(c, c->n_cols - before);
+    return ACCEL_OK;
 }
 
-static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t step) {
-    csv *c = ctx;
-    accel_status st = csv_add_columns(c, n, values);
-    if (st) return st;
-    FILE *f = c->r->f;
+static void csv_row(FILE *f, const csv *c, int n, const accel_value *values, int64_t step) {
     if (step >= 0) fprintf(f, "%lld", (long long)step);
     for (int col = 0; col < c->n_cols; col++) {
         fputc(',', f);
@@ -368,9 +408,38 @@ static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t
         case ACCEL_VALUE_STRING: csv_field(f, v->s); break;
         }
     }
-    if (fputc('\n', f) == EOF || fflush(f))
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot write %s: %s", c->r->path, strerror(errno));
-    return ACCEL_OK;
+    fputc('\n', f);
+}
+
+/* The row (after the header, in a file that has none yet), built in memory
+ * and appended whole. */
+static accel_status csv_append(csv *c, int n, const accel_value *values, int64_t step) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return accel_set_error(ACCEL_ERR_OOM, "csv tracker: out of memory");
+    if (!c->has_header) csv_header(m, c);
+    csv_row(m, c, n, values, step);
+    accel_status st = fclose(m) ? accel_set_error(ACCEL_ERR_OOM, "csv tracker: out of memory")
+                                : run_file_append(c->r, "csv tracker", buf, len);
+    free(buf);
+    if (!st) c->has_header = true;
+    return st;
+}
+
+static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t step) {
+    csv *c = ctx;
+    int before = c->n_cols;
+    bool widened = false;
+    accel_status st = csv_add_columns(c, n, values);
+    if (!st && c->has_header && c->n_cols > before) widened = !(st = csv_widen(c, c->n_cols - before));
+    if (!st) st = csv_append(c, n, values, step);
+    /* Columns the file's header does not name (a failed widen, a failed first
+     * write) are dropped again: rows keep the header's width, and the next
+     * log with those keys tries again. */
+    if (st && !widened)
+        while (c->n_cols > before) accel_free(c->cols[--c->n_cols]);
+    return st;
 }
 
 static accel_status csv_store_config(void *ctx, int n, const accel_value *config) {

@@ -1,0 +1,302 @@
+/* The trackers under faults and hostile input: a failed CSV rewrite (its tmp
+ * name taken, the file size limit reached) and logging after it, long
+ * non-ASCII text tags, hparams.yml strings that YAML would read as something
+ * else. Every file written must stay readable by its peer's parser. */
+#include <dirent.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "tb_event.pb-c.h"
+#include "tracking/tb_internal.h"
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
+}
+static void rm_rf(const char *p) { nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *temp_dir(void) {
+    static char dirs[8][64];
+    static int n;
+    char *d = dirs[n++ % 8];
+    snprintf(d, 64, "/tmp/accel_track_faults_XXXXXX");
+    return mkdtemp(d);
+}
+
+static char *slurp(const char *path) {
+    void *data;
+    size_t len;
+    if (accel_load_bytes(path, &data, &len)) return NULL;
+    char *s = realloc(data, len + 1);
+    s[len] = '\0';
+    return s;
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* The path of the one events file in dir (false when not exactly one). */
+static bool events_file(const char *dir, char *out, size_t n) {
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20)) snprintf(out, n, "%s/%s", dir, e->d_name), found++;
+    if (d) closedir(d);
+    return found == 1;
+}
+
+/* The events of a TFRecord file, both CRCs checked; their count, -1 when the
+ * file is not whole records. */
+static int read_events(const char *path, AccelTb__Event **ev, int max) {
+    void *data;
+    size_t len;
+    if (accel_load_bytes(path, &data, &len)) return -1;
+    const uint8_t *p = data, *end = p + len;
+    int k = 0;
+    while (p < end && k < max) {
+        uint64_t n = 0;
+        uint32_t lc = 0, dc = 0;
+        if (end - p < 12) break;
+        for (int i = 0; i < 8; i++) n |= (uint64_t)p[i] << (8 * i);
+        for (int i = 0; i < 4; i++) lc |= (uint32_t)p[8 + i] << (8 * i);
+        if (lc != accel__crc32c_masked(p, 8) || (uint64_t)(end - p) < 16 + n) break;
+        for (int i = 0; i < 4; i++) dc |= (uint32_t)p[12 + n + i] << (8 * i);
+        if (dc != accel__crc32c_masked(p + 12, n) || !(ev[k] = accel_tb__event__unpack(NULL, n, p + 12))) break;
+        k++;
+        p += 16 + n;
+    }
+    bool whole = p == end;
+    free(data);
+    if (!whole)
+        while (k) accel_tb__event__free_unpacked(ev[--k], NULL);
+    return whole ? k : -1;
+}
+
+static void free_events(AccelTb__Event **ev, int n) {
+    for (int i = 0; i < n; i++) accel_tb__event__free_unpacked(ev[i], NULL);
+}
+
+static const char *tag_of(const AccelTb__Event *e) {
+    return e->what_case == ACCEL_TB__EVENT__WHAT_SUMMARY && e->summary->n_value == 1 ? e->summary->value[0]->tag
+                                                                                      : NULL;
+}
+
+/* ---------------------------------------------------------------- tensorboard */
+
+/* add_text's tag is "<key>/text_summary" whatever the key's length: it was
+ * cut to 511 bytes, and a cut inside a UTF-8 sequence (here after 255 and a
+ * half "é") made TensorBoard's reader refuse the file ("String field had bad
+ * UTF-8"). */
+static void test_tb_long_text_tag(void) {
+    char *dir = temp_dir(), run[512], path[1024], key[1300] = "", tag[1400];
+    for (int i = 0; i < 600; i++) strcat(key, "\xc3\xa9"); /* 1200 bytes of "é" */
+    snprintf(tag, sizeof tag, "%s/text_summary", key);
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value v[] = {ACCEL_VALUE_S(key, "text"), ACCEL_VALUE_F(key, 1.5)};
+    CHECK(accel_tracker_log(t, 2, v, 1) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    AccelTb__Event *ev[8];
+    int n = events_file(run, path, sizeof path) ? read_events(path, ev, 8) : -1;
+    CHECK(n == 3); /* file_version, the text, the scalar */
+    if (n == 3) {
+        CHECK(tag_of(ev[1]) && !strcmp(tag_of(ev[1]), tag));
+        CHECK(tag_of(ev[2]) && !strcmp(tag_of(ev[2]), key));
+    }
+    free_events(ev, n);
+    rm_rf(dir);
+}
+
+/* Runs log(t, ...) with files limited to `limit` bytes (EFBIG, as a full
+ * disk's ENOSPC); the limit and SIGXFSZ are restored after. */
+static accel_status log_limited(accel_tracker *t, int n, const accel_value *v, int64_t step, off_t limit) {
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)limit;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    accel_status st = accel_tracker_log(t, n, v, step);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    return st;
+}
+
+/* A log call whose write is cut short (disk full) must not leave half a
+ * record: TensorBoard's reader stops at the first broken one, so every event
+ * logged after the handled error was lost. The file stays whole records,
+ * the failed call's events are not in it, later calls' are. */
+static void test_tb_log_after_disk_full(void) {
+    char *dir = temp_dir(), run[512], path[1024];
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value v[] = {ACCEL_VALUE_F("loss", 1.5), ACCEL_VALUE_S("note", "a text long enough to be cut")};
+    CHECK(accel_tracker_log(t, 2, v, 0) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    struct stat sb;
+    CHECK(events_file(run, path, sizeof path) && stat(path, &sb) == 0);
+    CHECK(log_limited(t, 2, v, 1, sb.st_size + 40) == ACCEL_ERR_IO); /* the scalar fits, the text does not */
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot write an event to");
+    accel_clear_error();
+    CHECK(accel_tracker_log(t, 2, v, 2) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    AccelTb__Event *ev[8];
+    int n = read_events(path, ev, 8);
+    CHECK_MSG(n == 5, "%d events", n); /* file_version, step 0's two, step 2's two */
+    if (n == 5) CHECK(ev[1]->step == 0 && ev[2]->step == 0 && ev[3]->step == 2 && ev[4]->step == 2);
+    free_events(ev, n);
+    rm_rf(dir);
+}
+
+/* The same for the jsonl and csv trackers: half a line stayed and the next
+ * line was glued to it ({"step":1,"loss":1.5,"no{"step":2,...}), which a
+ * JSON-lines or CSV reader refuses, losing the record logged after the
+ * handled error. The failed call's line is not in the file, the next is. */
+static void test_text_log_after_disk_full(void) {
+    static const char *const want[] = {
+        "{\"step\":0,\"loss\":1.5,\"note\":\"a text long enough to be cut\"}\n"
+        "{\"step\":2,\"loss\":1.5,\"note\":\"a text long enough to be cut\"}\n",
+        "step,loss,note\n0,1.5,a text long enough to be cut\n2,1.5,a text long enough to be cut\n",
+    };
+    static const char *const names[] = {"jsonl", "csv"}, *const files[] = {"log.jsonl", "log.csv"};
+    for (int k = 0; k < 2; k++) {
+        char *dir = temp_dir(), path[512];
+        snprintf(path, sizeof path, "%s/p/%s", dir, files[k]);
+        accel_tracker *t = accel_tracker_open(names[k], "p", dir);
+        accel_value v[] = {ACCEL_VALUE_F("loss", 1.5), ACCEL_VALUE_S("note", "a text long enough to be cut")};
+        CHECK(accel_tracker_log(t, 2, v, 0) == ACCEL_OK);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        CHECK(log_limited(t, 2, v, 1, sb.st_size + 12) == ACCEL_ERR_IO);
+        CHECK_STR_CONTAINS(accel_last_error(), files[k]);
+        accel_clear_error();
+        CHECK(accel_tracker_log(t, 2, v, 2) == ACCEL_OK);
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+        char *s = slurp(path);
+        CHECK_MSG(s && !strcmp(s, want[k]), "%s: %s", names[k], s);
+        free(s);
+        rm_rf(dir);
+    }
+}
+
+/* A csv tracker's first row is written with its header, as one write: a
+ * first log without values wrote a headerless row, and the header came
+ * second when keys appeared. */
+static void test_csv_header_first(void) {
+    char *dir = temp_dir(), path[512];
+    snprintf(path, sizeof path, "%s/p/log.csv", dir);
+    accel_tracker *t = accel_tracker_open("csv", "p", dir);
+    accel_value a[] = {ACCEL_VALUE_F("a", 1)};
+    CHECK(accel_tracker_log(t, 0, NULL, 0) == ACCEL_OK);
+    CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a\n0,\n1,1\n"), "%s", s);
+    free(s);
+    rm_rf(dir);
+}
+
+/* hparams.yml quotes what yaml.dump quotes: every string (key or value)
+ * that PyYAML's resolvers would read as a bool, number, date, null, merge
+ * key or `=`. Only number-like and a few words were: "1:20" came back as
+ * 80, "2024-01-01" as a date, the key "123" as an int, and "=" made
+ * yaml.safe_load refuse the file. The expected text is yaml.dump's for the
+ * same dict (Python 3.11, PyYAML 6.0.3). */
+static void test_hparams_yml_quotes_as_pyyaml(void) {
+    char *dir = temp_dir(), run[512], sub[1024] = "", path[1100];
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value cfg[] = {
+        ACCEL_VALUE_S("a", "1:20"), ACCEL_VALUE_S("b", "2024-01-01"), ACCEL_VALUE_S("c", "2024-1-1 10:20:30.5 +01:00"),
+        ACCEL_VALUE_S("d", "0b101"), ACCEL_VALUE_S("e", "1_000"), ACCEL_VALUE_S("f", "+.inf"),
+        ACCEL_VALUE_S("g", "="), ACCEL_VALUE_S("h", "<<"), ACCEL_VALUE_S("i", "Yes"),
+        ACCEL_VALUE_S("j", "1e400"), ACCEL_VALUE_S("k", "yEs"), ACCEL_VALUE_S("l", "3 apples"),
+        ACCEL_VALUE_S("m", "0x1F"), ACCEL_VALUE_I("123", 1), ACCEL_VALUE_I("true", 2), ACCEL_VALUE_I("=", 3),
+    };
+    CHECK(accel_tracker_store_init_configuration(t, (int)(sizeof cfg / sizeof *cfg), cfg) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    snprintf(run, sizeof run, "%s/p", dir);
+    DIR *d = opendir(run); /* the <time.time()> sub-run */
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    char *y = slurp(path);
+    CHECK_MSG(y && !strcmp(y, "'123': 1\n'=': 3\na: '1:20'\nb: '2024-01-01'\nc: '2024-1-1 10:20:30.5 +01:00'\n"
+                              "d: '0b101'\ne: '1_000'\nf: '+.inf'\ng: '='\nh: '<<'\ni: 'Yes'\nj: 1e400\nk: yEs\n"
+                              "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
+              "%s", y);
+    free(y);
+    rm_rf(dir);
+}
+
+/* ---------------------------------------------------------------- csv */
+
+/* A new key rewrites log.csv through log.csv.tmp. When that fails the
+ * tracker must keep logging, with the old header and rows of its width: the
+ * columns stayed added (rows wider than the header, the new key never named)
+ * and, when the failure came at the rename, the stream was closed and set to
+ * NULL (the next log crashed). */
+static void test_csv_widen_fails_tmp_taken(void) {
+    char *dir = temp_dir(), path[512], tmp[520];
+    snprintf(path, sizeof path, "%s/p/log.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    accel_tracker *t = accel_tracker_open("csv", "p", dir);
+    accel_value a[] = {ACCEL_VALUE_F("a", 1)}, ab[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
+    CHECK(accel_tracker_log(t, 1, a, 0) == ACCEL_OK);
+    CHECK(mkdir(tmp, 0777) == 0); /* the tmp name is taken */
+    CHECK(accel_tracker_log(t, 2, ab, 1) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "log.csv.tmp");
+    accel_clear_error();
+    CHECK(accel_tracker_log(t, 1, a, 2) == ACCEL_OK); /* as wide as the header */
+    CHECK(rmdir(tmp) == 0);
+    CHECK(accel_tracker_log(t, 2, ab, 3) == ACCEL_OK); /* widens now */
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1,\n2,1,\n3,2,3\n"), "%s", s);
+    free(s);
+    rm_rf(dir);
+}
+
+static void test_csv_widen_fails_file_too_large(void) {
+    char *dir = temp_dir(), path[512], tmp[520];
+    snprintf(path, sizeof path, "%s/p/log.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    accel_tracker *t = accel_tracker_open("csv", "p", dir);
+    accel_value a[] = {ACCEL_VALUE_F("a", 1)}, ab[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
+    CHECK(accel_tracker_log(t, 1, a, 0) == ACCEL_OK);
+    CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
+    /* Files may not grow past log.csv's size: the wider copy cannot be written. */
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    CHECK(log_limited(t, 2, ab, 2, sb.st_size) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot rewrite");
+    CHECK(!exists(tmp)); /* no half copy left behind */
+    accel_clear_error();
+    CHECK(accel_tracker_log(t, 1, a, 3) == ACCEL_OK); /* the tracker still writes */
+    CHECK(accel_tracker_log(t, 2, ab, 4) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1,\n1,1,\n3,1,\n4,2,3\n"), "%s", s);
+    free(s);
+    rm_rf(dir);
+}
+
+int main(void) {
+    RUN(test_tb_long_text_tag);
+    RUN(test_hparams_yml_quotes_as_pyyaml);
+    RUN(test_tb_log_after_disk_full);
+    RUN(test_text_log_after_disk_full);
+    RUN(test_csv_header_first);
+    RUN(test_csv_widen_fails_tmp_taken);
+    RUN(test_csv_widen_fails_file_too_large);
+    accel_thread_cleanup();
+    return check_summary();
+}
