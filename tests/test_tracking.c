@@ -283,6 +283,36 @@ static void test_csv_widens(void) {
     rm_rf(dir);
 }
 
+/* A value named "step" (Hugging Face's no_trainer examples log {"step":
+ * completed_steps} with step=completed_steps) is the record's step: equal,
+ * written once; with no step, the step; different or not a whole number,
+ * refused naming both, the file untouched (jsonl wrote it in place of the
+ * step, csv dropped it). */
+static void test_step_value(void) {
+    for (int csv = 0; csv < 2; csv++) {
+        char *dir = temp_dir();
+        accel_tracker *t = accel_tracker_open(csv ? "csv" : "jsonl", "p", dir);
+        accel_value same[] = {ACCEL_VALUE_I("step", 3), ACCEL_VALUE_F("acc", 0.5)};
+        accel_value alone[] = {ACCEL_VALUE_F("acc", 0.25), ACCEL_VALUE_F("step", 5.0)};
+        accel_value other[] = {ACCEL_VALUE_I("step", 7)}, frac[] = {ACCEL_VALUE_F("step", 2.5)};
+        CHECK(accel_tracker_log(t, 2, same, 3) == ACCEL_OK);
+        CHECK(accel_tracker_log(t, 2, alone, -1) == ACCEL_OK);
+        CHECK(accel_tracker_log(t, 1, other, 3) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "a value named \"step\" (7) differs from the step (3)");
+        CHECK(accel_tracker_log(t, 1, frac, -1) == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), "must be a whole number >= 0");
+        accel_clear_error();
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+        char path[512];
+        snprintf(path, sizeof path, "%s/p/log.%s", dir, csv ? "csv" : "jsonl");
+        char *s = slurp(path);
+        const char *want = csv ? "step,acc\n3,0.5\n5,0.25\n" : "{\"step\":3,\"acc\":0.5}\n{\"step\":5,\"acc\":0.25}\n";
+        CHECK_MSG(s && !strcmp(s, want), "%s", s);
+        free(s);
+        rm_rf(dir);
+    }
+}
+
 static void test_tracker_errors(void) {
     accel_clear_error();
     CHECK(!strcmp(accel_tracker_builtin(0), "tensorboard") && !strcmp(accel_tracker_builtin(2), "csv"));
@@ -820,6 +850,7 @@ int main(int argc, char **argv) {
     RUN(test_tensorboard_matches_real_writer);
     RUN(test_jsonl);
     RUN(test_csv_widens);
+    RUN(test_step_value);
     RUN(test_tracker_errors);
     RUN(test_accelerator_trackers);
     RUN(test_logger);

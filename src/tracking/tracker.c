@@ -233,16 +233,44 @@ static accel_status store_config_json(void *ctx, int n, const accel_value *confi
     return accel__config_json(path, n, config);
 }
 
+/* ---------------------------------------------------------------- a record's step */
+
+/* The step a jsonl/csv record is written with: `step`, or a value named
+ * "step" (Hugging Face's no_trainer examples log {"step": completed_steps}
+ * with step=completed_steps). A value equal to the step is that step,
+ * written once; one that differs, or no whole number, is refused naming
+ * both (jsonl wrote the value in place of the step, csv dropped it). With no
+ * step given the value is the record's step. */
+static accel_status record_step(const char *who, int n, const accel_value *values, int64_t *step) {
+    for (int i = 0; i < n; i++) {
+        const accel_value *v = &values[i];
+        if (strcmp(v->key, "step")) continue;
+        bool whole = v->kind == ACCEL_VALUE_INT ||
+                     (v->kind == ACCEL_VALUE_FLOAT && v->f == floor(v->f) && fabs(v->f) < 9.2e18);
+        int64_t s = v->kind == ACCEL_VALUE_INT ? v->i : whole ? (int64_t)v->f : 0;
+        if (!whole || s < 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: a value named \"step\" is the record's step: it must "
+                                   "be a whole number >= 0", who);
+        if (*step >= 0 && s != *step)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: a value named \"step\" (%lld) differs from the step "
+                                   "(%lld): a record has one step", who, (long long)s, (long long)*step);
+        *step = s;
+    }
+    return ACCEL_OK;
+}
+
 /* ---------------------------------------------------------------- jsonl */
 
 void *accel__jsonl_open(const char *run_dir) { return run_file_open(run_dir, "log.jsonl"); }
 
 static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64_t step) {
     run_file *r = ctx;
+    if (record_step("jsonl tracker", n, values, &step)) return accel_last_status();
     json_t *o = json_object();
     if (o && step >= 0) json_object_set_new(o, "step", json_integer(step));
     for (int i = 0; o && i < n; i++)
-        if (json_object_set_new(o, values[i].key, json_of(&values[i]))) json_decref(o), o = NULL;
+        if (strcmp(values[i].key, "step") && json_object_set_new(o, values[i].key, json_of(&values[i])))
+            json_decref(o), o = NULL;
     char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     if (!line) return accel_set_error(ACCEL_ERR_INVALID_ARG, "jsonl tracker: values are not valid UTF-8 JSON");
@@ -429,6 +457,7 @@ static accel_status csv_append(csv *c, int n, const accel_value *values, int64_t
 
 static accel_status csv_log(void *ctx, int n, const accel_value *values, int64_t step) {
     csv *c = ctx;
+    if (record_step("csv tracker", n, values, &step)) return accel_last_status();
     int before = c->n_cols;
     bool widened = false;
     accel_status st = csv_add_columns(c, n, values);
