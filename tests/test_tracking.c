@@ -283,6 +283,29 @@ static void test_csv_widens(void) {
     rm_rf(dir);
 }
 
+/* A csv run in a folder that holds an earlier run's log.csv keeps it, as
+ * log.1.csv, then log.2.csv (it was deleted). */
+static void test_csv_keeps_earlier_runs(void) {
+    char *dir = temp_dir();
+    accel_value v[] = {ACCEL_VALUE_F("loss", 0.5)};
+    for (int run = 0; run < 3; run++) {
+        accel_tracker *t = accel_tracker_open("csv", "p", dir);
+        CHECK(t != NULL);
+        CHECK(accel_tracker_log(t, 1, v, run) == ACCEL_OK);
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    }
+    const char *files[] = {"log.1.csv", "log.2.csv", "log.csv"};
+    for (int run = 0; run < 3; run++) {
+        char path[512], want[64];
+        snprintf(path, sizeof path, "%s/p/%s", dir, files[run]);
+        snprintf(want, sizeof want, "step,loss\n%d,0.5\n", run);
+        char *s = slurp(path);
+        CHECK_MSG(s && !strcmp(s, want), "%s: %s", files[run], s ? s : "missing");
+        free(s);
+    }
+    rm_rf(dir);
+}
+
 /* A value named "step" (Hugging Face's no_trainer examples log {"step":
  * completed_steps} with step=completed_steps) is the record's step: equal,
  * written once; with no step, the step; different or not a whole number,
@@ -851,6 +874,7 @@ int main(int argc, char **argv) {
     RUN(test_jsonl);
     RUN(test_csv_widens);
     RUN(test_step_value);
+    RUN(test_csv_keeps_earlier_runs);
     RUN(test_tracker_errors);
     RUN(test_accelerator_trackers);
     RUN(test_logger);

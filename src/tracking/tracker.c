@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tracking/tb_internal.h"
+#include "tracking/tracking_internal.h"
 
 struct accel_tracker {
     const accel_tracker_ops *ops;
@@ -306,14 +308,34 @@ typedef struct csv {
     bool has_header; /* the file starts with its header line, naming every column */
 } csv;
 
+/* A log.csv already in run_dir (an earlier run's, or another tracker's
+ * running now) moved aside to log.<n>.csv, the first n free, said in a
+ * warning: it was deleted, an earlier run's log lost with it. link() takes
+ * no name already there; a log.csv that is no file (a directory) is left
+ * for the open to refuse. */
+static accel_status csv_move_aside(const char *run_dir) {
+    char path[4200], aside[4240];
+    snprintf(path, sizeof path, "%s/log.csv", run_dir);
+    struct stat sb;
+    if (lstat(path, &sb) || S_ISDIR(sb.st_mode)) return ACCEL_OK;
+    for (int n = 1;; n++) {
+        snprintf(aside, sizeof aside, "%s/log.%d.csv", run_dir, n);
+        if (!link(path, aside)) break;
+        if (errno != EEXIST || n == 1000000)
+            return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot keep the existing %s as %s: %s", path, aside,
+                                   strerror(errno));
+    }
+    if (unlink(path))
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot start a new %s: %s", path, strerror(errno));
+    accel__warn("csv tracker: %s was there already: kept as %s, this run logs to a new %s", path, aside, path);
+    return ACCEL_OK;
+}
+
 void *accel__csv_open(const char *run_dir) {
     csv *c = accel_calloc(1, sizeof *c);
     if (!c) return NULL;
     /* A new file each run: columns are known only for what this run wrote. */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/log.csv", run_dir);
-    remove(path);
-    if (!(c->r = run_file_open(run_dir, "log.csv"))) {
+    if (csv_move_aside(run_dir) || !(c->r = run_file_open(run_dir, "log.csv"))) {
         accel_free(c);
         return NULL;
     }
