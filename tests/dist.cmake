@@ -10,6 +10,10 @@ if(TARGET accel_cli)
     set_tests_properties(dist_collectives_${n} PROPERTIES TIMEOUT 120
                          ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
   endforeach()
+  add_test(NAME norm_all_reduce_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --num_processes 2 $<TARGET_FILE:test_norm_all_reduce>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(norm_all_reduce_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
   add_test(NAME dist_collectives_debug_2
            COMMAND $<TARGET_FILE:accel_cli> launch --debug --num_processes 2 $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})

@@ -101,6 +101,12 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_mpi_sites_2_nosan PROPERTIES TIMEOUT 60
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=20;ACCEL_DIST_BACKEND=mpi")
+  # MPI's MAX drops a NaN: clipping's partial norms keep it (accel__norm_all_reduce)
+  add_test(NAME norm_all_reduce_mpi_2_nosan
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_norm_all_reduce>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(norm_all_reduce_mpi_2_nosan PROPERTIES TIMEOUT 60
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30;ACCEL_DIST_BACKEND=mpi")
   # HYBRID_SHARD under mpirun: 4 ranks as 2 "machines" of 2 (run_mpi_machines.sh)
   add_test(NAME accelerator_zero3_hybrid_mpi_2x2_nosan
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4

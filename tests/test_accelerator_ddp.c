@@ -299,7 +299,11 @@ static void test_scheduler_and_clip(void) {
             float *g0 = (float *)ps[np - 1]->grad->data, keep = g0[0];
             accel_free(ps);
             g0[0] = NAN;
-            CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, 1e30, INFINITY)));
+            for (int inf = 0; inf < 2; inf++) {
+                CHECK(isnan(accel_accelerator_clip_grad_norm(A, m, 1e30, inf ? INFINITY : 2.0)));
+                CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+                CHECK_STR_CONTAINS(accel_last_error(), "the total gradient norm is nan");
+            }
             g0[0] = keep;
             accel_clear_error();
         }

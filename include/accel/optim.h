@@ -201,8 +201,9 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
 /* Pieces for distributed clipping (each rank holds part of the gradients):
  * partial = accel_grad_norm_partial(g, p) per rank (sum |g|^p, or max |g|
  * for INFINITY, NaN when g holds one; g a contiguous f32 tensor on any device, reduced there by its
- * backend's norm_partial kernel), combined (accel_grad_norm_combine here,
- * across ranks a SUM or, for INFINITY, a MAX all-reduce: both keep a NaN),
+ * backend's norm_partial kernel), combined (accel_grad_norm_combine here;
+ * across ranks a SUM all-reduce, or for INFINITY a MAX one, which drops a
+ * NaN on NCCL and MPI: reduce a NaN flag beside it, as the accelerator does),
  * then total = accel_grad_norm_finish(combined, p) and
  * grads *= accel_clip_coef(total, max_norm). NAN + error on failure. */
 double accel_grad_norm_partial(const accel_tensor *g, double norm_type);

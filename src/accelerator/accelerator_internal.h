@@ -233,18 +233,19 @@ accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, con
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
 
-/* pipeline.c: a stage's partial gradient norm (sum |g|^p, or max |g|) made
- * the pp group's, every stage's parameters counted once (a tied embedding's
- * on stage 0 only); `local` as it is with one stage. NAN + error on failure.
- * Collective over the pp group. */
-double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type);
+/* pipeline.c: a stage's partial gradient norm (sum |g|^p, or max |g|), *local,
+ * made the pp group's in place, every stage's parameters counted once (a
+ * tied embedding's on stage 0 only); as it is with one stage. A NaN partial
+ * (a NaN gradient) is no failure: it joins the collective and comes back
+ * NaN on every stage. Collective over the pp group. */
+accel_status accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double *local, double norm_type);
 /* pipeline.c: the pieces of accel__pipeline_norm_partial for a strategy that
  * holds the gradients otherwise (ZeRO-2's shard). tied_copy: the parameter
  * of model whose gradient on this stage copies another stage's (a tied
  * lm_head on the last stage of several: stage 0's embedding, summed over the
  * stages), which a norm over the stages leaves out here; NULL where none.
  * norm_reduce: a stage's partial norm without it, *local, summed (max under
- * inf) over the pp group in place; as it is with one stage. */
+ * inf) over the pp group in place (accel__norm_all_reduce); as it is with one stage. */
 accel_tensor *accel__pipeline_tied_copy(const accel_accelerator *acc, accel_module *model);
 accel_status accel__pipeline_norm_reduce(accel_accelerator *acc, double *local, double norm_type);
 /* pipeline.c: every stage's parameters from the stage that trains them to
@@ -304,14 +305,19 @@ accel_status accel__offload_check_device(const accel_accelerator *acc);
  * it; nothing when tp_size is 1. */
 accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
 /* The combined partial gradient norm of m (accel_grad_norm_partial's sum or
- * max), the tp-sharded parameters' reduced over the tp group (collective
- * over it), the replicated ones counted once. NAN + error on failure. */
-double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type);
+ * max) in *out, the tp-sharded parameters' reduced over the tp group
+ * (collective over it), the replicated ones counted once. A NaN gradient
+ * gives a NaN *out, no failure: every rank of the group sees it. */
+accel_status accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type, double *out);
 /* The partial norm of parameter w's gradient (w one of m's) as
- * accel__tp_grad_norm_partial counts it: a tp slice's summed over the tp
- * group (collective over it), a replicated one this rank's. NAN + error on
- * failure. */
-double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type);
+ * accel__tp_grad_norm_partial counts it, in *out: a tp slice's summed over
+ * the tp group (collective over it), a replicated one this rank's. */
+accel_status accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type,
+                                          double *out);
+/* Partial gradient norms v[0..n) (n <= 4) summed, or for norm_type INFINITY
+ * maxed, over pg in place. A NaN stays NaN on every rank: NCCL's and MPI's
+ * MAX drop it (fmax), so under inf a flag beside each value says so. */
+accel_status accel__norm_all_reduce(accel_pg *pg, double *v, int n, double norm_type);
 /* prepare(model, opt) under tp: the plan replaces the model's parameters
  * with their slices (freeing the whole ones) at the model's prepare, so an
  * optimizer made over the whole model is re-targeted to them. Before the

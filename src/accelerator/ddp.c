@@ -331,9 +331,9 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
         double part = tp ? 0 : accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
         combined = accel_grad_norm_combine(combined, part, norm_type);
     }
-    if (tp && isnan(combined = accel__tp_grad_norm_partial(acc, pm->m, norm_type))) return NAN;
+    if (tp && accel__tp_grad_norm_partial(acc, pm->m, norm_type, &combined)) return NAN;
     /* under pipeline parallelism, summed over the stages (pipeline.c) */
-    if (isnan(combined = accel__pipeline_norm_partial(acc, pm->m, combined, norm_type))) return NAN;
+    if (accel__pipeline_norm_partial(acc, pm->m, &combined, norm_type)) return NAN;
     double total = accel_grad_norm_finish(combined, norm_type);
     double coef = accel_clip_coef(total, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */

@@ -522,21 +522,22 @@ accel_tensor *accel__pipeline_tied_copy(const accel_accelerator *acc, accel_modu
 accel_status accel__pipeline_norm_reduce(accel_accelerator *acc, double *local, double norm_type) {
     if (acc->par.size[ACCEL__MESH_PP] == 1) return ACCEL_OK;
     accel_pg *pg = accel__mesh_group(&acc->mesh, ACCEL__MESH_PP);
-    return pg ? accel_pg_all_reduce(pg, local, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM)
-              : accel_last_status();
+    return pg ? accel__norm_all_reduce(pg, local, 1, norm_type) : accel_last_status();
 }
 
-double accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double local, double norm_type) {
+accel_status accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *model, double *local, double norm_type) {
     /* the last stage's copy of a tied embedding's gradient equals stage 0's
      * (sum_tied): counted once, its share taken as `local` counted it (under
      * tp its slices' over the tp group) */
     accel_tensor *w = isinf(norm_type) ? NULL : accel__pipeline_tied_copy(acc, model);
     if (w && w->grad) {
-        double tied = accel__tp_param_norm_partial(acc, model, w, norm_type);
-        if (isnan(tied)) return NAN;
-        local = local - tied < 0 ? 0.0 : local - tied; /* rounding below 0 clamped, a NaN kept (fmax dropped it) */
+        double tied;
+        accel_status st = accel__tp_param_norm_partial(acc, model, w, norm_type, &tied);
+        if (st) return st; /* the tp group failed: its ranks all see it */
+        /* rounding below 0 clamped, a NaN kept (fmax dropped it) */
+        *local = *local - tied < 0 ? 0.0 : *local - tied;
     }
-    return accel__pipeline_norm_reduce(acc, &local, norm_type) ? NAN : local;
+    return accel__pipeline_norm_reduce(acc, local, norm_type);
 }
 
 /* Whether this stage keeps parameter entry e: its chunks', and a tied input

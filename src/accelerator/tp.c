@@ -85,14 +85,22 @@ static void add_grad_partials(accel_module *m, double norm_type, double part[2])
 
 /* Per-parameter partial norms of m's gradients, tp-sharded ones combined
  * over the tp group. */
-double accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type) {
-    bool inf = isinf(norm_type);
+accel_status accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m, double norm_type, double *out) {
     double part[2] = {0, 0}; /* replicated, sharded */
     add_grad_partials(m, norm_type, part);
     accel_pg *tp = accel_accelerator_tp_group(acc);
-    if (!tp || accel_pg_all_reduce(tp, &part[1], 1, ACCEL_F64, inf ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
-        return NAN;
-    return accel_grad_norm_combine(part[0], part[1], norm_type);
+    accel_status st = tp ? accel__norm_all_reduce(tp, &part[1], 1, norm_type) : accel_last_status();
+    *out = accel_grad_norm_combine(part[0], part[1], norm_type);
+    return st;
+}
+
+accel_status accel__norm_all_reduce(accel_pg *pg, double *v, int n, double norm_type) {
+    if (!isinf(norm_type)) return accel_pg_all_reduce(pg, v, (size_t)n, ACCEL_F64, ACCEL_REDUCE_SUM);
+    double w[8]; /* the values (a NaN as -inf), then 1 for each NaN */
+    for (int i = 0; i < n && i < 4; i++) w[i] = isnan(v[i]) ? -INFINITY : v[i], w[n + i] = isnan(v[i]);
+    accel_status st = accel_pg_all_reduce(pg, w, (size_t)(2 * n), ACCEL_F64, ACCEL_REDUCE_MAX);
+    for (int i = 0; !st && i < n && i < 4; i++) v[i] = w[n + i] > 0 ? NAN : w[i];
+    return st;
 }
 
 /* Whether w, a parameter of m or its descendants, is a tp slice (no
@@ -106,13 +114,12 @@ static bool owned_split(accel_module *m, const accel_tensor *w) {
     return false;
 }
 
-double accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type) {
-    double p = accel_grad_norm_partial(w->grad, norm_type); /* a NAN still joins the sum: no rank left waiting */
-    if (TP(acc) == 1 || !owned_split(m, w)) return p;
+accel_status accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *m, accel_tensor *w, double norm_type,
+                                          double *out) {
+    *out = accel_grad_norm_partial(w->grad, norm_type); /* a NAN still joins the sum: no rank left waiting */
+    if (TP(acc) == 1 || !owned_split(m, w)) return ACCEL_OK;
     accel_pg *tp = accel_accelerator_tp_group(acc);
-    if (!tp || accel_pg_all_reduce(tp, &p, 1, ACCEL_F64, isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM))
-        return NAN;
-    return p;
+    return tp ? accel__norm_all_reduce(tp, out, 1, norm_type) : accel_last_status();
 }
 
 accel_status accel__tp_sliced(accel_module *m, accel_tensor *const *ts, int n, bool *sliced, bool *summed) {

@@ -213,5 +213,14 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
     /* The strategies' norm kernels take any p: a p <= 0 gave a made-up norm. */
     if (!accel__check_clip_args("accel_accelerator_clip_grad_norm", max_norm, norm_type)) return NAN;
     (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
-    return pm->strat->clip(acc, pm, max_norm, norm_type);
+    accel_clear_error(); /* a NaN below with no error is a NaN gradient, not a failure */
+    double total = pm->strat->clip(acc, pm, max_norm, norm_type);
+    /* A NaN gradient: the norm is NaN on every rank and nothing was clipped.
+     * Under fp16 an overflow step (inf/nan found) is skipped, as torch's
+     * GradScaler skips it: no error; otherwise the NaN says the training is
+     * broken, and the NaN return is an error as everywhere in the library. */
+    if (isnan(total) && !accel_last_status() && !(acc->mp == ACCEL_MP_FP16 && acc->found_inf))
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_clip_grad_norm: the total gradient norm is nan (a "
+                        "gradient holds a NaN); the gradients are left as they were");
+    return total;
 }

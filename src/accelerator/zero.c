@@ -361,11 +361,10 @@ double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_nor
     /* part[0] whole parameters', part[1] tp slices' (all of it without tp) */
     double part[2] = {0, tp ? 0 : accel_grad_norm_partial(g, norm_type)};
     if ((tp && tp_shard_partial(acc, pm, norm_type, part)) || drop_tied_copy(acc, pm, norm_type, part)) return NAN;
-    accel_reduce_op op = isinf(norm_type) ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM;
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
-    if (accel_pg_all_reduce(acc->shard_pg, part, 2, ACCEL_F64, op)) return NAN;
+    if (accel__norm_all_reduce(acc->shard_pg, part, 2, norm_type)) return NAN;
     /* the slices of the tp ranks make the whole parameters; the whole ones are the same on each */
-    if (tp && accel_pg_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, ACCEL_F64, op)) return NAN;
+    if (tp && accel__norm_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, norm_type)) return NAN;
     double stages = accel_grad_norm_combine(part[0], part[1], norm_type);
     if (accel__pipeline_norm_reduce(acc, &stages, norm_type)) return NAN;
     double total = accel_grad_norm_finish(stages, norm_type);
