@@ -15,6 +15,7 @@
 #include "accel/dist.h"
 #include "accel/io.h"
 #include "check.h"
+#include "io/checkpoint_marker.h"
 #include "tiny_llama.h"
 
 static int N, R;
@@ -591,6 +592,112 @@ static void test_load_of_other_models_changes_nothing(void) {
     accel_step_reset();
 }
 
+/* Three square bias-free layers: parameters A, B, C of one shape, so a state
+ * of one grouping fits another's sizes entry by entry. */
+static accel_module *squares(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_module *l[3];
+    for (int k = 0; k < 3; k++) l[k] = accel_linear_new(4, 4, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    return accel_sequential_new(3, l);
+}
+
+/* AdamW over m's parameters A, B, C in two groups: the first `first` of them
+ * (lr lr0, weight decay 0.01), the rest (lr lr1, none). */
+static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    CHECK(n == 3);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, lr0);
+    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
+    h.lr = lr1;
+    h.weight_decay = 0;
+    CHECK(accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
+    accel_free(ps);
+    return o;
+}
+
+/* dir as a checkpoint saved before the param groups' counts were recorded:
+ * rank 0 writes its optimizer file again without "param_groups.<g>.num_params"
+ * and the marker again over it; every rank waits. */
+static void drop_group_counts(const char *dir) {
+    if (R == 0) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        accel_safetensors *f = accel_safetensors_open(path);
+        CHECK(f != NULL);
+        int n = f ? accel_safetensors_count(f) : 0, k = 0;
+        const char **names = calloc((size_t)n + 1, sizeof *names);
+        accel_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+        for (int i = 0; i < n; i++) {
+            const char *name = accel_safetensors_at(f, i)->name;
+            if (strstr(name, ".num_params")) continue;
+            names[k] = name;
+            ts[k++] = accel_safetensors_tensor(f, name, -1);
+        }
+        CHECK(k == n - 2 && accel_safetensors_save(path, k, names, ts, 0, NULL) == ACCEL_OK);
+        for (int i = 0; i < k; i++) accel_tensor_free(ts[i]);
+        free(names);
+        free(ts);
+        accel_safetensors_close(f);
+        CHECK_MSG(accel__marker_write(dir, N, "drop_group_counts") == ACCEL_OK, "%s", accel_last_error());
+    }
+    accel_accelerator_wait_for_everyone(A);
+}
+
+/* A checkpoint of an optimizer whose parameters were grouped [A, B], [C]
+ * loaded into one grouped [A], [B, C] (same shapes, so every entry fits):
+ * it used to load, giving B group 0's lr and weight decay; load_state now
+ * refuses it as torch's load_state_dict does, naming the group and both
+ * counts, before any model or optimizer changes. The same grouping loads; so
+ * does the other one from a checkpoint saved before the counts were recorded
+ * (nothing in it to check). */
+static void test_load_of_other_grouping(void) {
+    accel_module *m = squares(11);
+    accel_optimizer *opt = grouped(m, 2, 0.01, 0.02);
+    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
+    float xs[8] = {0.5f, -1, 2, 1, 0, -0.5f, 0.25f, 1.5f};
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 4), xs)));
+    CHECK(loss && accel_accelerator_backward(A, loss) == ACCEL_OK && accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
+    accel_step_reset();
+    char given[300], dir[512];
+    snprintf(given, sizeof given, "%s/other_grouping", DIR_);
+    CHECK_MSG(accel_accelerator_save_state(A, given, dir, sizeof dir) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+
+    accel_module *m2 = squares(12);
+    accel_optimizer *other = grouped(m2, 1, 0.03, 0.04);
+    CHECK(accel_accelerator_prepare(A, m2, other) == ACCEL_OK);
+    int64_t n;
+    float *w = params_copy(m2, &n);
+    accel_status st = accel_accelerator_load_state(A, dir, NULL);
+    CHECK_MSG(st == ACCEL_ERR_FORMAT, "load_state -> %d: %s", (int)st, accel_last_error());
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 0 holds 2 parameters in the saved state, 1 in this optimizer");
+    accel_clear_error();
+    CHECK_MSG(params_equal(m2, w, n), "the model was loaded before its optimizer failed");
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.03 && accel_optimizer_get_lr(other, 1) == 0.04);
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+
+    accel_optimizer *same = grouped(m2, 2, 0.05, 0.06);
+    CHECK(accel_accelerator_prepare(A, m2, same) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_optimizer_get_lr(same, 0) == 0.01 && accel_optimizer_get_lr(same, 1) == 0.02);
+    CHECK(!params_equal(m2, w, n));
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+
+    drop_group_counts(dir);
+    CHECK(accel_accelerator_prepare(A, m2, other) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.01 && accel_optimizer_get_lr(other, 1) == 0.02);
+    CHECK(accel_accelerator_clear(A) == ACCEL_OK);
+    free(w);
+    accel_optimizer_free(opt);
+    accel_optimizer_free(other);
+    accel_optimizer_free(same);
+    accel_module_free(m);
+    accel_module_free(m2);
+    accel_step_reset();
+}
+
 int main(void) {
     /* one directory per run: under the launcher every rank has the same parent */
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_ckpt_test_%d",
@@ -614,6 +721,7 @@ int main(void) {
     RUN(test_save_model_config_every_family);
     if (N == 1) RUN(test_save_state_into_link);
     RUN(test_load_of_other_models_changes_nothing);
+    RUN(test_load_of_other_grouping);
     accel_accelerator_wait_for_everyone(A);
     if (R == 0) {
         char cmd[300];

@@ -321,6 +321,92 @@ static void test_load_of_other_optimizer_changes_nothing(void) {
     remove_dir(dir);
 }
 
+/* Three square bias-free layers: parameters A, B, C of one shape. */
+static accel_module *squares(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_module *l[3];
+    for (int k = 0; k < 3; k++) l[k] = accel_linear_new(4, 4, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    return accel_sequential_new(3, l);
+}
+
+/* AdamW over A, B, C in two groups: the first `first` (lr lr0), the rest (lr lr1). */
+static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, lr0);
+    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
+    h.lr = lr1;
+    h.weight_decay = 0;
+    CHECK(n == 3 && accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
+    accel_free(ps);
+    return o;
+}
+
+/* The value of scalar entry `name` of o's state, or -1. */
+static double state_scalar(accel_optimizer *o, const char *name) {
+    accel_named_state *st;
+    int n = accel_optimizer_state(o, &st);
+    double v = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(st[i].name, name)) v = st[i].value;
+    accel_named_state_free(st, n);
+    return v;
+}
+
+/* A checkpoint of groups [A, B], [C] loaded into [A], [B, C] (same shapes):
+ * refused naming the group and both counts, before the model changes. The
+ * counts are the user's in the consolidated state (the shard's optimizer
+ * holds runs: on one process one per group), so the same grouping loads, and
+ * clear() gives the user's optimizer its state back. */
+static void test_load_of_other_grouping(void) {
+    bool z3 = accel_accelerator_zero_stage(A) == 3;
+    int64_t id = getpid();
+    CHECK(accel_pg_broadcast(accel_dist_default_group(), &id, 1, ACCEL_I64, 0) == ACCEL_OK);
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/accel_zero_grouping_%lld", (long long)id);
+    accel_module *m = squares(21);
+    accel_optimizer *opt = grouped(m, 2, 0.01, 0.02);
+    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
+    float xs[8] = {0.5f, -1, 2, 1, 0, -0.5f, 0.25f, 1.5f};
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 4), xs)));
+    CHECK(loss && accel_accelerator_backward(A, loss) == ACCEL_OK && accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
+    accel_step_reset();
+    CHECK_MSG(accel_accelerator_save_state(A, dir, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(state_scalar(opt, "param_groups.0.num_params") == 2 && state_scalar(opt, "param_groups.1.num_params") == 1);
+
+    accel_module *m2 = squares(22);
+    accel_optimizer *other = grouped(m2, 1, 0.03, 0.04);
+    CHECK(accel_accelerator_prepare(A, m2, other) == ACCEL_OK);
+    float before[48], after[48];
+    params_of(m2, before);
+    accel_status st = accel_accelerator_load_state(A, dir, NULL);
+    CHECK_MSG(st == ACCEL_ERR_FORMAT, "load_state -> %d: %s", (int)st, accel_last_error());
+    /* ZeRO-3's own shards are refused by their index's names */
+    CHECK_STR_CONTAINS(accel_last_error(), z3 ? "param group 0 holds" : "param group 0 holds 2 parameters in the saved "
+                                                                      "state, 1 in this optimizer");
+    accel_clear_error();
+    if (!z3) { /* (ZeRO-3's parameters are shards while prepared) */
+        params_of(m2, after);
+        CHECK_MSG(!memcmp(before, after, sizeof before), "the model was loaded before its optimizer failed");
+    }
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.03 && accel_optimizer_get_lr(other, 1) == 0.04);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+
+    accel_optimizer *same = grouped(m2, 2, 0.05, 0.06);
+    CHECK(accel_accelerator_prepare(A, m2, same) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_load_state(A, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_optimizer_get_lr(same, 0) == 0.01 && accel_optimizer_get_lr(same, 1) == 0.02);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(state_scalar(same, "param_groups.0.num_params") == 2 && state_scalar(same, "state.2.step") == 1);
+    accel_optimizer_free(opt);
+    accel_optimizer_free(other);
+    accel_optimizer_free(same);
+    accel_module_free(m);
+    accel_module_free(m2);
+    remove_dir(dir);
+}
+
 /* The tensor state of o (exp_avg, exp_avg_sq) as host floats, in listing order; returns the count. */
 static int64_t state_values(accel_optimizer *o, float *out, int64_t cap) {
     accel_named_state *st;
@@ -488,6 +574,7 @@ int main(void) {
     RUN(test_clipped); /* clipping bites: the norm is well above 0.05 */
     RUN(test_checkpoint_resume);
     RUN(test_load_of_other_optimizer_changes_nothing);
+    RUN(test_load_of_other_grouping);
     RUN(test_state_from_before_prepare);
     RUN(test_refusals);
     RUN(test_bad_reduce_bucket_size);

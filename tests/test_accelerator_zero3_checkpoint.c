@@ -512,6 +512,22 @@ static run two_groups(uint64_t seed, bool biases_first) {
     return r;
 }
 
+/* mlp(seed, 33) prepared with an AdamW of two param groups in the module's
+ * order split at parameter `first`: the state's numbering is the same for
+ * every split, only the groups' counts tell them apart. */
+static run split_groups(uint64_t seed, int first) {
+    run r = {mlp(seed, 33), NULL, false};
+    accel_tensor **ps;
+    int n = accel_module_parameters(r.m, &ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.02);
+    r.o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
+    h.lr = 0.01;
+    CHECK(accel_optimizer_add_params(r.o, n - first, ps + first, &h) >= 0);
+    accel_free(ps);
+    CHECK(accel_accelerator_prepare_model(A, r.m) == ACCEL_OK && accel_accelerator_prepare_optimizer(A, r.o) == ACCEL_OK);
+    return r;
+}
+
 static void test_bad_checkpoints(void) {
     char ckpt[600], broken[600], cmd[4096];
     path_of(ckpt, sizeof ckpt, "small_ckpt");
@@ -611,6 +627,23 @@ static void test_bad_checkpoints(void) {
     finish(&r);
     r = two_groups(9, false);
     expect_load_error_keeps_weights(&r, ckpt, "expected an f32 state of", "other_optimizer");
+    finish(&r);
+    /* its param groups' counts are the user's (not the shard's runs'): a
+     * state of groups split at parameter 3 into one split at 2 (every entry
+     * fits) is refused naming them, before the model loads; the same split
+     * loads */
+    path_of(ckpt, sizeof ckpt, "full_split_ckpt");
+    r = split_groups(5, 3);
+    train_step(r.m, r.o, false, 0);
+    CHECK(accel_accelerator_save_state(A, ckpt, NULL, 0) == ACCEL_OK);
+    finish(&r);
+    r = split_groups(9, 2);
+    expect_load_error_keeps_weights(&r, ckpt, "param group 0 holds 3 parameters in the saved state, 2 in this "
+                                    "optimizer", "full_other_split");
+    finish(&r);
+    r = split_groups(9, 3);
+    CHECK_MSG(accel_accelerator_load_state(A, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_optimizer_get_lr(r.o, 1) == 0.01);
     finish(&r);
     A->fsdp.full_state_dict = false;
 }

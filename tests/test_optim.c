@@ -3,6 +3,7 @@
 #include "accel/accel.h"
 #include "backends/registry.h"
 #include "core/backend.h"
+#include "optim/optim_internal.h"
 #include "check.h"
 
 static const float P0[4] = {0.5f, -1.25f, 2.0f, 0.125f};
@@ -596,14 +597,14 @@ static void test_state_roundtrip(void) {
     accel_optimizer *opt = flat_opt(ACCEL_OPTIM_ADAMW, p, g, 4, &h);
     accel_named_state *st;
     int n = accel_optimizer_state(opt, &st);
-    CHECK(n == 6); /* step + 5 group fields: no per-parameter state before a step */
+    CHECK(n == 7); /* step + 5 group fields + num_params: no per-parameter state before a step */
     accel_named_state_free(st, n);
     for (int s = 0; s < 3; s++) {
         memcpy(g, GRADS[s], sizeof g);
         accel_optimizer_step(opt);
     }
     n = accel_optimizer_state(opt, &st);
-    CHECK(n == 9);
+    CHECK(n == 10);
     CHECK(strcmp(st[0].name, "step") == 0 && st[0].value == 3);
     CHECK(strcmp(st[1].name, "state.0.step") == 0 && st[1].value == 3);
     CHECK(strcmp(st[2].name, "state.0.exp_avg") == 0 && st[2].t && accel_numel(st[2].t) == 4);
@@ -611,11 +612,12 @@ static void test_state_roundtrip(void) {
     CHECK(strcmp(st[3].name, "state.0.exp_avg_sq") == 0);
     CHECK_CLOSE(((float *)st[3].t->data)[3], 0.0011586801847442985, 1e-6, 0);
     CHECK(strcmp(st[4].name, "param_groups.0.lr") == 0 && st[4].value == 0.01);
+    CHECK(strcmp(st[9].name, "param_groups.0.num_params") == 0 && st[9].value == 1);
 
     /* Copy the tensors as a checkpoint would, and restore into a new optimizer. */
     accel_tensor *copies[2] = {accel_tensor_clone_persistent(st[2].t, ACCEL_CPU_DEVICE),
                                accel_tensor_clone_persistent(st[3].t, ACCEL_CPU_DEVICE)};
-    accel_named_state saved[9];
+    accel_named_state saved[10];
     memcpy(saved, st, sizeof saved);
     saved[2].t = copies[0];
     saved[3].t = copies[1];
@@ -634,7 +636,7 @@ static void test_state_roundtrip(void) {
     accel_named_state *kept;
     int nk = accel_optimizer_state(opt2, &kept);
     float m_before[4], v_before[4];
-    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_before) == ACCEL_OK && accel_to_floats(kept[3].t, v_before) == ACCEL_OK);
+    CHECK(nk == 10 && accel_to_floats(kept[2].t, m_before) == ACCEL_OK && accel_to_floats(kept[3].t, v_before) == ACCEL_OK);
     accel_named_state_free(kept, nk);
     accel_tensor *wrong = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
     saved[3].t = wrong; /* after the valid exp_avg */
@@ -642,15 +644,15 @@ static void test_state_roundtrip(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "state.0.exp_avg_sq");
     accel_clear_error();
     saved[3].t = copies[1];
-    accel_named_state last_bad[10];
+    accel_named_state last_bad[11];
     memcpy(last_bad, saved, sizeof saved);
-    last_bad[9] = (accel_named_state){"param_groups.0.beta1", NULL, 7};
-    CHECK(accel_optimizer_load_state(opt2, 10, last_bad) == ACCEL_ERR_FORMAT);
+    last_bad[10] = (accel_named_state){"param_groups.0.beta1", NULL, 7};
+    CHECK(accel_optimizer_load_state(opt2, 11, last_bad) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "beta1");
     accel_clear_error();
     nk = accel_optimizer_state(opt2, &kept);
     float m_after[4], v_after[4];
-    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
+    CHECK(nk == 10 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
     CHECK(kept[1].value == 4 && accel_optimizer_step_count(opt2) == 4);
     accel_named_state_free(kept, nk);
     CHECK_MSG(memcmp(m_before, m_after, sizeof m_after) == 0 && memcmp(v_before, v_after, sizeof v_after) == 0,
@@ -679,10 +681,10 @@ static void test_state_roundtrip(void) {
      * loaded back: the moments and steps as they were (zeroed first, they
      * once read their own zeros) */
     nk = accel_optimizer_state(opt2, &kept);
-    CHECK(nk == 9 && accel_optimizer_load_state(opt2, nk, kept) == ACCEL_OK);
+    CHECK(nk == 10 && accel_optimizer_load_state(opt2, nk, kept) == ACCEL_OK);
     accel_named_state_free(kept, nk);
     nk = accel_optimizer_state(opt2, &kept);
-    CHECK(nk == 9 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
+    CHECK(nk == 10 && accel_to_floats(kept[2].t, m_after) == ACCEL_OK && accel_to_floats(kept[3].t, v_after) == ACCEL_OK);
     CHECK(kept[1].value == 4 && accel_optimizer_step_count(opt2) == 4);
     accel_named_state_free(kept, nk);
     CHECK_MSG(memcmp(m_before, m_after, sizeof m_after) == 0 && memcmp(v_before, v_after, sizeof v_after) == 0,
@@ -695,6 +697,93 @@ static void test_state_roundtrip(void) {
     accel_named_state_free(st, n);
     accel_optimizer_free(opt);
     accel_optimizer_free(opt2);
+}
+
+/* The state records which parameters each group holds (its count, as torch's
+ * param_groups[g]["params"]): a state saved from groups [A, B], [C] loaded into
+ * [A], [B, C] (same shapes) used to succeed and give B group 0's lr and weight
+ * decay; it is refused as torch refuses it, naming the group and both counts,
+ * with nothing written. A state saved before the counts were recorded still
+ * loads (nothing to check). */
+static void test_state_other_grouping(void) {
+    accel_tensor *p[3];
+    for (int k = 0; k < 3; k++) {
+        p[k] = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+        memcpy(p[k]->data, P0, sizeof P0);
+        accel_requires_grad_(p[k], true);
+        p[k]->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), ACCEL_CPU_DEVICE);
+        memcpy(p[k]->grad->data, GRADS[k], sizeof GRADS[k]);
+    }
+    accel_optim_hparams h1 = accel_optim_defaults(ACCEL_OPTIM_ADAMW, 0.1), h2 = h1, h3 = h1, h4 = h1;
+    h2.lr = 0.2;
+    h2.weight_decay = 0;
+    h3.lr = 0.3;
+    h4.lr = 0.4;
+    accel_optimizer *saved_opt = accel_optimizer_new(ACCEL_OPTIM_ADAMW);
+    accel_optimizer *other = accel_optimizer_new(ACCEL_OPTIM_ADAMW);
+    CHECK(accel_optimizer_add_params(saved_opt, 2, p, &h1) == 0);
+    CHECK(accel_optimizer_add_params(saved_opt, 1, p + 2, &h2) == 1);
+    CHECK(accel_optimizer_add_params(other, 1, p, &h3) == 0 && accel_optimizer_add_params(other, 2, p + 1, &h4) == 1);
+    CHECK(accel_optimizer_step(saved_opt) == ACCEL_OK && accel_optimizer_step(other) == ACCEL_OK);
+    accel_named_state *st;
+    int n = accel_optimizer_state(saved_opt, &st);
+    int found = 0;
+    for (int e = 0; e < n; e++) {
+        if (!strcmp(st[e].name, "param_groups.0.num_params")) found += st[e].value == 2;
+        if (!strcmp(st[e].name, "param_groups.1.num_params")) found += st[e].value == 1;
+    }
+    CHECK_MSG(found == 2, "the state records each group's parameter count");
+
+    accel_named_state *before;
+    int nb = accel_optimizer_state(other, &before);
+    float m_before[4], m_after[4];
+    int m1 = -1;
+    for (int e = 0; e < nb; e++)
+        if (!strcmp(before[e].name, "state.1.exp_avg")) m1 = e;
+    CHECK(m1 >= 0 && accel_to_floats(before[m1].t, m_before) == ACCEL_OK);
+    CHECK(accel_optimizer_load_state(other, n, st) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 0 holds 2 parameters in the saved state, 1 in this optimizer");
+    accel_clear_error();
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.3 && accel_optimizer_get_lr(other, 1) == 0.4);
+    CHECK(accel_optimizer_hparams(other, 1)->weight_decay == h4.weight_decay);
+    CHECK(accel_to_floats(before[m1].t, m_after) == ACCEL_OK && memcmp(m_before, m_after, sizeof m_after) == 0);
+    CHECK(accel__optimizer_check_state(other, n, st) == ACCEL_ERR_FORMAT);
+    accel_clear_error();
+    accel_named_state_free(before, nb);
+
+    /* the same state without the counts (as saved before they were
+     * recorded) loads, as it always did: nothing tells the groupings apart */
+    accel_named_state *old = accel_calloc((size_t)n, sizeof *old);
+    int no = 0;
+    for (int e = 0; e < n; e++)
+        if (!strstr(st[e].name, ".num_params")) old[no++] = st[e];
+    CHECK(no == n - 2);
+    CHECK(accel_optimizer_load_state(other, no, old) == ACCEL_OK);
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.1 && accel_optimizer_get_lr(other, 1) == 0.2);
+    accel_free(old);
+
+    /* the same grouping loads; counts for fewer groups than the optimizer
+     * has, or no whole number, are refused naming them */
+    accel_optimizer *same = accel_optimizer_new(ACCEL_OPTIM_ADAMW);
+    CHECK(accel_optimizer_add_params(same, 2, p, &h3) == 0 && accel_optimizer_add_params(same, 1, p + 2, &h4) == 1);
+    CHECK(accel_optimizer_load_state(same, n, st) == ACCEL_OK && accel_optimizer_get_lr(same, 1) == 0.2);
+    accel_named_state one = {"param_groups.0.num_params", NULL, 2};
+    CHECK(accel_optimizer_load_state(same, 1, &one) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "records 1 param group, this optimizer has 2");
+    accel_clear_error();
+    accel_named_state frac[2] = {{"param_groups.0.num_params", NULL, 1.5}, {"param_groups.1.num_params", NULL, 1}};
+    CHECK(accel_optimizer_load_state(same, 2, frac) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "param_groups.0.num_params");
+    accel_clear_error();
+    accel_named_state beyond = {"param_groups.2.num_params", NULL, 0};
+    CHECK(accel_optimizer_load_state(same, 1, &beyond) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "param_groups.2.num_params");
+    accel_clear_error();
+    accel_named_state_free(st, n);
+    accel_optimizer_free(same);
+    accel_optimizer_free(saved_opt);
+    accel_optimizer_free(other);
+    for (int k = 0; k < 3; k++) accel_tensor_free(p[k]);
 }
 
 /* Flat segments on a device the host cannot address (hostless:0) give what
@@ -807,6 +896,7 @@ int main(void) {
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);
+    RUN(test_state_other_grouping);
     RUN(test_flat_on_device);
     RUN(test_state_follows_moved_params);
     accel_thread_cleanup();

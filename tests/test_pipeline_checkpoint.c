@@ -16,9 +16,13 @@
  * their mesh and within 1e-5 on one process. And under context parallelism
  * over each stage's 2 cp ranks (pp = 2 x cp = 2, all-gather with 1F1B and
  * all-to-all with interleaved 1F1B): a one-process checkpoint, resumed bit
- * for bit on its mesh and within 1e-5 on one process. */
+ * for bit on its mesh and within 1e-5 on one process. Param groups: the
+ * checkpoint records each group's parameter count over the whole model (a
+ * stage holds its part), so a state of other groups is refused by name on
+ * pp = 2, with DDP and with ZeRO-1 (regroup_body). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/accelerator.h"
 #include "check.h"
@@ -106,6 +110,120 @@ static int body(int rank, int world) {
     return check_summary();
 }
 
+/* AdamW over m's parameters in two groups: the first `first` (lr lr0), the rest (lr lr1). */
+static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    accel_optim_hparams h = {.lr = lr0, .weight_decay = 0.01};
+    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
+    h.lr = lr1;
+    h.weight_decay = 0;
+    CHECK(accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
+    accel_free(ps);
+    return o;
+}
+
+/* A copy of the stage's own parameters (the others' are released: meta). */
+static float *stage_params(accel_module *m, int64_t *n_out) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += ps[i]->device.type == ACCEL_DEV_META ? 0 : accel_numel(ps[i]);
+    float *out = malloc(sizeof(float) * (size_t)(total ? total : 1)), *at = out;
+    for (int i = 0; i < n && out; i++)
+        if (ps[i]->device.type != ACCEL_DEV_META) {
+            memcpy(at, ps[i]->data, sizeof(float) * (size_t)accel_numel(ps[i]));
+            at += accel_numel(ps[i]);
+        }
+    accel_free(ps);
+    *n_out = total;
+    return out;
+}
+
+/* pp = 2 (x dp, ZeRO over it when CFG.zero): a checkpoint of groups split
+ * at parameter `half` of the whole model, after a step, loaded into an
+ * optimizer split at half + 1 (whose entries all fit: they are by
+ * parameter), and the one-group run's checkpoint into it: both refused
+ * naming the group and both counts, the stage's weights and lrs as they were; the
+ * same split loads. */
+static int regroup_body(int rank, int world) {
+    (void)world;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "no";
+    o.parallelism = (accel_parallelism_opts){.pp_size = CFG.pp, .dp_replicate_size = CFG.zero ? 1 : CFG.dp,
+                                             .dp_shard_size = CFG.zero ? CFG.dp : 0, .num_micro_batches = MICRO,
+                                             .pp_schedule = "1f1b"};
+    o.zero_stage = CFG.zero ? CFG.zero : -1;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    char ckpt[128], grouped_ckpt[128];
+    path_in(ckpt, sizeof ckpt, "ckpt");
+    path_in(grouped_ckpt, sizeof grouped_ckpt, "grouped");
+    accel_module *m = model_of(7), *m2 = model_of(99), *m3 = model_of(98);
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps), half = n / 2;
+    accel_free(ps);
+    accel_optimizer *saved = grouped(m, half, 0.01, 0.02), *other = grouped(m2, half + 1, 0.03, 0.04),
+                    *same = grouped(m3, half, 0.05, 0.06);
+    int replica = rank % CFG.dp, rows = ROWS / CFG.dp;
+    CHECK_MSG(accel_accelerator_prepare(acc, m, saved) == ACCEL_OK, "%s", accel_last_error());
+    double loss = NAN;
+    CHECK_MSG(accel_accelerator_pipeline_step(acc, m, pipeline_batch(0, replica * rows, rows, T, VOCAB), &loss, NULL) ==
+                  ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_optimizer_step(acc, saved) == ACCEL_OK, "%s", accel_last_error());
+    accel_step_reset();
+    CHECK_MSG(accel_accelerator_save_state(acc, grouped_ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
+
+    CHECK_MSG(accel_accelerator_prepare(acc, m2, other) == ACCEL_OK, "%s", accel_last_error());
+    int64_t nw;
+    float *w = stage_params(m2, &nw);
+    char want[160];
+    snprintf(want, sizeof want, "param group 0 holds %d parameters in the saved state, %d in this optimizer", half,
+             half + 1);
+    CHECK(accel_accelerator_load_state(acc, grouped_ckpt, NULL) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    accel_clear_error();
+    CHECK(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_ERR_FORMAT); /* the one-group run's: all n in 0 */
+    snprintf(want, sizeof want, "param group 0 holds %d parameters in the saved state, %d in this optimizer", n,
+             half + 1);
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    accel_clear_error();
+    int64_t nw2;
+    float *w2 = stage_params(m2, &nw2);
+    CHECK_MSG(nw == nw2 && !memcmp(w, w2, sizeof(float) * (size_t)nw), "rank %d: the stage's weights were loaded "
+              "before its optimizer failed", rank);
+    CHECK(accel_optimizer_get_lr(other, 0) == 0.03 && accel_optimizer_get_lr(other, 1) == 0.04);
+    free(w);
+    free(w2);
+    CHECK_MSG(accel_accelerator_clear(acc) == ACCEL_OK, "%s", accel_last_error());
+
+    CHECK_MSG(accel_accelerator_prepare(acc, m3, same) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel_accelerator_load_state(acc, grouped_ckpt, NULL) == ACCEL_OK, "rank %d: %s", rank,
+              accel_last_error());
+    CHECK(accel_optimizer_get_lr(same, 0) == 0.01 && accel_optimizer_get_lr(same, 1) == 0.02);
+    accel_accelerator_free(acc);
+    accel_optimizer_free(saved);
+    accel_optimizer_free(other);
+    accel_optimizer_free(same);
+    accel_module_free(m);
+    accel_module_free(m2);
+    accel_module_free(m3);
+    return check_summary();
+}
+
+static void run_regroup(int dp, int zero) {
+    CFG.pp = 2, CFG.dp = dp, CFG.zero = zero, CFG.virt = 1, CFG.cp = 1;
+    dist_group g = {.world = 2 * dp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
+    int status[DIST_GROUP_MAX];
+    dist_group_run(&g, regroup_body, status);
+    for (int r = 0; r < g.world; r++)
+        CHECK_MSG(dist_exited_ok(status[r]), "param groups (pp 2 x dp %d, ZeRO %d): rank %d failed", dp, zero, r);
+}
+
 static void run_cp(phase ph, int pp, int dp, int virt, int zero, int cp, const char *cp_strategy) {
     CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt, CFG.zero = zero, CFG.cp = cp;
     CFG.cp_strategy = cp_strategy;
@@ -142,6 +260,8 @@ int main(void) {
     run_cp(FIRST, 2, 1, 2, 0, 2, "alltoall"); /* interleaved, Ulysses' exchange */
     run_cp(RESUME, 2, 1, 2, 0, 2, "alltoall");
     run(ONE, 1, 1, 1, 0);
+    run_regroup(1, 0); /* the last FIRST's checkpoint (one group) is in ckpt */
+    run_regroup(2, 1);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);

@@ -44,9 +44,13 @@
  *   "state.<i>.momentum_buffer"     (SGD with momentum, f32 [numel])
  *   "param_groups.<g>.lr", ".weight_decay", ".momentum", ".dampening",
  *   ".nesterov", ".beta1", ".beta2", ".eps"      (scalars)
+ *   "param_groups.<g>.num_params"  segments group g holds (scalar)
  * where i numbers segments across groups in the order they were added (as
  * PyTorch numbers parameters) and "state.<i>.*" is present only once segment i
- * has taken a step. Scheduler state: "last_epoch", "base_lrs.<g>".
+ * has taken a step. num_params is what torch's param_groups[g]["params"]
+ * says: that list holds the numbers of the group's parameters, which run
+ * group after group, so its length says which ones they are. Scheduler
+ * state: "last_epoch", "base_lrs.<g>".
  */
 #ifndef ACCEL_OPTIM_H
 #define ACCEL_OPTIM_H
@@ -180,7 +184,15 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out);
  * same way. A tensor entry may be any tensor with data (any device, f32 or
  * convertible) with the segment's numel; a scalar entry may instead be a one-element tensor. Unknown
  * names and size mismatches -> ACCEL_ERR_FORMAT naming the entry. Missing
- * "state.<i>.*" entries mean segment i has not stepped yet (its state is zeroed). */
+ * "state.<i>.*" entries mean segment i has not stepped yet (its state is zeroed).
+ * A state of another grouping (groups [A, B], [C] saved, [A], [B, C] here:
+ * every entry would fit, and B would get group 0's lr) is refused as
+ * PyTorch's load_state_dict refuses it: a "param_groups.<g>.num_params"
+ * other than group g's count here, or a state recording some groups'
+ * counts but not every group's here, is ACCEL_ERR_FORMAT naming the group
+ * and both counts. A state without these entries (saved before they were
+ * written) loads unchecked: nothing in it says how it was grouped. Every
+ * entry is checked before anything is written: on error nothing changed. */
 accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel_named_state *st);
 void accel_named_state_free(accel_named_state *st, int n);
 

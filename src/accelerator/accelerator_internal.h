@@ -285,6 +285,11 @@ int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_s
 /* pipeline.c, pp_size > 1: loads into optimizer i this stage's part of a
  * one-process state st[0..n) (the others' entries skipped). */
 accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st);
+/* Its check of st against the optimizer as it was built (the whole
+ * model's: a stage holds its part), nothing written: each "state.<u>.*"
+ * entry's u, then the param groups' parameter counts; the rest (sizes,
+ * hyperparameters) is checked as the stage's part loads. */
+accel_status accel__pipeline_check_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st);
 
 /* zero.c / zero_config.c */
 typedef struct accel__zero_cfg {

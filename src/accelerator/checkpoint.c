@@ -437,19 +437,28 @@ static accel_status check_opt(void *o, int n, const accel_named_state *st) {
     return accel__optimizer_check_state(os->acc->opts[os->i], n, st);
 }
 
+/* check_opt's part for a pipeline stage: the entries' parameters and the
+ * param groups' counts against the whole optimizer's (the stage's part is
+ * checked as it loads). */
+static accel_status check_pp_opt(void *o, int n, const accel_named_state *st) {
+    opt_slot *os = o;
+    return accel__pipeline_check_optimizer(os->acc, os->i, n, st);
+}
+
 /* load_state's check of optimizer i in dir before anything loads: its file
  * (check_opt), or a strategy's state in its own format (ZeRO-3's shards,
- * check_own_optimizer); none for a pipeline's part or a strategy without a
- * check (checked as it loads). */
+ * check_own_optimizer); for a pipeline's part its parameters and
+ * groups (check_pp_opt); none for a strategy without a check (checked as it
+ * loads). */
 static accel_status check_opt_first(accel_accelerator *acc, int i, const char *dir) {
-    if (acc->pp_opt[i]) return ACCEL_OK;
+    char path[2 * PATHN];
+    numbered(path, sizeof path, dir, "optimizer", i);
+    opt_slot os = {acc, i};
+    if (acc->pp_opt[i]) return load_file(path, &os, check_pp_opt);
     const accel__strategy *st = acc->strat;
     bool own = accel__optimizer_model(acc, i) && st->has_own_optimizer && st->has_own_optimizer(dir, i);
     if (own) return st->check_own_optimizer ? st->check_own_optimizer(acc, i, dir) : ACCEL_OK;
     if (accel__optimizer_model(acc, i) && !st->check_optimizer_state) return ACCEL_OK;
-    char path[2 * PATHN];
-    numbered(path, sizeof path, dir, "optimizer", i);
-    opt_slot os = {acc, i};
     return load_file(path, &os, check_opt);
 }
 static accel_status load_sched(void *s, int n, const accel_named_state *st) {

@@ -834,6 +834,12 @@ static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state 
                 snprintf(name, strlen(st[j].name) + 16, "state.%d.%s", g, st[j].name + at);
             else if (keep) bad = accel_last_status();
         }
+        int g;
+        if (keep && !name && accel__group_size_entry(st[j].name, &g)) { /* the stage's count: the whole optimizer's */
+            const accel__pp_opt *po = acc->pp_opt[i];
+            st[j].value = 0;
+            for (int u = 0; u < po->n; u++) st[j].value += po->groups[u] == g;
+        }
         if (!keep || bad) {
             accel_free(st[j].name);
             accel_tensor_free(st[j].t);
@@ -1003,21 +1009,42 @@ int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_s
     return k;
 }
 
+/* The optimizer's parameter g of "state.<g>.*" entry e past the last (the
+ * optimizer as it was built: every stage's), said; ACCEL_OK otherwise. */
+static accel_status state_in_range(const accel__pp_opt *po, const accel_named_state *e) {
+    int g, at = 0;
+    if (sscanf(e->name, "state.%d.%n", &g, &at) == 1 && at && (g < 0 || g >= po->n))
+        return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s: the "
+                               "optimizer has %d parameters", e->name, po->n);
+    return ACCEL_OK;
+}
+
+accel_status accel__pipeline_check_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
+    const accel__pp_opt *po = acc->pp_opt[i];
+    for (int j = 0; j < n; j++) /* the entries' parameters first, as the optimizer checks them */
+        if (state_in_range(po, &st[j])) return accel_last_status();
+    int ng = accel_optimizer_num_groups(acc->opts[i]);
+    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
+    if (!sizes) return accel_last_status();
+    for (int u = 0; u < po->n; u++) sizes[po->groups[u]]++;
+    accel_status s = accel__check_group_sizes("accel_accelerator_load_state", n, st, ng, sizes);
+    accel_free(sizes);
+    return s;
+}
+
 accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st) {
     accel_optimizer *opt = acc->opts[i];
     const accel__pp_opt *po = acc->pp_opt[i];
     accel_named_state *mine = accel_calloc((size_t)(n ? n : 1), sizeof *mine); /* names owned, tensors borrowed */
-    accel_status s = mine ? ACCEL_OK : accel_last_status();
+    accel_status s = mine ? accel__pipeline_check_optimizer(acc, i, n, st) : accel_last_status();
     int k = 0;
     for (int j = 0; j < n && !s; j++) {
         int g, at = 0;
         size_t len = strlen(st[j].name) + 16;
+        /* the groups' parameter counts are the whole optimizer's, checked above: the stage holds its part */
+        if (accel__group_size_entry(st[j].name, NULL)) continue;
         if (sscanf(st[j].name, "state.%d.%n", &g, &at) == 1 && at) {
-            if (g < 0 || g >= po->n) {
-                s = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s: the "
-                                    "optimizer has %d parameters", st[j].name, po->n);
-                break;
-            }
+            if ((s = state_in_range(po, &st[j]))) break;
             int seg = stage_index(acc, i, po->params[g]);
             if (seg < 0) continue; /* another stage's parameter */
             if ((mine[k].name = accel_malloc(len))) snprintf(mine[k].name, len, "state.%d.%s", seg, st[j].name + at);

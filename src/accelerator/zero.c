@@ -741,9 +741,19 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
     }
     char name[96];
     bool ok = true;
-    for (int e = 0; e < n && ok; e++) /* "step" and "param_groups.*" as they are */
-        if (!strncmp(st[e].name, "step", 5) || !strncmp(st[e].name, "param_groups.", 13))
+    /* "step" and "param_groups.*" as they are, but the groups' parameter
+     * counts: the shard's optimizer holds runs, the state the user's
+     * parameters (what a state saved under another strategy or mesh has) */
+    for (int e = 0; e < n && ok; e++)
+        if ((!strncmp(st[e].name, "step", 5) || !strncmp(st[e].name, "param_groups.", 13)) &&
+            !accel__group_size_entry(st[e].name, NULL))
             ok = add(res, &m, st[e].name, NULL, st[e].value) != NULL;
+    for (int g = 0; g < accel_optimizer_num_groups(opt) && ok; g++) {
+        int held = 0;
+        for (int u = 0; u < z->n_user; u++) held += z->user_groups[u] == g;
+        snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
+        ok = add(res, &m, name, NULL, held) != NULL;
+    }
     for (int u = 0; u < z->n_user && step > 0 && ok; u++) {
         snprintf(name, sizeof name, "state.%d.step", u);
         ok = add(res, &m, name, NULL, (double)step) != NULL;
@@ -801,8 +811,11 @@ static accel_status load_local(accel_accelerator *acc, int i, int n, const accel
     accel_named_state *res = accel_calloc((size_t)(n + z->n_runs * 3 + 1), sizeof *res);
     accel_status s = res ? ACCEL_OK : accel_last_status();
     int m = 0;
+    /* the groups' parameter counts are the user's (accel__zero_state), checked
+     * by zero_load or ZeRO-3's index: the shard's optimizer holds runs */
     for (int e = 0; e < n && !s; e++)
-        if (!add(res, &m, scalars[e].name, NULL, scalars[e].value)) s = accel_last_status();
+        if (!accel__group_size_entry(scalars[e].name, NULL) && !add(res, &m, scalars[e].name, NULL, scalars[e].value))
+            s = accel_last_status();
     char name[96];
     for (int r = 0; r < z->n_runs && step > 0 && !s; r++) {
         snprintf(name, sizeof name, "state.%d.step", r);
@@ -827,6 +840,20 @@ accel_status accel__zero_load_local(accel_accelerator *acc, int i, int n, const 
 accel_status accel__zero_check_local(accel_accelerator *acc, int i, int n, const accel_named_state *scalars,
                                      float *const local[2], double step) {
     return load_local(acc, i, n, scalars, local, step, true);
+}
+
+/* The "param_groups.<g>.num_params" entries of st against the user's
+ * grouping of optimizer i's parameters (accel__check_group_sizes). */
+static accel_status check_user_groups(accel_accelerator *acc, int i, int n, const accel_named_state *st,
+                                      const char *fn) {
+    const accel__zopt *z = acc->strat_opt[i];
+    int ng = accel_optimizer_num_groups(acc->opts[i]);
+    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
+    if (!sizes) return accel_last_status();
+    for (int u = 0; u < z->n_user; u++) sizes[z->user_groups[u]]++;
+    accel_status s = accel__check_group_sizes(fn, n, st, ng, sizes);
+    accel_free(sizes);
+    return s;
 }
 
 /* accel__zero_load_state, or (check) its check: every entry against the
@@ -889,6 +916,7 @@ static accel_status zero_load(accel_accelerator *acc, int i, int n, const accel_
                                              (size_t)(c - a) * sizeof(float));
         }
     }
+    if (!s) s = check_user_groups(acc, i, n, st, fn); /* after the entries, as the optimizer checks them */
     if (!s) s = load_local(acc, i, m, res, local, step, check);
     if (res) accel_named_state_free(res, m);
     accel_free(local[0]);

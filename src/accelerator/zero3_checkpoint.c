@@ -921,14 +921,17 @@ accel_status accel__zero3_save_model_state(accel_accelerator *acc, int i, const 
 
 /* ---------------------------------------------------------------- optimizer */
 
-/* "step", "param_groups.*": the optimizer's scalar entries as a JSON object. */
+/* "step", "param_groups.*": the optimizer's scalar entries as a JSON object;
+ * not the groups' parameter counts (the shard's optimizer counts its runs):
+ * "groups" names each group's parameters (groups_json). */
 static json_t *scalars_json(accel_optimizer *opt) {
     accel_named_state *st = NULL;
     int n = accel_optimizer_state(opt, &st);
     if (n < 0) return NULL;
     json_t *o = json_object();
     for (int e = 0; e < n && o; e++)
-        if (!st[e].t && strncmp(st[e].name, "state.", 6)) json_object_set_new(o, st[e].name, json_real(st[e].value));
+        if (!st[e].t && strncmp(st[e].name, "state.", 6) && !accel__group_size_entry(st[e].name, NULL))
+            json_object_set_new(o, st[e].name, json_real(st[e].value));
     accel_named_state_free(st, n);
     return o;
 }

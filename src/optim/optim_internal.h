@@ -123,6 +123,21 @@ accel_status accel__seg_state_zero(accel_optimizer *opt, accel__segment *s);
  * nothing: ACCEL_OK where the load would take them all, else its error
  * (load_state checks every object before the first is loaded). */
 accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st);
+/* The field of a param group's parameter count in a saved state,
+ * "param_groups.<g>.num_params": torch's param_groups[g]["params"] lists the
+ * parameters' numbers, which run group after group, so its length says
+ * which parameters the group holds. */
+#define ACCEL__GROUP_SIZE "num_params"
+/* Whether name is "param_groups.<g>.num_params" (*group: g; may be NULL). */
+bool accel__group_size_entry(const char *name, int *group);
+/* Checks st's "param_groups.<g>.num_params" entries against an optimizer of
+ * ng groups holding sizes[g] parameters each (in whatever numbering the
+ * state has: the user's under ZeRO, the whole model's under pp): a count that
+ * differs, a group beyond ng, or a state recording some groups but not all is
+ * ACCEL_ERR_FORMAT in fn's name, naming the group and both counts. A state
+ * with no such entry (saved before they were written) passes: nothing to
+ * check. */
+accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *sizes);
 /* Bytes of memory holding opt's state: its state buffers, or the paging buffer of a file home. */
 int64_t accel__optimizer_state_bytes(const accel_optimizer *opt);
 /* The state file's path, or NULL when the state is not in a file. */

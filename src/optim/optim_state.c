@@ -1,4 +1,5 @@
 /* Optimizer state as named tensors and scalars (for checkpoints). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,12 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
             snprintf(name, sizeof name, "param_groups.%d.%s", g, fields[f].key);
             push_scalar(&l, name, fields[f].v);
         }
+        /* which parameters the group holds, as torch's param_groups[g]["params"]
+         * says: segments are numbered group after group, so its count does */
+        int held = 0;
+        for (int i = 0; i < opt->n_segs; i++) held += opt->segs[i].group == g;
+        snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
+        push_scalar(&l, name, held);
     }
     return finish(&l, out);
 }
@@ -209,6 +216,7 @@ static accel_status load_group_entry(accel_optimizer *opt, int group, const acce
     else if (!sgd && strcmp(field, "beta1") == 0) h->beta1 = v;
     else if (!sgd && strcmp(field, "beta2") == 0) h->beta2 = v;
     else if (!sgd && strcmp(field, "eps") == 0) h->eps = v;
+    else if (strcmp(field, ACCEL__GROUP_SIZE) == 0) (void)0; /* nothing to write: accel__check_group_sizes */
     else return bad_entry(e->name, "unknown param group field");
     return ACCEL_OK;
 }
@@ -242,6 +250,54 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
     return ACCEL_OK;
 }
 
+bool accel__group_size_entry(const char *name, int *group) {
+    const char *rest;
+    long g = parse_indexed(name, "param_groups.", &rest);
+    if (g < 0 || g > INT_MAX || strcmp(rest, ACCEL__GROUP_SIZE) != 0) return false;
+    if (group) *group = (int)g;
+    return true;
+}
+
+accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *sizes) {
+    int recorded = 0, first_missing = -1;
+    unsigned char *seen = accel_calloc((size_t)ng + 1, 1);
+    if (!seen) return accel_last_status();
+    accel_status rc = ACCEL_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        int g;
+        double v;
+        if (!st[i].name || !accel__group_size_entry(st[i].name, &g)) continue;
+        if (!entry_scalar(&st[i], &v)) rc = accel_last_status();
+        else if (g >= ng)
+            rc = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\": no such param group in this optimizer (%d)", fn,
+                                 st[i].name, ng);
+        else if (!is_count(v))
+            rc = accel_set_error(ACCEL_ERR_FORMAT, "%s: entry \"%s\": a parameter count must be a whole number >= 0",
+                                 fn, st[i].name);
+        else if (v != sizes[g]) /* torch: "loaded state dict contains a parameter group that doesn't match the size
+                                 * of optimizer's group" */
+            rc = accel_set_error(ACCEL_ERR_FORMAT, "%s: param group %d holds %.0f parameter%s in the saved state, "
+                                 "%d in this optimizer (it was saved from an optimizer whose parameters were "
+                                 "grouped otherwise)", fn, g, v, v == 1 ? "" : "s", sizes[g]);
+        else if (!seen[g]) {
+            seen[g] = 1;
+            recorded++;
+        }
+    }
+    for (int g = 0; g < ng && first_missing < 0; g++)
+        if (!seen[g]) first_missing = g;
+    accel_free(seen);
+    /* a state that records the groups records them all: one without param group g
+     * was saved from an optimizer with fewer groups (torch: "loaded state dict has a
+     * different number of parameter groups"); one that records none predates the
+     * record, and cannot be checked */
+    if (!rc && recorded > 0 && first_missing >= 0)
+        rc = accel_set_error(ACCEL_ERR_FORMAT, "%s: the saved state records %d param group%s, this optimizer has %d "
+                             "(no \"param_groups.%d." ACCEL__GROUP_SIZE "\")", fn, recorded, recorded == 1 ? "" : "s",
+                             ng, first_missing);
+    return rc;
+}
+
 /* load_entries' check of every entry, writing nothing; *own (the caller
  * frees it; NULL when the arguments or the allocation failed): which
  * segments have entries that are views of their own state. */
@@ -250,7 +306,14 @@ static accel_status check_entries(accel_optimizer *opt, int n, const accel_named
     if (!opt || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
     if (!(*own = accel_calloc((size_t)opt->n_segs + 1, sizeof **own))) return accel_last_status();
-    return load_entries(opt, n, st, false, *own);
+    accel_status rc = load_entries(opt, n, st, false, *own);
+    if (rc) return rc;
+    int *sizes = accel_calloc((size_t)opt->n_groups + 1, sizeof *sizes);
+    if (!sizes) return accel_last_status();
+    for (int i = 0; i < opt->n_segs; i++) sizes[opt->segs[i].group]++;
+    rc = accel__check_group_sizes("accel_optimizer_load_state", n, st, opt->n_groups, sizes);
+    accel_free(sizes);
+    return rc;
 }
 
 accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const accel_named_state *st) {
