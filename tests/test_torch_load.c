@@ -528,11 +528,23 @@ static void test_crafted_pickles(void) {
     for (int i = 0; i < 5000; i++) op(p, '(');
     expect_pickle(p, ACCEL_ERR_FORMAT, "more than 4096 nested MARKs");
     p->n = 0;
-    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'r'), u32(p, 0xFFFFFFFFu), op(p, '.');
-    expect_pickle(p, ACCEL_ERR_FORMAT, "memo index 4294967295 is out of range");
+    /* any memo index, as Python's dict memo: 2^32 - 1 stored and read back costs one slot (an array as long as
+     * the index held 16 bytes per index: 64 GiB here), the dict it names the state dict (of no tensors) */
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'r'), u32(p, 0xFFFFFFFFu), op(p, 'j'), u32(p, 0xFFFFFFFFu),
+        op(p, '.');
+    write_zip(tmp_path("crafted.bin"), p, "little");
+    st = accel_safetensors_open(tmp_path("crafted.bin"));
+    CHECK_MSG(st && accel_safetensors_count(st) == 0, "%s", accel_last_error());
+    accel_safetensors_close(st);
+    p->n = 0;
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'r'), u32(p, 0xFFFFFFFFu), op(p, 'j'), u32(p, 0xFFFFFFFEu), op(p, '.');
+    expect_pickle(p, ACCEL_ERR_FORMAT, "memo index 4294967294 was never stored");
     p->n = 0;
     op(p, 0x80), op(p, 2), op(p, 'h'), op(p, 5), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "memo index 5 was never stored");
+    p->n = 0; /* an empty tuple made before any item: its items are no offset of a NULL pool (UBSan) */
+    op(p, 0x80), op(p, 2), op(p, ')'), op(p, 'Q'), op(p, '.');
+    expect_pickle(p, ACCEL_ERR_FORMAT, "a persistent id must be ('storage', type, key, location, numel)");
     p->n = 0;
     op(p, 0x80), op(p, 2), op(p, 'X'), u32(p, 0xFFFFFFF0u), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "needs 4294967280 bytes of operand but the pickle ends");

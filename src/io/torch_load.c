@@ -153,6 +153,10 @@ static accel_status tensor_info(const char *path, const unsigned char *map, cons
     b->copies[b->n_copies++] = copy;
     gather(copy, base, t, esz, numel);
     out->bytes = copy;
+    /* the bytes in the file it was gathered from: its storage record (from
+     * its offset, its last element, reached past the end of the file) */
+    out->begin = r->data_at;
+    out->end = r->data_at + r->size;
     return ACCEL_OK;
 }
 
