@@ -237,6 +237,57 @@ static const char *skip_digits(const char *p) {
     return p;
 }
 
+/* One number as Python's float() takes it, in ASCII (the words in lower
+ * case: !!float's text is folded, a plain float has none):
+ * [-+]?(digits[.digits]|.digits)([eE][-+]?digits)?, inf, infinity, nan. What
+ * strtod also takes (hex, "nan(...)", leading blanks) is no float to
+ * Python: false. */
+static bool python_float(const char *s, double *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    if (!strcmp(p, "inf") || !strcmp(p, "infinity") || !strcmp(p, "nan")) {
+        *out = !strcmp(p, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
+        return true;
+    }
+    const char *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    size_t digits = (size_t)(q - p);
+    if (*q == '.')
+        for (q++; *q >= '0' && *q <= '9'; q++) digits++;
+    if (!digits) return false;
+    if (*q == 'e' || *q == 'E') {
+        q += q[1] == '-' || q[1] == '+';
+        if (!(*++q >= '0' && *q <= '9')) return false;
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    if (*q) return false;
+    *out = strtod(s, NULL);
+    return true;
+}
+
+/* s ("1:30:05.5", no '_'; cut in place at each ':') as PyYAML's
+ * construct_yaml_float reads base 60: each part a float, summed from the
+ * last, the k-th from the end times 60^k. Another order rounds otherwise:
+ * 26.96:62.29:49.443 was 100842.84300000001, PyYAML's 100842.843. */
+static bool base60_float(char *s, double *out) {
+    size_t n = 1;
+    for (const char *c = s; *c; c++) n += *c == ':';
+    double *parts = malloc(n * sizeof *parts);
+    if (!parts) cv_oom();
+    bool ok = true;
+    char *part = s;
+    for (size_t i = 0; i < n && ok; i++) {
+        char *colon = strchr(part, ':');
+        if (colon) *colon = 0;
+        ok = python_float(part, &parts[i]);
+        if (colon) part = colon + 1;
+    }
+    double v = 0.0, base = 1.0;
+    for (size_t i = n; ok && i-- > 0; base *= 60) v += parts[i] * base;
+    free(parts);
+    if (ok) *out = v;
+    return ok;
+}
+
 /* A YAML 1.1 float as PyYAML resolves and builds it: only
  *   [-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?   "1.", "1_000.5", "1.0e+3"
  *   \.[0-9][0-9_]*([eE][-+][0-9]+)?              ".5" (no sign)
@@ -275,15 +326,8 @@ static bool yaml11_float(const char *s, double *out) {
     for (const char *r = p; *r; r++)
         if (*r != '_') *w++ = *r;
     *w = 0;
-    char *end;
     double v = 0;
-    for (char *part = plain;; part = end + 1) { /* base 60: each part a float, as PyYAML sums them */
-        double x = strtod(part, &end);
-        if (end == part) break; /* "._": PyYAML's float('.') fails; a string here */
-        v = v * 60 + x;
-        if (*end != ':') break;
-    }
-    bool ok = *end == 0;
+    bool ok = base60_float(plain, &v); /* "._": PyYAML's float('.') fails; a string here */
     free(plain);
     if (ok) *out = sign * v;
     return ok;
@@ -385,32 +429,6 @@ static char *constructor_text(const char *text, bool lower) {
     return t;
 }
 
-/* One number as Python's float() takes it, in ASCII and lower case:
- * [-+]?(digits[.digits]|.digits)(e[-+]?digits)?, inf, infinity, nan. What
- * strtod also takes (hex, "nan(...)", leading blanks) is no float to
- * Python: false. */
-static bool python_float(const char *s, double *out) {
-    const char *p = s + (*s == '-' || *s == '+');
-    if (!strcmp(p, "inf") || !strcmp(p, "infinity") || !strcmp(p, "nan")) {
-        *out = !strcmp(p, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
-        return true;
-    }
-    const char *q = p;
-    while (*q >= '0' && *q <= '9') q++;
-    size_t digits = (size_t)(q - p);
-    if (*q == '.')
-        for (q++; *q >= '0' && *q <= '9'; q++) digits++;
-    if (!digits) return false;
-    if (*q == 'e') {
-        q += q[1] == '-' || q[1] == '+';
-        if (!(*++q >= '0' && *q <= '9')) return false;
-        while (*q >= '0' && *q <= '9') q++;
-    }
-    if (*q) return false;
-    *out = strtod(s, NULL);
-    return true;
-}
-
 /* !!float's text as PyYAML's construct_yaml_float reads it: underscores
  * dropped, any case, a sign, then .inf / .nan, base 60 (each part a float:
  * "1:30" is 90.0, "1:30.5" 90.5), else what Python's float() takes (an
@@ -419,18 +437,11 @@ static bool python_float(const char *s, double *out) {
 static bool yaml_float_text(const char *text, double *out) {
     char *t = constructor_text(text, true);
     const char *u = t + (t[0] == '-' || t[0] == '+');
-    double sign = t[0] == '-' ? -1.0 : 1.0, v = 0.0, x;
+    double sign = t[0] == '-' ? -1.0 : 1.0, v = 0.0;
     bool ok = true;
     if (!strcmp(u, ".inf")) v = INFINITY;
     else if (!strcmp(u, ".nan")) v = NAN, sign = 1.0; /* PyYAML drops its sign */
-    else if (!strchr(u, ':')) ok = python_float(u, &v);
-    else
-        for (char *part = (char *)u, *colon; ok; part = colon + 1) {
-            if ((colon = strchr(part, ':'))) *colon = 0;
-            ok = python_float(part, &x);
-            v = v * 60 + x;
-            if (!colon) break;
-        }
+    else ok = base60_float((char *)u, &v); /* one part: python_float's */
     free(t);
     if (ok) *out = sign * v;
     return ok;
