@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -308,11 +309,19 @@ typedef struct csv {
     bool has_header; /* the file starts with its header line, naming every column */
 } csv;
 
+/* path renamed to aside unless aside exists (-1, errno EEXIST): a hard
+ * link then unlink; where the file system has no hard links (vfat, some
+ * FUSE and SMB mounts: EPERM, ENOTSUP), renameat2's RENAME_NOREPLACE. */
+static int rename_noreplace(const char *path, const char *aside) {
+    if (!link(path, aside)) return unlink(path);
+    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP) return -1;
+    return renameat2(AT_FDCWD, path, AT_FDCWD, aside, RENAME_NOREPLACE);
+}
+
 /* A log.csv already in run_dir (an earlier run's, or another tracker's
  * running now) moved aside to log.<n>.csv, the first n free, said in a
- * warning: it was deleted, an earlier run's log lost with it. link() takes
- * no name already there; a log.csv that is no file (a directory) is left
- * for the open to refuse. */
+ * warning: it was deleted, an earlier run's log lost with it. A log.csv
+ * that is no file (a directory) is left for the open to refuse. */
 static accel_status csv_move_aside(const char *run_dir) {
     char path[4200], aside[4240];
     snprintf(path, sizeof path, "%s/log.csv", run_dir);
@@ -320,13 +329,11 @@ static accel_status csv_move_aside(const char *run_dir) {
     if (lstat(path, &sb) || S_ISDIR(sb.st_mode)) return ACCEL_OK;
     for (int n = 1;; n++) {
         snprintf(aside, sizeof aside, "%s/log.%d.csv", run_dir, n);
-        if (!link(path, aside)) break;
+        if (!rename_noreplace(path, aside)) break;
         if (errno != EEXIST || n == 1000000)
             return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot keep the existing %s as %s: %s", path, aside,
                                    strerror(errno));
     }
-    if (unlink(path))
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot start a new %s: %s", path, strerror(errno));
     accel__warn("csv tracker: %s was there already: kept as %s, this run logs to a new %s", path, aside, path);
     return ACCEL_OK;
 }
