@@ -371,6 +371,13 @@ static void test_duplicate_params(void) {
     CHECK(accel_optimizer_num_segments(fo) == 2);
     CHECK(accel_optimizer_step(fo) == ACCEL_OK);
     for (int i = 0; i < 6; i++) CHECK_CLOSE(x[i], 0.9, 1e-6, 0);
+    /* a parameter tensor that views a flat run already in the optimizer: the same */
+    accel_tensor *view = host_f32(x + 1, 2);
+    view->grad = host_f32(gx + 1, 2);
+    CHECK(accel_optimizer_add_params(fo, 1, &view, &h) == -1);
+    CHECK_STR_CONTAINS(accel_last_error(), "lies in the flat parameters of segment 0 (param group 0)");
+    accel_clear_error();
+    accel_tensor_free(view); /* and its grad */
     accel_optimizer *other = flat_opt(ACCEL_OPTIM_SGD, x, gx, 6, &h);
     CHECK(other != NULL);
     accel_optimizer_free(other);

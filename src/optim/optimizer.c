@@ -193,16 +193,41 @@ static bool check_param(const char *fn, int i, const accel_tensor *p) {
     return true;
 }
 
+/* The first segment of opt (only its flat ones with flat_only) whose
+ * memory shares an element with t's (same device), or -1: the shared
+ * elements would be updated twice per step, silently. Compares the memory
+ * the segments view now. */
+static int overlapping_segment(accel_optimizer *opt, const accel_tensor *t, bool flat_only) {
+    const char *lo = accel__device_ptr(t), *hi = lo + accel_numel(t) * (int64_t)sizeof(float);
+    for (int k = 0; k < opt->n_segs; k++) {
+        if (flat_only && opt->segs[k].param) continue;
+        accel_tensor *p, *g;
+        accel__seg_tensors(&opt->segs[k], &p, &g);
+        const char *a = accel__device_ptr(p), *b = a + opt->segs[k].numel * (int64_t)sizeof(float);
+        if (accel_device_eq(p->device, t->device) && a < hi && lo < b && lo != hi && a != b) return k;
+    }
+    return -1;
+}
+
 /* Parameter i must not be in the optimizer yet, nor earlier in this list:
  * given twice it was updated twice per step, silently. PyTorch refuses it
  * across groups ("some parameters appear in more than one parameter group")
  * and warns within one that this will become an error. */
-static bool check_new_param(const char *fn, const accel_optimizer *opt, int i, accel_tensor *const *params) {
+static bool check_new_param(const char *fn, accel_optimizer *opt, int i, accel_tensor *const *params) {
     int group = -1;
     for (int j = 0; j < i && group < 0; j++)
         if (params[j] == params[i]) group = opt->n_groups;
     for (int k = 0; k < opt->n_segs && group < 0; k++)
         if (opt->segs[k].param == params[i]) group = opt->segs[k].group;
+    /* a view into a flat run already here (a flat segment's memory): its elements too */
+    int k = group < 0 ? overlapping_segment(opt, params[i], true) : -1;
+    if (k >= 0) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: parameter %d (\"%s\") lies in the flat parameters of segment %d (param group %d): "
+                        "it would be updated twice per step", fn, i, params[i]->name ? params[i]->name : "?", k,
+                        opt->segs[k].group);
+        return false;
+    }
     if (group < 0) return true;
     accel_set_error(ACCEL_ERR_INVALID_ARG,
                     "%s: parameter %d (\"%s\") appears more than once: it is already in param group %d%s (it would "
@@ -234,24 +259,17 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
     return commit_group(opt, &rh, opt->n_segs, n);
 }
 
-/* The flat run params must share no element with a segment of opt: the
- * shared ones were updated twice per step, silently (two groups' offsets
- * computed wrong, one buffer added twice), as a parameter given twice
- * (check_new_param). Compares the memory the segments view now. */
+/* The flat run params must share no element with a segment of opt (two
+ * groups' offsets computed wrong, one buffer added twice), as a parameter
+ * given twice (check_new_param). */
 static bool check_new_flat(const char *fn, accel_optimizer *opt, const accel_tensor *params) {
-    const char *lo = accel__device_ptr(params), *hi = lo + accel_numel(params) * (int64_t)sizeof(float);
-    for (int k = 0; k < opt->n_segs; k++) {
-        accel_tensor *p, *g;
-        accel__seg_tensors(&opt->segs[k], &p, &g);
-        const char *a = accel__device_ptr(p), *b = a + opt->segs[k].numel * (int64_t)sizeof(float);
-        if (!accel_device_eq(p->device, params->device) || a >= hi || lo >= b || lo == hi || a == b) continue;
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "%s: the flat parameters [%lld elements] overlap segment %d (param group %d) of the "
-                        "optimizer: the shared elements would be updated twice per step",
-                        fn, (long long)accel_numel(params), k, opt->segs[k].group);
-        return false;
-    }
-    return true;
+    int k = overlapping_segment(opt, params, false);
+    if (k < 0) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG,
+                    "%s: the flat parameters [%lld elements] overlap segment %d (param group %d) of the "
+                    "optimizer: the shared elements would be updated twice per step",
+                    fn, (long long)accel_numel(params), k, opt->segs[k].group);
+    return false;
 }
 
 int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, const accel_tensor *grads,
