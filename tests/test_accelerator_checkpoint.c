@@ -15,6 +15,7 @@
 #include "accel/dist.h"
 #include "accel/io.h"
 #include "check.h"
+#include "optim_groups.h"
 #include "io/checkpoint_marker.h"
 #include "tiny_llama.h"
 
@@ -592,30 +593,6 @@ static void test_load_of_other_models_changes_nothing(void) {
     accel_step_reset();
 }
 
-/* Three square bias-free layers: parameters A, B, C of one shape, so a state
- * of one grouping fits another's sizes entry by entry. */
-static accel_module *squares(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_module *l[3];
-    for (int k = 0; k < 3; k++) l[k] = accel_linear_new(4, 4, false, ACCEL_CPU_DEVICE, ACCEL_F32);
-    return accel_sequential_new(3, l);
-}
-
-/* AdamW over m's parameters A, B, C in two groups: the first `first` of them
- * (lr lr0, weight decay 0.01), the rest (lr lr1, none). */
-static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    CHECK(n == 3);
-    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, lr0);
-    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
-    h.lr = lr1;
-    h.weight_decay = 0;
-    CHECK(accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
-    accel_free(ps);
-    return o;
-}
-
 /* dir as a checkpoint saved before the param groups' counts were recorded:
  * rank 0 writes its optimizer file again without "param_groups.<g>.num_params"
  * and the marker again over it; every rank waits. */
@@ -654,11 +631,7 @@ static void drop_group_counts(const char *dir) {
 static void test_load_of_other_grouping(void) {
     accel_module *m = squares(11);
     accel_optimizer *opt = grouped(m, 2, 0.01, 0.02);
-    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
-    float xs[8] = {0.5f, -1, 2, 1, 0, -0.5f, 0.25f, 1.5f};
-    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 4), xs)));
-    CHECK(loss && accel_accelerator_backward(A, loss) == ACCEL_OK && accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
-    accel_step_reset();
+    prepare_and_step(A, m, opt);
     char given[300], dir[512];
     snprintf(given, sizeof given, "%s/other_grouping", DIR_);
     CHECK_MSG(accel_accelerator_save_state(A, given, dir, sizeof dir) == ACCEL_OK, "%s", accel_last_error());

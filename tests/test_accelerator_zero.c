@@ -15,6 +15,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "check.h"
+#include "optim_groups.h"
 
 static int N, R;
 static int S, SR; /* the ranks the shards spread over (under HYBRID_SHARD_ZERO2: this machine's), this one's place */
@@ -321,27 +322,6 @@ static void test_load_of_other_optimizer_changes_nothing(void) {
     remove_dir(dir);
 }
 
-/* Three square bias-free layers: parameters A, B, C of one shape. */
-static accel_module *squares(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_module *l[3];
-    for (int k = 0; k < 3; k++) l[k] = accel_linear_new(4, 4, false, ACCEL_CPU_DEVICE, ACCEL_F32);
-    return accel_sequential_new(3, l);
-}
-
-/* AdamW over A, B, C in two groups: the first `first` (lr lr0), the rest (lr lr1). */
-static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_ADAMW, lr0);
-    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
-    h.lr = lr1;
-    h.weight_decay = 0;
-    CHECK(n == 3 && accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
-    accel_free(ps);
-    return o;
-}
-
 /* The value of scalar entry `name` of o's state, or -1. */
 static double state_scalar(accel_optimizer *o, const char *name) {
     accel_named_state *st;
@@ -366,11 +346,7 @@ static void test_load_of_other_grouping(void) {
     snprintf(dir, sizeof dir, "/tmp/accel_zero_grouping_%lld", (long long)id);
     accel_module *m = squares(21);
     accel_optimizer *opt = grouped(m, 2, 0.01, 0.02);
-    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
-    float xs[8] = {0.5f, -1, 2, 1, 0, -0.5f, 0.25f, 1.5f};
-    accel_tensor *loss = accel_mean_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 4), xs)));
-    CHECK(loss && accel_accelerator_backward(A, loss) == ACCEL_OK && accel_accelerator_optimizer_step(A, opt) == ACCEL_OK);
-    accel_step_reset();
+    prepare_and_step(A, m, opt);
     CHECK_MSG(accel_accelerator_save_state(A, dir, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
     CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     CHECK(state_scalar(opt, "param_groups.0.num_params") == 2 && state_scalar(opt, "param_groups.1.num_params") == 1);

@@ -26,6 +26,7 @@
 
 #include "accel/accelerator.h"
 #include "check.h"
+#include "optim_groups.h"
 #include "checkpoint_whole.h"
 #include "dist_group.h"
 #include "pipeline_model.h"
@@ -108,19 +109,6 @@ static int body(int rank, int world) {
     accel_optimizer_free(opt);
     accel_module_free(m);
     return check_summary();
-}
-
-/* AdamW over m's parameters in two groups: the first `first` (lr lr0), the rest (lr lr1). */
-static accel_optimizer *grouped(accel_module *m, int first, double lr0, double lr1) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    accel_optim_hparams h = {.lr = lr0, .weight_decay = 0.01};
-    accel_optimizer *o = accel_optimizer_new_params(ACCEL_OPTIM_ADAMW, first, ps, &h);
-    h.lr = lr1;
-    h.weight_decay = 0;
-    CHECK(accel_optimizer_add_params(o, n - first, ps + first, &h) == 1);
-    accel_free(ps);
-    return o;
 }
 
 /* A copy of the stage's own parameters (the others' are released: meta). */

@@ -9,16 +9,11 @@
 
 #include "accel/io.h"
 #include "check.h"
+#include "test_files.h"
 
 static char g_dir[64];
 
-static const char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+static const char *tmp_path(const char *name) { return path_in(g_dir, name); }
 
 static void write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -512,23 +507,6 @@ static void test_parse_size(void) {
         CHECK_STR_CONTAINS(accel_last_error(), "is not in a valid format");
         accel_clear_error();
     }
-}
-
-static void rm_rf(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        rm_rf(p);
-    }
-    closedir(d);
-    rmdir(path);
 }
 
 int main(void) {

@@ -17,36 +17,13 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "check.h"
+#include "test_files.h"
 #include "io/safetensors_internal.h"
 #include "io/zip_internal.h"
 
 static char g_dir[64];
 
-static const char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-typedef struct blob {
-    unsigned char *p;
-    size_t n;
-} blob;
-
-static blob read_all(const char *path) {
-    blob b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.p = malloc(b.n ? b.n : 1);
-    if (fread(b.p, 1, b.n, f) != b.n) b.n = 0;
-    fclose(f);
-    return b;
-}
+static const char *tmp_path(const char *name) { return path_in(g_dir, name); }
 
 static void write_all(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");

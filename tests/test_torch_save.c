@@ -15,36 +15,13 @@
 #include "accel/accelerator.h"
 #include "accel/io.h"
 #include "check.h"
+#include "test_files.h"
 
 static char g_dir[64];
 
-static const char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+static const char *tmp_path(const char *name) { return path_in(g_dir, name); }
 
 static bool exists(const char *path) { return access(path, F_OK) == 0; }
-
-typedef struct blob {
-    unsigned char *p;
-    size_t n;
-} blob;
-
-static blob read_all(const char *path) {
-    blob b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.p = malloc(b.n ? b.n : 1);
-    if (fread(b.p, 1, b.n, f) != b.n) b.n = 0;
-    fclose(f);
-    return b;
-}
 
 /* ---------------------------------------------------------------- a zip reader for the checks */
 

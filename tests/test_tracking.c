@@ -14,16 +14,9 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "test_files.h"
 #include "tb_event.pb-c.h"
 #include "tracking/tb_internal.h"
-
-/* ---------------------------------------------------------------- helpers */
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-static void rm_rf(const char *p) { nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 static char *temp_dir(void) {
     static char dirs[16][64];
@@ -31,15 +24,6 @@ static char *temp_dir(void) {
     char *d = dirs[n++ % 16];
     snprintf(d, 64, "/tmp/accel_track_XXXXXX");
     return mkdtemp(d);
-}
-
-static char *slurp(const char *path) {
-    void *data;
-    size_t len;
-    if (accel_load_bytes(path, &data, &len)) return NULL;
-    char *s = realloc(data, len + 1);
-    s[len] = '\0';
-    return s;
 }
 
 /* The one entry of dir whose name starts with prefix (NULL when not exactly one). */

@@ -13,14 +13,9 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "test_files.h"
 #include "tb_event.pb-c.h"
 #include "tracking/tb_internal.h"
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
-}
-static void rm_rf(const char *p) { nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 static char *temp_dir(void) {
     static char dirs[8][64];
@@ -28,15 +23,6 @@ static char *temp_dir(void) {
     char *d = dirs[n++ % 8];
     snprintf(d, 64, "/tmp/accel_track_faults_XXXXXX");
     return mkdtemp(d);
-}
-
-static char *slurp(const char *path) {
-    void *data;
-    size_t len;
-    if (accel_load_bytes(path, &data, &len)) return NULL;
-    char *s = realloc(data, len + 1);
-    s[len] = '\0';
-    return s;
 }
 
 static bool exists(const char *path) {
@@ -244,13 +230,23 @@ static void test_hparams_yml_quotes_as_pyyaml(void) {
  * columns stayed added (rows wider than the header, the new key never named)
  * and, when the failure came at the rename, the stream was closed and set to
  * NULL (the next log crashed). */
+static const accel_value A1[] = {ACCEL_VALUE_F("a", 1)}, AB[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
+
+/* A csv tracker in a new folder (*dir) holding log.csv (path; tmp its
+ * log.csv.tmp) with one row of "a" at step 0. */
+static accel_tracker *csv_one_row(char **dir, char *path, char *tmp) {
+    *dir = temp_dir();
+    snprintf(path, 512, "%s/p/log.csv", *dir);
+    snprintf(tmp, 520, "%s.tmp", path);
+    accel_tracker *t = accel_tracker_open("csv", "p", *dir);
+    CHECK(accel_tracker_log(t, 1, A1, 0) == ACCEL_OK);
+    return t;
+}
+
 static void test_csv_widen_fails_tmp_taken(void) {
-    char *dir = temp_dir(), path[512], tmp[520];
-    snprintf(path, sizeof path, "%s/p/log.csv", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    accel_tracker *t = accel_tracker_open("csv", "p", dir);
-    accel_value a[] = {ACCEL_VALUE_F("a", 1)}, ab[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
-    CHECK(accel_tracker_log(t, 1, a, 0) == ACCEL_OK);
+    char *dir, path[512], tmp[520];
+    accel_tracker *t = csv_one_row(&dir, path, tmp);
+    const accel_value *a = A1, *ab = AB;
     CHECK(mkdir(tmp, 0777) == 0); /* the tmp name is taken */
     CHECK(accel_tracker_log(t, 2, ab, 1) == ACCEL_ERR_IO);
     CHECK_STR_CONTAINS(accel_last_error(), "log.csv.tmp");
@@ -266,12 +262,9 @@ static void test_csv_widen_fails_tmp_taken(void) {
 }
 
 static void test_csv_widen_fails_file_too_large(void) {
-    char *dir = temp_dir(), path[512], tmp[520];
-    snprintf(path, sizeof path, "%s/p/log.csv", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    accel_tracker *t = accel_tracker_open("csv", "p", dir);
-    accel_value a[] = {ACCEL_VALUE_F("a", 1)}, ab[] = {ACCEL_VALUE_F("a", 2), ACCEL_VALUE_F("b", 3)};
-    CHECK(accel_tracker_log(t, 1, a, 0) == ACCEL_OK);
+    char *dir, path[512], tmp[520];
+    accel_tracker *t = csv_one_row(&dir, path, tmp);
+    const accel_value *a = A1, *ab = AB;
     CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
     /* Files may not grow past log.csv's size: the wider copy cannot be written. */
     struct stat sb;
