@@ -17,7 +17,7 @@ static inline int rm_rf_one(const char *p, const struct stat *sb, int flag, stru
 static inline void rm_rf(const char *p) { nftw(p, rm_rf_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 typedef struct blob {
-    unsigned char *p; /* malloc'd (at least one byte), NULL when the file cannot be opened */
+    unsigned char *p; /* malloc'd (at least one byte), NULL when the file cannot be opened or sized */
     size_t n;         /* 0 when it could not be read whole */
 } blob;
 
@@ -26,10 +26,11 @@ static inline blob read_all(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return b;
     fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
+    long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    b.p = malloc(b.n ? b.n : 1);
-    if (fread(b.p, 1, b.n, f) != b.n) b.n = 0;
+    b.n = n > 0 ? (size_t)n : 0;
+    b.p = n >= 0 ? malloc(b.n ? b.n : 1) : NULL;
+    if (!b.p || fread(b.p, 1, b.n, f) != b.n) b.n = 0;
     fclose(f);
     return b;
 }

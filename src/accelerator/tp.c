@@ -95,11 +95,12 @@ accel_status accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m
 }
 
 accel_status accel__norm_all_reduce(accel_pg *pg, double *v, int n, double norm_type) {
+    ACCEL_ASSERT(n >= 1 && n <= 4);
     if (!isinf(norm_type)) return accel_pg_all_reduce(pg, v, (size_t)n, ACCEL_F64, ACCEL_REDUCE_SUM);
     double w[8]; /* the values (a NaN as -inf), then 1 for each NaN */
-    for (int i = 0; i < n && i < 4; i++) w[i] = isnan(v[i]) ? -INFINITY : v[i], w[n + i] = isnan(v[i]);
+    for (int i = 0; i < n; i++) w[i] = isnan(v[i]) ? -INFINITY : v[i], w[n + i] = isnan(v[i]);
     accel_status st = accel_pg_all_reduce(pg, w, (size_t)(2 * n), ACCEL_F64, ACCEL_REDUCE_MAX);
-    for (int i = 0; !st && i < n && i < 4; i++) v[i] = w[n + i] > 0 ? NAN : w[i];
+    for (int i = 0; !st && i < n; i++) v[i] = w[n + i] > 0 ? NAN : w[i];
     return st;
 }
 

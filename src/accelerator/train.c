@@ -89,8 +89,10 @@ static bool unscale(accel_tensor *g, float inv) {
 }
 
 /* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. A rank
- * that holds only a gradient shard (the strategy's grad_shard) cannot tell
- * alone, so the ranks agree on inf. */
+ * that holds only a gradient shard (the strategy's grad_shard), a tp slice
+ * or a pipeline stage's gradients cannot tell alone, so the ranks agree on
+ * inf (a stage that stepped while another skipped drifted apart, its loss
+ * scale too; Megatron agrees likewise). */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
     if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return ACCEL_OK;
@@ -109,7 +111,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
             if (b->n && b->dtype == ACCEL_F32) inf |= unscale(accel__flat_view(&h, b, b->grads, 0, b->numel), inv);
         }
     }
-    if (sharded) {
+    if (sharded || acc->mesh.size[ACCEL__MESH_TP] > 1 || acc->par.size[ACCEL__MESH_PP] > 1) {
         int32_t v = inf;
         if (accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX) == ACCEL_OK) inf = v != 0;
         else inf = true; /* a broken group: skip the step rather than diverge */

@@ -295,8 +295,9 @@ static accel_status drop_tied_copy(accel_accelerator *acc, accel__model *pm, dou
     for (int j = 0; w && j < b->n; j++)
         if (b->tensors[j] == w) {
             int at = sliced ? sliced[j] : 1;
-            double left = part[at] - piece_partial(acc, pm, j, norm_type);
-            part[at] = left < 0 ? 0.0 : left; /* rounding below 0 clamped, a NaN kept (fmax dropped it) */
+            double tied = piece_partial(acc, pm, j, norm_type), left = part[at] - tied;
+            /* rounding below 0 clamped, a NaN kept (fmax dropped it); an inf tied piece left in (inf - inf: NaN) */
+            if (isfinite(tied)) part[at] = left < 0 ? 0.0 : left;
         }
     return ACCEL_OK;
 }

@@ -71,8 +71,8 @@ typedef struct up {
     int64_t sp, stack_cap;
     int64_t *marks;
     int64_t n_marks, marks_cap;
-    struct memo_slot *memo; /* a hash of the stored indices: one slot per PUT at most, whatever the index */
-    int64_t memo_cap, memo_len; /* slots (a power of two), indices stored */
+    val *memo;                  /* by index (memo_put) */
+    int64_t memo_cap, memo_len; /* allocated, indices stored */
     span *strs;
     int64_t n_strs, strs_cap;
     val *items;
@@ -378,51 +378,31 @@ static accel_status op_build(up *u) {
 
 /* ---------------------------------------------------------------- the memo */
 
-/* A memo slot: idx1 the index + 1 (0: empty). Python keeps its memo in a
- * dict: an index is any number, and an array as long as the largest one a
- * pickle names (LONG_BINPUT 2^26 in a file of a few bytes) held 16 bytes
- * per index. */
-typedef struct memo_slot {
-    uint64_t idx1;
-    val v;
-} memo_slot;
-
-/* The slot holding idx, or the empty one where it goes (linear probing; the
- * table is at most half full). */
-static memo_slot *memo_find(const up *u, uint64_t idx) {
-    uint64_t mask = (uint64_t)u->memo_cap - 1;
-    for (uint64_t h = (idx * 0x9E3779B97F4A7C15ull) >> 17 & mask;; h = (h + 1) & mask)
-        if (!u->memo[h].idx1 || u->memo[h].idx1 == idx + 1) return &u->memo[h];
-}
-
-static accel_status memo_grow(up *u) {
-    memo_slot *old = u->memo;
-    int64_t old_cap = u->memo_cap, cap = old_cap ? 2 * old_cap : 64;
-    if (!(u->memo = accel_calloc((size_t)cap, sizeof *u->memo))) {
-        u->memo = old;
-        return accel_last_status();
-    }
-    u->memo_cap = cap;
-    for (int64_t i = 0; i < old_cap; i++)
-        if (old[i].idx1) *memo_find(u, old[i].idx1 - 1) = old[i];
-    accel_free(old);
-    return ACCEL_OK;
-}
-
-/* idx: BINPUT's byte, LONG_BINPUT's 4 bytes, MEMOIZE's count: idx + 1 never wraps. */
+/* The memo: an array by index. Python keeps it in a dict (any index), but
+ * a pickler numbers it in order, so an index far past the count stored is
+ * refused: sized by it, the array made a file of a few bytes hold 16 bytes
+ * per index (LONG_BINPUT 2^26: 1 GB), and hashed, indices chosen to collide
+ * made each PUT a scan (minutes for a megabyte). The array's size follows
+ * the PUTs read, as Python's dict does. */
 static accel_status memo_put(up *u, uint64_t idx) {
     if (u->sp <= fence(u)) return fail(u, ACCEL_ERR_FORMAT, "memoizes from an empty stack");
-    if (2 * (u->memo_len + 1) > u->memo_cap && memo_grow(u)) return accel_last_status();
-    memo_slot *s = memo_find(u, idx);
-    if (!s->idx1) s->idx1 = idx + 1, u->memo_len++;
-    s->v = u->stack[u->sp - 1];
+    if (idx > 2 * (uint64_t)u->memo_len + 1024)
+        return fail(u, ACCEL_ERR_UNSUPPORTED, "memo index %llu is far past the %lld stored (a pickler numbers its "
+                    "memo in order)", (unsigned long long)idx, (long long)u->memo_len);
+    if ((int64_t)idx >= u->memo_cap) {
+        int64_t old = u->memo_cap;
+        ENSURE(u->memo, u->memo_cap, (int64_t)idx + 1);
+        memset(u->memo + old, 0, sizeof(val) * (size_t)(u->memo_cap - old));
+    }
+    if (u->memo[idx].kind == V_UNSET) u->memo_len++;
+    u->memo[idx] = u->stack[u->sp - 1];
     return ACCEL_OK;
 }
 
 static accel_status memo_get(up *u, uint64_t idx) {
-    const memo_slot *s = u->memo_cap ? memo_find(u, idx) : NULL;
-    if (!s || !s->idx1) return fail(u, ACCEL_ERR_FORMAT, "memo index %llu was never stored", (unsigned long long)idx);
-    return push(u, s->v.kind, s->v.i);
+    if ((int64_t)idx >= u->memo_cap || u->memo[idx].kind == V_UNSET)
+        return fail(u, ACCEL_ERR_FORMAT, "memo index %llu was never stored", (unsigned long long)idx);
+    return push(u, u->memo[idx].kind, u->memo[idx].i);
 }
 
 /* ---------------------------------------------------------------- ints */

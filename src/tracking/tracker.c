@@ -309,30 +309,31 @@ typedef struct csv {
     bool has_header; /* the file starts with its header line, naming every column */
 } csv;
 
-/* path renamed to aside unless aside exists (-1, errno EEXIST): a hard
- * link then unlink; where the file system has no hard links (vfat, some
- * FUSE and SMB mounts: EPERM, ENOTSUP), renameat2's RENAME_NOREPLACE. */
-static int rename_noreplace(const char *path, const char *aside) {
-    if (!link(path, aside)) return unlink(path);
-    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP) return -1;
-    return renameat2(AT_FDCWD, path, AT_FDCWD, aside, RENAME_NOREPLACE);
-}
-
 /* A log.csv already in run_dir (an earlier run's, or another tracker's
  * running now) moved aside to log.<n>.csv, the first n free, said in a
- * warning: it was deleted, an earlier run's log lost with it. A log.csv
- * that is no file (a directory) is left for the open to refuse. */
+ * warning: it was deleted, an earlier run's log lost with it. The name is
+ * taken first (O_EXCL) and renamed over: no hard links or renameat2 flags,
+ * which vfat, FUSE and NFS mounts may not have. A log.csv that is no file
+ * (a directory) is left for the open to refuse. */
 static accel_status csv_move_aside(const char *run_dir) {
     char path[4200], aside[4240];
     snprintf(path, sizeof path, "%s/log.csv", run_dir);
     struct stat sb;
     if (lstat(path, &sb) || S_ISDIR(sb.st_mode)) return ACCEL_OK;
-    for (int n = 1;; n++) {
+    int fd = -1;
+    for (int n = 1; fd < 0; n++) {
         snprintf(aside, sizeof aside, "%s/log.%d.csv", run_dir, n);
-        if (!rename_noreplace(path, aside)) break;
-        if (errno != EEXIST || n == 1000000)
+        fd = open(aside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && (errno != EEXIST || n == 1000000))
             return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot keep the existing %s as %s: %s", path, aside,
                                    strerror(errno));
+    }
+    close(fd);
+    if (rename(path, aside)) {
+        int e = errno;
+        unlink(aside);
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot keep the existing %s as %s: %s", path, aside,
+                               strerror(e));
     }
     accel__warn("csv tracker: %s was there already: kept as %s, this run logs to a new %s", path, aside, path);
     return ACCEL_OK;
