@@ -22,7 +22,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5"};
 enum { N_FAMILIES = sizeof FAMILIES / sizeof *FAMILIES };
 
 static const char *const SPM_MODELS[] = {"llama2", "gemma", "unigram", "unigram_bf", "nfkc"};

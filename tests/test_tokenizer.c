@@ -1,5 +1,6 @@
 /* Tokenizers against Hugging Face `tokenizers` (fixtures of
- * tools/gen_tokenizer_fixtures.py: gpt2, llama3, qwen2, llama2, bert pipelines):
+ * tools/gen_tokenizer_fixtures.py: gpt2, llama3, qwen2, llama2, bert, mistral,
+ * misc1, misc2 pipelines and the Unigram ones, unigram and t5):
  * ids with and without special tokens, decode with and without skipping them,
  * round trips; then what a careful adversary tries: invalid UTF-8, unknown
  * components, malformed files, out-of-range ids, NULLs. */
@@ -14,7 +15,7 @@
 #include "sibling_exe.h"
 #include "tok_cases.h"
 
-static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"};
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5"};
 
 static void check_family(const char *name) {
     char path[256];
@@ -110,11 +111,13 @@ static void test_bad_input(void) {
     accel_tokenizer_free(t);
 }
 
-/* A tokenizer.json made from the gpt2 fixture with `edit` applied at JSON path
+/* A tokenizer.json made from the fixture `base` with `edit` applied at JSON path
  * (object keys separated by '.'), loaded: the error must contain `needle`. */
-static void check_refused(const char *key_path, json_t *value, accel_status code, const char *needle) {
+static void check_refused_in(const char *base, const char *key_path, json_t *value, accel_status code, const char *needle) {
     json_error_t err;
-    json_t *root = json_load_file("data/tokenizers/gpt2/tokenizer.json", 0, &err);
+    char file[256];
+    snprintf(file, sizeof file, "data/tokenizers/%s/tokenizer.json", base);
+    json_t *root = json_load_file(file, 0, &err);
     json_t *o = root;
     char keys[128];
     snprintf(keys, sizeof keys, "%s", key_path);
@@ -134,13 +137,54 @@ static void check_refused(const char *key_path, json_t *value, accel_status code
     unlink(path);
 }
 
+static void check_refused(const char *key_path, json_t *value, accel_status code, const char *needle) {
+    check_refused_in("gpt2", key_path, value, code, needle);
+}
+
+/* A Precompiled normalizer whose charsmap is `b64` (base64), in the t5 fixture. */
+static void check_charsmap_refused(const char *b64, const char *needle) {
+    check_refused_in("t5", "normalizer", json_pack("{s:s,s:s}", "type", "Precompiled", "precompiled_charsmap", b64),
+                     ACCEL_ERR_FORMAT, needle);
+}
+
 static void test_refusals(void) {
-    check_refused("model.type", json_string("Unigram"), ACCEL_ERR_UNSUPPORTED, "model type \"Unigram\" is not supported");
+    check_refused("model.type", json_string("WordLevel"), ACCEL_ERR_UNSUPPORTED, "model type \"WordLevel\" is not supported");
+    /* Unigram fields (the unigram fixture's model edited) */
+    check_refused_in("unigram", "model.vocab", json_object(), ACCEL_ERR_FORMAT, "model.vocab: must be an array of [piece, score]");
+    check_refused_in("unigram", "model.vocab", json_array(), ACCEL_ERR_FORMAT, "model.vocab: has 0 pieces");
+    check_refused_in("unigram", "model.vocab", json_pack("[[s,f],[s]]", "a", -1.0, "b"), ACCEL_ERR_FORMAT,
+                     "model.vocab[1]: must be [piece, score]");
+    check_refused_in("unigram", "model.vocab", json_pack("[[s,s]]", "a", "x"), ACCEL_ERR_FORMAT,
+                     "model.vocab[0]: must be [piece, score]");
+    check_refused_in("unigram", "model.vocab", json_pack("[[i,f]]", 7, -1.0), ACCEL_ERR_FORMAT,
+                     "model.vocab[0]: must be [piece, score]");
+    check_refused_in("unigram", "model.vocab", json_pack("[[s,f],[s,f]]", "a", -1.0, "", -2.0), ACCEL_ERR_FORMAT,
+                     "model.vocab[1]: the piece is empty");
+    check_refused_in("unigram", "model.unk_id", json_integer(856), ACCEL_ERR_FORMAT, "model.unk_id: must be null or an id");
+    check_refused_in("unigram", "model.unk_id", json_integer(-1), ACCEL_ERR_FORMAT, "model.unk_id: must be null or an id");
+    check_refused_in("unigram", "model.unk_id", json_string("2"), ACCEL_ERR_FORMAT, "model.unk_id: must be null or an id");
+    check_refused_in("unigram", "model.byte_fallback", json_string("yes"), ACCEL_ERR_FORMAT,
+                     "\"byte_fallback\" must be true or false");
+    /* Precompiled: not a string, not canonical base64, a broken charsmap, strings that are not UTF-8 */
+    check_refused_in("t5", "normalizer", json_pack("{s:s}", "type", "Precompiled"), ACCEL_ERR_FORMAT,
+                     "normalizer: \"precompiled_charsmap\" must be a string");
+    check_refused_in("t5", "normalizer", json_pack("{s:s,s:i}", "type", "Precompiled", "precompiled_charsmap", 3),
+                     ACCEL_ERR_FORMAT, "normalizer: \"precompiled_charsmap\" must be a string");
+    check_charsmap_refused("QUJD!", "\"precompiled_charsmap\" is not base64");  /* length */
+    check_charsmap_refused("QU*D", "\"precompiled_charsmap\" is not base64");   /* alphabet */
+    check_charsmap_refused("QR==", "\"precompiled_charsmap\" is not base64");   /* bits after the padding */
+    check_charsmap_refused("Q===", "\"precompiled_charsmap\" is not base64");   /* three pads */
+    check_charsmap_refused("=QQQ", "\"precompiled_charsmap\" is not base64");   /* a pad first */
+    check_charsmap_refused("", "\"precompiled_charsmap\" is broken: 0 bytes");
+    check_charsmap_refused("QUJD", "\"precompiled_charsmap\" is broken: 3 bytes");
+    check_charsmap_refused("CAAAAAAAAAA=", "is broken: 8 bytes, a trie of 8 bytes");  /* the trie runs past the blob */
+    check_charsmap_refused("BgAAAAAAAAAAAA==", "is broken: 10 bytes, a trie of 6 bytes"); /* not whole units */
+    check_charsmap_refused("AAAAAAAAAAA=", "is broken: 8 bytes, a trie of 0 bytes");
+    check_charsmap_refused("BAAAAAAAAAD/", "\"precompiled_charsmap\": its strings are not UTF-8 (byte 0");
     check_refused("model.dropout", json_real(0.1), ACCEL_ERR_UNSUPPORTED, "\"dropout\" is set");
     check_refused("model.continuing_subword_prefix", json_string("##"), ACCEL_ERR_UNSUPPORTED,
                   "continuing_subword_prefix");
-    check_refused("normalizer", json_pack("{s:s}", "type", "Precompiled"), ACCEL_ERR_UNSUPPORTED,
-                  "normalizer type \"Precompiled\"");
+    check_refused("normalizer", json_pack("{s:s}", "type", "Nmt"), ACCEL_ERR_UNSUPPORTED, "normalizer type \"Nmt\"");
     check_refused("pre_tokenizer", json_pack("{s:s}", "type", "UnicodeScripts"), ACCEL_ERR_UNSUPPORTED,
                   "pre-tokenizer type \"UnicodeScripts\"");
     check_refused("decoder", json_pack("{s:s}", "type", "CTC"), ACCEL_ERR_UNSUPPORTED, "decoder type \"CTC\"");
@@ -172,8 +216,8 @@ static void test_refusals(void) {
                   ACCEL_ERR_FORMAT, "\"special_tokens\" has id -1");
     /* a failing element of a nested Sequence: what the outer element allocated is freed (ASan) */
     check_refused("normalizer", json_pack("{s:s,s:[{s:s,s:[{s:s}]}]}", "type", "Sequence", "normalizers", "type", "Sequence",
-                                          "normalizers", "type", "Precompiled"),
-                  ACCEL_ERR_UNSUPPORTED, "normalizer type \"Precompiled\"");
+                                          "normalizers", "type", "Nmt"),
+                  ACCEL_ERR_UNSUPPORTED, "normalizer type \"Nmt\"");
     /* JSON of another kind, not JSON, a directory without tokenizer.json, a missing file */
     FILE *f = fopen("/tmp/accel_tok_array.json", "w");
     fputs("[1, 2]", f);
@@ -277,6 +321,115 @@ static void test_reference_edges(void) {
 
 /* BERT's uncased pipeline with a normalized added token "NewWord": found in any
  * case, as the lowercasing normalizer makes it (tokenizers gives 1200 1200). */
+/* A tokenizer.json of these top-level members, loaded (NULL: see accel_last_error). */
+static accel_tokenizer *json_tok(const char *members) {
+    char path[] = "/tmp/accel_tok_json_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return NULL;
+    fprintf(f, "{\"version\":\"1.0\",%s}", members);
+    fclose(f);
+    accel_tokenizer *t = accel_tokenizer_load(path);
+    unlink(path);
+    return t;
+}
+
+/* t encodes text (n bytes, no special tokens) to want[0..n_want), or fails
+ * with `error` in its message when error is set. */
+static void check_ids(accel_tokenizer *t, const char *text, size_t n, const int64_t *want, int64_t n_want,
+                      const char *error) {
+    int64_t *ids = NULL, m = 0;
+    accel_status st = accel_tokenizer_encode(t, text, n, false, &ids, &m);
+    if (error) {
+        CHECK_MSG(st != ACCEL_OK && ids == NULL, "\"%s\" encoded", text);
+        CHECK_STR_CONTAINS(accel_last_error(), error);
+        return;
+    }
+    bool same = st == ACCEL_OK && m == n_want;
+    for (int64_t i = 0; same && i < m; i++) same = ids[i] == want[i];
+    CHECK_MSG(same, "\"%s\": %s", text, st == ACCEL_OK ? "ids differ" : accel_last_error());
+    if (!same) tok_print_ids("got", ids, m);
+    free(ids);
+}
+
+/* The charsmap of one rule, "a" -> the string at offset `value` of "\xC3\xA9\0"
+ * ("é"), as base64: a darts-clone trie of 128 units (the root's offset 1, "a"
+ * at 1 ^ 0x61 = 96 with a leaf whose value unit is 97). */
+static void one_rule_charsmap(uint32_t value, char *b64) {
+    uint8_t blob[4 + 128 * 4 + 3] = {0};
+    uint32_t unit[128] = {0};
+    unit[0] = 1u << 10;
+    unit[96] = 0x61 | 1u << 8 | 1u << 10;
+    unit[97] = 1u << 31 | value;
+    blob[1] = 2; /* 512 bytes of trie */
+    for (int i = 0; i < 128; i++)
+        for (int k = 0; k < 4; k++) blob[4 + 4 * i + k] = (uint8_t)(unit[i] >> (8 * k));
+    memcpy(blob + 4 + 512, "\xC3\xA9", 3);
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = sizeof blob, k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)blob[i] << 16 | (i + 1 < n ? (uint32_t)blob[i + 1] << 8 : 0) | (i + 2 < n ? blob[i + 2] : 0);
+        b64[k++] = a[v >> 18], b64[k++] = a[(v >> 12) & 63];
+        b64[k++] = i + 1 < n ? a[(v >> 6) & 63] : '=', b64[k++] = i + 2 < n ? a[v & 63] : '=';
+    }
+    b64[k] = 0;
+}
+
+/* Unigram and Precompiled corners (ids of Hugging Face tokenizers 0.23.3 on the same files). */
+static void test_unigram_edges(void) {
+    /* a piece given twice maps to its last id, as tokenizers' map; no unk_id: an
+     * uncovered character fails the encode (tokenizers' MissingUnkId) */
+    accel_tokenizer *t = json_tok("\"model\":{\"type\":\"Unigram\",\"unk_id\":null,\"byte_fallback\":false,"
+                                  "\"vocab\":[[\"a\",-1.0],[\"b\",-2.0],[\"a\",-3.0],[\"ab\",-5.0]]}");
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (t) {
+        check_ids(t, "abab", 4, (const int64_t[]){3, 3}, 2, NULL);
+        check_ids(t, "aab", 3, (const int64_t[]){2, 3}, 2, NULL);
+        check_ids(t, "abc", 3, NULL, 0, "no unk_id");
+        CHECK(accel_tokenizer_id_to_token(t, 0) && !strcmp(accel_tokenizer_id_to_token(t, 0), "a"));
+        CHECK(accel_tokenizer_token_to_id(t, "a") == 2);
+    }
+    accel_tokenizer_free(t);
+    /* the best path's sums are doubles: "ab" at -2.00000001 loses to "a" "b" (in
+     * float the two would tie, and the first found, "ab", would stay) */
+    t = json_tok("\"model\":{\"type\":\"Unigram\",\"unk_id\":null,"
+                 "\"vocab\":[[\"a\",-1.0],[\"b\",-1.0],[\"ab\",-2.00000001]]}");
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (t) check_ids(t, "abab", 4, (const int64_t[]){0, 1, 0, 1}, 4, NULL);
+    accel_tokenizer_free(t);
+    /* byte_fallback spells an unknown run in <0xXX> pieces only when all its bytes
+     * have one, else the run is one unknown id */
+    t = json_tok("\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"byte_fallback\":true,\"vocab\":[[\"<unk>\",0.0],"
+                 "[\"a\",-1.0],[\"<0xC3>\",-2.0],[\"<0xA9>\",-2.0],[\"<0xB6>\",-2.0]]}");
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (t) {
+        check_ids(t, "a\xC3\xA9" "a", 4, (const int64_t[]){1, 2, 3, 1}, 4, NULL);        /* aéa */
+        check_ids(t, "a\xC3\xBC" "a", 4, (const int64_t[]){1, 0, 1}, 3, NULL);           /* aüa: no <0xBC> */
+        check_ids(t, "\xC3\xA9\xC3\xBC", 4, (const int64_t[]){0}, 1, NULL);             /* éü fused */
+    }
+    accel_tokenizer_free(t);
+    /* Precompiled: "a" -> "é"; a rule at the strings' end deletes; one inside a
+     * character or past the strings fails the encode (tokenizers panics) */
+    static const struct {
+        uint32_t value;
+        int64_t want[4], n;
+        const char *error;
+    } cases[] = {{0, {1, 3, 0, 1}, 4, NULL}, {3, {3, 0}, 2, NULL}, {1, {0}, 0, "inside a character"},
+                 {5, {0}, 0, "inside a character or past its strings"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char b64[1024], members[1400];
+        one_rule_charsmap(cases[i].value, b64);
+        snprintf(members, sizeof members,
+                 "\"normalizer\":{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"%s\"},"
+                 "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0.0],[\"\\u00e9\",-1.0],"
+                 "[\"a\",-1.0],[\"b\",-1.0]]}", b64);
+        t = json_tok(members);
+        CHECK_MSG(t != NULL, "%s", accel_last_error());
+        if (t) check_ids(t, "ab\0a", 4, cases[i].want, cases[i].n, cases[i].error);
+        accel_tokenizer_free(t);
+    }
+}
+
 static void test_normalized_added(void) {
     json_error_t err;
     json_t *root = json_load_file("data/tokenizers/bert/tokenizer.json", 0, &err);
@@ -347,6 +500,7 @@ int main(void) {
     RUN(test_bad_input);
     RUN(test_refusals);
     RUN(test_reference_edges);
+    RUN(test_unigram_edges);
     RUN(test_normalized_added);
     RUN(test_two_handles);
     RUN(test_generate_text);

@@ -15,6 +15,15 @@ multilingual corpus with the exact pipeline of a real family:
            ByteFallback + Metaspace decoders
   misc1    NFKD + StripAccents + Lowercase + Strip, Whitespace + Digits, RobertaProcessing
   misc2    WordPiece behind every Split behaviour, a regex Replace, NFKC, no decoder
+  unigram  Unigram trained by UnigramTrainer, byte_fallback (the 256 <0xXX> pieces
+           appended), NFKC, Metaspace (prepend_scheme always, split), ByteFallback +
+           Metaspace decoders, "$A </s>"
+  t5       what transformers' T5Converter writes for a SentencePiece Unigram model
+           (trained here by sentencepiece with T5's ids pad 0, eos 1, unk 2 and a
+           small precompiled charsmap compiled from CHARSMAP_RULES; rare characters
+           unknown, no byte fallback): Precompiled + Strip + Replace, Metaspace,
+           Unigram, <extra_id_N> special tokens. Needs sentencepiece, protobuf and
+           transformers besides tokenizers.
 
 For each: tests/data/tokenizers/<name>/tokenizer.json and expected.json, a list of
 {"text": ..., "ids": [...], "ids_plain": [...], "decoded": ..., "decoded_skip": ...}
@@ -23,12 +32,15 @@ contractions, special tokens inside text) that the training corpus does not hold
 ids: encode(text, add_special_tokens=True); ids_plain: add_special_tokens=False;
 decoded: decode(ids, skip_special_tokens=False); decoded_skip: with True.
 
-    python3 tools/gen_tokenizer_fixtures.py tests/data/tokenizers
+    python3 tools/gen_tokenizer_fixtures.py tests/data/tokenizers [name ...]
 """
+import io
 import json
 import os
 import random
 import sys
+import tempfile
+import types
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -100,6 +112,42 @@ def byte_level_bpe(pre, normalizer=None, ignore_merges=False, special="<|endofte
     trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=[special],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     return tok, trainer
+
+
+# Normalization rules for the t5 fixture's precompiled charsmap (source code points TAB
+# target code points, sentencepiece's normalization_rule_tsv): sentencepiece's nmt_nfkc
+# compiles to 240 KB, these to 2 KB, with the cases that matter: full-width forms, a
+# ligature, spaces, deletions, two-character sources (longest and shortest prefix
+# differ: "e" alone has no rule) and "\r" with "\r\n" (tokenizers replaces a whole
+# grapheme by its shortest rule: "\r\n" becomes " ", where sentencepiece's longest gives "\n").
+CHARSMAP_RULES = [(f"{c:X}", f"{c - 0xFEE0:X}") for c in range(0xFF01, 0xFF5F)] + [
+    ("FB01", "66 69"), ("A0", "20"), ("3000", "20"), ("9", "20"), ("D", "20"), ("200B", ""), ("FEFF", ""),
+    ("AD", ""), ("D A", "A"), ("65 301", "E9"), ("61 308", "E4"), ("2460", "31"), ("2461", "32"), ("1C5", "44 17E"), ("2028", "A")]
+
+
+def t5_converted(rng):
+    import sentencepiece as spm
+    from transformers.convert_slow_tokenizer import T5Converter
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = os.path.join(tmp, "rules.tsv")
+        with open(rules, "w", encoding="utf-8") as f:
+            f.writelines(f"{a}\t{b}\n" for a, b in CHARSMAP_RULES)
+        m = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(training_corpus(rng)), model_writer=m, minloglevel=2, num_threads=1,
+            seed_sentencepiece_size=20000, shuffle_input_sentence=False, hard_vocab_limit=False, model_type="unigram",
+            vocab_size=500, character_coverage=0.98, normalization_rule_tsv=rules, pad_id=0, eos_id=1, unk_id=2,
+            bos_id=-1)
+        model = os.path.join(tmp, "spiece.model")
+        with open(model, "wb") as f:
+            f.write(m.getvalue())
+        sp = spm.SentencePieceProcessor(model_file=model)
+        # what T5Tokenizer hands the converter (T5's sentencepiece model, 3 extra ids)
+        slow = types.SimpleNamespace(vocab_file=model, _extra_ids=3, legacy=False, add_prefix_space=True,
+                                     convert_tokens_to_ids=sp.piece_to_id)
+        tok = T5Converter(slow).converted()
+    tok.add_special_tokens([f"<extra_id_{i}>" for i in range(3)])
+    return tok
 
 
 def build(name, rng):
@@ -190,17 +238,42 @@ def build(name, rng):
         tok.post_processor = processors.BertProcessing(("[CLS]", tok.token_to_id("[CLS]")),
                                                        ("[CLS]", tok.token_to_id("[CLS]")))
         return tok, ["[CLS]"]
+    if name == "unigram":  # trained Unigram, then byte_fallback with the 256 byte pieces appended
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+        tok.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=600, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                                unk_token="<unk>", show_progress=False))
+        vocab = json.loads(tok.to_str())["model"]["vocab"]
+        vocab += [[f"<0x{b:02X}>", 0.0] for b in range(256)]
+        tok.model = models.Unigram([tuple(v) for v in vocab], unk_id=2, byte_fallback=True)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+        tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+        return tok, ["</s>", "<pad>"]
+    if name == "t5":
+        return t5_converted(rng), ["</s>", "<extra_id_0>"]
     raise ValueError(name)
 
 
-def main(out):
-    for name in ["gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2"]:
+# written without indentation, to keep the fixtures small
+COMPACT = {"unigram", "t5"}
+# texts for the Unigram fixtures: typed byte pieces and unknown pieces, runs of unknown
+# characters, graphemes whose first character has a charsmap rule ("Ａ" + U+0308 is
+# replaced whole by tokenizers), a two-character rule with and without its second part
+EXTRA_TEXTS = {name: ["<0x41><0xC3><0xA9>", "<unk><unk> x<unk>", "ΑΒΓΔ ЖЖЖ ΑΒΓ", "\uff21\u0308b \uff21b",
+                      "e\u0301e\u0301 e\u0302 ee\u0301", "a\r\n\r\nb\r", "\u00a0\u3000\t x\u200b\ufeffy",
+                      "\U0001F600\U0001F600 q\U0001F600"] for name in COMPACT}
+NAMES = ["gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5"]
+
+
+def main(out, names):
+    for name in names:
         rng = random.Random(1234)
         tok, specials = build(name, rng)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "tokenizer.json")
-        tok.save(path)
+        tok.save(path, pretty=name not in COMPACT)
         if name in ("llama2", "mistral"):
             # Llama 2's <0xXX> byte tokens are in the model's vocabulary, not added tokens
             # (the trainer can only reserve them as specials): drop them from added_tokens.
@@ -211,7 +284,7 @@ def main(out):
                 json.dump(j, f, ensure_ascii=False, indent=2)
         tok = Tokenizer.from_file(path)  # what a user's file gives
         cases = []
-        for text in test_corpus(specials):
+        for text in test_corpus(specials) + EXTRA_TEXTS.get(name, []):
             ids = tok.encode(text, add_special_tokens=True).ids
             plain = tok.encode(text, add_special_tokens=False).ids
             cases.append({"text": text, "ids": ids, "ids_plain": plain,
@@ -219,9 +292,9 @@ def main(out):
                           "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
         with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
             json.dump({"tokenizers_version": __import__("tokenizers").__version__, "cases": cases}, f,
-                      ensure_ascii=False, indent=0)
+                      ensure_ascii=False, **({"separators": (",", ":")} if name in COMPACT else {"indent": 0}))
         print(name, tok.get_vocab_size(), "tokens,", len(cases), "cases")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/tokenizers")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/tokenizers", sys.argv[2:] or NAMES)

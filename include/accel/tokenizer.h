@@ -8,9 +8,9 @@
  * with the components the common model families use:
  *   models          BPE (byte-level as GPT-2 / Llama 3 / Qwen2; SentencePiece-style with
  *                   byte_fallback and fuse_unk as Llama 2 / Mistral / Gemma; ignore_merges),
- *                   WordPiece (BERT)
+ *                   WordPiece (BERT), Unigram (T5, ALBERT, XLM-RoBERTa: unk_id, byte_fallback)
  *   normalizers     NFC NFD NFKC NFKD Lowercase Strip StripAccents Replace Prepend
- *                   BertNormalizer Sequence
+ *                   BertNormalizer Precompiled (SentencePiece's charsmap) Sequence
  *   pre-tokenizers  ByteLevel Split Metaspace Whitespace WhitespaceSplit BertPreTokenizer
  *                   Digits Sequence (regular expressions by PCRE2, Unicode properties on)
  *   post-processors TemplateProcessing BertProcessing RobertaProcessing ByteLevel Sequence

@@ -87,11 +87,41 @@ size_t tok_utf8_invalid_at(const char *s, size_t n);
  * String::from_utf8_lossy. */
 bool tok_utf8_lossy(tok_buf *out, const char *s, size_t n);
 
+/* Standard base64 with canonical padding (what tokenizers writes for a
+ * Precompiled normalizer's charsmap): *out malloc'd (n_out bytes); false when
+ * `s` is not such base64 (*out NULL) or out of memory (*out NULL, *oom true). */
+bool tok_base64_decode(const char *s, size_t n, uint8_t **out, size_t *n_out, bool *oom);
+
+/* ------------------------------------------------------------ precompiled charsmaps (tok_charsmap.c) */
+
+/* SentencePiece's precompiled_charsmap (normalization rules such as nmt_nfkc),
+ * as both a tokenizer.model's normalizer_spec and tokenizers' Precompiled
+ * normalizer hold it: a darts-clone double-array trie over the input's bytes
+ * whose values are offsets into `norm`, the replacement strings (each ending
+ * with a NUL; norm[len] is a NUL too). n == 0: none. */
+typedef struct tok_charsmap {
+    uint32_t *unit;
+    size_t n;
+    char *norm;
+    size_t norm_len;
+} tok_charsmap;
+
+/* Parses the blob: a little-endian uint32 byte size of the trie, its units, then
+ * the strings. ACCEL_ERR_FORMAT when the size is 0, not a multiple of 4 or runs
+ * past the blob; ACCEL_ERR_OOM. No error message is set: callers name the field. */
+accel_status tok_charsmap_read(tok_charsmap *c, const uint8_t *p, size_t n);
+void tok_charsmap_free(tok_charsmap *c);
+/* The rules whose source is a prefix of s[0..n): the longest one's length
+ * (sentencepiece) or, with shortest, the shortest one's (tokenizers' transform,
+ * which also stops at a NUL byte), 0 when none; *value its replacement's offset.
+ * Every index is checked against the trie's size: a broken trie ends the match. */
+size_t tok_charsmap_prefix(const tok_charsmap *c, const char *s, size_t n, bool shortest, uint32_t *value);
+
 /* ------------------------------------------------------------ components */
 
 typedef enum {
     NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP, NORM_STRIP_ACCENTS,
-    NORM_REPLACE, NORM_PREPEND, NORM_BERT, NORM_SEQUENCE
+    NORM_REPLACE, NORM_PREPEND, NORM_BERT, NORM_PRECOMPILED, NORM_SEQUENCE
 } tok_norm_kind;
 
 typedef struct tok_normalizer {
@@ -100,6 +130,7 @@ typedef struct tok_normalizer {
     pcre2_code *pattern;                   /* Replace */
     char *content;                         /* Replace's content, Prepend's prepend (NUL-terminated) */
     bool clean_text, chinese_chars, strip_accents, lowercase; /* BertNormalizer */
+    tok_charsmap cmap;                     /* Precompiled (its strings checked to be UTF-8) */
     struct tok_normalizer *seq;            /* Sequence */
     int n_seq;
 } tok_normalizer;
@@ -127,7 +158,9 @@ typedef struct tok_pretokenizer {
     int n_seq;
 } tok_pretokenizer;
 
-typedef enum { MODEL_BPE, MODEL_WORDPIECE } tok_model_kind;
+typedef enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_UNIGRAM } tok_model_kind;
+
+struct tok_spm;
 
 typedef struct tok_model {
     tok_model_kind kind;
@@ -142,6 +175,8 @@ typedef struct tok_model {
     /* WordPiece */
     char *prefix;        /* continuing_subword_prefix (NUL-terminated) */
     int64_t max_chars;
+    /* Unigram: the vocabulary as a tok_spm run by tok_spm_unigram_ids (token and vocab above hold it too) */
+    struct tok_spm *unigram;
 } tok_model;
 
 typedef enum { POST_TEMPLATE, POST_BERT, POST_ROBERTA, POST_BYTE_LEVEL, POST_SEQUENCE } tok_post_kind;
@@ -221,10 +256,15 @@ typedef struct tok_spm_trie {
 
 typedef struct tok_spm {
     bool unigram;                /* trainer_spec.model_type UNIGRAM; else BPE */
+    /* A tokenizers Unigram model (tokenizer.json), not a tokenizer.model: every piece
+     * is NORMAL (special and byte pieces are matched in text too), the best path's
+     * scores are summed in double rather than float, the unknown score is the
+     * minimum over all pieces less 10, and tok_spm_unigram_ids emits the ids. */
+    bool hf;
     struct tok_spm_piece {
         char *text;              /* NUL-terminated (a piece holds no NUL) */
         size_t len;
-        float score;
+        double score;            /* a float's value for a tokenizer.model */
         uint8_t type;            /* SPM_* */
     } *pc;                       /* id -> piece */
     int32_t n;                   /* ids 0 .. n-1 */
@@ -234,20 +274,14 @@ typedef struct tok_spm {
      * that start at a position costs the longest match) of `pieces`, and of
      * the USER_DEFINED ones alone (matched first, by normalizer and BPE). */
     tok_spm_trie trie, user;
-    int32_t unk;                 /* the UNKNOWN piece (one, required) */
+    int32_t unk;                 /* the UNKNOWN piece (one, required; hf: unk_id, -1 none) */
     int32_t bos, eos;            /* trainer_spec's bos_piece / eos_piece when CONTROL, else -1 */
     bool byte_fallback;
-    int32_t byte_id[256];        /* <0xXX> pieces (all 256 when byte_fallback) */
+    int32_t byte_id[256];        /* <0xXX> pieces (all 256 when byte_fallback; hf: -1 where missing) */
     bool add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
-    /* normalizer_spec.precompiled_charsmap (rules such as nmt_nfkc), n_cmap == 0: none.
-     * cmap: a darts-clone double-array trie over the input's bytes whose values
-     * are offsets into cmap_norm, the replacement strings (NUL-terminated). */
-    uint32_t *cmap;
-    size_t n_cmap;
-    char *cmap_norm;
-    size_t cmap_norm_len;
+    tok_charsmap cmap;           /* normalizer_spec.precompiled_charsmap, cmap.n == 0: none */
     char *unk_surface;           /* what decode writes for the unknown piece */
-    float min_score, max_score;  /* over NORMAL pieces, from FLT_MAX / FLT_MIN as sentencepiece */
+    double min_score, max_score; /* over NORMAL pieces, from FLT_MAX / FLT_MIN as sentencepiece (hf: all, min only) */
 } tok_spm;
 
 /* NULL + an error naming `name` and the field or byte offset on anything
@@ -258,6 +292,16 @@ void tok_spm_free(tok_spm *m); /* NULL is a no-op */
 /* Appends sentencepiece's ids of s[0..n) (any bytes: each invalid UTF-8 byte
  * becomes U+FFFD, as sentencepiece's normalizer does). False: out of memory. */
 bool tok_spm_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out);
+/* A tokenizers Unigram model: pieces 0 .. n-1 (text[i] of len[i] bytes, no NUL,
+ * UTF-8, checked by the caller; a text given twice maps to its last id, as
+ * tokenizers' map), unk -1 for none. NULL: out of memory (no message set). */
+tok_spm *tok_spm_hf_unigram(char *const *text, const size_t *len, const double *score, int32_t n, int32_t unk,
+                            bool byte_fallback);
+/* tokenizers' Unigram::tokenize of one pre-tokenized piece (valid UTF-8): the best
+ * path, runs of unknown pieces fused and looked up as one piece, else spelled
+ * as <0xXX> pieces with byte_fallback when all are there, else the unknown id.
+ * False: out of memory, or (error set) a character no piece covers and no unk_id. */
+bool tok_spm_unigram_ids(const tok_spm *m, const char *s, size_t n, tok_ids *out);
 /* sentencepiece's DecodeIds (ids checked by the caller); with render_control,
  * CONTROL pieces write their text instead of nothing. */
 bool tok_spm_decode(const tok_spm *m, const int64_t *ids, size_t n, bool render_control, tok_buf *out);

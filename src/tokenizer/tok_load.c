@@ -2,6 +2,7 @@
  * reads is checked for its type; an unknown component type, or an option this
  * implementation does not honour, fails the load naming the file and the JSON
  * path of the field (never a silent approximation). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,31 @@ static bool one_normalizer(const ctx *c, json_t *o, void *dst, const char *where
     return load_normalizer(c, o, dst, where);
 }
 
+/* Precompiled: "precompiled_charsmap", SentencePiece's charsmap in base64 (tok_charsmap.c). */
+static bool load_precompiled(const ctx *c, json_t *o, tok_normalizer *nz, const char *where) {
+    json_t *v = json_object_get(o, "precompiled_charsmap");
+    if (!json_is_string(v)) return fail(c, ACCEL_ERR_FORMAT, where, "\"precompiled_charsmap\" must be a string");
+    uint8_t *blob;
+    size_t n;
+    bool oom_;
+    if (!tok_base64_decode(json_string_value(v), json_string_length(v), &blob, &n, &oom_))
+        return oom_ ? oom(c, where) : fail(c, ACCEL_ERR_FORMAT, where, "\"precompiled_charsmap\" is not base64");
+    accel_status st = tok_charsmap_read(&nz->cmap, blob, n);
+    uint32_t trie = n > 4 ? (uint32_t)blob[0] | (uint32_t)blob[1] << 8 | (uint32_t)blob[2] << 16 | (uint32_t)blob[3] << 24 : 0;
+    free(blob);
+    if (st == ACCEL_ERR_OOM) return oom(c, where);
+    if (st != ACCEL_OK)
+        return fail(c, ACCEL_ERR_FORMAT, where,
+                    "\"precompiled_charsmap\" is broken: %zu bytes, a trie of %u bytes (a non-zero multiple of 4 that fits)",
+                    n, trie);
+    /* tokenizers reads the replacement strings as a Rust String */
+    size_t bad = tok_utf8_invalid_at(nz->cmap.norm, nz->cmap.norm_len);
+    if (bad < nz->cmap.norm_len)
+        return fail(c, ACCEL_ERR_FORMAT, where, "\"precompiled_charsmap\": its strings are not UTF-8 (byte %zu of them)",
+                    bad);
+    return true;
+}
+
 static bool load_normalizer(const ctx *c, json_t *o, tok_normalizer *nz, const char *where) {
     const char *type = type_of(c, o, where);
     if (!type) return false;
@@ -176,6 +202,7 @@ static bool load_normalizer(const ctx *c, json_t *o, tok_normalizer *nz, const c
         else return fail(c, ACCEL_ERR_FORMAT, where, "\"strip_accents\" must be true, false or null");
         return true;
     }
+    if (!strcmp(type, "Precompiled")) return nz->kind = NORM_PRECOMPILED, load_precompiled(c, o, nz, where);
     if (!strcmp(type, "Sequence")) {
         nz->kind = NORM_SEQUENCE;
         return load_seq(c, o, "normalizers", where, sizeof *nz, (void **)&nz->seq, &nz->n_seq, one_normalizer);
@@ -313,9 +340,102 @@ static bool load_merge(const ctx *c, tok_model *m, json_t *v, size_t rank) {
     return tok_pairmap_put(&m->merges, (int32_t)ia, (int32_t)ib, (int32_t)rank, (int32_t)iab) || oom(c, where);
 }
 
+/* A score as tokenizers holds it. serde_json (without its float_roundtrip
+ * feature, as tokenizers builds it) reads a decimal as its significand, an
+ * integer, converted to double and then multiplied or divided by a power of
+ * ten: two roundings, so up to an ULP off the value strtod gives, and the best
+ * path's ties follow those ULPs. jansson keeps only the value, so the text is
+ * taken back as the value's shortest decimal form, which is what tokenizers
+ * (ryu) and Python write: a score written with more digits than that may
+ * differ from tokenizers' by an ULP. pow10[i]: 10^i correctly rounded. */
+static double serde_f64(double x, const double *pow10) {
+    if (x == 0 || !isfinite(x)) return x;
+    char buf[48];
+    int p = 17;
+    for (int lo = 1, hi = 17; lo <= hi;) { /* the fewest digits that read back as x */
+        int mid = (lo + hi) / 2;
+        snprintf(buf, sizeof buf, "%.*e", mid - 1, x);
+        if (strtod(buf, NULL) == x) p = mid, hi = mid - 1;
+        else lo = mid + 1;
+    }
+    snprintf(buf, sizeof buf, "%.*e", p - 1, fabs(x)); /* d.ddde±XX */
+    uint64_t sig = 0;
+    const char *q = buf;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') sig = sig * 10 + (uint64_t)(*q - '0');
+    int exp = atoi(q + 1) - (p - 1);
+    double f = (double)sig; /* serde_json's f64_from_parts */
+    for (;;) {
+        int a = exp < 0 ? -exp : exp;
+        if (a <= 308) {
+            f = exp >= 0 ? f * pow10[a] : f / pow10[a];
+            break;
+        }
+        if (f == 0 || exp >= 0) break; /* not reached from a finite double's digits */
+        f /= 1e308;
+        exp += 308;
+    }
+    return x < 0 ? -f : f;
+}
+
+/* Unigram: "vocab" [[piece, score], ...] (ids in order), "unk_id" (null: none),
+ * "byte_fallback"; run by the SentencePiece Unigram code (tok_spm.c) as tokenizers runs it. */
+static bool load_unigram(const ctx *c, json_t *model, tok_model *m) {
+    json_t *vocab = json_object_get(model, "vocab"), *unk = json_object_get(model, "unk_id");
+    bool byte_fallback = false;
+    m->kind = MODEL_UNIGRAM;
+    m->unk = -1;
+    if (!json_is_array(vocab)) return fail(c, ACCEL_ERR_FORMAT, "model.vocab", "must be an array of [piece, score]");
+    size_t n = json_array_size(vocab);
+    if (!n || n > INT32_MAX - 1) return fail(c, ACCEL_ERR_FORMAT, "model.vocab", "has %zu pieces, not 1 to 2^31 - 1", n);
+    if (!get_bool(c, model, "byte_fallback", false, &byte_fallback, "model")) return false;
+    m->n_token = (int64_t)n;
+    double *score = malloc(n * sizeof *score);
+    size_t *len = malloc(n * sizeof *len);
+    if (!score || !len || !(m->token = calloc(n + 1, sizeof *m->token))) {
+        free(score);
+        free(len);
+        return oom(c, "model.vocab");
+    }
+    double pow10[309];
+    for (int i = 0; i < 309; i++) {
+        char e[16];
+        snprintf(e, sizeof e, "1e%d", i);
+        pow10[i] = strtod(e, NULL);
+    }
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        char where[64];
+        snprintf(where, sizeof where, "model.vocab[%zu]", i);
+        json_t *e = json_array_get(vocab, i), *p = json_array_get(e, 0), *sc = json_array_get(e, 1);
+        if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_string(p) || !json_is_number(sc))
+            ok = fail(c, ACCEL_ERR_FORMAT, where, "must be [piece, score]");
+        else if (!(len[i] = json_string_length(p)))
+            ok = fail(c, ACCEL_ERR_FORMAT, where, "the piece is empty");
+        else if (memchr(json_string_value(p), 0, len[i]))
+            ok = fail(c, ACCEL_ERR_FORMAT, where, "the piece holds a NUL");
+        else if (!(m->token[i] = dup_str(json_string_value(p))) || !tok_strmap_put(&m->vocab, m->token[i], len[i], (int64_t)i))
+            ok = oom(c, where);
+        else /* an integer is converted as Rust's `as f64` converts it */
+            score[i] = json_is_integer(sc) ? (double)json_integer_value(sc) : serde_f64(json_real_value(sc), pow10);
+    }
+    if (ok && unk && !json_is_null(unk)) {
+        if (!json_is_integer(unk) || json_integer_value(unk) < 0 || (size_t)json_integer_value(unk) >= n)
+            ok = fail(c, ACCEL_ERR_FORMAT, "model.unk_id", "must be null or an id of the vocabulary [0, %zu)", n);
+        else
+            m->unk = json_integer_value(unk);
+    }
+    if (ok && !(m->unigram = tok_spm_hf_unigram(m->token, len, score, (int32_t)n, (int32_t)m->unk, byte_fallback)))
+        ok = oom(c, "model.vocab");
+    free(score);
+    free(len);
+    return ok;
+}
+
 static bool load_model(const ctx *c, json_t *model, tok_model *m) {
     const char *type = type_of(c, model, "model");
     if (!type) return false;
+    if (!strcmp(type, "Unigram")) return load_unigram(c, model, m);
     if (!load_vocab(c, model, m)) return false;
     if (!strcmp(type, "BPE")) {
         m->kind = MODEL_BPE;
@@ -351,7 +471,7 @@ static bool load_model(const ctx *c, json_t *model, tok_model *m) {
         if (m->unk < 0) return fail(c, ACCEL_ERR_FORMAT, "model", "WordPiece needs an \"unk_token\"");
         return (m->prefix = dup_str(prefix ? prefix : "##")) || oom(c, "model");
     }
-    return fail(c, ACCEL_ERR_UNSUPPORTED, "model.type", "model type \"%s\" is not supported (BPE and WordPiece are)", type);
+    return fail(c, ACCEL_ERR_UNSUPPORTED, "model.type", "model type \"%s\" is not supported (BPE, WordPiece and Unigram are)", type);
 }
 
 /* ------------------------------------------------------------ added tokens */
@@ -616,6 +736,7 @@ static void free_normalizer(tok_normalizer *nz) {
     free(nz->seq);
     pcre2_code_free(nz->pattern);
     free(nz->content);
+    tok_charsmap_free(&nz->cmap);
 }
 
 static void free_pretokenizer(tok_pretokenizer *pt) {
@@ -648,6 +769,7 @@ void tok_free_parts(accel_tokenizer *t) {
     tok_strmap_free(&m->vocab);
     tok_pairmap_free(&m->merges);
     free(m->prefix);
+    tok_spm_free(m->unigram);
     if (t->normalizer) free_normalizer(t->normalizer);
     if (t->pretokenizer) free_pretokenizer(t->pretokenizer);
     if (t->post) free_post(t->post);

@@ -1,6 +1,7 @@
 /* Models: one pre-tokenized piece -> ids. BPE merges the cheapest adjacent pair
  * first (lowest rank, then leftmost), as the tokenizers library's Word::merge_all,
- * so ids match it exactly; WordPiece takes the longest known prefix greedily. */
+ * so ids match it exactly; WordPiece takes the longest known prefix greedily;
+ * Unigram is the SentencePiece Viterbi of tok_spm.c in tokenizers' mode. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,5 +164,10 @@ static bool wordpiece_encode(const tok_model *m, const char *s, size_t n, tok_id
 }
 
 bool tok_model_encode(const tok_model *m, const char *s, size_t n, tok_ids *out) {
-    return m->kind == MODEL_BPE ? bpe_encode(m, s, n, out) : wordpiece_encode(m, s, n, out);
+    switch (m->kind) {
+    case MODEL_BPE: return bpe_encode(m, s, n, out);
+    case MODEL_WORDPIECE: return wordpiece_encode(m, s, n, out);
+    case MODEL_UNIGRAM: return tok_spm_unigram_ids(m->unigram, s, n, out); /* tok_spm.c, as tokenizers runs it */
+    }
+    return false;
 }

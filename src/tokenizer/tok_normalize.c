@@ -138,6 +138,54 @@ static bool strip_ws(const char *s, size_t n, bool left, bool right, tok_buf *ou
     return tok_buf_put(out, s + a, b - a);
 }
 
+/* tokenizers' Precompiled::transform: the replacement of the shortest rule whose
+ * source starts `chunk` (the whole chunk replaced by it), NULL when none. The
+ * strings are UTF-8 (checked at load), so a replacement starting on a
+ * character boundary is UTF-8 too; one that does not, or lies past the strings,
+ * is an error (*bad) where tokenizers would panic. */
+static const char *transform(const tok_charsmap *c, const char *chunk, size_t n, bool *bad) {
+    uint32_t v;
+    if (!tok_charsmap_prefix(c, chunk, n, true, &v)) return NULL;
+    if (v > c->norm_len || (v < c->norm_len && ((unsigned char)c->norm[v] & 0xC0) == 0x80)) {
+        *bad = true;
+        return NULL;
+    }
+    return c->norm + v; /* up to its NUL (norm[norm_len] is one) */
+}
+
+/* tokenizers' Precompiled normalizer: each extended grapheme cluster under 6
+ * bytes whose start has a rule is replaced whole by it (so "\r\n" becomes
+ * what "\r" maps to); otherwise each character by its rule, or kept. */
+static bool precompiled(const tok_charsmap *c, const char *s, size_t n, tok_buf *out) {
+    utf8proc_int32_t state = 0;
+    bool bad = false, ok = true;
+    for (size_t a = 0; ok && a < n;) {
+        uint32_t c1, c2;
+        size_t b = a + next_cp(s + a, n - a, &c1);
+        for (size_t k; b < n; b += k, c1 = c2) {
+            k = next_cp(s + b, n - b, &c2);
+            if (utf8proc_grapheme_break_stateful((utf8proc_int32_t)c1, (utf8proc_int32_t)c2, &state)) break;
+        }
+        const char *t = b - a < 6 ? transform(c, s + a, b - a, &bad) : NULL;
+        if (t) {
+            ok = tok_buf_put(out, t, strlen(t));
+        } else {
+            for (size_t i = a, k; ok && !bad && i < b; i += k) {
+                k = next_cp(s + i, b - i, &c2);
+                t = transform(c, s + i, k, &bad);
+                ok = t ? tok_buf_put(out, t, strlen(t)) : tok_buf_put(out, s + i, k);
+            }
+        }
+        if (bad) {
+            accel_set_error(ACCEL_ERR_FORMAT, "tokenizer: the Precompiled normalizer's charsmap has a rule whose "
+                                              "replacement starts inside a character or past its strings");
+            return false;
+        }
+        a = b;
+    }
+    return ok;
+}
+
 bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out) {
     switch (nz->kind) {
     case NORM_NFC: return unicode_form(s, n, UTF8PROC_COMPOSE, out);
@@ -163,6 +211,7 @@ bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *o
         free(b.p);
         return ok;
     }
+    case NORM_PRECOMPILED: return precompiled(&nz->cmap, s, n, out);
     case NORM_SEQUENCE: {
         tok_buf cur = {0}, next = {0};
         bool ok = tok_buf_put(&cur, s, n);

@@ -47,32 +47,6 @@ static size_t one_char_len(const char *s, size_t n) {
     return k < n ? k : n;
 }
 
-/* The longest rule of the precompiled charsmap at s[0..n): its length (0: none)
- * and *value, the offset of its replacement. darts-clone's commonPrefixSearch,
- * with every index checked against the trie's size (a broken trie ends the
- * match). A unit: bits 0-7 label, 8 has_leaf, 9 offset shift, 10-31 offset;
- * a leaf unit's bits 0-30 are its value. */
-static size_t charsmap_prefix(const tok_spm *m, const char *s, size_t n, uint32_t *value) {
-    const uint32_t *a = m->cmap;
-    size_t pos = 0, best = 0;
-    uint32_t unit = a[0];
-    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = (uint8_t)s[i];
-        pos ^= c;
-        if (pos >= m->n_cmap) break;
-        unit = a[pos];
-        if ((unit & ((1u << 31) | 0xFF)) != c) break;
-        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
-        if (pos >= m->n_cmap) break;
-        if ((unit >> 8) & 1) {
-            best = i + 1;
-            *value = a[pos] & ((1u << 31) - 1);
-        }
-    }
-    return best;
-}
-
 /* Normalizer::NormalizePrefix: a user-defined piece as it is, else the longest
  * charsmap rule's replacement, else a character as it is, or U+FFFD for one
  * invalid byte. *text / *tn: the normalized prefix; returns the bytes of s it
@@ -80,9 +54,9 @@ static size_t charsmap_prefix(const tok_spm *m, const char *s, size_t n, uint32_
 static size_t norm_prefix(const tok_spm *m, const char *s, size_t n, const char **text, size_t *tn) {
     size_t k = user_prefix(m, s, n);
     uint32_t cp, v = 0;
-    if (!k && m->n_cmap && (k = charsmap_prefix(m, s, n, &v))) {
-        *text = v < m->cmap_norm_len ? m->cmap_norm + v : "";
-        *tn = strlen(*text); /* cmap_norm ends with a NUL */
+    if (!k && m->cmap.n && (k = tok_charsmap_prefix(&m->cmap, s, n, false, &v))) {
+        *text = v < m->cmap.norm_len ? m->cmap.norm + v : "";
+        *tn = strlen(*text); /* cmap.norm ends with a NUL */
         return k;
     }
     if (!k && !(k = tok_utf8_next(s, n, &cp))) {
@@ -167,7 +141,7 @@ typedef struct sym {
 
 typedef struct pair {
     ptrdiff_t left, right;
-    float score;
+    double score; /* a float's value */
     size_t size;
     int32_t node; /* the merged text's trie node */
 } pair;
@@ -274,17 +248,24 @@ static bool bpe_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) 
 
 typedef struct node {
     int32_t id;    /* the piece ending here on the best path */
-    float score;   /* the best path's score up to here */
+    double score;  /* the best path's score up to here */
     int64_t start; /* where that piece starts; -1: no path yet */
 } node;
 
-static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+/* The best path's nodes best[0..n] over s[0..n): EncodeOptimized of
+ * unigram_model.cc, or with m->hf tokenizers' Unigram::encode_optimized, the
+ * same walk with double sums. NULL: out of memory, or (hf, error set) an
+ * unknown character and no unk_id. */
+static node *viterbi(const tok_spm *m, const char *s, size_t n) {
     node *best = malloc((n + 1) * sizeof *best);
-    if (!best) return false;
-    for (size_t i = 0; i <= n; i++) best[i] = (node){-1, 0.0f, -1};
-    const float unk_score = m->min_score - 10.0f; /* kUnkPenalty */
+    if (!best) return NULL;
+    for (size_t i = 0; i <= n; i++) best[i] = (node){-1, 0.0, -1};
+    /* kUnkPenalty; a tokenizer.model's sums are sentencepiece's float sums (a float
+     * sum rounded from double is the float sum: double has over twice float's
+     * precision), which decide ties such as "0" "00" against "00" "0" */
+    const double unk_score = m->hf ? m->min_score - 10.0 : (double)(float)(m->min_score - 10.0);
     for (size_t a = 0; a < n;) {
-        const float here = best[a].score;
+        const double here = best[a].score;
         size_t mblen = one_char_len(s + a, n - a);
         bool single = false;
         /* every piece starting at a, by the trie (its end is a character boundary of the valid text) */
@@ -293,30 +274,83 @@ static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *o
             int32_t id = m->trie.piece[cur];
             e++;
             if (id < 0 || m->pc[id].type == SPM_UNUSED) continue;
-            /* a user-defined piece always wins: length * max_score - 0.1. Sums in float: the
-             * sentencepiece wheels' ids (ties such as "0" "00" / "00" "0" follow the rounding) */
-            float score = m->pc[id].type == SPM_USER_DEFINED ? (float)((float)(e - a) * m->max_score - 0.1) : m->pc[id].score;
-            float cand = score + here;
+            /* a user-defined piece always wins: length * max_score - 0.1 */
+            double score = m->pc[id].type == SPM_USER_DEFINED
+                               ? (float)((float)(e - a) * (float)m->max_score - 0.1)
+                               : m->pc[id].score;
+            double cand = m->hf ? score + here : (double)(float)(score + here);
             if (best[e].start < 0 || cand > best[e].score) best[e] = (node){id, cand, (int64_t)a};
             if (e - a == mblen) single = true;
         }
         if (!single) {
-            float cand = unk_score + here;
+            double cand = m->hf ? unk_score + here : (double)(float)(unk_score + here);
             node *t = &best[a + mblen];
-            if (t->start < 0 || cand > t->score) *t = (node){m->unk, cand, (int64_t)a};
+            if (t->start < 0 || cand > t->score) {
+                if (m->unk < 0) { /* tokenizers' MissingUnkId */
+                    free(best);
+                    accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                    "tokenizer: the Unigram model has no unk_id and no piece for \"%.*s\"", (int)mblen, s + a);
+                    return NULL;
+                }
+                *t = (node){m->unk, cand, (int64_t)a};
+            }
         }
         a += mblen;
     }
-    /* back from the end: the pieces in reverse */
-    size_t k = 0;
-    for (size_t e = n; e > 0; e = (size_t)best[e].start) k++;
-    size_t *ends = malloc((k + 1) * sizeof *ends), i = k;
+    return best;
+}
+
+/* The ends of the best path's pieces, in order: *k of them, malloc'd (NULL: out of memory). */
+static size_t *path_ends(const node *best, size_t n, size_t *k) {
+    *k = 0;
+    for (size_t e = n; e > 0; e = (size_t)best[e].start) (*k)++;
+    size_t *ends = malloc((*k + 1) * sizeof *ends), i = *k;
+    for (size_t e = n; ends && e > 0; e = (size_t)best[e].start) ends[--i] = e;
+    return ends;
+}
+
+static bool unigram_encode(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+    node *best = viterbi(m, s, n);
+    size_t k, *ends = best ? path_ends(best, n, &k) : NULL;
     bool ok = ends != NULL;
-    for (size_t e = n; ok && e > 0; e = (size_t)best[e].start) ends[--i] = e;
     emit em = {out, false};
-    for (i = 0; ok && i < k; i++) {
+    for (size_t i = 0; ok && i < k; i++) {
         size_t e = ends[i], a = (size_t)best[e].start;
         ok = emit_piece(m, &em, s + a, e - a, best[e].id);
+    }
+    free(ends);
+    free(best);
+    return ok;
+}
+
+/* One piece of tokenizers' Unigram::tokenize: its id when the text is a piece,
+ * else its bytes as <0xXX> pieces with byte_fallback when all are pieces, else
+ * the unknown id. */
+static bool hf_emit(const tok_spm *m, const char *w, size_t n, tok_ids *out) {
+    int64_t id = tok_strmap_get(&m->pieces, w, n);
+    if (id >= 0) return tok_ids_push(out, id);
+    bool all = m->byte_fallback;
+    for (size_t i = 0; all && i < n; i++) all = m->byte_id[(uint8_t)w[i]] >= 0;
+    for (size_t i = 0; all && i < n; i++)
+        if (!tok_ids_push(out, m->byte_id[(uint8_t)w[i]])) return false;
+    if (all) return true;
+    if (m->unk < 0) /* not reached: the best path has an unknown piece only with an unk_id */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "tokenizer: the Unigram model has no unk_id"), false;
+    return tok_ids_push(out, m->unk);
+}
+
+bool tok_spm_unigram_ids(const tok_spm *m, const char *s, size_t n, tok_ids *out) {
+    if (!n) return true;
+    node *best = viterbi(m, s, n);
+    size_t k, *ends = best ? path_ends(best, n, &k) : NULL;
+    bool ok = ends != NULL;
+    /* tokenizers' fuse_unk (always on for Unigram): adjacent pieces of the unknown id,
+     * the unknown piece's own text matched included, are one string */
+    for (size_t i = 0; ok && i < k;) {
+        size_t a = (size_t)best[ends[i]].start, e = ends[i++];
+        if (m->unk >= 0 && best[e].id == m->unk)
+            while (i < k && best[ends[i]].id == m->unk) e = ends[i++];
+        ok = hf_emit(m, s + a, e - a, out);
     }
     free(ends);
     free(best);

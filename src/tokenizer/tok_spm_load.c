@@ -201,7 +201,9 @@ static bool read_piece(pb *r, struct tok_spm_piece *pc) {
             if (ok && r->end - r->p < 4) ok = pfail(r, ACCEL_ERR_FORMAT, "byte %zu: a score runs past its piece", off(r));
             if (ok) {
                 uint32_t bits = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
-                memcpy(&pc->score, &bits, sizeof pc->score);
+                float f;
+                memcpy(&f, &bits, sizeof f);
+                pc->score = f;
                 r->p += 4;
                 /* as sentencepiece: a NaN or infinite score is refused */
                 if (!isfinite(pc->score))
@@ -249,25 +251,16 @@ static bool read_model(pb *r, tok_spm *m, spec *sp) {
     return done;
 }
 
-/* precompiled_charsmap (sentencepiece's Normalizer::DecodePrecompiledCharsMap): a
- * little-endian uint32 byte size of a darts-clone double-array trie, the trie's
- * 32-bit units, then the normalized strings (NUL-terminated) its values point into. */
+/* precompiled_charsmap (sentencepiece's Normalizer::DecodePrecompiledCharsMap, tok_charsmap.c). */
 static bool read_charsmap(pb *r, tok_spm *m) {
     size_t n = (size_t)(r->end - r->p);
+    accel_status st = tok_charsmap_read(&m->cmap, r->p, n);
     uint32_t trie = n > 4 ? (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24 : 0;
-    if (n <= 4 || trie > n - 4 || trie % 4 || !trie)
+    if (st == ACCEL_ERR_OOM) return pfail(r, ACCEL_ERR_OOM, "out of memory");
+    if (st != ACCEL_OK)
         return pfail(r, ACCEL_ERR_FORMAT,
                      "normalizer_spec.precompiled_charsmap is broken: %zu bytes, a trie of %u bytes (a non-zero multiple "
                      "of 4 that fits)", n, trie);
-    m->n_cmap = trie / 4;
-    m->cmap_norm_len = n - 4 - trie;
-    if (!(m->cmap = malloc(m->n_cmap * sizeof *m->cmap)) || !(m->cmap_norm = malloc(m->cmap_norm_len + 1)))
-        return pfail(r, ACCEL_ERR_OOM, "out of memory");
-    const uint8_t *u = r->p + 4;
-    for (size_t i = 0; i < m->n_cmap; i++, u += 4)
-        m->cmap[i] = (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
-    memcpy(m->cmap_norm, u, m->cmap_norm_len);
-    m->cmap_norm[m->cmap_norm_len] = 0; /* a last string without its NUL ends at the blob's end */
     return true;
 }
 
@@ -441,6 +434,38 @@ tok_spm *tok_spm_parse(const char *name, const uint8_t *p, size_t n) {
     return m;
 }
 
+/* tokenizers' Unigram::from: every piece in the map and the trie (a text given
+ * twice: its last id, as tokenizers' HashMap), min_score over all of them. */
+tok_spm *tok_spm_hf_unigram(char *const *text, const size_t *len, const double *score, int32_t n, int32_t unk,
+                            bool byte_fallback) {
+    tok_spm *m = calloc(1, sizeof *m);
+    if (!m || !(m->pc = calloc((size_t)n + 1, sizeof *m->pc))) goto oom;
+    m->unigram = m->hf = true;
+    m->unk = unk, m->bos = m->eos = -1;
+    m->byte_fallback = byte_fallback;
+    m->min_score = INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        struct tok_spm_piece *pc = &m->pc[i];
+        if (!(pc->text = malloc(len[i] + 1))) goto oom;
+        m->n = i + 1; /* freed from here on */
+        memcpy(pc->text, text[i], len[i] + 1);
+        pc->len = len[i], pc->score = score[i], pc->type = SPM_NORMAL;
+        if (score[i] < m->min_score) m->min_score = score[i];
+        if (!tok_strmap_put(&m->pieces, pc->text, pc->len, i) || !trie_insert(&m->trie, pc->text, pc->len, i)) goto oom;
+    }
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        int64_t id = tok_strmap_get(&m->pieces, name, 6);
+        m->byte_id[b] = (int32_t)id;
+    }
+    if (!trie_freeze(&m->trie) || !trie_freeze(&m->user)) goto oom;
+    return m;
+oom:
+    tok_spm_free(m);
+    return NULL;
+}
+
 tok_spm *tok_spm_load(const char *path) {
     struct stat sb;
     int fd = accel__open_regular(path, "a tokenizer.model", &sb);
@@ -476,8 +501,7 @@ void tok_spm_free(tok_spm *m) {
     free(m->pc);
     tok_strmap_free(&m->pieces);
     tok_strmap_free(&m->reserved);
-    free(m->cmap);
-    free(m->cmap_norm);
+    tok_charsmap_free(&m->cmap);
     trie_free(&m->trie);
     trie_free(&m->user);
     free(m->unk_surface);

@@ -238,3 +238,29 @@ bool tok_utf8_lossy(tok_buf *out, const char *s, size_t n) {
     }
     return true;
 }
+
+/* The standard alphabet, '=' padding to a multiple of 4, unused bits zero: the
+ * base64 crate's STANDARD engine, which tokenizers reads a charsmap with. */
+bool tok_base64_decode(const char *s, size_t n, uint8_t **out, size_t *n_out, bool *oom) {
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    *out = NULL, *n_out = 0, *oom = false;
+    if (n % 4) return false;
+    size_t pad = n && s[n - 1] == '=' ? (n > 1 && s[n - 2] == '=' ? 2 : 1) : 0;
+    uint8_t *p = malloc(n / 4 * 3 + 1);
+    if (!p) return *oom = true, false;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        for (size_t j = 0; j < 4; j++) {
+            const char *d = s[i + j] ? strchr(alpha, s[i + j]) : NULL;
+            bool padding = i + 4 == n && j >= 4 - pad;
+            if (!d && !padding) return free(p), false;
+            v = v << 6 | (uint32_t)(d ? d - alpha : 0);
+        }
+        /* the bits padding leaves over must be zero (canonical) */
+        if ((pad == 1 && i + 4 == n && (v & 0xFF)) || (pad == 2 && i + 4 == n && (v & 0xFFFF))) return free(p), false;
+        p[k++] = (uint8_t)(v >> 16), p[k++] = (uint8_t)(v >> 8), p[k++] = (uint8_t)v;
+    }
+    *out = p, *n_out = k - pad;
+    return true;
+}
