@@ -402,7 +402,10 @@ accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_s
  * max_norm >= 0). */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
-/* Divides fp16-scaled gradients by the scale once per step (no-op otherwise). */
+/* Divides fp16-scaled gradients by the scale once per step (no-op otherwise).
+ * Collective (every rank must call it) under ZeRO, tensor or pipeline
+ * parallelism, where the ranks agree on an inf/nan found: a failed agreement
+ * is returned (and the step then skipped), not taken as an overflow alone. */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- pipeline parallelism

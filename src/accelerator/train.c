@@ -98,6 +98,7 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return ACCEL_OK;
     float inv = (float)(1.0 / acc->scale);
     bool inf = false, sharded = false;
+    accel_status st = ACCEL_OK;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         accel_tensor h;
@@ -113,12 +114,12 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     }
     if (sharded || acc->mesh.size[ACCEL__MESH_TP] > 1 || acc->par.size[ACCEL__MESH_PP] > 1) {
         int32_t v = inf;
-        if (accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX) == ACCEL_OK) inf = v != 0;
-        else inf = true; /* a broken group: skip the step rather than diverge */
+        st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+        inf = st || v != 0; /* a broken group: skip the step rather than diverge, and say why */
     }
     acc->found_inf = inf;
     acc->unscaled = true;
-    return ACCEL_OK;
+    return st;
 }
 
 /* GradScaler.update */
@@ -162,7 +163,7 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     if (!acc->sync_gradients) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     if (acc->mp == ACCEL_MP_FP16) {
-        (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
+        st = accel_accelerator_unscale_gradients(acc); /* a failed agreement: found_inf, the step skipped */
         acc->skipped[i] = acc->found_inf;
         if (!acc->found_inf) st = step(acc, i);
         update_scale(acc);
@@ -214,7 +215,7 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
     }
     /* The strategies' norm kernels take any p: a p <= 0 gave a made-up norm. */
     if (!accel__check_clip_args("accel_accelerator_clip_grad_norm", max_norm, norm_type)) return NAN;
-    (void)accel_accelerator_unscale_gradients(acc); /* acc is not NULL: cannot fail */
+    if (accel_accelerator_unscale_gradients(acc)) return NAN; /* the ranks' agreement on inf failed: the group */
     accel_clear_error(); /* a NaN below with no error is a NaN gradient, not a failure */
     double total = pm->strat->clip(acc, pm, max_norm, norm_type);
     /* A NaN gradient: the norm is NaN on every rank and nothing was clipped.

@@ -389,7 +389,6 @@ static bool load_unigram(const ctx *c, json_t *model, tok_model *m) {
     size_t n = json_array_size(vocab);
     if (!n || n > INT32_MAX - 1) return fail(c, ACCEL_ERR_FORMAT, "model.vocab", "has %zu pieces, not 1 to 2^31 - 1", n);
     if (!get_bool(c, model, "byte_fallback", false, &byte_fallback, "model")) return false;
-    m->n_token = (int64_t)n;
     double *score = malloc(n * sizeof *score);
     size_t *len = malloc(n * sizeof *len);
     if (!score || !len || !(m->token = calloc(n + 1, sizeof *m->token))) {
@@ -397,6 +396,7 @@ static bool load_unigram(const ctx *c, json_t *model, tok_model *m) {
         free(len);
         return oom(c, "model.vocab");
     }
+    m->n_token = (int64_t)n; /* with token[]: tok_free_parts frees n_token of them */
     double pow10[309];
     for (int i = 0; i < 309; i++) {
         char e[16];

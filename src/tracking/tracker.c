@@ -332,6 +332,7 @@ static accel_status csv_move_aside(const char *run_dir) {
     if (rename(path, aside)) {
         int e = errno;
         unlink(aside);
+        if (e == ENOENT) return ACCEL_OK; /* another tracker starting here moved it aside first */
         return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot keep the existing %s as %s: %s", path, aside,
                                strerror(e));
     }
