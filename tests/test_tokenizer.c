@@ -238,18 +238,29 @@ static const char SMALL_VOCAB[] = "{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"
                                   "\"W\":10,\"r\":11,\"d\":12,\"oW\":13,\"!\":14,\"\\u00e9\":15,\"X\":16,\"\\u0301\":17,"
                                   "\"\\u093e\":18,\"<0x 1>\":19,\"<0x41>\":20}";
 
-static accel_tokenizer *small_tok(const char *parts, const char *merges) {
-    char path[] = "/tmp/accel_tok_small_XXXXXX";
+/* A tokenizer.json of these top-level members, loaded (NULL: see accel_last_error). */
+static accel_tokenizer *json_tok(const char *members) {
+    char path[] = "/tmp/accel_tok_json_XXXXXX";
     int fd = mkstemp(path);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) return NULL;
-    fprintf(f,
-            "{\"version\":\"1.0\",%s%s\"post_processor\":null,"
-            "\"model\":{\"type\":\"BPE\",\"unk_token\":null,\"vocab\":%s,\"merges\":%s}}",
-            parts, *parts ? "," : "", SMALL_VOCAB, merges);
+    if (!f) {
+        if (fd >= 0) close(fd), unlink(path);
+        return NULL;
+    }
+    fprintf(f, "{\"version\":\"1.0\",%s}", members);
     fclose(f);
     accel_tokenizer *t = accel_tokenizer_load(path);
     unlink(path);
+    return t;
+}
+
+static accel_tokenizer *small_tok(const char *parts, const char *merges) {
+    char *members = NULL;
+    if (asprintf(&members, "%s%s\"post_processor\":null,\"model\":{\"type\":\"BPE\",\"unk_token\":null,\"vocab\":%s,"
+                 "\"merges\":%s}", parts, *parts ? "," : "", SMALL_VOCAB, merges) < 0)
+        return NULL;
+    accel_tokenizer *t = json_tok(members);
+    free(members);
     return t;
 }
 
@@ -319,20 +330,6 @@ static void test_reference_edges(void) {
     accel_tokenizer_free(t);
 }
 
-/* BERT's uncased pipeline with a normalized added token "NewWord": found in any
- * case, as the lowercasing normalizer makes it (tokenizers gives 1200 1200). */
-/* A tokenizer.json of these top-level members, loaded (NULL: see accel_last_error). */
-static accel_tokenizer *json_tok(const char *members) {
-    char path[] = "/tmp/accel_tok_json_XXXXXX";
-    int fd = mkstemp(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) return NULL;
-    fprintf(f, "{\"version\":\"1.0\",%s}", members);
-    fclose(f);
-    accel_tokenizer *t = accel_tokenizer_load(path);
-    unlink(path);
-    return t;
-}
 
 /* t encodes text (n bytes, no special tokens) to want[0..n_want), or fails
  * with `error` in its message when error is set. */
@@ -430,6 +427,8 @@ static void test_unigram_edges(void) {
     }
 }
 
+/* BERT's uncased pipeline with a normalized added token "NewWord": found in any
+ * case, as the lowercasing normalizer makes it (tokenizers gives 1200 1200). */
 static void test_normalized_added(void) {
     json_error_t err;
     json_t *root = json_load_file("data/tokenizers/bert/tokenizer.json", 0, &err);
