@@ -838,8 +838,7 @@ static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state 
         int g;
         if (keep && !name && accel__group_size_entry(st[j].name, &g)) { /* the stage's count: the whole optimizer's */
             const accel__pp_opt *po = acc->pp_opt[i];
-            st[j].value = 0;
-            for (int u = 0; u < po->n; u++) st[j].value += po->groups[u] == g;
+            st[j].value = accel__group_members(po->groups, po->n, g);
         }
         if (!keep || bad) {
             accel_free(st[j].name);
@@ -1024,13 +1023,8 @@ accel_status accel__pipeline_check_optimizer(accel_accelerator *acc, int i, int 
     const accel__pp_opt *po = acc->pp_opt[i];
     for (int j = 0; j < n; j++) /* the entries' parameters first, as the optimizer checks them */
         if (state_in_range(po, &st[j])) return accel_last_status();
-    int ng = accel_optimizer_num_groups(acc->opts[i]);
-    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
-    if (!sizes) return accel_last_status();
-    for (int u = 0; u < po->n; u++) sizes[po->groups[u]]++;
-    accel_status s = accel__check_group_sizes("accel_accelerator_load_state", n, st, ng, sizes);
-    accel_free(sizes);
-    return s;
+    return accel__check_group_sizes("accel_accelerator_load_state", n, st, accel_optimizer_num_groups(acc->opts[i]),
+                                    po->groups, po->n);
 }
 
 accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n, const accel_named_state *st) {

@@ -223,7 +223,6 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
      * GradScaler skips it: no error; otherwise the NaN says the training is
      * broken, and the NaN return is an error as everywhere in the library. */
     if (isnan(total) && !accel_last_status() && !(acc->mp == ACCEL_MP_FP16 && acc->found_inf))
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_clip_grad_norm: the total gradient norm is nan (a "
-                        "gradient holds a NaN); the gradients are left as they were");
+        return accel__nan_norm_error("accel_accelerator_clip_grad_norm");
     return total;
 }

@@ -750,10 +750,8 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
             !accel__group_size_entry(st[e].name, NULL))
             ok = add(res, &m, st[e].name, NULL, st[e].value) != NULL;
     for (int g = 0; g < accel_optimizer_num_groups(opt) && ok; g++) {
-        int held = 0;
-        for (int u = 0; u < z->n_user; u++) held += z->user_groups[u] == g;
         snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
-        ok = add(res, &m, name, NULL, held) != NULL;
+        ok = add(res, &m, name, NULL, accel__group_members(z->user_groups, z->n_user, g)) != NULL;
     }
     for (int u = 0; u < z->n_user && step > 0 && ok; u++) {
         snprintf(name, sizeof name, "state.%d.step", u);
@@ -848,13 +846,7 @@ accel_status accel__zero_check_local(accel_accelerator *acc, int i, int n, const
 static accel_status check_user_groups(accel_accelerator *acc, int i, int n, const accel_named_state *st,
                                       const char *fn) {
     const accel__zopt *z = acc->strat_opt[i];
-    int ng = accel_optimizer_num_groups(acc->opts[i]);
-    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
-    if (!sizes) return accel_last_status();
-    for (int u = 0; u < z->n_user; u++) sizes[z->user_groups[u]]++;
-    accel_status s = accel__check_group_sizes(fn, n, st, ng, sizes);
-    accel_free(sizes);
-    return s;
+    return accel__check_group_sizes(fn, n, st, accel_optimizer_num_groups(acc->opts[i]), z->user_groups, z->n_user);
 }
 
 /* accel__zero_load_state, or (check) its check: every entry against the

@@ -80,13 +80,16 @@ static bool add_partial(double *acc, accel_tensor *g, double norm_type) {
 /* The total norm of acc, or NAN + error when it is NaN: a gradient holds a
  * NaN, and no coefficient clips that (torch's error_if_nonfinite refuses it;
  * without, torch multiplies every gradient by NaN). */
+double accel__nan_norm_error(const char *fn) {
+    accel_set_error(ACCEL_ERR_INVALID_ARG,
+                    "%s: the total gradient norm is nan (a gradient holds a NaN); the gradients are left as they were",
+                    fn);
+    return NAN;
+}
+
 static double checked_total(const char *fn, double acc, double norm_type) {
     double total = accel_grad_norm_finish(acc, norm_type);
-    if (isnan(total))
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "%s: the total gradient norm is nan (a gradient holds a NaN); the gradients are left as "
-                        "they were", fn);
-    return total;
+    return isnan(total) ? accel__nan_norm_error(fn) : total;
 }
 
 accel_status accel__grad_scale(accel_tensor *g, float c) {

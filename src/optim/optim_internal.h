@@ -62,6 +62,9 @@ accel_status accel__grad_scale(accel_tensor *g, float c);
 /* The arguments of a clip_grad_norm: norm_type > 0 (or INFINITY) and
  * max_norm >= 0; false + error naming fn otherwise. */
 bool accel__check_clip_args(const char *fn, double max_norm, double norm_type);
+/* The error of a clip_grad_norm whose total norm is NaN (a gradient holds a
+ * NaN, nothing clipped), naming fn; returns NAN. */
+double accel__nan_norm_error(const char *fn);
 /* Allocates the segment's ns zeroed state buffers where opt keeps its state
  * (offload.c); false (state freed) on failure. */
 bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns);
@@ -130,14 +133,18 @@ accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const acc
 #define ACCEL__GROUP_SIZE "num_params"
 /* Whether name is "param_groups.<g>.num_params" (*group: g; may be NULL). */
 bool accel__group_size_entry(const char *name, int *group);
+/* How many of the `members` parameters whose groups are group_of[] are in
+ * group g: the value of its "param_groups.<g>.num_params". */
+int accel__group_members(const int *group_of, int members, int g);
 /* Checks st's "param_groups.<g>.num_params" entries against an optimizer of
- * ng groups holding sizes[g] parameters each (in whatever numbering the
- * state has: the user's under ZeRO, the whole model's under pp): a count that
- * differs, a group beyond ng, or a state recording some groups but not all is
- * ACCEL_ERR_FORMAT in fn's name, naming the group and both counts. A state
- * with no such entry (saved before they were written) passes: nothing to
- * check. */
-accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *sizes);
+ * ng groups whose parameters are in groups group_of[0..members) (in whatever
+ * numbering the state has: the user's under ZeRO, the whole model's under
+ * pp): a count that differs, a group beyond ng, or a state recording some
+ * groups but not all is ACCEL_ERR_FORMAT in fn's name, naming the group and
+ * both counts. A state with no such entry (saved before they were written)
+ * passes: nothing to check. */
+accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *group_of,
+                                      int members);
 /* Bytes of memory holding opt's state: its state buffers, or the paging buffer of a file home. */
 int64_t accel__optimizer_state_bytes(const accel_optimizer *opt);
 /* The state file's path, or NULL when the state is not in a file. */

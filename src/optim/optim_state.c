@@ -67,6 +67,13 @@ static int finish(list *l, accel_named_state **out) {
     return l->n;
 }
 
+/* Each segment's param group (malloc'd), or NULL + error. */
+static int *seg_groups(const accel_optimizer *opt) {
+    int *group_of = accel_malloc((size_t)opt->n_segs * sizeof *group_of + 1);
+    for (int i = 0; group_of && i < opt->n_segs; i++) group_of[i] = opt->segs[i].group;
+    return group_of;
+}
+
 int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
     if (!opt || !out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_state: NULL argument");
@@ -74,6 +81,8 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
     }
     list l = {0};
     char name[96];
+    int *group_of = seg_groups(opt);
+    l.failed = !group_of;
     push_scalar(&l, "step", (double)opt->steps);
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
@@ -108,11 +117,10 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
         }
         /* which parameters the group holds, as torch's param_groups[g]["params"]
          * says: segments are numbered group after group, so its count does */
-        int held = 0;
-        for (int i = 0; i < opt->n_segs; i++) held += opt->segs[i].group == g;
         snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
-        push_scalar(&l, name, held);
+        if (group_of) push_scalar(&l, name, accel__group_members(group_of, opt->n_segs, g));
     }
+    accel_free(group_of);
     return finish(&l, out);
 }
 
@@ -258,10 +266,23 @@ bool accel__group_size_entry(const char *name, int *group) {
     return true;
 }
 
-accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *sizes) {
+int accel__group_members(const int *group_of, int members, int g) {
+    int held = 0;
+    for (int u = 0; u < members; u++) held += group_of[u] == g;
+    return held;
+}
+
+accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *group_of,
+                                      int members) {
     int recorded = 0, first_missing = -1;
     unsigned char *seen = accel_calloc((size_t)ng + 1, 1);
-    if (!seen) return accel_last_status();
+    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
+    if (!seen || !sizes) {
+        accel_free(seen);
+        accel_free(sizes);
+        return accel_last_status();
+    }
+    for (int u = 0; u < members; u++) sizes[group_of[u]]++;
     accel_status rc = ACCEL_OK;
     for (int i = 0; i < n && !rc; i++) {
         int g;
@@ -287,6 +308,7 @@ accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_s
     for (int g = 0; g < ng && first_missing < 0; g++)
         if (!seen[g]) first_missing = g;
     accel_free(seen);
+    accel_free(sizes);
     /* a state that records the groups records them all: one without param group g
      * was saved from an optimizer with fewer groups (torch: "loaded state dict has a
      * different number of parameter groups"); one that records none predates the
@@ -308,11 +330,10 @@ static accel_status check_entries(accel_optimizer *opt, int n, const accel_named
     if (!(*own = accel_calloc((size_t)opt->n_segs + 1, sizeof **own))) return accel_last_status();
     accel_status rc = load_entries(opt, n, st, false, *own);
     if (rc) return rc;
-    int *sizes = accel_calloc((size_t)opt->n_groups + 1, sizeof *sizes);
-    if (!sizes) return accel_last_status();
-    for (int i = 0; i < opt->n_segs; i++) sizes[opt->segs[i].group]++;
-    rc = accel__check_group_sizes("accel_optimizer_load_state", n, st, opt->n_groups, sizes);
-    accel_free(sizes);
+    int *group_of = seg_groups(opt);
+    if (!group_of) return accel_last_status();
+    rc = accel__check_group_sizes("accel_optimizer_load_state", n, st, opt->n_groups, group_of, opt->n_segs);
+    accel_free(group_of);
     return rc;
 }
 
