@@ -727,6 +727,11 @@ static void unit_written(accel__model *pm, const accel__unit *u, int64_t n) {
 
 static accel_status finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u);
 
+/* Where unit u's device gather lands: its range, or zland16 for a bf16 gather. */
+static void *gather_landing(accel__model *pm, const accel__unit *u) {
+    return u->gather16 ? (void *)accel__zero_of(pm)->zland16 : (void *)(full_params(pm) + u->lo);
+}
+
 static accel_status device_finish_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u) {
     accel__zero_model *zm = accel__zero_of(pm);
     int64_t n = u->shard * acc->shard_world;
@@ -739,7 +744,7 @@ static accel_status device_finish_gather(accel_accelerator *acc, accel__model *p
         u->gather = NULL;
     }
     accel_tensor full, landed;
-    device_view(&landed, pm, u->gather16 ? zm->zland16 : (void *)(full_params(pm) + u->lo), dt, n);
+    device_view(&landed, pm, gather_landing(pm, u), dt, n);
     if (staged) st = accel__stage_end(&landed, zm->zstage_recv, st, true, false);
     if (!st && u->gather16) st = accel_copy_(device_view(&full, pm, full_params(pm) + u->lo, ACCEL_F32, n), &landed);
     zm->gathering = -1;
@@ -794,8 +799,7 @@ static const void *device_send_ready(accel_accelerator *acc, accel__model *pm, a
     if (zm->zstage_recv) return accel__stage_to_host(device_view(&sv, pm, (void *)send, dt, u->shard), zm->zstage_send, true);
     if (!shard_on_host(pm)) return send;
     size_t bytes = (size_t)u->shard * accel_dtype_size(dt);
-    char *block = (char *)(u->gather16 ? (void *)zm->zland16 : (void *)(full_params(pm) + u->lo)) +
-                  (size_t)acc->shard_rank * bytes;
+    char *block = (char *)gather_landing(pm, u) + (size_t)acc->shard_rank * bytes;
     return accel__copy_bytes(model_device(pm), block, zm->zdev, send, bytes) ? NULL : block;
 }
 
@@ -806,7 +810,7 @@ static const void *device_send_ready(accel_accelerator *acc, accel__model *pm, a
 static accel_status device_launch_gather(accel_accelerator *acc, accel__model *pm, accel__unit *u, const void *send) {
     accel__zero_model *zm = accel__zero_of(pm);
     accel_dtype dt = u->gather16 ? ACCEL_BF16 : ACCEL_F32;
-    void *recv = u->gather16 ? zm->zland16 : (void *)(full_params(pm) + u->lo);
+    void *recv = gather_landing(pm, u);
     accel_status st = ACCEL_OK;
     if (acc->shard_world == 1) {
         st = accel__copy_bytes(model_device(pm), recv, zm->zdev, send, (size_t)u->shard * accel_dtype_size(dt));
