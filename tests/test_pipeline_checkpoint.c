@@ -25,7 +25,9 @@
 #include <string.h>
 
 #include "accel/accelerator.h"
+#include "accel/io.h"
 #include "check.h"
+#include "io/checkpoint_marker.h"
 #include "optim_groups.h"
 #include "checkpoint_whole.h"
 #include "dist_group.h"
@@ -134,6 +136,34 @@ static float *stage_params(accel_module *m, int64_t *n_out) {
  * parameter), and the one-group run's checkpoint into it: both refused
  * naming the group and both counts, the stage's weights and lrs as they were; the
  * same split loads. */
+/* dir's optimizer file with its "state.0.*" entries renamed "state.4294967296.*"
+ * (rank 0 writes it again, and the marker over it; every rank waits). */
+static void state_number_past_int(accel_accelerator *acc, const char *dir, int rank, int world) {
+    if (rank == 0) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        accel_safetensors *f = accel_safetensors_open(path);
+        CHECK_MSG(f != NULL, "%s", accel_last_error());
+        int n = f ? accel_safetensors_count(f) : 0, renamed = 0;
+        char **names = calloc((size_t)n + 1, sizeof *names);
+        accel_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+        for (int i = 0; i < n; i++) {
+            const char *name = accel_safetensors_at(f, i)->name;
+            names[i] = malloc(strlen(name) + 16);
+            if (!strncmp(name, "state.0.", 8)) snprintf(names[i], strlen(name) + 16, "state.4294967296.%s", name + 8), renamed++;
+            else strcpy(names[i], name);
+            ts[i] = accel_safetensors_tensor(f, name, -1);
+        }
+        CHECK(renamed > 0 && accel_safetensors_save(path, n, (const char *const *)names, ts, 0, NULL) == ACCEL_OK);
+        for (int i = 0; i < n; i++) free(names[i]), accel_tensor_free(ts[i]);
+        free(names);
+        free(ts);
+        accel_safetensors_close(f);
+        CHECK_MSG(accel__marker_write(dir, world, "state_number_past_int") == ACCEL_OK, "%s", accel_last_error());
+    }
+    accel_accelerator_wait_for_everyone(acc);
+}
+
 static int regroup_body(int rank, int world) {
     (void)world;
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -193,6 +223,11 @@ static int regroup_body(int rank, int world) {
     CHECK_MSG(accel_accelerator_load_state(acc, grouped_ckpt, NULL) == ACCEL_OK, "rank %d: %s", rank,
               accel_last_error());
     CHECK(accel_optimizer_get_lr(same, 0) == 0.01 && accel_optimizer_get_lr(same, 1) == 0.02);
+    /* a parameter number past int: sscanf's %d wrapped "state.4294967296" to parameter 0, whose state it loaded */
+    state_number_past_int(acc, grouped_ckpt, rank, world);
+    CHECK(accel_accelerator_load_state(acc, grouped_ckpt, NULL) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "state.4294967296.");
+    accel_clear_error();
     accel_accelerator_free(acc);
     accel_optimizer_free(saved);
     accel_optimizer_free(other);

@@ -55,6 +55,7 @@
  * buffers (saved inputs, messages, the schedule) live in the step arena: a
  * steady step allocates nothing. Checkpoints are one process's (the end of
  * this file). */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -820,26 +821,27 @@ static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state 
     accel_status bad = ACCEL_OK;
     for (int m = 0; m < acc->n_models; m++)
         if (!(sds[m] = accel_module_state_dict(acc->models[m].m))) bad = accel_last_status();
+    const accel__pp_opt *po = acc->pp_opt[i];
+    int ng = accel_optimizer_num_groups(acc->opts[i]), *sizes = accel__group_sizes(po->groups, po->n, ng);
+    if (!sizes) bad = accel_last_status();
     int k = 0;
     for (int j = 0; j < n; j++) {
-        int seg, at = 0;
+        const char *rest;
+        long seg = accel__parse_indexed(st[j].name, "state.", &rest);
         bool keep = stage == 0; /* "step", "param_groups.*": the same on every stage */
         char *name = NULL;
-        if (!bad && sscanf(st[j].name, "state.%d.%n", &seg, &at) == 1 && at) {
-            accel_tensor *p = stage_param(acc, i, seg);
-            const accel__pp_opt *po = acc->pp_opt[i];
+        if (!bad && seg >= 0) {
+            accel_tensor *p = seg < INT_MAX ? stage_param(acc, i, (int)seg) : NULL;
             int g = 0;
             while (g < po->n && po->params[g] != p) g++;
             keep = g < po->n && owner_of(acc, sds, p) == stage;
             if (keep && (name = accel_malloc(strlen(st[j].name) + 16)))
-                snprintf(name, strlen(st[j].name) + 16, "state.%d.%s", g, st[j].name + at);
+                snprintf(name, strlen(st[j].name) + 16, "state.%d.%s", g, rest);
             else if (keep) bad = accel_last_status();
         }
         int g;
-        if (keep && !name && accel__group_size_entry(st[j].name, &g)) { /* the stage's count: the whole optimizer's */
-            const accel__pp_opt *po = acc->pp_opt[i];
-            st[j].value = accel__group_members(po->groups, po->n, g);
-        }
+        if (keep && !name && accel__group_size_entry(st[j].name, &g)) /* the stage's count: the whole optimizer's */
+            st[j].value = sizes && g < ng ? sizes[g] : 0;
         if (!keep || bad) {
             accel_free(st[j].name);
             accel_tensor_free(st[j].t);
@@ -852,6 +854,7 @@ static int keep_own(accel_accelerator *acc, int i, int stage, accel_named_state 
         st[k++] = st[j];
     }
     for (int m = 0; m < acc->n_models; m++) accel_state_dict_free(sds[m]);
+    accel_free(sizes);
     if (bad) {
         accel_named_state_free(st, k);
         return -1;
@@ -1012,8 +1015,8 @@ int accel__pipeline_optimizer_state(accel_accelerator *acc, int i, accel_named_s
 /* The optimizer's parameter g of "state.<g>.*" entry e past the last (the
  * optimizer as it was built: every stage's), said; ACCEL_OK otherwise. */
 static accel_status state_in_range(const accel__pp_opt *po, const accel_named_state *e) {
-    int g, at = 0;
-    if (sscanf(e->name, "state.%d.%n", &g, &at) == 1 && at && (g < 0 || g >= po->n))
+    const char *rest;
+    if (accel__parse_indexed(e->name, "state.", &rest) >= po->n)
         return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: optimizer state %s: the "
                                "optimizer has %d parameters", e->name, po->n);
     return ACCEL_OK;
@@ -1034,15 +1037,15 @@ accel_status accel__pipeline_load_optimizer(accel_accelerator *acc, int i, int n
     accel_status s = mine ? accel__pipeline_check_optimizer(acc, i, n, st) : accel_last_status();
     int k = 0;
     for (int j = 0; j < n && !s; j++) {
-        int g, at = 0;
+        const char *rest;
+        long g = accel__parse_indexed(st[j].name, "state.", &rest); /* < po->n: checked above */
         size_t len = strlen(st[j].name) + 16;
         /* the groups' parameter counts are the whole optimizer's, checked above: the stage holds its part */
         if (accel__group_size_entry(st[j].name, NULL)) continue;
-        if (sscanf(st[j].name, "state.%d.%n", &g, &at) == 1 && at) {
-            if ((s = state_in_range(po, &st[j]))) break;
+        if (g >= 0) {
             int seg = stage_index(acc, i, po->params[g]);
             if (seg < 0) continue; /* another stage's parameter */
-            if ((mine[k].name = accel_malloc(len))) snprintf(mine[k].name, len, "state.%d.%s", seg, st[j].name + at);
+            if ((mine[k].name = accel_malloc(len))) snprintf(mine[k].name, len, "state.%d.%s", seg, rest);
         } else {
             mine[k].name = accel_strdup(st[j].name);
         }

@@ -749,10 +749,13 @@ int accel__zero_state(accel_accelerator *acc, int i, accel_named_state **out, fl
         if ((!strncmp(st[e].name, "step", 5) || !strncmp(st[e].name, "param_groups.", 13)) &&
             !accel__group_size_entry(st[e].name, NULL))
             ok = add(res, &m, st[e].name, NULL, st[e].value) != NULL;
-    for (int g = 0; g < accel_optimizer_num_groups(opt) && ok; g++) {
+    int ng = accel_optimizer_num_groups(opt), *sizes = ok ? accel__group_sizes(z->user_groups, z->n_user, ng) : NULL;
+    ok = ok && sizes;
+    for (int g = 0; g < ng && ok; g++) {
         snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
-        ok = add(res, &m, name, NULL, accel__group_members(z->user_groups, z->n_user, g)) != NULL;
+        ok = add(res, &m, name, NULL, sizes[g]) != NULL;
     }
+    accel_free(sizes);
     for (int u = 0; u < z->n_user && step > 0 && ok; u++) {
         snprintf(name, sizeof name, "state.%d.step", u);
         ok = add(res, &m, name, NULL, (double)step) != NULL;

@@ -131,11 +131,17 @@ accel_status accel__optimizer_check_state(accel_optimizer *opt, int n, const acc
  * parameters' numbers, which run group after group, so its length says
  * which parameters the group holds. */
 #define ACCEL__GROUP_SIZE "num_params"
+/* Parses "<prefix><int>.<rest>" (decimal by strtol: "state.4294967296.x"
+ * is no wrapped 0, as sscanf's %d made it); returns the int (LONG_MAX when
+ * beyond) or -1, and sets *rest. */
+long accel__parse_indexed(const char *name, const char *prefix, const char **rest);
 /* Whether name is "param_groups.<g>.num_params" (*group: g; may be NULL). */
 bool accel__group_size_entry(const char *name, int *group);
-/* How many of the `members` parameters whose groups are group_of[] are in
- * group g: the value of its "param_groups.<g>.num_params". */
-int accel__group_members(const int *group_of, int members, int g);
+/* The parameter count of each of ng groups (calloc'd [ng]; NULL + error)
+ * of the `members` parameters whose groups are group_of[]: the values of
+ * "param_groups.<g>.num_params". One pass: groups x parameters was
+ * quadratic in a model of per-parameter groups. */
+int *accel__group_sizes(const int *group_of, int members, int ng);
 /* Checks st's "param_groups.<g>.num_params" entries against an optimizer of
  * ng groups whose parameters are in groups group_of[0..members) (in whatever
  * numbering the state has: the user's under ZeRO, the whole model's under

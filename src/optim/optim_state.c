@@ -74,6 +74,13 @@ static int *seg_groups(const accel_optimizer *opt) {
     return group_of;
 }
 
+/* Each param group's segment count (calloc'd), or NULL + error. */
+static int *seg_group_sizes(const accel_optimizer *opt) {
+    int *sizes = accel_calloc((size_t)opt->n_groups + 1, sizeof *sizes);
+    for (int i = 0; sizes && i < opt->n_segs; i++) sizes[opt->segs[i].group]++;
+    return sizes;
+}
+
 int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
     if (!opt || !out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_state: NULL argument");
@@ -81,8 +88,8 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
     }
     list l = {0};
     char name[96];
-    int *group_of = seg_groups(opt);
-    l.failed = !group_of;
+    int *sizes = seg_group_sizes(opt);
+    l.failed = !sizes;
     push_scalar(&l, "step", (double)opt->steps);
     for (int i = 0; i < opt->n_segs; i++) {
         accel__segment *s = &opt->segs[i];
@@ -118,9 +125,9 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
         /* which parameters the group holds, as torch's param_groups[g]["params"]
          * says: segments are numbered group after group, so its count does */
         snprintf(name, sizeof name, "param_groups.%d." ACCEL__GROUP_SIZE, g);
-        if (group_of) push_scalar(&l, name, accel__group_members(group_of, opt->n_segs, g));
+        if (sizes) push_scalar(&l, name, sizes[g]);
     }
-    accel_free(group_of);
+    accel_free(sizes);
     return finish(&l, out);
 }
 
@@ -140,8 +147,7 @@ static bool entry_scalar(const accel_named_state *e, double *v) {
     return true;
 }
 
-/* Parses "<prefix><int>.<rest>"; returns the int (or -1) and sets *rest. */
-static long parse_indexed(const char *name, const char *prefix, const char **rest) {
+long accel__parse_indexed(const char *name, const char *prefix, const char **rest) {
     size_t pl = strlen(prefix);
     if (strncmp(name, prefix, pl) != 0) return -1;
     char *end;
@@ -244,10 +250,10 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
             if (apply) opt->steps = (int64_t)v;
             continue;
         }
-        if ((idx = parse_indexed(e->name, "state.", &rest)) >= 0) {
+        if ((idx = accel__parse_indexed(e->name, "state.", &rest)) >= 0) {
             if (idx >= opt->n_segs) return bad_entry(e->name, "no such parameter in this optimizer");
             rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply, own);
-        } else if ((idx = parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
+        } else if ((idx = accel__parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
             if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
             rc = load_group_entry(opt, (int)idx, e, rest, apply);
         } else {
@@ -260,29 +266,28 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
 
 bool accel__group_size_entry(const char *name, int *group) {
     const char *rest;
-    long g = parse_indexed(name, "param_groups.", &rest);
+    long g = accel__parse_indexed(name, "param_groups.", &rest);
     if (g < 0 || g > INT_MAX || strcmp(rest, ACCEL__GROUP_SIZE) != 0) return false;
     if (group) *group = (int)g;
     return true;
 }
 
-int accel__group_members(const int *group_of, int members, int g) {
-    int held = 0;
-    for (int u = 0; u < members; u++) held += group_of[u] == g;
-    return held;
+int *accel__group_sizes(const int *group_of, int members, int ng) {
+    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
+    for (int u = 0; sizes && u < members; u++) sizes[group_of[u]]++;
+    return sizes;
 }
 
 accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_state *st, int ng, const int *group_of,
                                       int members) {
     int recorded = 0, first_missing = -1;
     unsigned char *seen = accel_calloc((size_t)ng + 1, 1);
-    int *sizes = accel_calloc((size_t)ng + 1, sizeof *sizes);
+    int *sizes = accel__group_sizes(group_of, members, ng);
     if (!seen || !sizes) {
         accel_free(seen);
         accel_free(sizes);
         return accel_last_status();
     }
-    for (int u = 0; u < members; u++) sizes[group_of[u]]++;
     accel_status rc = ACCEL_OK;
     for (int i = 0; i < n && !rc; i++) {
         int g;
