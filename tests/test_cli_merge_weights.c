@@ -197,6 +197,27 @@ static void test_index_beside_a_single_file(void) {
     accel_safetensors_close(merged);
 }
 
+/* Two indexes of other names beside a model.safetensors: loading's "more
+ * than one .index.json" error, nothing written or removed (the
+ * model.safetensors was opened and merged instead, and
+ * --remove_checkpoint_dir deleted it). */
+static void test_two_indexes_beside_a_single_file(void) {
+    char ck[PATH_MAX + 16], cmd[8 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(ck, sizeof ck, "%s/two_ix", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cp data/st_small.safetensors %s/model.safetensors && "
+             "mv %s/model.safetensors.index.json %s/a.index.json && cp %s/a.index.json %s/b.index.json",
+             ck, ck, ck, ck, ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/two_ix_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "containing more than one `.index.json` file, delete the irrelevant ones.");
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was deleted", path);
+    snprintf(path, sizeof path, "%s/two_ix_out", TMP);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
+}
+
 /* A copy of the sharded fixture in TMP/name whose index, named `index`,
  * does not list model.layers.0.mlp.down_proj.weight (its shard 3 still
  * listed for the other tensors it holds), merged with
@@ -284,6 +305,7 @@ int main(void) {
     RUN(test_remove_checkpoint_dir_from_elsewhere);
     RUN(test_remove_keeps_the_merged_file);
     RUN(test_index_beside_a_single_file);
+    RUN(test_two_indexes_beside_a_single_file);
     RUN(test_tensor_missing_from_index);
     RUN(test_index_of_another_name);
     RUN(test_output_path_too_long);

@@ -9,6 +9,7 @@
 #include "accel/io.h"
 #include "accelerator/accelerator_internal.h"
 #include "bigmodel/bigmodel_internal.h"
+#include "io/io_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
@@ -46,21 +47,18 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     return st;
 }
 
-/* Whether dir holds weights transformers would load: model.safetensors, a
- * sharded index, or PyTorch's pytorch_model.bin (or its index). */
+/* Whether dir holds weights: what the checkpoint loader resolves it to
+ * (its own rule, not a list of names kept here: an index of another name
+ * was missed, and the model came back initialised), or any index, whose
+ * trouble (several, a broken one) the loader then names. */
 static bool has_weights(const char *dir) {
-    static const char *const NAMES[] = {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                                        "pytorch_model.bin.index.json"};
-    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, NAMES[i]);
-        FILE *f = fopen(p, "rb");
-        if (f) {
-            fclose(f);
-            return true;
-        }
-    }
-    return false;
+    char *file = accel__checkpoint_resolve(dir);
+    int count = 0;
+    bool resolved = file != NULL;
+    accel_free(file);
+    if (!resolved) accel_free(accel__checkpoint_find_index(dir, &count));
+    accel_clear_error();
+    return resolved || count != 0;
 }
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has

@@ -62,16 +62,21 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *inde
  * (accel_checkpoint_open, as transformers), but merging that one instead
  * wrote another model than the shards', and --remove_checkpoint_dir then
  * deleted it and the index, the shards left without one. Two or more
- * indexes: loading's error (which one is meant?) once opened. */
-static bool has_index(const char *dir, char *index, size_t n) {
+ * indexes (none model.safetensors.index.json): loading's error, said here,
+ * -1 (a model.safetensors beside them was opened and merged instead, and
+ * --remove_checkpoint_dir deleted it). */
+static int has_index(const char *dir, char *index, size_t n) {
     snprintf(index, n, "%s/model.safetensors.index.json", dir);
-    if (accel__is_file(index)) return true;
+    if (accel__is_file(index)) return 1;
     int count;
     char *found = accel__checkpoint_find_index(dir, &count);
     accel_clear_error(); /* a folder that cannot be listed: loading says so */
     bool one = count == 1 && (size_t)snprintf(index, n, "%s", found) < n && accel__is_file(index);
     accel_free(found);
-    return one;
+    if (count > 1)
+        fprintf(stderr, "accel merge-weights: error: %s containing more than one `.index.json` file, delete the "
+                        "irrelevant ones.\n", dir);
+    return count > 1 ? -1 : one;
 }
 
 /* A model.safetensors beside the index that is none of its shards is left
@@ -235,7 +240,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
     if (sharded && verify_marker(dir, sub)) return 1;
     if (sharded) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     char index[4096];
-    bool indexed = has_index(dir, index, sizeof index);
+    int indexed = has_index(dir, index, sizeof index);
+    if (indexed < 0) return 1;
     accel_checkpoint *ck = accel_checkpoint_open(indexed ? index : dir);
     if (!ck) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());

@@ -164,7 +164,7 @@ static const char *basename_of(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-/* Resolves a directory into the file to open (accelerate's load_checkpoint_in_model rules). */
+/* The `.index.json` files of dir (io_internal.h). */
 char *accel__checkpoint_find_index(const char *dir, int *count) {
     *count = 0;
     DIR *d = opendir(dir);
@@ -201,7 +201,7 @@ static bool hub_pair(const char *dir, char **safetensors_index) {
  * model.safetensors.index.json beside pytorch_model.bin.index.json), then
  * pytorch_model.bin — which transformers prefers to pytorch_model.bin.index.json
  * when both are there. */
-static char *resolve_dir(const char *dir) {
+char *accel__checkpoint_resolve(const char *dir) {
     char *single = accel__path_join(dir, "model.safetensors");
     if (!single || accel__is_file(single)) return single;
     accel_free(single);
@@ -296,7 +296,7 @@ accel_checkpoint *accel_checkpoint_open(const char *path) {
     }
     accel_checkpoint *ck = accel_calloc(1, sizeof *ck);
     if (!ck) return NULL;
-    char *file = accel__is_dir(path) ? resolve_dir(path) : accel_strdup(path);
+    char *file = accel__is_dir(path) ? accel__checkpoint_resolve(path) : accel_strdup(path);
     if (!file) return ck_fail(ck);
     ck->dir = dirname_of(file);
     accel_status st = !ck->dir ? accel_last_status()

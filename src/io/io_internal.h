@@ -78,6 +78,10 @@ json_t *accel__json_load_file(const char *path);
  * listed, owned by the caller, NULL when none) and their number into *count;
  * NULL and -1, the error set, when dir cannot be listed. */
 char *accel__checkpoint_find_index(const char *dir, int *count);
+/* The file accel_checkpoint_open opens for folder dir, in transformers'
+ * order (model.safetensors, one index or the Hub's safetensors/bin pair,
+ * pytorch_model.bin), owned by the caller; NULL + error when none. */
+char *accel__checkpoint_resolve(const char *dir);
 /* JSON text from memory (duplicate keys refused); NULL + ACCEL_ERR_FORMAT naming
  * `name`, the line and column. */
 json_t *accel__json_parse(const char *name, const char *text, size_t len);
