@@ -214,12 +214,17 @@ static void test_deepspeed_config_types(void) {
                             {"  gradient_accumulation_steps: 4.0\n", "`deepspeed_config.gradient_accumulation_steps`"},
                             {"  gradient_clipping: true\n", "`deepspeed_config.gradient_clipping`: True (expected a number)"},
                             {"  offload_optimizer_device: no\n", "`deepspeed_config.offload_optimizer_device`: False"},
-                            {"  zero3_init_flag: maybe\n", "`deepspeed_config.zero3_init_flag`: 'maybe'"}};
+                            {"  zero3_init_flag: maybe\n", "`deepspeed_config.zero3_init_flag`: 'maybe'"},
+                            /* float() refuses hex (strtod took it, and 0x10 was exported) */
+                            {"  gradient_clipping: '0x10'\n", "gradient_clipping"}};
     char yaml[512];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(yaml, sizeof yaml, "%s%s", head, bad[i][0]);
         refused_yaml(yaml, bad[i][1]);
     }
+    const char *hex[] = {"launch", "-q", "--gradient_clipping", "0x10", "/usr/bin/env", NULL};
+    CHECK(accel("", hex) == 2);
+    CHECK_STR_CONTAINS(OUT, "--gradient_clipping: invalid value '0x10'");
     /* the types Accelerate writes run, and so does what its readers take of
      * str(value): numbers as strings, 1 / 0 for a boolean (no warning: the
      * launch runs without -q, DeepSpeed's launcher keys are known) */

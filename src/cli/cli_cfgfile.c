@@ -242,7 +242,7 @@ static const char *skip_digits(const char *p) {
  * [-+]?(digits[.digits]|.digits)([eE][-+]?digits)?, inf, infinity, nan. What
  * strtod also takes (hex, "nan(...)", leading blanks) is no float to
  * Python: false. */
-static bool python_float(const char *s, double *out) {
+bool cli_python_float(const char *s, double *out) {
     const char *p = s + (*s == '-' || *s == '+');
     if (!strcmp(p, "inf") || !strcmp(p, "infinity") || !strcmp(p, "nan")) {
         *out = !strcmp(p, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
@@ -264,6 +264,15 @@ static bool python_float(const char *s, double *out) {
     return true;
 }
 
+bool cli_float_arg(const char *text, double *out) {
+    char low[128];
+    size_t len = strlen(text);
+    if (len >= sizeof low) return false;
+    for (size_t k = 0; k < len; k++) low[k] = (char)tolower((unsigned char)text[k]);
+    low[len] = 0;
+    return cli_python_float(low, out);
+}
+
 /* s ("1:30:05.5", no '_'; cut in place at each ':') as PyYAML's
  * construct_yaml_float reads base 60: each part a float, summed from the
  * last, the k-th from the end times 60^k. Another order rounds otherwise:
@@ -278,7 +287,7 @@ static bool base60_float(char *s, double *out) {
     for (size_t i = 0; i < n && ok; i++) {
         char *colon = strchr(part, ':');
         if (colon) *colon = 0;
-        ok = python_float(part, &parts[i]);
+        ok = cli_python_float(part, &parts[i]);
         if (colon) part = colon + 1;
     }
     double v = 0.0, base = 1.0;
@@ -441,7 +450,7 @@ static bool yaml_float_text(const char *text, double *out) {
     bool ok = true;
     if (!strcmp(u, ".inf")) v = INFINITY;
     else if (!strcmp(u, ".nan")) v = NAN, sign = 1.0; /* PyYAML drops its sign */
-    else ok = base60_float((char *)u, &v); /* one part: python_float's */
+    else ok = base60_float((char *)u, &v); /* one part: cli_python_float's */
     free(t);
     if (ok) *out = sign * v;
     return ok;

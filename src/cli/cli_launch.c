@@ -531,9 +531,8 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->tee = 0;
     if (V("tee") && !parse_int("tee", V("tee"), 0, 3, &L->tee)) return 2;
     if (L->grad_clip) {
-        char *end;
-        double norm = strtod(L->grad_clip, &end);
-        if (!*L->grad_clip || *end || !isfinite(norm) || norm < 0) {
+        double norm;
+        if (!cli_float_arg(L->grad_clip, &norm) || !isfinite(norm) || norm < 0) {
             fprintf(stderr, "accel launch: error: argument --gradient_clipping: invalid value '%s' (expected a finite "
                             "number >= 0)\n", L->grad_clip);
             return 2;

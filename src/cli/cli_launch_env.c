@@ -355,9 +355,9 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
         snprintf(out, n, "%lld", i);
         return true;
     }
-    case K_FLOAT: {
-        double f = strtod(text, &end);
-        if (!*text || *end) break;
+    case K_FLOAT: { /* as argparse's float(): strtod's hex and "nan(...)" are none ('0x10' was exported as 16.0) */
+        double f;
+        if (!cli_float_arg(text, &f)) break;
         cli_py_float(f, out, n);
         return true;
     }
@@ -658,8 +658,7 @@ static bool parallel_values(const setting *tab, size_t n, const launch_settings 
             snprintf(err, errn, "%s: '%s' is not a size (an integer from 1 to %d)", from, vals[i], 1 << 20);
             return false;
         }
-        if (s->type == K_FLOAT) *norm = strtod(vals[i], &end);
-        if (s->type == K_FLOAT && (*end || !isfinite(*norm) || *norm < 0)) {
+        if (s->type == K_FLOAT && (!cli_float_arg(vals[i], norm) || !isfinite(*norm) || *norm < 0)) {
             snprintf(err, errn, "%s: '%s' is not a gradient norm (a finite number >= 0; 0: no clipping)", from,
                      vals[i]);
             return false;
