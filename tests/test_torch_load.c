@@ -678,10 +678,12 @@ static void test_zip64_fields(void) {
     CHECK_MSG(w && w->nbytes == 16 && got[3] == 4, "%s", accel_last_error());
     accel_safetensors_close(st);
     parse_bytes(z->b, z->n);
-    /* the ZIP64 extra field cut to hold the sizes but not the offset */
-    z->b[cd_at + 30] = 20; /* extra length 28 -> 20 (the central entry's layout shifts: refused either way) */
+    /* the first entry's ZIP64 field cut to hold the sizes but not the offset it defers to (its length 24 -> 16;
+     * the entry's extra length stays 28, so nothing else shifts) */
+    z->b[cd_at + 46 + strlen(names[0]) + 2] = 16;
     write_all(tmp_path("zip64.bin"), z->b, z->n);
     CHECK(accel_safetensors_open(tmp_path("zip64.bin")) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "a ZIP64 extra field lacks a size or offset it defers to");
     accel_clear_error();
     free(p);
     free(z);
