@@ -68,3 +68,21 @@ accel_status accel__write_file_atomic(const char *path, const void *data, size_t
     }
     return ACCEL_OK;
 }
+
+accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n) {
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", who, path, strerror(errno));
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            if (ftruncate(fd, end))
+                return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s, and cannot cut the half-written "
+                                       "record off again: %s", who, to, path, strerror(e), strerror(errno));
+            return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s", who, to, path, strerror(e));
+        }
+        done += (size_t)w;
+    }
+    return ACCEL_OK;
+}

@@ -91,23 +91,7 @@ static FILE *records_open(records *r) {
  * is cut off again, so the file stays a sequence of whole records. */
 static accel_status records_commit(records *r, accel_status st, int fd, const char *path) {
     if (fclose(r->m) && !st) st = accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: out of memory for an event");
-    off_t end = st ? 0 : lseek(fd, 0, SEEK_END);
-    if (!st && end < 0)
-        st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot seek %s: %s", path, strerror(errno));
-    for (size_t done = 0; !st && done < r->len;) {
-        ssize_t w = write(fd, r->buf + done, r->len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            st = accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write an event to %s: %s", path,
-                                 strerror(e));
-            if (ftruncate(fd, end)) /* the half record stays: say so */
-                accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write an event to %s: %s, and cannot "
-                                "cut the half-written record off again: %s", path, strerror(e), strerror(errno));
-        } else {
-            done += (size_t)w;
-        }
-    }
+    if (!st) st = accel__append_whole(fd, "tensorboard tracker", "an event to ", path, r->buf, r->len);
     free(r->buf);
     return st;
 }

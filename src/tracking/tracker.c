@@ -198,28 +198,6 @@ static run_file *run_file_open(const char *dir, const char *name) {
     return r;
 }
 
-/* Appends buf[0..n) whole or not at all: a write cut short (disk full) is
- * cut off again. Half a line stayed behind, and the next call's line was
- * glued to it: a JSON-lines or CSV reader failed on that line (or on the
- * whole file), losing the record logged after the handled error. */
-static accel_status run_file_append(run_file *r, const char *what, const char *buf, size_t n) {
-    off_t end = lseek(r->fd, 0, SEEK_END);
-    if (end < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", what, r->path, strerror(errno));
-    for (size_t done = 0; done < n;) {
-        ssize_t w = write(r->fd, buf + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            if (ftruncate(r->fd, end))
-                return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s: %s, and cannot cut the half-written "
-                                       "record off again: %s", what, r->path, strerror(e), strerror(errno));
-            return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s: %s", what, r->path, strerror(e));
-        }
-        done += (size_t)w;
-    }
-    return ACCEL_OK;
-}
-
 static accel_status run_file_close(run_file *r) {
     accel_status st = r->fd >= 0 && close(r->fd)
                           ? accel_set_error(ACCEL_ERR_IO, "tracker: cannot close %s: %s", r->path, strerror(errno))
@@ -284,7 +262,7 @@ static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64
         return accel_set_error(ACCEL_ERR_OOM, "jsonl tracker: out of memory");
     }
     withnl[len] = '\n';
-    accel_status st = run_file_append(r, "jsonl tracker", withnl, len + 1);
+    accel_status st = accel__append_whole(r->fd, "jsonl tracker", "", r->path, withnl, len + 1);
     free(withnl);
     return st;
 }
@@ -480,7 +458,7 @@ static accel_status csv_append(csv *c, int n, const accel_value *values, int64_t
     if (!c->has_header) csv_header(m, c);
     csv_row(m, c, n, values, step);
     accel_status st = fclose(m) ? accel_set_error(ACCEL_ERR_OOM, "csv tracker: out of memory")
-                                : run_file_append(c->r, "csv tracker", buf, len);
+                                : accel__append_whole(c->r->fd, "csv tracker", "", c->r->path, buf, len);
     free(buf);
     if (!st) c->has_header = true;
     return st;

@@ -23,5 +23,11 @@ const char *accel__shortest_double(char *buf, size_t n, double v);
 accel_status accel__mkdirs(const char *path);
 /* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
 accel_status accel__write_file_atomic(const char *path, const void *data, size_t len);
+/* Appends buf[0..n) to fd (path's, named in errors after who and `to`, e.g.
+ * "an event to ", or "") whole or not
+ * at all: a write cut short (a full disk) is cut off again, so the file
+ * stays a sequence of whole records (half a record stayed behind, and a
+ * reader lost everything after it, or the next record was glued to it). */
+accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n);
 
 #endif
