@@ -323,6 +323,10 @@ accel_status accel__tp_param_norm_partial(accel_accelerator *acc, accel_module *
  * maxed, over pg in place. A NaN stays NaN on every rank: NCCL's and MPI's
  * MAX drop it (fmax), so under inf a flag beside each value says so. */
 accel_status accel__norm_all_reduce(accel_pg *pg, double *v, int n, double norm_type);
+/* A sum's partial norm without a tied copy's part counted in it twice:
+ * rounding below 0 clamped, a NaN kept (fmax dropped it), an inf (or NaN)
+ * tied part left in (inf - inf was a NaN norm where torch's is inf). */
+double accel__norm_without(double part, double tied);
 /* prepare(model, opt) under tp: the plan replaces the model's parameters
  * with their slices (freeing the whole ones) at the model's prepare, so an
  * optimizer made over the whole model is re-targeted to them. Before the

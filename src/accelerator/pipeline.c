@@ -535,9 +535,7 @@ accel_status accel__pipeline_norm_partial(accel_accelerator *acc, accel_module *
         double tied;
         accel_status st = accel__tp_param_norm_partial(acc, model, w, norm_type, &tied);
         if (st) return st; /* the tp group failed: its ranks all see it */
-        /* rounding below 0 clamped, a NaN kept (fmax dropped it); an inf (or
-         * NaN) tied part is left in: inf - inf was a NaN norm where torch's is inf */
-        if (isfinite(tied)) *local = *local - tied < 0 ? 0.0 : *local - tied;
+        *local = accel__norm_without(*local, tied);
     }
     return accel__pipeline_norm_reduce(acc, local, norm_type);
 }

@@ -94,6 +94,11 @@ accel_status accel__tp_grad_norm_partial(accel_accelerator *acc, accel_module *m
     return st;
 }
 
+double accel__norm_without(double part, double tied) {
+    if (!isfinite(tied)) return part;
+    return part - tied < 0 ? 0.0 : part - tied;
+}
+
 accel_status accel__norm_all_reduce(accel_pg *pg, double *v, int n, double norm_type) {
     ACCEL_ASSERT(n >= 1 && n <= 4);
     if (!isinf(norm_type)) return accel_pg_all_reduce(pg, v, (size_t)n, ACCEL_F64, ACCEL_REDUCE_SUM);

@@ -295,9 +295,7 @@ static accel_status drop_tied_copy(accel_accelerator *acc, accel__model *pm, dou
     for (int j = 0; w && j < b->n; j++)
         if (b->tensors[j] == w) {
             int at = sliced ? sliced[j] : 1;
-            double tied = piece_partial(acc, pm, j, norm_type), left = part[at] - tied;
-            /* rounding below 0 clamped, a NaN kept (fmax dropped it); an inf tied piece left in (inf - inf: NaN) */
-            if (isfinite(tied)) part[at] = left < 0 ? 0.0 : left;
+            part[at] = accel__norm_without(part[at], piece_partial(acc, pm, j, norm_type));
         }
     return ACCEL_OK;
 }
