@@ -7,8 +7,8 @@ Writes tests/data/yaml_scalars.tsv, one row a scalar: `scalar<TAB>repr` with
 repr Python's repr of the value, `!range` for an int beyond 64 bits (which
 accel's config reader refuses: an out-of-range error naming the key), or
 `!error` where safe_load raises (accel refuses it naming the key). Tagged
-texts that only Python's int()/float() leniency takes (a second sign, inner
-blanks, "0x0x1f") are not listed: accel refuses those, as docs/cli.md says. tests/test_cli_launch.c (test_config_numbers) reads
+texts that only Python's int()/float() leniency takes (a second sign in an int, inner
+blanks, "0x0x1f") are not listed: accel refuses those, as docs/cli.md says. tests/test_cli_launch.c (test_yaml_scalars) reads
 every row back through `accel env --config_file`.
 
     python3 tools/gen_yaml_scalars.py

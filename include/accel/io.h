@@ -127,8 +127,9 @@ accel_status accel_torch_save(const char *path, int n, const char *const *names,
  *   - a *.safetensors or PyTorch *.bin file,
  *   - a *.index.json file,
  *   - a directory, in transformers' order: model.safetensors, else exactly one
- *     *.index.json, else pytorch_model.bin (also preferred to
- *     pytorch_model.bin.index.json).
+ *     *.index.json (or, of model.safetensors.index.json and
+ *     pytorch_model.bin.index.json together, the first), else
+ *     pytorch_model.bin (also preferred to pytorch_model.bin.index.json).
  * Shard names with '/', "..", or absolute paths are refused (naming the index
  * and the entry); missing shards are refused at open (naming the file). Shards
  * are mapped lazily on first lookup and may be released to bound memory. */

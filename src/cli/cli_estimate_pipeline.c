@@ -92,7 +92,8 @@ static void layers_str(const int *first, const cli_pipeline_request *q, int s, c
 /* The bytes of one micro-batch's hidden states [b, t, c], or -1 past 2^62:
  * the product of an absurd batch and sequence wrapped (to 0 bytes held, a
  * table of the weights alone). A stage holds at most 2^20 of them (the
- * micro-batches' cap), whose sum accel_rank_memory_estimate bounds. */
+ * micro-batches' cap): the caller checks their product (2^20 x 2^62 passes
+ * 2^63), and accel_rank_memory_estimate bounds it with the rest. */
 static int64_t micro_input_bytes(int64_t b, int64_t t, int64_t c, accel_dtype dt) {
     int64_t n;
     if (__builtin_mul_overflow(b, t, &n) || __builtin_mul_overflow(n, c, &n) ||
