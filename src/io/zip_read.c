@@ -6,18 +6,13 @@
 #include <string.h>
 
 #include "core/core_internal.h"
+#include "io/zip_format.h"
 #include "io/zip_read.h"
 
-#define SIG_LOCAL 0x04034b50u
-#define SIG_CENTRAL 0x02014b50u
-#define SIG_END64 0x06064b50u
-#define SIG_LOCATOR64 0x07064b50u
-#define SIG_END 0x06054b50u
 #define END_BYTES 22
 #define LOCATOR_BYTES 20
 #define END64_BYTES 56
 #define CENTRAL_BYTES 46
-#define LOCAL_BYTES 30
 #define ZIP64_EXTRA 0x0001u
 #define FLAG_ENCRYPTED 0x0001u
 
@@ -37,7 +32,7 @@ static int64_t find_end(const unsigned char *p, size_t size) {
     if (size < END_BYTES) return -1;
     size_t lowest = size - END_BYTES > 0xFFFF ? size - END_BYTES - 0xFFFF : 0;
     for (size_t at = size - END_BYTES + 1; at-- > lowest;)
-        if (rd(p + at, 4) == SIG_END && at + END_BYTES + rd(p + at + 20, 2) == size) return (int64_t)at;
+        if (rd(p + at, 4) == ACCEL__ZIP_SIG_END && at + END_BYTES + rd(p + at + 20, 2) == size) return (int64_t)at;
     return -1;
 }
 
@@ -58,13 +53,13 @@ static accel_status locate_cd(const char *path, const unsigned char *p, size_t s
     cd->limit = (uint64_t)end;
     /* torch writes a ZIP64 end record (and its locator just before the classic one) even
      * for small files; where present its values are the real ones */
-    if (end >= LOCATOR_BYTES && rd(e - LOCATOR_BYTES, 4) == SIG_LOCATOR64) {
+    if (end >= LOCATOR_BYTES && rd(e - LOCATOR_BYTES, 4) == ACCEL__ZIP_SIG_LOCATOR64) {
         const unsigned char *loc = e - LOCATOR_BYTES;
         uint64_t at = rd(loc + 8, 8);
         if (rd(loc + 4, 4) != 0 || rd(loc + 16, 4) > 1)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a multi-disk zip archive is not supported", path);
         if (at > (uint64_t)end - LOCATOR_BYTES || (uint64_t)end - LOCATOR_BYTES - at < END64_BYTES ||
-            rd(p + at, 4) != SIG_END64)
+            rd(p + at, 4) != ACCEL__ZIP_SIG_END64)
             return bad(path, "the ZIP64 locator points to no ZIP64 end record");
         const unsigned char *z = p + at;
         if (rd(z + 16, 4) != 0 || rd(z + 20, 4) != 0)
@@ -131,13 +126,13 @@ static accel_status read_entry(const char *path, const unsigned char *p, const c
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s' is stored but its sizes differ (%llu, %llu)", path,
                                name, (unsigned long long)csize, (unsigned long long)usize);
     /* the local header: where the bytes start (its own name and extra lengths) */
-    if (off > cd->offset || cd->offset - off < LOCAL_BYTES || rd(p + off, 4) != SIG_LOCAL)
+    if (off > cd->offset || cd->offset - off < ACCEL__ZIP_LOCAL_BYTES || rd(p + off, 4) != ACCEL__ZIP_SIG_LOCAL)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s': no local header at offset %llu", path, name,
                                (unsigned long long)off);
     const unsigned char *l = p + off;
     uint64_t lname = rd(l + 26, 2), lextra = rd(l + 28, 2);
-    uint64_t data_at = off + LOCAL_BYTES + lname + lextra;
-    if (lname != name_len || data_at > cd->offset || memcmp(l + LOCAL_BYTES, name, name_len) != 0)
+    uint64_t data_at = off + ACCEL__ZIP_LOCAL_BYTES + lname + lextra;
+    if (lname != name_len || data_at > cd->offset || memcmp(l + ACCEL__ZIP_LOCAL_BYTES, name, name_len) != 0)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s': its local header disagrees with the central "
                                "directory", path, name);
     if (csize > cd->offset - data_at)
@@ -164,7 +159,7 @@ accel_status accel__zip_read_dir(const char *path, const unsigned char *p, size_
     accel_status st = ACCEL_OK;
     for (uint64_t i = 0; i < cd.n && !st; i++) {
         const unsigned char *c = p + at;
-        if (end - at < CENTRAL_BYTES || rd(c, 4) != SIG_CENTRAL) {
+        if (end - at < CENTRAL_BYTES || rd(c, 4) != ACCEL__ZIP_SIG_CENTRAL) {
             st = bad(path, "a central directory entry is missing or cut short");
             break;
         }

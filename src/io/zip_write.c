@@ -3,17 +3,12 @@
 #include <zlib.h>
 
 #include "accel/core.h"
+#include "io/zip_format.h"
 #include "io/zip_internal.h"
 
-#define SIG_LOCAL 0x04034b50u
 #define SIG_DESCRIPTOR 0x08074b50u
-#define SIG_CENTRAL 0x02014b50u
-#define SIG_END64 0x06064b50u
-#define SIG_LOCATOR64 0x07064b50u
-#define SIG_END 0x06054b50u
 #define FLAG_UTF8 0x0800u       /* bit 11: UTF-8 names */
 #define FLAG_DESCRIPTOR 0x0008u /* bit 3: CRC-32 and sizes in a descriptor after the data */
-#define LOCAL_HEADER_BYTES 30
 #define PAD_HEADER_BYTES 4 /* "FB" + u16 length */
 
 /* Little-endian field writer over a caller's buffer. */
@@ -71,11 +66,11 @@ accel_status accel__zip_begin(accel__zip *z, const char *name, uint64_t size) {
     accel_status st = add_entry(z, name, size);
     if (st) return st;
     /* The data starts after header, name and the pad field: align it to 64. */
-    uint64_t data_at = z->pos + LOCAL_HEADER_BYTES + name_len + PAD_HEADER_BYTES;
+    uint64_t data_at = z->pos + ACCEL__ZIP_LOCAL_BYTES + name_len + PAD_HEADER_BYTES;
     size_t pad = (size_t)((ACCEL__ZIP_ALIGN - data_at % ACCEL__ZIP_ALIGN) % ACCEL__ZIP_ALIGN);
-    unsigned char head[LOCAL_HEADER_BYTES], padding[PAD_HEADER_BYTES + ACCEL__ZIP_ALIGN];
+    unsigned char head[ACCEL__ZIP_LOCAL_BYTES], padding[PAD_HEADER_BYTES + ACCEL__ZIP_ALIGN];
     le_buf b = {head};
-    put32(&b, SIG_LOCAL);
+    put32(&b, ACCEL__ZIP_SIG_LOCAL);
     put16(&b, 0);     /* version needed (torch writes 0) */
     put16(&b, flags_of(&z->entries[z->n - 1]));
     put16(&b, 0);     /* method: stored */
@@ -134,7 +129,7 @@ accel_status accel__zip_record(accel__zip *z, const char *name, const void *p, s
 static accel_status write_central_entry(accel__zip *z, const accel__zip_entry *e) {
     unsigned char h[46];
     le_buf b = {h};
-    put32(&b, SIG_CENTRAL);
+    put32(&b, ACCEL__ZIP_SIG_CENTRAL);
     put16(&b, 0);     /* version made by */
     put16(&b, 0);     /* version needed */
     put16(&b, flags_of(e));
@@ -159,7 +154,7 @@ static accel_status write_end(accel__zip *z, uint64_t cd_offset, uint64_t cd_siz
     unsigned char t[56 + 20 + 22];
     le_buf b = {t};
     uint64_t end64_at = z->pos;
-    put32(&b, SIG_END64);
+    put32(&b, ACCEL__ZIP_SIG_END64);
     put64(&b, 44);          /* size of the rest of this record */
     put16(&b, 0x031e);      /* version made by: unix, 3.0 */
     put16(&b, 0x002d);      /* version needed: 4.5 (ZIP64) */
@@ -169,11 +164,11 @@ static accel_status write_end(accel__zip *z, uint64_t cd_offset, uint64_t cd_siz
     put64(&b, (uint64_t)z->n);
     put64(&b, cd_size);
     put64(&b, cd_offset);
-    put32(&b, SIG_LOCATOR64);
+    put32(&b, ACCEL__ZIP_SIG_LOCATOR64);
     put32(&b, 0);
     put64(&b, end64_at);
     put32(&b, 1);           /* disks */
-    put32(&b, SIG_END);
+    put32(&b, ACCEL__ZIP_SIG_END);
     put16(&b, 0);
     put16(&b, 0);
     put16(&b, (uint32_t)z->n);
