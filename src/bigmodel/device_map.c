@@ -168,9 +168,7 @@ accel_device_map *accel_device_map_load(const char *path) {
         accel_status st = dev ? accel_device_map_set(m, key, dev)
                               : accel_set_error(ACCEL_ERR_FORMAT, "the value is neither a device name nor a GPU index");
         if (st) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", accel_last_error());
-            accel_set_error(st, "%s: key '%s': %s", path, key, why);
+            accel_set_error(st, "%s: key '%s': %s", path, key, accel_last_error()); /* formatted aside: no copy */
             accel_device_map_free(m);
             m = NULL;
         }
