@@ -53,6 +53,9 @@ static const struct {
     {"gpt2", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_untied", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_long", "GPT2LMHeadModel", "GPT2Block"},
+    {"mixtral", "MixtralForCausalLM", "MixtralDecoderLayer"},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
+    {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -117,7 +120,12 @@ static void check_training_step(const char *dir, accel_safetensors *st, const ch
     accel_module_train(m, false); /* the fixture's step ran in transformers' eval(): GPT-2's dropout off */
     accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
     accel_tensor *loss = accel_llama_loss(m, ids);
-    CHECK_MSG(loss != NULL, "%s: %s", name, accel_last_error());
+    if (checkpointing && c.output_router_logits) { /* the routers' statistics would not outlive a layer */
+        CHECK_MSG(!loss && strstr(accel_last_error(), "is not implemented with gradient checkpointing"), "%s: %s",
+                  name, loss ? "loss computed" : accel_last_error());
+        loss = NULL;
+    } else
+        CHECK_MSG(loss != NULL, "%s: %s", name, accel_last_error());
     if (loss) {
         check_tensor_close(st, "loss", loss, 1e-5, 0);
         CHECK_MSG(accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
@@ -420,15 +428,18 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 10);
-    accel__arch bad[5];
-    for (int i = 0; i < 5; i++) bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : "phi3");
+    CHECK(n == 12);
+    accel__arch bad[7];
+    for (int i = 0; i < 7; i++)
+        bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
     bad[0].multipliers = true;
     bad[1].sandwich_norms = true;
     bad[2].fused_gate_up = true;
     bad[3].qk_norm = true;
     bad[4].qk_norm_full = true;
-    for (int i = 0; i < 5; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
+    bad[5].fused_gate_up = true;
+    bad[6].gemma_blocks = true;
+    for (int i = 0; i < 7; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
     accel__arch q = *accel__arch_find("qwen3");
     q.qk_norm_full = true;
     CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));

@@ -44,6 +44,7 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.core_model_loading import revert_weight_conversion
 
 BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
@@ -92,6 +93,17 @@ FIXTURES = {
                                  scale_attn_weights=False, tie_word_embeddings=False), dict(seed=10, new_tokens=21)),
     # room in n_positions for the prompt and 32 greedy tokens
     "gpt2_long": ("gpt2", dict(vocab_size=64, n_positions=40)),
+    # mixtures of experts: Mixtral's 2 of 4 with the load-balancing loss in the
+    # loss (a coefficient that shows in it) and a window; Qwen3-MoE's 3 of 8
+    # renormalised, a dense layer 0 (decoder_sparse_step 2) and a sparse layer
+    # 1; and 2 of 6 unnormalised, every layer sparse, with the balancing loss
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+                                output_router_logits=True, router_aux_loss_coef=0.05), dict(seed=11)),
+    "qwen3_moe": ("qwen3_moe", dict(num_experts=8, num_experts_per_tok=3, moe_intermediate_size=16,
+                                    norm_topk_prob=True, decoder_sparse_step=2), dict(seed=12)),
+    "qwen3_moe_balance": ("qwen3_moe", dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=24,
+                                            output_router_logits=True, router_aux_loss_coef=0.05),
+                          dict(seed=13)),
 }
 
 # fixtures whose generation also goes from text (TEXT_PROMPT) through a tokenizer.json
@@ -164,8 +176,11 @@ def expected(model, seed, new_tokens):
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     out["loss"] = loss.detach().float()
-    for name, p in model.named_parameters():
-        out["g." + name] = p.grad.detach().float()
+    # under the checkpoint's names (the mixtures' experts.N.w1 ..., as
+    # save_pretrained writes them, not the fused experts.gate_up_proj)
+    grads = {name: p.grad.detach().float() for name, p in model.named_parameters()}
+    for name, t in revert_weight_conversion(model, grads).items():
+        out["g." + name] = t
     out["greedy"] = greedy(model, prompt, new_tokens)
     return {k: t.contiguous() for k, t in out.items()}
 

@@ -266,7 +266,8 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2" (docs/nn.md: what each changes). */
+     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2", "mixtral",
+     * "qwen3_moe" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -306,6 +307,26 @@ typedef struct accel_llama_config {
     int64_t eos_token_ids[ACCEL_MAX_EOS_TOKEN_IDS];
     int n_eos_token_ids;
     bool eos_is_list;
+    /* Mixture of experts ("mixtral", "qwen3_moe"; docs/nn.md "Mixtures of
+     * experts"). num_local_experts (Qwen's num_experts; 0: every MLP dense)
+     * expert MLPs in each sparse layer, of moe_intermediate_size (Mixtral:
+     * intermediate_size); a router (`gate`, Linear hidden -> experts) picks
+     * num_experts_per_tok of them per token by softmax probability, their
+     * outputs weighted by those probabilities, renormalised to sum to 1
+     * (always for Mixtral, with norm_topk_prob for Qwen). Layer i is sparse
+     * when (i + 1) % decoder_sparse_step == 0 (0 or 1: every layer), else a
+     * dense MLP of intermediate_size. With output_router_logits,
+     * accel_llama_loss adds router_aux_loss_coef times the load-balancing
+     * loss. router_jitter_noise (Mixtral) scales the MoE input by uniform
+     * noise in [1 - j, 1 + j] while the model trains. */
+    int64_t num_local_experts;
+    int64_t num_experts_per_tok;
+    int64_t moe_intermediate_size;
+    int64_t decoder_sparse_step;
+    bool norm_topk_prob;
+    bool output_router_logits;
+    double router_aux_loss_coef;
+    double router_jitter_noise;
 } accel_llama_config;
 
 /* transformers' LlamaConfig defaults (vocab 32000, hidden 4096, ...). */
@@ -319,6 +340,9 @@ const char *accel_module_decoder_layer_class(const accel_module *m);
 /* The most decoder layers accel builds: the module tree is held in memory
  * (13 modules a layer); real checkpoints have well under 200. */
 #define ACCEL_LLAMA_MAX_LAYERS 65536
+/* The most experts of a mixture-of-experts layer accel builds (real
+ * checkpoints have up to a few hundred). */
+#define ACCEL_MOE_MAX_EXPERTS 65536
 /* ACCEL_OK when accel_llama_new can build cfg: sizes positive, heads a multiple
  * of kv heads, head_dim even, at most ACCEL_LLAMA_MAX_LAYERS layers, and the
  * weights' bytes fit in int64 (every product overflow-checked). Else

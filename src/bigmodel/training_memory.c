@@ -795,9 +795,7 @@ static void outer_step(ledger *l) {
  * of T positions (src/nn/llama.c attention_body): its window bites, scores
  * are soft-capped, or GPT-2's attention dropout acts. */
 static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
-    bool windowed = c->sliding_window > 0 &&
-                    (a->window == ACCEL__WINDOW_EVEN ? i % 2 == 0 : i >= c->max_window_layers);
-    return (windowed && T > c->sliding_window) || (a->softcap && c->attn_logit_softcapping > 0) ||
+    return (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) || (a->softcap && c->attn_logit_softcapping > 0) ||
            (a->blocks == ACCEL__BLOCKS_GPT2 && c->attn_pdrop > 0);
 }
 

@@ -281,10 +281,10 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
     if (a->window == ACCEL__WINDOW_EVEN) return check_even_layer_types(root, file, c);
     bool use = false;
-    if (get_bool(root, file, "use_sliding_window", &use) ||
-        get_int(root, file, "max_window_layers", &c->max_window_layers, true, false))
-        return accel_last_status();
+    if (get_bool(root, file, "use_sliding_window", &use)) return accel_last_status();
     if (!use) c->sliding_window = 0;
+    if (a->window == ACCEL__WINDOW_USE_ALL) return ACCEL_OK; /* max_window_layers and layer_types unread */
+    if (get_int(root, file, "max_window_layers", &c->max_window_layers, true, false)) return accel_last_status();
     json_t *lt = json_object_get(root, "layer_types");
     if (!lt || json_is_null(lt)) return ACCEL_OK;
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
@@ -304,6 +304,31 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
                                    "sliding_attention one is not implemented", file);
     }
     c->max_window_layers = first_sliding;
+    return ACCEL_OK;
+}
+
+/* The mixture-of-experts keys of Mixtral's and Qwen3-MoE's configs (other
+ * families' configs are not read for them, as transformers' are not). */
+static accel_status parse_moe(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+    if (!a->moe) return ACCEL_OK;
+    bool qwen = a->moe == ACCEL__MOE_QWEN;
+    /* either name (transformers 5 maps num_experts to num_local_experts; the latter wins) */
+    if (get_int(root, file, "num_experts", &c->num_local_experts, qwen, false) ||
+        get_int(root, file, "num_local_experts", &c->num_local_experts, qwen, false) ||
+        get_int(root, file, "num_experts_per_tok", &c->num_experts_per_tok, false, false) ||
+        get_bool(root, file, "output_router_logits", &c->output_router_logits) ||
+        get_real(root, file, "router_aux_loss_coef", &c->router_aux_loss_coef))
+        return accel_last_status();
+    if (!qwen) return get_real(root, file, "router_jitter_noise", &c->router_jitter_noise);
+    if (get_int(root, file, "moe_intermediate_size", &c->moe_intermediate_size, false, false) ||
+        get_int(root, file, "decoder_sparse_step", &c->decoder_sparse_step, false, false) ||
+        get_bool(root, file, "norm_topk_prob", &c->norm_topk_prob))
+        return accel_last_status();
+    json_t *v = json_object_get(root, "mlp_only_layers");
+    if (v && !json_is_null(v) && !json_is_array(v)) return bad_type(file, "mlp_only_layers", "a list of layer indices");
+    if (json_array_size(v))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mlp_only_layers (dense layers by index) is not implemented: "
+                               "accel makes layers dense by decoder_sparse_step only", file);
     return ACCEL_OK;
 }
 
@@ -446,7 +471,8 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         parse_rope(root, file, "rope_parameters", a, c) ||
         check_fixed(root, file, a, c) ||
         parse_scalings(root, file, a, c) ||
-        parse_window(root, file, a, c))
+        parse_window(root, file, a, c) ||
+        parse_moe(root, file, a, c))
         return accel_last_status();
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
@@ -514,6 +540,8 @@ static accel_status check_reals(const accel_llama_config *c) {
         {"attn_pdrop", c->attn_pdrop, true},
         {"resid_pdrop", c->resid_pdrop, true},
         {"embd_pdrop", c->embd_pdrop, true},
+        {"router_aux_loss_coef", c->router_aux_loss_coef, true},
+        {"router_jitter_noise", c->router_jitter_noise, true},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++)
         if (!isfinite(R[i].v) || R[i].v < 0 || (R[i].v == 0 && !R[i].zero_ok))
@@ -529,6 +557,13 @@ static double nonzero(double v, double d) { return v != 0 ? v : d; }
 static void write_real(FILE *m, const char *key, double v) {
     char b[40] = "null";
     if (v != 0) py_float(b, sizeof b, v);
+    fprintf(m, "  \"%s\": %s,\n", key, b);
+}
+
+/* "key": v as Python writes a float, 0 as 0.0. */
+static void write_float(FILE *m, const char *key, double v) {
+    char b[40];
+    py_float(b, sizeof b, v);
     fprintf(m, "  \"%s\": %s,\n", key, b);
 }
 
@@ -681,6 +716,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (a->multipliers) write_real(m, "attention_multiplier", nonzero(c->attention_multiplier, 1.0));
     if (a->softcap) write_real(m, "attn_logit_softcapping", c->attn_logit_softcapping);
     write_token_id(m, a, c, false);
+    bool qwen_moe = a->moe == ACCEL__MOE_QWEN;
+    if (qwen_moe) fprintf(m, "  \"decoder_sparse_step\": %lld,\n", (long long)(c->decoder_sparse_step ? c->decoder_sparse_step : 1));
     if (a->multipliers) write_real(m, "embedding_multiplier", nonzero(c->embedding_multiplier, 1.0));
     write_token_id(m, a, c, true);
     if (a->softcap) write_real(m, "final_logit_softcapping", c->final_logit_softcapping);
@@ -697,18 +734,28 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     fprintf(m, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
     if (a->window == ACCEL__WINDOW_QWEN2) fprintf(m, "  \"max_window_layers\": %lld,\n", (long long)c->max_window_layers);
     if (a->mlp_bias) fprintf(m, "  \"mlp_bias\": %s,\n", c->mlp_bias ? "true" : "false");
-    fprintf(m,
-            "  \"model_type\": \"%s\",\n"
-            "  \"num_attention_heads\": %lld,\n"
-            "  \"num_hidden_layers\": %lld,\n"
-            "  \"num_key_value_heads\": %lld,\n",
-            a->model_type, (long long)c->num_attention_heads, (long long)c->num_hidden_layers, (long long)kv);
+    if (qwen_moe) fprintf(m, "  \"mlp_only_layers\": [],\n");
+    fprintf(m, "  \"model_type\": \"%s\",\n", a->model_type);
+    if (qwen_moe)
+        fprintf(m, "  \"moe_intermediate_size\": %lld,\n  \"norm_topk_prob\": %s,\n",
+                (long long)c->moe_intermediate_size, c->norm_topk_prob ? "true" : "false");
+    fprintf(m, "  \"num_attention_heads\": %lld,\n", (long long)c->num_attention_heads);
+    if (qwen_moe)
+        fprintf(m, "  \"num_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n", (long long)c->num_local_experts,
+                (long long)c->num_experts_per_tok);
+    else if (a->moe)
+        fprintf(m, "  \"num_experts_per_tok\": %lld,\n", (long long)c->num_experts_per_tok);
+    fprintf(m, "  \"num_hidden_layers\": %lld,\n  \"num_key_value_heads\": %lld,\n",
+            (long long)c->num_hidden_layers, (long long)kv);
+    /* transformers 5 writes num_local_experts for both; 4's Qwen3MoeConfig reads num_experts */
+    if (a->moe) fprintf(m, "  \"num_local_experts\": %lld,\n", (long long)c->num_local_experts);
     /* Phi3Config's top-level original_max_position_embeddings wins over rope_scaling's */
     if (a->defaults.rope_scaling.original_max_position_embeddings)
         fprintf(m, "  \"original_max_position_embeddings\": %lld,\n",
                 (long long)(c->rope_scaling.original_max_position_embeddings
                                 ? c->rope_scaling.original_max_position_embeddings
                                 : a->defaults.rope_scaling.original_max_position_embeddings));
+    if (a->moe) fprintf(m, "  \"output_router_logits\": %s,\n", c->output_router_logits ? "true" : "false");
     /* accel's embeddings have no padding row (nn.Embedding's padding_idx); a
      * family default such as Phi3Config's 32000 may also lie outside a small vocab */
     fprintf(m, "  \"pad_token_id\": null,\n");
@@ -727,6 +774,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     fprintf(m, "  \"rms_norm_eps\": %s,\n  \"rope_scaling\": ", eps);
     write_rope(m, &c->rope_scaling);
     fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
+    if (a->moe) write_float(m, "router_aux_loss_coef", c->router_aux_loss_coef);
+    if (a->moe == ACCEL__MOE_MIXTRAL) write_float(m, "router_jitter_noise", c->router_jitter_noise);
     if (a->window != ACCEL__WINDOW_NONE) {
         if (c->sliding_window) fprintf(m, "  \"sliding_window\": %lld,\n", (long long)c->sliding_window);
         else fprintf(m, "  \"sliding_window\": null,\n");
@@ -737,7 +786,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"transformers_version\": \"%s\",\n"
             "  \"use_cache\": true,\n",
             c->tie_word_embeddings ? "true" : "false", dt, TRANSFORMERS_VERSION);
-    if (a->window == ACCEL__WINDOW_QWEN2)
+    if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_USE_ALL)
         fprintf(m, "  \"use_sliding_window\": %s,\n", c->sliding_window ? "true" : "false");
     fprintf(m, "  \"vocab_size\": %lld\n}\n", (long long)c->vocab_size);
 written:

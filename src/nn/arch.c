@@ -69,6 +69,25 @@ static const accel__arch ARCHS[] = {
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
                   .model_type = "olmo2", TOKENS(-1, 50279)}},
+    /* Mixtral: Mistral's attention, experts in block_sparse_moe; eps 1e-5, theta 1e6 */
+    {.model_type = "mixtral", ARCH_OPS("Mixtral"), .window = ACCEL__WINDOW_ALL, .moe = ACCEL__MOE_MIXTRAL,
+     .moe_block = {"MixtralSparseMoeBlock", accel__moe_forward, NULL},
+     .expert = {"MixtralBlockSparseTop2MLP", accel__moe_expert_forward, NULL},
+     .defaults = {.vocab_size = 32000, .hidden_size = 4096, .intermediate_size = 14336, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .num_key_value_heads = 8, .max_position_embeddings = 4096 * 32,
+                  .rms_norm_eps = 1e-5, .rope_theta = 1e6, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "mixtral", .num_local_experts = 8, .num_experts_per_tok = 2,
+                  .router_aux_loss_coef = 0.001, LLAMA_TOKENS}},
+    /* Qwen3-MoE: Qwen3's attention (the window on every layer), experts in mlp */
+    {.model_type = "qwen3_moe", ARCH_OPS("Qwen3Moe"), .qk_norm = true, .attention_bias = true,
+     .window = ACCEL__WINDOW_USE_ALL, .moe = ACCEL__MOE_QWEN,
+     .moe_block = {"Qwen3MoeSparseMoeBlock", accel__moe_forward, NULL},
+     .defaults = {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .num_hidden_layers = 24,
+                  .num_attention_heads = 32, .num_key_value_heads = 4, .max_position_embeddings = 32768,
+                  .rms_norm_eps = 1e-6, .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "qwen3_moe", .sliding_window = 4096, .num_local_experts = 128,
+                  .num_experts_per_tok = 8, .moe_intermediate_size = 768, .decoder_sparse_step = 1,
+                  .router_aux_loss_coef = 0.001, TOKENS(-1, -1)}},
     /* GPT-2: GPT2Config() defaults (n_embd 768, n_layer 12, n_head 12, n_inner 4 n_embd,
      * n_positions 1024, layer_norm_epsilon 1e-5, dropouts 0.1, tied head) */
     {.model_type = "gpt2", .causal_lm = {"GPT2LMHeadModel", accel__decoder_no_forward, NULL},
@@ -96,7 +115,7 @@ const accel__arch *accel__arch_of_module(const accel_module *m) {
     for (size_t i = 0; i < N_ARCHS; i++) {
         const accel__arch *a = &ARCHS[i];
         if (m->ops == &a->causal_lm || m->ops == &a->model || m->ops == &a->layer || m->ops == &a->attn ||
-            m->ops == &a->mlp || m->ops == &a->norm)
+            m->ops == &a->mlp || m->ops == &a->norm || (a->moe && (m->ops == &a->moe_block || m->ops == &a->expert)))
             return a;
     }
     return NULL;
@@ -112,6 +131,9 @@ const char *accel__arch_unsupported(const accel__arch *a) {
     if (a->fused_qkv && (a->qk_norm || a->qk_norm_full))
         return "fused_qkv with q/k norms (the norms' child indices assume separate q/k/v projections)";
     if (a->qk_norm && a->qk_norm_full) return "qk_norm with qk_norm_full (one kind of q/k norm)";
+    if (a->moe && (a->fused_gate_up || a->blocks != ACCEL__BLOCKS_LLAMA))
+        return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
+    if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";
     return NULL;
 }
 
@@ -123,7 +145,23 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 }
 
 const char *accel__arch_names(void) {
-    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", \"gpt2\"";
+    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", "
+           "\"gpt2\", \"mixtral\", \"qwen3_moe\"";
+}
+
+bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i) {
+    if (c->sliding_window <= 0) return false;
+    switch (a->window) {
+    case ACCEL__WINDOW_EVEN: return i % 2 == 0;
+    case ACCEL__WINDOW_USE_ALL: return true;
+    case ACCEL__WINDOW_NONE: return false;
+    default: return i >= c->max_window_layers;
+    }
+}
+
+bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i) {
+    if (!a->moe || c->num_local_experts <= 0) return false;
+    return c->decoder_sparse_step <= 1 || (i + 1) % c->decoder_sparse_step == 0;
 }
 
 /* ---- the decoder-only families' row of the family table (family.h) */

@@ -15,6 +15,7 @@ typedef enum accel__window_rule {
     ACCEL__WINDOW_ALL,    /* every layer when sliding_window is set (Mistral) */
     ACCEL__WINDOW_QWEN2,  /* only with use_sliding_window, layers i >= max_window_layers (Qwen2/3) */
     ACCEL__WINDOW_EVEN,   /* layers 0, 2, 4, ... (transformers' default layer_types of Gemma2) */
+    ACCEL__WINDOW_USE_ALL, /* only with use_sliding_window, then every layer (Qwen3-MoE) */
 } accel__window_rule;
 
 /* The kind of blocks a family is built of. */
@@ -30,11 +31,28 @@ enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_
 enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
 enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP */
 
+/* What a family's sparse layers put in place of the MLP (docs/nn.md
+ * "Mixtures of experts"; moe.c). */
+typedef enum accel__moe {
+    ACCEL__MOE_NONE,
+    /* `block_sparse_moe`: gate (router), experts.N.{w1, w2, w3} (w2(silu(w1 x)
+     * w3 x)); the top-k probabilities always renormalised and kept in f32
+     * (Mixtral) */
+    ACCEL__MOE_MIXTRAL,
+    /* `mlp`: gate, experts.N.{gate,up,down}_proj (the family's MLP class);
+     * renormalised with norm_topk_prob, rounded to the weights' dtype; dense
+     * MLP layers where decoder_sparse_step says (Qwen3-MoE) */
+    ACCEL__MOE_QWEN,
+} accel__moe;
+
 typedef struct accel__arch {
     const char *model_type;
     /* transformers' classes: the module type names of the tree. `layer` is
      * the family's _no_split_modules (and FSDP's transformer layer class). */
     accel_module_ops causal_lm, model, layer, attn, mlp, norm;
+    /* with moe: the sparse block's class and an expert's (Qwen: `mlp`) */
+    accel__moe moe;
+    accel_module_ops moe_block, expert;
     bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
     bool qk_norm;        /* q_norm/k_norm: RMSNorm over head_dim of each head, before RoPE (Qwen3) */
     bool qk_norm_full;   /* q_norm/k_norm: RMSNorm over the whole q / k projection, before the head split (OLMo 2) */
@@ -82,6 +100,12 @@ const char *accel__arch_unsupported(const accel__arch *a);
  * ..." (Phi3Config.validate_rope: default and longrope only, after "su" and
  * "yarn" are read as longrope; a config.json of another would not load back). */
 accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key);
+/* Whether layer i of a model of row a and resolved config c attends to the
+ * last c->sliding_window keys only. */
+bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i);
+/* Whether layer i of a model of row a and resolved config c has the sparse
+ * block (a mixture of experts) in place of the MLP. */
+bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 
@@ -110,6 +134,10 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
+/* The sparse block of a's family (moe.c): [B, T, C] -> [B, T, C]. */
+accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x);
+/* Mixtral's expert: w2(silu(w1 x) * w3 x). */
+accel_tensor *accel__moe_expert_forward(accel_module *expert, accel_tensor *x);
 
 /* A decoder layer module of row a (type a->layer, index `index` of the
  * resolved config c, which outlives it) with no children yet (llama.c). */

@@ -101,7 +101,6 @@ static const accel_module_ops ROOT_OPS = {"BertForSequenceClassification", root_
 static const accel_module_ops MODEL_OPS = {"BertModel", model_forward, borrowed_impl};
 static const accel_module_ops EMB_OPS = {"BertEmbeddings", NULL, NULL};
 static const accel_module_ops ENCODER_OPS = {"BertEncoder", NULL, NULL};
-static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
 static const accel_module_ops LAYER_OPS = {"BertLayer", NULL, NULL};
 static const accel_module_ops ATTN_OPS = {"BertAttention", NULL, NULL};
 static const accel_module_ops SELF_OPS = {"BertSelfAttention", NULL, NULL};
@@ -209,7 +208,7 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
         ok = row && accel_zero_(row) == ACCEL_OK;
     }
     accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ENCODER_OPS, NULL)) : NULL;
-    accel_module *layers = add(encoder, "layer", accel_module_new(&LIST_OPS, NULL));
+    accel_module *layers = add(encoder, "layer", accel_module_new(&accel__module_list_ops, NULL));
     ok = layers != NULL;
     for (int64_t i = 0; ok && i < c->num_hidden_layers; i++) {
         char name[24];

@@ -28,6 +28,10 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
                                         int *first_layer, const char *who) {
     int L = n_layers(llama, who);
     if (L < 0) return accel_last_status();
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    if (c->output_router_logits && c->num_local_experts > 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: output_router_logits (the load-balancing loss of a "
+                               "mixture of experts) is not implemented under pipeline parallelism", who);
     accel_module *layers = accel__decoder_layers(llama);
     if (stages < 1 || L < stages)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d pipeline stages for a model of %d layers: every "

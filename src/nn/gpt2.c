@@ -8,7 +8,6 @@
 #include "arch.h"
 #include "nn_internal.h"
 
-static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
 
 /* GPT2MLP: c_proj(gelu_new(c_fc(x))); gelu_new is the tanh approximation. */
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x) {
@@ -56,7 +55,7 @@ accel_status accel__gpt2_build(accel_module *root, const accel__arch *a, const a
               accel_module_add_child(model, "wte", accel__embedding_create(c->vocab_size, c->hidden_size, dev, dt, std)) &&
               accel_module_add_child(model, "wpe", accel__embedding_create(c->max_position_embeddings, c->hidden_size,
                                                                            dev, dt, std));
-    accel_module *h = ok ? accel_module_add_child(model, "h", accel_module_new(&LIST_OPS, NULL)) : NULL;
+    accel_module *h = ok ? accel_module_add_child(model, "h", accel_module_new(&accel__module_list_ops, NULL)) : NULL;
     ok = h != NULL;
     for (int i = 0; ok && i < c->num_hidden_layers; i++) {
         char name[24];

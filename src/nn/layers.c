@@ -225,6 +225,8 @@ static accel_tensor *sequential_forward(accel_module *m, accel_tensor *x) {
     return x;
 }
 
+const accel_module_ops accel__module_list_ops = {"ModuleList", NULL, NULL};
+
 static const accel_module_ops SEQUENTIAL_OPS = {"Sequential", sequential_forward, NULL};
 
 /* children[i] when it is ours to free after a failed add; NULL when it

@@ -8,6 +8,7 @@
 #include "arch.h"
 #include "decoder_cp.h"
 #include "decoder_pipeline.h"
+#include "moe.h"
 #include "nn_internal.h"
 #include "ops/attention.h"
 #include "ops/attention_masked.h"
@@ -38,23 +39,73 @@ accel_llama_config accel_llama_config_default(void) {
 }
 
 /* Bytes of all the weights (the head counted even when tied; `norms`
- * hidden-size norms a layer), or -1 when that overflows int64: every size
- * here comes from a file. */
-static int64_t weight_bytes(const accel_llama_config *c, int64_t norms) {
-    int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, layer, t, total;
+ * hidden-size norms a layer; a sparse layer's experts and router in place of
+ * its MLP), or -1 when that overflows int64: every size here comes from a file. */
+static int64_t weight_bytes(const accel__arch *a, const accel_llama_config *c, int64_t norms) {
+    int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, moe, layer, t, total, sparse = 0;
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) sparse += accel__arch_layer_sparse(a, c, i);
+    int64_t im = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size;
     /* || sequences the steps and stops at the first overflow */
     bool of = __builtin_mul_overflow(c->num_attention_heads, D, &qd) ||
               __builtin_mul_overflow(c->num_key_value_heads, D, &kvd) ||
               __builtin_add_overflow(qd, kvd, &t) || __builtin_add_overflow(t, kvd, &t) ||
               __builtin_add_overflow(t, qd, &t) || __builtin_mul_overflow(t, C, &attn) ||
               __builtin_mul_overflow(c->intermediate_size, C, &t) || __builtin_mul_overflow(t, 3, &mlp) ||
-              __builtin_add_overflow(attn, mlp, &layer) || __builtin_mul_overflow(C, norms, &t) ||
-              __builtin_add_overflow(layer, t, &layer) ||
+              /* an expert's three projections and its router row */
+              __builtin_mul_overflow(im, C, &t) || __builtin_mul_overflow(t, 3, &t) ||
+              __builtin_add_overflow(t, C, &t) || __builtin_mul_overflow(t, c->num_local_experts, &moe) ||
+              __builtin_mul_overflow(C, norms, &t) || __builtin_add_overflow(attn, t, &layer) ||
               __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
+              __builtin_mul_overflow(mlp, c->num_hidden_layers - sparse, &t) ||
+              __builtin_add_overflow(total, t, &total) || __builtin_mul_overflow(moe, sparse, &t) ||
+              __builtin_add_overflow(total, t, &total) ||
               __builtin_mul_overflow(c->vocab_size, C, &t) || __builtin_mul_overflow(t, 2, &t) ||
               __builtin_add_overflow(total, t, &total) || __builtin_add_overflow(total, C, &total) ||
               __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &total);
     return of ? -1 : total;
+}
+
+/* The mixture-of-experts fields: set only on a family with experts, each in
+ * its range and on the family that reads it (Mixtral's intermediate_size is
+ * its experts'; Qwen's have moe_intermediate_size). */
+static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *c, const char *who) {
+    bool mixtral = a->moe == ACCEL__MOE_MIXTRAL, qwen = a->moe == ACCEL__MOE_QWEN;
+    struct { const char *key; bool set, has; } F[] = {
+        {"num_local_experts", c->num_local_experts != 0, a->moe},
+        {"num_experts_per_tok", c->num_experts_per_tok != 0, a->moe},
+        {"output_router_logits", c->output_router_logits, a->moe},
+        {"router_aux_loss_coef", c->router_aux_loss_coef != 0, a->moe},
+        {"moe_intermediate_size", c->moe_intermediate_size != 0, qwen},
+        {"decoder_sparse_step", c->decoder_sparse_step != 0, qwen},
+        {"norm_topk_prob", c->norm_topk_prob, qwen},
+        {"router_jitter_noise", c->router_jitter_noise != 0, mixtral},
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++)
+        if (F[i].set && !F[i].has)
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models %s", who, F[i].key,
+                                   a->model_type, a->moe ? "do not read it" : "have no experts");
+    if (!a->moe) return ACCEL_OK;
+    const char *bad = NULL;
+    if (c->num_local_experts < (mixtral ? 1 : 0) || c->num_local_experts > ACCEL_MOE_MAX_EXPERTS)
+        bad = mixtral ? "num_local_experts must be in [1, 65536]" : "num_experts must be in [0, 65536]";
+    else if (c->num_local_experts > 0 &&
+             (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts))
+        bad = "num_experts_per_tok must be in [1, the number of experts]";
+    else if (qwen && c->num_local_experts > 0 && c->moe_intermediate_size <= 0)
+        bad = "moe_intermediate_size must be positive";
+    else if (c->decoder_sparse_step < 0)
+        bad = "decoder_sparse_step must be >= 0";
+    else if (!(c->router_aux_loss_coef >= 0 && isfinite(c->router_aux_loss_coef)))
+        bad = "router_aux_loss_coef must be finite and >= 0";
+    else if (!(c->router_jitter_noise >= 0 && c->router_jitter_noise < 1))
+        bad = "router_jitter_noise must be in [0, 1)";
+    if (bad)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s (experts %lld, per token %lld, moe_intermediate_size "
+                               "%lld, decoder_sparse_step %lld, router_aux_loss_coef %g, router_jitter_noise %g)",
+                               who, bad, (long long)c->num_local_experts, (long long)c->num_experts_per_tok,
+                               (long long)c->moe_intermediate_size, (long long)c->decoder_sparse_step,
+                               c->router_aux_loss_coef, c->router_jitter_noise);
+    return ACCEL_OK;
 }
 
 /* Gemma2's and Granite's scalings: finite and >= 0, set only on their
@@ -153,7 +204,8 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                                who, (long long)c->sliding_window, (long long)c->max_window_layers);
     if (accel__rope_check(c, who)) return accel_last_status();
-    if (weight_bytes(c, a->sandwich_norms ? 4 : 2) < 0)
+    if (resolve_moe(a, c, who)) return accel_last_status();
+    if (weight_bytes(a, c, a->sandwich_norms ? 4 : 2) < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the weights would take more than 2^63 bytes (vocab_size %lld, hidden_size "
                                "%lld, intermediate_size %lld, heads %lld x head_dim %lld, %lld layers)",
@@ -579,8 +631,6 @@ accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x) {
     return layer_body(layer, x, 0, NULL);
 }
 
-static const accel_module_ops LIST_OPS = {"ModuleList", NULL, NULL};
-
 /* The row of a causal LM root built here, else NULL. */
 static const accel__arch *root_arch(const accel_module *m) {
     const accel__arch *a = accel__arch_of_module(m);
@@ -637,8 +687,7 @@ accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llam
     li->index = index;
     li->heads = c->num_attention_heads;
     li->kv_heads = c->num_key_value_heads;
-    li->windowed = c->sliding_window > 0 &&
-                   (a->window == ACCEL__WINDOW_EVEN ? index % 2 == 0 : index >= c->max_window_layers);
+    li->windowed = accel__arch_layer_windowed(a, c, index);
     accel_module *layer = accel_module_new(&a->layer, li);
     if (!layer) accel_free(li);
     return layer;
@@ -659,7 +708,11 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
     bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
     accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&a->attn, NULL));
-    accel_module *mlp = accel_module_add_child(layer, "mlp", accel_module_new(&a->mlp, NULL));
+    /* a sparse layer's block in the MLP's place (Mixtral's named block_sparse_moe) */
+    bool sparse = accel__arch_layer_sparse(a, c, index);
+    accel_module *mlp = accel_module_add_child(layer, sparse && a->moe == ACCEL__MOE_MIXTRAL ? "block_sparse_moe" : "mlp",
+                                               sparse ? accel__moe_block_create(a, c, dev)
+                                                      : accel_module_new(&a->mlp, NULL));
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
     int64_t qn = a->qk_norm ? D : qd, kn = a->qk_norm ? D : kvd;
     /* the input norm's input: the embeddings in the first layer */
@@ -674,10 +727,11 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
               (!(a->qk_norm || a->qk_norm_full) ||
                (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev, 0)) &&
                 accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
-              (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
-                                : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
-                                      accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
-              accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)) &&
+              (sparse ||
+               ((a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
+                                  : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
+                                        accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
+                accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)))) &&
               /* the layer's forward (above): the input norm feeds the
                * attention, the second norm the MLP, unless the branches'
                * outputs are normalised (OLMo 2's outputs; Gemma 2's sandwich,
@@ -708,6 +762,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     if (!r) return NULL;
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
     r->tp_cut_open = false;
+    r->moe_aux = NULL;
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);
@@ -730,7 +785,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
               accel_module_add_child(model, "embed_tokens",
                                      accel__embedding_create(c->vocab_size, c->hidden_size, dev,
                                                              c->torch_dtype, c->initializer_range));
-    accel_module *layers = ok ? accel_module_add_child(model, "layers", accel_module_new(&LIST_OPS, NULL))
+    accel_module *layers = ok ? accel_module_add_child(model, "layers", accel_module_new(&accel__module_list_ops, NULL))
                               : NULL;
     ok = ok && layers;
     for (int i = 0; ok && i < c->num_hidden_layers; i++) {
@@ -834,6 +889,14 @@ accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, 
     return forward(llama, ids, cache, true);
 }
 
+/* Whether any decoder layer of llama checkpoints its activations. */
+static bool checkpointed(accel_module *llama) {
+    accel_module *layers = accel__decoder_layers(llama);
+    for (int i = 0; layers && i < layers->n_children; i++)
+        if (layers->children[i]->gradient_checkpointing) return true;
+    return false;
+}
+
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
     if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META) {
@@ -847,8 +910,36 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
      * the cross-entropy reads them in f32 as the copy would have held them) */
     accel_module *kept = accel__module_keep_outputs(llama);
     const accel__decoder_cp *cp = root_arch(llama) ? accel__decoder_cp_of(llama->impl) : NULL;
+    accel__decoder_root *root = cp ? llama->impl : NULL;
+    const accel_llama_config *c = root ? &root->cfg : NULL;
+    /* with output_router_logits: plus the load-balancing loss of the sparse layers' routers */
+    bool balance = c && c->output_router_logits && c->num_local_experts > 0;
+    accel__moe_aux aux;
+    /* a checkpointed layer keeps only its output: the routers' probabilities
+     * (and their graph) would be gone before the loss reads them */
+    const char *why = !balance            ? NULL
+                      : cp->pg            ? "under context parallelism"
+                      : accel_is_grad_enabled() && checkpointed(llama) ? "with gradient checkpointing"
+                                                                          : NULL;
+    if (why) {
+        accel__module_keep_outputs(kept);
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing loss of "
+                        "the experts' routers) is not implemented %s", why);
+        return NULL;
+    }
+    if (balance && accel__moe_aux_begin(&aux, c) != ACCEL_OK) {
+        accel__module_keep_outputs(kept);
+        return NULL;
+    }
+    if (balance) root->moe_aux = &aux;
     accel_tensor *loss = cp && cp->pg ? accel__decoder_cp_loss(llama, cp, ids)
                                       : accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
+    if (balance) {
+        root->moe_aux = NULL;
+        accel_tensor *lb = loss ? accel__moe_aux_loss(&aux, loss->device) : NULL;
+        loss = lb ? accel_add(loss, accel_mul_scalar(lb, c->router_aux_loss_coef)) : NULL;
+        accel__moe_aux_end(&aux);
+    }
     accel__module_keep_outputs(kept);
     return loss;
 }

@@ -19,6 +19,9 @@ int accel__module_unique_tensors(accel_module *root, bool params_only, accel_ten
 accel_module *accel__module_keep_outputs(accel_module *m);
 bool accel__module_outputs_kept(const accel_module *m);
 
+/* transformers' ModuleList: a container without a forward of its own. */
+extern const accel_module_ops accel__module_list_ops;
+
 /* Linear with a chosen init: init_std > 0 draws the weight from
  * normal(0, init_std) and zeros the bias (transformers' _init_weights);
  * init_std <= 0 is PyTorch's default kaiming-uniform. */

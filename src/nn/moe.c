@@ -1,0 +1,296 @@
+/* Mixtures of experts (arch.h accel__moe): the sparse block of Mixtral and
+ * Qwen3-MoE with transformers' module tree, names, routing and arithmetic,
+ * and the load-balancing loss of their causal LMs.
+ *
+ * The router is data: each token's experts are chosen on the host from the
+ * router's probabilities (as transformers' loop over the experts that got
+ * tokens reads them), and the rest is ops with gradients: each expert runs
+ * on the rows of its tokens (an embedding of the hidden states by token
+ * index), its output weighted by the token's routing weight, and each token
+ * sums its experts' outputs in ascending expert order, the order of
+ * transformers' index_add_ into zeros (bit-identical sums in every dtype).
+ * The routing weights are the probabilities masked to the chosen experts
+ * (and renormalised), so their gradient reaches the router as topk's does. */
+#include <math.h>
+#include <string.h>
+
+#include "accel/nn.h"
+#include "arch.h"
+#include "decoder_cp.h"
+#include "moe.h"
+#include "nn_internal.h"
+
+/* A sparse block: gate (router Linear hidden -> experts), experts (ModuleList). */
+enum { MOE_GATE = 0, MOE_EXPERTS = 1 };
+/* Mixtral's expert: transformers' construction order w1, w2, w3. */
+enum { EXPERT_W1 = 0, EXPERT_W2 = 1, EXPERT_W3 = 2 };
+
+typedef struct moe_impl {
+    const accel_llama_config *cfg; /* the root's (resolved), which outlives its layers */
+    const accel__arch *arch;
+} moe_impl;
+
+static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out, accel_device dev) {
+    return accel__linear_create(in, out, false, dev, c->torch_dtype, c->initializer_range);
+}
+
+/* One expert MLP of row a: Mixtral's w1/w2/w3, Qwen's gate/up/down_proj (its MLP class). */
+static accel_module *expert_new(const accel__arch *a, const accel_llama_config *c, accel_device dev) {
+    int64_t C = c->hidden_size, I = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size;
+    bool mixtral = a->moe == ACCEL__MOE_MIXTRAL;
+    accel_module *m = accel_module_new(mixtral ? &a->expert : &a->mlp, NULL);
+    bool ok = m && (mixtral ? accel_module_add_child(m, "w1", linear(c, C, I, dev)) &&
+                                  accel_module_add_child(m, "w2", linear(c, I, C, dev)) &&
+                                  accel_module_add_child(m, "w3", linear(c, C, I, dev))
+                            : accel_module_add_child(m, "gate_proj", linear(c, C, I, dev)) &&
+                                  accel_module_add_child(m, "up_proj", linear(c, C, I, dev)) &&
+                                  accel_module_add_child(m, "down_proj", linear(c, I, C, dev)));
+    if (!ok) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_config *c, accel_device dev) {
+    moe_impl *mi = accel_malloc(sizeof *mi);
+    if (!mi) return NULL;
+    mi->cfg = c;
+    mi->arch = a;
+    accel_module *block = accel_module_new(&a->moe_block, mi);
+    if (!block) {
+        accel_free(mi);
+        return NULL;
+    }
+    accel_module *experts = NULL;
+    bool ok = accel_module_add_child(block, "gate", linear(c, c->hidden_size, c->num_local_experts, dev)) &&
+              (experts = accel_module_add_child(block, "experts", accel_module_new(&accel__module_list_ops, NULL)));
+    for (int64_t e = 0; ok && e < c->num_local_experts; e++) {
+        char name[24];
+        snprintf(name, sizeof name, "%lld", (long long)e);
+        ok = accel_module_add_child(experts, name, expert_new(a, c, dev)) != NULL;
+    }
+    if (!ok) {
+        accel_module_free(block);
+        return NULL;
+    }
+    return block;
+}
+
+accel_tensor *accel__moe_expert_forward(accel_module *expert, accel_tensor *x) {
+    accel_module **p = expert->children;
+    accel_tensor *h = accel_swiglu(accel_module_call(p[EXPERT_W1], x), accel_module_call(p[EXPERT_W3], x));
+    return accel_module_call(p[EXPERT_W2], h);
+}
+
+/* ---------------------------------------------------------------- routing */
+
+/* Whether probability a at expert i ranks before b at expert j: larger
+ * first, NaN above all (torch.topk), the lower expert on ties. */
+static bool ranks_before(float a, int64_t i, float b, int64_t j) {
+    if (isnan(a) || isnan(b)) return isnan(a) && (!isnan(b) || i < j);
+    return a > b || (a == b && i < j);
+}
+
+/* sel[n K ..] = the K experts of row n of P [N, E], ascending expert order. */
+static void top_k(const float *P, int64_t N, int64_t E, int64_t K, int64_t *sel) {
+    for (int64_t n = 0; n < N; n++) {
+        const float *p = P + n * E;
+        int64_t *s = sel + n * K;
+        /* insertion into the K best so far, best first */
+        int64_t have = 0;
+        for (int64_t e = 0; e < E; e++) {
+            int64_t at = have;
+            while (at > 0 && ranks_before(p[e], e, p[s[at - 1]], s[at - 1])) at--;
+            if (at >= K) continue;
+            for (int64_t m = (have < K ? have : K - 1); m > at; m--) s[m] = s[m - 1];
+            s[at] = e;
+            if (have < K) have++;
+        }
+        /* ascending expert order: the order of the sums */
+        for (int64_t i = 1; i < K; i++)
+            for (int64_t j = i; j > 0 && s[j - 1] > s[j]; j--) {
+                int64_t t = s[j];
+                s[j] = s[j - 1];
+                s[j - 1] = t;
+            }
+    }
+}
+
+/* Where each token's rows go: tokens[] lists expert 0's tokens (ascending),
+ * then expert 1's, ...; first[e] is where expert e's begin (first[E] = N K);
+ * slot[k N + n] is the row of tokens[] holding token n's k-th expert
+ * (ascending expert order). */
+typedef struct routing {
+    int64_t *tokens, *first, *slot;
+    float *mask; /* [N, E]: 1 where a token chose the expert */
+} routing;
+
+static bool route(accel_arena *ar, const int64_t *sel, int64_t N, int64_t E, int64_t K, routing *r) {
+    r->tokens = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *r->tokens, 64);
+    r->first = accel_arena_alloc(ar, (size_t)(E + 1) * sizeof *r->first, 64);
+    r->slot = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *r->slot, 64);
+    r->mask = accel_arena_alloc(ar, (size_t)(N * E) * sizeof *r->mask, 64);
+    if (!r->tokens || !r->first || !r->slot || !r->mask) return false;
+    memset(r->first, 0, (size_t)(E + 1) * sizeof *r->first);
+    memset(r->mask, 0, (size_t)(N * E) * sizeof *r->mask);
+    for (int64_t i = 0; i < N * K; i++) r->first[sel[i] + 1]++;
+    for (int64_t e = 0; e < E; e++) r->first[e + 1] += r->first[e];
+    int64_t *cursor = accel_arena_alloc(ar, (size_t)E * sizeof *cursor, 64);
+    if (!cursor) return false;
+    memcpy(cursor, r->first, (size_t)E * sizeof *cursor);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e = sel[n * K + k], row = cursor[e]++;
+            r->tokens[row] = n;
+            r->slot[k * N + n] = row;
+            r->mask[n * E + e] = 1.0f;
+        }
+    return true;
+}
+
+/* A balanced routing of shapes only (meta tensors: no probabilities to
+ * read): token n's k-th expert is (n K + k) mod E, so each expert gets its
+ * share of the rows and the graph has the shapes a real step has. */
+static void route_balanced(int64_t *sel, int64_t N, int64_t E, int64_t K) {
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) sel[n * K + k] = (n * K + k) % E;
+        /* K <= E distinct experts; ascending after a rotation */
+        for (int64_t i = 1; i < K; i++)
+            for (int64_t j = i; j > 0 && sel[n * K + j - 1] > sel[n * K + j]; j--) {
+                int64_t t = sel[n * K + j];
+                sel[n * K + j] = sel[n * K + j - 1];
+                sel[n * K + j - 1] = t;
+            }
+    }
+}
+
+/* Host data as a tensor on dev (meta: shape only). */
+static accel_tensor *upload(accel_dtype dt, int ndim, const int64_t *shape, const void *data, accel_device dev) {
+    if (dev.type == ACCEL_DEV_META) return accel_empty_on(dt, ndim, shape, dev);
+    accel_tensor *t = accel_from_data(dt, ndim, shape, data);
+    return t && !accel_device_eq(t->device, dev) ? accel_to_device(t, dev) : t;
+}
+
+/* ---------------------------------------------------------------- the block */
+
+/* The load-balancing statistics of the forward in progress, when the loss
+ * collects them (accel__moe_aux_begin). */
+static accel__moe_aux *aux_of(const accel_llama_config *c) {
+    return ((const accel__decoder_root *)(const void *)c)->moe_aux;
+}
+
+/* Adds a layer's router logits [N, E] to the load-balancing statistics:
+ * softmax in the logits' dtype, the top K of those probabilities counted,
+ * the probabilities summed in f32 (transformers' load_balancing_loss_func). */
+static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tensor *probs32, const int64_t *sel,
+                            int64_t K) {
+    int64_t N = logits->shape[0], E = logits->shape[1];
+    accel_tensor *p = logits->dtype == ACCEL_F32 ? probs32 : accel_softmax(logits, 1);
+    if (!p) return accel_last_status();
+    if (p != probs32) { /* the counts of the top K in the logits' dtype */
+        accel_arena *ar = accel_step_arena();
+        accel_tensor *p32 = accel_to_dtype(p, ACCEL_F32);
+        float *P = accel_arena_alloc(ar, (size_t)(N * E) * sizeof *P, 64);
+        int64_t *s = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *s, 64);
+        if (!p32 || !P || !s || accel_tensor_to_host(p32, P) != ACCEL_OK) return accel_last_status();
+        top_k(P, N, E, K, s);
+        sel = s;
+        p = p32;
+    }
+    for (int64_t i = 0; i < N * K; i++) x->counts[sel[i]] += 1;
+    x->rows += N;
+    accel_tensor *sum = accel_sum(p, 1, (int[]){0}, false); /* [E] */
+    x->prob_sum = x->prob_sum ? accel_add(x->prob_sum, sum) : sum;
+    return x->prob_sum ? ACCEL_OK : accel_last_status();
+}
+
+accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
+    const moe_impl *mi = block->impl;
+    const accel_llama_config *c = mi->cfg;
+    const accel__arch *a = mi->arch;
+    accel_module *gate = block->children[MOE_GATE], **experts = block->children[MOE_EXPERTS]->children;
+    int64_t C = x->shape[x->ndim - 1], N = accel_numel(x) / C, E = c->num_local_experts, K = c->num_experts_per_tok;
+    accel_device dev = x->device;
+    bool meta = dev.type == ACCEL_DEV_META;
+    accel_tensor *h = accel_reshape(x, 2, (int64_t[]){N, C}); /* [N, C] */
+    if (h && a->moe == ACCEL__MOE_MIXTRAL && c->router_jitter_noise > 0 && block->training && !meta) {
+        /* Mixtral's jitter: the router and the experts see h times U(1 - j, 1 + j) */
+        accel_tensor *noise = accel_empty_on(h->dtype, 2, h->shape, dev);
+        if (!noise || accel_rng_uniform_(NULL, noise, 1.0 - c->router_jitter_noise, 1.0 + c->router_jitter_noise))
+            return NULL;
+        h = accel_mul(h, noise);
+    }
+    accel_tensor *logits = accel_module_call(gate, h);                 /* [N, E], the weights' dtype */
+    accel_tensor *probs = logits ? accel_softmax(accel_to_dtype(logits, ACCEL_F32), 1) : NULL; /* f32 */
+    if (!probs) return NULL;
+    accel_arena *ar = accel_step_arena();
+    int64_t *sel = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *sel, 64);
+    float *P = meta ? NULL : accel_arena_alloc(ar, (size_t)(N * E) * sizeof *P, 64);
+    routing r;
+    if (!sel || (!meta && !P)) return NULL;
+    if (meta) route_balanced(sel, N, E, K);
+    else if (accel_tensor_to_host(probs, P) != ACCEL_OK) return NULL;
+    else top_k(P, N, E, K, sel);
+    if (!route(ar, sel, N, E, K, &r)) return NULL;
+    accel__moe_aux *aux = aux_of(c);
+    if (aux && !meta && aux_add(aux, logits, probs, sel, K) != ACCEL_OK) return NULL;
+    /* routing weights [N, E]: the chosen experts' probabilities (renormalised) */
+    accel_tensor *w = accel_mul(probs, upload(ACCEL_F32, 2, (int64_t[]){N, E}, r.mask, dev));
+    if (a->moe == ACCEL__MOE_MIXTRAL || c->norm_topk_prob) w = accel_div(w, accel_sum(w, 1, (int[]){1}, true));
+    /* Qwen's weights in the weights' dtype; Mixtral's stay f32 (the product promotes) */
+    if (w && a->moe == ACCEL__MOE_QWEN && w->dtype != logits->dtype) w = accel_to_dtype(w, logits->dtype);
+    accel_tensor *wt = w ? accel_contiguous(accel_transpose(w, 0, 1)) : NULL; /* [E, N]: a row per expert */
+    accel_tensor *tokens = upload(ACCEL_I64, 1, (int64_t[]){N * K}, r.tokens, dev);
+    accel_tensor *slots = upload(ACCEL_I64, 2, (int64_t[]){K, N}, r.slot, dev);
+    accel_tensor **outs = accel_arena_alloc(ar, (size_t)E * sizeof *outs, 64);
+    if (!wt || !tokens || !slots || !outs) return NULL;
+    int n_out = 0;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t lo = r.first[e], hi = r.first[e + 1];
+        if (lo == hi) continue; /* no token chose it: not run (transformers' expert_hit) */
+        accel_tensor *ids = accel_slice(tokens, 0, lo, hi, 1);          /* [n_e] */
+        accel_tensor *y = accel_module_call(experts[e], accel_embedding(ids, h)); /* [n_e, C] */
+        accel_tensor *we = accel_embedding(ids, accel_reshape(accel_slice(wt, 0, e, e + 1, 1), 2, (int64_t[]){N, 1}));
+        y = accel_mul(y, we); /* [n_e, C] times [n_e, 1] */
+        if (y && y->dtype != h->dtype) y = accel_to_dtype(y, h->dtype);
+        if (!y) return NULL;
+        outs[n_out++] = y;
+    }
+    accel_tensor *Y = n_out == 1 ? outs[0] : accel_concat(n_out, outs, 0); /* [N K, C] */
+    accel_tensor *out = NULL;
+    for (int64_t k = 0; k < K && Y; k++) { /* token n's experts, ascending */
+        accel_tensor *g = accel_embedding(accel_reshape(accel_slice(slots, 0, k, k + 1, 1), 1, (int64_t[]){N}), Y);
+        out = out ? accel_add(out, g) : g;
+    }
+    return out ? accel_reshape(out, x->ndim, x->shape) : NULL;
+}
+
+/* ---------------------------------------------------------------- load balancing */
+
+accel_status accel__moe_aux_begin(accel__moe_aux *x, const accel_llama_config *c) {
+    memset(x, 0, sizeof *x);
+    x->experts = c->num_local_experts;
+    x->counts = accel_calloc((size_t)x->experts, sizeof *x->counts);
+    return x->counts ? ACCEL_OK : accel_last_status();
+}
+
+accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev) {
+    int64_t E = x->experts;
+    if (!x->rows || !x->prob_sum) { /* no sparse layer ran: transformers' 0 */
+        accel_tensor *z = accel_empty_on(ACCEL_F32, 0, NULL, dev);
+        return z && accel_fill_(z, 0.0) == ACCEL_OK ? z : NULL;
+    }
+    float *share = accel_arena_alloc(accel_step_arena(), (size_t)E * sizeof *share, 64);
+    if (!share) return NULL;
+    for (int64_t e = 0; e < E; e++) share[e] = (float)x->counts[e] / (float)x->rows;
+    /* sum(tokens_per_expert * router_prob_per_expert) * num_experts */
+    accel_tensor *tpe = upload(ACCEL_F32, 1, &E, share, dev);
+    accel_tensor *rpe = accel_mul_scalar(x->prob_sum, 1.0 / (double)x->rows);
+    return accel_mul_scalar(accel_sum_all(accel_mul(tpe, rpe)), (double)E);
+}
+
+void accel__moe_aux_end(accel__moe_aux *x) {
+    accel_free(x->counts);
+    memset(x, 0, sizeof *x);
+}
