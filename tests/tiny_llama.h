@@ -27,7 +27,8 @@ static inline accel_llama_config tiny_llama_config(void) {
 
 /* The same tiny model as another family of the architecture table:
  * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
- * logits, query_pre_attn_scalar 8), "granite" (its four multipliers). */
+ * logits, query_pre_attn_scalar 8), "granite" (its four multipliers),
+ * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12). */
 static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
     accel_manual_seed(seed);
     accel_llama_config c = tiny_llama_config();
@@ -35,6 +36,10 @@ static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
     if (!strcmp(model_type, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
     if (!strcmp(model_type, "gpt2")) c.num_key_value_heads = 4; /* as many kv heads as heads */
+    /* more experts than a micro-batch's tokens choose: some get none on a rank */
+    if (!strcmp(model_type, "mixtral")) c.num_local_experts = 8, c.num_experts_per_tok = 2;
+    if (!strcmp(model_type, "qwen3_moe"))
+        c.num_local_experts = 16, c.num_experts_per_tok = 2, c.moe_intermediate_size = 12, c.decoder_sparse_step = 1;
     if (!strcmp(model_type, "granite"))
         c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);

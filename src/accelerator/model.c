@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "core/core_internal.h"
 #include "fp8_scaling.h"
 #include "nn/family.h"
 #include "nn/fp8_modules.h"
@@ -256,17 +257,29 @@ static void grad_ready(accel_tensor *leaf, void *ctx) {
     }
 }
 
+static void pass_begin(void *ctx) {
+    accel_accelerator *acc = ctx;
+    for (int i = 0; i < acc->n_models; i++) {
+        accel__model *pm = &acc->models[i];
+        if (pm->strat->pass_begin) pm->strat->pass_begin(acc, pm);
+    }
+}
+
 void accel__backward_begin(accel_accelerator *acc) {
     bool any = false;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         any |= pm->strat->begin_backward(acc, pm);
     }
-    if (any) accel_set_grad_ready_hook(grad_ready, acc);
+    if (any) {
+        accel_set_grad_ready_hook(grad_ready, acc);
+        accel__set_pass_begin_hook(pass_begin, acc);
+    }
 }
 
 accel_status accel__backward_end(accel_accelerator *acc) {
     accel_set_grad_ready_hook(NULL, NULL);
+    accel__set_pass_begin_hook(NULL, NULL);
     accel_status first = ACCEL_OK;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];

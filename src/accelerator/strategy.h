@@ -57,6 +57,9 @@ struct accel__strategy {
     bool (*begin_backward)(accel_accelerator *acc, accel__model *pm);
     bool (*grad_ready)(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
     accel_status (*end_backward)(accel_accelerator *acc, accel__model *pm);
+    /* Optional: the walk that fires grad_ready begins; accel__leaf_in_pass
+     * says which leaves it reaches (the others fire nothing). */
+    void (*pass_begin)(accel_accelerator *acc, accel__model *pm);
 
     /* Optimizer i, at prepare: NULL keeps the user's optimizer as it is;
      * else it is re-targeted to the model's shard (its state the strategy's

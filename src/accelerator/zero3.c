@@ -69,6 +69,7 @@
 #include "accelerator_internal.h"
 #include "zero3.h"
 #include "core/backend.h"
+#include "core/core_internal.h"
 #include "core/host_stage.h"
 #include "core/prepared.h"
 
@@ -1088,9 +1089,26 @@ accel_status accel__zero3_start(accel_accelerator *acc, accel__model *pm) {
 
 void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm) {
     accel__zero_model *zm = accel__zero_of(pm);
-    for (int k = 0; k < zm->n_units; k++) zm->units[k].pending = zm->units[k].count;
+    for (int k = 0; k < zm->n_units; k++) zm->units[k].pending = zm->units[k].count, zm->units[k].reduced = false;
     zm->reducing = -1;
     zm->reduce_status = ACCEL_OK;
+}
+
+/* A unit waits for the leaves this walk reaches, not for all of them: one
+ * that gets no gradient (an expert no token of this rank chose) would hold
+ * its unit's reduction back to the end of backward, after units that come
+ * later in the walk, while the ranks whose tokens chose it reduce the unit
+ * in its place: collectives in another order on each rank. */
+void accel__zero3_pass_begin(accel_accelerator *acc, accel__model *pm) {
+    (void)acc;
+    accel__zero_model *zm = accel__zero_of(pm);
+    accel_tensor **t = pm->fp->buffers[ACCEL_F32].tensors;
+    for (int k = 0; k < zm->n_units; k++) {
+        accel__unit *u = &zm->units[k];
+        if (u->pending != u->count) continue; /* a second walk in one backward: its count stands */
+        u->pending = 0;
+        for (int i = u->first; i < u->first + u->count; i++) u->pending += accel__leaf_in_pass(t[i]);
+    }
 }
 
 /* This rank's averaged piece of unit u's gradients, where the group left
@@ -1183,6 +1201,7 @@ static accel_status launch_reduce(accel_accelerator *acc, accel__model *pm, int 
     if (gst) grads_drop(acc, pm, u);
     if (!st) st = gst;
     u->pending = 0;
+    u->reduced = true;
     if (zm->reducing >= 0) {
         accel_status st2 = finish_reduce(acc, pm, &zm->units[zm->reducing]);
         if (!st) st = st2;
@@ -1240,7 +1259,7 @@ accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm)
     accel__zero_model *zm = accel__zero_of(pm);
     accel_status first = zm->reduce_status;
     for (int k = 0; k < zm->n_units; k++) { /* units whose leaves got no gradient: same order everywhere */
-        if (zm->units[k].pending <= 0) continue;
+        if (zm->units[k].reduced) continue;
         accel_status st = launch_reduce(acc, pm, k);
         if (!first) first = st;
     }

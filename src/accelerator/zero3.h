@@ -24,6 +24,8 @@ void accel__zero3_begin_backward(accel_accelerator *acc, accel__model *pm);
 bool accel__zero3_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
 /* Reduce-scatters what is left, adds every unit's piece into zgrad, drops the full buffers. */
 accel_status accel__zero3_end_backward(accel_accelerator *acc, accel__model *pm);
+/* The walk that fires grad_ready begins: each unit waits for the leaves it reaches. */
+void accel__zero3_pass_begin(accel_accelerator *acc, accel__model *pm);
 /* After the shard step: every unit released, so the next forward gathers the new weights. */
 accel_status accel__zero3_after_step(accel_accelerator *acc, accel__model *pm);
 /* Unit u's full parameters into the module's tensors (collective), and

@@ -59,6 +59,7 @@ const accel__strategy accel__strategy_zero3 = {
     .begin_backward = zero3_begin_backward,
     .grad_ready = accel__zero3_grad_ready,
     .end_backward = accel__zero3_end_backward,
+    .pass_begin = accel__zero3_pass_begin,
     .prepare_optimizer = accel__zero_prepare_optimizer,
     .optimizer_model = accel__zero_optimizer_model,
     .user_param = accel__zero_user_param,

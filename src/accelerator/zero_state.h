@@ -29,6 +29,7 @@ typedef struct accel__unit {
     accel_work *reduce;    /* the gradient reduce-scatter in flight */
     bool grads_staged;     /* a device reduce-scatter through host memory: in the model's zstage_grads */
     int pending;           /* leaves whose gradient this backward has not finished */
+    bool reduced;          /* its reduce-scatter of this backward has started */
 } accel__unit;
 
 typedef struct accel__zero_model {

@@ -19,6 +19,8 @@ static _Thread_local tape tl_tape;
 static _Thread_local bool tl_grad_disabled;
 static _Thread_local accel_grad_ready_fn tl_ready_fn;
 static _Thread_local void *tl_ready_ctx;
+static _Thread_local void (*tl_pass_fn)(void *ctx);
+static _Thread_local void *tl_pass_ctx;
 /* The output gradient of the node whose backward runs when it is shared
  * (ACCEL_TF_GRAD_SHARED), else NULL: nothing may take its elements over. */
 static _Thread_local const accel_tensor *tl_out_shared;
@@ -223,6 +225,13 @@ accel_status accel__grad_move_out(accel_node *n, accel_tensor *x, accel_tensor *
     return st;
 }
 
+void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx) {
+    tl_pass_fn = fn;
+    tl_pass_ctx = ctx;
+}
+
+bool accel__leaf_in_pass(const accel_tensor *t) { return t && t->ag_gen == tl_tape.pass; }
+
 static void fire_ready(accel_tensor *leaf) {
     if (tl_ready_fn) tl_ready_fn(leaf, tl_ready_ctx);
 }
@@ -262,6 +271,7 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad) {
             }
         }
     }
+    if (tl_ready_fn && tl_pass_fn) tl_pass_fn(tl_pass_ctx); /* not a checkpoint's nested walk */
     int failed = -1;
     for (int i = root->index; i >= 0 && st == ACCEL_OK; i--) {
         accel_node *n = t->nodes[i];

@@ -1071,7 +1071,12 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     static const char *FN = "accel_llama_activation_bytes";
     dims d;
     fam f;
-    if (check_opts(FN, cfg, o, out) != ACCEL_OK || !resolve(cfg, &d, &f, o)) return accel_last_status();
+    if (check_opts(FN, cfg, o, out) != ACCEL_OK) return accel_last_status();
+    const accel__arch *a = memchr(cfg->model_type, 0, sizeof cfg->model_type) ? accel__arch_find(cfg->model_type) : NULL;
+    if (a && a->moe && cfg->num_local_experts > 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activation estimate of %s's experts (a mixture of "
+                               "experts) is not implemented", FN, a->model_type);
+    if (!resolve(cfg, &d, &f, o)) return accel_last_status();
     step_kind k = kind_of(o);
     /* the two kinds of layer (attention through sdpa or explicit scores) */
     ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
@@ -1080,7 +1085,6 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
         layer_step(&lf[e], &lb[e], e);
     }
     outer_step(&outer);
-    const accel__arch *a = accel__arch_find(cfg->model_type);
     double n_explicit = 0;
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++) n_explicit += explicit_layer(cfg, a, i, o->seq_len);
     if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, n_explicit, o, &d, out))

@@ -123,6 +123,14 @@ bool accel__grad_first_is_step(const accel_tensor *t);
  * gradient to see whether it is 1 (a read that waits for a device's stream)
  * need not. */
 bool accel__grad_is_implicit_one(const accel_tensor *t);
+/* Called by the outermost backward walk of this thread (the one that fires
+ * the grad-ready hook), once it knows which leaves it will reach, before any
+ * node runs: there accel__leaf_in_pass tells them apart. NULL: none. */
+void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx);
+/* Whether leaf t gets a gradient in the backward walk now beginning (read
+ * from the pass-begin hook): a leaf no recorded node uses (an expert no
+ * token chose) gets none, and its grad-ready hook never fires. */
+bool accel__leaf_in_pass(const accel_tensor *t);
 /* Whether device d's memory is the host's (the cpu: reading it waits for
  * nothing); false for a device no backend serves. */
 bool accel__device_host_addressable(accel_device d);

@@ -25,6 +25,9 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
     if (a->qk_norm && a->gemma_blocks) /* the replicated per-head norm is a plain RMSNorm */
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (per-head q/k norms scaled by 1 + weight) have "
                                "no tensor-parallel plan", who, a->model_type);
+    if (a->moe && c->num_local_experts > 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tensor parallelism of %s's experts (a mixture of experts) "
+                               "is not implemented", who, a->model_type);
     int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads;
     const char *bad = H % tp ? "num_attention_heads"
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
