@@ -7,8 +7,9 @@
  * tokens reads them), and the rest is ops with gradients: each expert runs
  * on the rows of its tokens (an embedding of the hidden states by token
  * index), its output weighted by the token's routing weight, and each token
- * sums its experts' outputs in ascending expert order, the order of
- * transformers' index_add_ into zeros (bit-identical sums in every dtype).
+ * sums its K outputs in f32, in top-k order, rounded once to the hidden
+ * states' dtype: transformers 5's default experts implementation
+ * (grouped_mm: the weighted rows, then .sum(dim=1) of [tokens, K, hidden]).
  * The routing weights are the probabilities masked to the chosen experts
  * (and renormalised), so their gradient reaches the router as topk's does. */
 #include <math.h>
@@ -92,7 +93,7 @@ static bool ranks_before(float a, int64_t i, float b, int64_t j) {
     return a > b || (a == b && i < j);
 }
 
-/* sel[n K ..] = the K experts of row n of P [N, E], ascending expert order. */
+/* sel[n K ..] = the K experts of row n of P [N, E], best first (torch.topk's order). */
 static void top_k(const float *P, int64_t N, int64_t E, int64_t K, int64_t *sel) {
     for (int64_t n = 0; n < N; n++) {
         const float *p = P + n * E;
@@ -107,20 +108,13 @@ static void top_k(const float *P, int64_t N, int64_t E, int64_t K, int64_t *sel)
             s[at] = e;
             if (have < K) have++;
         }
-        /* ascending expert order: the order of the sums */
-        for (int64_t i = 1; i < K; i++)
-            for (int64_t j = i; j > 0 && s[j - 1] > s[j]; j--) {
-                int64_t t = s[j];
-                s[j] = s[j - 1];
-                s[j - 1] = t;
-            }
     }
 }
 
 /* Where each token's rows go: tokens[] lists expert 0's tokens (ascending),
  * then expert 1's, ...; first[e] is where expert e's begin (first[E] = N K);
- * slot[k N + n] is the row of tokens[] holding token n's k-th expert
- * (ascending expert order). */
+ * slot[k N + n] is the row of tokens[] holding token n's k-th expert (its
+ * k-th best). */
 typedef struct routing {
     int64_t *tokens, *first, *slot;
     float *mask; /* [N, E]: 1 where a token chose the expert */
@@ -153,16 +147,7 @@ static bool route(accel_arena *ar, const int64_t *sel, int64_t N, int64_t E, int
  * read): token n's k-th expert is (n K + k) mod E, so each expert gets its
  * share of the rows and the graph has the shapes a real step has. */
 static void route_balanced(int64_t *sel, int64_t N, int64_t E, int64_t K) {
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++) sel[n * K + k] = (n * K + k) % E;
-        /* K <= E distinct experts; ascending after a rotation */
-        for (int64_t i = 1; i < K; i++)
-            for (int64_t j = i; j > 0 && sel[n * K + j - 1] > sel[n * K + j]; j--) {
-                int64_t t = sel[n * K + j];
-                sel[n * K + j] = sel[n * K + j - 1];
-                sel[n * K + j - 1] = t;
-            }
-    }
+    for (int64_t i = 0; i < N * K; i++) sel[i] = i % E; /* K <= E: a token's K are distinct */
 }
 
 /* Host data as a tensor on dev (meta: shape only). */
@@ -252,17 +237,18 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
         accel_tensor *ids = accel_slice(tokens, 0, lo, hi, 1);          /* [n_e] */
         accel_tensor *y = accel_module_call(experts[e], accel_embedding(ids, h)); /* [n_e, C] */
         accel_tensor *we = accel_embedding(ids, accel_reshape(accel_slice(wt, 0, e, e + 1, 1), 2, (int64_t[]){N, 1}));
-        y = accel_mul(y, we); /* [n_e, C] times [n_e, 1] */
-        if (y && y->dtype != h->dtype) y = accel_to_dtype(y, h->dtype);
+        y = accel_mul(y, we); /* [n_e, C] times [n_e, 1]: Mixtral's promoted to f32 */
         if (!y) return NULL;
         outs[n_out++] = y;
     }
     accel_tensor *Y = n_out == 1 ? outs[0] : accel_concat(n_out, outs, 0); /* [N K, C] */
     accel_tensor *out = NULL;
-    for (int64_t k = 0; k < K && Y; k++) { /* token n's experts, ascending */
+    for (int64_t k = 0; k < K && Y; k++) { /* token n's k-th best, summed in f32 */
         accel_tensor *g = accel_embedding(accel_reshape(accel_slice(slots, 0, k, k + 1, 1), 1, (int64_t[]){N}), Y);
+        if (g && g->dtype != ACCEL_F32) g = accel_to_dtype(g, ACCEL_F32);
         out = out ? accel_add(out, g) : g;
     }
+    if (out && out->dtype != h->dtype) out = accel_to_dtype(out, h->dtype);
     return out ? accel_reshape(out, x->ndim, x->shape) : NULL;
 }
 
