@@ -6,6 +6,7 @@
 
 #include "accel/io.h"
 #include "check.h"
+#include "nn/arch.h"
 
 static char g_dir[64];
 
@@ -535,6 +536,91 @@ static void test_rope_window_edges(void) {
     accel_clear_error();
 }
 
+/* Mixtral and Qwen3-MoE: transformers' defaults, the expert keys read under
+ * either name, each bad value refused by name, what no family reads refused
+ * from the C struct, and a save that loads back to the same fields. */
+static void test_moe_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("mx.json", "{\"model_type\": \"mixtral\"}"), &c) == ACCEL_OK);
+    CHECK(c.num_local_experts == 8 && c.num_experts_per_tok == 2 && c.rms_norm_eps == 1e-5 && c.rope_theta == 1e6 &&
+          c.num_key_value_heads == 8 && c.sliding_window == 0 && c.router_aux_loss_coef == 0.001 &&
+          !c.output_router_logits && c.moe_intermediate_size == 0);
+    CHECK(accel_llama_config_load(write_cfg("qm.json", "{\"model_type\": \"qwen3_moe\"}"), &c) == ACCEL_OK);
+    CHECK(c.num_local_experts == 128 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 768 &&
+          c.decoder_sparse_step == 1 && !c.norm_topk_prob && c.sliding_window == 0);
+    /* the Hub's num_experts, transformers 5's num_local_experts (which wins) */
+    CHECK(accel_llama_config_load(write_cfg("qm2.json", "{\"model_type\": \"qwen3_moe\", \"num_experts\": 6, "
+                                            "\"num_experts_per_tok\": 2}"), &c) == ACCEL_OK && c.num_local_experts == 6);
+    CHECK(accel_llama_config_load(write_cfg("qm3.json", "{\"model_type\": \"qwen3_moe\", \"num_experts\": 6, "
+                                            "\"num_local_experts\": 4, \"num_experts_per_tok\": 2}"), &c) == ACCEL_OK &&
+          c.num_local_experts == 4);
+    /* Qwen3-MoE's window: every layer with use_sliding_window; max_window_layers unread */
+    CHECK(accel_llama_config_load(write_cfg("qm4.json", "{\"model_type\": \"qwen3_moe\", \"use_sliding_window\": true, "
+                                            "\"sliding_window\": 8, \"max_window_layers\": 3}"), &c) == ACCEL_OK);
+    const accel__arch *qa = accel__arch_find("qwen3_moe");
+    CHECK(c.sliding_window == 8 && accel__arch_layer_windowed(qa, &c, 0) && accel__arch_layer_windowed(qa, &c, 5));
+    /* decoder_sparse_step 2: layers 1, 3, ... sparse */
+    c.decoder_sparse_step = 2;
+    CHECK(!accel__arch_layer_sparse(qa, &c, 0) && accel__arch_layer_sparse(qa, &c, 1) &&
+          !accel__arch_layer_sparse(qa, &c, 2));
+    c.num_local_experts = 0; /* Qwen's num_experts 0: every layer dense */
+    CHECK(!accel__arch_layer_sparse(qa, &c, 1));
+
+    expect_error("me1.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 0}", ACCEL_ERR_FORMAT,
+                 "'num_local_experts' must be a positive integer");
+    expect_error("me2.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}",
+                 ACCEL_ERR_FORMAT, "num_experts_per_tok must be in [1, the number of experts]");
+    expect_error("me3.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [1]}", ACCEL_ERR_UNSUPPORTED,
+                 "mlp_only_layers (dense layers by index) is not implemented");
+    expect_error("me4.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": 1}", ACCEL_ERR_FORMAT,
+                 "'mlp_only_layers' must be a list of layer indices");
+    expect_error("me5.json", "{\"model_type\": \"mixtral\", \"router_jitter_noise\": 1.5}", ACCEL_ERR_FORMAT,
+                 "router_jitter_noise must be in [0, 1)");
+    expect_error("me6.json", "{\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 0}", ACCEL_ERR_FORMAT,
+                 "'moe_intermediate_size' must be a positive integer");
+    expect_error("me7.json", "{\"model_type\": \"mixtral\", \"router_aux_loss_coef\": -1}", ACCEL_ERR_FORMAT,
+                 "router_aux_loss_coef must be finite and >= 0");
+    expect_error("me8.json", "{\"model_type\": \"qwen3_moe\", \"norm_topk_prob\": 1}", ACCEL_ERR_FORMAT,
+                 "'norm_topk_prob' must be true or false");
+    expect_error("me9.json", "{\"model_type\": \"qwen3_moe\", \"num_experts\": 65537}", ACCEL_ERR_FORMAT,
+                 "num_experts must be in [0, 65536]");
+    /* from the C struct: a field no family of its kind reads */
+    accel_llama_config l = accel_llama_config_default();
+    l.num_local_experts = 4;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: num_local_experts is set, but llama models have no experts");
+    accel_llama_config mx = accel__arch_find("mixtral")->defaults;
+    mx.moe_intermediate_size = 64;
+    CHECK(accel_llama_config_check(&mx, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "moe_intermediate_size is set, but mixtral models do not read it");
+    mx = accel__arch_find("mixtral")->defaults;
+    mx.num_local_experts = 0;
+    CHECK(accel_llama_config_check(&mx, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_local_experts must be in [1, 65536]");
+
+    /* saved and loaded back: every expert field */
+    accel_llama_config w[2] = {accel__arch_find("mixtral")->defaults, accel__arch_find("qwen3_moe")->defaults};
+    w[0].num_local_experts = 6, w[0].num_experts_per_tok = 3, w[0].output_router_logits = true;
+    w[0].router_aux_loss_coef = 0.0, w[0].router_jitter_noise = 0.01;
+    w[1].num_local_experts = 0, w[1].moe_intermediate_size = 96, w[1].decoder_sparse_step = 2;
+    w[1].norm_topk_prob = true, w[1].router_aux_loss_coef = 0.02, w[1].sliding_window = 64;
+    for (int i = 0; i < 2; i++) {
+        char path[160];
+        snprintf(path, sizeof path, "%s/moe_%d.json", g_dir, i);
+        CHECK_MSG(accel_llama_config_save(path, &w[i]) == ACCEL_OK, "%s", accel_last_error());
+        accel_llama_config b;
+        CHECK_MSG(accel_llama_config_load(path, &b) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(b.num_local_experts == w[i].num_local_experts && b.num_experts_per_tok == w[i].num_experts_per_tok &&
+                      b.moe_intermediate_size == w[i].moe_intermediate_size &&
+                      b.decoder_sparse_step == w[i].decoder_sparse_step && b.norm_topk_prob == w[i].norm_topk_prob &&
+                      b.output_router_logits == w[i].output_router_logits &&
+                      b.router_aux_loss_coef == w[i].router_aux_loss_coef &&
+                      b.router_jitter_noise == w[i].router_jitter_noise && b.sliding_window == w[i].sliding_window,
+                  "%s: expert fields differ after a save", w[i].model_type);
+    }
+    accel_clear_error();
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_cfg_XXXXXX");
     if (!mkdtemp(g_dir)) return 2;
@@ -548,6 +634,7 @@ int main(void) {
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
     RUN(test_token_ids);
+    RUN(test_moe_fields);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 2;
