@@ -445,6 +445,107 @@ static void test_arch_rows_supported(void) {
     CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
 }
 
+/* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on
+ * disk (brought in by hooks only when a token chose them), the rest on the
+ * cpu: transformers' logits and greedy tokens, as fully loaded. */
+static void test_moe_offload(void) {
+    accel_safetensors *st = open_expected("data/hf_arch_mixtral");
+    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0.self_attn:cpu,"
+                                                   "model.layers.0.block_sparse_moe.gate:cpu,"
+                                                   "model.layers.0.block_sparse_moe.experts.1:disk,"
+                                                   "model.layers.0.block_sparse_moe.experts:cpu,"
+                                                   "model.layers.0.input_layernorm:cpu,"
+                                                   "model.layers.0.post_attention_layernorm:cpu,"
+                                                   "model.layers.1:disk,model.norm:cpu,lm_head:cpu");
+    accel_dispatched *d = NULL;
+    accel_module *m = map && st ? accel_llama_from_pretrained("data/hf_arch_mixtral", map, NULL, NULL, NULL, &d) : NULL;
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (m) {
+        accel_tensor *w = accel_module_get_tensor(m, "model.layers.0.block_sparse_moe.experts.1.w1.weight");
+        CHECK(w && w->device.type == ACCEL_DEV_META); /* on disk until a hook brings it in */
+        check_logits(m, st, "mixtral offloaded");
+        check_greedy(m, st, "mixtral offloaded");
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_device_map_free(map);
+    accel_safetensors_close(st);
+}
+
+/* Mixtral's router_jitter_noise: none in eval (the fixture's logits), the
+ * MoE input scaled by U(1 - j, 1 + j) while training (another loss, the
+ * same for the same seed), redrawn as it was when a checkpointed layer
+ * recomputes (the same gradients as without checkpointing). */
+static void test_moe_jitter(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_mixtral", &c) == ACCEL_OK);
+    c.router_jitter_noise = 0.2;
+    c.output_router_logits = false;
+    accel_safetensors *st = open_expected("data/hf_arch_mixtral");
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_mixtral/model.safetensors");
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && st && w, "%s", accel_last_error());
+    if (!m || !st || !w) goto out;
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int i = 0; i < sd->n; i++) CHECK(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK);
+    accel_module_train(m, false);
+    check_logits(m, st, "mixtral jitter, eval");
+    accel_module_train(m, true);
+    accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1);
+    double loss[3];
+    float *grads[2] = {NULL, NULL};
+    accel_tensor *g0 = accel_module_get_tensor(m, "model.layers.0.block_sparse_moe.gate.weight");
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *o = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h); /* for its zero_grad */
+    for (int run = 0; run < 3; run++) {
+        CHECK(accel_module_set_gradient_checkpointing(m, run == 2) == ACCEL_OK);
+        accel_manual_seed(run == 1 ? 8 : 7);
+        accel_tensor *l = accel_llama_loss(m, ids);
+        CHECK_MSG(l && accel_backward(l) == ACCEL_OK, "%s", accel_last_error());
+        loss[run] = l ? accel_item(l) : NAN;
+        if (run != 1 && g0->grad) {
+            grads[run / 2] = malloc((size_t)accel_numel(g0) * sizeof(float));
+            accel_tensor_to_host(g0->grad, grads[run / 2]);
+        }
+        accel_optimizer_zero_grad(o);
+        accel_step_reset();
+    }
+    accel_optimizer_free(o);
+    accel_tensor *want = accel_safetensors_tensor(st, "loss", -1);
+    double eval_loss = want ? accel_item(want) : NAN;
+    /* the fixture's loss has the balancing term: the jittered losses differ from it and from each other by far more */
+    CHECK_MSG(fabs(loss[0] - loss[1]) > 1e-4 && fabs(loss[0] - eval_loss) > 1e-4, "jitter: losses %g %g, eval %g",
+              loss[0], loss[1], eval_loss);
+    CHECK_MSG(loss[0] == loss[2], "jitter: checkpointed loss %.9g, plain %.9g", loss[2], loss[0]);
+    bool same = grads[0] && grads[1];
+    for (int64_t i = 0; same && i < accel_numel(g0); i++) same = grads[0][i] == grads[1][i];
+    CHECK_MSG(same, "jitter: the router's gradient differs under checkpointing");
+    free(grads[0]);
+    free(grads[1]);
+    accel_tensor_free(want);
+    accel_tensor_free(ids);
+    accel_state_dict_free(sd);
+out:
+    accel_module_free(m);
+    accel_safetensors_close(w);
+    accel_safetensors_close(st);
+    accel_clear_error();
+}
+
+/* On the meta device (init_empty_weights) a sparse block runs for shapes:
+ * [B, T, C] through a balanced routing, no probabilities read. */
+static void test_moe_meta(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_qwen3_moe", &c) == ACCEL_OK);
+    accel_module *m = accel_llama_new(&c, ACCEL_META_DEVICE);
+    accel_tensor *ids = m ? accel_empty_on(ACCEL_I64, 2, (int64_t[]){2, 5}, ACCEL_META_DEVICE) : NULL;
+    accel_tensor *y = ids ? accel_llama_forward(m, ids, NULL) : NULL;
+    CHECK_MSG(y && y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 5 && y->shape[2] == c.vocab_size &&
+                  y->device.type == ACCEL_DEV_META, "%s", accel_last_error());
+    accel_step_reset();
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_fixtures);
     RUN(test_gpt2_text_to_text);
@@ -454,5 +555,8 @@ int main(void) {
     RUN(test_gemma_bf16_norm);
     RUN(test_gemma_embed_scale_dtype);
     RUN(test_arch_rows_supported);
+    RUN(test_moe_offload);
+    RUN(test_moe_jitter);
+    RUN(test_moe_meta);
     return check_summary();
 }
