@@ -29,7 +29,14 @@ static int N, R;
 static accel_accelerator *A;
 
 #define STEPS 4
-#define TOKENS 5 /* per rank and micro-batch: 10 of Mixtral's 8 x 5 choices, 10 of Qwen's 16 x 5 */
+#define MAX_LAYERS 8
+
+/* A micro-batch: 3 x 14 tokens on one rank, 1 x 3 on the next (they
+ * alternate each step). 42 tokens choose 84 times from Mixtral's 8 and
+ * Qwen's 16 experts (usually all of them), 3 choose 6: a layer runs all its
+ * experts on one rank and leaves some out on another, which would then
+ * reduce that layer's gradients in another place of its backward. */
+static bool big_batch(int64_t step, int rank) { return (step + rank) % 2 == 0; }
 
 /* The three models: tiny_family's, and Mixtral with its balancing loss. */
 typedef enum { MIXTRAL, QWEN3_MOE, MIXTRAL_AUX } variant;
@@ -60,9 +67,11 @@ static accel_optimizer *optimizer(accel_module *m) {
 
 /* The loss of (step, micro-batch, rank): deterministic, other tokens on each rank. */
 static accel_tensor *loss_of(accel_module *m, int64_t step, int micro, int rank) {
-    int64_t k = step * 31 + micro * 7 + rank * 13, ids[TOKENS];
-    for (int i = 0; i < TOKENS; i++) ids[i] = (k * 5 + i * 11) % 40;
-    return accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, TOKENS), ids));
+    int64_t k = step * 31 + micro * 7 + rank * 13, ids[3 * 14];
+    bool big = big_batch(step, rank);
+    int rows = big ? 3 : 1, cols = big ? 14 : 3;
+    for (int i = 0; i < rows * cols; i++) ids[i] = (k * 5 + i * 11) % 40;
+    return accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(rows, cols), ids));
 }
 
 static double scalar(accel_tensor *t) { return t ? accel_item(t) : NAN; }
@@ -82,17 +91,24 @@ static double acc_step(accel_module *m, accel_optimizer *o, int64_t step) {
     return l;
 }
 
-/* Which of m's parameters (accel_module_parameters order) are experts' ("...experts.<e>..."). */
-static bool *expert_mask(accel_module *m, int *n_out) {
+/* The decoder layer of each of m's expert parameters
+ * ("model.layers.<l>. ... .experts.<e>. ..."), -1 for the others
+ * (accel_module_parameters order). */
+static int *expert_layers(accel_module *m, int *n_out) {
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
-    bool *is = calloc((size_t)n, sizeof *is);
+    int *is = malloc((size_t)n * sizeof *is);
     accel_state_dict *sd = accel_module_state_dict(m);
     CHECK(is && sd);
-    for (int j = 0; sd && j < sd->n; j++)
-        if (strstr(sd->entries[j].name, ".experts."))
-            for (int i = 0; i < n; i++)
-                if (ps[i] == sd->entries[j].t) is[i] = true;
+    for (int i = 0; is && i < n; i++) is[i] = -1;
+    for (int j = 0; is && sd && j < sd->n; j++) {
+        const char *name = sd->entries[j].name, *at = strstr(name, "layers.");
+        int l;
+        if (!strstr(name, ".experts.") || !at || sscanf(at, "layers.%d.", &l) != 1) continue;
+        CHECK(l >= 0 && l < MAX_LAYERS);
+        for (int i = 0; i < n; i++)
+            if (ps[i] == sd->entries[j].t) is[i] = l;
+    }
     accel_state_dict_free(sd);
     accel_free(ps);
     *n_out = n;
@@ -132,12 +148,18 @@ static void restore_weights(accel_module *m, float *masters) {
     free(masters);
 }
 
+/* What ref_step saw of the experts over the steps: expert tensors that got
+ * a gradient on some ranks and none on others (split), none on some rank
+ * (idle); layers that ran every expert on one rank and left one out on
+ * another (layers_split). */
+typedef struct moe_seen {
+    int split, idle, layers_split;
+} moe_seen;
+
 /* DDP by hand: plain backward of each micro-batch, then every gradient
  * all-reduced AVG tensor by tensor; an expert no token of this rank chose
- * has no gradient here and contributes zeros. Counts, in *split, the expert
- * tensors that got a gradient on some ranks but not on all this step. */
-static double ref_step(accel_module *m, accel_optimizer *o, const bool *is_expert, int64_t step, int *split,
-                       int *idle) {
+ * has no gradient here and contributes zeros. */
+static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, int64_t step, moe_seen *seen) {
     int accum = accel_accelerator_gradient_accumulation_steps(A);
     bool bf16 = accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16;
     float *masters = bf16 && accel_accelerator_zero_stage(A) == 3 ? round_weights_bf16(m) : NULL;
@@ -153,16 +175,23 @@ static double ref_step(accel_module *m, accel_optimizer *o, const bool *is_exper
     if (masters) restore_weights(m, masters);
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
-    float *ran = calloc((size_t)n, sizeof *ran); /* 1: this rank ran the tensor's expert */
+    /* per tensor: 1 where this rank ran it; per layer: all its experts ran, some did not; summed over the ranks */
+    float *ran = calloc((size_t)n + 2 * MAX_LAYERS, sizeof *ran), *all = ran + n, *some_idle = all + MAX_LAYERS;
     CHECK(ran != NULL);
-    for (int i = 0; ran && i < n; i++) ran[i] = ps[i]->grad != NULL;
-    if (ran && N > 1)
-        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ran, (size_t)n, ACCEL_F32, ACCEL_REDUCE_SUM) == ACCEL_OK);
+    for (int l = 0; ran && l < MAX_LAYERS; l++) all[l] = 1;
     for (int i = 0; ran && i < n; i++) {
-        CHECK(is_expert[i] || ran[i] == N); /* everything but the experts runs on every rank */
-        *split += is_expert[i] && ran[i] > 0 && ran[i] < N;
-        *idle += is_expert[i] && ran[i] < N;
+        ran[i] = ps[i]->grad != NULL;
+        if (layer[i] >= 0 && !ps[i]->grad) all[layer[i]] = 0, some_idle[layer[i]] = 1;
     }
+    if (ran && N > 1)
+        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ran, (size_t)n + 2 * MAX_LAYERS, ACCEL_F32,
+                                  ACCEL_REDUCE_SUM) == ACCEL_OK);
+    for (int i = 0; ran && i < n; i++) {
+        CHECK(layer[i] >= 0 || ran[i] == N); /* everything but the experts runs on every rank */
+        seen->split += layer[i] >= 0 && ran[i] > 0 && ran[i] < N;
+        seen->idle += layer[i] >= 0 && ran[i] < N;
+    }
+    for (int l = 0; ran && l < MAX_LAYERS; l++) seen->layers_split += all[l] > 0 && some_idle[l] > 0;
     free(ran);
     for (int i = 0; i < n; i++) {
         if (!ps[i]->grad)
@@ -172,7 +201,11 @@ static double ref_step(accel_module *m, accel_optimizer *o, const bool *is_exper
                                       ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
     }
     CHECK(accel_optimizer_step(o) == ACCEL_OK);
-    accel_optimizer_zero_grad(o);
+    /* zero_grad(set_to_none=True): the next step's idle experts have none */
+    for (int i = 0; i < n; i++) {
+        if (ps[i]->grad && !(ps[i]->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(ps[i]->grad);
+        ps[i]->grad = NULL;
+    }
     accel_free(ps);
     return l;
 }
@@ -201,26 +234,29 @@ static void check_equivalence(variant v) {
     accel_module *z = moe(100 + (uint64_t)R, v), *ref = moe(100, v);
     accel_optimizer *zo = optimizer(z), *ro = optimizer(ref);
     int n;
-    bool *is_expert = expert_mask(ref, &n);
-    int experts = 0, split = 0, idle = 0;
-    for (int i = 0; i < n; i++) experts += is_expert[i];
+    int *layer = expert_layers(ref, &n), experts = 0;
+    moe_seen seen = {0};
+    for (int i = 0; i < n; i++) experts += layer[i] >= 0;
     CHECK_MSG(experts > 0, "%s: no expert parameters", what);
     CHECK_MSG(accel_accelerator_prepare(A, z, zo, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
     for (int64_t s = 0; s < STEPS; s++) {
-        double a = acc_step(z, zo, s), b = ref_step(ref, ro, is_expert, s, &split, &idle);
+        double a = acc_step(z, zo, s), b = ref_step(ref, ro, layer, s, &seen);
         CHECK_MSG(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6, "%s step %lld: loss %.9g, DDP by hand %.9g", what,
                   (long long)s, a, b);
     }
     /* the case: on several processes an expert ran on one rank and not on
-     * another; on one, an expert did not run */
-    CHECK_MSG(N > 1 ? split > 0 : idle > 0, "%s: no expert was left out by some rank (%d split, %d idle)", what,
-              split, idle);
+     * another, and a layer ran all its experts on one rank, not on another;
+     * on one, an expert did not run */
+    CHECK_MSG(N > 1 ? seen.split > 0 && seen.layers_split > 0 : seen.idle > 0,
+              "%s: no expert was left out by some rank only (%d tensors split, %d idle, %d layers split)", what,
+              seen.split, seen.idle, seen.layers_split);
     CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     double d = rel_diff(z, ref);
     CHECK_MSG(d <= tolerance(), "%s: weights differ from DDP by hand by %.3g (relative)", what, d);
-    if (R == 0) printf("moe %s: %d expert tensors, %d split over the ranks, %d idle, max rel diff %.3g\n", what,
-                       experts, split, idle, d);
-    free(is_expert);
+    if (R == 0)
+        printf("moe %s: %d expert tensors; over %d steps %d split over the ranks, %d idle, %d layers split; "
+               "max rel diff %.3g\n", what, experts, STEPS, seen.split, seen.idle, seen.layers_split, d);
+    free(layer);
     accel_optimizer_free(zo);
     accel_optimizer_free(ro);
     accel_module_free(z);
