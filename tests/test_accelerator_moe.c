@@ -22,6 +22,7 @@
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "accelerator/accelerator_internal.h" /* ZeRO-3's wrap policy (A->fsdp) */
 #include "check.h"
 #include "tiny_llama.h"
 
@@ -267,6 +268,43 @@ static void test_mixtral(void) { check_equivalence(MIXTRAL); }
 static void test_qwen3_moe(void) { check_equivalence(QWEN3_MOE); }
 static void test_mixtral_aux_loss(void) { check_equivalence(MIXTRAL_AUX); }
 
+/* ZeRO-3 / FSDP units inside an expert (SIZE_BASED_WRAP of a small
+ * min_num_params, TRANSFORMER_BASED_WRAP of the expert class) are refused
+ * at prepare, naming the unit: such a unit would be gathered and reduced
+ * only on the ranks whose tokens chose its expert, pairing its collectives
+ * with other units' elsewhere (wrong weights, then mismatched collectives).
+ * The sparse block as a unit trains as DDP by hand. */
+static void refused(variant v, accel__wrap_policy wrap, const char *cls, int64_t min, const char *unit) {
+    A->fsdp.wrap = wrap;
+    snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "%s", cls);
+    A->fsdp.min_num_params = min;
+    accel_module *m = moe(1, v);
+    CHECK(accel_accelerator_prepare_model(A, m) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), unit);
+    CHECK_STR_CONTAINS(accel_last_error(), "is inside an expert of a mixture of experts");
+    accel_clear_error();
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    accel_module_free(m);
+}
+
+static void test_zero3_expert_units(void) {
+    if (accel_accelerator_zero_stage(A) != 3) return;
+    accel__fsdp_cfg saved = A->fsdp;
+    /* each Mixtral expert holds 1152 parameters */
+    refused(MIXTRAL, ACCEL__WRAP_SIZE, "", 1000, "\"model.layers.0.block_sparse_moe.experts.0\" (MixtralBlockSparseTop2MLP");
+    refused(QWEN3_MOE, ACCEL__WRAP_TRANSFORMER, "Qwen3MoeMLP", 0, "\"model.layers.0.mlp.experts.0\" (Qwen3MoeMLP");
+    refused(MIXTRAL, ACCEL__WRAP_TRANSFORMER, "MixtralDecoderLayer, MixtralBlockSparseTop2MLP", 0,
+            "\"model.layers.0.block_sparse_moe.experts.0\"");
+    /* the sparse blocks as units (inside the layers' units; by size: 8 x 1152 + 128, 16 x 576 + 256) */
+    A->fsdp.wrap = ACCEL__WRAP_TRANSFORMER;
+    snprintf(A->fsdp.wrap_cls, sizeof A->fsdp.wrap_cls, "MixtralDecoderLayer, MixtralSparseMoeBlock");
+    check_equivalence(MIXTRAL);
+    A->fsdp.wrap = ACCEL__WRAP_SIZE;
+    A->fsdp.min_num_params = 5000;
+    check_equivalence(QWEN3_MOE);
+    A->fsdp = saved;
+}
+
 /* ---------------------------------------------------------------- resume */
 
 static char ROOT[256]; /* this run's checkpoint directory root, the same on every rank */
@@ -353,6 +391,7 @@ int main(void) {
     RUN(test_mixtral);
     RUN(test_qwen3_moe);
     RUN(test_mixtral_aux_loss);
+    RUN(test_zero3_expert_units);
     int64_t id = (int64_t)getpid();
     if (N > 1) CHECK(accel_pg_broadcast(accel_dist_default_group(), &id, 1, ACCEL_I64, 0) == ACCEL_OK);
     snprintf(ROOT, sizeof ROOT, "/tmp/accel_moe_%d_%lld", N, (long long)id);
