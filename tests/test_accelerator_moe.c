@@ -13,7 +13,7 @@
  * on one rank and not on another in some step). Then save_state mid-run and
  * load_state into a differently initialised model resume as the
  * uninterrupted run, bit for bit. Prints one line the launcher tests match:
- * "moe world=N stage=S mp=M accum=A ckpt=C". */
+ * "moe world=N stage=S mp=M accum=A ckpt=C clip=G". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +201,7 @@ static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, in
             CHECK(accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
                                       ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
     }
+    if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(o) == ACCEL_OK);
     /* zero_grad(set_to_none=True): the next step's idle experts have none */
     for (int i = 0; i < n; i++) {
@@ -420,9 +421,10 @@ int main(void) {
         CHECK(system(cmd) == 0);
     }
     if (R == 0)
-        printf("moe world=%d stage=%d mp=%s accum=%d ckpt=%d\n", N, accel_accelerator_zero_stage(A),
+        printf("moe world=%d stage=%d mp=%s accum=%d ckpt=%d clip=%g\n", N, accel_accelerator_zero_stage(A),
                accel_mixed_precision_name(accel_accelerator_mixed_precision(A)),
-               accel_accelerator_gradient_accumulation_steps(A), A->fsdp.activation_checkpointing);
+               accel_accelerator_gradient_accumulation_steps(A), A->fsdp.activation_checkpointing,
+               accel_accelerator_gradient_clipping(A));
     fflush(stdout);
     accel_accelerator_free(A);
     return check_summary();
