@@ -178,29 +178,30 @@ static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, in
     int n = accel_module_parameters(m, &ps);
     /* per tensor: 1 where this rank ran it; per layer: all its experts ran, some did not; summed over the ranks */
     float *ran = calloc((size_t)n + 2 * MAX_LAYERS, sizeof *ran), *all = ran + n, *some_idle = all + MAX_LAYERS;
-    CHECK(ran != NULL);
-    for (int l = 0; ran && l < MAX_LAYERS; l++) all[l] = 1;
-    for (int i = 0; ran && i < n; i++) {
+    bool ok = ran != NULL; /* after a failed collective the group is unusable: one report, not one per tensor */
+    for (int l = 0; ok && l < MAX_LAYERS; l++) all[l] = 1;
+    for (int i = 0; ok && i < n; i++) {
         ran[i] = ps[i]->grad != NULL;
         if (layer[i] >= 0 && !ps[i]->grad) all[layer[i]] = 0, some_idle[layer[i]] = 1;
     }
-    if (ran && N > 1)
-        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ran, (size_t)n + 2 * MAX_LAYERS, ACCEL_F32,
-                                  ACCEL_REDUCE_SUM) == ACCEL_OK);
-    for (int i = 0; ran && i < n; i++) {
+    if (ok && N > 1)
+        ok = accel_pg_all_reduce(accel_dist_default_group(), ran, (size_t)n + 2 * MAX_LAYERS, ACCEL_F32,
+                                 ACCEL_REDUCE_SUM) == ACCEL_OK;
+    for (int i = 0; ok && i < n; i++) {
         CHECK(layer[i] >= 0 || ran[i] == N); /* everything but the experts runs on every rank */
         seen->split += layer[i] >= 0 && ran[i] > 0 && ran[i] < N;
         seen->idle += layer[i] >= 0 && ran[i] < N;
     }
-    for (int l = 0; ran && l < MAX_LAYERS; l++) seen->layers_split += all[l] > 0 && some_idle[l] > 0;
+    for (int l = 0; ok && l < MAX_LAYERS; l++) seen->layers_split += all[l] > 0 && some_idle[l] > 0;
     free(ran);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; ok && i < n; i++) {
         if (!ps[i]->grad)
-            CHECK(accel_grad_accumulate(ps[i], accel_zeros(ACCEL_F32, ps[i]->ndim, ps[i]->shape)) == ACCEL_OK);
-        if (N > 1)
-            CHECK(accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
-                                      ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
+            ok = accel_grad_accumulate(ps[i], accel_zeros(ACCEL_F32, ps[i]->ndim, ps[i]->shape)) == ACCEL_OK;
+        if (ok && N > 1)
+            ok = accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
+                                     ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK;
     }
+    CHECK_MSG(ok, "DDP by hand, step %lld: %s", (long long)step, accel_last_error());
     if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(o) == ACCEL_OK);
     /* zero_grad(set_to_none=True): the next step's idle experts have none */
