@@ -1,19 +1,20 @@
 /* Mixtures of experts under the Accelerator's data parallel strategies (run
  * plainly: one process, no strategy; under `accel launch` DDP, ZeRO-1/2 or
- * ZeRO-3 / FSDP, accumulation and precision from the launcher's
+ * ZeRO-3 / FSDP, accumulation, precision and clipping from the launcher's
  * environment). The tiny Mixtral and Qwen3-MoE of tiny_llama.h (and a
  * Mixtral whose loss adds the load-balancing loss, output_router_logits)
- * see a few tokens per rank and step, fewer than they have experts: an
- * expert one rank's tokens chose gets a gradient there and none on another,
- * whose backward never runs it. Each run is checked against DDP done by hand
- * on the same process group (a second model: plain backward, then every
- * gradient all-reduced AVG tensor by tensor, an expert this rank did not run
+ * see many tokens on one rank and three on the next: an expert one rank's
+ * tokens chose gets a gradient there and none on another, whose backward
+ * never runs it. Each run is checked against DDP done by hand on the same
+ * process group (a second model: plain backward, then every gradient
+ * all-reduced AVG tensor by tensor, an expert this rank did not run
  * contributing zeros): the same losses every step and the same final
- * weights. The test asserts the case it is about happened (some expert ran
- * on one rank and not on another in some step). Then save_state mid-run and
- * load_state into a differently initialised model resume as the
- * uninterrupted run, bit for bit. Prints one line the launcher tests match:
- * "moe world=N stage=S mp=M accum=A ckpt=C clip=G". */
+ * weights. The test asserts the case it is about happened (an expert ran on
+ * one rank and not on another, a layer ran all its experts on one rank and
+ * not on another). Then save_state mid-run and load_state into a
+ * differently initialised model resume as the uninterrupted run, bit for
+ * bit; under ZeRO-3, units inside an expert are refused by name. Prints one
+ * line the launcher tests match: "moe world=N stage=S mp=M accum=A ckpt=C clip=G". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
