@@ -325,8 +325,8 @@ static int64_t wrap_size(wrap_set *w, accel_module *m, int64_t min, bool is_root
     return wrap_add(w, m) ? 0 : -1;
 }
 
-/* The sparse block m is an expert of (m itself, or a module inside one), else
- * NULL: the block's `experts` list holds the experts. */
+/* The sparse block whose expert m is or lies inside, else NULL (a block's
+ * experts are the children of its `experts` list). */
 static const accel_module *expert_block(const accel_module *m) {
     for (; m && m->parent && m->parent->parent; m = m->parent)
         if (m->parent->parent->ops->forward == accel__moe_forward) return m->parent->parent;
@@ -336,7 +336,7 @@ static const accel_module *expert_block(const accel_module *m) {
 /* A unit inside an expert is refused: the sparse block runs only the experts
  * its tokens chose, so the unit's gather and reduction would run on the
  * ranks whose tokens chose it and not on the others (collectives paired with
- * another unit's, or waiting for ever). DeepSpeed's answer is the same: the
+ * another unit's, or waiting forever). DeepSpeed's answer is the same: the
  * block is a leaf (set_z3_leaf_modules), its experts in one unit. */
 static accel_status refuse_expert_units(const accel__fsdp_cfg *f, const wrap_set *w) {
     for (int i = 0; i < w->n; i++) {
