@@ -72,6 +72,7 @@
 #include "core/core_internal.h"
 #include "core/host_stage.h"
 #include "core/prepared.h"
+#include "nn/arch.h" /* accel__moe_forward: a mixture of experts' sparse block */
 
 static int64_t page_elems(void) {
     long p = sysconf(_SC_PAGESIZE);
@@ -324,6 +325,41 @@ static int64_t wrap_size(wrap_set *w, accel_module *m, int64_t min, bool is_root
     return wrap_add(w, m) ? 0 : -1;
 }
 
+/* The sparse block whose expert m is or lies inside, else NULL (a block's
+ * experts are the children of its `experts` list). */
+static const accel_module *expert_block(const accel_module *m) {
+    for (; m && m->parent && m->parent->parent; m = m->parent)
+        if (m->parent->parent->ops->forward == accel__moe_forward) return m->parent->parent;
+    return NULL;
+}
+
+/* A unit inside an expert is refused: the sparse block runs only the experts
+ * its tokens chose, so the unit's gather and reduction would run on the
+ * ranks whose tokens chose it and not on the others (collectives paired with
+ * another unit's, or waiting forever). DeepSpeed's answer is the same: the
+ * block is a leaf (set_z3_leaf_modules), its experts in one unit. */
+static accel_status refuse_expert_units(const accel__fsdp_cfg *f, const wrap_set *w) {
+    for (int i = 0; i < w->n; i++) {
+        const accel_module *block = expert_block(w->mods[i]);
+        if (!block) continue;
+        char path[256];
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "accel_accelerator_prepare: ZeRO-3 / FSDP unit \"%s\" (%s, by %s) is inside an expert "
+                               "of a mixture of experts (%s), which runs only on the ranks whose tokens choose it, "
+                               "so its gathers and reductions would not run on every rank; wrap the sparse block or "
+                               "the decoder layer instead (fsdp_transformer_layer_cls_to_wrap %s or %s, or a larger "
+                               "min_num_params)",
+                               accel_module_path(w->mods[i], path, sizeof path), w->mods[i]->ops->type_name,
+                               f->wrap == ACCEL__WRAP_SIZE          ? "SIZE_BASED_WRAP"
+                               : f->wrap == ACCEL__WRAP_TRANSFORMER ? "TRANSFORMER_BASED_WRAP"
+                                                                    : "the default wrap policy",
+                               block->ops->type_name, block->ops->type_name,
+                               accel_module_decoder_layer_class(block) ? accel_module_decoder_layer_class(block)
+                                                                       : "(the decoder layer)");
+    }
+    return ACCEL_OK;
+}
+
 static accel_status wrap_policy(const accel__fsdp_cfg *f, accel_module *root, wrap_set *w) {
     int found = 0;
     bool ok = true;
@@ -344,7 +380,7 @@ static accel_status wrap_policy(const accel__fsdp_cfg *f, accel_module *root, wr
     case ACCEL__WRAP_SIZE: ok = wrap_size(w, root, f->min_num_params, true) >= 0; break;
     case ACCEL__WRAP_NONE: break;
     }
-    return ok ? ACCEL_OK : accel_last_status();
+    return ok ? refuse_expert_units(f, w) : accel_last_status();
 }
 
 /* The unit module of a tensor owned by `owner`: its innermost wrapped
