@@ -9,7 +9,8 @@
  * cut per part; over 4 ranks qkv_proj replicated), OLMo 2 (q/k norms over
  * every head: the mean square summed over the ranks), Mixtral and Qwen3-MoE
  * (each expert's MLP cut, the router whole, one region per sparse block;
- * with the load-balancing loss; Qwen3-MoE also with a dense layer 0), each
+ * with the load-balancing loss; Qwen3-MoE also with a dense layer 0,
+ * Mixtral with its router's jitter drawn from other seeds on ranks > 0), each
  * also under Megatron's sequence parallelism (the norms on T / tp
  * positions, their gradients summed by accel_module_tp_reduce_grads); then greedy generation
  * with the KV cache giving one process's tokens (32 of them, GPT-2 8), also
@@ -132,13 +133,17 @@ static void cache_sized(accel_module *tp, accel_module *ref, const char *family,
 
 /* The experts' variants: BALANCE with the routers' load-balancing loss,
  * weighted 0.5 for its gradients to show next to the cross-entropy's;
- * DENSE_FIRST (Qwen3-MoE) experts every second layer, layer 0 a dense MLP. */
-enum { BALANCE = 1, DENSE_FIRST = 2 };
+ * DENSE_FIRST (Qwen3-MoE) experts every second layer, layer 0 a dense MLP;
+ * JITTER (Mixtral) the router's input noise, each step drawn from the seed
+ * the one process draws from on rank 0 and from other seeds on the others
+ * (every rank must route with rank 0's). */
+enum { BALANCE = 1, DENSE_FIRST = 2, JITTER = 4 };
 
 static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt, int moe) {
     accel_llama_config c = tiny_family_config(family);
     if (moe & BALANCE) c.output_router_logits = true, c.router_aux_loss_coef = 0.5;
     if (moe & DENSE_FIRST) c.decoder_sparse_step = 2;
+    if (moe & JITTER) c.router_jitter_noise = 0.3;
     accel_manual_seed(11);
     accel_module *ref = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     accel_manual_seed(11);
@@ -156,10 +161,12 @@ static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt,
         int64_t idv[B * T];
         for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + s * 13 + 1) % 40;
         accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv);
+        accel_manual_seed(100 + (uint64_t)s);
         accel_tensor *lr = accel_llama_loss(ref, ids);
         CHECK(lr && accel_backward(lr) == ACCEL_OK);
         double want = lr ? accel_item(lr) : NAN;
         accel_step_reset();
+        accel_manual_seed(100 + (uint64_t)s + 1000 * (uint64_t)accel_pg_rank(pg));
         accel_tensor *lt = accel_llama_loss(tp, ids);
         CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s: %s", family, accel_last_error());
         if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK); /* the norms' partial gradients */
@@ -171,6 +178,7 @@ static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt,
         CHECK(accel_optimizer_zero_grad(o_ref) == ACCEL_OK && accel_optimizer_zero_grad(o_tp) == ACCEL_OK);
         accel_tensor_free(ids);
     }
+    if (moe & JITTER) accel_module_train(ref, false), accel_module_train(tp, false); /* generating: no noise */
     /* the logits are this rank's vocabulary columns; generating, the whole vocabulary's */
     int64_t one[T] = {1, 2, 3, 4, 5, 6, 7, 8};
     accel_tensor *ids = pi64(ACCEL_SHAPE(1, T), one);
@@ -296,6 +304,7 @@ static int body(int rank, int world) {
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */
         for (int f = 7; f < 9; f++) family_matches(pg, families[f], sp, false, BALANCE);
         family_matches(pg, "qwen3_moe", sp, false, DENSE_FIRST); /* the MLP's plan on layer 0 */
+        family_matches(pg, "mixtral", sp, false, JITTER);
     }
     /* the layers recomputed in the backward: the shared region entries (q/k/v, gate/up) re-made */
     family_matches(pg, "llama", false, true, 0);

@@ -17,7 +17,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "accel/dist.h"
 #include "accel/nn.h"
+#include "core/core_internal.h"
 #include "arch.h"
 #include "decoder_cp.h"
 #include "moe.h"
@@ -232,6 +234,9 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
         /* Mixtral's jitter: the router and the experts see h times U(1 - j, 1 + j) */
         accel_tensor *noise = accel_empty_on(h->dtype, 2, h->shape, dev);
         if (!noise || accel_rng_uniform_(NULL, noise, 1.0 - c->router_jitter_noise, 1.0 + c->router_jitter_noise))
+            return NULL;
+        /* rank 0's noise on every rank: each must route alike, whatever its generator's state */
+        if (tp && accel_pg_broadcast(tp, accel__device_ptr(noise), (size_t)N * (size_t)C, noise->dtype, 0))
             return NULL;
         h = accel_mul(h, noise);
     }
