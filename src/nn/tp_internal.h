@@ -51,7 +51,8 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
 accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x);
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y);
 
-/* The group of tensor-parallel Linear or Embedding m; NULL when m is none. */
+/* The group of tensor-parallel module m (accel__tp_is_replica's too); NULL
+ * when m is none. */
 accel_pg *accel__tp_group(const accel_module *m);
 
 /* The weight [out, in] the GEMM of tensor-parallel Linear m reads: its

@@ -392,7 +392,7 @@ accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) { return e
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) { return leave(m->impl, y); }
 
 accel_pg *accel__tp_group(const accel_module *m) {
-    return m && is_tp(m) && m->ops != &REPLICA_NORM_OPS ? ((const tp_impl *)m->impl)->pg : NULL;
+    return m && is_tp(m) ? ((const tp_impl *)m->impl)->pg : NULL;
 }
 
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep) {
