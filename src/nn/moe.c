@@ -19,8 +19,8 @@
 
 #include "accel/dist.h"
 #include "accel/nn.h"
-#include "core/core_internal.h"
 #include "arch.h"
+#include "core/core_internal.h"
 #include "decoder_cp.h"
 #include "moe.h"
 #include "nn_internal.h"
