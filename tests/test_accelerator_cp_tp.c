@@ -14,7 +14,9 @@
  * (grouped-query attention), Gemma-2 (a sliding window that bites on
  * layer 0, soft-capped scores and logits) and OLMo 2 (q/k norms over every
  * head, their mean square summed over the tp group) in each of these
- * meshes, Phi-3 (fused projections) in two of them. OLMo 2 steps with lr
+ * meshes, Phi-3 (fused projections) in two of them, Mixtral (tp 2 x cp 2
+ * with sequence parallelism) and Qwen3-MoE (tp 2 x sp 2) in one: each
+ * rank routes its chunks' tokens, its tp group alike. OLMo 2 steps with lr
  * 0.02, the others 0.05: at 0.05 its tiny model's trajectory turns
  * ill-conditioned by step 3 (on one process, weights perturbed by 1e-7
  * give gradients 7.6e-6 apart at step 4, Llama's 1.5e-7), so the meshes'
@@ -184,6 +186,9 @@ int main(void) {
     /* Phi-3's fused projections cut per part */
     run("phi3", 2, 0, "alltoall", true, 0);
     run("phi3", 2, 0, "allgather", false, 0);
+    /* experts: each rank routes its sequence chunks' tokens, its tp group the same ones */
+    run("mixtral", 2, 0, "allgather", true, 0);
+    run("qwen3_moe", 0, 2, NULL, false, 0);
     /* with a data-parallel dimension: dp_shard 2 x cp 2 x tp 2 on 8 processes, DDP over dp_shard x cp */
     run_on(8, "llama", 2, 0, "alltoall", true, 0);
     for (int zero = 1; zero <= 3; zero++) run("llama", 2, 0, zero == 2 ? "alltoall" : "allgather", zero == 3, zero);

@@ -25,12 +25,11 @@ static inline accel_llama_config tiny_llama_config(void) {
     return c;
 }
 
-/* The same tiny model as another family of the architecture table:
+/* The tiny model's config as another family of the architecture table:
  * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
  * logits, query_pre_attn_scalar 8), "granite" (its four multipliers),
  * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12). */
-static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
-    accel_manual_seed(seed);
+static inline accel_llama_config tiny_family_config(const char *model_type) {
     accel_llama_config c = tiny_llama_config();
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
     if (!strcmp(model_type, "gemma2"))
@@ -42,6 +41,13 @@ static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
         c.num_local_experts = 16, c.num_experts_per_tok = 2, c.moe_intermediate_size = 12, c.decoder_sparse_step = 1;
     if (!strcmp(model_type, "granite"))
         c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;
+    return c;
+}
+
+/* The tiny model of tiny_family_config(model_type), seeded. */
+static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
+    accel_manual_seed(seed);
+    accel_llama_config c = tiny_family_config(model_type);
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 

@@ -55,11 +55,19 @@ static inline void tp_match(accel_module *tp, accel_module *ref, bool grads) {
     for (int i = 0; sd && i < sd->n; i++) {
         if (sd->entries[i].is_buffer) continue;
         accel_tensor *a = sd->entries[i].t, *b = accel_module_get_tensor(ref, sd->entries[i].name);
-        if (grads) {
-            CHECK_MSG(a->grad && b && b->grad, "%s has no gradient", sd->entries[i].name);
-            if (!a->grad || !b || !b->grad) continue;
-            a = a->grad, b = b->grad;
+        CHECK_MSG(b != NULL, "%s is not the reference's", sd->entries[i].name);
+        if (!b) continue;
+        if (grads && (!a->grad || !b->grad)) { /* an expert no token chose: none, or zeros (zero_grad's) */
+            const accel_tensor *g = a->grad ? a->grad : b->grad;
+            float *x = g ? floats_of(g) : NULL;
+            int64_t nonzero = 0;
+            for (int64_t k = 0; g && k < accel_numel(g); k++) nonzero += x[k] != 0;
+            CHECK_MSG(nonzero == 0, "%s: no gradient in the %s model, %lld nonzero elements in the other's",
+                      sd->entries[i].name, a->grad ? "reference" : "parallel", (long long)nonzero);
+            free(x);
+            continue;
         }
+        if (grads) a = a->grad, b = b->grad;
         accel_tensor *want = tp_part(sd->entries[i].owner, sd->entries[i].t, b);
         CHECK(accel_same_shape(a, want));
         float *x = floats_of(a), *y = floats_of(want);

@@ -71,17 +71,19 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     const char *as = conv1d_as(mod);
     int out = as && t->ndim == 2 ? 1 : 0;
     if (as) snprintf(mod, sizeof mod, "%s", as);
+    /* w1, w3, w2: Mixtral's experts' gate, up and down (Qwen's are named as an MLP's) */
     static const char *const COLUMN[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj",
-                                         "gate_up_proj"};
+                                         "gate_up_proj", "w1", "w3"};
     for (size_t i = 0; i < sizeof COLUMN / sizeof *COLUMN; i++)
         if (!strcmp(mod, COLUMN[i])) {
             int64_t rows = t->ndim ? t->shape[out] : 1;
             return split_rows(mod, rows, c, tp) * (numel / (rows ? rows : 1)) * el;
         }
-    if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj")) /* split along the inputs */
+    if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj") || !strcmp(mod, "w2")) /* split along the inputs */
         return bias ? numel * el : numel / t->shape[1 - out] * ceil_div(t->shape[1 - out], tp) * el;
     if (!strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "lm_head"))
         return ceil_div(t->shape[0], tp) * (t->ndim > 1 ? t->shape[1] : 1) * el;
+    if (!strcmp(mod, "gate")) return numel * el; /* a sparse block's router: whole on every rank */
     if (in_layer && t->ndim == 2 && !e->is_buffer) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s [%lld, %lld]: no tensor-parallel split is modelled for "
                         "this weight (%s)", e->name, (long long)t->shape[0], (long long)t->shape[1], mod);

@@ -10,6 +10,8 @@
  * whole qkv_proj) stay whole and each rank uses its head's rows
  * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's per head,
  * OLMo 2's over every head with the mean square summed over the group.
+ * Mixtral's and Qwen3-MoE's sparse blocks: the router whole, each expert's
+ * MLP cut as a dense one, in one region per block (parallelize_sparse).
  * Under sequence parallelism every entry takes the sequence-split
  * activations: the layers' norms and residual adds see T / tp positions. */
 #include <stdio.h>
@@ -20,24 +22,37 @@
 #include "nn_internal.h"
 #include "tp_internal.h"
 
+/* Whether some decoder layer of c has a dense MLP, and whether some has experts. */
+static void layer_kinds(const accel__arch *a, const accel_llama_config *c, bool *dense, bool *sparse) {
+    *dense = *sparse = false;
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        bool s = accel__arch_layer_sparse(a, c, i);
+        *sparse |= s, *dense |= !s;
+    }
+}
+
 accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const char *who) {
     const accel__arch *a = accel__arch_find(c->model_type);
     if (a->qk_norm && a->gemma_blocks) /* the replicated per-head norm is a plain RMSNorm */
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (per-head q/k norms scaled by 1 + weight) have "
                                "no tensor-parallel plan", who, a->model_type);
-    if (a->moe && c->num_local_experts > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tensor parallelism of %s's experts (a mixture of experts) "
-                               "is not implemented", who, a->model_type);
-    int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    bool dense, sparse;
+    layer_kinds(a, c, &dense, &sparse);
+    /* intermediate_size: the dense MLPs' and Mixtral's experts'; Qwen's experts have moe_intermediate_size */
+    bool qwen_experts = sparse && a->moe == ACCEL__MOE_QWEN;
+    int64_t H = c->num_attention_heads, Hkv = c->num_key_value_heads, I = c->intermediate_size;
     const char *bad = H % tp ? "num_attention_heads"
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
-                      : c->intermediate_size % tp ? "intermediate_size"
+                      : (dense || !qwen_experts) && I % tp ? "intermediate_size"
+                      : qwen_experts && c->moe_intermediate_size % tp ? "moe_intermediate_size"
                       : c->vocab_size % tp ? "vocab_size"
                                            : NULL;
+    char moe[64] = "";
+    if (qwen_experts) snprintf(moe, sizeof moe, ", moe_intermediate_size %lld", (long long)c->moe_intermediate_size);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a multiple of tp %d (heads %lld, kv heads %lld, "
-                               "intermediate_size %lld, vocab_size %lld)", who, bad, tp, (long long)H,
-                               (long long)Hkv, (long long)c->intermediate_size, (long long)c->vocab_size);
+                               "intermediate_size %lld%s, vocab_size %lld)", who, bad, tp, (long long)H,
+                               (long long)Hkv, (long long)I, moe, (long long)c->vocab_size);
     return ACCEL_OK;
 }
 
@@ -46,6 +61,8 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
 static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool replicate_kv, bool sp,
                         accel_tp_plan_entry *plan) {
     bool layers = c->num_hidden_layers > 0; /* without layers their patterns match nothing */
+    bool dense, sparse; /* nor do the MLP's without a dense layer (a sparse block is cut per layer) */
+    layer_kinds(a, c, &dense, &sparse);
     int n = 0;
     if (a->blocks == ACCEL__BLOCKS_GPT2) { /* c_attn, fused, is cut per layer */
         plan[n++] = (accel_tp_plan_entry){"transformer.wte", ACCEL_TP_VOCAB_EMBEDDING, sp};
@@ -64,11 +81,11 @@ static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool 
             }
         }
         if (layers) plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, sp};
-        if (layers && !a->fused_gate_up) {
+        if (dense && !a->fused_gate_up) {
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, sp};
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, sp};
         }
-        if (layers) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
+        if (dense) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
     }
     plan[n++] = (accel_tp_plan_entry){"lm_head", ACCEL_TP_COLWISE, sp};
     return n;
@@ -80,6 +97,42 @@ typedef struct layer_cut {
     accel_tp_style style;
     accel__tp_parts parts;
 } layer_cut;
+
+/* A sparse block (moe.c) at `at` ("model.layers.<i>.mlp", Mixtral's
+ * "model.layers.<i>.block_sparse_moe"): the router whole on every rank, each expert's gate/up
+ * (w1/w3) column-parallel and its down (w2) row-parallel, as Megatron cuts
+ * experts it does not spread over the ranks. All of them run inside one
+ * region that the block enters and leaves (accel__moe_forward), so every
+ * rank routes the same whole input alike and runs the same experts on the
+ * same rows, each with its features; the weighted per-token sums of the
+ * experts' partial outputs are summed over the ranks once for the block,
+ * which equals summing each expert's output, with one collective. */
+static accel_status parallelize_sparse(accel_module *block, const char *at, const accel__arch *a,
+                                       const accel_llama_config *c, accel_pg *pg, bool sp) {
+    int tp = accel_pg_size(pg), rank = accel_pg_rank(pg);
+    accel_module *gate = accel_module_find(block, "gate"), *experts = accel_module_find(block, "experts");
+    if (!gate || !experts)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: %s has no gate and experts", at);
+    char path[160];
+    snprintf(path, sizeof path, "%s.gate", at);
+    /* the router's rows all on every rank: its weight through the region's copy, its gradient summed */
+    accel__tp_parts all = {1, {c->num_local_experts}, {0}, {1}};
+    if (accel__tp_parallelize_one(gate, ACCEL__TP_REPLICA_ROWS, pg, &all, sp, true, path)) return accel_last_status();
+    bool mixtral = a->moe == ACCEL__MOE_MIXTRAL;
+    int64_t I = mixtral ? c->intermediate_size : c->moe_intermediate_size;
+    accel__tp_parts mine = {1, {I}, {rank}, {tp}};
+    static const char *const MIXTRAL[3] = {"w1", "w3", "w2"}, *const QWEN[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int e = 0; e < experts->n_children; e++)
+        for (int k = 0; k < 3; k++) {
+            const char *proj = (mixtral ? MIXTRAL : QWEN)[k];
+            snprintf(path, sizeof path, "%s.experts.%s.%s", at, experts->children[e]->name, proj);
+            accel_module *m = accel_module_find(experts->children[e], proj);
+            if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
+            if (accel__tp_parallelize_one(m, k < 2 ? ACCEL_TP_COLWISE : ACCEL_TP_ROWWISE, pg, &mine, sp, true, path))
+                return accel_last_status();
+        }
+    return ACCEL_OK;
+}
 
 /* What layer i's modules outside the pattern plan become: the fused
  * projections cut per part, replicated key/value rows, the q/k norms. */
@@ -112,7 +165,14 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
         snprintf(path, sizeof path, "%s.%d.%s", prefix, i, cut[k].name);
         accel_module *m = accel_module_find(layer, cut[k].name);
         if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
-        if (accel__tp_parallelize_one(m, cut[k].style, pg, &cut[k].parts, sp, path)) return accel_last_status();
+        if (accel__tp_parallelize_one(m, cut[k].style, pg, &cut[k].parts, sp, false, path)) return accel_last_status();
+    }
+    if (accel__arch_layer_sparse(a, c, i)) {
+        const char *bn = a->moe == ACCEL__MOE_MIXTRAL ? "block_sparse_moe" : "mlp";
+        accel_module *block = accel_module_find(layer, bn);
+        snprintf(path, sizeof path, "%s.%d.%s", prefix, i, bn);
+        if (!block) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
+        if (parallelize_sparse(block, path, a, c, pg, sp)) return accel_last_status();
     }
     for (int kq = 0; (a->qk_norm || a->qk_norm_full) && kq < 2; kq++) {
         accel_module *norm = accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm");

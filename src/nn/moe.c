@@ -11,15 +11,21 @@
  * states' dtype: transformers 5's default experts implementation
  * (grouped_mm: the weighted rows, then .sum(dim=1) of [tokens, K, hidden]).
  * The routing weights are the probabilities masked to the chosen experts
- * (and renormalised), so their gradient reaches the router as topk's does. */
+ * (and renormalised), so their gradient reaches the router as topk's does.
+ * Under tensor parallelism (decoder_tp.c) the block is one region: the
+ * router whole on every rank, each expert's features split, the weighted
+ * per-token sums of the experts' partial outputs summed over the ranks once. */
 #include <math.h>
 #include <string.h>
 
+#include "accel/dist.h"
 #include "accel/nn.h"
 #include "arch.h"
+#include "core/core_internal.h"
 #include "decoder_cp.h"
 #include "moe.h"
 #include "nn_internal.h"
+#include "tp_internal.h"
 
 /* A sparse block: gate (router Linear hidden -> experts), experts (ModuleList). */
 enum { MOE_GATE = 0, MOE_EXPERTS = 1 };
@@ -169,7 +175,7 @@ static accel__moe_aux *aux_of(const accel_llama_config *c) {
  * softmax in the logits' dtype, the top K of those probabilities counted,
  * the probabilities summed in f32 (transformers' load_balancing_loss_func). */
 static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tensor *probs32, const int64_t *sel,
-                            int64_t K) {
+                            int64_t K, accel_pg *tp) {
     int64_t N = logits->shape[0], E = logits->shape[1];
     accel_tensor *p = logits->dtype == ACCEL_F32 ? probs32 : accel_softmax(logits, 1);
     if (!p) return accel_last_status();
@@ -185,7 +191,12 @@ static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tenso
     }
     for (int64_t i = 0; i < N * K; i++) x->counts[sel[i]] += 1;
     x->rows += N;
+    /* Under tensor parallelism every rank holds the same statistics, but the
+     * region's collectives sum what reaches the router and the input from
+     * each rank: the loss's gradient goes through rank 0's sum alone. */
+    bool prev = accel_set_grad_enabled(accel_is_grad_enabled() && (!tp || accel_pg_rank(tp) == 0));
     accel_tensor *sum = accel_sum(p, 1, (int[]){0}, false); /* [E] */
+    accel_set_grad_enabled(prev);
     x->prob_sum = x->prob_sum ? accel_add(x->prob_sum, sum) : sum;
     return x->prob_sum ? ACCEL_OK : accel_last_status();
 }
@@ -195,6 +206,11 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
     const accel_llama_config *c = mi->cfg;
     const accel__arch *a = mi->arch;
     accel_module *gate = block->children[MOE_GATE], **experts = block->children[MOE_EXPERTS]->children;
+    /* Tensor parallelism (decoder_tp.c): the block is one region, entered
+     * here (under sequence parallelism the whole sequence gathered), so each
+     * rank routes every token as one process does, and left at the end. */
+    accel_pg *tp = accel__tp_group(gate);
+    if (tp && !(x = accel__tp_enter(gate, x))) return NULL;
     int64_t C = x->shape[x->ndim - 1], N = accel_numel(x) / C, E = c->num_local_experts, K = c->num_experts_per_tok;
     accel_device dev = x->device;
     bool meta = dev.type == ACCEL_DEV_META;
@@ -203,6 +219,9 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
         /* Mixtral's jitter: the router and the experts see h times U(1 - j, 1 + j) */
         accel_tensor *noise = accel_empty_on(h->dtype, 2, h->shape, dev);
         if (!noise || accel_rng_uniform_(NULL, noise, 1.0 - c->router_jitter_noise, 1.0 + c->router_jitter_noise))
+            return NULL;
+        /* rank 0's noise on every rank: each must route alike, whatever its generator's state */
+        if (tp && accel_pg_broadcast(tp, accel__device_ptr(noise), (size_t)N * (size_t)C, noise->dtype, 0))
             return NULL;
         h = accel_mul(h, noise);
     }
@@ -219,7 +238,7 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
     else top_k(P, N, E, K, sel);
     if (!route(ar, sel, N, E, K, &r)) return NULL;
     accel__moe_aux *aux = aux_of(c);
-    if (aux && !meta && aux_add(aux, logits, probs, sel, K) != ACCEL_OK) return NULL;
+    if (aux && !meta && aux_add(aux, logits, probs, sel, K, tp) != ACCEL_OK) return NULL;
     /* routing weights [N, E]: the chosen experts' probabilities (renormalised) */
     accel_tensor *w = accel_mul(probs, upload(ACCEL_F32, 2, (int64_t[]){N, E}, r.mask, dev));
     if (a->moe == ACCEL__MOE_MIXTRAL || c->norm_topk_prob) w = accel_div(w, accel_sum(w, 1, (int[]){1}, true));
@@ -249,7 +268,9 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
         out = out ? accel_add(out, g) : g;
     }
     if (out && out->dtype != h->dtype) out = accel_to_dtype(out, h->dtype);
-    return out ? accel_reshape(out, x->ndim, x->shape) : NULL;
+    /* under tensor parallelism each rank's sum is of its features' partial outputs */
+    out = out ? accel_reshape(out, x->ndim, x->shape) : NULL;
+    return tp && out ? accel__tp_leave(gate, out) : out;
 }
 
 /* ---------------------------------------------------------------- load balancing */

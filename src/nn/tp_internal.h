@@ -35,9 +35,25 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
 /* One module of a plan: m (a Linear, Conv1D or Embedding) parallelized with
  * style over pg (sp: sequence parallel, as the plan entry's field), its
  * split dimension cut as `parts` says (for ACCEL__TP_REPLICA_ROWS: the rows
- * used, the weight kept whole). */
+ * used, the weight kept whole). inner: m runs inside a region its caller
+ * enters and leaves once for several modules (accel__tp_enter,
+ * accel__tp_leave: a sparse block's router and experts), so it takes the
+ * region's input as it is and a row-parallel one returns its partial sum
+ * (with no bias, which each rank would add). */
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
-                                       const accel__tp_parts *parts, bool sp, const char *path);
+                                       const accel__tp_parts *parts, bool sp, bool inner, const char *path);
+
+/* Into and out of tensor-parallel module m's region, as m's own forward
+ * would enter and leave it: the input copied in (its gradient summed over
+ * the group) or, under sequence parallelism, the sequence gathered; the
+ * output summed over the group or reduce-scattered to this rank's positions
+ * (generating with a KV cache: unsplit, as accel__tp_sequence_split says). */
+accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x);
+accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y);
+
+/* The group of tensor-parallel module m (accel__tp_is_replica's too); NULL
+ * when m is none. */
+accel_pg *accel__tp_group(const accel_module *m);
 
 /* The weight [out, in] the GEMM of tensor-parallel Linear m reads: its
  * slice (column- or row-parallel) or the rows it uses (replicated rows);
@@ -67,8 +83,9 @@ accel_tensor *accel__tp_cut(accel_tensor *w, const accel_tp_slice *s);
 /* Why a model of config c cannot run over tp ranks under its own plan
  * (accel_llama_parallelize): ACCEL_ERR_INVALID_ARG naming the size tp does
  * not divide (heads, key/value heads unless tp is their multiple,
- * intermediate_size, vocab_size), ACCEL_ERR_UNSUPPORTED for a family with
- * no plan; each message starts with who. ACCEL_OK when it can. Read by the
+ * intermediate_size unless only Qwen's experts would be cut, their
+ * moe_intermediate_size, vocab_size), ACCEL_ERR_UNSUPPORTED for a family
+ * with no plan; each message starts with who. ACCEL_OK when it can. Read by the
  * plan and by `accel estimate-memory --tp_size`, so the estimate refuses
  * what the runtime refuses. */
 accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const char *who);

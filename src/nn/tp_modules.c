@@ -17,6 +17,8 @@ typedef struct tp_impl {
     accel_tp_slice w; /* the weight's slice of the whole (the rows used, for replicated ones) */
     bool conv1d;      /* a Conv1D: weight [in, out], so its split dims are the Linear's swapped */
     bool sp;          /* sequence parallelism: activations outside split along dim 1 */
+    bool inner;       /* inside a region its caller entered and leaves (a sparse block's router
+                       * and experts: accel__tp_enter, accel__tp_leave): no entry or exit of its own */
     /* a replicated norm's */
     double eps;
     int64_t width;    /* over the whole width (0: per head, the whole weight) */
@@ -152,7 +154,7 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
         w = replica_rows(w, t, t->w.dim);
         b = b ? replica_rows(b, t, 0) : NULL;
     }
-    return project(m, enter(t, x), w, b);
+    return project(m, t->inner ? x : enter(t, x), w, b);
 }
 
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
@@ -160,9 +162,10 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     int64_t start = t->w.start[0], local = t->w.local[0];
-    if (x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
+    if (!t->inner && x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
         x = accel_slice(enter(t, x), x->ndim - 1, start, start + local, 1);
-    accel_tensor *y = leave(t, project(m, x, accel__module_tensor(m, "weight"), NULL));
+    accel_tensor *y = project(m, x, accel__module_tensor(m, "weight"), NULL);
+    if (!t->inner) y = leave(t, y);
     accel_tensor *b = accel__module_tensor(m, "bias");
     return b && y ? accel_add(y, b) : y;
 }
@@ -350,13 +353,13 @@ static accel_status check_one(accel_module *m, accel_tp_style style, const accel
  * bias) are replaced by this rank's slice, else they already are that slice
  * (a tied tensor cut by another module) or stay whole (replicated rows). */
 static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, const accel__tp_parts *parts,
-                              bool cut_w, bool sp) {
+                              bool cut_w, bool sp, bool inner) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     bool conv1d = is_conv1d(m);
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
     *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
-                   .sp = sp};
+                   .sp = sp, .inner = inner};
     if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
@@ -379,9 +382,17 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
 }
 
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
-                                       const accel__tp_parts *parts, bool sp, const char *path) {
+                                       const accel__tp_parts *parts, bool sp, bool inner, const char *path) {
     if (check_one(m, style, parts, accel_pg_size(pg), path)) return accel_last_status();
-    return apply_one(m, style, pg, parts, true, sp);
+    return apply_one(m, style, pg, parts, true, sp, inner);
+}
+
+accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) { return enter(m->impl, x); }
+
+accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) { return leave(m->impl, y); }
+
+accel_pg *accel__tp_group(const accel_module *m) {
+    return m && is_tp(m) ? ((const tp_impl *)m->impl)->pg : NULL;
 }
 
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep) {
@@ -513,7 +524,7 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
         accel_tp_style style = plan[w.entry[k]].style;
         int64_t size = wt->shape[split_dim(style, is_conv1d(w.mods[k]))] * (cut_before ? parts : 1);
         accel__tp_parts one = one_part(size, rank, parts);
-        st = apply_one(w.mods[k], style, pg, &one, !cut_before, plan[w.entry[k]].sequence_parallel);
+        st = apply_one(w.mods[k], style, pg, &one, !cut_before, plan[w.entry[k]].sequence_parallel, false);
         done[k] = accel__module_tensor(w.mods[k], "weight");
     }
     accel_free(done);
