@@ -5,13 +5,16 @@ Writes tests/data/mixtral_8x7b_config/config.json and
 tests/data/qwen3_30b_a3b_config/config.json from transformers' MixtralConfig and
 Qwen3MoeConfig with the Hub's values (mistralai/Mixtral-8x7B-v0.1,
 Qwen/Qwen3-30B-A3B; nothing is downloaded), then prints for each what
-tests/bigmodel.cmake's bigmodel_estimate_memory_{mixtral,qwen3_moe} expect:
+tests/bigmodel.cmake (bigmodel_estimate_memory_{mixtral,qwen3_moe}) and
+tests/test_device_map.c (test_moe_real_configs) expect:
 the parameters of the causal LM and of AutoModel (the body Accelerate
 measures) built on the meta device under accelerate's init_empty_weights,
 their f32 bytes, the largest layer (calculate_maximum_sizes with the model's
-_no_split_modules) and the table `accelerate estimate-memory` prints, run
+_no_split_modules), the table `accelerate estimate-memory` prints, run
 through its own functions on the local config (its create_empty_model reads
-the Hub, which this machine cannot reach).
+the Hub, which this machine cannot reach), and infer_auto_device_map of the
+causal LM in bfloat16 over 30 GB + 30 GB + 200 GB of cpu (it warns that
+devices 0 and 1 are absent here: the map is the budgets').
 
     python3 tools/gen_moe_memory_fixture.py [--write]
 """
@@ -22,7 +25,7 @@ from types import SimpleNamespace
 
 import torch
 import transformers
-from accelerate import init_empty_weights
+from accelerate import infer_auto_device_map, init_empty_weights
 from accelerate.commands import estimate
 from accelerate.utils import calculate_maximum_sizes
 
@@ -59,6 +62,10 @@ def report(name, config):
     print(f"{name}: {type(lm).__name__} {numel(lm)} parameters ({4 * numel(lm)} f32 bytes); "
           f"{type(body).__name__} {numel(body)} parameters, calculate_maximum_sizes total {total} bytes, "
           f"largest layer {largest[0]} bytes ({', '.join(largest[1])}); no-split {body._no_split_modules}")
+    budgets = {0: "30GB", 1: "30GB", "cpu": "200GB"}
+    device_map = infer_auto_device_map(lm, max_memory=budgets, no_split_module_classes=lm._no_split_modules,
+                                       dtype=torch.bfloat16)
+    print(f"{name}: infer_auto_device_map {json.dumps(budgets)} bfloat16: {json.dumps(device_map)}")
     # `accelerate estimate-memory` on this config: its own table, the model made here
     estimate.create_empty_model = lambda *a, **k: body
     estimate.estimate_command(SimpleNamespace(model_name=f"data/{name}", library_name="transformers",

@@ -641,7 +641,8 @@ static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
  * imbalance moves bytes between experts, not in or out of the step. What it
  * changes is each GEMM call's own scratch (the busiest expert's calls are the
  * largest) and, on a caching allocator that frees as it goes, which tensors
- * are alive together; an expert no token chose runs nothing. Not counted: the
+ * are alive together; an expert no token chose runs nothing (its zeroed
+ * [E, n] and [n, 1] gradients less). Not counted: the
  * load-balancing loss's statistics (output_router_logits: an [n, E] softmax
  * and counts a layer), and the tensor headers, of which the block has more
  * than a dense MLP (about 30 an expert, some 7 KB a layer per expert). */
