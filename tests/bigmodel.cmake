@@ -137,6 +137,23 @@ if(TARGET accel_cli)
   set_tests_properties(bigmodel_estimate_memory_gpt2_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
     PASS_REGULAR_EXPRESSION
     "│    DDP \\(NO_SHARD\\)    │216.0 KB│ 216.0 KB│ 432.0 KB│   0 bytes    │ 1013.17 KB│1.83 MB│.*│ ZeRO-3 \\(FULL_SHARD\\)  │108.0 KB│ 108.0 KB│ 216.0 KB│   450.0 KB   │  1.11 MB  │1.98 MB│")
+  # The real mixtures of experts, Mixtral-8x7B and Qwen3-30B-A3B (bfloat16 config.json files, as on the Hub:
+  # the table is float32's, as Accelerate builds the model; read in the config's dtype it was half of it):
+  # `accelerate estimate-memory`'s own table of transformers' MixtralModel / Qwen3MoeModel of those configs
+  # (tools/gen_moe_memory_fixture.py; MixtralDecoderLayer / Qwen3MoeDecoderLayer unsplit). Under --tp_size
+  # the experts are refused (no tp plan for them).
+  add_test(NAME bigmodel_estimate_memory_mixtral COMMAND accel_cli estimate-memory data/mixtral_8x7b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_mixtral PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   5.41 GB   │173.49 GB │        693.97 GB        │\n│float16│    2.7 GB   │ 86.75 GB │        346.99 GB        │\n│  int8 │   1.35 GB   │ 43.37 GB │           N/A           │\n│  int4 │  692.02 MB  │ 21.69 GB │           N/A           │")
+  add_test(NAME bigmodel_estimate_memory_qwen3_moe COMMAND accel_cli estimate-memory data/qwen3_30b_a3b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_qwen3_moe PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   2.32 GB   │112.58 GB │       450.33 GB       │\n│float16│   1.16 GB   │ 56.29 GB │       225.16 GB       │\n│  int8 │  594.25 MB  │ 28.15 GB │          N/A          │\n│  int4 │  297.13 MB  │ 14.07 GB │          N/A          │")
+  add_test(NAME bigmodel_estimate_memory_moe_tp COMMAND accel_cli estimate-memory data/qwen3_30b_a3b_config
+           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_moe_tp PROPERTIES PASS_REGULAR_EXPRESSION
+    "--tp_size: tensor parallelism of qwen3_moe's experts \\(a mixture of experts\\) is not implemented")
   # BERT: Accelerate's calculate_maximum_sizes of transformers' BertModel of those config.json files
   # (its position_ids / token_type_ids buffers counted; BertLayer and BertEmbeddings unsplit: the
   # embeddings are hf_bert_nlp's largest layer, with the buffers).

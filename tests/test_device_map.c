@@ -536,6 +536,84 @@ static void test_device_map_load(void) {
     load_refused("{\"a\": ", "invalid JSON");
 }
 
+
+/* ---- the real mixtures of experts: Mixtral-8x7B and Qwen3-30B-A3B. Their
+ * config.json and every expected figure come from tools/gen_moe_memory_fixture.py
+ * (transformers 5.25's MixtralConfig / Qwen3MoeConfig with the Hub's values;
+ * the models built on meta under accelerate 1.16's init_empty_weights):
+ * the causal LM's parameters, the body's (AutoModel's, which Accelerate
+ * measures), its largest no-split layer in f32 bytes (calculate_maximum_sizes;
+ * its total there is the body's f32 bytes plus the 512 bytes of rotary buffers
+ * transformers keeps and accel computes), and infer_auto_device_map of the
+ * causal LM in bf16 over 30 GB + 30 GB + 200 GB of cpu (accelerate's map
+ * also names model.rotary_emb, a module of buffers only that accel has not:
+ * "cpu", beside model.norm). */
+
+typedef struct moe_case {
+    const char *dir;
+    int64_t lm_params, body_params, largest_layer;
+    int on_0, on_1; /* layers on device 0, then on 1; the rest on cpu */
+} moe_case;
+
+static int64_t param_count(accel_module *m) {
+    accel_tensor **ps;
+    int n = accel_module_parameters(m, &ps);
+    int64_t count = 0;
+    for (int i = 0; i < n; i++) count += accel_numel(ps[i]);
+    accel_free(ps);
+    return count;
+}
+
+/* accelerate's map of the case, rotary_emb left out. */
+static void moe_expected_map(const moe_case *c, int layers, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, "{\"model.embed_tokens\": 0");
+    for (int i = 0; i < layers && at < n; i++) {
+        char dev[8];
+        snprintf(dev, sizeof dev, i < c->on_0 ? "0" : i < c->on_0 + c->on_1 ? "1" : "\"cpu\"");
+        at += (size_t)snprintf(buf + at, n - at, ", \"model.layers.%d\": %s", i, dev);
+    }
+    if (at < n) snprintf(buf + at, n - at, ", \"model.norm\": \"cpu\", \"lm_head\": \"cpu\"}");
+}
+
+static void check_moe_case(const moe_case *c) {
+    accel_llama_config cfg;
+    CHECK_MSG(accel_llama_config_load(c->dir, &cfg) == ACCEL_OK, "%s: %s", c->dir, accel_last_error());
+    cfg.torch_dtype = ACCEL_F32; /* Accelerate's sizes are float32's (its estimate builds the model so) */
+    accel_init_empty_weights_begin();
+    accel_module *m = accel_llama_new(&cfg, ACCEL_CPU_DEVICE);
+    accel_init_empty_weights_end();
+    CHECK_MSG(m != NULL, "%s: %s", c->dir, accel_last_error());
+    if (!m) return;
+    CHECK_MSG(param_count(m) == c->lm_params, "%s: %lld parameters, transformers %lld", c->dir,
+              (long long)param_count(m), (long long)c->lm_params);
+    accel_module *body = m->children[0];
+    const char *no_split[] = {accel_module_decoder_layer_class(m)};
+    int64_t total = 0, largest = 0;
+    CHECK(accel_calculate_maximum_sizes(body, no_split, 1, &total, &largest) == ACCEL_OK);
+    CHECK_MSG(param_count(body) == c->body_params && total == 4 * c->body_params && largest == c->largest_layer,
+              "%s: body %lld parameters, %lld bytes, largest layer %lld (%s)", c->dir, (long long)param_count(body),
+              (long long)total, (long long)largest, no_split[0]);
+    accel_max_memory mm = {0};
+    mm_set(&mm, "0=30GB,1=30GB,cpu=200GB");
+    accel_device_map_opts o = {.no_split = no_split, .n_no_split = 1, .has_dtype = true, .dtype = ACCEL_BF16};
+    accel_device_map *map = accel_infer_auto_device_map(m, &mm, &o);
+    CHECK_MSG(map != NULL, "%s: %s", c->dir, accel_last_error());
+    char got[4096], want[4096];
+    moe_expected_map(c, (int)cfg.num_hidden_layers, want, sizeof want);
+    if (map) CHECK_MSG(strcmp(accel_device_map_str(map, got, sizeof got), want) == 0, "%s: map %s, accelerate's %s",
+                       c->dir, got, want);
+    accel_device_map_free(map);
+    accel_module_free(m);
+}
+
+static void test_moe_real_configs(void) {
+    static const moe_case CASES[] = {
+        {"data/mixtral_8x7b_config", 46702792704, 46571720704, 5805080576, 9, 10},
+        {"data/qwen3_30b_a3b_config", 30532122624, 30220957696, 2492482560, 22, 24},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_moe_case(&CASES[i]);
+}
+
 int main(void) {
     RUN(test_module_sizes);
     RUN(test_module_sizes_overflow);
@@ -551,6 +629,7 @@ int main(void) {
     RUN(test_balanced_memory);
     RUN(test_check_device_map);
     RUN(test_device_map_load);
+    RUN(test_moe_real_configs);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -116,6 +116,7 @@ typedef struct dims {
     double cp;            /* context parallelism's ranks (1: none): T is this rank's 2c = T / cp positions */
     double Tg;            /* the whole sequence (T without cp) */
     bool a2a;             /* cp's all-to-all (Ulysses) strategy, else all-gather */
+    double E, topk, Ie;   /* a sparse layer's experts, the experts per token, an expert's intermediate size */
 } dims;
 
 /* What the family's row (nn/arch.h) and config change in the step, in the
@@ -134,6 +135,9 @@ typedef struct fam {
     bool final_cap;     /* Gemma2's final_logit_softcapping */
     double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
     bool qkv_bias, o_bias, mlp_bias; /* the Linears with a bias */
+    bool moe_f32_weights; /* Mixtral: the routing weights stay f32 (Qwen: the logits' dtype) */
+    bool renorm;          /* the chosen experts' weights renormalised (Mixtral; Qwen's norm_topk_prob) */
+    bool jitter;          /* Mixtral's router_jitter_noise: the block's input times uniform noise */
 } fam;
 
 typedef struct ledger {
@@ -582,12 +586,173 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
     gemm_call(bwd, E + eK, 0, 0);
 }
 
-/* What one decoder layer's forward and backward allocate (ops in the order
- * of src/nn/llama.c layer_body; dtypes as they flow under autocast). */
-static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
+/* The dense MLP of n2 (the norm's output): its forward into fwd, its
+ * backward into bwd (down_proj's first). Returns the branch's dtype. */
+static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
     const dims *d = fwd->d;
     const fam *f = fwd->f;
-    double n = d->n, eQ = n * d->Q, eK = n * d->K, eI = n * d->I;
+    double eI = d->n * d->I;
+    accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
+    if (f->gpt2) { /* c_fc, gelu_new */
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
+        h = unary_fwd(fwd, eI, g);
+    } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
+        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2, false);
+        fwd->bytes += 2 * dense(eI, g, false) + eI * esz(g);
+        h = g;
+    } else {
+        g = proj_fwd(fwd, d->C, d->I, n2, false);
+        u = proj_fwd(fwd, d->C, d->I, n2, true); /* gate's operand */
+        if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
+        else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
+    }
+    accel_dtype m = row_fwd(fwd, d->I, h, f->mlp_bias);
+    row_bwd(bwd, d->I, m, h, f->mlp_bias); /* down_proj / c_proj */
+    if (f->gpt2) {
+        unary_bwd(bwd, eI, g);
+        proj_bwd(bwd, d->C, d->I, g, n2, false, false);
+    } else if (f->fused_gate_up) {
+        /* SwiGLU's output gradient and its inputs'; each contiguous half's
+         * gradient taken by its slice view, which makes a zeroed [n, 2I]
+         * gradient, the first copied into gate_up's output, the second added */
+        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * 2 * eI * esz(g) +
+                      grad_copy(2 * eI, g, false);
+        proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
+    } else {
+        if (f->gemma) {
+            mul_bwd(bwd, eI, g, u, h);
+            unary_bwd(bwd, eI, g);
+        } else {
+            bwd->bytes += dense(eI, h, true) + gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
+        }
+        proj_bwd(bwd, d->C, d->I, u, n2, false, f->mlp_bias); /* up_proj: the norm's output gets its gradient */
+        proj_bwd(bwd, d->C, d->I, g, n2, true, f->mlp_bias);  /* gate_proj adds into it */
+    }
+    return m;
+}
+
+/* ------------------------------------------------------------ mixtures of experts
+ * A sparse layer's block (src/nn/moe.c accel__moe_forward) of n tokens, E
+ * experts, top k. The routing is data: each expert runs on the rows of the
+ * tokens that chose it. The estimate takes the balanced routing (each expert
+ * n k / E rows, as the meta device's shapes). Every step tensor of an expert
+ * is linear in its rows and the arena frees none before the step's end, so
+ * the block's bytes are those of its n k rows however they are routed: an
+ * imbalance moves bytes between experts, not in or out of the step. What it
+ * changes is each GEMM call's own scratch (the busiest expert's calls are the
+ * largest) and, on a caching allocator that frees as it goes, which tensors
+ * are alive together; an expert no token chose runs nothing (its zeroed
+ * [E, n] and [n, 1] gradients less). Not counted: the
+ * load-balancing loss's statistics (output_router_logits: an [n, E] softmax
+ * and counts a layer), and the tensor headers, of which the block has more
+ * than a dense MLP (about 30 an expert, some 7 KB a layer per expert). */
+
+/* Host arrays the routing takes from the step arena (64-byte aligned). */
+static double host(double b) { return ceil(b / 64) * 64; }
+
+/* accel_mul of two dense e-element operands of dtypes a and b, one shape:
+ * the output in their promotion; an f32 output reads a bf16/f16 operand
+ * beside an f32 one as it is (the CPU's accel__binary_lowp_operand), else
+ * the operands are made f32 and a low-precision result computed in f32. */
+static double mul_same(double e, accel_dtype a, accel_dtype b) {
+    accel_dtype o = a == ACCEL_F32 || b == ACCEL_F32 ? ACCEL_F32 : a;
+    if (o == ACCEL_F32) return 4 * e;
+    return e * esz(o) + f32_contig(e, a, true) + f32_contig(e, b, true) + 4 * e;
+}
+
+/* accel_sum of e elements of dtype dt into `rows` sums: the output in dt,
+ * a low-precision input made f32 and summed into f32 rows. */
+static double sum_rows(double e, double rows, accel_dtype dt) {
+    return rows * esz(dt) + (dt == ACCEL_F32 ? 0 : 4 * e + 4 * rows);
+}
+
+/* One expert on its r = d->n rows (the ledger's dims): the rows of h (f32)
+ * gathered, the SwiGLU MLP (w1/gate_proj and w3/up_proj reading one operand,
+ * w2/down_proj), the token's routing weight gathered (dtype w) and
+ * multiplied in, the product made f32 for the concatenation. Its backward:
+ * the concatenation's slice of the gradient already copied (the caller's),
+ * the product's two gradient products and their copies, the weight column's
+ * embedding backward (a zeroed [n, 1] gradient, n the layer's tokens) and
+ * its slice's (a zeroed [E, n] gradient of the transposed weights), the
+ * MLP's, the gather's (written into h's gradient: the caller's). */
+static void expert_step(ledger *fwd, ledger *bwd, double n, double E, accel_dtype w) {
+    const dims *d = fwd->d;
+    double r = d->n, eC = r * d->C, eI = r * d->I;
+    fwd->bytes += 4 * eC; /* the gathered rows */
+    accel_dtype g = linear_fwd(fwd, d->C, d->I, ACCEL_F32);
+    accel_dtype u = linear_fwd_of(fwd, d->C, d->I, ACCEL_F32, true, false);
+    fwd->bytes += eI * esz(g); /* accel_swiglu */
+    accel_dtype y = linear_fwd(fwd, d->I, d->C, g);
+    /* the weight rows [r, 1], then y * them (broadcast: each operand made f32 unless it is) */
+    accel_dtype o = y == ACCEL_F32 || w == ACCEL_F32 ? ACCEL_F32 : y;
+    fwd->bytes += r * esz(w) + eC * esz(o) + f32_contig(eC, y, true) + f32_contig(r, w, true) +
+                  (o == ACCEL_F32 ? 0 : 4 * eC);
+    fwd->bytes += contig_as(eC, o, ACCEL_F32, true); /* made f32 for the concatenation */
+
+    bwd->bytes += o == ACCEL_F32 ? 0 : eC * esz(o); /* the cast's backward: o's first gradient */
+    /* g * we (into y); g * y summed over C (into the weights); their first gradients' copies */
+    bwd->bytes += eC * esz(o) + f32_contig(eC, o, true) + f32_contig(r, w, true) + (o == ACCEL_F32 ? 0 : 4 * eC);
+    bwd->bytes += mul_same(eC, o, y) + sum_rows(eC, r, o);
+    bwd->bytes += grad_copy(eC, y, false) + grad_copy(r, w, false);
+    bwd->bytes += f32_contig(r, w, true) + gbuf(n, w, false) + E * n * esz(w);
+    proj_bwd(bwd, d->I, d->C, y, g, false, false); /* w2 */
+    bwd->bytes += gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
+    proj_bwd(bwd, d->C, d->I, u, ACCEL_F32, false, false); /* w3: the gathered rows get their gradient */
+    proj_bwd(bwd, d->C, d->I, g, ACCEL_F32, true, false);  /* w1 adds into it */
+}
+
+/* The block on the layer's n tokens (the norm's output, f32): forward into
+ * fwd, backward into bwd. Returns the branch's dtype (f32: the sum of the
+ * gathered rows). */
+static accel_dtype moe_step(ledger *fwd, ledger *bwd) {
+    const dims *d = fwd->d;
+    const fam *f = fwd->f;
+    double n = d->n, C = d->C, E = d->E, k = d->topk, nE = n * E, nk = n * k, eC = n * C;
+    /* Mixtral keeps the routing weights f32, Qwen casts them to the logits' dtype */
+    accel_dtype s = mm_dtype(fwd->k), w = f->moe_f32_weights ? ACCEL_F32 : s;
+    if (f->jitter) fwd->bytes += 4 * eC + 4 * eC; /* the noise, h times it */
+    accel_dtype lg = linear_fwd(fwd, C, E, ACCEL_F32); /* the router's logits */
+    fwd->bytes += contig_as(nE, lg, ACCEL_F32, true) + 4 * nE; /* made f32, softmax */
+    /* the host's probabilities, choices and routing (moe.c route), the mask uploaded */
+    fwd->bytes += host(8 * nk) + host(4 * nE) + host(8 * nk) + host(8 * (E + 1)) + host(8 * nk) + host(4 * nE) +
+                  host(8 * E) + 4 * nE;
+    fwd->bytes += 4 * nE; /* the probabilities masked */
+    if (f->renorm) fwd->bytes += sum_rows(nE, n, ACCEL_F32) + 4 * nE; /* their row sums, the division */
+    fwd->bytes += contig_as(nE, ACCEL_F32, w, true); /* Qwen's cast */
+    fwd->bytes += nE * esz(w) + 8 * nk + 8 * nk + host(8 * E); /* [E, n] made dense; token ids, slots, outputs */
+    /* the experts, one after another, each on its n k / E rows */
+    dims de = *d;
+    de.n = nk / E, de.I = d->Ie;
+    ledger ef = {fwd->k, &de, f, 0, 0}, eb = ef;
+    expert_step(&ef, &eb, n, E, w);
+    scratch(fwd, (E - 1) * ef.bytes + ef.top);
+    fwd->bytes += E * ef.bytes;
+    fwd->bytes += 4 * nk * C; /* the concatenation [n k, C] */
+    fwd->bytes += k * 4 * eC + (k - 1) * 4 * eC; /* each token's k rows gathered, summed */
+
+    /* backward: the sums pass the gradient on; the gathers' into a zeroed
+     * [n k, C], the concatenation's slices of it copied as each output's */
+    bwd->bytes += 4 * nk * C + 4 * nk * C;
+    scratch(bwd, (E - 1) * eb.bytes + eb.top);
+    bwd->bytes += E * eb.bytes;
+    bwd->bytes += 4 * eC + grad_copy(nE, w, false); /* h's gradient (the gathers'), the weights' first copy */
+    bwd->bytes += nE * esz(w) + contig_as(nE, w, ACCEL_F32, true); /* the transpose's dense copy; Qwen's cast's */
+    if (f->renorm) /* g * out / b, its negation, g / b, the first copy; the row sums' gradient and copy, expanded */
+        bwd->bytes += 4 * 4 * nE + 4 * nE + sum_rows(nE, n, ACCEL_F32) + 4 * n + 4 * nE;
+    bwd->bytes += 4 * nE + 4 * nE; /* masked: g * mask, the probabilities' first copy */
+    bwd->bytes += 4 * nE + (lg == ACCEL_F32 ? 0 : nE * esz(lg)); /* softmax; the cast's into the logits */
+    proj_bwd(bwd, C, E, lg, ACCEL_F32, true, false); /* the router adds into h's gradient */
+    if (f->jitter) bwd->bytes += 4 * eC + 4 * eC; /* g * noise, copied into the norm's output's */
+    return ACCEL_F32;
+}
+
+/* What one decoder layer's forward and backward allocate (ops in the order
+ * of src/nn/llama.c layer_body; dtypes as they flow under autocast); a
+ * sparse layer's MLP is its block of experts. */
+static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool sparse) {
+    const dims *d = fwd->d;
+    const fam *f = fwd->f;
+    double n = d->n, eQ = n * d->Q, eK = n * d->K;
     double eC = d->ns * d->C; /* the stream's [B, T, C] (T / tp under sequence parallelism) */
     /* forward: the attention's input (its norm's output; OLMo 2: the layer's input) */
     accel_dtype n1 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
@@ -632,21 +797,11 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     add_fwd(fwd, a);
     accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
     enter_fwd(fwd);
-    accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
-    if (f->gpt2) { /* c_fc, gelu_new */
-        g = proj_fwd(fwd, d->C, d->I, n2, false);
-        h = unary_fwd(fwd, eI, g);
-    } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
-        g = u = proj_fwd(fwd, d->C, 2 * d->I, n2, false);
-        fwd->bytes += 2 * dense(eI, g, false) + eI * esz(g);
-        h = g;
-    } else {
-        g = proj_fwd(fwd, d->C, d->I, n2, false);
-        u = proj_fwd(fwd, d->C, d->I, n2, true); /* gate's operand */
-        if (f->gemma) h = binary_fwd(fwd, eI, unary_fwd(fwd, eI, g), u); /* gelu(gate) * up */
-        else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
-    }
-    accel_dtype m = row_fwd(fwd, d->I, h, f->mlp_bias);
+    /* the MLP (or the sparse block), its backward added in its place below */
+    ledger mfwd = {fwd->k, d, f, 0, 0}, mbwd = mfwd;
+    accel_dtype m = sparse ? moe_step(&mfwd, &mbwd) : mlp_step(&mfwd, &mbwd, n2);
+    scratch(fwd, mfwd.top);
+    fwd->bytes += mfwd.bytes;
     if (drop) dropout_fwd(fwd, eC, m);
     accel_dtype mb = m; /* the MLP branch */
     if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, d->ns, m);
@@ -658,27 +813,8 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention) {
     if (f->multipliers) unary_bwd(bwd, eC, mb);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
     if (drop) dropout_bwd(bwd, eC, m);
-    row_bwd(bwd, d->I, m, h, f->mlp_bias); /* down_proj / c_proj */
-    if (f->gpt2) {
-        unary_bwd(bwd, eI, g);
-        proj_bwd(bwd, d->C, d->I, g, n2, false, false);
-    } else if (f->fused_gate_up) {
-        /* SwiGLU's output gradient and its inputs'; each contiguous half's
-         * gradient taken by its slice view, which makes a zeroed [n, 2I]
-         * gradient, the first copied into gate_up's output, the second added */
-        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * 2 * eI * esz(g) +
-                      grad_copy(2 * eI, g, false);
-        proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
-    } else {
-        if (f->gemma) {
-            mul_bwd(bwd, eI, g, u, h);
-            unary_bwd(bwd, eI, g);
-        } else {
-            bwd->bytes += dense(eI, h, true) + gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
-        }
-        proj_bwd(bwd, d->C, d->I, u, n2, false, f->mlp_bias); /* up_proj: the norm's output gets its gradient */
-        proj_bwd(bwd, d->C, d->I, g, n2, true, f->mlp_bias);  /* gate_proj adds into it */
-    }
+    scratch(bwd, mbwd.top);
+    bwd->bytes += mbwd.bytes;
     enter_bwd(bwd, f->norm_outputs);
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
     if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
@@ -884,7 +1020,14 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                .attn_pdrop = gpt2 ? cfg->attn_pdrop : 0, .resid_pdrop = gpt2 ? cfg->resid_pdrop : 0,
                .embd_pdrop = gpt2 ? cfg->embd_pdrop : 0,
                .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias),
-               .o_bias = a->attention_bias && cfg->attention_bias, .mlp_bias = a->mlp_bias && cfg->mlp_bias};
+               .o_bias = a->attention_bias && cfg->attention_bias, .mlp_bias = a->mlp_bias && cfg->mlp_bias,
+               .moe_f32_weights = a->moe == ACCEL__MOE_MIXTRAL,
+               .renorm = a->moe == ACCEL__MOE_MIXTRAL || cfg->norm_topk_prob,
+               .jitter = a->moe == ACCEL__MOE_MIXTRAL && cfg->router_jitter_noise > 0};
+    if (a->moe && cfg->num_local_experts > 0) { /* the sparse layers' block (tp refused them above) */
+        d->E = (double)cfg->num_local_experts, d->topk = (double)cfg->num_experts_per_tok;
+        d->Ie = (double)(a->moe == ACCEL__MOE_QWEN ? cfg->moe_intermediate_size : cfg->intermediate_size);
+    }
     return true;
 }
 
@@ -1035,9 +1178,13 @@ static step_kind kind_of(const accel_activation_opts *o) {
                        (double)accel_num_threads()};
 }
 
-/* The step's peak from its ledgers: two kinds of layer (lf/lb[0] for L - n1
- * layers, [1] for n1) and what lies outside them. false when a figure
- * reaches 2^62 bytes. Checkpointed, a layer leaves its output (f32) and,
+/* The kinds of decoder layer: sdpa or explicit scores, a dense MLP or
+ * experts (accel_llama_activation_bytes); BERT's layers are of kind 0. */
+enum { LAYER_KINDS = 4 };
+
+/* The step's peak from its ledgers: count[e] layers of kind e (lf/lb[e])
+ * and what lies outside them. false when a figure reaches 2^62 bytes.
+ * Checkpointed, a layer leaves its output (f32) and,
  * once its backward has run, its input's gradient slot; the recompute of
  * one layer at a time sits on top, the largest at most. ZeRO-3's node on a
  * layer's output copies that output's gradient. On top, what one GEMM call
@@ -1047,18 +1194,26 @@ static step_kind kind_of(const accel_activation_opts *o) {
  * so only the most any call passes them by counts. Every step byte after a
  * ledger only adds to the peak, so a call's excess over its own ledger's
  * end bounds its excess over the step's. */
-static bool compose(const ledger lf[2], const ledger lb[2], const ledger *outer, double L, double n1,
-                    const accel_activation_opts *o, const dims *d, accel_activation_bytes *out) {
-    double layer[2] = {lf[0].bytes + lb[0].bytes, lf[1].bytes + lb[1].bytes};
-    int big = n1 > 0 && (n1 == L || layer[1] > layer[0]);
+static bool compose(const ledger lf[LAYER_KINDS], const ledger lb[LAYER_KINDS], const double count[LAYER_KINDS],
+                    const ledger *outer, double L, const accel_activation_opts *o, const dims *d,
+                    accel_activation_bytes *out) {
+    double layer[LAYER_KINDS], all = 0, bwd_all = 0;
+    int big = 0;
+    for (int e = 0; e < LAYER_KINDS; e++) {
+        layer[e] = lf[e].bytes + lb[e].bytes;
+        if (count[e] > 0 && (count[big] == 0 || layer[e] > layer[big])) big = e;
+        all += count[e] * layer[e];
+        bwd_all += count[e] * lb[e].bytes;
+    }
     double kept_ck = 2 * 4 * d->ns * d->C, z3 = o->zero3 ? 4 * d->ns * d->C : 0;
-    double kept_all = o->checkpointing ? L * kept_ck : (L - n1) * layer[0] + n1 * layer[1];
+    double kept_all = o->checkpointing ? L * kept_ck : all;
     /* the outer step's calls (the head's) run before the layers' backward
      * (checkpointed: before the recompute on top); a layer's forward's
      * before its backward */
-    double bwd_all = o->checkpointing ? layer[big] : (L - n1) * lb[0].bytes + n1 * lb[1].bytes;
+    if (o->checkpointing) bwd_all = layer[big];
     double call = fmax(0, outer->top - outer->bytes - bwd_all);
-    for (int e = 0; e < 2; e++) call = fmax(call, fmax(lf[e].top - layer[e], lb[e].top - lb[e].bytes));
+    for (int e = 0; e < LAYER_KINDS; e++)
+        if (count[e] > 0) call = fmax(call, fmax(lf[e].top - layer[e], lb[e].top - lb[e].bytes));
     double peak = outer->bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
     double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
     return to_bytes(peak, &out->peak) && to_bytes(lf[big].bytes, &out->layer_forward) &&
@@ -1072,22 +1227,21 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     dims d;
     fam f;
     if (check_opts(FN, cfg, o, out) != ACCEL_OK) return accel_last_status();
-    const accel__arch *a = memchr(cfg->model_type, 0, sizeof cfg->model_type) ? accel__arch_find(cfg->model_type) : NULL;
-    if (a && a->moe && cfg->num_local_experts > 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activation estimate of %s's experts (a mixture of "
-                               "experts) is not implemented", FN, a->model_type);
     if (!resolve(cfg, &d, &f, o)) return accel_last_status();
+    const accel__arch *a = accel__arch_find(cfg->model_type);
     step_kind k = kind_of(o);
-    /* the two kinds of layer (attention through sdpa or explicit scores) */
-    ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
-    for (int e = 0; e < 2; e++) {
+    /* the kinds of layer there are: attention through sdpa or explicit
+     * scores (bit 0), a dense MLP or a sparse block (bit 1) */
+    ledger lf[LAYER_KINDS], lb[LAYER_KINDS], outer = {&k, &d, &f, 0, 0};
+    double count[LAYER_KINDS] = {0};
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        count[explicit_layer(cfg, a, i, o->seq_len) + 2 * accel__arch_layer_sparse(a, cfg, i)]++;
+    for (int e = 0; e < LAYER_KINDS; e++) {
         lf[e] = lb[e] = (ledger){&k, &d, &f, 0, 0};
-        layer_step(&lf[e], &lb[e], e);
+        if (count[e] > 0) layer_step(&lf[e], &lb[e], e & 1, e & 2);
     }
     outer_step(&outer);
-    double n_explicit = 0;
-    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) n_explicit += explicit_layer(cfg, a, i, o->seq_len);
-    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, n_explicit, o, &d, out))
+    if (!compose(lf, lb, count, &outer, (double)cfg->num_hidden_layers, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, vocab_size %lld, %lld layers)",
@@ -1118,11 +1272,12 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     d.n = d.ns = d.B * d.T;
     fam f = {.layer_norm = true};
     step_kind k = kind_of(o);
-    ledger lf[2], lb[2], outer = {&k, &d, &f, 0, 0};
-    lf[0] = lb[0] = lf[1] = lb[1] = (ledger){&k, &d, &f, 0, 0};
+    ledger lf[LAYER_KINDS], lb[LAYER_KINDS], outer = {&k, &d, &f, 0, 0};
+    double count[LAYER_KINDS] = {(double)cfg->num_hidden_layers};
+    for (int e = 0; e < LAYER_KINDS; e++) lf[e] = lb[e] = (ledger){&k, &d, &f, 0, 0};
     bert_layer_step(&lf[0], &lb[0], cfg);
     bert_outer_step(&outer, cfg);
-    if (!compose(lf, lb, &outer, (double)cfg->num_hidden_layers, 0, o, &d, out))
+    if (!compose(lf, lb, count, &outer, (double)cfg->num_hidden_layers, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, %lld layers)",

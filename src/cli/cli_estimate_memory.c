@@ -642,6 +642,10 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
     }
+    /* Accelerate builds the model in float32 whatever config.json's (torch_)dtype says (its table's
+     * float32 row), and training keeps f32 parameters: a bfloat16 config (every real checkpoint's, Mixtral's
+     * and Qwen3-MoE's) measured in its own dtype printed half of both tables */
+    cfg.torch_dtype = bcfg.torch_dtype = ACCEL_F32;
     /* a tp or cp the runtime refuses at prepare (nn/decoder_tp.c, nn/decoder_cp.c) has no per-rank memory to
      * estimate, batch or not */
     accel_cp_strategy exchange = q.act.cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER;

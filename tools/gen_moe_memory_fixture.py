@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The real mixtures of experts' configs and transformers' / Accelerate's sizes of them.
+
+Writes tests/data/mixtral_8x7b_config/config.json and
+tests/data/qwen3_30b_a3b_config/config.json from transformers' MixtralConfig and
+Qwen3MoeConfig with the Hub's values (mistralai/Mixtral-8x7B-v0.1,
+Qwen/Qwen3-30B-A3B; nothing is downloaded), then prints for each what
+tests/bigmodel.cmake (bigmodel_estimate_memory_{mixtral,qwen3_moe}) and
+tests/test_device_map.c (test_moe_real_configs) expect:
+the parameters of the causal LM and of AutoModel (the body Accelerate
+measures) built on the meta device under accelerate's init_empty_weights,
+their f32 bytes, the largest layer (calculate_maximum_sizes with the model's
+_no_split_modules), the table `accelerate estimate-memory` prints, run
+through its own functions on the local config (its create_empty_model reads
+the Hub, which this machine cannot reach), and infer_auto_device_map of the
+causal LM in bfloat16 over 30 GB + 30 GB + 200 GB of cpu (it warns that
+devices 0 and 1 are absent here: the map is the budgets').
+
+    python3 tools/gen_moe_memory_fixture.py [--write]
+"""
+import argparse
+import json
+import os
+from types import SimpleNamespace
+
+import torch
+import transformers
+from accelerate import infer_auto_device_map, init_empty_weights
+from accelerate.commands import estimate
+from accelerate.utils import calculate_maximum_sizes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "tests", "data")
+
+CONFIGS = {
+    # mistralai/Mixtral-8x7B-v0.1 config.json
+    "mixtral_8x7b_config": lambda: transformers.MixtralConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_theta=1e6, num_local_experts=8, num_experts_per_tok=2, router_aux_loss_coef=0.02,
+        sliding_window=None, tie_word_embeddings=False, torch_dtype="bfloat16"),
+    # Qwen/Qwen3-30B-A3B config.json
+    "qwen3_30b_a3b_config": lambda: transformers.Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        router_aux_loss_coef=0.001, tie_word_embeddings=False, use_sliding_window=False,
+        sliding_window=None, torch_dtype="bfloat16"),
+}
+
+
+def numel(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def report(name, config):
+    with init_empty_weights():
+        lm = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        body = transformers.AutoModel.from_config(config, torch_dtype=torch.float32)
+    total, largest = calculate_maximum_sizes(body)
+    print(f"{name}: {type(lm).__name__} {numel(lm)} parameters ({4 * numel(lm)} f32 bytes); "
+          f"{type(body).__name__} {numel(body)} parameters, calculate_maximum_sizes total {total} bytes, "
+          f"largest layer {largest[0]} bytes ({', '.join(largest[1])}); no-split {body._no_split_modules}")
+    budgets = {0: "30GB", 1: "30GB", "cpu": "200GB"}
+    device_map = infer_auto_device_map(lm, max_memory=budgets, no_split_module_classes=lm._no_split_modules,
+                                       dtype=torch.bfloat16)
+    print(f"{name}: infer_auto_device_map {json.dumps(budgets)} bfloat16: {json.dumps(device_map)}")
+    # `accelerate estimate-memory` on this config: its own table, the model made here
+    estimate.create_empty_model = lambda *a, **k: body
+    estimate.estimate_command(SimpleNamespace(model_name=f"data/{name}", library_name="transformers",
+                                              dtypes=["float32", "float16", "int8", "int4"],
+                                              trust_remote_code=False))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write the config.json files under tests/data")
+    args = ap.parse_args()
+    for name, make in CONFIGS.items():
+        config = make()
+        if args.write:
+            os.makedirs(os.path.join(DATA, name), exist_ok=True)
+            config.save_pretrained(os.path.join(DATA, name))
+        report(name, config)
+
+
+if __name__ == "__main__":
+    main()
