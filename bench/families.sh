@@ -17,7 +17,7 @@
 # over it (all threads: what the other engineers' load cannot add to) and the
 # same-round ratios accel / transformers of both.
 # tokens/s: new tokens after the first over their time, on both sides.
-# Env: THREADS (2), NEW, DTYPE, FIRST_REPS, OUT (default bench/results/families.md,
+# Env: THREADS (2), NEW, DTYPE, FIRST_REPS, FAMILIES (a space-separated subset), OUT (default bench/results/families.md,
 # families_bf16.md for bfloat16; bench/results/<kind>/... on another CPU kind).
 # Writes medians there.
 set -euo pipefail
@@ -29,7 +29,7 @@ NEW=${NEW:-32}
 DTYPE=${DTYPE:-float32}
 FIRST_REPS=${FIRST_REPS:-5}
 PROMPT=1,2,3,4,5,6,7,8
-FAMILIES="llama mistral qwen2 qwen3 gemma gemma2 granite phi3 olmo2 gpt2"
+FAMILIES=${FAMILIES:-"llama mistral qwen2 qwen3 gemma gemma2 granite phi3 olmo2 gpt2 mixtral qwen3_moe"}
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE
 if [ "$B" = build ]; then cmake --build build -j2 --target generate >/dev/null; fi
 T=$(mktemp -d)

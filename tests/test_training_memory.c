@@ -220,13 +220,13 @@ static void check_partial_rotary(const char *type) {
     }
 }
 
-/* A family with experts under tensor parallelism: its estimate refused as
- * accel_llama_parallelize refuses the experts (no tp plan for them). */
+/* A family with experts under tensor parallelism: its estimate refused by
+ * name (the experts' region under tp is not modelled). */
 static bool moe_tp_refused(const accel_llama_config *c, const accel_activation_opts *o) {
     if (!accel__arch_find(c->model_type)->moe || o->tp_size <= 1) return false;
     accel_activation_bytes b;
     CHECK_MSG(accel_llama_activation_bytes(c, o, &b) == ACCEL_ERR_UNSUPPORTED &&
-                  strstr(accel_last_error(), "tensor parallelism of") && strstr(accel_last_error(), "experts"),
+                  strstr(accel_last_error(), "experts under tensor parallelism are not estimated"),
               "%s: %s", c->model_type, accel_last_error());
     accel_clear_error();
     return true;

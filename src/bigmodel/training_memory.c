@@ -1000,6 +1000,11 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     }
     /* what accel_llama_parallelize refuses (its own check: sizes tp does not divide, families with no plan) */
     if (tp > 1 && accel__llama_tp_check(cfg, tp, "accel_llama_activation_bytes")) return false;
+    if (tp > 1 && a->moe && cfg->num_local_experts > 0) { /* the experts' region: not modelled */
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_activation_bytes: the activations of %s's experts under "
+                        "tensor parallelism are not estimated (not implemented; measure a step)", a->model_type);
+        return false;
+    }
     if (tp > 1) { /* this rank's heads (one replicated key/value head with fewer than tp), columns, vocabulary */
         d->tp = true;
         d->H = heads / tp;
@@ -1024,7 +1029,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                .moe_f32_weights = a->moe == ACCEL__MOE_MIXTRAL,
                .renorm = a->moe == ACCEL__MOE_MIXTRAL || cfg->norm_topk_prob,
                .jitter = a->moe == ACCEL__MOE_MIXTRAL && cfg->router_jitter_noise > 0};
-    if (a->moe && cfg->num_local_experts > 0) { /* the sparse layers' block (tp refused them above) */
+    if (a->moe && cfg->num_local_experts > 0) { /* the sparse layers' block (under tp refused above) */
         d->E = (double)cfg->num_local_experts, d->topk = (double)cfg->num_experts_per_tok;
         d->Ie = (double)(a->moe == ACCEL__MOE_QWEN ? cfg->moe_intermediate_size : cfg->intermediate_size);
     }
