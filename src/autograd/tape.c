@@ -19,7 +19,8 @@ static _Thread_local tape tl_tape;
 static _Thread_local bool tl_grad_disabled;
 static _Thread_local accel_grad_ready_fn tl_ready_fn;
 static _Thread_local void *tl_ready_ctx;
-static _Thread_local void (*tl_pass_fn)(void *ctx);
+typedef void (*pass_begin_fn)(void *ctx);
+static _Thread_local pass_begin_fn tl_pass_fn;
 static _Thread_local void *tl_pass_ctx;
 /* The output gradient of the node whose backward runs when it is shared
  * (ACCEL_TF_GRAD_SHARED), else NULL: nothing may take its elements over. */
