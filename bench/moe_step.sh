@@ -28,7 +28,8 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PA
 if [ "$B" = build ]; then cmake --build build -j2 --target bench_moe_step accel_cli >/dev/null; fi
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) printf "%.1f", a[(NR+1)/2]; else printf "%.1f", (a[NR/2]+a[NR/2+1])/2}'; }
+# median [FORMAT] (default %.1f) of the numbers on stdin
+median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f, a[(NR+1)/2]; else printf f, (a[NR/2]+a[NR/2+1])/2}'; }
 field() { sed -n "s/^impl=.* $1=\([0-9.]*\).*/\1/p"; }
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -77,7 +78,7 @@ out=${OUT:-bench/results/moe_step.md}
   echo "|---|---|---|---|---|---|---|"
   for f in $FAMILIES; do
     echo "| $f | $(median < "$T/$f.accel") | $(median < "$T/$f.grouped_mm") | $(median < "$T/$f.eager") |" \
-         "$(median < "$T/$f.r_grouped_mm")x | $(median < "$T/$f.r_eager")x |" \
+         "$(median %.2f < "$T/$f.r_grouped_mm")x | $(median %.2f < "$T/$f.r_eager")x |" \
          "$(tail -1 "$T/$f.accel_loss") / $(tail -1 "$T/$f.grouped_mm_loss") / $(tail -1 "$T/$f.eager_loss") |"
   done
   echo

@@ -554,6 +554,9 @@ static void test_moe_fields(void) {
     CHECK(accel_llama_config_load(write_cfg("qm3.json", "{\"model_type\": \"qwen3_moe\", \"num_experts\": 6, "
                                             "\"num_local_experts\": 4, \"num_experts_per_tok\": 2}"), &c) == ACCEL_OK &&
           c.num_local_experts == 4);
+    /* MixtralConfig.from_dict takes num_experts over num_local_experts, in either order */
+    CHECK(accel_llama_config_load(write_cfg("mx3.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 8, "
+                                            "\"num_experts\": 4}"), &c) == ACCEL_OK && c.num_local_experts == 4);
     /* Qwen3-MoE's window: every layer with use_sliding_window; max_window_layers unread */
     CHECK(accel_llama_config_load(write_cfg("qm4.json", "{\"model_type\": \"qwen3_moe\", \"use_sliding_window\": true, "
                                             "\"sliding_window\": 8, \"max_window_layers\": 3}"), &c) == ACCEL_OK);
@@ -602,7 +605,8 @@ static void test_moe_fields(void) {
     accel_llama_config w[2] = {accel__arch_find("mixtral")->defaults, accel__arch_find("qwen3_moe")->defaults};
     w[0].num_local_experts = 6, w[0].num_experts_per_tok = 3, w[0].output_router_logits = true;
     w[0].router_aux_loss_coef = 0.0, w[0].router_jitter_noise = 0.01;
-    w[1].num_local_experts = 0, w[1].moe_intermediate_size = 96, w[1].decoder_sparse_step = 2;
+    w[1].num_local_experts = 0, w[1].num_experts_per_tok = 0, w[1].moe_intermediate_size = 0;
+    w[1].decoder_sparse_step = 2; /* no experts: K and their size unused, written as the defaults */
     w[1].norm_topk_prob = true, w[1].router_aux_loss_coef = 0.02, w[1].sliding_window = 64;
     for (int i = 0; i < 2; i++) {
         char path[160];
@@ -610,8 +614,9 @@ static void test_moe_fields(void) {
         CHECK_MSG(accel_llama_config_save(path, &w[i]) == ACCEL_OK, "%s", accel_last_error());
         accel_llama_config b;
         CHECK_MSG(accel_llama_config_load(path, &b) == ACCEL_OK, "%s", accel_last_error());
-        CHECK_MSG(b.num_local_experts == w[i].num_local_experts && b.num_experts_per_tok == w[i].num_experts_per_tok &&
-                      b.moe_intermediate_size == w[i].moe_intermediate_size &&
+        CHECK_MSG(b.num_local_experts == w[i].num_local_experts &&
+                      (b.num_experts_per_tok == w[i].num_experts_per_tok || (i == 1 && b.num_experts_per_tok == 8)) &&
+                      (b.moe_intermediate_size == w[i].moe_intermediate_size || (i == 1 && b.moe_intermediate_size == 768)) &&
                       b.decoder_sparse_step == w[i].decoder_sparse_step && b.norm_topk_prob == w[i].norm_topk_prob &&
                       b.output_router_logits == w[i].output_router_logits &&
                       b.router_aux_loss_coef == w[i].router_aux_loss_coef &&

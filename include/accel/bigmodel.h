@@ -209,7 +209,7 @@ typedef struct accel_activation_bytes {
  * soft-capping, GPT-2's dropouts while training, the sparse layers' experts
  * on a balanced routing: each expert n k / E of the tokens' rows) on this machine's CPU (whether its GEMM multiplies autocast's dtype
  * itself is read from it). Errors: bad cfg or options, sizes past 2^62 bytes,
- * tp_size above 1 with experts (ACCEL_ERR_UNSUPPORTED: no tp plan for them).
+ * tp_size above 1 with experts (ACCEL_ERR_UNSUPPORTED: their tensor-parallel region is not modelled).
  * The one options pointer of the API that may not be NULL: the batch and
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,

@@ -1141,7 +1141,7 @@ void accel__zero3_pass_begin(accel_accelerator *acc, accel__model *pm) {
     accel_tensor **t = pm->fp->buffers[ACCEL_F32].tensors;
     for (int k = 0; k < zm->n_units; k++) {
         accel__unit *u = &zm->units[k];
-        if (u->pending != u->count) continue; /* a second walk in one backward: its count stands */
+        if (u->pending != u->count) continue; /* leaves already reached (another walk in this backward) */
         u->pending = 0;
         for (int i = u->first; i < u->first + u->count; i++) u->pending += accel__leaf_in_pass(t[i]);
     }

@@ -641,8 +641,7 @@ static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
  * imbalance moves bytes between experts, not in or out of the step. What it
  * changes is each GEMM call's own scratch (the busiest expert's calls are the
  * largest) and, on a caching allocator that frees as it goes, which tensors
- * are alive together; an expert no token chose runs nothing (its zeroed
- * [E, n] and [n, 1] gradients less). Not counted: the
+ * are alive together; an expert no token chose runs nothing. Not counted: the
  * load-balancing loss's statistics (output_router_logits: an [n, E] softmax
  * and counts a layer), and the tensor headers, of which the block has more
  * than a dense MLP (about 30 an expert, some 7 KB a layer per expert). */
@@ -668,37 +667,22 @@ static double sum_rows(double e, double rows, accel_dtype dt) {
 
 /* One expert on its r = d->n rows (the ledger's dims): the rows of h (f32)
  * gathered, the SwiGLU MLP (w1/gate_proj and w3/up_proj reading one operand,
- * w2/down_proj), the token's routing weight gathered (dtype w) and
- * multiplied in, the product made f32 for the concatenation. Its backward:
- * the concatenation's slice of the gradient already copied (the caller's),
- * the product's two gradient products and their copies, the weight column's
- * embedding backward (a zeroed [n, 1] gradient, n the layer's tokens) and
- * its slice's (a zeroed [E, n] gradient of the transposed weights), the
- * MLP's, the gather's (written into h's gradient: the caller's). */
-static void expert_step(ledger *fwd, ledger *bwd, double n, double E, accel_dtype w) {
+ * w2/down_proj). Its backward: the MLP's, the gather's (written into h's
+ * gradient: the caller's); its output's gradient is the caller's slice of
+ * the concatenation's. Returns the output's dtype. */
+static accel_dtype expert_step(ledger *fwd, ledger *bwd) {
     const dims *d = fwd->d;
-    double r = d->n, eC = r * d->C, eI = r * d->I;
-    fwd->bytes += 4 * eC; /* the gathered rows */
+    double r = d->n, eI = r * d->I;
+    fwd->bytes += 4 * r * d->C; /* the gathered rows */
     accel_dtype g = linear_fwd(fwd, d->C, d->I, ACCEL_F32);
     accel_dtype u = linear_fwd_of(fwd, d->C, d->I, ACCEL_F32, true, false);
     fwd->bytes += eI * esz(g); /* accel_swiglu */
     accel_dtype y = linear_fwd(fwd, d->I, d->C, g);
-    /* the weight rows [r, 1], then y * them (broadcast: each operand made f32 unless it is) */
-    accel_dtype o = y == ACCEL_F32 || w == ACCEL_F32 ? ACCEL_F32 : y;
-    fwd->bytes += r * esz(w) + eC * esz(o) + f32_contig(eC, y, true) + f32_contig(r, w, true) +
-                  (o == ACCEL_F32 ? 0 : 4 * eC);
-    fwd->bytes += contig_as(eC, o, ACCEL_F32, true); /* made f32 for the concatenation */
-
-    bwd->bytes += o == ACCEL_F32 ? 0 : eC * esz(o); /* the cast's backward: o's first gradient */
-    /* g * we (into y); g * y summed over C (into the weights); their first gradients' copies */
-    bwd->bytes += eC * esz(o) + f32_contig(eC, o, true) + f32_contig(r, w, true) + (o == ACCEL_F32 ? 0 : 4 * eC);
-    bwd->bytes += mul_same(eC, o, y) + sum_rows(eC, r, o);
-    bwd->bytes += grad_copy(eC, y, false) + grad_copy(r, w, false);
-    bwd->bytes += f32_contig(r, w, true) + gbuf(n, w, false) + E * n * esz(w);
     proj_bwd(bwd, d->I, d->C, y, g, false, false); /* w2 */
     bwd->bytes += gbuf_native(eI, g, false) + gbuf_native(eI, u, false); /* swiglu */
     proj_bwd(bwd, d->C, d->I, u, ACCEL_F32, false, false); /* w3: the gathered rows get their gradient */
     proj_bwd(bwd, d->C, d->I, g, ACCEL_F32, true, false);  /* w1 adds into it */
+    return y;
 }
 
 /* The block on the layer's n tokens (the norm's output, f32): forward into
@@ -708,38 +692,52 @@ static accel_dtype moe_step(ledger *fwd, ledger *bwd) {
     const dims *d = fwd->d;
     const fam *f = fwd->f;
     double n = d->n, C = d->C, E = d->E, k = d->topk, nE = n * E, nk = n * k, eC = n * C;
-    /* Mixtral keeps the routing weights f32, Qwen casts them to the logits' dtype */
+    /* Mixtral keeps the routing weights f32, Qwen rounds them to the logits' dtype (and back to f32) */
     accel_dtype s = mm_dtype(fwd->k), w = f->moe_f32_weights ? ACCEL_F32 : s;
     if (f->jitter) fwd->bytes += 4 * eC + 4 * eC; /* the noise, h times it */
     accel_dtype lg = linear_fwd(fwd, C, E, ACCEL_F32); /* the router's logits */
     fwd->bytes += contig_as(nE, lg, ACCEL_F32, true) + 4 * nE; /* made f32, softmax */
-    /* the host's probabilities, choices and routing (moe.c route), the mask uploaded */
-    fwd->bytes += host(8 * nk) + host(4 * nE) + host(8 * nk) + host(8 * (E + 1)) + host(8 * nk) + host(4 * nE) +
-                  host(8 * E) + 4 * nE;
-    fwd->bytes += 4 * nE; /* the probabilities masked */
-    if (f->renorm) fwd->bytes += sum_rows(nE, n, ACCEL_F32) + 4 * nE; /* their row sums, the division */
-    fwd->bytes += contig_as(nE, ACCEL_F32, w, true); /* Qwen's cast */
-    fwd->bytes += nE * esz(w) + 8 * nk + 8 * nk + host(8 * E); /* [E, n] made dense; token ids, slots, outputs */
+    /* the host's choices and probabilities, the routing (moe.c route: tokens, first, slot, chosen, pos,
+     * the cursors); four index arrays uploaded (chosen, pos, tokens, slots), the outputs' pointers */
+    fwd->bytes += host(8 * nk) + host(4 * nE) + 4 * host(8 * nk) + host(8 * (E + 1)) + host(8 * E) + 4 * 8 * nk +
+                  host(8 * E);
+    fwd->bytes += 4 * nk; /* the chosen probabilities [k, n] */
+    if (f->renorm) fwd->bytes += (k - 1) * 4 * n + 4 * nk; /* their sum over k, the division */
+    if (w != ACCEL_F32) fwd->bytes += nk * esz(w) + 4 * nk; /* Qwen's rounding, widened back */
+    fwd->bytes += 4 * nk;                                   /* each routed row's weight [n k, 1] */
     /* the experts, one after another, each on its n k / E rows */
     dims de = *d;
     de.n = nk / E, de.I = d->Ie;
     ledger ef = {fwd->k, &de, f, 0, 0}, eb = ef;
-    expert_step(&ef, &eb, n, E, w);
+    accel_dtype y = expert_step(&ef, &eb);
     scratch(fwd, (E - 1) * ef.bytes + ef.top);
     fwd->bytes += E * ef.bytes;
-    fwd->bytes += 4 * nk * C; /* the concatenation [n k, C] */
-    fwd->bytes += k * 4 * eC + (k - 1) * 4 * eC; /* each token's k rows gathered, summed */
+    double eY = nk * C;
+    fwd->bytes += eY * esz(y); /* the concatenation [n k, C] */
+    /* times the f32 weights (a 16-bit row widened first), in torch's product dtype: f32 beside
+     * Mixtral's weights, the rows' for Qwen's (rounded from the f32 product) */
+    accel_dtype o = w == y ? y : ACCEL_F32;
+    fwd->bytes += f32_contig(eY, y, true) + 4 * eY + (o == ACCEL_F32 ? 0 : eY * esz(o));
+    /* each token's k rows gathered (made f32), summed */
+    fwd->bytes += k * eC * esz(o) + (o == ACCEL_F32 ? 0 : k * 4 * eC) + (k - 1) * 4 * eC;
 
-    /* backward: the sums pass the gradient on; the gathers' into a zeroed
-     * [n k, C], the concatenation's slices of it copied as each output's */
-    bwd->bytes += 4 * nk * C + 4 * nk * C;
+    /* backward: the sums pass the gradient on (a low-precision gather's cast back); the gathers' into a
+     * zeroed [n k, C] (f32: one for all k; 16-bit: each gather's f32 scratch, the later ones added into
+     * the first's through f32 copies: 7 bytes a routed element each, measured) */
+    bwd->bytes += o == ACCEL_F32 ? gbuf(eY, o, false) : k * eC * esz(o) + gbuf(eY, o, false) + (k - 1) * 7 * eY;
+    /* the weighting: a rounded product's gradient widened; g * wrows (into Y, then its dtype), g * Y
+     * summed over C (into the weights) */
+    bwd->bytes += (o == ACCEL_F32 ? 0 : 4 * eY) + 4 * eY + grad_copy(eY, y, false);
+    bwd->bytes += mul_same(eY, ACCEL_F32, y) + sum_rows(eY, nk, ACCEL_F32) + grad_copy(nk, ACCEL_F32, false);
+    bwd->bytes += eY * esz(y); /* the concatenation's slices copied as each output's gradient */
     scratch(bwd, (E - 1) * eb.bytes + eb.top);
     bwd->bytes += E * eb.bytes;
-    bwd->bytes += 4 * eC + grad_copy(nE, w, false); /* h's gradient (the gathers'), the weights' first copy */
-    bwd->bytes += nE * esz(w) + contig_as(nE, w, ACCEL_F32, true); /* the transpose's dense copy; Qwen's cast's */
-    if (f->renorm) /* g * out / b, its negation, g / b, the first copy; the row sums' gradient and copy, expanded */
-        bwd->bytes += 4 * 4 * nE + 4 * nE + sum_rows(nE, n, ACCEL_F32) + 4 * n + 4 * nE;
-    bwd->bytes += 4 * nE + 4 * nE; /* masked: g * mask, the probabilities' first copy */
+    bwd->bytes += 4 * eC; /* h's gradient (the gathers') */
+    bwd->bytes += gbuf(nk, ACCEL_F32, false); /* the row weights' gather */
+    if (w != ACCEL_F32) bwd->bytes += nk * esz(w) + 4 * nk; /* Qwen's rounding's two casts */
+    if (f->renorm) /* g / b, g * out / b and its negation, summed over k; each sum slice's zeroed [k, n] */
+        bwd->bytes += 3 * 4 * nk + sum_rows(nk, n, ACCEL_F32) + 4 * n + (k - 1) * (2 * 4 * nk);
+    bwd->bytes += 4 * nE + 4 * nk; /* the chosen probabilities' gather into a zeroed [n E]; their first copy */
     bwd->bytes += 4 * nE + (lg == ACCEL_F32 ? 0 : nE * esz(lg)); /* softmax; the cast's into the logits */
     proj_bwd(bwd, C, E, lg, ACCEL_F32, true, false); /* the router adds into h's gradient */
     if (f->jitter) bwd->bytes += 4 * eC + 4 * eC; /* g * noise, copied into the norm's output's */

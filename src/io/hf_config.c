@@ -312,9 +312,11 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
 static accel_status parse_moe(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     if (!a->moe) return ACCEL_OK;
     bool qwen = a->moe == ACCEL__MOE_QWEN;
-    /* either name (transformers 5 maps num_experts to num_local_experts; the latter wins) */
-    if (get_int(root, file, "num_experts", &c->num_local_experts, qwen, false) ||
-        get_int(root, file, "num_local_experts", &c->num_local_experts, qwen, false) ||
+    /* either name, as transformers 5's attribute maps read them: num_local_experts wins for Qwen3-MoE,
+     * num_experts for Mixtral */
+    const char *first = qwen ? "num_experts" : "num_local_experts", *wins = qwen ? "num_local_experts" : "num_experts";
+    if (get_int(root, file, first, &c->num_local_experts, qwen, false) ||
+        get_int(root, file, wins, &c->num_local_experts, qwen, false) ||
         get_int(root, file, "num_experts_per_tok", &c->num_experts_per_tok, false, false) ||
         get_bool(root, file, "output_router_logits", &c->output_router_logits) ||
         get_real(root, file, "router_aux_loss_coef", &c->router_aux_loss_coef))
@@ -736,15 +738,18 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (a->mlp_bias) fprintf(m, "  \"mlp_bias\": %s,\n", c->mlp_bias ? "true" : "false");
     if (qwen_moe) fprintf(m, "  \"mlp_only_layers\": [],\n");
     fprintf(m, "  \"model_type\": \"%s\",\n", a->model_type);
+    /* with no experts K and the experts' size are unused: the family's defaults keep the file loadable */
+    int64_t per_tok = c->num_experts_per_tok ? c->num_experts_per_tok : a->defaults.num_experts_per_tok;
     if (qwen_moe)
         fprintf(m, "  \"moe_intermediate_size\": %lld,\n  \"norm_topk_prob\": %s,\n",
-                (long long)c->moe_intermediate_size, c->norm_topk_prob ? "true" : "false");
+                (long long)(c->moe_intermediate_size ? c->moe_intermediate_size : a->defaults.moe_intermediate_size),
+                c->norm_topk_prob ? "true" : "false");
     fprintf(m, "  \"num_attention_heads\": %lld,\n", (long long)c->num_attention_heads);
     if (qwen_moe)
         fprintf(m, "  \"num_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n", (long long)c->num_local_experts,
-                (long long)c->num_experts_per_tok);
+                (long long)per_tok);
     else if (a->moe)
-        fprintf(m, "  \"num_experts_per_tok\": %lld,\n", (long long)c->num_experts_per_tok);
+        fprintf(m, "  \"num_experts_per_tok\": %lld,\n", (long long)per_tok);
     fprintf(m, "  \"num_hidden_layers\": %lld,\n  \"num_key_value_heads\": %lld,\n",
             (long long)c->num_hidden_layers, (long long)kv);
     /* transformers 5 writes num_local_experts for both; 4's Qwen3MoeConfig reads num_experts */

@@ -24,9 +24,6 @@ typedef struct accel__decoder_root {
     accel_llama_config cfg;
     accel__decoder_cp cp;
     bool tp_cut_open;
-    /* the load-balancing statistics accel_llama_loss collects in a forward
-     * (moe.h), else NULL */
-    struct accel__moe_aux *moe_aux;
 } accel__decoder_root;
 
 /* The cp setting of the root whose config is c (a root's cfg member). */

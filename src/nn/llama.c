@@ -762,7 +762,6 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     if (!r) return NULL;
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
     r->tp_cut_open = false;
-    r->moe_aux = NULL;
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);
@@ -931,11 +930,11 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
         accel__module_keep_outputs(kept);
         return NULL;
     }
-    if (balance) root->moe_aux = &aux;
+    accel__moe_aux *outer = balance ? accel__moe_aux_collect(&aux) : NULL;
     accel_tensor *loss = cp && cp->pg ? accel__decoder_cp_loss(llama, cp, ids)
                                       : accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
     if (balance) {
-        root->moe_aux = NULL;
+        accel__moe_aux_collect(outer);
         accel_tensor *lb = loss ? accel__moe_aux_loss(&aux, loss->device) : NULL;
         loss = lb ? accel_add(loss, accel_mul_scalar(lb, c->router_aux_loss_coef)) : NULL;
         accel__moe_aux_end(&aux);

@@ -117,23 +117,25 @@ static void top_k(const float *P, int64_t N, int64_t E, int64_t K, int64_t *sel)
     }
 }
 
-/* Where each token's rows go: tokens[] lists expert 0's tokens (ascending),
- * then expert 1's, ...; first[e] is where expert e's begin (first[E] = N K);
- * slot[k N + n] is the row of tokens[] holding token n's k-th expert (its
- * k-th best). */
+/* Where each token's rows go. The routed rows: expert 0's tokens
+ * (ascending), then expert 1's, ...: tokens[row] the token, first[e] where
+ * expert e's begin (first[E] = N K). Slot-major [K, N] (slot k: every
+ * token's k-th best): slot[k N + n] the row of token n's k-th expert,
+ * chosen[k N + n] = n E + that expert (its probability's index in [N, E]);
+ * pos[row] = k N + n, the way back. */
 typedef struct routing {
-    int64_t *tokens, *first, *slot;
-    float *mask; /* [N, E]: 1 where a token chose the expert */
+    int64_t *tokens, *first, *slot, *chosen, *pos;
 } routing;
 
 static bool route(accel_arena *ar, const int64_t *sel, int64_t N, int64_t E, int64_t K, routing *r) {
-    r->tokens = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *r->tokens, 64);
+    size_t nk = (size_t)(N * K) * sizeof(int64_t);
+    r->tokens = accel_arena_alloc(ar, nk, 64);
     r->first = accel_arena_alloc(ar, (size_t)(E + 1) * sizeof *r->first, 64);
-    r->slot = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *r->slot, 64);
-    r->mask = accel_arena_alloc(ar, (size_t)(N * E) * sizeof *r->mask, 64);
-    if (!r->tokens || !r->first || !r->slot || !r->mask) return false;
+    r->slot = accel_arena_alloc(ar, nk, 64);
+    r->chosen = accel_arena_alloc(ar, nk, 64);
+    r->pos = accel_arena_alloc(ar, nk, 64);
+    if (!r->tokens || !r->first || !r->slot || !r->chosen || !r->pos) return false;
     memset(r->first, 0, (size_t)(E + 1) * sizeof *r->first);
-    memset(r->mask, 0, (size_t)(N * E) * sizeof *r->mask);
     for (int64_t i = 0; i < N * K; i++) r->first[sel[i] + 1]++;
     for (int64_t e = 0; e < E; e++) r->first[e + 1] += r->first[e];
     int64_t *cursor = accel_arena_alloc(ar, (size_t)E * sizeof *cursor, 64);
@@ -144,7 +146,8 @@ static bool route(accel_arena *ar, const int64_t *sel, int64_t N, int64_t E, int
             int64_t e = sel[n * K + k], row = cursor[e]++;
             r->tokens[row] = n;
             r->slot[k * N + n] = row;
-            r->mask[n * E + e] = 1.0f;
+            r->chosen[k * N + n] = n * E + e;
+            r->pos[row] = k * N + n;
         }
     return true;
 }
@@ -165,11 +168,18 @@ static accel_tensor *upload(accel_dtype dt, int ndim, const int64_t *shape, cons
 
 /* ---------------------------------------------------------------- the block */
 
-/* The load-balancing statistics of the forward in progress, when the loss
- * collects them (accel__moe_aux_begin). */
-static accel__moe_aux *aux_of(const accel_llama_config *c) {
-    return ((const accel__decoder_root *)(const void *)c)->moe_aux;
+/* The load-balancing statistics the calling thread's accel_llama_loss
+ * collects (accel__moe_aux_collect), for the model whose config they name:
+ * another thread's forward of the same model collects nothing. */
+static _Thread_local accel__moe_aux *tl_aux;
+
+accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x) {
+    accel__moe_aux *prev = tl_aux;
+    tl_aux = x;
+    return prev;
 }
+
+static accel__moe_aux *aux_of(const accel_llama_config *c) { return tl_aux && tl_aux->cfg == c ? tl_aux : NULL; }
 
 /* Adds a layer's router logits [N, E] to the load-balancing statistics:
  * softmax in the logits' dtype, the top K of those probabilities counted,
@@ -177,6 +187,12 @@ static accel__moe_aux *aux_of(const accel_llama_config *c) {
 static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tensor *probs32, const int64_t *sel,
                             int64_t K, accel_pg *tp) {
     int64_t N = logits->shape[0], E = logits->shape[1];
+    /* a checkpointed module's forward (grad off inside it) keeps only its
+     * output: the sums' graph and memory would be gone before the loss */
+    if (x->with_grad && !accel_is_grad_enabled())
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing "
+                               "loss of the experts' routers) is not implemented with gradient checkpointing of a "
+                               "module holding a sparse block");
     accel_tensor *p = logits->dtype == ACCEL_F32 ? probs32 : accel_softmax(logits, 1);
     if (!p) return accel_last_status();
     if (p != probs32) { /* the counts of the top K in the logits' dtype */
@@ -239,28 +255,46 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
     if (!route(ar, sel, N, E, K, &r)) return NULL;
     accel__moe_aux *aux = aux_of(c);
     if (aux && !meta && aux_add(aux, logits, probs, sel, K, tp) != ACCEL_OK) return NULL;
-    /* routing weights [N, E]: the chosen experts' probabilities (renormalised) */
-    accel_tensor *w = accel_mul(probs, upload(ACCEL_F32, 2, (int64_t[]){N, E}, r.mask, dev));
-    if (a->moe == ACCEL__MOE_MIXTRAL || c->norm_topk_prob) w = accel_div(w, accel_sum(w, 1, (int[]){1}, true));
-    /* Qwen's weights in the weights' dtype; Mixtral's stay f32 (the product promotes) */
-    if (w && a->moe == ACCEL__MOE_QWEN && w->dtype != logits->dtype) w = accel_to_dtype(w, logits->dtype);
-    accel_tensor *wt = w ? accel_contiguous(accel_transpose(w, 0, 1)) : NULL; /* [E, N]: a row per expert */
+    /* routing weights [K, N]: each token's chosen probabilities, best first
+     * (gathered: their gradient goes to the chosen, as topk's), divided by
+     * their f32 sum in that order (torch's sum over K) */
+    accel_tensor *w = accel_reshape(accel_embedding(upload(ACCEL_I64, 1, (int64_t[]){K * N}, r.chosen, dev),
+                                                    accel_reshape(probs, 2, (int64_t[]){N * E, 1})),
+                                    2, (int64_t[]){K, N});
+    if (w && (a->moe == ACCEL__MOE_MIXTRAL || c->norm_topk_prob)) {
+        accel_tensor *sum = accel_slice(w, 0, 0, 1, 1);
+        for (int64_t k = 1; k < K && sum; k++) sum = accel_add(sum, accel_slice(w, 0, k, k + 1, 1));
+        w = accel_div(w, sum);
+    }
+    /* Qwen's weights rounded to the router's dtype (its product with a
+     * 16-bit expert output is 16-bit, as torch's, rounded below); Mixtral's
+     * stay f32 (its products are f32). The products are made in f32 either
+     * way: an f32 weight beside a 16-bit row is read as it is, where two
+     * 16-bit operands would be widened, and their backward too. */
+    accel_dtype wdt = a->moe == ACCEL__MOE_QWEN ? logits->dtype : ACCEL_F32;
+    if (w && wdt != ACCEL_F32) w = accel_to_dtype(accel_to_dtype(w, wdt), ACCEL_F32);
+    /* each routed row's weight [N K, 1], in the rows' order */
+    accel_tensor *wrows = w ? accel_embedding(upload(ACCEL_I64, 1, (int64_t[]){N * K}, r.pos, dev),
+                                              accel_reshape(w, 2, (int64_t[]){K * N, 1})) : NULL;
     accel_tensor *tokens = upload(ACCEL_I64, 1, (int64_t[]){N * K}, r.tokens, dev);
     accel_tensor *slots = upload(ACCEL_I64, 2, (int64_t[]){K, N}, r.slot, dev);
     accel_tensor **outs = accel_arena_alloc(ar, (size_t)E * sizeof *outs, 64);
-    if (!wt || !tokens || !slots || !outs) return NULL;
+    if (!wrows || !tokens || !slots || !outs) return NULL;
     int n_out = 0;
     for (int64_t e = 0; e < E; e++) {
         int64_t lo = r.first[e], hi = r.first[e + 1];
         if (lo == hi) continue; /* no token chose it: not run (transformers' expert_hit) */
         accel_tensor *ids = accel_slice(tokens, 0, lo, hi, 1);          /* [n_e] */
         accel_tensor *y = accel_module_call(experts[e], accel_embedding(ids, h)); /* [n_e, C] */
-        accel_tensor *we = accel_embedding(ids, accel_reshape(accel_slice(wt, 0, e, e + 1, 1), 2, (int64_t[]){N, 1}));
-        y = accel_mul(y, we); /* [n_e, C] times [n_e, 1]: Mixtral's promoted to f32 */
         if (!y) return NULL;
         outs[n_out++] = y;
     }
     accel_tensor *Y = n_out == 1 ? outs[0] : accel_concat(n_out, outs, 0); /* [N K, C] */
+    /* each row times its weight, in torch's product dtype: f32 beside Mixtral's
+     * f32 weights, else the rows' (a bf16 x bf16 product rounded once) */
+    accel_dtype pdt = Y && Y->dtype == wdt ? wdt : ACCEL_F32;
+    Y = accel_mul(Y, wrows);
+    if (Y && pdt != ACCEL_F32) Y = accel_to_dtype(Y, pdt);
     accel_tensor *out = NULL;
     for (int64_t k = 0; k < K && Y; k++) { /* token n's k-th best, summed in f32 */
         accel_tensor *g = accel_embedding(accel_reshape(accel_slice(slots, 0, k, k + 1, 1), 1, (int64_t[]){N}), Y);
@@ -277,7 +311,9 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
 
 accel_status accel__moe_aux_begin(accel__moe_aux *x, const accel_llama_config *c) {
     memset(x, 0, sizeof *x);
+    x->cfg = c;
     x->experts = c->num_local_experts;
+    x->with_grad = accel_is_grad_enabled();
     x->counts = accel_calloc((size_t)x->experts, sizeof *x->counts);
     return x->counts ? ACCEL_OK : accel_last_status();
 }

@@ -384,6 +384,11 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
 accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, accel_pg *pg,
                                        const accel__tp_parts *parts, bool sp, bool inner, const char *path) {
     if (check_one(m, style, parts, accel_pg_size(pg), path)) return accel_last_status();
+    /* inside a region a row-parallel output is summed by the region's caller: a bias would be added once
+     * per rank (the experts have none) */
+    if (inner && style == ACCEL_TP_ROWWISE && accel__module_tensor(m, "bias"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a row-parallel Linear with a bias inside a "
+                               "tensor-parallel region is not implemented", path);
     return apply_one(m, style, pg, parts, true, sp, inner);
 }
 
