@@ -25,6 +25,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* ZeRO-3's wrap policy (A->fsdp) */
 #include "check.h"
+#include "ref_weights.h"
 #include "tiny_llama.h"
 
 static int N, R;
@@ -117,39 +118,6 @@ static int *expert_layers(accel_module *m, int *n_out) {
     return is;
 }
 
-/* Under bf16 stage 3 gathers bf16 (as test_accelerator_zero3.c): the
- * reference's micro-batches see its f32 weights rounded to bf16, the step
- * updates the masters. Stages 0-2 autocast the f32 weights. */
-static float *round_weights_bf16(accel_module *m) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t total = 0, at = 0;
-    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
-    float *masters = malloc((size_t)total * sizeof(float));
-    CHECK(masters != NULL);
-    for (int i = 0; masters && i < n; i++) {
-        float *w = ps[i]->data;
-        for (int64_t k = 0; k < accel_numel(ps[i]); k++, at++) {
-            masters[at] = w[k];
-            w[k] = accel_bf16_to_f32(accel_f32_to_bf16(w[k]));
-        }
-    }
-    accel_free(ps);
-    return masters;
-}
-
-static void restore_weights(accel_module *m, float *masters) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t at = 0;
-    for (int i = 0; masters && i < n; i++) {
-        memcpy(ps[i]->data, masters + at, (size_t)accel_numel(ps[i]) * sizeof(float));
-        at += accel_numel(ps[i]);
-    }
-    accel_free(ps);
-    free(masters);
-}
-
 /* What ref_step saw of the experts over the steps: expert tensors that got
  * a gradient on some ranks and none on others (split), none on some rank
  * (idle); layers that ran every expert on one rank and left one out on
@@ -212,22 +180,6 @@ static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, in
     }
     accel_free(ps);
     return l;
-}
-
-static double rel_diff(accel_module *a, accel_module *b) {
-    accel_tensor **pa, **pb;
-    int n = accel_module_parameters(a, &pa);
-    CHECK(accel_module_parameters(b, &pb) == n);
-    double d = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t k = 0; k < accel_numel(pa[i]); k++) {
-            double u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
-            double e = fabs(u - v) / (fabs(v) > 1e-2 ? fabs(v) : 1e-2);
-            d = e > d ? e : d;
-        }
-    accel_free(pa);
-    accel_free(pb);
-    return d;
 }
 
 /* Trains variant v STEPS steps through the accelerator and by hand: the

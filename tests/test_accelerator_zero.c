@@ -15,6 +15,7 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "check.h"
+#include "ref_weights.h"
 #include "optim_groups.h"
 
 static int N, R;
@@ -126,22 +127,6 @@ static double ref_step(run *r, int64_t step, double user_clip) {
     accel_optimizer_zero_grad(r->opt);
     accel_free(ps);
     return norm;
-}
-
-static double rel_diff(accel_module *a, accel_module *b) {
-    accel_tensor **pa, **pb;
-    int n = accel_module_parameters(a, &pa);
-    accel_module_parameters(b, &pb);
-    double d = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t k = 0; k < accel_numel(pa[i]); k++) {
-            double u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
-            double e = fabs(u - v) / (fabs(v) > 1e-2 ? fabs(v) : 1e-2);
-            d = e > d ? e : d;
-        }
-    accel_free(pa);
-    accel_free(pb);
-    return d;
 }
 
 /* Floats of optimizer state (exp_avg + exp_avg_sq) this rank holds. */

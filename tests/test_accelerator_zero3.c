@@ -20,6 +20,7 @@
 #include "accelerator/accelerator_internal.h" /* the wrap units a policy made */
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
 #include "check.h"
+#include "ref_weights.h"
 #include "tiny_llama.h"
 
 static int N, R;
@@ -96,40 +97,6 @@ static double acc_step(accel_module *m, accel_optimizer *o, bool is_llama, int64
     return l;
 }
 
-/* Under bf16 stage 3 gathers bf16 (FSDP's MixedPrecision(param_dtype=bf16)):
- * forward and backward see the f32 masters rounded to bf16. The reference
- * does that by hand: it rounds its weights for the micro-batches (returning
- * the masters) and puts the masters back before the step. */
-static float *round_weights_bf16(accel_module *m) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t total = 0, at = 0;
-    for (int i = 0; i < n; i++) total += accel_numel(ps[i]);
-    float *masters = malloc((size_t)total * sizeof(float));
-    CHECK(masters != NULL);
-    for (int i = 0; masters && i < n; i++) {
-        float *w = ps[i]->data;
-        for (int64_t k = 0; k < accel_numel(ps[i]); k++, at++) {
-            masters[at] = w[k];
-            w[k] = accel_bf16_to_f32(accel_f32_to_bf16(w[k]));
-        }
-    }
-    accel_free(ps);
-    return masters;
-}
-
-static void restore_weights(accel_module *m, float *masters) {
-    accel_tensor **ps;
-    int n = accel_module_parameters(m, &ps);
-    int64_t at = 0;
-    for (int i = 0; masters && i < n; i++) {
-        memcpy(ps[i]->data, masters + at, (size_t)accel_numel(ps[i]) * sizeof(float));
-        at += accel_numel(ps[i]);
-    }
-    accel_free(ps);
-    free(masters);
-}
-
 /* The same step as DDP by hand (autocast as the accelerator does it; under
  * bf16 on weights rounded as stage 3 gathers them). */
 static double ref_step(accel_module *m, accel_optimizer *o, bool is_llama, int64_t step) {
@@ -160,22 +127,6 @@ static double ref_step(accel_module *m, accel_optimizer *o, bool is_llama, int64
     accel_optimizer_zero_grad(o);
     accel_free(ps);
     return l;
-}
-
-static double rel_diff(accel_module *a, accel_module *b) {
-    accel_tensor **pa, **pb;
-    int n = accel_module_parameters(a, &pa);
-    CHECK(accel_module_parameters(b, &pb) == n);
-    double d = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t k = 0; k < accel_numel(pa[i]); k++) {
-            double u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
-            double e = fabs(u - v) / (fabs(v) > 1e-2 ? fabs(v) : 1e-2);
-            d = e > d ? e : d;
-        }
-    accel_free(pa);
-    accel_free(pb);
-    return d;
 }
 
 /* Resident bytes of [p, p + n floats), whole pages (mincore). */
