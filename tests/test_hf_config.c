@@ -587,6 +587,15 @@ static void test_moe_fields(void) {
                  "'norm_topk_prob' must be true or false");
     expect_error("me9.json", "{\"model_type\": \"qwen3_moe\", \"num_experts\": 65537}", ACCEL_ERR_FORMAT,
                  "num_experts must be in [0, 65536]");
+    /* null where transformers' strict configs refuse it (no None for these fields) */
+    expect_error("me10.json", "{\"model_type\": \"mixtral\", \"router_aux_loss_coef\": null}", ACCEL_ERR_FORMAT,
+                 "'router_aux_loss_coef' must be a number");
+    expect_error("me11.json", "{\"model_type\": \"qwen3_moe\", \"norm_topk_prob\": null}", ACCEL_ERR_FORMAT,
+                 "'norm_topk_prob' must be true or false");
+    expect_error("me12.json", "{\"model_type\": \"mixtral\", \"output_router_logits\": null}", ACCEL_ERR_FORMAT,
+                 "'output_router_logits' must be true or false");
+    expect_error("me13.json", "{\"model_type\": \"mixtral\", \"router_jitter_noise\": null}", ACCEL_ERR_FORMAT,
+                 "'router_jitter_noise' must be a number");
     /* from the C struct: a field no family of its kind reads */
     accel_llama_config l = accel_llama_config_default();
     l.num_local_experts = 4;

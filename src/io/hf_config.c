@@ -309,9 +309,19 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
 
 /* The mixture-of-experts keys of Mixtral's and Qwen3-MoE's configs (other
  * families' configs are not read for them, as transformers' are not). */
+/* A key transformers' strict config refuses as null (a bool or float field with no None). */
+static accel_status not_null(json_t *root, const char *file, const char *key, const char *want) {
+    json_t *v = json_object_get(root, key);
+    return v && json_is_null(v) ? bad_type(file, key, want) : ACCEL_OK;
+}
+
 static accel_status parse_moe(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     if (!a->moe) return ACCEL_OK;
     bool qwen = a->moe == ACCEL__MOE_QWEN;
+    if (not_null(root, file, "output_router_logits", "true or false") ||
+        not_null(root, file, "router_aux_loss_coef", "a number") ||
+        not_null(root, file, qwen ? "norm_topk_prob" : "router_jitter_noise", qwen ? "true or false" : "a number"))
+        return accel_last_status();
     /* either name, as transformers 5's attribute maps read them: num_local_experts wins for Qwen3-MoE,
      * num_experts for Mixtral */
     const char *first = qwen ? "num_experts" : "num_local_experts", *wins = qwen ? "num_local_experts" : "num_experts";
