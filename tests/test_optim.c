@@ -271,6 +271,29 @@ static void test_errors(void) {
     CHECK(accel_optim_kind_parse("AdamW") == ACCEL_OPTIM_ADAMW && accel_optim_kind_parse("lion") == -1);
 }
 
+/* A loaded state's group fields are in range together, not only each alone:
+ * nesterov from one entry with a dampening from another was taken, and the
+ * next step refused it as if the live hparams had been written badly. */
+static void test_state_hparams_together(void) {
+    float x[2] = {1, 2}, g[2] = {0.5f, -0.5f};
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    h.momentum = 0.9;
+    accel_optimizer *opt = flat_opt(ACCEL_OPTIM_SGD, x, g, 2, &h);
+    CHECK(opt != NULL);
+    accel_named_state both[] = {{"param_groups.0.nesterov", NULL, 1}, {"param_groups.0.dampening", NULL, 0.5}};
+    CHECK(accel_optimizer_load_state(opt, 2, both) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "param group 0 as loaded: nesterov momentum requires");
+    accel_clear_error();
+    CHECK(!accel_optimizer_hparams(opt, 0)->nesterov && accel_optimizer_hparams(opt, 0)->dampening == 0);
+    CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    /* each alone is fine: the check reads the group as the entries leave it */
+    CHECK(accel_optimizer_load_state(opt, 1, &both[0]) == ACCEL_OK && accel_optimizer_hparams(opt, 0)->nesterov);
+    accel_named_state off = {"param_groups.0.nesterov", NULL, 0};
+    CHECK(accel_optimizer_load_state(opt, 1, &off) == ACCEL_OK);
+    CHECK(accel_optimizer_load_state(opt, 1, &both[1]) == ACCEL_OK && accel_optimizer_step(opt) == ACCEL_OK);
+    accel_optimizer_free(opt);
+}
+
 /* accel_optimizer_hparams hands out the live hyperparameters: a write that
  * switched SGD's momentum on was ignored by the step (no momentum_buffer)
  * and accel_optimizer_state then crashed on the missing buffer; one that
@@ -903,6 +926,7 @@ int main(void) {
     RUN(test_clip);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);
+    RUN(test_state_hparams_together);
     RUN(test_state_other_grouping);
     RUN(test_flat_on_device);
     RUN(test_state_follows_moved_params);

@@ -69,6 +69,9 @@ double accel__nan_norm_error(const char *fn);
  * (offload.c); false (state freed) on failure. */
 bool accel__seg_alloc_state(accel_optimizer *opt, accel__segment *s, int ns);
 void accel__seg_free_state(accel_optimizer *opt, accel__segment *s);
+/* Why h is out of the range an optimizer of kind takes, NULL when it is in
+ * it (optimizer.c; lr may be 0 where lr0). */
+const char *accel__hparams_bad(accel_optim_kind kind, const accel_optim_hparams *h, bool lr0);
 /* How many state buffers each segment of param group `group` holds (0, 1 or
  * 2): fixed when the group was added, whatever its live momentum says now. */
 int accel__n_state(const accel_optimizer *opt, int group);

@@ -206,17 +206,15 @@ static accel_status load_segment_entry(accel_optimizer *opt, accel__segment *s, 
     return bad_entry(e->name, "unknown state for this optimizer");
 }
 
-/* The entry e of param group `group`: checked, and written into its
- * hparams where `apply` (else into a copy). */
+/* The entry e of param group `group`: checked, and written into h (the
+ * group's live hparams, or the check's copy of them). */
 static accel_status load_group_entry(accel_optimizer *opt, int group, const accel_named_state *e, const char *field,
-                                     bool apply) {
-    accel_optim_hparams *hp = &opt->groups[group].h;
+                                     accel_optim_hparams *h) {
     double v;
     if (!entry_scalar(e, &v)) return accel_last_status();
     bool sgd = opt->kind == ACCEL_OPTIM_SGD;
     const char *why = out_of_range(field, v, sgd);
     if (why) return bad_entry(e->name, why);
-    accel_optim_hparams scratch = *hp, *h = apply ? hp : &scratch;
     if (strcmp(field, "lr") == 0) h->lr = v;
     else if (strcmp(field, "weight_decay") == 0) h->weight_decay = v;
     else if (sgd && strcmp(field, "momentum") == 0) {
@@ -235,8 +233,10 @@ static accel_status load_group_entry(accel_optimizer *opt, int group, const acce
     return ACCEL_OK;
 }
 
-/* Every entry of st checked (own: load_segment_entry's), and (`apply`) written. */
-static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool apply, bool *own) {
+/* Every entry of st checked (own: load_segment_entry's), and written where
+ * `apply`; else the groups' values go to hs (a copy of each group's hparams). */
+static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_state *st, bool apply, bool *own,
+                                 accel_optim_hparams *hs) {
     for (int i = 0; i < n; i++) {
         const accel_named_state *e = &st[i];
         if (!e->name) return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: entry %d has no name", i);
@@ -255,7 +255,7 @@ static accel_status load_entries(accel_optimizer *opt, int n, const accel_named_
             rc = load_segment_entry(opt, &opt->segs[idx], e, rest, apply, own);
         } else if ((idx = accel__parse_indexed(e->name, "param_groups.", &rest)) >= 0) {
             if (idx >= opt->n_groups) return bad_entry(e->name, "no such param group in this optimizer");
-            rc = load_group_entry(opt, (int)idx, e, rest, apply);
+            rc = load_group_entry(opt, (int)idx, e, rest, apply ? &opt->groups[idx].h : &hs[idx]);
         } else {
             rc = bad_entry(e->name, "unknown name");
         }
@@ -325,6 +325,20 @@ accel_status accel__check_group_sizes(const char *fn, int n, const accel_named_s
     return rc;
 }
 
+/* Each group's hparams as the loaded entries leave them, in range together:
+ * each entry is checked alone as it is read, but a combination (nesterov with
+ * a dampening) was taken and refused by the next step, naming the wrong
+ * culprit (the live hparams). */
+static accel_status check_loaded_groups(const accel_optimizer *opt, const accel_optim_hparams *hs) {
+    for (int g = 0; g < opt->n_groups; g++) {
+        const char *bad = accel__hparams_bad(opt->kind, &hs[g], true);
+        if (bad)
+            return accel_set_error(ACCEL_ERR_FORMAT, "accel_optimizer_load_state: param group %d as loaded: %s", g,
+                                   bad);
+    }
+    return ACCEL_OK;
+}
+
 /* load_entries' check of every entry, writing nothing; *own (the caller
  * frees it; NULL when the arguments or the allocation failed): which
  * segments have entries that are views of their own state. */
@@ -333,7 +347,12 @@ static accel_status check_entries(accel_optimizer *opt, int n, const accel_named
     if (!opt || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
     if (!(*own = accel_calloc((size_t)opt->n_segs + 1, sizeof **own))) return accel_last_status();
-    accel_status rc = load_entries(opt, n, st, false, *own);
+    accel_optim_hparams *hs = accel_malloc(((size_t)opt->n_groups + 1) * sizeof *hs);
+    if (!hs) return accel_last_status();
+    for (int g = 0; g < opt->n_groups; g++) hs[g] = opt->groups[g].h;
+    accel_status rc = load_entries(opt, n, st, false, *own, hs);
+    if (!rc) rc = check_loaded_groups(opt, hs);
+    accel_free(hs);
     if (rc) return rc;
     int *group_of = seg_groups(opt);
     if (!group_of) return accel_last_status();
@@ -365,5 +384,5 @@ accel_status accel_optimizer_load_state(accel_optimizer *opt, int n, const accel
         if (!own[i] && accel__seg_state_zero(opt, s) != ACCEL_OK) rc = accel_last_status();
     }
     accel_free(own);
-    return rc ? rc : load_entries(opt, n, st, true, NULL);
+    return rc ? rc : load_entries(opt, n, st, true, NULL, NULL);
 }

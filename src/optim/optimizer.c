@@ -100,7 +100,7 @@ static void set_flat(accel__segment *s, const accel_tensor *p, const accel_tenso
  * silently, and gave a state that accel_optimizer_load_state refuses. lr may
  * be 0 where lr0 (a schedule's start or end: the step), not where 0 is a
  * field left unset (construction). */
-static const char *hparams_bad(accel_optim_kind kind, const accel_optim_hparams *h, bool lr0) {
+const char *accel__hparams_bad(accel_optim_kind kind, const accel_optim_hparams *h, bool lr0) {
     bool sgd = kind == ACCEL_OPTIM_SGD;
     if (!isfinite(h->lr) || h->lr < 0 || (h->lr == 0 && !lr0))
         return lr0 ? "lr must be a finite number >= 0"
@@ -124,7 +124,7 @@ static bool resolve_hparams(const char *fn, accel_optim_kind kind, const accel_o
     if (h->beta1 == 0) h->beta1 = 0.9;
     if (h->beta2 == 0) h->beta2 = 0.999;
     if (h->eps == 0) h->eps = 1e-8;
-    const char *bad = hparams_bad(kind, h, false);
+    const char *bad = accel__hparams_bad(kind, h, false);
     if (bad) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", fn, bad);
         return false;
@@ -351,7 +351,7 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
 static accel_status check_groups(const accel_optimizer *opt) {
     for (int g = 0; g < opt->n_groups; g++) {
         const accel_optim_hparams *h = &opt->groups[g].h;
-        const char *bad = hparams_bad(opt->kind, h, true);
+        const char *bad = accel__hparams_bad(opt->kind, h, true);
         if (!bad && n_state_for(opt->kind, h) != opt->groups[g].n_state)
             bad = "momentum was switched on or off after the group was added (its momentum_buffer is made, or "
                   "not, then); add a new param group for it";
