@@ -570,6 +570,14 @@ static void test_crafted_pickles(void) {
     p->n = 0;
     op(p, 0x80), op(p, 2), op(p, 'N'), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "the pickle holds a None, not a state dict");
+    /* a key with a NUL byte: the name a C string would read is "w" */
+    p->n = 0;
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'X');
+    u32(p, 3);
+    put(p, "w\0x", 3);
+    tensor(p, "FloatStorage", "0", 4, 0, 1, (int[]){4}, (int[]){1});
+    op(p, 's'), op(p, '.');
+    expect_pickle(p, ACCEL_ERR_FORMAT, "entry 'w' has a NUL byte in its name");
     free(p);
 }
 
@@ -615,8 +623,31 @@ static void test_crafted_zips(void) {
     write_all(tmp_path("cut.bin"), b.p, b.n - 30);
     expect_open_error(tmp_path("cut.bin"), ACCEL_ERR_FORMAT, "no end of central directory record");
     free(b.p);
-    /* no data.pkl */
+    /* one central entry of data/0 patched at a time: the stored sizes apart,
+     * a NUL in its name, the encryption flag */
+    static const struct { size_t at; unsigned char byte; accel_status want; const char *msg; } cuts[] = {
+        {24, 0x11, ACCEL_ERR_FORMAT, "record 'proto4/data/0' is stored but its sizes differ (8, 17)"},
+        {46 + 7, 0, ACCEL_ERR_FORMAT, "a record name holds a NUL byte"},
+        {8, 1, ACCEL_ERR_UNSUPPORTED, "record 'proto4/data/0' is encrypted"},
+    };
+    for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
+        b = read_all("data/torch_load/proto4.bin");
+        for (size_t i = 0; i + 46 + 13 <= b.n; i++)
+            if (!memcmp(b.p + i, "PK\1\2", 4) && !memcmp(b.p + i + 46, "proto4/data/0", 13))
+                b.p[i + cuts[k].at] = cuts[k].byte;
+        write_all(tmp_path("patched.bin"), b.p, b.n);
+        expect_open_error(tmp_path("patched.bin"), cuts[k].want, cuts[k].msg);
+        free(b.p);
+    }
+    /* a record named twice (which of the two would a reader take?) */
     accel__zip z;
+    float four[4] = {1, 2, 3, 4};
+    CHECK(accel__zip_open(&z, tmp_path("twice.bin")) == ACCEL_OK);
+    CHECK(accel__zip_record(&z, "archive/data/0", four, sizeof four) == ACCEL_OK);
+    CHECK(accel__zip_record(&z, "archive/data/0", four, sizeof four) == ACCEL_OK);
+    CHECK(accel__zip_commit(&z) == ACCEL_OK);
+    expect_open_error(tmp_path("twice.bin"), ACCEL_ERR_FORMAT, "record 'archive/data/0' appears twice in the zip");
+    /* no data.pkl */
     CHECK(accel__zip_open(&z, tmp_path("nopickle.bin")) == ACCEL_OK);
     CHECK(accel__zip_record(&z, "archive/version", "3\n", 2) == ACCEL_OK);
     CHECK(accel__zip_commit(&z) == ACCEL_OK);
