@@ -265,6 +265,56 @@ static void test_index_of_another_name(void) {
     CHECK_MSG(access(path, F_OK) != 0, "%s was left behind, its shards removed", path);
 }
 
+/* A tensor the index places in another shard: a second copy there (which
+ * one would the merge keep?), or none (a stale index). Both refused by name,
+ * nothing written or removed. */
+static void expect_refused(const char *ck, const char *want) {
+    char cmd[4 * PATH_MAX], path[PATH_MAX + 64], buf[4096];
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/other_shard_out --remove_checkpoint_dir", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, want);
+    snprintf(path, sizeof path, "%s/other_shard_out/model.safetensors", TMP);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
+    snprintf(path, sizeof path, "%s/model-00003-of-00008.safetensors", ck);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
+}
+
+static void test_tensor_in_another_shard(void) {
+    static const char *const DOWN = "model.layers.0.mlp.down_proj.weight";
+    char ck[PATH_MAX + 16], cmd[8 * PATH_MAX], path[PATH_MAX + 64];
+    snprintf(ck, sizeof ck, "%s/other_shard", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s", ck);
+    CHECK(system(cmd) == 0);
+    /* shard 2 rewritten with its own tensors and a copy of shard 3's down_proj */
+    accel_safetensors *two = accel_safetensors_open("data/hf_llama_sharded/model-00002-of-00008.safetensors");
+    accel_safetensors *three = accel_safetensors_open("data/hf_llama_sharded/model-00003-of-00008.safetensors");
+    int n = two ? accel_safetensors_count(two) : 0;
+    CHECK(two && three && n > 0 && n < 16);
+    if (!two || !three || n <= 0 || n >= 16) return;
+    const char *names[16];
+    accel_tensor *ts[16];
+    for (int i = 0; i < n; i++) {
+        names[i] = accel_safetensors_at(two, i)->name;
+        ts[i] = accel_safetensors_tensor(two, names[i], -1);
+    }
+    names[n] = DOWN;
+    ts[n] = accel_safetensors_tensor(three, DOWN, -1);
+    snprintf(path, sizeof path, "%s/model-00002-of-00008.safetensors", ck);
+    CHECK(accel_safetensors_save(path, n + 1, names, ts, 0, NULL) == ACCEL_OK);
+    for (int i = 0; i <= n; i++) accel_tensor_free(ts[i]);
+    accel_safetensors_close(two);
+    accel_safetensors_close(three);
+    expect_refused(ck, "model-00002-of-00008.safetensors holds tensor 'model.layers.0.mlp.down_proj.weight', which "
+                       "the index places in model-00003-of-00008.safetensors: two copies; keep one");
+    /* shard 2 as it was, and the index moved to it: shard 3's copy is the only one */
+    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/model-00002-of-00008.safetensors %s/ && "
+             "sed -i '/%s/s/00003-of/00002-of/' %s/model.safetensors.index.json", ck, DOWN, ck);
+    CHECK(system(cmd) == 0);
+    expect_refused(ck, "model-00003-of-00008.safetensors holds tensor 'model.layers.0.mlp.down_proj.weight', which "
+                       "the index places in model-00002-of-00008.safetensors, which does not hold it: fix the index");
+}
+
 /* An output folder whose name leaves no room for "/model.safetensors" within PATH_MAX: refused by
  * name, where the cut name (".../model.saf") was written as another file. */
 static void test_output_path_too_long(void) {
@@ -308,6 +358,7 @@ int main(void) {
     RUN(test_two_indexes_beside_a_single_file);
     RUN(test_tensor_missing_from_index);
     RUN(test_index_of_another_name);
+    RUN(test_tensor_in_another_shard);
     RUN(test_output_path_too_long);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
