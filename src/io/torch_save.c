@@ -22,17 +22,9 @@
 #include "accel/io.h"
 #include "accel/tracking.h"
 #include "io/io_internal.h"
+#include "io/torch_pickle.h"
 #include "io/zip_internal.h"
 
-/* ---------------------------------------------------------------- pickle opcodes */
-
-enum {
-    OP_PROTO = 0x80, OP_EMPTY_DICT = '}', OP_MARK = '(', OP_SETITEM = 's', OP_SETITEMS = 'u',
-    OP_BINUNICODE = 'X', OP_GLOBAL = 'c', OP_BINPUT = 'q', OP_LONG_BINPUT = 'r', OP_BINGET = 'h',
-    OP_LONG_BINGET = 'j', OP_BININT1 = 'K', OP_BININT2 = 'M', OP_BININT = 'J', OP_LONG1 = 0x8a,
-    OP_EMPTY_TUPLE = ')', OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_TUPLE = 't',
-    OP_BINPERSID = 'Q', OP_NEWFALSE = 0x89, OP_REDUCE = 'R', OP_STOP = '.',
-};
 #define SETITEMS_BATCH 1000 /* CPython's _BATCHSIZE */
 #define NOT_YET -1
 
@@ -154,16 +146,6 @@ static void pk_int_tuple(pickler *pk, int n, const int64_t *v) {
 
 /* ---------------------------------------------------------------- the state dict */
 
-/* torch.<Type>Storage for each dtype (torch/storage.py's legacy names). */
-static const char *storage_class(accel_dtype dt) {
-    static const char *const N[ACCEL_DTYPE_COUNT] = {
-        [ACCEL_F32] = "FloatStorage", [ACCEL_BF16] = "BFloat16Storage", [ACCEL_F16] = "HalfStorage",
-        [ACCEL_F64] = "DoubleStorage", [ACCEL_I64] = "LongStorage", [ACCEL_I32] = "IntStorage",
-        [ACCEL_U8] = "ByteStorage", [ACCEL_BOOL] = "BoolStorage", [ACCEL_I8] = "CharStorage",
-        [ACCEL_I16] = "ShortStorage"};
-    return N[dt];
-}
-
 /* Memo indices of the objects every tensor shares. */
 typedef struct shared_memo {
     int64_t rebuild, storage, cpu, ordered_dict, cls[ACCEL_DTYPE_COUNT];
@@ -174,7 +156,7 @@ typedef struct shared_memo {
 static void pk_storage(pickler *pk, shared_memo *m, const accel_tensor *t, int k) {
     pk_op(pk, OP_MARK);
     pk_str_once(pk, &m->storage, "storage");
-    pk_global_once(pk, &m->cls[t->dtype], "torch", storage_class(t->dtype));
+    pk_global_once(pk, &m->cls[t->dtype], "torch", accel__torch_storage_class(t->dtype));
     char key[24];
     snprintf(key, sizeof key, "%d", k);
     pk_str_once(pk, &m->key[k], key);

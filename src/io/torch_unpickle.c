@@ -15,17 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "io/torch_pickle.h"
 #include "io/torch_unpickle.h"
-
-enum {
-    OP_PROTO = 0x80, OP_FRAME = 0x95, OP_STOP = '.', OP_MARK = '(', OP_EMPTY_DICT = '}', OP_EMPTY_TUPLE = ')',
-    OP_TUPLE = 't', OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_BINUNICODE = 'X',
-    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_GLOBAL = 'c', OP_STACK_GLOBAL = 0x93,
-    OP_BINPERSID = 'Q', OP_BININT = 'J', OP_BININT1 = 'K', OP_BININT2 = 'M', OP_LONG1 = 0x8a, OP_BINFLOAT = 'G',
-    OP_NONE = 'N', OP_NEWTRUE = 0x88, OP_NEWFALSE = 0x89, OP_REDUCE = 'R', OP_BUILD = 'b', OP_SETITEM = 's',
-    OP_SETITEMS = 'u', OP_BINPUT = 'q', OP_LONG_BINPUT = 'r', OP_MEMOIZE = 0x94, OP_BINGET = 'h',
-    OP_LONG_BINGET = 'j',
-};
 
 enum { V_UNSET, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_TUPLE, V_DICT, V_GLOBAL, V_STORAGE, V_TENSOR };
 static const char *const KIND[] = {"nothing", "None", "bool", "int", "float", "str", "tuple", "dict",
@@ -33,12 +24,6 @@ static const char *const KIND[] = {"nothing", "None", "bool", "int", "float", "s
 
 /* The globals allowed: what each REDUCE or persistent id may name. */
 enum { G_ORDERED_DICT, G_REBUILD_TENSOR, G_REBUILD_PARAMETER, G_STORAGE /* + dtype */ };
-
-static const struct { const char *name; accel_dtype dt; } STORAGES[] = {
-    {"FloatStorage", ACCEL_F32}, {"HalfStorage", ACCEL_F16},  {"BFloat16Storage", ACCEL_BF16},
-    {"DoubleStorage", ACCEL_F64}, {"LongStorage", ACCEL_I64}, {"IntStorage", ACCEL_I32},
-    {"ShortStorage", ACCEL_I16}, {"CharStorage", ACCEL_I8},   {"ByteStorage", ACCEL_U8},
-    {"BoolStorage", ACCEL_BOOL}};
 
 /* A value: its kind and, per kind, the int, the bool, a float's bits, a
  * global's id, or the index of the string / tuple / dict / storage / tensor
@@ -212,9 +197,10 @@ static accel_status global(up *u, const char *module, size_t ml, const char *nam
     if (IS(module, ml, "torch._utils") && IS(name, nl, "_rebuild_parameter"))
         return push(u, V_GLOBAL, G_REBUILD_PARAMETER);
     if (IS(module, ml, "torch")) {
-        for (size_t k = 0; k < sizeof STORAGES / sizeof *STORAGES; k++)
-            if (nl == strlen(STORAGES[k].name) && !memcmp(name, STORAGES[k].name, nl))
-                return push(u, V_GLOBAL, G_STORAGE + (int64_t)STORAGES[k].dt);
+        for (int dt = 0; dt < ACCEL_DTYPE_COUNT; dt++) {
+            const char *cls = accel__torch_storage_class((accel_dtype)dt);
+            if (cls && nl == strlen(cls) && !memcmp(name, cls, nl)) return push(u, V_GLOBAL, G_STORAGE + dt);
+        }
         if (nl > 7 && !memcmp(name + nl - 7, "Storage", 7))
             return fail(u, ACCEL_ERR_UNSUPPORTED, "storage type torch.%.*s holds a dtype accel does not have "
                         "(supported: float32, float16, bfloat16, float64, int64, int32, int16, int8, uint8, bool)",
