@@ -29,6 +29,15 @@ accel_status accel__device_name(const char *s, accel_device *out);
  * which is freed. NULL + error on out of memory, p left as it was. */
 void *accel__realloc(void *p, size_t old_bytes, size_t bytes);
 
+/* The unsigned little-endian number in p's first `bytes` (1 to 8) bytes:
+ * the file formats' fields (zip, pickle, safetensors), whatever the host's
+ * byte order or the field's alignment. */
+static inline uint64_t accel__read_le(const unsigned char *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);
 void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);

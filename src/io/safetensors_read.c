@@ -285,8 +285,7 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *map, size_t 
                         path);
         return st_fail(st, NULL);
     }
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | st->map[i];
+    uint64_t hlen = accel__read_le(st->map, 8);
     if (hlen > size - 8) {
         accel_set_error(ACCEL_ERR_FORMAT,
                         "%s: header length %llu runs past the end of the file (%zu bytes): truncated "

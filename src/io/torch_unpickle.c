@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core_internal.h"
 #include "io/torch_pickle.h"
 #include "io/torch_unpickle.h"
 
@@ -115,12 +116,6 @@ static const unsigned char *take(up *u, size_t n) {
     const unsigned char *q = u->p + u->pos;
     u->pos += n;
     return q;
-}
-
-static uint64_t le(const unsigned char *q, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | q[i];
-    return v;
 }
 
 /* ---------------------------------------------------------------- the stack */
@@ -400,7 +395,7 @@ static accel_status op_long1(up *u) {
     size_t n = *q;
     if (n > 8) return fail(u, ACCEL_ERR_FORMAT, "an integer of %zu bytes (more than int64)", n);
     if (!(q = take(u, n))) return accel_last_status();
-    uint64_t v = le(q, (int)n);
+    uint64_t v = accel__read_le(q, (int)n);
     if (n && n < 8 && (q[n - 1] & 0x80)) v |= ~(uint64_t)0 << (8 * n); /* sign-extend */
     return push(u, V_INT, (int64_t)v);
 }
@@ -429,20 +424,20 @@ static accel_status step(up *u, int op, bool *stop) {
         if (u->sp - fence(u) < op - OP_TUPLE1 + 1) return fail(u, ACCEL_ERR_FORMAT, "TUPLE%d on a shorter stack",
                                                                op - OP_TUPLE1 + 1);
         return new_tuple(u, u->sp - (op - OP_TUPLE1 + 1), op - OP_TUPLE1 + 1);
-    case OP_BINUNICODE: return (q = take(u, 4)) ? new_str(u, (size_t)le(q, 4)) : accel_last_status();
+    case OP_BINUNICODE: return (q = take(u, 4)) ? new_str(u, (size_t)accel__read_le(q, 4)) : accel_last_status();
     case OP_SHORT_BINUNICODE: return (q = take(u, 1)) ? new_str(u, *q) : accel_last_status();
     case OP_BINUNICODE8: {
         if (!(q = take(u, 8))) return accel_last_status();
-        uint64_t n = le(q, 8);
+        uint64_t n = accel__read_le(q, 8);
         return n > u->len ? fail(u, ACCEL_ERR_FORMAT, "a string of %llu bytes (truncated?)", (unsigned long long)n)
                           : new_str(u, (size_t)n);
     }
     case OP_GLOBAL: return op_global(u);
     case OP_STACK_GLOBAL: return op_stack_global(u);
     case OP_BINPERSID: return op_persid(u);
-    case OP_BININT: return (q = take(u, 4)) ? push(u, V_INT, (int32_t)(uint32_t)le(q, 4)) : accel_last_status();
+    case OP_BININT: return (q = take(u, 4)) ? push(u, V_INT, (int32_t)(uint32_t)accel__read_le(q, 4)) : accel_last_status();
     case OP_BININT1: return (q = take(u, 1)) ? push(u, V_INT, *q) : accel_last_status();
-    case OP_BININT2: return (q = take(u, 2)) ? push(u, V_INT, (int64_t)le(q, 2)) : accel_last_status();
+    case OP_BININT2: return (q = take(u, 2)) ? push(u, V_INT, (int64_t)accel__read_le(q, 2)) : accel_last_status();
     case OP_LONG1: return op_long1(u);
     case OP_BINFLOAT: { /* big-endian; kept as bits, only metadata holds floats */
         if (!(q = take(u, 8))) return accel_last_status();
@@ -458,10 +453,10 @@ static accel_status step(up *u, int op, bool *stop) {
     case OP_SETITEM: return op_setitems(u, false);
     case OP_SETITEMS: return op_setitems(u, true);
     case OP_BINPUT: return (q = take(u, 1)) ? memo_put(u, *q) : accel_last_status();
-    case OP_LONG_BINPUT: return (q = take(u, 4)) ? memo_put(u, le(q, 4)) : accel_last_status();
+    case OP_LONG_BINPUT: return (q = take(u, 4)) ? memo_put(u, accel__read_le(q, 4)) : accel_last_status();
     case OP_MEMOIZE: return memo_put(u, (uint64_t)u->memo_len);
     case OP_BINGET: return (q = take(u, 1)) ? memo_get(u, *q) : accel_last_status();
-    case OP_LONG_BINGET: return (q = take(u, 4)) ? memo_get(u, le(q, 4)) : accel_last_status();
+    case OP_LONG_BINGET: return (q = take(u, 4)) ? memo_get(u, accel__read_le(q, 4)) : accel_last_status();
     default:
         return fail(u, ACCEL_ERR_UNSUPPORTED, "opcode 0x%02x%s%c%s is not one a state dict pickles with "
                     "(accel's unpickler reads those only)", op, op >= 0x20 && op < 0x7f ? " ('" : "",

@@ -16,12 +16,6 @@
 #define ZIP64_EXTRA 0x0001u
 #define FLAG_ENCRYPTED 0x0001u
 
-static uint64_t rd(const unsigned char *p, int bytes) {
-    uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 static accel_status bad(const char *path, const char *what) {
     return accel_set_error(ACCEL_ERR_FORMAT, "%s: not a valid zip archive (torch.save's format): %s", path, what);
 }
@@ -32,7 +26,7 @@ static int64_t find_end(const unsigned char *p, size_t size) {
     if (size < END_BYTES) return -1;
     size_t lowest = size - END_BYTES > 0xFFFF ? size - END_BYTES - 0xFFFF : 0;
     for (size_t at = size - END_BYTES + 1; at-- > lowest;)
-        if (rd(p + at, 4) == ACCEL__ZIP_SIG_END && at + END_BYTES + rd(p + at + 20, 2) == size) return (int64_t)at;
+        if (accel__read_le(p + at, 4) == ACCEL__ZIP_SIG_END && at + END_BYTES + accel__read_le(p + at + 20, 2) == size) return (int64_t)at;
     return -1;
 }
 
@@ -45,28 +39,28 @@ static accel_status locate_cd(const char *path, const unsigned char *p, size_t s
     int64_t end = find_end(p, size);
     if (end < 0) return bad(path, "no end of central directory record (truncated?)");
     const unsigned char *e = p + end;
-    if (rd(e + 4, 2) != 0 || rd(e + 6, 2) != 0)
+    if (accel__read_le(e + 4, 2) != 0 || accel__read_le(e + 6, 2) != 0)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a multi-disk zip archive is not supported", path);
-    cd->n = rd(e + 10, 2);
-    cd->size = rd(e + 12, 4);
-    cd->offset = rd(e + 16, 4);
+    cd->n = accel__read_le(e + 10, 2);
+    cd->size = accel__read_le(e + 12, 4);
+    cd->offset = accel__read_le(e + 16, 4);
     cd->limit = (uint64_t)end;
     /* torch writes a ZIP64 end record (and its locator just before the classic one) even
      * for small files; where present its values are the real ones */
-    if (end >= LOCATOR_BYTES && rd(e - LOCATOR_BYTES, 4) == ACCEL__ZIP_SIG_LOCATOR64) {
+    if (end >= LOCATOR_BYTES && accel__read_le(e - LOCATOR_BYTES, 4) == ACCEL__ZIP_SIG_LOCATOR64) {
         const unsigned char *loc = e - LOCATOR_BYTES;
-        uint64_t at = rd(loc + 8, 8);
-        if (rd(loc + 4, 4) != 0 || rd(loc + 16, 4) > 1)
+        uint64_t at = accel__read_le(loc + 8, 8);
+        if (accel__read_le(loc + 4, 4) != 0 || accel__read_le(loc + 16, 4) > 1)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a multi-disk zip archive is not supported", path);
         if (at > (uint64_t)end - LOCATOR_BYTES || (uint64_t)end - LOCATOR_BYTES - at < END64_BYTES ||
-            rd(p + at, 4) != ACCEL__ZIP_SIG_END64)
+            accel__read_le(p + at, 4) != ACCEL__ZIP_SIG_END64)
             return bad(path, "the ZIP64 locator points to no ZIP64 end record");
         const unsigned char *z = p + at;
-        if (rd(z + 16, 4) != 0 || rd(z + 20, 4) != 0)
+        if (accel__read_le(z + 16, 4) != 0 || accel__read_le(z + 20, 4) != 0)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a multi-disk zip archive is not supported", path);
-        cd->n = rd(z + 32, 8);
-        cd->size = rd(z + 40, 8);
-        cd->offset = rd(z + 48, 8);
+        cd->n = accel__read_le(z + 32, 8);
+        cd->size = accel__read_le(z + 40, 8);
+        cd->offset = accel__read_le(z + 48, 8);
         cd->limit = at;
     } else if (cd->n == 0xFFFF || cd->size == 0xFFFFFFFFu || cd->offset == 0xFFFFFFFFu) {
         return bad(path, "the end record defers to a ZIP64 end record that is not there");
@@ -84,14 +78,14 @@ static accel_status zip64_fields(const char *path, const unsigned char *x, size_
                                  uint64_t *csize, uint64_t *offset) {
     uint64_t *want[3] = {usize, csize, offset};
     for (size_t at = 0; at + 4 <= len;) {
-        uint64_t id = rd(x + at, 2), n = rd(x + at + 2, 2);
+        uint64_t id = accel__read_le(x + at, 2), n = accel__read_le(x + at + 2, 2);
         if (n > len - at - 4) return bad(path, "a central directory extra field runs past its entry");
         if (id == ZIP64_EXTRA) {
             size_t k = 0;
             for (int i = 0; i < 3; i++) {
                 if (*want[i] != 0xFFFFFFFFu) continue;
                 if (k + 8 > n) return bad(path, "a ZIP64 extra field lacks a size or offset it defers to");
-                *want[i] = rd(x + at + 4 + k, 8);
+                *want[i] = accel__read_le(x + at + 4 + k, 8);
                 k += 8;
             }
             return ACCEL_OK;
@@ -111,26 +105,26 @@ static int cmp_rec(const void *a, const void *b) {
  * its local header and where its bytes are. */
 static accel_status read_entry(const char *path, const unsigned char *p, const cd_loc *cd, const unsigned char *c,
                                char *name, accel__zip_rec *r) {
-    size_t name_len = rd(c + 28, 2), extra_len = rd(c + 30, 2);
-    uint64_t csize = rd(c + 20, 4), usize = rd(c + 24, 4), off = rd(c + 42, 4);
+    size_t name_len = accel__read_le(c + 28, 2), extra_len = accel__read_le(c + 30, 2);
+    uint64_t csize = accel__read_le(c + 20, 4), usize = accel__read_le(c + 24, 4), off = accel__read_le(c + 42, 4);
     if (zip64_fields(path, c + CENTRAL_BYTES + name_len, extra_len, &usize, &csize, &off)) return accel_last_status();
     if (memchr(c + CENTRAL_BYTES, 0, name_len)) return bad(path, "a record name holds a NUL byte");
     memcpy(name, c + CENTRAL_BYTES, name_len);
     name[name_len] = 0;
-    if (rd(c + 8, 2) & FLAG_ENCRYPTED)
+    if (accel__read_le(c + 8, 2) & FLAG_ENCRYPTED)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: record '%s' is encrypted", path, name);
     r->name = name;
-    r->method = (uint16_t)rd(c + 10, 2);
+    r->method = (uint16_t)accel__read_le(c + 10, 2);
     r->size = csize;
     if (r->method == 0 && usize != csize)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s' is stored but its sizes differ (%llu, %llu)", path,
                                name, (unsigned long long)csize, (unsigned long long)usize);
     /* the local header: where the bytes start (its own name and extra lengths) */
-    if (off > cd->offset || cd->offset - off < ACCEL__ZIP_LOCAL_BYTES || rd(p + off, 4) != ACCEL__ZIP_SIG_LOCAL)
+    if (off > cd->offset || cd->offset - off < ACCEL__ZIP_LOCAL_BYTES || accel__read_le(p + off, 4) != ACCEL__ZIP_SIG_LOCAL)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s': no local header at offset %llu", path, name,
                                (unsigned long long)off);
     const unsigned char *l = p + off;
-    uint64_t lname = rd(l + 26, 2), lextra = rd(l + 28, 2);
+    uint64_t lname = accel__read_le(l + 26, 2), lextra = accel__read_le(l + 28, 2);
     uint64_t data_at = off + ACCEL__ZIP_LOCAL_BYTES + lname + lextra;
     if (lname != name_len || data_at > cd->offset || memcmp(l + ACCEL__ZIP_LOCAL_BYTES, name, name_len) != 0)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: record '%s': its local header disagrees with the central "
@@ -159,17 +153,17 @@ accel_status accel__zip_read_dir(const char *path, const unsigned char *p, size_
     accel_status st = ACCEL_OK;
     for (uint64_t i = 0; i < cd.n && !st; i++) {
         const unsigned char *c = p + at;
-        if (end - at < CENTRAL_BYTES || rd(c, 4) != ACCEL__ZIP_SIG_CENTRAL) {
+        if (end - at < CENTRAL_BYTES || accel__read_le(c, 4) != ACCEL__ZIP_SIG_CENTRAL) {
             st = bad(path, "a central directory entry is missing or cut short");
             break;
         }
-        uint64_t len = CENTRAL_BYTES + rd(c + 28, 2) + rd(c + 30, 2) + rd(c + 32, 2);
+        uint64_t len = CENTRAL_BYTES + accel__read_le(c + 28, 2) + accel__read_le(c + 30, 2) + accel__read_le(c + 32, 2);
         if (len > end - at) {
             st = bad(path, "a central directory entry runs past the directory");
             break;
         }
         st = read_entry(path, p, &cd, c, name, &out->recs[i]);
-        name += rd(c + 28, 2) + 1;
+        name += accel__read_le(c + 28, 2) + 1;
         at += len;
         if (!st) out->n++;
     }
