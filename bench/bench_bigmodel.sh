@@ -30,7 +30,7 @@ CKPT=$T/fake-llama-dispatch
 cat "$CKPT/model.safetensors" >/dev/null # warm the page cache for both sides
 NEW=32
 
-median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) printf "%.1f", a[(NR+1)/2]; else printf "%.1f", (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/common.sh  # median, machine_lines
 
 # run_many NAME CMD... : RUNS runs; collects wall ms (start to exit), peak RSS MB,
 # and the program's own process_to_logits_ms / decode_tokens_per_s lines.

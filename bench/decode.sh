@@ -43,8 +43,7 @@ CKPT=$T/fake-llama
 "$BIN/save_fake_llama" "$CKPT" --layers "$LAYERS" >/dev/null
 cat "$CKPT/model.safetensors" >/dev/null # warm the page cache for both sides
 
-# median [FORMAT] (default %.1f) of the numbers on stdin
-median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f, a[(NR+1)/2]; else printf f, (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/common.sh  # median, machine_lines
 
 # run NAME CMD...: one run through bench/metered_run.py (own CPU time, load);
 # appends decode tokens/s, load ms, own CPU s and the generated ids.

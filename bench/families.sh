@@ -36,8 +36,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 python3 bench/families_peer.py make "$T/models" > "$T/params" 2>/dev/null
 
-# median [FORMAT] (default %.1f) of the numbers on stdin
-median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f, a[(NR+1)/2]; else printf f, (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/common.sh  # median, machine_lines
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
@@ -73,11 +72,7 @@ out=${OUT:-$default_out}
   echo "> building and testing: load average before $LOAD0, after $LOAD1 (1/5/15 min). Wall-clock"
   echo "> figures swing with the load; the same-round ratios are the robust figures."
   echo
-  echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $THREADS threads each"
-  # the GEMM paths the library chose (a binary copied without its plug-ins falls back: visible here)
-  "$B/bin/accel" env 2>/dev/null | sed -n 's/^- \(CPU kernels\|GEMM f32\|GEMM bf16\)\(:[^;]*\).*/\1\2  /p'
-  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
-  echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
+  machine_lines "$B" "$THREADS"
   echo
   echo "Checkpoints: \`bench/families_peer.py make\` (hidden 512, intermediate 1024, 4 layers, 8 heads,"
   echo "vocabulary 32000, f32, transformers' random init), loaded in $DTYPE on both sides; prompt 1..8, $NEW new"

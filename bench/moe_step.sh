@@ -28,8 +28,7 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PA
 if [ "$B" = build ]; then cmake --build build -j2 --target bench_moe_step accel_cli >/dev/null; fi
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-# median [FORMAT] (default %.1f) of the numbers on stdin
-median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f, a[(NR+1)/2]; else printf f, (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/common.sh  # median, machine_lines
 field() { sed -n "s/^impl=.* $1=\([0-9.]*\).*/\1/p"; }
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -61,10 +60,7 @@ out=${OUT:-bench/results/moe_step.md}
   echo "> Measured $(date -u '+%Y-%m-%d %H:%M UTC') on the shared 2-core box: load average before $LOAD0,"
   echo "> after $LOAD1 (1/5/15 min). The same-round ratios are the robust figures."
   echo
-  echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $THREADS threads each"
-  "$B/bin/accel" env 2>/dev/null | sed -n 's/^- \(CPU kernels\|GEMM f32\|GEMM bf16\)\(:[^;]*\).*/\1\2  /p'
-  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
-  echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
+  machine_lines "$B" "$THREADS"
   echo
   echo "Model: hidden 512, 4 layers, 8 heads (4 key/value), vocabulary 32000, 8 experts of 1024, 2 per token"
   echo "(Qwen3-MoE renormalised); batch 4 x 256, AdamW; a step = forward with the loss, backward, optimizer"

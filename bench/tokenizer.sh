@@ -31,7 +31,7 @@ with open(sys.argv[1], "w", encoding="utf-8") as f:
     for _ in range(int(sys.argv[2])):
         f.write(" ".join(rng.choice(pool) for _ in range(rng.randint(5, 40))) + "\n")
 PY
-median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) printf "%.2f", a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'; }
+. bench/common.sh  # median, machine_lines
 out=${OUT:-bench/results/tokenizer.md}
 {
   echo "# Tokenization throughput: accel vs Hugging Face tokenizers"
@@ -57,7 +57,7 @@ for fam in gpt2 llama3 llama2 bert spm-llama2 spm-unigram; do
     read -r mbs n < <(python3 bench/tokenizer_peer.py "$tj" "$T/corpus.txt" loop); echo "$mbs" >> "$T/l"
     read -r mbs _ < <(python3 bench/tokenizer_peer.py "$tj" "$T/corpus.txt" batch); echo "$mbs" >> "$T/b"
   done
-  a=$(median < "$T/a"); l=$(median < "$T/l"); b=$(median < "$T/b")
+  a=$(median %.2f < "$T/a"); l=$(median %.2f < "$T/l"); b=$(median %.2f < "$T/b")
   eq=$([ "$ours" = "$n" ] && echo yes || echo "NO ($ours vs $n)")
   echo "| $fam | $a | $l | $b | $(awk -v a="$a" -v l="$l" 'BEGIN{printf "%.2fx", a/l}') | $eq |" >> "$out"
 done
