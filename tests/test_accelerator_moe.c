@@ -129,20 +129,15 @@ typedef struct moe_seen {
 /* DDP by hand: plain backward of each micro-batch, then every gradient
  * all-reduced AVG tensor by tensor; an expert no token of this rank chose
  * has no gradient here and contributes zeros. */
+static accel_tensor *ref_loss(accel_module *m, int64_t step, int micro, void *ctx) {
+    (void)ctx;
+    return loss_of(m, step, micro, R);
+}
+
 static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, int64_t step, moe_seen *seen) {
-    int accum = accel_accelerator_gradient_accumulation_steps(A);
     bool bf16 = accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16;
-    float *masters = bf16 && accel_accelerator_zero_stage(A) == 3 ? round_weights_bf16(m) : NULL;
-    double l = NAN;
-    for (int k = 0; k < accum; k++) {
-        accel_dtype prev = bf16 ? accel_autocast_begin(ACCEL_BF16) : ACCEL_F32;
-        accel_tensor *loss = loss_of(m, step, k, R);
-        if (bf16) accel_autocast_end(prev);
-        l = scalar(loss);
-        CHECK(accel_backward(accum > 1 ? accel_mul_scalar(loss, 1.0 / accum) : loss) == ACCEL_OK);
-        accel_step_reset();
-    }
-    if (masters) restore_weights(m, masters);
+    double l = ref_backward(m, accel_accelerator_gradient_accumulation_steps(A), bf16,
+                            bf16 && accel_accelerator_zero_stage(A) == 3, step, ref_loss, NULL);
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
     /* per tensor: 1 where this rank ran it; per layer: all its experts ran, some did not; summed over the ranks */
@@ -163,13 +158,7 @@ static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, in
     }
     for (int l = 0; ok && l < MAX_LAYERS; l++) seen->layers_split += all[l] > 0 && some_idle[l] > 0;
     free(ran);
-    for (int i = 0; ok && i < n; i++) {
-        if (!ps[i]->grad)
-            ok = accel_grad_accumulate(ps[i], accel_zeros(ACCEL_F32, ps[i]->ndim, ps[i]->shape)) == ACCEL_OK;
-        if (ok && N > 1)
-            ok = accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
-                                     ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK;
-    }
+    ok = ok && ref_average_grads(n, ps, N);
     CHECK_MSG(ok, "DDP by hand, step %lld: %s", (long long)step, accel_last_error());
     if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(o) == ACCEL_OK);

@@ -117,9 +117,7 @@ static double ref_step(run *r, int64_t step, double user_clip) {
         CHECK(accel_backward(accum > 1 ? accel_mul_scalar(loss, 1.0 / accum) : loss) == ACCEL_OK);
         accel_step_reset();
     }
-    for (int i = 0; i < n; i++)
-        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
-                                  ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
+    CHECK_MSG(ref_average_grads(n, ps, N), "DDP by hand, step %lld: %s", (long long)step, accel_last_error());
     double norm = user_clip > 0 ? accel_clip_grad_norm(n, ps, user_clip, 2.0) : 0;
     if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(r->opt) == ACCEL_OK);

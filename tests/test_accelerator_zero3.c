@@ -99,29 +99,16 @@ static double acc_step(accel_module *m, accel_optimizer *o, bool is_llama, int64
 
 /* The same step as DDP by hand (autocast as the accelerator does it; under
  * bf16 on weights rounded as stage 3 gathers them). */
+static accel_tensor *ref_loss(accel_module *m, int64_t step, int micro, void *is_llama) {
+    return loss_of(m, *(bool *)is_llama, step, micro, R);
+}
+
 static double ref_step(accel_module *m, accel_optimizer *o, bool is_llama, int64_t step) {
-    int accum = accel_accelerator_gradient_accumulation_steps(A);
     bool bf16 = accel_accelerator_mixed_precision(A) == ACCEL_MP_BF16;
-    float *masters = bf16 ? round_weights_bf16(m) : NULL;
-    double l = NAN;
-    for (int k = 0; k < accum; k++) {
-        accel_dtype prev = bf16 ? accel_autocast_begin(ACCEL_BF16) : ACCEL_F32;
-        accel_tensor *loss = loss_of(m, is_llama, step, k, R);
-        if (bf16) accel_autocast_end(prev);
-        l = scalar(loss);
-        CHECK(accel_backward(accum > 1 ? accel_mul_scalar(loss, 1.0 / accum) : loss) == ACCEL_OK);
-        accel_step_reset();
-    }
-    if (bf16) restore_weights(m, masters);
+    double l = ref_backward(m, accel_accelerator_gradient_accumulation_steps(A), bf16, bf16, step, ref_loss, &is_llama);
     accel_tensor **ps;
     int n = accel_module_parameters(m, &ps);
-    for (int i = 0; i < n; i++) {
-        /* an expert no token of this rank chose has no gradient here: zeros join the average */
-        if (!ps[i]->grad)
-            CHECK(accel_grad_accumulate(ps[i], accel_zeros(ACCEL_F32, ps[i]->ndim, ps[i]->shape)) == ACCEL_OK);
-        CHECK(accel_pg_all_reduce(accel_dist_default_group(), ps[i]->grad->data, (size_t)accel_numel(ps[i]),
-                                  ACCEL_F32, ACCEL_REDUCE_AVG) == ACCEL_OK);
-    }
+    CHECK_MSG(ref_average_grads(n, ps, N), "DDP by hand, step %lld: %s", (long long)step, accel_last_error());
     if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(o) == ACCEL_OK);
     accel_optimizer_zero_grad(o);
