@@ -164,6 +164,7 @@ static accel_llama_config family_config(const char *type) {
     if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;
     if (a->moe) c.num_local_experts = 4, c.num_experts_per_tok = 2;
     if (a->moe == ACCEL__MOE_QWEN) c.moe_intermediate_size = FFN / 2;
+    if (a->shared_expert) c.shared_expert_intermediate_size = FFN;
     return c;
 }
 
@@ -259,13 +260,15 @@ static step_pair check_config(const accel_llama_config *c, const char *what) {
 }
 
 /* A family with experts whose decoder_sparse_step mixes dense and sparse
- * layers (Qwen3-MoE): step 2 (layers 1 and 3 sparse) against its peak, and
+ * layers (Qwen3-MoE, Qwen2-MoE): step 2 (layers 1 and 3 sparse) against its peak, and
  * the estimate tells the mix apart: it lies strictly between the all-dense
  * and all-sparse ones' (so counting every layer as either kind misses). */
 static void check_sparse_step(const char *type, double all_sparse) {
     accel_llama_config c = family_config(type);
     c.decoder_sparse_step = 2;
-    double mixed = check_config(&c, "qwen3_moe decoder_sparse_step 2").est;
+    char what[64];
+    snprintf(what, sizeof what, "%s decoder_sparse_step 2", type);
+    double mixed = check_config(&c, what).est;
     c.num_local_experts = 0; /* every MLP dense */
     accel_activation_bytes b;
     accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = ACCEL_F32};
