@@ -41,15 +41,21 @@ static accel_accelerator *A;
  * reduce that layer's gradients in another place of its backward. */
 static bool big_batch(int64_t step, int rank) { return (step + rank) % 2 == 0; }
 
-/* The four models: tiny_family's (Qwen2-MoE: its shared expert runs on
- * every rank's tokens, its layer 0 dense), and Mixtral with its balancing loss. */
-typedef enum { MIXTRAL, QWEN3_MOE, MIXTRAL_AUX, QWEN2_MOE } variant;
-static const char *NAMES[] = {"mixtral", "qwen3_moe", "mixtral+aux", "qwen2_moe"};
+/* The models: tiny_family's (Qwen2-MoE: its shared expert runs on every
+ * rank's tokens, its layer 0 dense), Mixtral with its balancing loss, and
+ * Qwen2-MoE with a shared expert wider than its routed ones. */
+typedef enum { MIXTRAL, QWEN3_MOE, MIXTRAL_AUX, QWEN2_MOE, QWEN2_MOE_WIDE } variant;
+static const char *NAMES[] = {"mixtral", "qwen3_moe", "mixtral+aux", "qwen2_moe", "qwen2_moe+wide_shared"};
 
 static accel_module *moe(uint64_t seed, variant v) {
-    if (v != MIXTRAL_AUX) return tiny_family(seed, NAMES[v]);
+    if (v < MIXTRAL_AUX || v == QWEN2_MOE) return tiny_family(seed, NAMES[v]);
     accel_manual_seed(seed);
     accel_llama_config c = tiny_llama_config();
+    if (v == QWEN2_MOE_WIDE) { /* a shared expert's Linears (1024 parameters) larger than a routed expert (576) */
+        c = tiny_family_config("qwen2_moe");
+        c.shared_expert_intermediate_size = 64;
+        return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    }
     snprintf(c.model_type, sizeof c.model_type, "mixtral");
     c.num_local_experts = 8, c.num_experts_per_tok = 2;
     /* large enough that a wrong balancing term shows in the losses */
@@ -277,6 +283,10 @@ static void test_zero3_expert_units(void) {
     A->fsdp.wrap = ACCEL__WRAP_SIZE;
     A->fsdp.min_num_params = 5000;
     check_equivalence(QWEN3_MOE);
+    /* units inside Qwen2-MoE's shared expert (its Linears by size; no routed
+     * expert is that large): every rank runs them, so they train as DDP */
+    A->fsdp.min_num_params = 600;
+    check_equivalence(QWEN2_MOE_WIDE);
     A->fsdp = saved;
 }
 
