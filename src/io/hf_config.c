@@ -317,8 +317,6 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     return ACCEL_OK;
 }
 
-/* The mixture-of-experts keys of Mixtral's, Qwen3-MoE's and Qwen2-MoE's configs (other
- * families' configs are not read for them, as transformers' are not). */
 /* A key transformers' strict config refuses as null (a bool or float field with no None). */
 static accel_status not_null(json_t *root, const char *file, const char *key, const char *want) {
     json_t *v = json_object_get(root, key);
@@ -339,6 +337,9 @@ static accel_status want_bool(json_t *root, const char *file, const accel__arch 
  * onto one field (Mixtral's, Qwen3-MoE's; not Qwen2-MoE's). */
 static bool experts_alias(const accel__arch *a) { return a->moe && strcmp(a->model_type, "qwen2_moe") != 0; }
 
+/* The mixture-of-experts keys of Mixtral's, Qwen3-MoE's and Qwen2-MoE's
+ * configs (other families' configs are not read for them, as transformers'
+ * are not). */
 static accel_status parse_moe(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     if (!a->moe) return ACCEL_OK;
     bool qwen = a->moe == ACCEL__MOE_QWEN;
@@ -416,7 +417,6 @@ static accel_status get_prob(json_t *root, const char *file, const char *key, do
     if (!(*out >= 0 && *out <= 1)) return bad_type(file, key, "a number in [0, 1]");
     return ACCEL_OK;
 }
-
 
 /* GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions,
  * layer_norm_epsilon, activation_function, ...) into the shared fields. */

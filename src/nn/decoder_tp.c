@@ -16,7 +16,6 @@
  * Under sequence parallelism every entry takes the sequence-split
  * activations: the layers' norms and residual adds see T / tp positions. */
 #include <stdio.h>
-#include <string.h>
 
 #include "arch.h"
 #include "decoder_cp.h"
@@ -52,11 +51,11 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
                       : c->vocab_size % tp ? "vocab_size"
                                            : NULL;
     char moe[112] = "";
-    if (qwen_experts)
-        snprintf(moe, sizeof moe, ", moe_intermediate_size %lld%s", (long long)c->moe_intermediate_size,
-                 a->shared_expert ? ", shared_expert_intermediate_size " : "");
+    int at = qwen_experts ? snprintf(moe, sizeof moe, ", moe_intermediate_size %lld", (long long)c->moe_intermediate_size)
+                          : 0;
     if (qwen_experts && a->shared_expert)
-        snprintf(moe + strlen(moe), sizeof moe - strlen(moe), "%lld", (long long)c->shared_expert_intermediate_size);
+        snprintf(moe + at, sizeof moe - (size_t)at, ", shared_expert_intermediate_size %lld",
+                 (long long)c->shared_expert_intermediate_size);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a multiple of tp %d (heads %lld, kv heads %lld, "
                                "intermediate_size %lld%s, vocab_size %lld)", who, bad, tp, (long long)H,
