@@ -150,6 +150,17 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_qwen3_moe PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   2.32 GB   │112.58 GB │       450.33 GB       │\n│float16│   1.16 GB   │ 56.29 GB │       225.16 GB       │\n│  int8 │  594.25 MB  │ 28.15 GB │          N/A          │\n│  int4 │  297.13 MB  │ 14.07 GB │          N/A          │")
+  # Qwen1.5-MoE-A2.7B (Qwen2MoeModel: 60 experts beside a shared expert in each layer)
+  add_test(NAME bigmodel_estimate_memory_qwen2_moe COMMAND accel_cli estimate-memory data/qwen15_moe_a27b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_qwen2_moe PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   2.13 GB   │ 52.17 GB │     208.69 GB     │\n│float16│   1.06 GB   │ 26.09 GB │     104.34 GB     │\n│  int8 │  544.13 MB  │ 13.04 GB │        N/A        │\n│  int4 │  272.06 MB  │ 6.52 GB  │        N/A        │")
+  # per rank under tp 2: as Qwen3-30B-A3B's, and the shared experts halved, their gates whole:
+  # 26.671 GiB of f32 weights (summed by hand from the config)
+  add_test(NAME bigmodel_estimate_memory_qwen2_moe_tp COMMAND accel_cli estimate-memory data/qwen15_moe_a27b_config
+           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_qwen2_moe_tp PROPERTIES PASS_REGULAR_EXPRESSION
+    "DDP \\(NO_SHARD\\)    │26.67 GB│ 26.67 GB│ 53.34 GB│")
   add_test(NAME bigmodel_estimate_memory_moe_tp COMMAND accel_cli estimate-memory data/qwen3_30b_a3b_config
            --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   # per rank under tp 2: q/k/v/o, the experts' projections and the vocabulary halved, the routers

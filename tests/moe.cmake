@@ -1,5 +1,5 @@
 # Mixtures of experts through the launcher (tests/test_accelerator_moe.c):
-# Mixtral, Qwen3-MoE and Mixtral with its load-balancing loss train as DDP
+# Mixtral, Qwen3-MoE, Qwen2-MoE and Mixtral with its load-balancing loss train as DDP
 # by hand while a layer runs every expert on one rank and leaves some out on
 # another, under DDP, ZeRO-1, ZeRO-2, ZeRO-3 / FSDP (activation
 # checkpointing too), bf16 and accumulation; save_state / load_state mid-run

@@ -1,7 +1,7 @@
 /* Mixtures of experts under the Accelerator's data parallel strategies (run
  * plainly: one process, no strategy; under `accel launch` DDP, ZeRO-1/2 or
  * ZeRO-3 / FSDP, accumulation, precision and clipping from the launcher's
- * environment). The tiny Mixtral and Qwen3-MoE of tiny_llama.h (and a
+ * environment). The tiny Mixtral, Qwen3-MoE and Qwen2-MoE of tiny_llama.h (and a
  * Mixtral whose loss adds the load-balancing loss, output_router_logits)
  * see many tokens on one rank and three on the next: an expert one rank's
  * tokens chose gets a gradient there and none on another, whose backward
@@ -41,14 +41,21 @@ static accel_accelerator *A;
  * reduce that layer's gradients in another place of its backward. */
 static bool big_batch(int64_t step, int rank) { return (step + rank) % 2 == 0; }
 
-/* The three models: tiny_family's, and Mixtral with its balancing loss. */
-typedef enum { MIXTRAL, QWEN3_MOE, MIXTRAL_AUX } variant;
-static const char *NAMES[] = {"mixtral", "qwen3_moe", "mixtral+aux"};
+/* The models: tiny_family's (Qwen2-MoE: its shared expert runs on every
+ * rank's tokens, its layer 0 dense), Mixtral with its balancing loss, and
+ * Qwen2-MoE with a shared expert wider than its routed ones. */
+typedef enum { MIXTRAL, QWEN3_MOE, MIXTRAL_AUX, QWEN2_MOE, QWEN2_MOE_WIDE } variant;
+static const char *NAMES[] = {"mixtral", "qwen3_moe", "mixtral+aux", "qwen2_moe", "qwen2_moe+wide_shared"};
 
 static accel_module *moe(uint64_t seed, variant v) {
-    if (v != MIXTRAL_AUX) return tiny_family(seed, v == MIXTRAL ? "mixtral" : "qwen3_moe");
+    if (v < MIXTRAL_AUX || v == QWEN2_MOE) return tiny_family(seed, NAMES[v]);
     accel_manual_seed(seed);
     accel_llama_config c = tiny_llama_config();
+    if (v == QWEN2_MOE_WIDE) { /* a shared expert's Linears (1024 parameters) larger than a routed expert (576) */
+        c = tiny_family_config("qwen2_moe");
+        c.shared_expert_intermediate_size = 64;
+        return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    }
     snprintf(c.model_type, sizeof c.model_type, "mixtral");
     c.num_local_experts = 8, c.num_experts_per_tok = 2;
     /* large enough that a wrong balancing term shows in the losses */
@@ -210,6 +217,7 @@ static void check_equivalence(variant v) {
 
 static void test_mixtral(void) { check_equivalence(MIXTRAL); }
 static void test_qwen3_moe(void) { check_equivalence(QWEN3_MOE); }
+static void test_qwen2_moe(void) { check_equivalence(QWEN2_MOE); }
 /* Under fsdp_activation_checkpointing the balancing loss is refused by name
  * (a checkpointed layer keeps no router probabilities for the loss to read). */
 static void test_mixtral_aux_loss(void) {
@@ -253,6 +261,8 @@ static void test_zero3_expert_units(void) {
     /* each Mixtral expert holds 1152 parameters */
     refused(MIXTRAL, ACCEL__WRAP_SIZE, "", 1000, "\"model.layers.0.block_sparse_moe.experts.0\" (MixtralBlockSparseTop2MLP");
     refused(QWEN3_MOE, ACCEL__WRAP_TRANSFORMER, "Qwen3MoeMLP", 0, "\"model.layers.0.mlp.experts.0\" (Qwen3MoeMLP");
+    /* Qwen2MoeMLP is also layer 0's dense MLP and the shared expert: units that run on every rank */
+    refused(QWEN2_MOE, ACCEL__WRAP_TRANSFORMER, "Qwen2MoeMLP", 0, "\"model.layers.1.mlp.experts.0\" (Qwen2MoeMLP");
     refused(MIXTRAL, ACCEL__WRAP_TRANSFORMER, "MixtralDecoderLayer, MixtralBlockSparseTop2MLP", 0,
             "\"model.layers.0.block_sparse_moe.experts.0\"");
     /* the sparse blocks as units (inside the layers' units; by size: 8 x 1152 + 128, 16 x 576 + 256) */
@@ -262,6 +272,10 @@ static void test_zero3_expert_units(void) {
     A->fsdp.wrap = ACCEL__WRAP_SIZE;
     A->fsdp.min_num_params = 5000;
     check_equivalence(QWEN3_MOE);
+    /* units inside Qwen2-MoE's shared expert (its Linears by size; no routed
+     * expert is that large): every rank runs them, so they train as DDP */
+    A->fsdp.min_num_params = 600;
+    check_equivalence(QWEN2_MOE_WIDE);
     A->fsdp = saved;
 }
 
@@ -335,6 +349,7 @@ static void resume(variant v) {
 
 static void test_resume_mixtral(void) { resume(MIXTRAL); }
 static void test_resume_qwen3_moe(void) { resume(QWEN3_MOE); }
+static void test_resume_qwen2_moe(void) { resume(QWEN2_MOE); }
 
 int main(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -350,6 +365,7 @@ int main(void) {
     R = accel_accelerator_process_index(A);
     RUN(test_mixtral);
     RUN(test_qwen3_moe);
+    RUN(test_qwen2_moe);
     RUN(test_mixtral_aux_loss);
     RUN(test_zero3_expert_units);
     int64_t id = (int64_t)getpid();
@@ -357,6 +373,7 @@ int main(void) {
     snprintf(ROOT, sizeof ROOT, "/tmp/accel_moe_%d_%lld", N, (long long)id);
     RUN(test_resume_mixtral);
     RUN(test_resume_qwen3_moe);
+    RUN(test_resume_qwen2_moe);
     if (N > 1) CHECK(accel_pg_barrier(accel_dist_default_group()) == ACCEL_OK);
     if (R == 0 && check_failures_ == 0) { /* kept for a look when something failed */
         char cmd[300];

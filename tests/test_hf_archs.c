@@ -11,7 +11,9 @@
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
  * q/k norms over the whole projection), GPT-2 (learned positions, LayerNorm,
  * Conv1D; tied, and untied with unscaled attention and inputs up to
- * n_positions exactly, and one with room for 32 new tokens). Inputs run past
+ * n_positions exactly, and one with room for 32 new tokens), Mixtral,
+ * Qwen3-MoE and Qwen2-MoE (its shared expert, a dense layer by
+ * mlp_only_layers, the load-balancing loss in the loss). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 32
@@ -56,6 +58,7 @@ static const struct {
     {"mixtral", "MixtralForCausalLM", "MixtralDecoderLayer"},
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -428,9 +431,9 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 12);
-    accel__arch bad[7];
-    for (int i = 0; i < 7; i++)
+    CHECK(n == 13);
+    accel__arch bad[8];
+    for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
     bad[0].multipliers = true;
     bad[1].sandwich_norms = true;
@@ -439,7 +442,8 @@ static void test_arch_rows_supported(void) {
     bad[4].qk_norm_full = true;
     bad[5].fused_gate_up = true;
     bad[6].gemma_blocks = true;
-    for (int i = 0; i < 7; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
+    bad[7].shared_expert = true;
+    for (int i = 0; i < 8; i++) CHECK_MSG(accel__arch_unsupported(&bad[i]) != NULL, "combination %d", i);
     accel__arch q = *accel__arch_find("qwen3");
     q.qk_norm_full = true;
     CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
@@ -578,6 +582,40 @@ static void test_moe_balance_checkpointed_block(void) {
     accel_clear_error();
 }
 
+/* Qwen2-MoE's sparse block in bf16 (config and weights rounded, as the
+ * fixture's copy): router, experts, the shared expert, its sigmoid gate, the
+ * product and the sum, bit for bit transformers' on 48 tokens. */
+static void test_qwen2_moe_bf16_block(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_qwen2_moe", &c) == ACCEL_OK);
+    c.torch_dtype = ACCEL_BF16;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_qwen2_moe/model.safetensors");
+    accel_safetensors *st = open_expected("data/hf_arch_qwen2_moe");
+    accel_module *block = m ? accel_module_find(m, "model.layers.0.mlp") : NULL;
+    accel_tensor *x = st ? accel_safetensors_tensor(st, "block.x", -1) : NULL;
+    CHECK_MSG(block && w && x && x->dtype == ACCEL_BF16, "%s", accel_last_error());
+    if (block && w && x) {
+        accel_state_dict *sd = accel_module_state_dict(block);
+        for (int i = 0; i < sd->n; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.0.mlp.%s", sd->entries[i].name);
+            CHECK_MSG(accel_safetensors_load_into(w, name, sd->entries[i].t) == ACCEL_OK, "%s", accel_last_error());
+        }
+        accel_state_dict_free(sd);
+        bool prev = accel_set_grad_enabled(false);
+        accel_tensor *y = accel_module_call(block, x); /* [48, C] */
+        CHECK_MSG(y && y->dtype == ACCEL_BF16, "%s", accel_last_error());
+        check_tensor_close(st, "block.y", y, 0, 0);
+        accel_set_grad_enabled(prev);
+        accel_step_reset();
+    }
+    accel_tensor_free(x);
+    accel_safetensors_close(st);
+    accel_safetensors_close(w);
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_fixtures);
     RUN(test_gpt2_text_to_text);
@@ -591,5 +629,6 @@ int main(void) {
     RUN(test_moe_jitter);
     RUN(test_moe_meta);
     RUN(test_moe_balance_checkpointed_block);
+    RUN(test_qwen2_moe_bf16_block);
     return check_summary();
 }

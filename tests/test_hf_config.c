@@ -536,7 +536,7 @@ static void test_rope_window_edges(void) {
     accel_clear_error();
 }
 
-/* Mixtral and Qwen3-MoE: transformers' defaults, the expert keys read under
+/* Mixtral, Qwen3-MoE and Qwen2-MoE: transformers' defaults, the expert keys read under
  * either name, each bad value refused by name, what no family reads refused
  * from the C struct, and a save that loads back to the same fields. */
 static void test_moe_fields(void) {
@@ -568,13 +568,68 @@ static void test_moe_fields(void) {
           !accel__arch_layer_sparse(qa, &c, 2));
     c.num_local_experts = 0; /* Qwen's num_experts 0: every layer dense */
     CHECK(!accel__arch_layer_sparse(qa, &c, 1));
+    /* mlp_only_layers: those layers dense whatever decoder_sparse_step says */
+    CHECK(accel_llama_config_load(write_cfg("qm5.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 4, "
+                                            "\"mlp_only_layers\": [2, 0, 2]}"), &c) == ACCEL_OK);
+    CHECK(c.n_mlp_only_layers == 3 && c.mlp_only_layers[1] == 0);
+    CHECK(!accel__arch_layer_sparse(qa, &c, 0) && accel__arch_layer_sparse(qa, &c, 1) &&
+          !accel__arch_layer_sparse(qa, &c, 2) && accel__arch_layer_sparse(qa, &c, 3));
+    CHECK(accel_llama_config_load(write_cfg("qm6.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": null}"),
+                                  &c) == ACCEL_OK && c.n_mlp_only_layers == 0);
+
+    /* Qwen2-MoE: Qwen2MoeConfig's defaults (Qwen1.5-MoE-A2.7B's sizes) */
+    const accel__arch *q2 = accel__arch_find("qwen2_moe");
+    CHECK(accel_llama_config_load(write_cfg("q2.json", "{\"model_type\": \"qwen2_moe\"}"), &c) == ACCEL_OK);
+    CHECK(c.num_local_experts == 60 && c.num_experts_per_tok == 4 && c.moe_intermediate_size == 1408 &&
+          c.shared_expert_intermediate_size == 5632 && c.intermediate_size == 5632 && c.hidden_size == 2048 &&
+          c.num_hidden_layers == 24 && c.num_attention_heads == 16 && c.num_key_value_heads == 16 &&
+          c.decoder_sparse_step == 1 && !c.norm_topk_prob && c.sliding_window == 0 && c.max_window_layers == 28 &&
+          c.router_aux_loss_coef == 0.001 && c.n_mlp_only_layers == 0);
+    CHECK(accel_llama_config_load(write_cfg("q2b.json", "{\"model_type\": \"qwen2_moe\", \"num_experts\": 6, "
+                                            "\"num_experts_per_tok\": 2, \"shared_expert_intermediate_size\": 40, "
+                                            "\"qkv_bias\": true}"), &c) == ACCEL_OK);
+    CHECK(c.num_local_experts == 6 && c.shared_expert_intermediate_size == 40);
+    /* transformers 5 writes sliding_window 0 with use_sliding_window off */
+    CHECK(accel_llama_config_load(write_cfg("q2i.json", "{\"model_type\": \"qwen2_moe\", \"sliding_window\": 0}"),
+                                  &c) == ACCEL_OK && c.sliding_window == 0);
+    /* Qwen2MoeConfig reads num_experts only (no attribute map to num_local_experts) */
+    CHECK(accel_llama_config_load(write_cfg("q2h.json", "{\"model_type\": \"qwen2_moe\", \"num_experts\": 6, "
+                                            "\"num_local_experts\": 4, \"num_experts_per_tok\": 2}"), &c) == ACCEL_OK &&
+          c.num_local_experts == 6);
+    /* its window: the even layers below max_window_layers, with use_sliding_window */
+    CHECK(accel_llama_config_load(write_cfg("q2c.json", "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 5, "
+                                            "\"use_sliding_window\": true, \"sliding_window\": 8, "
+                                            "\"max_window_layers\": 3, \"layer_types\": [\"sliding_attention\", "
+                                            "\"full_attention\", \"sliding_attention\", \"full_attention\", "
+                                            "\"full_attention\"]}"), &c) == ACCEL_OK);
+    CHECK(c.sliding_window == 8 && accel__arch_layer_windowed(q2, &c, 0) && !accel__arch_layer_windowed(q2, &c, 1) &&
+          accel__arch_layer_windowed(q2, &c, 2) && !accel__arch_layer_windowed(q2, &c, 3) &&
+          !accel__arch_layer_windowed(q2, &c, 4));
+    expect_error("q2d.json", "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 2, \"layer_types\": "
+                 "[\"sliding_attention\", \"full_attention\"]}", ACCEL_ERR_UNSUPPORTED,
+                 "layer_types[0] is not \"full_attention\": only transformers' default (sliding_attention on the even "
+                 "layers below max_window_layers with use_sliding_window) is implemented");
+    expect_error("q2e.json", "{\"model_type\": \"qwen2_moe\", \"qkv_bias\": false}", ACCEL_ERR_UNSUPPORTED,
+                 "qkv_bias false is not implemented for qwen2_moe models");
+    expect_error("q2f.json", "{\"model_type\": \"qwen2_moe\", \"shared_expert_intermediate_size\": 0}",
+                 ACCEL_ERR_FORMAT, "'shared_expert_intermediate_size' must be a positive integer");
+    expect_error("q2g.json", "{\"model_type\": \"qwen2_moe\", \"attention_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "attention_bias is true, but qwen2_moe models have no such bias");
 
     expect_error("me1.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 0}", ACCEL_ERR_FORMAT,
                  "'num_local_experts' must be a positive integer");
     expect_error("me2.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}",
                  ACCEL_ERR_FORMAT, "num_experts_per_tok must be in [1, the number of experts]");
-    expect_error("me3.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [1]}", ACCEL_ERR_UNSUPPORTED,
-                 "mlp_only_layers (dense layers by index) is not implemented");
+    /* mlp_only_layers: integers, each a layer index (transformers ignores one
+     * past the layers or negative: a typo accel refuses by name) */
+    expect_error("me3.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [1, 24]}", ACCEL_ERR_FORMAT,
+                 "mlp_only_layers[1] is 24, not a layer index in [0, num_hidden_layers 24)");
+    expect_error("me3b.json", "{\"model_type\": \"qwen2_moe\", \"mlp_only_layers\": [-1]}", ACCEL_ERR_FORMAT,
+                 "mlp_only_layers[0] is -1, not a layer index");
+    expect_error("me3c.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [0, 1.0]}", ACCEL_ERR_FORMAT,
+                 "mlp_only_layers[1] must be an integer (a layer index)");
+    expect_error("me3d.json", "{\"model_type\": \"qwen2_moe\", \"mlp_only_layers\": [true]}", ACCEL_ERR_FORMAT,
+                 "mlp_only_layers[0] must be an integer (a layer index)");
     expect_error("me4.json", "{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": 1}", ACCEL_ERR_FORMAT,
                  "'mlp_only_layers' must be a list of layer indices");
     expect_error("me5.json", "{\"model_type\": \"mixtral\", \"router_jitter_noise\": 1.5}", ACCEL_ERR_FORMAT,
@@ -609,15 +664,34 @@ static void test_moe_fields(void) {
     mx.num_local_experts = 0;
     CHECK(accel_llama_config_check(&mx, "t") == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "num_local_experts must be in [1, 65536]");
+    accel_llama_config q = accel__arch_find("qwen3_moe")->defaults;
+    q.shared_expert_intermediate_size = 64;
+    CHECK(accel_llama_config_check(&q, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "shared_expert_intermediate_size is set, but qwen3_moe models do not read it");
+    mx = accel__arch_find("mixtral")->defaults;
+    mx.n_mlp_only_layers = 1;
+    CHECK(accel_llama_config_check(&mx, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "mlp_only_layers is set, but mixtral models do not read it");
+    q = accel__arch_find("qwen2_moe")->defaults;
+    q.n_mlp_only_layers = ACCEL_MAX_MLP_ONLY_LAYERS + 1;
+    CHECK(accel_llama_config_check(&q, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "mlp_only_layers has 257 entries: at most 256");
+    q = accel__arch_find("qwen2_moe")->defaults;
+    q.shared_expert_intermediate_size = 0;
+    CHECK(accel_llama_config_check(&q, "t") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "shared_expert_intermediate_size must be positive");
 
     /* saved and loaded back: every expert field */
-    accel_llama_config w[2] = {accel__arch_find("mixtral")->defaults, accel__arch_find("qwen3_moe")->defaults};
+    accel_llama_config w[3] = {accel__arch_find("mixtral")->defaults, accel__arch_find("qwen3_moe")->defaults,
+                                accel__arch_find("qwen2_moe")->defaults};
     w[0].num_local_experts = 6, w[0].num_experts_per_tok = 3, w[0].output_router_logits = true;
     w[0].router_aux_loss_coef = 0.0, w[0].router_jitter_noise = 0.01;
     w[1].num_local_experts = 0, w[1].num_experts_per_tok = 0, w[1].moe_intermediate_size = 0;
     w[1].decoder_sparse_step = 2; /* no experts: K and their size unused, written as the defaults */
     w[1].norm_topk_prob = true, w[1].router_aux_loss_coef = 0.02, w[1].sliding_window = 64;
-    for (int i = 0; i < 2; i++) {
+    w[2].num_hidden_layers = 4, w[2].shared_expert_intermediate_size = 48, w[2].sliding_window = 16;
+    w[2].max_window_layers = 3, w[2].n_mlp_only_layers = 2, w[2].mlp_only_layers[0] = 3, w[2].mlp_only_layers[1] = 0;
+    for (int i = 0; i < 3; i++) {
         char path[160];
         snprintf(path, sizeof path, "%s/moe_%d.json", g_dir, i);
         CHECK_MSG(accel_llama_config_save(path, &w[i]) == ACCEL_OK, "%s", accel_last_error());
@@ -629,7 +703,10 @@ static void test_moe_fields(void) {
                       b.decoder_sparse_step == w[i].decoder_sparse_step && b.norm_topk_prob == w[i].norm_topk_prob &&
                       b.output_router_logits == w[i].output_router_logits &&
                       b.router_aux_loss_coef == w[i].router_aux_loss_coef &&
-                      b.router_jitter_noise == w[i].router_jitter_noise && b.sliding_window == w[i].sliding_window,
+                      b.router_jitter_noise == w[i].router_jitter_noise && b.sliding_window == w[i].sliding_window &&
+                      b.shared_expert_intermediate_size == w[i].shared_expert_intermediate_size &&
+                      b.max_window_layers == w[i].max_window_layers && b.n_mlp_only_layers == w[i].n_mlp_only_layers &&
+                      !memcmp(b.mlp_only_layers, w[i].mlp_only_layers, sizeof b.mlp_only_layers),
                   "%s: expert fields differ after a save", w[i].model_type);
     }
     accel_clear_error();

@@ -7,9 +7,11 @@
  * every rank), GPT-2 (Conv1D cut along its columns, c_attn per q/k/v part,
  * learned positions, LayerNorm), Phi-3 (fused qkv_proj and gate_up_proj
  * cut per part; over 4 ranks qkv_proj replicated), OLMo 2 (q/k norms over
- * every head: the mean square summed over the ranks), Mixtral and Qwen3-MoE
- * (each expert's MLP cut, the router whole, one region per sparse block;
- * with the load-balancing loss; Qwen3-MoE also with a dense layer 0,
+ * every head: the mean square summed over the ranks), Mixtral, Qwen3-MoE
+ * and Qwen2-MoE (each expert's MLP cut, the router whole, one region per
+ * sparse block; Qwen2-MoE's shared expert cut as a dense MLP, its gate
+ * whole, its layer 0 dense by mlp_only_layers; with the load-balancing
+ * loss; Qwen3-MoE also with a dense layer 0,
  * Mixtral with its router's jitter drawn from other seeds on ranks > 0), each
  * also under Megatron's sequence parallelism (the norms on T / tp
  * positions, their gradients summed by accel_module_tp_reduce_grads); then greedy generation
@@ -62,6 +64,13 @@ static void slices_cut(accel_module *tp, const char *family, int world) {
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.experts.3.down_proj.weight")->shape[1] == 12 / world);
         if (accel_llama_config_of(tp)->decoder_sparse_step == 2)
             CHECK(accel_module_get_tensor(tp, "model.layers.0.mlp.down_proj.weight")->shape[1] == 24 / world);
+    } else if (!strcmp(family, "qwen2_moe")) { /* as Qwen3-MoE's, and the shared expert (ffn 8) cut, its gate whole */
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.gate.weight")->shape[0] == 8);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.experts.7.up_proj.weight")->shape[0] == 12 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.shared_expert.gate_proj.weight")->shape[0] == 8 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.shared_expert.down_proj.weight")->shape[1] == 8 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.shared_expert_gate.weight")->shape[0] == 1);
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.mlp.down_proj.weight")->shape[1] == 24 / world);
     } else
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
 }
@@ -290,6 +299,15 @@ static void refusals(accel_pg *pg) {
     CHECK_MSG(accel_llama_parallelize(m, pg, false) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_module_get_tensor(m, "model.layers.1.mlp.experts.2.up_proj.weight")->shape[0] == 3);
     accel_module_free(m);
+    /* Qwen2-MoE's shared expert is cut along its own intermediate size */
+    c = tiny_family_config("qwen2_moe");
+    c.shared_expert_intermediate_size = 6;
+    m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "shared_expert_intermediate_size is not a multiple of tp 4 (heads 4, kv "
+                                           "heads 2, intermediate_size 24, moe_intermediate_size 12, "
+                                           "shared_expert_intermediate_size 6, vocab_size 40)");
+    accel_module_free(m);
 }
 
 static int body(int rank, int world) {
@@ -298,11 +316,12 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe"};
+    const char *families[] = {"llama", "gemma2", "granite", "qwen3",    "gpt2",
+                              "phi3",  "olmo2",  "mixtral", "qwen3_moe", "qwen2_moe"};
     for (int sp = 0; sp < 2; sp++) {
-        for (int f = 0; f < 9; f++) family_matches(pg, families[f], sp, false, 0);
+        for (int f = 0; f < 10; f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */
-        for (int f = 7; f < 9; f++) family_matches(pg, families[f], sp, false, BALANCE);
+        for (int f = 7; f < 10; f++) family_matches(pg, families[f], sp, false, BALANCE);
         family_matches(pg, "qwen3_moe", sp, false, DENSE_FIRST); /* the MLP's plan on layer 0 */
         family_matches(pg, "mixtral", sp, false, JITTER);
     }

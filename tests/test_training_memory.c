@@ -164,6 +164,7 @@ static accel_llama_config family_config(const char *type) {
     if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;
     if (a->moe) c.num_local_experts = 4, c.num_experts_per_tok = 2;
     if (a->moe == ACCEL__MOE_QWEN) c.moe_intermediate_size = FFN / 2;
+    if (a->shared_expert) c.shared_expert_intermediate_size = FFN;
     return c;
 }
 
@@ -259,16 +260,24 @@ static step_pair check_config(const accel_llama_config *c, const char *what) {
 }
 
 /* A family with experts whose decoder_sparse_step mixes dense and sparse
- * layers (Qwen3-MoE): step 2 (layers 1 and 3 sparse) against its peak, and
+ * layers (Qwen3-MoE, Qwen2-MoE): step 2 (layers 1 and 3 sparse) against its
+ * peak, the same estimate with layers 0 and 2 dense by mlp_only_layers, and
  * the estimate tells the mix apart: it lies strictly between the all-dense
  * and all-sparse ones' (so counting every layer as either kind misses). */
 static void check_sparse_step(const char *type, double all_sparse) {
     accel_llama_config c = family_config(type);
     c.decoder_sparse_step = 2;
-    double mixed = check_config(&c, "qwen3_moe decoder_sparse_step 2").est;
-    c.num_local_experts = 0; /* every MLP dense */
+    char what[64];
+    snprintf(what, sizeof what, "%s decoder_sparse_step 2", type);
+    double mixed = check_config(&c, what).est;
     accel_activation_bytes b;
     accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = ACCEL_F32};
+    /* the same layers dense by mlp_only_layers [0, 2]: the same estimate */
+    accel_llama_config by_index = family_config(type);
+    by_index.n_mlp_only_layers = 2, by_index.mlp_only_layers[0] = 0, by_index.mlp_only_layers[1] = 2;
+    CHECK_MSG(accel_llama_activation_bytes(&by_index, &o, &b) == ACCEL_OK && (double)b.peak == mixed,
+              "%s: mlp_only_layers [0, 2] estimated %lld, decoder_sparse_step 2 %.0f", type, (long long)b.peak, mixed);
+    c.num_local_experts = 0; /* every MLP dense */
     CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s", accel_last_error());
     CHECK_MSG(b.peak < mixed && mixed < all_sparse, "%s: the mixed layers' estimate %.0f is not between the dense "
               "%lld and the sparse %.0f", type, mixed, (long long)b.peak, all_sparse);

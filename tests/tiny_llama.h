@@ -28,7 +28,9 @@ static inline accel_llama_config tiny_llama_config(void) {
 /* The tiny model's config as another family of the architecture table:
  * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
  * logits, query_pre_attn_scalar 8), "granite" (its four multipliers),
- * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12). */
+ * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12),
+ * "qwen2_moe" (2 of 8 experts of ffn 12 beside a shared expert of ffn 8;
+ * layer 0 dense by mlp_only_layers). */
 static inline accel_llama_config tiny_family_config(const char *model_type) {
     accel_llama_config c = tiny_llama_config();
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
@@ -39,6 +41,10 @@ static inline accel_llama_config tiny_family_config(const char *model_type) {
     if (!strcmp(model_type, "mixtral")) c.num_local_experts = 8, c.num_experts_per_tok = 2;
     if (!strcmp(model_type, "qwen3_moe"))
         c.num_local_experts = 16, c.num_experts_per_tok = 2, c.moe_intermediate_size = 12, c.decoder_sparse_step = 1;
+    if (!strcmp(model_type, "qwen2_moe")) {
+        c.num_local_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 12, c.decoder_sparse_step = 1;
+        c.shared_expert_intermediate_size = 8, c.n_mlp_only_layers = 1, c.mlp_only_layers[0] = 0;
+    }
     if (!strcmp(model_type, "granite"))
         c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;
     return c;

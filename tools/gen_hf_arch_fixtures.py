@@ -32,6 +32,10 @@ and expected.safetensors:
                              fewer where GPT-2's learned positions end first (the
                              fixture's new_tokens: gpt2 29, gpt2_untied 21;
                              gpt2_long has room for 32)
+and, for fixtures with a bf16 block check (BF16_BLOCK: qwen2_moe):
+    block.x    [48, C] bf16  a sparse block's input (N(0, 1), rounded)
+    block.y    [48, C] bf16  model.layers.0.mlp in bf16 (weights rounded) of block.x:
+                             every rounding point of transformers' bf16 block
 and, for fixtures over a tokenizer's vocabulary (TEXT: gpt2):
     text_greedy [1, n] i64   the tokenizer's ids of TEXT_PROMPT, then 8 greedy tokens
 Weights are random with a large std (0.15; norms 1 + 0.1 N(0, 1), Gemma's, which
@@ -104,7 +108,18 @@ FIXTURES = {
     "qwen3_moe_balance": ("qwen3_moe", dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=24,
                                             output_router_logits=True, router_aux_loss_coef=0.05),
                           dict(seed=13)),
+    # Qwen2-MoE: 2 of 4 unnormalised beside the shared expert, layer 1 dense
+    # by mlp_only_layers, the balancing loss, the window (8) on layer 0 only
+    # (the even layers below max_window_layers)
+    "qwen2_moe": ("qwen2_moe", dict(num_hidden_layers=3, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=8, shared_expert_intermediate_size=16,
+                                    mlp_only_layers=[1], output_router_logits=True, router_aux_loss_coef=0.05,
+                                    use_sliding_window=True, sliding_window=8, max_window_layers=2),
+                  dict(seed=18)),
 }
+
+# fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)
+BF16_BLOCK = {"qwen2_moe"}
 
 # fixtures whose generation also goes from text (TEXT_PROMPT) through a tokenizer.json
 TEXT = {"gpt2": "tokenizers/gpt2/tokenizer.json"}
@@ -185,6 +200,17 @@ def expected(model, seed, new_tokens):
     return {k: t.contiguous() for k, t in out.items()}
 
 
+def bf16_block(model, seed):
+    """The first layer's sparse block, a copy in bf16, on 48 tokens of bf16 input."""
+    import copy
+    block = copy.deepcopy(model.model.layers[0].mlp).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(48, model.config.hidden_size, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        y = block(x.unsqueeze(0)).squeeze(0)
+    return {"block.x": x, "block.y": y}
+
+
 def check_saved(root, names):
     data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     worst = 0.0
@@ -231,6 +257,8 @@ def main():
         out = expected(model, 77 + seed, new_tokens)
         if name in TEXT:
             out["text_greedy"] = text_greedy(model, TEXT[name]).contiguous()
+        if name in BF16_BLOCK:
+            out.update({k: t.contiguous() for k, t in bf16_block(model, 99 + seed).items()})
         save_file(out, os.path.join(d, "expected.safetensors"))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         total += size

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The real mixtures of experts' configs and transformers' / Accelerate's sizes of them.
 
-Writes tests/data/mixtral_8x7b_config/config.json and
-tests/data/qwen3_30b_a3b_config/config.json from transformers' MixtralConfig and
-Qwen3MoeConfig with the Hub's values (mistralai/Mixtral-8x7B-v0.1,
-Qwen/Qwen3-30B-A3B; nothing is downloaded), then prints for each what
-tests/bigmodel.cmake (bigmodel_estimate_memory_{mixtral,qwen3_moe}) and
+Writes tests/data/mixtral_8x7b_config/config.json,
+tests/data/qwen3_30b_a3b_config/config.json and
+tests/data/qwen15_moe_a27b_config/config.json from transformers' MixtralConfig,
+Qwen3MoeConfig and Qwen2MoeConfig with the Hub's values
+(mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B, Qwen/Qwen1.5-MoE-A2.7B;
+nothing is downloaded), then prints for each what tests/bigmodel.cmake
+(bigmodel_estimate_memory_{mixtral,qwen3_moe,qwen2_moe}) and
 tests/test_device_map.c (test_moe_real_configs) expect:
 the parameters of the causal LM and of AutoModel (the body Accelerate
 measures) built on the meta device under accelerate's init_empty_weights,
@@ -47,6 +49,14 @@ CONFIGS = {
         num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
         router_aux_loss_coef=0.001, tie_word_embeddings=False, use_sliding_window=False,
         sliding_window=None, torch_dtype="bfloat16"),
+    # Qwen/Qwen1.5-MoE-A2.7B config.json (60 experts of 1408 beside a shared expert of 5632)
+    "qwen15_moe_a27b_config": lambda: transformers.Qwen2MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16,
+        num_key_value_heads=16, max_position_embeddings=8192, max_window_layers=21, rms_norm_eps=1e-6,
+        rope_theta=1e6, num_experts=60, num_experts_per_tok=4, norm_topk_prob=False, decoder_sparse_step=1,
+        router_aux_loss_coef=0.001, tie_word_embeddings=False, use_sliding_window=False, sliding_window=32768,
+        bos_token_id=151643, eos_token_id=151643, torch_dtype="bfloat16"),
 }
 
 

@@ -233,6 +233,7 @@ typedef enum accel_rope_type {
 /* The most head_dim / 2 a longrope factor list may hold. */
 #define ACCEL_ROPE_MAX_FACTORS 256
 #define ACCEL_MAX_EOS_TOKEN_IDS 8 /* a config.json eos_token_id list this long at most */
+#define ACCEL_MAX_MLP_ONLY_LAYERS 256 /* a config.json mlp_only_layers list this long at most */
 
 /* rope_scaling's fields; 0 for a field the config leaves out (transformers'
  * default then applies, as in its modeling_rope_utils). */
@@ -267,7 +268,7 @@ typedef struct accel_llama_config {
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
      * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2", "mixtral",
-     * "qwen3_moe" (docs/nn.md: what each changes). */
+     * "qwen3_moe", "qwen2_moe" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -307,15 +308,19 @@ typedef struct accel_llama_config {
     int64_t eos_token_ids[ACCEL_MAX_EOS_TOKEN_IDS];
     int n_eos_token_ids;
     bool eos_is_list;
-    /* Mixture of experts ("mixtral", "qwen3_moe"; docs/nn.md "Mixtures of
+    /* Mixture of experts ("mixtral", "qwen3_moe", "qwen2_moe"; docs/nn.md "Mixtures of
      * experts"). num_local_experts (Qwen's num_experts; 0: every MLP dense)
      * expert MLPs in each sparse layer, of moe_intermediate_size (Mixtral:
      * intermediate_size); a router (`gate`, Linear hidden -> experts) picks
      * num_experts_per_tok of them per token by softmax probability, their
      * outputs weighted by those probabilities, renormalised to sum to 1
      * (always for Mixtral, with norm_topk_prob for Qwen). Layer i is sparse
-     * when (i + 1) % decoder_sparse_step == 0 (0 or 1: every layer), else a
-     * dense MLP of intermediate_size. With output_router_logits,
+     * when (i + 1) % decoder_sparse_step == 0 (0 or 1: every layer) and i is
+     * not one of mlp_only_layers[0 .. n_mlp_only_layers) (Qwen), else a
+     * dense MLP of intermediate_size. Qwen2-MoE's sparse layers also have a
+     * shared expert (an MLP of shared_expert_intermediate_size every token
+     * runs) scaled by sigmoid(shared_expert_gate(x)) and added to the
+     * routed output. With output_router_logits,
      * accel_llama_loss adds router_aux_loss_coef times the load-balancing
      * loss. router_jitter_noise (Mixtral) scales the MoE input by uniform
      * noise in [1 - j, 1 + j] while the model trains. */
@@ -323,6 +328,9 @@ typedef struct accel_llama_config {
     int64_t num_experts_per_tok;
     int64_t moe_intermediate_size;
     int64_t decoder_sparse_step;
+    int64_t mlp_only_layers[ACCEL_MAX_MLP_ONLY_LAYERS]; /* layer indices in [0, num_hidden_layers) */
+    int n_mlp_only_layers;
+    int64_t shared_expert_intermediate_size;
     bool norm_topk_prob;
     bool output_router_logits;
     double router_aux_loss_coef;

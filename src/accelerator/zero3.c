@@ -326,10 +326,12 @@ static int64_t wrap_size(wrap_set *w, accel_module *m, int64_t min, bool is_root
 }
 
 /* The sparse block whose expert m is or lies inside, else NULL (a block's
- * experts are the children of its `experts` list). */
+ * experts are the children of its `experts` list; Qwen2-MoE's shared expert,
+ * which every token runs, is not one). */
 static const accel_module *expert_block(const accel_module *m) {
     for (; m && m->parent && m->parent->parent; m = m->parent)
-        if (m->parent->parent->ops->forward == accel__moe_forward) return m->parent->parent;
+        if (m->parent->parent->ops->forward == accel__moe_forward && !strcmp(m->parent->name, "experts"))
+            return m->parent->parent;
     return NULL;
 }
 

@@ -83,7 +83,8 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
         return bias ? numel * el : numel / t->shape[1 - out] * ceil_div(t->shape[1 - out], tp) * el;
     if (!strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "lm_head"))
         return ceil_div(t->shape[0], tp) * (t->ndim > 1 ? t->shape[1] : 1) * el;
-    if (!strcmp(mod, "gate")) return numel * el; /* a sparse block's router: whole on every rank */
+    /* a sparse block's router and Qwen2-MoE's shared expert's gate: whole on every rank */
+    if (!strcmp(mod, "gate") || !strcmp(mod, "shared_expert_gate")) return numel * el;
     if (in_layer && t->ndim == 2 && !e->is_buffer) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s [%lld, %lld]: no tensor-parallel split is modelled for "
                         "this weight (%s)", e->name, (long long)t->shape[0], (long long)t->shape[1], mod);

@@ -117,6 +117,7 @@ typedef struct dims {
     double Tg;            /* the whole sequence (T without cp) */
     bool a2a;             /* cp's all-to-all (Ulysses) strategy, else all-gather */
     double E, topk, Ie;   /* a sparse layer's experts, the experts per token, an expert's intermediate size */
+    double Is;            /* Qwen2-MoE's shared expert's intermediate size (0: none) */
 } dims;
 
 /* What the family's row (nn/arch.h) and config change in the step, in the
@@ -685,6 +686,35 @@ static accel_dtype expert_step(ledger *fwd, ledger *bwd) {
     return y;
 }
 
+/* Qwen2-MoE's shared expert beside the routed ones, on all n tokens of h
+ * (f32): a dense MLP of intermediate size Is, sigmoid(shared_expert_gate(h))
+ * [n, 1] times its output, added to the routed sum (f32). The broadcast
+ * product and its backward are counted as [n, C] operands (their [n, 1]
+ * side is C times smaller), and the MLP's input gradient as a new one
+ * (h's exists: the gathers' and the router's): both over-count a little;
+ * the whole step within 2% of its arena peak (tests/test_training_memory.c). */
+static void shared_step(ledger *fwd, ledger *bwd) {
+    const dims *d = fwd->d;
+    double n = d->n, eC = n * d->C;
+    dims ds = *d;
+    ds.I = d->Is;
+    ledger sf = {fwd->k, &ds, fwd->f, 0, 0}, sb = sf;
+    accel_dtype y = mlp_step(&sf, &sb, ACCEL_F32);
+    scratch(fwd, sf.top);
+    fwd->bytes += sf.bytes;
+    accel_dtype lg = linear_fwd(fwd, d->C, 1, ACCEL_F32); /* the gate's logit [n, 1] */
+    accel_dtype sg = unary_fwd(fwd, n, lg);              /* its sigmoid */
+    accel_dtype p = binary_fwd(fwd, eC, sg, y);          /* times the shared expert's output */
+    binary_fwd(fwd, eC, ACCEL_F32, p);                   /* plus the routed sum */
+    /* backward: the sum passes its gradient on (the product's a copy in its dtype) */
+    bwd->bytes += add_bwd(eC, p);
+    mul_bwd(bwd, eC, sg, y, p);
+    unary_bwd(bwd, n, sg);
+    proj_bwd(bwd, d->C, 1, lg, ACCEL_F32, true, false); /* the gate adds into h's gradient */
+    scratch(bwd, sb.top);
+    bwd->bytes += sb.bytes;
+}
+
 /* The block on the layer's n tokens (the norm's output, f32): forward into
  * fwd, backward into bwd. Returns the branch's dtype (f32: the sum of the
  * gathered rows). */
@@ -741,6 +771,7 @@ static accel_dtype moe_step(ledger *fwd, ledger *bwd) {
     bwd->bytes += 4 * nE + (lg == ACCEL_F32 ? 0 : nE * esz(lg)); /* softmax; the cast's into the logits */
     proj_bwd(bwd, C, E, lg, ACCEL_F32, true, false); /* the router adds into h's gradient */
     if (f->jitter) bwd->bytes += 4 * eC + 4 * eC; /* g * noise, copied into the norm's output's */
+    if (d->Is > 0) shared_step(fwd, bwd);
     return ACCEL_F32;
 }
 
@@ -1030,6 +1061,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     if (a->moe && cfg->num_local_experts > 0) { /* the sparse layers' block (under tp refused above) */
         d->E = (double)cfg->num_local_experts, d->topk = (double)cfg->num_experts_per_tok;
         d->Ie = (double)(a->moe == ACCEL__MOE_QWEN ? cfg->moe_intermediate_size : cfg->intermediate_size);
+        d->Is = a->shared_expert ? (double)cfg->shared_expert_intermediate_size : 0;
     }
     return true;
 }

@@ -248,20 +248,27 @@ static accel_status get_bias(json_t *root, const char *file, const char *key, co
     return ACCEL_OK;
 }
 
-/* Gemma2's layer_types: absent, null, or transformers' default (sliding on
- * layers 0, 2, 4, ...), the one pattern accel builds. */
-static accel_status check_even_layer_types(json_t *root, const char *file, const accel_llama_config *c) {
+/* layer_types of Gemma2 and Qwen2-MoE: absent, null, or transformers'
+ * default (Gemma2: sliding on layers 0, 2, 4, ...; Qwen2-MoE: on the even
+ * layers below max_window_layers with use_sliding_window), the one pattern
+ * accel builds. */
+static accel_status check_default_layer_types(json_t *root, const char *file, const accel__arch *a,
+                                              const accel_llama_config *c) {
     json_t *lt = json_object_get(root, "layer_types");
     if (!lt || json_is_null(lt)) return ACCEL_OK;
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
         return bad_type(file, "layer_types", "a list of num_hidden_layers strings");
     for (int64_t i = 0; i < c->num_hidden_layers; i++) {
         json_t *x = json_array_get(lt, (size_t)i);
-        const char *want = i % 2 ? "full_attention" : "sliding_attention";
+        bool sliding = a->window == ACCEL__WINDOW_EVEN ? i % 2 == 0 : accel__arch_layer_windowed(a, c, i);
+        const char *want = sliding ? "sliding_attention" : "full_attention";
         if (!json_is_string(x) || strcmp(json_string_value(x), want) != 0)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: layer_types[%lld] is not \"%s\": only transformers' "
-                                   "default alternation (sliding_attention on the even layers) is implemented",
-                                   file, (long long)i, want);
+                                   "default %s is implemented", file, (long long)i, want,
+                                   a->window == ACCEL__WINDOW_EVEN
+                                       ? "alternation (sliding_attention on the even layers)"
+                                       : "(sliding_attention on the even layers below max_window_layers with "
+                                         "use_sliding_window)");
     }
     return ACCEL_OK;
 }
@@ -276,15 +283,18 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
                                    "(a Mistral checkpoint needs model_type \"mistral\")", file, a->model_type);
         return ACCEL_OK;
     }
+    /* Qwen2MoeConfig writes 0 where use_sliding_window is off (the others null) */
     if (sw && json_is_null(sw)) c->sliding_window = 0;
-    else if (get_int(root, file, "sliding_window", &c->sliding_window, false, false)) return accel_last_status();
+    else if (get_int(root, file, "sliding_window", &c->sliding_window, a->window == ACCEL__WINDOW_QWEN2_MOE, false))
+        return accel_last_status();
     if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
-    if (a->window == ACCEL__WINDOW_EVEN) return check_even_layer_types(root, file, c);
+    if (a->window == ACCEL__WINDOW_EVEN) return check_default_layer_types(root, file, a, c);
     bool use = false;
     if (get_bool(root, file, "use_sliding_window", &use)) return accel_last_status();
     if (!use) c->sliding_window = 0;
     if (a->window == ACCEL__WINDOW_USE_ALL) return ACCEL_OK; /* max_window_layers and layer_types unread */
     if (get_int(root, file, "max_window_layers", &c->max_window_layers, true, false)) return accel_last_status();
+    if (a->window == ACCEL__WINDOW_QWEN2_MOE) return check_default_layer_types(root, file, a, c);
     json_t *lt = json_object_get(root, "layer_types");
     if (!lt || json_is_null(lt)) return ACCEL_OK;
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
@@ -307,14 +317,29 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     return ACCEL_OK;
 }
 
-/* The mixture-of-experts keys of Mixtral's and Qwen3-MoE's configs (other
- * families' configs are not read for them, as transformers' are not). */
 /* A key transformers' strict config refuses as null (a bool or float field with no None). */
 static accel_status not_null(json_t *root, const char *file, const char *key, const char *want) {
     json_t *v = json_object_get(root, key);
     return v && json_is_null(v) ? bad_type(file, key, want) : ACCEL_OK;
 }
 
+/* A boolean key accel implements at one value only for row a's models: any other is refused, naming it. */
+static accel_status want_bool(json_t *root, const char *file, const accel__arch *a, const char *key, bool want) {
+    bool v = want;
+    if (get_bool(root, file, key, &v)) return accel_last_status();
+    if (v != want)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s %s is not implemented for %s models", file, key,
+                               v ? "true" : "false", a->model_type);
+    return ACCEL_OK;
+}
+
+/* Whether row a's transformers config maps num_local_experts and num_experts
+ * onto one field (Mixtral's, Qwen3-MoE's; not Qwen2-MoE's). */
+static bool experts_alias(const accel__arch *a) { return a->moe && strcmp(a->model_type, "qwen2_moe") != 0; }
+
+/* The mixture-of-experts keys of Mixtral's, Qwen3-MoE's and Qwen2-MoE's
+ * configs (other families' configs are not read for them, as transformers'
+ * are not). */
 static accel_status parse_moe(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     if (!a->moe) return ACCEL_OK;
     bool qwen = a->moe == ACCEL__MOE_QWEN;
@@ -323,10 +348,10 @@ static accel_status parse_moe(json_t *root, const char *file, const accel__arch 
         not_null(root, file, qwen ? "norm_topk_prob" : "router_jitter_noise", qwen ? "true or false" : "a number"))
         return accel_last_status();
     /* either name, as transformers 5's attribute maps read them: num_local_experts wins for Qwen3-MoE,
-     * num_experts for Mixtral */
+     * num_experts for Mixtral; Qwen2MoeConfig has no map and reads num_experts only */
     const char *first = qwen ? "num_experts" : "num_local_experts", *wins = qwen ? "num_local_experts" : "num_experts";
     if (get_int(root, file, first, &c->num_local_experts, qwen, false) ||
-        get_int(root, file, wins, &c->num_local_experts, qwen, false) ||
+        (experts_alias(a) && get_int(root, file, wins, &c->num_local_experts, qwen, false)) ||
         get_int(root, file, "num_experts_per_tok", &c->num_experts_per_tok, false, false) ||
         get_bool(root, file, "output_router_logits", &c->output_router_logits) ||
         get_real(root, file, "router_aux_loss_coef", &c->router_aux_loss_coef))
@@ -336,11 +361,25 @@ static accel_status parse_moe(json_t *root, const char *file, const accel__arch 
         get_int(root, file, "decoder_sparse_step", &c->decoder_sparse_step, false, false) ||
         get_bool(root, file, "norm_topk_prob", &c->norm_topk_prob))
         return accel_last_status();
+    if (a->shared_expert && (get_int(root, file, "shared_expert_intermediate_size",
+                                     &c->shared_expert_intermediate_size, false, false) ||
+                             want_bool(root, file, a, "qkv_bias", true)))
+        return accel_last_status();
+    /* null: [] (transformers'); the indices' range is accel_llama_config_check's */
     json_t *v = json_object_get(root, "mlp_only_layers");
     if (v && !json_is_null(v) && !json_is_array(v)) return bad_type(file, "mlp_only_layers", "a list of layer indices");
-    if (json_array_size(v))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: mlp_only_layers (dense layers by index) is not implemented: "
-                               "accel makes layers dense by decoder_sparse_step only", file);
+    size_t n = json_array_size(v);
+    if (n > ACCEL_MAX_MLP_ONLY_LAYERS)
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: mlp_only_layers has %zu entries: at most %d", file, n,
+                               ACCEL_MAX_MLP_ONLY_LAYERS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x))
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s: mlp_only_layers[%zu] must be an integer (a layer index)",
+                                   file, i);
+        c->mlp_only_layers[i] = json_integer_value(x);
+    }
+    c->n_mlp_only_layers = (int)n;
     return ACCEL_OK;
 }
 
@@ -379,19 +418,9 @@ static accel_status get_prob(json_t *root, const char *file, const char *key, do
     return ACCEL_OK;
 }
 
-/* A boolean key accel implements at one value only: any other is refused, naming it. */
-static accel_status want_bool(json_t *root, const char *file, const char *key, bool want) {
-    bool v = want;
-    if (get_bool(root, file, key, &v)) return accel_last_status();
-    if (v != want)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s %s is not implemented for gpt2 models", file, key,
-                               v ? "true" : "false");
-    return ACCEL_OK;
-}
-
 /* GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions,
  * layer_norm_epsilon, activation_function, ...) into the shared fields. */
-static accel_status parse_gpt2(json_t *root, const char *file, accel_llama_config *c) {
+static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     int64_t inner = 0;
     bool scale = true;
     if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
@@ -406,8 +435,9 @@ static accel_status parse_gpt2(json_t *root, const char *file, accel_llama_confi
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) || get_dtype(root, file, "dtype", &c->torch_dtype) ||
         get_prob(root, file, "attn_pdrop", &c->attn_pdrop) || get_prob(root, file, "resid_pdrop", &c->resid_pdrop) ||
         get_prob(root, file, "embd_pdrop", &c->embd_pdrop) || get_bool(root, file, "scale_attn_weights", &scale) ||
-        want_bool(root, file, "scale_attn_by_inverse_layer_idx", false) ||
-        want_bool(root, file, "reorder_and_upcast_attn", false) || want_bool(root, file, "add_cross_attention", false))
+        want_bool(root, file, a, "scale_attn_by_inverse_layer_idx", false) ||
+        want_bool(root, file, a, "reorder_and_upcast_attn", false) ||
+        want_bool(root, file, a, "add_cross_attention", false))
         return accel_last_status();
     json_t *v = json_object_get(root, "activation_function");
     if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "gelu_new") != 0))
@@ -459,7 +489,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
     *c = a->defaults; /* transformers' defaults of the family */
     if (parse_token_ids(root, file, c)) return accel_last_status();
     if (a->blocks == ACCEL__BLOCKS_GPT2) {
-        if (parse_gpt2(root, file, c)) return accel_last_status();
+        if (parse_gpt2(root, file, a, c)) return accel_last_status();
     } else if (get_int(root, file, "vocab_size", &c->vocab_size, false, false) ||
         get_int(root, file, "hidden_size", &c->hidden_size, false, false) ||
         get_int(root, file, "intermediate_size", &c->intermediate_size, false, false) ||
@@ -744,9 +774,15 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             (long long)c->hidden_size, init, (long long)c->intermediate_size);
     if (a->multipliers) write_real(m, "logits_scaling", nonzero(c->logits_scaling, 1.0));
     fprintf(m, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
-    if (a->window == ACCEL__WINDOW_QWEN2) fprintf(m, "  \"max_window_layers\": %lld,\n", (long long)c->max_window_layers);
+    if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_QWEN2_MOE)
+        fprintf(m, "  \"max_window_layers\": %lld,\n", (long long)c->max_window_layers);
     if (a->mlp_bias) fprintf(m, "  \"mlp_bias\": %s,\n", c->mlp_bias ? "true" : "false");
-    if (qwen_moe) fprintf(m, "  \"mlp_only_layers\": [],\n");
+    if (qwen_moe) { /* as json.dumps(indent=2) writes a list */
+        fprintf(m, "  \"mlp_only_layers\": [");
+        for (int i = 0; i < c->n_mlp_only_layers; i++)
+            fprintf(m, "%s%lld", i ? ",\n    " : "\n    ", (long long)c->mlp_only_layers[i]);
+        fprintf(m, "%s],\n", c->n_mlp_only_layers ? "\n  " : "");
+    }
     fprintf(m, "  \"model_type\": \"%s\",\n", a->model_type);
     /* with no experts K and the experts' size are unused: the family's defaults keep the file loadable */
     int64_t per_tok = c->num_experts_per_tok ? c->num_experts_per_tok : a->defaults.num_experts_per_tok;
@@ -763,7 +799,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     fprintf(m, "  \"num_hidden_layers\": %lld,\n  \"num_key_value_heads\": %lld,\n",
             (long long)c->num_hidden_layers, (long long)kv);
     /* transformers 5 writes num_local_experts for both; 4's Qwen3MoeConfig reads num_experts */
-    if (a->moe) fprintf(m, "  \"num_local_experts\": %lld,\n", (long long)c->num_local_experts);
+    if (experts_alias(a)) fprintf(m, "  \"num_local_experts\": %lld,\n", (long long)c->num_local_experts);
     /* Phi3Config's top-level original_max_position_embeddings wins over rope_scaling's */
     if (a->defaults.rope_scaling.original_max_position_embeddings)
         fprintf(m, "  \"original_max_position_embeddings\": %lld,\n",
@@ -791,6 +827,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
     if (a->moe) write_float(m, "router_aux_loss_coef", c->router_aux_loss_coef);
     if (a->moe == ACCEL__MOE_MIXTRAL) write_float(m, "router_jitter_noise", c->router_jitter_noise);
+    if (a->shared_expert) /* with no experts unused: the family's default keeps the file loadable */
+        fprintf(m, "  \"shared_expert_intermediate_size\": %lld,\n",
+                (long long)(c->shared_expert_intermediate_size ? c->shared_expert_intermediate_size
+                                                               : a->defaults.shared_expert_intermediate_size));
     if (a->window != ACCEL__WINDOW_NONE) {
         if (c->sliding_window) fprintf(m, "  \"sliding_window\": %lld,\n", (long long)c->sliding_window);
         else fprintf(m, "  \"sliding_window\": null,\n");
@@ -801,7 +841,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"transformers_version\": \"%s\",\n"
             "  \"use_cache\": true,\n",
             c->tie_word_embeddings ? "true" : "false", dt, TRANSFORMERS_VERSION);
-    if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_USE_ALL)
+    if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_USE_ALL || a->window == ACCEL__WINDOW_QWEN2_MOE)
         fprintf(m, "  \"use_sliding_window\": %s,\n", c->sliding_window ? "true" : "false");
     fprintf(m, "  \"vocab_size\": %lld\n}\n", (long long)c->vocab_size);
 written:

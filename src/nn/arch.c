@@ -100,6 +100,17 @@ static const accel__arch ARCHS[] = {
                   .rope_theta = 10000.0, .initializer_range = 0.02, .tie_word_embeddings = true,
                   .torch_dtype = ACCEL_F32, .model_type = "gpt2", .attn_pdrop = 0.1, .resid_pdrop = 0.1,
                   .embd_pdrop = 0.1, TOKENS(50256, 50256)}},
+    /* Qwen2-MoE: Qwen2's attention (q/k/v biases), experts in mlp beside a
+     * shared expert; the window on the even layers below max_window_layers */
+    {.model_type = "qwen2_moe", ARCH_OPS("Qwen2Moe"), .qkv_bias = true, .window = ACCEL__WINDOW_QWEN2_MOE,
+     .moe = ACCEL__MOE_QWEN, .shared_expert = true, .moe_block = {"Qwen2MoeSparseMoeBlock", accel__moe_forward, NULL},
+     .defaults = {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 5632, .num_hidden_layers = 24,
+                  .num_attention_heads = 16, .num_key_value_heads = 16, .max_position_embeddings = 32768,
+                  .rms_norm_eps = 1e-6, .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "qwen2_moe", .sliding_window = 4096, .max_window_layers = 28,
+                  .num_local_experts = 60, .num_experts_per_tok = 4, .moe_intermediate_size = 1408,
+                  .shared_expert_intermediate_size = 5632, .decoder_sparse_step = 1, .router_aux_loss_coef = 0.001,
+                  TOKENS(-1, -1)}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -134,6 +145,8 @@ const char *accel__arch_unsupported(const accel__arch *a) {
     if (a->moe && (a->fused_gate_up || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
     if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";
+    if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
+        return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;
 }
 
@@ -146,7 +159,7 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", "
-           "\"gpt2\", \"mixtral\", \"qwen3_moe\"";
+           "\"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\"";
 }
 
 bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i) {
@@ -154,6 +167,7 @@ bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *
     switch (a->window) {
     case ACCEL__WINDOW_EVEN: return i % 2 == 0;
     case ACCEL__WINDOW_USE_ALL: return true;
+    case ACCEL__WINDOW_QWEN2_MOE: return i % 2 == 0 && i < c->max_window_layers;
     case ACCEL__WINDOW_NONE: return false;
     default: return i >= c->max_window_layers;
     }
@@ -161,6 +175,8 @@ bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *
 
 bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i) {
     if (!a->moe || c->num_local_experts <= 0) return false;
+    for (int k = 0; k < c->n_mlp_only_layers; k++)
+        if (c->mlp_only_layers[k] == i) return false;
     return c->decoder_sparse_step <= 1 || (i + 1) % c->decoder_sparse_step == 0;
 }
 

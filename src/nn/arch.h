@@ -16,6 +16,9 @@ typedef enum accel__window_rule {
     ACCEL__WINDOW_QWEN2,  /* only with use_sliding_window, layers i >= max_window_layers (Qwen2/3) */
     ACCEL__WINDOW_EVEN,   /* layers 0, 2, 4, ... (transformers' default layer_types of Gemma2) */
     ACCEL__WINDOW_USE_ALL, /* only with use_sliding_window, then every layer (Qwen3-MoE) */
+    /* only with use_sliding_window, the even layers i < max_window_layers
+     * (Qwen2MoeConfig's default layer_types) */
+    ACCEL__WINDOW_QWEN2_MOE,
 } accel__window_rule;
 
 /* The kind of blocks a family is built of. */
@@ -41,7 +44,8 @@ typedef enum accel__moe {
     ACCEL__MOE_MIXTRAL,
     /* `mlp`: gate, experts.N.{gate,up,down}_proj (the family's MLP class);
      * renormalised with norm_topk_prob, rounded to the weights' dtype; dense
-     * MLP layers where decoder_sparse_step says (Qwen3-MoE) */
+     * MLP layers where decoder_sparse_step and mlp_only_layers say (Qwen3-MoE;
+     * Qwen2-MoE with shared_expert) */
     ACCEL__MOE_QWEN,
 } accel__moe;
 
@@ -53,6 +57,10 @@ typedef struct accel__arch {
     /* with moe: the sparse block's class and an expert's (Qwen: `mlp`) */
     accel__moe moe;
     accel_module_ops moe_block, expert;
+    /* Qwen2-MoE: the sparse block also has `shared_expert` (the family's MLP
+     * of shared_expert_intermediate_size) and `shared_expert_gate` (Linear
+     * hidden -> 1): sigmoid(gate(x)) * shared_expert(x) added to the routed output */
+    bool shared_expert;
     bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
     bool qk_norm;        /* q_norm/k_norm: RMSNorm over head_dim of each head, before RoPE (Qwen3) */
     bool qk_norm_full;   /* q_norm/k_norm: RMSNorm over the whole q / k projection, before the head split (OLMo 2) */

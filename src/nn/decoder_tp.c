@@ -10,8 +10,9 @@
  * whole qkv_proj) stay whole and each rank uses its head's rows
  * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's per head,
  * OLMo 2's over every head with the mean square summed over the group.
- * Mixtral's and Qwen3-MoE's sparse blocks: the router whole, each expert's
- * MLP cut as a dense one, in one region per block (parallelize_sparse).
+ * Mixtral's, Qwen3-MoE's and Qwen2-MoE's sparse blocks: the router whole,
+ * each expert's MLP cut as a dense one (Qwen2-MoE's shared expert too, its
+ * gate whole), in one region per block (parallelize_sparse).
  * Under sequence parallelism every entry takes the sequence-split
  * activations: the layers' norms and residual adds see T / tp positions. */
 #include <stdio.h>
@@ -45,10 +46,16 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
                       : Hkv % tp && tp % Hkv ? "num_key_value_heads (nor a divisor of tp)"
                       : (dense || !qwen_experts) && I % tp ? "intermediate_size"
                       : qwen_experts && c->moe_intermediate_size % tp ? "moe_intermediate_size"
+                      : sparse && a->shared_expert && c->shared_expert_intermediate_size % tp
+                          ? "shared_expert_intermediate_size"
                       : c->vocab_size % tp ? "vocab_size"
                                            : NULL;
-    char moe[64] = "";
-    if (qwen_experts) snprintf(moe, sizeof moe, ", moe_intermediate_size %lld", (long long)c->moe_intermediate_size);
+    char moe[112] = "";
+    int at = qwen_experts ? snprintf(moe, sizeof moe, ", moe_intermediate_size %lld", (long long)c->moe_intermediate_size)
+                          : 0;
+    if (qwen_experts && a->shared_expert)
+        snprintf(moe + at, sizeof moe - (size_t)at, ", shared_expert_intermediate_size %lld",
+                 (long long)c->shared_expert_intermediate_size);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a multiple of tp %d (heads %lld, kv heads %lld, "
                                "intermediate_size %lld%s, vocab_size %lld)", who, bad, tp, (long long)H,
@@ -122,16 +129,31 @@ static accel_status parallelize_sparse(accel_module *block, const char *at, cons
     int64_t I = mixtral ? c->intermediate_size : c->moe_intermediate_size;
     accel__tp_parts mine = {1, {I}, {rank}, {tp}};
     static const char *const MIXTRAL[3] = {"w1", "w3", "w2"}, *const QWEN[3] = {"gate_proj", "up_proj", "down_proj"};
-    for (int e = 0; e < experts->n_children; e++)
+    /* Qwen2-MoE's shared expert after the routed ones, cut as they are (of
+     * its own intermediate size); its gate (one row) whole, as the router */
+    accel_module *shared = a->shared_expert ? accel_module_find(block, "shared_expert") : NULL;
+    accel_module *shared_gate = a->shared_expert ? accel_module_find(block, "shared_expert_gate") : NULL;
+    if (a->shared_expert && (!shared || !shared_gate))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: %s has no shared_expert and "
+                               "shared_expert_gate", at);
+    for (int e = 0; e < experts->n_children + (shared != NULL); e++) {
+        bool sh = e == experts->n_children;
+        accel_module *expert = sh ? shared : experts->children[e];
+        accel__tp_parts part = sh ? (accel__tp_parts){1, {c->shared_expert_intermediate_size}, {rank}, {tp}} : mine;
         for (int k = 0; k < 3; k++) {
             const char *proj = (mixtral ? MIXTRAL : QWEN)[k];
-            snprintf(path, sizeof path, "%s.experts.%s.%s", at, experts->children[e]->name, proj);
-            accel_module *m = accel_module_find(experts->children[e], proj);
+            snprintf(path, sizeof path, sh ? "%s.shared_expert%s.%s" : "%s.experts.%s.%s", at,
+                     sh ? "" : expert->name, proj);
+            accel_module *m = accel_module_find(expert, proj);
             if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
-            if (accel__tp_parallelize_one(m, k < 2 ? ACCEL_TP_COLWISE : ACCEL_TP_ROWWISE, pg, &mine, sp, true, path))
+            if (accel__tp_parallelize_one(m, k < 2 ? ACCEL_TP_COLWISE : ACCEL_TP_ROWWISE, pg, &part, sp, true, path))
                 return accel_last_status();
         }
-    return ACCEL_OK;
+    }
+    if (!shared_gate) return ACCEL_OK;
+    snprintf(path, sizeof path, "%s.shared_expert_gate", at);
+    accel__tp_parts one = {1, {1}, {0}, {1}};
+    return accel__tp_parallelize_one(shared_gate, ACCEL__TP_REPLICA_ROWS, pg, &one, sp, true, path);
 }
 
 /* What layer i's modules outside the pattern plan become: the fused

@@ -44,7 +44,7 @@ accel_llama_config accel_llama_config_default(void) {
 static int64_t weight_bytes(const accel__arch *a, const accel_llama_config *c, int64_t norms) {
     int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, moe, layer, t, total, sparse = 0;
     for (int64_t i = 0; i < c->num_hidden_layers; i++) sparse += accel__arch_layer_sparse(a, c, i);
-    int64_t im = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size;
+    int64_t im = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size, shared;
     /* || sequences the steps and stops at the first overflow */
     bool of = __builtin_mul_overflow(c->num_attention_heads, D, &qd) ||
               __builtin_mul_overflow(c->num_key_value_heads, D, &kvd) ||
@@ -54,6 +54,10 @@ static int64_t weight_bytes(const accel__arch *a, const accel_llama_config *c, i
               /* an expert's three projections and its router row */
               __builtin_mul_overflow(im, C, &t) || __builtin_mul_overflow(t, 3, &t) ||
               __builtin_add_overflow(t, C, &t) || __builtin_mul_overflow(t, c->num_local_experts, &moe) ||
+              /* Qwen2-MoE's shared expert and its gate's row */
+              __builtin_mul_overflow(c->shared_expert_intermediate_size, C, &t) ||
+              __builtin_mul_overflow(t, 3, &t) || __builtin_add_overflow(t, a->shared_expert ? C : 0, &shared) ||
+              __builtin_add_overflow(moe, shared, &moe) ||
               __builtin_mul_overflow(C, norms, &t) || __builtin_add_overflow(attn, t, &layer) ||
               __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
               __builtin_mul_overflow(mlp, c->num_hidden_layers - sparse, &t) ||
@@ -78,6 +82,8 @@ static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *
         {"moe_intermediate_size", c->moe_intermediate_size != 0, qwen},
         {"decoder_sparse_step", c->decoder_sparse_step != 0, qwen},
         {"norm_topk_prob", c->norm_topk_prob, qwen},
+        {"mlp_only_layers", c->n_mlp_only_layers != 0, qwen},
+        {"shared_expert_intermediate_size", c->shared_expert_intermediate_size != 0, a->shared_expert},
         {"router_jitter_noise", c->router_jitter_noise != 0, mixtral},
     };
     for (size_t i = 0; i < sizeof F / sizeof *F; i++)
@@ -85,6 +91,14 @@ static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models %s", who, F[i].key,
                                    a->model_type, a->moe ? "do not read it" : "have no experts");
     if (!a->moe) return ACCEL_OK;
+    if (c->n_mlp_only_layers < 0 || c->n_mlp_only_layers > ACCEL_MAX_MLP_ONLY_LAYERS)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: mlp_only_layers has %d entries: at most %d", who,
+                               c->n_mlp_only_layers, ACCEL_MAX_MLP_ONLY_LAYERS);
+    for (int k = 0; k < c->n_mlp_only_layers; k++)
+        if (c->mlp_only_layers[k] < 0 || c->mlp_only_layers[k] >= c->num_hidden_layers)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: mlp_only_layers[%d] is %lld, not a layer index in [0, "
+                                   "num_hidden_layers %lld)", who, k, (long long)c->mlp_only_layers[k],
+                                   (long long)c->num_hidden_layers);
     const char *bad = NULL;
     if (c->num_local_experts < (mixtral ? 1 : 0) || c->num_local_experts > ACCEL_MOE_MAX_EXPERTS)
         bad = mixtral ? "num_local_experts must be in [1, 65536]" : "num_experts must be in [0, 65536]";
@@ -93,6 +107,8 @@ static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *
         bad = "num_experts_per_tok must be in [1, the number of experts]";
     else if (qwen && c->num_local_experts > 0 && c->moe_intermediate_size <= 0)
         bad = "moe_intermediate_size must be positive";
+    else if (a->shared_expert && c->num_local_experts > 0 && c->shared_expert_intermediate_size <= 0)
+        bad = "shared_expert_intermediate_size must be positive";
     else if (c->decoder_sparse_step < 0)
         bad = "decoder_sparse_step must be >= 0";
     else if (!(c->router_aux_loss_coef >= 0 && isfinite(c->router_aux_loss_coef)))

@@ -1,6 +1,7 @@
-/* Mixtures of experts (arch.h accel__moe): the sparse block of Mixtral and
- * Qwen3-MoE with transformers' module tree, names, routing and arithmetic,
- * and the load-balancing loss of their causal LMs.
+/* Mixtures of experts (arch.h accel__moe): the sparse block of Mixtral,
+ * Qwen3-MoE and Qwen2-MoE (with its shared expert) with transformers' module
+ * tree, names, routing and arithmetic, and the load-balancing loss of their
+ * causal LMs.
  *
  * The router is data: each token's experts are chosen on the host from the
  * router's probabilities (as transformers' loop over the experts that got
@@ -27,8 +28,9 @@
 #include "nn_internal.h"
 #include "tp_internal.h"
 
-/* A sparse block: gate (router Linear hidden -> experts), experts (ModuleList). */
-enum { MOE_GATE = 0, MOE_EXPERTS = 1 };
+/* A sparse block: gate (router Linear hidden -> experts), experts (ModuleList);
+ * Qwen2-MoE's also shared_expert (an MLP) and shared_expert_gate (Linear hidden -> 1). */
+enum { MOE_GATE = 0, MOE_EXPERTS = 1, MOE_SHARED = 2, MOE_SHARED_GATE = 3 };
 /* Mixtral's expert: transformers' construction order w1, w2, w3. */
 enum { EXPERT_W1 = 0, EXPERT_W2 = 1, EXPERT_W3 = 2 };
 
@@ -41,9 +43,10 @@ static accel_module *linear(const accel_llama_config *c, int64_t in, int64_t out
     return accel__linear_create(in, out, false, dev, c->torch_dtype, c->initializer_range);
 }
 
-/* One expert MLP of row a: Mixtral's w1/w2/w3, Qwen's gate/up/down_proj (its MLP class). */
-static accel_module *expert_new(const accel__arch *a, const accel_llama_config *c, accel_device dev) {
-    int64_t C = c->hidden_size, I = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size;
+/* One expert MLP of row a and intermediate size I: Mixtral's w1/w2/w3, Qwen's
+ * gate/up/down_proj (its MLP class, also Qwen2-MoE's shared expert). */
+static accel_module *expert_new(const accel__arch *a, const accel_llama_config *c, int64_t I, accel_device dev) {
+    int64_t C = c->hidden_size;
     bool mixtral = a->moe == ACCEL__MOE_MIXTRAL;
     accel_module *m = accel_module_new(mixtral ? &a->expert : &a->mlp, NULL);
     bool ok = m && (mixtral ? accel_module_add_child(m, "w1", linear(c, C, I, dev)) &&
@@ -72,11 +75,16 @@ accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_co
     accel_module *experts = NULL;
     bool ok = accel_module_add_child(block, "gate", linear(c, c->hidden_size, c->num_local_experts, dev)) &&
               (experts = accel_module_add_child(block, "experts", accel_module_new(&accel__module_list_ops, NULL)));
+    int64_t I = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size;
     for (int64_t e = 0; ok && e < c->num_local_experts; e++) {
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)e);
-        ok = accel_module_add_child(experts, name, expert_new(a, c, dev)) != NULL;
+        ok = accel_module_add_child(experts, name, expert_new(a, c, I, dev)) != NULL;
     }
+    ok = ok && (!a->shared_expert ||
+                (accel_module_add_child(block, "shared_expert",
+                                        expert_new(a, c, c->shared_expert_intermediate_size, dev)) &&
+                 accel_module_add_child(block, "shared_expert_gate", linear(c, c->hidden_size, 1, dev))));
     if (!ok) {
         accel_module_free(block);
         return NULL;
@@ -302,6 +310,14 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
         out = out ? accel_add(out, g) : g;
     }
     if (out && out->dtype != h->dtype) out = accel_to_dtype(out, h->dtype);
+    if (out && a->shared_expert) {
+        /* + sigmoid(shared_expert_gate(h)) [N, 1] * shared_expert(h) [N, C], each op in
+         * h's dtype (torch's: a 16-bit product and sum rounded once each); under
+         * tensor parallelism the shared expert's output is this rank's partial
+         * one, and the gate (whole on every rank) scales each alike */
+        accel_tensor *g = accel_sigmoid(accel_module_call(block->children[MOE_SHARED_GATE], h));
+        out = accel_add(out, accel_mul(g, accel_module_call(block->children[MOE_SHARED], h)));
+    }
     /* under tensor parallelism each rank's sum is of its features' partial outputs */
     out = out ? accel_reshape(out, x->ndim, x->shape) : NULL;
     return tp && out ? accel__tp_leave(gate, out) : out;

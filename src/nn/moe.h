@@ -9,7 +9,8 @@
 
 /* The sparse block of row a for the resolved config c (which outlives it):
  * gate (Linear hidden -> experts, no bias) and experts.0 .. experts.E-1, each
- * an expert MLP (arch.h accel__moe), on dev with transformers' init. */
+ * an expert MLP (arch.h accel__moe), Qwen2-MoE's shared_expert and
+ * shared_expert_gate after them, on dev with transformers' init. */
 accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_config *c, accel_device dev);
 
 /* The load-balancing statistics of one forward: while the calling thread
