@@ -330,8 +330,11 @@ accel_status accel__moe_aux_begin(accel__moe_aux *x, const accel_llama_config *c
     x->cfg = c;
     x->experts = c->num_local_experts;
     x->with_grad = accel_is_grad_enabled();
-    x->counts = accel_calloc((size_t)x->experts, sizeof *x->counts);
-    return x->counts ? ACCEL_OK : accel_last_status();
+    /* the step's, as the tensors of the forward it counts: no malloc a step */
+    x->counts = accel_arena_alloc(accel_step_arena(), (size_t)x->experts * sizeof *x->counts, 64);
+    if (!x->counts) return accel_last_status();
+    memset(x->counts, 0, (size_t)x->experts * sizeof *x->counts);
+    return ACCEL_OK;
 }
 
 accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev) {
@@ -349,7 +352,4 @@ accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev) {
     return accel_mul_scalar(accel_sum_all(accel_mul(tpe, rpe)), (double)E);
 }
 
-void accel__moe_aux_end(accel__moe_aux *x) {
-    accel_free(x->counts);
-    memset(x, 0, sizeof *x);
-}
+void accel__moe_aux_end(accel__moe_aux *x) { memset(x, 0, sizeof *x); }

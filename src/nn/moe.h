@@ -18,7 +18,7 @@ accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_co
  * model adds its rows' top-k counts and f32 router probability sums. */
 typedef struct accel__moe_aux {
     int64_t experts, rows;  /* rows: tokens x sparse layers seen */
-    double *counts;         /* [experts]: top-k choices per expert (owned) */
+    double *counts;         /* [experts]: top-k choices per expert (the step arena's) */
     accel_tensor *prob_sum; /* [experts] f32, with its graph: the probabilities summed over rows */
     bool with_grad;         /* grad mode was on when it began: a block that runs with it off is refused */
     const accel_llama_config *cfg; /* the model's (its root's resolved config) */
@@ -33,7 +33,7 @@ accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x);
  * tensor on dev, sum_e (counts_e / rows) (prob_sum_e / rows) * experts (0
  * when no sparse layer ran). */
 accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev);
-/* Frees what x holds (the tensor belongs to the step). */
+/* Forgets what x holds (its counts and tensor belong to the step). */
 void accel__moe_aux_end(accel__moe_aux *x);
 
 #endif
