@@ -5,7 +5,11 @@
  * with its sliding window on the upper layer), Qwen3 (q/k norms), Gemma
  * (scaled embeddings, 1 + weight norms, gelu_pytorch_tanh, tied), Gemma2
  * (also sandwich norms, soft-capped scores and logits, query_pre_attn_scalar,
- * the window on layer 0), Granite (its four multipliers), Phi-3 (fused
+ * the window on layer 0), Gemma 3 (also per-head q/k norms of Gemma's kind,
+ * the window and a plain RoPE of rope_local_base_freq on the sliding layers,
+ * rope_theta on the full ones: by sliding_window_pattern, and by an
+ * explicit layer_types list with linear scaling on the full layers and
+ * soft-capped logits), Granite (its four multipliers), Phi-3 (fused
  * qkv_proj and gate_up_proj, longrope on half of each head, a window;
  * generation re-runs the sequence when it passes the longrope threshold, as
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
@@ -47,6 +51,8 @@ static const struct {
     {"qwen3", "Qwen3ForCausalLM", "Qwen3DecoderLayer"},
     {"gemma", "GemmaForCausalLM", "GemmaDecoderLayer"},
     {"gemma2", "Gemma2ForCausalLM", "Gemma2DecoderLayer"},
+    {"gemma3", "Gemma3ForCausalLM", "Gemma3DecoderLayer"},
+    {"gemma3_linear", "Gemma3ForCausalLM", "Gemma3DecoderLayer"},
     {"granite", "GraniteForCausalLM", "GraniteDecoderLayer"},
     {"phi3", "Phi3ForCausalLM", "Phi3DecoderLayer"},
     {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
@@ -428,7 +434,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 12);
+    CHECK(n == 13);
     accel__arch bad[7];
     for (int i = 0; i < 7; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
