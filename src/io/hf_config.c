@@ -354,7 +354,8 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
                                    "(a Mistral checkpoint needs model_type \"mistral\")", file, a->model_type);
         return ACCEL_OK;
     }
-    if (sw && json_is_null(sw)) c->sliding_window = 0;
+    /* Gemma 3's sliding layers need their window (transformers fails on null) */
+    if (sw && json_is_null(sw) && a->window != ACCEL__WINDOW_TYPES) c->sliding_window = 0;
     else if (get_int(root, file, "sliding_window", &c->sliding_window, false, false)) return accel_last_status();
     if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
     if (a->window == ACCEL__WINDOW_EVEN) return check_even_layer_types(root, file, c);
