@@ -379,7 +379,7 @@ static void test_gemma3_fields(void) {
     expect_error("g3e9.json", "{\"model_type\": \"gemma3_text\", \"sliding_window_pattern\": null}",
                  ACCEL_ERR_FORMAT, "'sliding_window_pattern' is null");
     expect_error("g3e10.json", "{\"model_type\": \"gemma3_text\", \"rope_local_base_freq\": 0}", ACCEL_ERR_FORMAT,
-                 "rope_local_base_freq is 0: it must be a finite number > 0");
+                 "'rope_local_base_freq' must be a number > 0");
     expect_error("g3e11.json", "{\"model_type\": \"gemma3_text\", \"sliding_window\": null}", ACCEL_ERR_FORMAT,
                  "'sliding_window' is null");
     /* a list past ACCEL_MAX_LAYER_TYPES: the pattern form is the way */
@@ -397,9 +397,19 @@ static void test_gemma3_fields(void) {
     k.n_layer_types = 3;
     CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "n_layer_types 3 must be 0 (sliding_window_pattern) or num_hidden_layers (26)");
-    k.n_layer_types = 0, k.sliding_window_pattern = 0;
+    k.n_layer_types = 0, k.sliding_window_pattern = -1;
     CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "sliding_window_pattern is 0: it must be >= 1");
+    CHECK_STR_CONTAINS(accel_last_error(), "sliding_window_pattern is -1: it must be >= 1");
+    k.sliding_window_pattern = 0, k.rope_local_base_freq = -1;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "rope_local_base_freq is -1: it must be a finite number > 0");
+    /* 0: transformers' defaults, as the model built from it has them */
+    k.rope_local_base_freq = 0, k.num_hidden_layers = 6, k.hidden_size = 32, k.intermediate_size = 32;
+    k.vocab_size = 16, k.head_dim = 8;
+    accel_module *m = accel_llama_new(&k, ACCEL_META_DEVICE);
+    const accel_llama_config *r = m ? accel_llama_config_of(m) : NULL;
+    CHECK_MSG(r && r->rope_local_base_freq == 10000 && r->sliding_window_pattern == 6, "%s", accel_last_error());
+    accel_module_free(m);
     accel_clear_error();
 }
 

@@ -283,7 +283,9 @@ typedef struct accel_llama_config {
      * rope_local_base_freq) or full_attention ones (rope_theta with
      * rope_scaling): layer i is full when layer_full[i], given for all
      * num_hidden_layers layers when n_layer_types > 0 (config.json's
-     * layer_types), else when (i + 1) % sliding_window_pattern == 0. */
+     * layer_types), else when (i + 1) % sliding_window_pattern == 0. 0 for
+     * rope_local_base_freq and sliding_window_pattern: transformers' 10000
+     * and 6. */
     double rope_local_base_freq;
     int64_t sliding_window_pattern;
     int n_layer_types;

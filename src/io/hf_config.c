@@ -179,6 +179,7 @@ static accel_status parse_rope(json_t *root, json_t *v, const char *file, const 
  * then a 4.x rope_scaling, which transformers merges into full_attention's. */
 static accel_status parse_layer_ropes(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     if (get_real(root, file, "rope_local_base_freq", &c->rope_local_base_freq)) return accel_last_status();
+    if (!(c->rope_local_base_freq > 0)) return bad_type(file, "rope_local_base_freq", "a number > 0");
     json_t *rp = json_object_get(root, "rope_parameters");
     if (rp && !json_is_null(rp)) {
         if (!json_is_object(rp)) return bad_type(file, "rope_parameters", "null or an object");

@@ -133,8 +133,9 @@ static accel_status resolve_scalings(const accel__arch *a, accel_llama_config *c
 }
 
 /* Gemma 3's layer types and local RoPE base: set only on its family, the
- * base finite and > 0, the pattern >= 1, an explicit list one type a layer. */
-static accel_status resolve_layer_types(const accel__arch *a, const accel_llama_config *c, const char *who) {
+ * base finite and >= 0, the pattern >= 0 (0: transformers' defaults 10000
+ * and 6), an explicit list one type a layer. */
+static accel_status resolve_layer_types(const accel__arch *a, accel_llama_config *c, const char *who) {
     bool has = a->window == ACCEL__WINDOW_TYPES;
     if (!has && (c->rope_local_base_freq != 0 || c->sliding_window_pattern != 0 || c->n_layer_types != 0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models have no per-layer attention "
@@ -142,17 +143,20 @@ static accel_status resolve_layer_types(const accel__arch *a, const accel_llama_
                                : c->sliding_window_pattern != 0 ? "sliding_window_pattern" : "n_layer_types",
                                a->model_type);
     if (!has) return ACCEL_OK;
-    if (!(isfinite(c->rope_local_base_freq) && c->rope_local_base_freq > 0))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rope_local_base_freq is %g: it must be a finite number > 0",
-                               who, c->rope_local_base_freq);
+    if (!(isfinite(c->rope_local_base_freq) && c->rope_local_base_freq >= 0))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rope_local_base_freq is %g: it must be a finite number > 0 "
+                               "(0: 10000)", who, c->rope_local_base_freq);
+    if (c->rope_local_base_freq == 0) c->rope_local_base_freq = a->defaults.rope_local_base_freq;
     if (c->n_layer_types < 0 || c->n_layer_types > ACCEL_MAX_LAYER_TYPES ||
         (c->n_layer_types > 0 && c->n_layer_types != c->num_hidden_layers))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: n_layer_types %d must be 0 (sliding_window_pattern) or "
                                "num_hidden_layers (%lld), at most %d", who, c->n_layer_types,
                                (long long)c->num_hidden_layers, ACCEL_MAX_LAYER_TYPES);
-    if (c->n_layer_types == 0 && c->sliding_window_pattern < 1)
+    if (c->sliding_window_pattern < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window_pattern is %lld: it must be >= 1 (every "
-                               "that many layers one full_attention layer)", who, (long long)c->sliding_window_pattern);
+                               "that many layers one full_attention layer; 0: 6)", who,
+                               (long long)c->sliding_window_pattern);
+    if (c->sliding_window_pattern == 0) c->sliding_window_pattern = a->defaults.sliding_window_pattern;
     return ACCEL_OK;
 }
 
