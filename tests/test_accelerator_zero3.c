@@ -297,14 +297,15 @@ static void test_llama(void) {
 }
 
 /* Gemma (1 + weight norms, gelu), Gemma2 (sandwich norms, soft-capping, a
- * window that bites on 6 positions) and Granite (multipliers) train as the
+ * window that bites on 6 positions), Gemma 3 (its q/k norms, layer types and
+ * two RoPEs) and Granite (multipliers) train as the
  * Llama does: their decoder layers (the table's class) are the units, and
  * the steps equal DDP's. */
 static void test_other_families_train(void) {
     accel__fsdp_cfg saved = A->fsdp;
     A->fsdp.wrap_cls[0] = 0; /* a configured LlamaDecoderLayer: here the table's class of each family */
-    const char *families[] = {"gemma", "gemma2", "granite", "mixtral", "qwen3_moe"};
-    for (int i = 0; i < 5; i++) {
+    const char *families[] = {"gemma", "gemma2", "gemma3_text", "granite", "mixtral", "qwen3_moe"};
+    for (int i = 0; i < 6; i++) {
         FAMILY = families[i];
         check_equivalence(true, llama_units());
     }
