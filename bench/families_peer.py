@@ -31,6 +31,7 @@ FAMILIES = {
     "qwen3": {},
     "gemma": dict(tie_word_embeddings=True),
     "gemma2": dict(tie_word_embeddings=True, sliding_window=32),
+    "gemma3_text": dict(tie_word_embeddings=True, sliding_window=32, sliding_window_pattern=2),
     "granite": dict(embedding_multiplier=6.0, attention_multiplier=0.02, residual_multiplier=0.4, logits_scaling=4.0),
     "phi3": dict(num_key_value_heads=8),
     "olmo2": dict(num_key_value_heads=8),

@@ -291,9 +291,10 @@ typedef struct accel_llama_config {
     int n_layer_types;
     bool layer_full[ACCEL_MAX_LAYER_TYPES];
     accel_rope_scaling rope_scaling;  /* zero: the default RoPE */
-    /* Gemma2, Gemma 3 (0: none): attention scores and final logits become
+    /* Gemma2 (0: none): attention scores and final logits become
      * cap * tanh(x / cap); scores scaled by query_pre_attn_scalar^-0.5
-     * (0: head_dim^-0.5). */
+     * (0: head_dim^-0.5). Gemma 3: the final logits' cap and the scale only
+     * (transformers' Gemma 3 never caps scores: attn_logit_softcapping refused). */
     double attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar;
     /* Granite (0: 1.0, transformers' default): embeddings times
      * embedding_multiplier, scores times attention_multiplier (instead of

@@ -1,5 +1,5 @@
 /* The decoder-only causal LMs of the architecture table (arch.h): Llama,
- * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Granite, Phi-3, OLMo 2, with transformers'
+ * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Granite, Phi-3, OLMo 2, with transformers'
  * module tree, names, init and forward. One graph; the table's row says what differs. */
 #include <math.h>
 #include <string.h>
