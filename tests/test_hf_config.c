@@ -328,6 +328,28 @@ static void test_gemma3_fields(void) {
           c.bos_token_id == 2 && c.eos_token_ids[0] == 1 && c.n_layer_types == 0 && c.sliding_window_pattern == 6);
     layer_kinds(&c, 13, kinds);
     CHECK_MSG(!strcmp(kinds, "sssssfsssssfs"), "default pattern: %s", kinds);
+    /* Gemma 3 1B's config.json (written by transformers 4.50), key for key */
+    CHECK_MSG(accel_llama_config_load(write_cfg("g31b.json", "{\"architectures\": [\"Gemma3ForCausalLM\"], "
+                                                "\"attention_bias\": false, \"attention_dropout\": 0.0, "
+                                                "\"attn_logit_softcapping\": null, \"bos_token_id\": 2, "
+                                                "\"cache_implementation\": \"hybrid\", \"eos_token_id\": [1, 106], "
+                                                "\"final_logit_softcapping\": null, \"head_dim\": 256, "
+                                                "\"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 1152, "
+                                                "\"initializer_range\": 0.02, \"intermediate_size\": 6912, "
+                                                "\"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\", "
+                                                "\"num_attention_heads\": 4, \"num_hidden_layers\": 26, "
+                                                "\"num_key_value_heads\": 1, \"pad_token_id\": 0, "
+                                                "\"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, "
+                                                "\"rope_local_base_freq\": 10000, \"rope_scaling\": null, "
+                                                "\"rope_theta\": 1000000, \"sliding_window\": 512, "
+                                                "\"sliding_window_pattern\": 6, \"torch_dtype\": \"bfloat16\", "
+                                                "\"transformers_version\": \"4.50.0.dev0\", \"use_cache\": true, "
+                                                "\"vocab_size\": 262144}"),
+                                      &c) == ACCEL_OK, "%s", accel_last_error());
+    layer_kinds(&c, 12, kinds);
+    CHECK_MSG(!strcmp(kinds, "sssssfsssssf"), "1B: %s", kinds);
+    CHECK(c.hidden_size == 1152 && c.num_key_value_heads == 1 && c.sliding_window == 512 &&
+          c.torch_dtype == ACCEL_BF16 && c.n_eos_token_ids == 2 && c.eos_token_ids[1] == 106 && c.rope_theta == 1e6);
     /* 4.x: Gemma 3 4B's keys (linear 8 on the full layers) */
     CHECK(accel_llama_config_load(write_cfg("g3v4.json", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": "
                                             "8, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
