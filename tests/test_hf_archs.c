@@ -449,6 +449,9 @@ static void test_arch_rows_supported(void) {
     accel__arch q = *accel__arch_find("qwen3");
     q.qk_norm_full = true;
     CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
+    accel__arch o = *accel__arch_find("olmo2");
+    o.gemma_blocks = true;
+    CHECK(accel__arch_unsupported(&o) && strstr(accel__arch_unsupported(&o), "qk_norm_full with gemma_blocks"));
 }
 
 /* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on

@@ -146,6 +146,9 @@ const char *accel__arch_unsupported(const accel__arch *a) {
     if (a->fused_qkv && (a->qk_norm || a->qk_norm_full))
         return "fused_qkv with q/k norms (the norms' child indices assume separate q/k/v projections)";
     if (a->qk_norm && a->qk_norm_full) return "qk_norm with qk_norm_full (one kind of q/k norm)";
+    if (a->qk_norm_full && a->gemma_blocks)
+        return "qk_norm_full with gemma_blocks (the tensor-parallel norm over the whole width scales by the weight, "
+               "not 1 + weight)";
     if (a->moe && (a->fused_gate_up || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
     if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";

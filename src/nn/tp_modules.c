@@ -408,9 +408,7 @@ accel_pg *accel__tp_group(const accel_module *m) {
 
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
                                     bool plus_one) {
-    if (rows && plus_one)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel__tp_replica_norm: a norm over the whole width scaled by "
-                               "1 + weight is not implemented");
+    ACCEL_ASSERT(!(rows && plus_one)); /* no row has such norms: accel__arch_unsupported */
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
     *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one};
