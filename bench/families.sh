@@ -29,7 +29,7 @@ NEW=${NEW:-32}
 DTYPE=${DTYPE:-float32}
 FIRST_REPS=${FIRST_REPS:-5}
 PROMPT=1,2,3,4,5,6,7,8
-FAMILIES=${FAMILIES:-"llama mistral qwen2 qwen3 gemma gemma2 granite phi3 olmo2 gpt2 mixtral qwen3_moe"}
+FAMILIES=${FAMILIES:-"llama mistral qwen2 qwen3 gemma gemma2 gemma3_text granite phi3 olmo2 gpt2 mixtral qwen3_moe qwen2_moe"}
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE
 if [ "$B" = build ]; then cmake --build build -j2 --target generate >/dev/null; fi
 T=$(mktemp -d)

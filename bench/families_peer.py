@@ -7,7 +7,8 @@ family accel builds from config.json.
         weights of transformers' own init, seed 0) for every family of FAMILIES:
         hidden 512, intermediate 1024, 4 layers, 8 heads (4 key/value heads where
         the family has GQA), head_dim 64, vocabulary 32000; the mixtures 8 experts,
-        2 per token (Mixtral's of intermediate 1024, Qwen3-MoE's of 512).
+        2 per token (Mixtral's of intermediate 1024, Qwen3-MoE's and Qwen2-MoE's of
+        512, Qwen2-MoE's shared expert of 1024).
     families_peer.py decode DIR [--ids 1,2,...] [--new-tokens 32] [--dtype float32|bfloat16] [--first-reps N]
         AutoModelForCausalLM.from_pretrained(DIR) in that dtype (default f32), then
         bench/peer_decode.py's greedy_decode (as bench/bigmodel_peer.py decode):
@@ -31,6 +32,7 @@ FAMILIES = {
     "qwen3": {},
     "gemma": dict(tie_word_embeddings=True),
     "gemma2": dict(tie_word_embeddings=True, sliding_window=32),
+    "gemma3_text": dict(tie_word_embeddings=True, sliding_window=32, sliding_window_pattern=2),
     "granite": dict(embedding_multiplier=6.0, attention_multiplier=0.02, residual_multiplier=0.4, logits_scaling=4.0),
     "phi3": dict(num_key_value_heads=8),
     "olmo2": dict(num_key_value_heads=8),
@@ -38,6 +40,8 @@ FAMILIES = {
     # mixtures of experts: 8 experts of 1024 (Mixtral) / 512 (Qwen3-MoE), 2 per token
     "mixtral": dict(num_local_experts=8, num_experts_per_tok=2, sliding_window=32),
     "qwen3_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=512, norm_topk_prob=True),
+    # and Qwen2-MoE's beside a shared expert of 1024
+    "qwen2_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=512, shared_expert_intermediate_size=1024),
 }
 GPT2 = dict(vocab_size=32000, n_embd=512, n_inner=1024, n_layer=4, n_head=8, n_positions=256,
             bos_token_id=None, eos_token_id=None, pad_token_id=None)

@@ -115,6 +115,13 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gemma2 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │")
+  # Gemma 3 (q/k norms; a pair of rotary buffers for each of its two layer types, the first
+  # layer a full_attention one): Accelerate's calculate_maximum_sizes of transformers'
+  # Gemma3TextModel of that config.json gives 24.56 KB / 81.88 KB (83844 bytes).
+  add_test(NAME bigmodel_estimate_memory_gemma3 COMMAND accel_cli estimate-memory data/hf_arch_gemma3_linear
+           --dtypes float32 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_gemma3 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   24.56 KB  │ 81.88 KB │      327.52 KB      │")
   # Phi-3 with partial_rotary_factor 0.5: transformers' rotary buffers hold rotary_dim / 2 = 2 floats
   # each (Accelerate: 24.25 KB / 56.64 KB; they were counted as head_dim / 2, 56.66 KB)
   add_test(NAME bigmodel_estimate_memory_phi3 COMMAND accel_cli estimate-memory data/hf_arch_phi3 --dtypes float32

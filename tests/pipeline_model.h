@@ -16,7 +16,10 @@ typedef struct pipeline_model {
     int layers, heads, kv_heads;
     bool tied;
     /* NULL or "llama": a Llama; "gemma2": Gemma-2 with a sliding window of 4
-     * keys on its even layers, attention and final logit soft-capping */
+     * keys on its even layers, attention and final logit soft-capping;
+     * "gemma3_text": Gemma 3 with that window and a local RoPE base of 100 on
+     * its even layers, linear RoPE scaling 2 on the odd ones, final logit
+     * soft-capping */
     const char *family;
 } pipeline_model;
 
@@ -34,6 +37,9 @@ static inline accel_module *pipeline_llama(pipeline_model p) {
     if (p.family) snprintf(c.model_type, sizeof c.model_type, "%s", p.family);
     if (p.family && !strcmp(p.family, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
+    if (p.family && !strcmp(p.family, "gemma3_text"))
+        c.sliding_window = 4, c.sliding_window_pattern = 2, c.rope_local_base_freq = 100, c.final_logit_softcapping = 10,
+        c.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LINEAR, .factor = 2};
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }

@@ -284,14 +284,15 @@ static void test_llama(void) {
 }
 
 /* Gemma (1 + weight norms, gelu), Gemma2 (sandwich norms, soft-capping, a
- * window that bites on 6 positions), Granite (multipliers) and the mixtures
- * of experts (Qwen2-MoE with its shared expert) train as the
+ * window that bites on 6 positions), Gemma 3 (its q/k norms, layer types and
+ * two RoPEs), Granite (multipliers) and the mixtures of experts (Qwen2-MoE
+ * with its shared expert) train as the
  * Llama does: their decoder layers (the table's class) are the units, and
  * the steps equal DDP's. */
 static void test_other_families_train(void) {
     accel__fsdp_cfg saved = A->fsdp;
     A->fsdp.wrap_cls[0] = 0; /* a configured LlamaDecoderLayer: here the table's class of each family */
-    const char *families[] = {"gemma", "gemma2", "granite", "mixtral", "qwen3_moe", "qwen2_moe"};
+    const char *families[] = {"gemma", "gemma2", "gemma3_text", "granite", "mixtral", "qwen3_moe", "qwen2_moe"};
     for (int i = 0; i < 6; i++) {
         FAMILY = families[i];
         check_equivalence(true, llama_units());

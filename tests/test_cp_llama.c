@@ -4,7 +4,9 @@
  * unsharded loss, and every parameter's gradient summed over the cp ranks
  * equals the unsharded gradient, within 1e-5. The same for Mistral (a
  * sliding window of 4 over sequences of 8 and 16) and Gemma2 (the window on
- * even layers, attention and final soft-capping). The group is the model's:
+ * even layers, attention and final soft-capping) and Gemma 3 (a window and
+ * a local RoPE base on layer 0, linear RoPE scaling on layer 1, per-head q/k
+ * norms). The group is the model's:
  * a second model on the same thread runs unsharded meanwhile. Also the
  * refusals: a KV cache (until cp is undone), a sequence that is not a
  * multiple of 2*cp, named by accel_llama_loss with both numbers, and at
@@ -26,6 +28,9 @@ static accel_llama_config tiny(void) {
     if (!strcmp(g_family, "mistral")) c.sliding_window = 4;
     if (!strcmp(g_family, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
+    if (!strcmp(g_family, "gemma3_text")) /* layer 0 sliding (base 100), layer 1 full with linear scaling */
+        c.sliding_window = 4, c.sliding_window_pattern = 2, c.rope_local_base_freq = 100, c.final_logit_softcapping = 10,
+        c.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LINEAR, .factor = 2};
     c.vocab_size = 37;
     c.hidden_size = 16;
     c.intermediate_size = 24;
@@ -215,6 +220,7 @@ static void test_gemma2_window_softcap(void) {
     run_family(2, ACCEL_CP_ALLTOALL, "gemma2");
     run_family(4, ACCEL_CP_ALLGATHER, "gemma2");
 }
+static void test_gemma3_layer_types(void) { run_family(2, ACCEL_CP_ALLTOALL, "gemma3_text"); }
 
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
@@ -224,5 +230,6 @@ int main(void) {
     RUN(test_four_alltoall);
     RUN(test_mistral_window);
     RUN(test_gemma2_window_softcap);
+    RUN(test_gemma3_layer_types);
     return check_summary();
 }

@@ -5,7 +5,11 @@
  * with its sliding window on the upper layer), Qwen3 (q/k norms), Gemma
  * (scaled embeddings, 1 + weight norms, gelu_pytorch_tanh, tied), Gemma2
  * (also sandwich norms, soft-capped scores and logits, query_pre_attn_scalar,
- * the window on layer 0), Granite (its four multipliers), Phi-3 (fused
+ * the window on layer 0), Gemma 3 (also per-head q/k norms of Gemma's kind,
+ * the window and a plain RoPE of rope_local_base_freq on the sliding layers,
+ * rope_theta on the full ones: by sliding_window_pattern, and by an
+ * explicit layer_types list with linear scaling on the full layers and
+ * soft-capped logits), Granite (its four multipliers), Phi-3 (fused
  * qkv_proj and gate_up_proj, longrope on half of each head, a window;
  * generation re-runs the sequence when it passes the longrope threshold, as
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
@@ -49,6 +53,8 @@ static const struct {
     {"qwen3", "Qwen3ForCausalLM", "Qwen3DecoderLayer"},
     {"gemma", "GemmaForCausalLM", "GemmaDecoderLayer"},
     {"gemma2", "Gemma2ForCausalLM", "Gemma2DecoderLayer"},
+    {"gemma3", "Gemma3ForCausalLM", "Gemma3DecoderLayer"},
+    {"gemma3_linear", "Gemma3ForCausalLM", "Gemma3DecoderLayer"},
     {"granite", "GraniteForCausalLM", "GraniteDecoderLayer"},
     {"phi3", "Phi3ForCausalLM", "Phi3DecoderLayer"},
     {"olmo2", "Olmo2ForCausalLM", "Olmo2DecoderLayer"},
@@ -431,7 +437,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 13);
+    CHECK(n == 14);
     accel__arch bad[8];
     for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
@@ -447,6 +453,9 @@ static void test_arch_rows_supported(void) {
     accel__arch q = *accel__arch_find("qwen3");
     q.qk_norm_full = true;
     CHECK(accel__arch_unsupported(&q) && strstr(accel__arch_unsupported(&q), "qk_norm_full"));
+    accel__arch o = *accel__arch_find("olmo2");
+    o.gemma_blocks = true;
+    CHECK(accel__arch_unsupported(&o) && strstr(accel__arch_unsupported(&o), "qk_norm_full with gemma_blocks"));
 }
 
 /* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on
@@ -474,6 +483,59 @@ static void test_moe_offload(void) {
     accel_module_free(m);
     accel_device_map_free(map);
     accel_safetensors_close(st);
+}
+
+/* Gemma 3 dispatched: layer 1 (its full_attention layer) on disk, layer 2
+ * offloaded to host copies, the rest on the cpu: transformers' logits and
+ * greedy tokens; loaded as bf16 (its norms' 1 + weight and the embedding
+ * scale in bf16): logits within bf16's rounding of the f32 ones and the
+ * cache's keys and values bf16; on meta (init_empty_weights): shapes only. */
+static void test_gemma3_dispatch_bf16_meta(void) {
+    accel_safetensors *st = open_expected("data/hf_arch_gemma3_linear");
+    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0:cpu,model.layers.1:disk,"
+                                                   "model.layers.2:cpu,model.norm:cpu,lm_head:cpu");
+    accel_load_opts o = {.offload_cpu = true};
+    accel_dispatched *d = NULL;
+    accel_module *m = map && st ? accel_llama_from_pretrained("data/hf_arch_gemma3_linear", map, NULL, NULL, &o, &d)
+                                : NULL;
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (m) {
+        accel_dispatch_stats ds;
+        accel_dispatched_stats(d, &ds);
+        CHECK_MSG(ds.n_offloaded_disk > 0 && ds.n_offloaded_cpu > 0, "disk %lld, cpu %lld",
+                  (long long)ds.n_offloaded_disk, (long long)ds.n_offloaded_cpu);
+        check_logits(m, st, "gemma3 dispatched");
+        check_greedy(m, st, "gemma3 dispatched");
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_device_map_free(map);
+    d = NULL;
+    accel_load_opts b = {.has_dtype = true, .dtype = ACCEL_BF16};
+    m = accel_llama_from_pretrained("data/hf_arch_gemma3_linear", NULL, NULL, NULL, &b, &d);
+    accel_tensor *ids = m ? accel_safetensors_tensor(st, "ids", -1) : NULL;
+    accel_tensor *y = ids ? accel_llama_forward(m, ids, NULL) : NULL;
+    CHECK_MSG(y && y->dtype == ACCEL_BF16, "%s", accel_last_error());
+    /* measured: at most 0.045 off (logits of up to 3, bf16 weights and activations through 3 layers) */
+    if (y) check_tensor_close(st, "logits", accel_to_dtype(y, ACCEL_F32), 0, 0.1);
+    accel_kv_cache *kc = m ? accel_llama_kv_cache_new(m, 1, 8, ACCEL_CPU_DEVICE) : NULL;
+    CHECK(kc && accel_kv_cache_bytes(kc) == 2 * 3 * 2 * 8 * 8 * 2); /* K and V, 3 layers, 2 heads of 8, 8 positions */
+    accel_kv_cache_free(kc);
+    accel_tensor_free(ids);
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_step_reset();
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_gemma3_linear", &c) == ACCEL_OK);
+    m = accel_llama_new(&c, ACCEL_META_DEVICE);
+    ids = m ? accel_empty_on(ACCEL_I64, 2, (int64_t[]){2, 12}, ACCEL_META_DEVICE) : NULL;
+    y = ids ? accel_llama_forward(m, ids, NULL) : NULL;
+    CHECK_MSG(y && y->shape[1] == 12 && y->shape[2] == c.vocab_size && y->device.type == ACCEL_DEV_META, "%s",
+              accel_last_error());
+    accel_step_reset();
+    accel_module_free(m);
+    accel_safetensors_close(st);
+    accel_clear_error();
 }
 
 /* Mixtral's router_jitter_noise: none in eval (the fixture's logits), the
@@ -625,6 +687,7 @@ int main(void) {
     RUN(test_gemma_bf16_norm);
     RUN(test_gemma_embed_scale_dtype);
     RUN(test_arch_rows_supported);
+    RUN(test_gemma3_dispatch_bf16_meta);
     RUN(test_moe_offload);
     RUN(test_moe_jitter);
     RUN(test_moe_meta);

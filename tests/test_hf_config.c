@@ -234,8 +234,9 @@ static void test_save_families(void) {
                             .num_hidden_layers = 3, .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
                             .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
                             .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
-    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2"};
-    for (int k = 0; k < 10; k++)
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3",  "gemma", "gemma2",
+                           "granite", "phi3", "olmo2", "gpt2", "gemma3_text"};
+    for (int k = 0; k < 11; k++)
         for (int rt = 0; rt <= ACCEL_ROPE_LLAMA3; rt++) {
             accel_llama_config w = c;
             snprintf(w.model_type, sizeof w.model_type, "%s", types[k]);
@@ -245,6 +246,9 @@ static void test_save_families(void) {
             w.max_window_layers = k == 2 ? 1 : 0;
             if (k == 5) /* Gemma2: a soft-capping off (null) */
                 w.attn_logit_softcapping = 0, w.final_logit_softcapping = 7.5, w.query_pre_attn_scalar = 24;
+            if (k == 10) /* Gemma 3: its layer types by pattern (layer 1 full), another local base */
+                w.sliding_window = 32, w.sliding_window_pattern = 2, w.rope_local_base_freq = 500,
+                w.query_pre_attn_scalar = 256;
             if (k == 6)
                 w.embedding_multiplier = 12, w.attention_multiplier = 0.015625, w.residual_multiplier = 0.22,
                 w.logits_scaling = 8;
@@ -288,12 +292,146 @@ static void test_save_families(void) {
                           back.attention_multiplier == w.attention_multiplier &&
                           back.residual_multiplier == w.residual_multiplier && back.logits_scaling == w.logits_scaling,
                       "%s: scalings differ", types[k]);
+            /* written as the list: the pattern's types */
+            CHECK_MSG(k != 10 || (back.n_layer_types == 3 && !back.layer_full[0] && back.layer_full[1] &&
+                                  !back.layer_full[2] && back.rope_local_base_freq == 500 && back.rope_theta == 10000),
+                      "gemma3_text: layer types or bases differ");
         }
     snprintf(c.model_type, sizeof c.model_type, "falcon");
     char path[160];
     snprintf(path, sizeof path, "%s/falcon.json", g_dir);
     CHECK(accel_llama_config_save(path, &c) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "model_type \"falcon\" is not one accel builds");
+    accel_clear_error();
+}
+
+/* Layers [0, n) of c: 'f' full_attention, 's' sliding_attention. */
+static void layer_kinds(const accel_llama_config *c, int n, char *out) {
+    const accel__arch *a = accel__arch_find(c->model_type);
+    for (int i = 0; i < n; i++) out[i] = accel__arch_layer_local(a, c, i) ? 's' : 'f';
+    out[n] = 0;
+}
+
+/* Gemma 3: transformers' defaults, layer types by pattern and by list, its
+ * RoPEs in the 4.x layout (rope_scaling on the full layers,
+ * rope_local_base_freq) and the 5.x one (rope_parameters by layer type), and
+ * what it does not implement refused by name. */
+static void test_gemma3_fields(void) {
+    accel_llama_config c;
+    char kinds[16];
+    CHECK(accel_llama_config_load(write_cfg("g3.json", "{\"model_type\": \"gemma3_text\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 262208 && c.hidden_size == 2304 && c.intermediate_size == 9216 &&
+          c.num_hidden_layers == 26 && c.num_attention_heads == 8 && c.num_key_value_heads == 4 && c.head_dim == 256);
+    CHECK(c.max_position_embeddings == 131072 && c.rope_theta == 1e6 && c.rope_local_base_freq == 1e4 &&
+          c.rope_scaling.type == ACCEL_ROPE_DEFAULT && c.sliding_window == 4096 && c.query_pre_attn_scalar == 256);
+    CHECK(c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0 && c.tie_word_embeddings &&
+          c.bos_token_id == 2 && c.eos_token_ids[0] == 1 && c.n_layer_types == 0 && c.sliding_window_pattern == 6);
+    layer_kinds(&c, 13, kinds);
+    CHECK_MSG(!strcmp(kinds, "sssssfsssssfs"), "default pattern: %s", kinds);
+    /* Gemma 3 1B's config.json (written by transformers 4.50), key for key */
+    CHECK_MSG(accel_llama_config_load(write_cfg("g31b.json", "{\"architectures\": [\"Gemma3ForCausalLM\"], "
+                                                "\"attention_bias\": false, \"attention_dropout\": 0.0, "
+                                                "\"attn_logit_softcapping\": null, \"bos_token_id\": 2, "
+                                                "\"cache_implementation\": \"hybrid\", \"eos_token_id\": [1, 106], "
+                                                "\"final_logit_softcapping\": null, \"head_dim\": 256, "
+                                                "\"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 1152, "
+                                                "\"initializer_range\": 0.02, \"intermediate_size\": 6912, "
+                                                "\"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\", "
+                                                "\"num_attention_heads\": 4, \"num_hidden_layers\": 26, "
+                                                "\"num_key_value_heads\": 1, \"pad_token_id\": 0, "
+                                                "\"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, "
+                                                "\"rope_local_base_freq\": 10000, \"rope_scaling\": null, "
+                                                "\"rope_theta\": 1000000, \"sliding_window\": 512, "
+                                                "\"sliding_window_pattern\": 6, \"torch_dtype\": \"bfloat16\", "
+                                                "\"transformers_version\": \"4.50.0.dev0\", \"use_cache\": true, "
+                                                "\"vocab_size\": 262144}"),
+                                      &c) == ACCEL_OK, "%s", accel_last_error());
+    layer_kinds(&c, 12, kinds);
+    CHECK_MSG(!strcmp(kinds, "sssssfsssssf"), "1B: %s", kinds);
+    CHECK(c.hidden_size == 1152 && c.num_key_value_heads == 1 && c.sliding_window == 512 &&
+          c.torch_dtype == ACCEL_BF16 && c.n_eos_token_ids == 2 && c.eos_token_ids[1] == 106 && c.rope_theta == 1e6);
+    /* 4.x: Gemma 3 4B's keys (linear 8 on the full layers) */
+    CHECK(accel_llama_config_load(write_cfg("g3v4.json", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": "
+                                            "8, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
+                                            "\"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"}, "
+                                            "\"sliding_window\": 1024, \"sliding_window_pattern\": 3, "
+                                            "\"final_logit_softcapping\": null, \"attn_logit_softcapping\": null}"),
+                                  &c) == ACCEL_OK);
+    layer_kinds(&c, 8, kinds);
+    CHECK_MSG(!strcmp(kinds, "ssfssfss"), "pattern 3: %s", kinds);
+    CHECK(c.rope_scaling.type == ACCEL_ROPE_LINEAR && c.rope_scaling.factor == 8 && c.rope_theta == 1e6 &&
+          c.rope_local_base_freq == 1e4 && c.sliding_window == 1024);
+    /* 5.x: rope_parameters by layer type, an explicit list (which wins over the pattern) */
+    CHECK_MSG(accel_llama_config_load(write_cfg("g3v5.json", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": "
+                                            "3, \"sliding_window_pattern\": 2, \"layer_types\": [\"full_attention\", "
+                                            "\"sliding_attention\", \"full_attention\"], \"rope_parameters\": "
+                                            "{\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 4.0, "
+                                            "\"rope_theta\": 1000.0}, \"sliding_attention\": {\"rope_type\": "
+                                            "\"default\", \"rope_theta\": 100.0}}}"),
+                                  &c) == ACCEL_OK, "%s", accel_last_error());
+    layer_kinds(&c, 3, kinds);
+    CHECK_MSG(!strcmp(kinds, "fsf") && c.n_layer_types == 3, "layer_types: %s", kinds);
+    CHECK(c.rope_scaling.type == ACCEL_ROPE_LINEAR && c.rope_scaling.factor == 4 && c.rope_theta == 1000 &&
+          c.rope_local_base_freq == 100);
+    /* a layer type's null parameters: its default (the local base: rope_local_base_freq's) */
+    CHECK(accel_llama_config_load(write_cfg("g3v5n.json", "{\"model_type\": \"gemma3_text\", \"rope_local_base_freq\": "
+                                            "20.0, \"rope_parameters\": {\"full_attention\": null, "
+                                            "\"sliding_attention\": null}}"),
+                                  &c) == ACCEL_OK);
+    CHECK(c.rope_local_base_freq == 20 && c.rope_theta == 1e6 && c.rope_scaling.type == ACCEL_ROPE_DEFAULT);
+    expect_error("g3e1.json", "{\"model_type\": \"gemma3\", \"text_config\": {}}", ACCEL_ERR_UNSUPPORTED,
+                 "model_type \"gemma3\" (Gemma3ForConditionalGeneration");
+    expect_error("g3e2.json", "{\"model_type\": \"gemma3_text\", \"use_bidirectional_attention\": true}",
+                 ACCEL_ERR_UNSUPPORTED, "use_bidirectional_attention is not implemented");
+    expect_error("g3e3.json", "{\"model_type\": \"gemma3_text\", \"attn_logit_softcapping\": 50.0}",
+                 ACCEL_ERR_UNSUPPORTED, "attn_logit_softcapping is set, but gemma3_text models have none");
+    expect_error("g3e4.json", "{\"model_type\": \"gemma3_text\", \"rope_parameters\": {\"sliding_attention\": "
+                 "{\"rope_type\": \"linear\", \"factor\": 2.0}}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_parameters.sliding_attention of type \"linear\"");
+    expect_error("g3e5.json", "{\"model_type\": \"gemma3_text\", \"rope_parameters\": {\"rope_type\": "
+                 "\"default\", \"rope_theta\": 10.0}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_parameters.rope_type: gemma3_text's rope_parameters are keyed by layer type");
+    expect_error("g3e6.json", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, \"layer_types\": "
+                 "[\"full_attention\"]}", ACCEL_ERR_FORMAT, "'layer_types' must be a list of num_hidden_layers strings");
+    expect_error("g3e7.json", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, \"layer_types\": "
+                 "[\"full_attention\", \"chunked_attention\"]}", ACCEL_ERR_FORMAT,
+                 "layer_types[1] must be \"full_attention\" or \"sliding_attention\"");
+    expect_error("g3e8.json", "{\"model_type\": \"gemma3_text\", \"sliding_window_pattern\": 0}", ACCEL_ERR_FORMAT,
+                 "'sliding_window_pattern' must be a positive integer");
+    expect_error("g3e9.json", "{\"model_type\": \"gemma3_text\", \"sliding_window_pattern\": null}",
+                 ACCEL_ERR_FORMAT, "'sliding_window_pattern' is null");
+    expect_error("g3e10.json", "{\"model_type\": \"gemma3_text\", \"rope_local_base_freq\": 0}", ACCEL_ERR_FORMAT,
+                 "'rope_local_base_freq' must be a number > 0");
+    expect_error("g3e11.json", "{\"model_type\": \"gemma3_text\", \"sliding_window\": null}", ACCEL_ERR_FORMAT,
+                 "'sliding_window' is null");
+    /* a list past ACCEL_MAX_LAYER_TYPES: the pattern form is the way */
+    char big[8192] = "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 257, \"layer_types\": [";
+    for (int i = 0; i < 257; i++) strcat(big, i ? ", \"full_attention\"" : "\"full_attention\"");
+    strcat(big, "]}");
+    expect_error("g3e12.json", big, ACCEL_ERR_UNSUPPORTED, "layer_types of more than 256 layers is not implemented");
+    /* the C API: the fields on another family, and out of range */
+    accel_llama_config k = accel_llama_config_default();
+    k.rope_local_base_freq = 10000;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "cfg: rope_local_base_freq is set, but llama models have no per-layer "
+                                           "attention types");
+    k = accel__arch_find("gemma3_text")->defaults;
+    k.n_layer_types = 3;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "n_layer_types 3 must be 0 (sliding_window_pattern) or num_hidden_layers (26)");
+    k.n_layer_types = 0, k.sliding_window_pattern = -1;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "sliding_window_pattern is -1: it must be >= 1");
+    k.sliding_window_pattern = 0, k.rope_local_base_freq = -1;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "rope_local_base_freq is -1: it must be a finite number > 0");
+    /* 0: transformers' defaults, as the model built from it has them */
+    k.rope_local_base_freq = 0, k.num_hidden_layers = 6, k.hidden_size = 32, k.intermediate_size = 32;
+    k.vocab_size = 16, k.head_dim = 8;
+    accel_module *m = accel_llama_new(&k, ACCEL_META_DEVICE);
+    const accel_llama_config *r = m ? accel_llama_config_of(m) : NULL;
+    CHECK_MSG(r && r->rope_local_base_freq == 10000 && r->sliding_window_pattern == 6, "%s", accel_last_error());
+    accel_module_free(m);
     accel_clear_error();
 }
 
@@ -722,6 +860,7 @@ int main(void) {
     RUN(test_big_file_few_reads);
     RUN(test_save_families);
     RUN(test_gemma_granite_fields);
+    RUN(test_gemma3_fields);
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
     RUN(test_token_ids);

@@ -496,11 +496,11 @@ static void test_take_only_unshared(void) {
  * the tiny 2-layer models takes 2 L conversions (layer 1's input norm,
  * both layers' MLP norms, the final norm) where the residual sums take the
  * projections' outputs (Llama, Granite, Gemma's 1 + weight norms), none
- * where a norm's input is not such a sum (Gemma 2's and OLMo 2's normalised
+ * where a norm's input is not such a sum (Gemma 2's, Gemma 3's and OLMo 2's normalised
  * branches); the loss the plain path's bits. */
 static void test_decoder_roles_wired(void) {
     const struct { const char *type; uint64_t takes; } fams[] = {
-        {"llama", 4}, {"granite", 4}, {"gemma", 4}, {"gemma2", 0}, {"olmo2", 0}};
+        {"llama", 4}, {"granite", 4}, {"gemma", 4}, {"gemma2", 0}, {"gemma3_text", 0}, {"olmo2", 0}};
     int64_t ids[2 * 8];
     for (int i = 0; i < 16; i++) ids[i] = (i * 7 + 3) % 40;
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {

@@ -316,8 +316,8 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "granite", "qwen3",    "gpt2",
-                              "phi3",  "olmo2",  "mixtral", "qwen3_moe", "qwen2_moe"};
+    const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
+                              "qwen2_moe", "gemma3_text"};
     for (int sp = 0; sp < 2; sp++) {
         for (int f = 0; f < 10; f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */

@@ -162,6 +162,7 @@ static accel_llama_config family_config(const char *type) {
     c.head_dim = 0;
     c.max_position_embeddings = SEQ;
     if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;
+    if (a->window == ACCEL__WINDOW_TYPES) c.sliding_window = 16, c.sliding_window_pattern = 2; /* both kinds */
     if (a->moe) c.num_local_experts = 4, c.num_experts_per_tok = 2;
     if (a->moe == ACCEL__MOE_QWEN) c.moe_intermediate_size = FFN / 2;
     if (a->shared_expert) c.shared_expert_intermediate_size = FFN;

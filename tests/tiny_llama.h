@@ -27,7 +27,9 @@ static inline accel_llama_config tiny_llama_config(void) {
 
 /* The tiny model's config as another family of the architecture table:
  * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
- * logits, query_pre_attn_scalar 8), "granite" (its four multipliers),
+ * logits, query_pre_attn_scalar 8), "gemma3_text" (its default's layer types
+ * by sliding_window_pattern 2: layer 0 sliding with a window of 4, layer 1
+ * full with linear RoPE scaling; soft-capped logits), "granite" (its four multipliers),
  * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12),
  * "qwen2_moe" (2 of 8 experts of ffn 12 beside a shared expert of ffn 8;
  * layer 0 dense by mlp_only_layers). */
@@ -36,6 +38,9 @@ static inline accel_llama_config tiny_family_config(const char *model_type) {
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
     if (!strcmp(model_type, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
+    if (!strcmp(model_type, "gemma3_text"))
+        c.sliding_window = 4, c.sliding_window_pattern = 2, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8,
+        c.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LINEAR, .factor = 2};
     if (!strcmp(model_type, "gpt2")) c.num_key_value_heads = 4; /* as many kv heads as heads */
     /* more experts than a micro-batch's tokens choose: some get none on a rank */
     if (!strcmp(model_type, "mixtral")) c.num_local_experts = 8, c.num_experts_per_tok = 2;

@@ -83,6 +83,19 @@ FIXTURES = {
     "gemma2": ("gemma2", dict(tie_word_embeddings=True, sliding_window=8, attn_logit_softcapping=2.0,
                               final_logit_softcapping=3.0, query_pre_attn_scalar=16),
                dict(seed=10)),
+    # Gemma 3: per-head q/k norms, the window (8) on the sliding layers of
+    # sliding_window_pattern 2 (layers 0 and 2; 1 full), two RoPE bases (the
+    # defaults 1e6 and 1e4), no soft-capping (its default)
+    "gemma3": ("gemma3_text", dict(tie_word_embeddings=True, num_hidden_layers=3, sliding_window=8,
+                                   sliding_window_pattern=2, query_pre_attn_scalar=16), dict(seed=14)),
+    # an explicit layer_types list, linear RoPE scaling on the full layers,
+    # other bases on both kinds, logit soft-capping that bites, an untied head
+    # (attn_logit_softcapping: transformers' Gemma 3 never applies it; accel refuses it)
+    "gemma3_linear": ("gemma3_text", dict(num_hidden_layers=3, sliding_window=8, layer_types=[
+        "full_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+        final_logit_softcapping=3.0), dict(seed=19)),
     "granite": ("granite", dict(embedding_multiplier=6.0, attention_multiplier=0.2, residual_multiplier=0.4,
                                 logits_scaling=4.0), dict(seed=11)),
     # fused qkv_proj / gate_up_proj, longrope over half of head_dim, a window

@@ -234,6 +234,9 @@ typedef enum accel_rope_type {
 #define ACCEL_ROPE_MAX_FACTORS 256
 #define ACCEL_MAX_EOS_TOKEN_IDS 8 /* a config.json eos_token_id list this long at most */
 #define ACCEL_MAX_MLP_ONLY_LAYERS 256 /* a config.json mlp_only_layers list this long at most */
+/* The most layers an explicit per-layer attention type list (Gemma 3's
+ * layer_types) may describe; longer models take sliding_window_pattern. */
+#define ACCEL_MAX_LAYER_TYPES 256
 
 /* rope_scaling's fields; 0 for a field the config leaves out (transformers'
  * default then applies, as in its modeling_rope_utils). */
@@ -267,19 +270,32 @@ typedef struct accel_llama_config {
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
-     * "qwen3", "gemma", "gemma2", "granite", "phi3", "olmo2", "gpt2", "mixtral",
-     * "qwen3_moe", "qwen2_moe" (docs/nn.md: what each changes). */
+     * "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "olmo2",
+     * "gpt2", "mixtral", "qwen3_moe", "qwen2_moe" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
      * and Qwen2/Qwen3 with use_sliding_window. Gemma2: layers 0, 2, 4, ...
-     * (max_window_layers unused). */
+     * (max_window_layers unused). Gemma 3: its sliding_attention layers. */
     int64_t sliding_window;
     int64_t max_window_layers;
+    /* Gemma 3 ("gemma3_text"; set on another family: refused). Its layers are
+     * sliding_attention ones (the window; plain RoPE of base
+     * rope_local_base_freq) or full_attention ones (rope_theta with
+     * rope_scaling): layer i is full when layer_full[i], given for all
+     * num_hidden_layers layers when n_layer_types > 0 (config.json's
+     * layer_types), else when (i + 1) % sliding_window_pattern == 0. 0 for
+     * rope_local_base_freq and sliding_window_pattern: transformers' 10000
+     * and 6. */
+    double rope_local_base_freq;
+    int64_t sliding_window_pattern;
+    int n_layer_types;
+    bool layer_full[ACCEL_MAX_LAYER_TYPES];
     accel_rope_scaling rope_scaling;  /* zero: the default RoPE */
     /* Gemma2 (0: none): attention scores and final logits become
      * cap * tanh(x / cap); scores scaled by query_pre_attn_scalar^-0.5
-     * (0: head_dim^-0.5). */
+     * (0: head_dim^-0.5). Gemma 3: the final logits' cap and the scale only
+     * (transformers' Gemma 3 never caps scores: attn_logit_softcapping refused). */
     double attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar;
     /* Granite (0: 1.0, transformers' default): embeddings times
      * embedding_multiplier, scores times attention_multiplier (instead of

@@ -960,7 +960,7 @@ static void outer_step(ledger *l) {
  * of T positions (src/nn/llama.c attention_body): its window bites, scores
  * are soft-capped, or GPT-2's attention dropout acts. */
 static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
-    return (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) || (a->softcap && c->attn_logit_softcapping > 0) ||
+    return (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) || (a->score_softcap && c->attn_logit_softcapping > 0) ||
            (a->blocks == ACCEL__BLOCKS_GPT2 && c->attn_pdrop > 0);
 }
 
@@ -988,7 +988,7 @@ static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const a
         if (explicit_layer(cfg, a, i, o->seq_len)) {
             accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: layer %lld attends through explicit scores (%s), "
                             "whose memory under context parallelism is not modelled here (the runtime runs it: measure a step)", FN, cp,
-                            (long long)i, a->softcap && cfg->attn_logit_softcapping > 0
+                            (long long)i, a->score_softcap && cfg->attn_logit_softcapping > 0
                                               ? "attention soft-capping"
                                               : "a sliding window shorter than seq_len");
             return false;
@@ -1049,7 +1049,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
-               .cap = a->softcap ? cfg->attn_logit_softcapping : 0,
+               .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
                .attn_pdrop = gpt2 ? cfg->attn_pdrop : 0, .resid_pdrop = gpt2 ? cfg->resid_pdrop : 0,
                .embd_pdrop = gpt2 ? cfg->embd_pdrop : 0,

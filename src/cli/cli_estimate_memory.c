@@ -683,18 +683,23 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) total = q.rank.param_bytes, largest = q.rank.largest_unit;
     /* Buffers transformers keeps and accel computes instead. LlamaRotaryEmbedding's inv_freq and
      * original_inv_freq (rotary_dim / 2 f32 each: the head_dim rotated, Phi-3's partial_rotary_factor of it;
-     * GPT-2 has no RoPE); Gemma's embedding scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale);
+     * GPT-2 has no RoPE; Gemma 3's rotary embedding holds a pair for each layer type its layers have); Gemma's
+     * embedding scale, one f32 (GemmaTextScaledWordEmbedding.embed_scale);
      * BertEmbeddings' position_ids and token_type_ids, [1, max_position_embeddings] int64 each (BertEmbeddings
      * is a layer of its own, unsplit). The loader bounds the weights, not these: weights just under 2^63
      * bytes and the buffers wrapped the total negative. */
     int64_t buffers = 0, emb = 0;
     bool wraps = false;
-    if (!bert && accel__arch_find(cfg.model_type)->blocks == ACCEL__BLOCKS_LLAMA) {
+    const accel__arch *arch = bert ? NULL : accel__arch_find(cfg.model_type);
+    if (arch && arch->blocks == ACCEL__BLOCKS_LLAMA) {
         accel_llama_config rc = cfg;
         if (!rc.head_dim) rc.head_dim = cfg.hidden_size / cfg.num_attention_heads;
-        buffers = 2 * (accel__rotary_dim(&rc) / 2) * 4;
+        bool types = arch->window == ACCEL__WINDOW_TYPES, local = false, full = !types;
+        for (int64_t i = 0; types && i < cfg.num_hidden_layers; i++)
+            *(accel__arch_layer_local(arch, &cfg, i) ? &local : &full) = true;
+        buffers = 2 * (local + full) * (accel__rotary_dim(&rc) / 2) * 4;
     }
-    if (!bert && accel__arch_find(cfg.model_type)->gemma_blocks) buffers += 4;
+    if (arch && arch->gemma_blocks) buffers += 4;
     if (bert)
         wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
                 __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb);

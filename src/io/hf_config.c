@@ -1,6 +1,6 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
- * gemma, gemma2, granite, phi3, olmo2, gpt2.
+ * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -93,9 +93,8 @@ static accel_status get_factors(json_t *obj, const char *file, const char *key, 
 /* rope_scaling (4.x) / rope_parameters (5.x): the type and the fields it
  * uses; any other field is refused (a field transformers reads that accel
  * would not). */
-static accel_status parse_rope(json_t *root, const char *file, const char *key, const accel__arch *a,
+static accel_status parse_rope(json_t *root, json_t *v, const char *file, const char *key, const accel__arch *a,
                                accel_llama_config *c) {
-    json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return ACCEL_OK;
     if (!json_is_object(v)) return bad_type(file, key, "null or an object");
     json_t *t = json_object_get(v, "rope_type");
@@ -172,6 +171,51 @@ static accel_status parse_rope(json_t *root, const char *file, const char *key, 
         r->n_factors = n;
     }
     return ACCEL_OK;
+}
+
+/* Gemma 3's RoPEs: rope_parameters keyed by layer type (transformers 5),
+ * full_attention's the rope_theta and rope_scaling of the full_attention
+ * layers, sliding_attention's (the plain RoPE only) rope_local_base_freq;
+ * then a 4.x rope_scaling, which transformers merges into full_attention's. */
+static accel_status parse_layer_ropes(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+    if (get_real(root, file, "rope_local_base_freq", &c->rope_local_base_freq)) return accel_last_status();
+    if (!(c->rope_local_base_freq > 0)) return bad_type(file, "rope_local_base_freq", "a number > 0");
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp)) return bad_type(file, "rope_parameters", "null or an object");
+        const char *k;
+        json_t *x;
+        json_object_foreach(rp, k, x) {
+            if (strcmp(k, "full_attention") != 0 && strcmp(k, "sliding_attention") != 0)
+                return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: rope_parameters.%s: %s's rope_parameters are "
+                                       "keyed by layer type (full_attention, sliding_attention)", file, k,
+                                       a->model_type);
+        }
+        if (parse_rope(root, json_object_get(rp, "full_attention"), file, "rope_parameters.full_attention", a, c))
+            return accel_last_status();
+        /* the sliding layers' parameters read into a copy: only its theta is kept */
+        accel_llama_config local = *c;
+        local.rope_scaling.type = ACCEL_ROPE_DEFAULT;
+        local.rope_theta = c->rope_local_base_freq;
+        local.partial_rotary_factor = 0;
+        if (parse_rope(root, json_object_get(rp, "sliding_attention"), file, "rope_parameters.sliding_attention", a,
+                       &local))
+            return accel_last_status();
+        if (local.rope_scaling.type != ACCEL_ROPE_DEFAULT ||
+            (local.partial_rotary_factor != 0 && local.partial_rotary_factor != 1))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention of type \"%s\" or "
+                                   "with a partial_rotary_factor is not implemented (the sliding_attention layers "
+                                   "take the plain RoPE)", file, ROPE_NAMES[local.rope_scaling.type]);
+        c->rope_local_base_freq = local.rope_theta;
+    }
+    return parse_rope(root, json_object_get(root, "rope_scaling"), file, "rope_scaling", a, c);
+}
+
+/* rope_scaling (4.x) and rope_parameters (5.x), or Gemma 3's per layer type. */
+static accel_status parse_ropes(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+    if (a->window == ACCEL__WINDOW_TYPES) return parse_layer_ropes(root, file, a, c);
+    if (parse_rope(root, json_object_get(root, "rope_scaling"), file, "rope_scaling", a, c)) return accel_last_status();
+    return parse_rope(root, json_object_get(root, "rope_parameters"), file, "rope_parameters", a, c);
 }
 
 /* The string key's value, or NULL when absent or null. */
@@ -273,6 +317,41 @@ static accel_status check_default_layer_types(json_t *root, const char *file, co
     return ACCEL_OK;
 }
 
+/* Whether layer_types[i] (lt a list) is "sliding_attention"; an error for
+ * anything but that and "full_attention". */
+static accel_status layer_type_at(json_t *lt, int64_t i, const char *file, bool *sliding) {
+    json_t *x = json_array_get(lt, (size_t)i);
+    const char *s = json_is_string(x) ? json_string_value(x) : "";
+    *sliding = !strcmp(s, "sliding_attention");
+    if (!*sliding && strcmp(s, "full_attention") != 0)
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: layer_types[%lld] must be \"full_attention\" or "
+                               "\"sliding_attention\"", file, (long long)i);
+    return ACCEL_OK;
+}
+
+/* Gemma 3's layer types as Gemma3TextConfig resolves them: layer_types, else
+ * sliding_window_pattern (layer i full when (i + 1) % pattern == 0; 6 when
+ * absent). */
+static accel_status parse_layer_types(json_t *root, const char *file, accel_llama_config *c) {
+    if (get_int(root, file, "sliding_window_pattern", &c->sliding_window_pattern, false, false))
+        return accel_last_status();
+    json_t *lt = json_object_get(root, "layer_types");
+    c->n_layer_types = 0;
+    if (!lt || json_is_null(lt)) return ACCEL_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+        return bad_type(file, "layer_types", "a list of num_hidden_layers strings");
+    if (c->num_hidden_layers > ACCEL_MAX_LAYER_TYPES)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: layer_types of more than %d layers is not implemented "
+                               "(sliding_window_pattern is)", file, ACCEL_MAX_LAYER_TYPES);
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        bool sliding;
+        if (layer_type_at(lt, i, file, &sliding)) return accel_last_status();
+        c->layer_full[i] = !sliding;
+    }
+    c->n_layer_types = (int)c->num_hidden_layers;
+    return ACCEL_OK;
+}
+
 /* sliding_window, use_sliding_window, max_window_layers and layer_types as
  * the family's transformers config reads them. */
 static accel_status parse_window(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
@@ -283,12 +362,15 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
                                    "(a Mistral checkpoint needs model_type \"mistral\")", file, a->model_type);
         return ACCEL_OK;
     }
-    /* Qwen2MoeConfig writes 0 where use_sliding_window is off (the others null) */
-    if (sw && json_is_null(sw)) c->sliding_window = 0;
+    /* Qwen2MoeConfig writes 0 where use_sliding_window is off (the others null);
+     * Gemma 3 refuses null: its sliding layers need their window (transformers
+     * fails on it) */
+    if (sw && json_is_null(sw) && a->window != ACCEL__WINDOW_TYPES) c->sliding_window = 0;
     else if (get_int(root, file, "sliding_window", &c->sliding_window, a->window == ACCEL__WINDOW_QWEN2_MOE, false))
         return accel_last_status();
     if (a->window == ACCEL__WINDOW_ALL) return ACCEL_OK; /* every layer (Mistral ignores layer_types) */
     if (a->window == ACCEL__WINDOW_EVEN) return check_default_layer_types(root, file, a, c);
+    if (a->window == ACCEL__WINDOW_TYPES) return parse_layer_types(root, file, c);
     bool use = false;
     if (get_bool(root, file, "use_sliding_window", &use)) return accel_last_status();
     if (!use) c->sliding_window = 0;
@@ -302,12 +384,8 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     /* explicit layer types replace max_window_layers: full attention first, then sliding */
     int64_t first_sliding = c->num_hidden_layers;
     for (int64_t i = 0; i < c->num_hidden_layers; i++) {
-        json_t *x = json_array_get(lt, (size_t)i);
-        const char *s = json_is_string(x) ? json_string_value(x) : "";
-        bool sliding = !strcmp(s, "sliding_attention");
-        if (!sliding && strcmp(s, "full_attention") != 0)
-            return accel_set_error(ACCEL_ERR_FORMAT, "%s: layer_types[%lld] must be \"full_attention\" or "
-                                   "\"sliding_attention\"", file, (long long)i);
+        bool sliding;
+        if (layer_type_at(lt, i, file, &sliding)) return accel_last_status();
         if (sliding && first_sliding == c->num_hidden_layers) first_sliding = i;
         if (!sliding && first_sliding < i && c->sliding_window)
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: layer_types: a full_attention layer after a "
@@ -387,7 +465,7 @@ static accel_status parse_moe(json_t *root, const char *file, const accel__arch 
  * the family has them (a soft-capping null: none), else refused when set. */
 static accel_status parse_scalings(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
     const struct { const char *key; double *v; bool has, null_is_zero; } S[] = {
-        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->softcap, true},
+        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->score_softcap, true},
         {"final_logit_softcapping", &c->final_logit_softcapping, a->softcap, true},
         {"query_pre_attn_scalar", &c->query_pre_attn_scalar, a->softcap, false},
         {"embedding_multiplier", &c->embedding_multiplier, a->multipliers, false},
@@ -481,6 +559,10 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
     const accel__arch *a = accel__arch_find(json_is_string(mt) ? json_string_value(mt) : NULL);
+    if (json_is_string(mt) && !strcmp(json_string_value(mt), "gemma3"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type \"gemma3\" (Gemma3ForConditionalGeneration, "
+                               "images and text, its language model under text_config) is not implemented: accel "
+                               "builds the text-only \"gemma3_text\" (Gemma3ForCausalLM)", file);
     if (mt && (!json_is_string(mt) || !a))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, accel builds %s", file,
                                json_is_string(mt) ? "\"" : "",
@@ -509,8 +591,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
-        parse_rope(root, file, "rope_scaling", a, c) ||
-        parse_rope(root, file, "rope_parameters", a, c) ||
+        parse_ropes(root, file, a, c) ||
         check_fixed(root, file, a, c) ||
         parse_scalings(root, file, a, c) ||
         parse_window(root, file, a, c) ||
@@ -570,6 +651,7 @@ static accel_status check_reals(const accel_llama_config *c) {
     const struct { const char *key; double v; bool zero_ok; } R[] = {
         {"rms_norm_eps", c->rms_norm_eps, false},
         {"rope_theta", c->rope_theta, false},
+        {"rope_local_base_freq", c->rope_local_base_freq, true},
         {"initializer_range", c->initializer_range, true},
         {"attn_logit_softcapping", c->attn_logit_softcapping, true},
         {"final_logit_softcapping", c->final_logit_softcapping, true},
@@ -660,6 +742,16 @@ static void write_rope(FILE *m, const accel_rope_scaling *r) {
         }
     }
     fputs("\n  }", m);
+}
+
+/* Gemma 3's layer types, resolved (from the list or the pattern), as a
+ * layer_types list: what transformers 5 writes and reads first. */
+static void write_layer_types(FILE *m, const accel__arch *a, const accel_llama_config *c) {
+    fputs("  \"layer_types\": [", m);
+    for (int64_t i = 0; i < c->num_hidden_layers; i++)
+        fprintf(m, "%s\n    \"%s\"", i ? "," : "",
+                accel__arch_layer_local(a, c, i) ? "sliding_attention" : "full_attention");
+    fputs(c->num_hidden_layers ? "\n  ],\n" : "],\n", m);
 }
 
 /* c's bos_token_id or eos_token_id key (the family's defaults when c has
@@ -772,6 +864,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"initializer_range\": %s,\n"
             "  \"intermediate_size\": %lld,\n",
             (long long)c->hidden_size, init, (long long)c->intermediate_size);
+    if (a->window == ACCEL__WINDOW_TYPES) write_layer_types(m, a, c);
     if (a->multipliers) write_real(m, "logits_scaling", nonzero(c->logits_scaling, 1.0));
     fprintf(m, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
     if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_QWEN2_MOE)
@@ -822,7 +915,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         fprintf(m, "  \"query_pre_attn_scalar\": %lld,\n", (long long)qpas);
     else if (a->softcap) write_real(m, "query_pre_attn_scalar", qpas);
     if (a->multipliers) write_real(m, "residual_multiplier", nonzero(c->residual_multiplier, 1.0));
-    fprintf(m, "  \"rms_norm_eps\": %s,\n  \"rope_scaling\": ", eps);
+    fprintf(m, "  \"rms_norm_eps\": %s,\n", eps);
+    if (a->window == ACCEL__WINDOW_TYPES) write_float(m, "rope_local_base_freq", c->rope_local_base_freq);
+    fprintf(m, "  \"rope_scaling\": ");
     write_rope(m, &c->rope_scaling);
     fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
     if (a->moe) write_float(m, "router_aux_loss_coef", c->router_aux_loss_coef);

@@ -48,10 +48,25 @@ static const accel__arch ARCHS[] = {
                     TOKENS(2, 1))},
     /* Gemma2: also the window on the even layers, soft-capped scores and logits */
     {.model_type = "gemma2", ARCH_OPS("Gemma2"), .gemma_blocks = true, .sandwich_norms = true, .softcap = true,
-     .attention_bias = true, .window = ACCEL__WINDOW_EVEN,
+     .score_softcap = true, .attention_bias = true, .window = ACCEL__WINDOW_EVEN,
      SIZED_DEFAULTS("gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, 4096, 0, .tie_word_embeddings = true,
                     .attn_logit_softcapping = 50.0, .final_logit_softcapping = 30.0, .query_pre_attn_scalar = 256.0,
                     TOKENS(2, 1))},
+    /* Gemma 3 (text): Gemma2's blocks with per-head q/k norms of its kind, the
+     * window on the sliding_attention layers (five of each six), two RoPEs; no
+     * soft-capping by default */
+    {.model_type = "gemma3_text", .causal_lm = {"Gemma3ForCausalLM", accel__decoder_no_forward, NULL},
+     .model = {"Gemma3TextModel", accel__decoder_no_forward, NULL},
+     .layer = {"Gemma3DecoderLayer", accel__decoder_layer_call, NULL}, .attn = {"Gemma3Attention", NULL, NULL},
+     .mlp = {"Gemma3MLP", accel__decoder_mlp_forward, NULL}, .norm = {"Gemma3RMSNorm", accel__decoder_norm_forward, NULL},
+     .qk_norm = true, .gemma_blocks = true, .sandwich_norms = true, .softcap = true, .attention_bias = true,
+     .window = ACCEL__WINDOW_TYPES,
+     .defaults = {.vocab_size = 262208, .hidden_size = 2304, .intermediate_size = 9216, .num_hidden_layers = 26,
+                  .num_attention_heads = 8, .num_key_value_heads = 4, .head_dim = 256,
+                  .max_position_embeddings = 131072, .rms_norm_eps = 1e-6, .rope_theta = 1e6,
+                  .initializer_range = 0.02, .tie_word_embeddings = true, .torch_dtype = ACCEL_F32,
+                  .model_type = "gemma3_text", .sliding_window = 4096, .query_pre_attn_scalar = 256.0,
+                  .rope_local_base_freq = 10000.0, .sliding_window_pattern = 6, TOKENS(2, 1)}},
     {.model_type = "granite", ARCH_OPS("Granite"), .multipliers = true, .attention_bias = true, .mlp_bias = true,
      DEFAULTS("granite", 32000, 11008, 0, 0, 2048, 0, 0, LLAMA_TOKENS)},
     /* Phi-3 (and Phi-4-mini, model_type phi3): fused projections, partial
@@ -142,6 +157,9 @@ const char *accel__arch_unsupported(const accel__arch *a) {
     if (a->fused_qkv && (a->qk_norm || a->qk_norm_full))
         return "fused_qkv with q/k norms (the norms' child indices assume separate q/k/v projections)";
     if (a->qk_norm && a->qk_norm_full) return "qk_norm with qk_norm_full (one kind of q/k norm)";
+    if (a->qk_norm_full && a->gemma_blocks)
+        return "qk_norm_full with gemma_blocks (the tensor-parallel norm over the whole width scales by the weight, "
+               "not 1 + weight)";
     if (a->moe && (a->fused_gate_up || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
     if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";
@@ -158,14 +176,21 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 }
 
 const char *accel__arch_names(void) {
-    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"granite\", \"phi3\", \"olmo2\", "
-           "\"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\"";
+    return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"granite\", \"phi3\", "
+           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\"";
+}
+
+bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i) {
+    if (a->window != ACCEL__WINDOW_TYPES) return false;
+    if (c->n_layer_types > 0) return i < c->n_layer_types && !c->layer_full[i];
+    return c->sliding_window_pattern <= 0 || (i + 1) % c->sliding_window_pattern != 0;
 }
 
 bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i) {
     if (c->sliding_window <= 0) return false;
     switch (a->window) {
     case ACCEL__WINDOW_EVEN: return i % 2 == 0;
+    case ACCEL__WINDOW_TYPES: return accel__arch_layer_local(a, c, i);
     case ACCEL__WINDOW_USE_ALL: return true;
     case ACCEL__WINDOW_QWEN2_MOE: return i % 2 == 0 && i < c->max_window_layers;
     case ACCEL__WINDOW_NONE: return false;

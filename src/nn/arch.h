@@ -19,6 +19,10 @@ typedef enum accel__window_rule {
     /* only with use_sliding_window, the even layers i < max_window_layers
      * (Qwen2MoeConfig's default layer_types) */
     ACCEL__WINDOW_QWEN2_MOE,
+    /* the sliding_attention layers of layer_types / sliding_window_pattern,
+     * which also take plain RoPE of base rope_local_base_freq while the
+     * full_attention ones take rope_theta and rope_scaling (Gemma 3) */
+    ACCEL__WINDOW_TYPES,
 } accel__window_rule;
 
 /* The kind of blocks a family is built of. */
@@ -62,7 +66,7 @@ typedef struct accel__arch {
      * hidden -> 1): sigmoid(gate(x)) * shared_expert(x) added to the routed output */
     bool shared_expert;
     bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
-    bool qk_norm;        /* q_norm/k_norm: RMSNorm over head_dim of each head, before RoPE (Qwen3) */
+    bool qk_norm;        /* q_norm/k_norm: the family's RMSNorm over head_dim of each head, before RoPE (Qwen3, Gemma 3) */
     bool qk_norm_full;   /* q_norm/k_norm: RMSNorm over the whole q / k projection, before the head split (OLMo 2) */
     bool fused_qkv;      /* one qkv_proj whose output is [q | k | v] (Phi-3) */
     bool fused_gate_up;  /* one gate_up_proj whose output is [gate | up] (Phi-3) */
@@ -88,7 +92,10 @@ typedef struct accel__arch {
     /* the attention's and the MLP's outputs normalised too: post_attention_layernorm
      * on the attention's output, pre_/post_feedforward_layernorm around the MLP (Gemma2) */
     bool sandwich_norms;
-    bool softcap;        /* the config's attn/final_logit_softcapping and query_pre_attn_scalar (Gemma2) */
+    bool softcap;        /* the config's final_logit_softcapping and query_pre_attn_scalar (Gemma2, Gemma 3) */
+    /* the config's attn_logit_softcapping: soft-capped attention scores
+     * (Gemma2; Gemma 3's config has the key, its attention never applies it) */
+    bool score_softcap;
     bool multipliers;    /* the config's embedding/attention/residual_multiplier and logits_scaling (Granite) */
     accel__blocks blocks;
     accel_llama_config defaults; /* the family's XConfig() defaults */
@@ -111,6 +118,10 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 /* Whether layer i of a model of row a and resolved config c attends to the
  * last c->sliding_window keys only. */
 bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i);
+/* Whether layer i of a model of row a and resolved config c is a Gemma 3
+ * sliding_attention layer: plain RoPE of base rope_local_base_freq (and the
+ * window when sliding_window is set). */
+bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i);
 /* Whether layer i of a model of row a and resolved config c has the sparse
  * block (a mixture of experts) in place of the MLP. */
 bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i);
@@ -122,8 +133,10 @@ const char *accel__arch_names(void);
 int64_t accel__rotary_dim(const accel_llama_config *c);
 /* RoPE of a resolved config (rope_scaling.c): writes inv_freq [rotary_dim / 2]
  * for a forward whose positions end before seq_len and returns the attention
- * scaling that multiplies cos and sin. */
-double accel__rope_inv_freq(const accel_llama_config *c, int64_t seq_len, float *inv_freq);
+ * scaling that multiplies cos and sin. local: a Gemma 3 sliding_attention
+ * layer's, the plain RoPE of base rope_local_base_freq (rope_scaling is the
+ * full_attention layers'). */
+double accel__rope_inv_freq(const accel_llama_config *c, bool local, int64_t seq_len, float *inv_freq);
 /* ACCEL_OK when c's rope_scaling fields are usable, else an error naming the field. */
 accel_status accel__rope_check(const accel_llama_config *c, const char *who);
 

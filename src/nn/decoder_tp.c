@@ -8,7 +8,7 @@
  * fewer key/value heads than ranks each key/value head is replicated on
  * tp / kv_heads ranks, as Megatron does: k_proj and v_proj (Phi-3: the
  * whole qkv_proj) stay whole and each rank uses its head's rows
- * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's per head,
+ * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's and Gemma 3's per head,
  * OLMo 2's over every head with the mean square summed over the group.
  * Mixtral's, Qwen3-MoE's and Qwen2-MoE's sparse blocks: the router whole,
  * each expert's MLP cut as a dense one (Qwen2-MoE's shared expert too, its
@@ -34,9 +34,6 @@ static void layer_kinds(const accel__arch *a, const accel_llama_config *c, bool 
 
 accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const char *who) {
     const accel__arch *a = accel__arch_find(c->model_type);
-    if (a->qk_norm && a->gemma_blocks) /* the replicated per-head norm is a plain RMSNorm */
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s models (per-head q/k norms scaled by 1 + weight) have "
-                               "no tensor-parallel plan", who, a->model_type);
     bool dense, sparse;
     layer_kinds(a, c, &dense, &sparse);
     /* intermediate_size: the dense MLPs' and Mixtral's experts'; Qwen's experts have moe_intermediate_size */
@@ -204,7 +201,7 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
         accel__tp_parts rows = kq ? (accel__tp_parts){1, {kvd}, {kv_index}, {kv_count}}
                                   : (accel__tp_parts){1, {qd}, {rank}, {tp}};
         int rep = kq && replicate_kv ? tp / (int)Hkv : 1;
-        if (accel__tp_replica_norm(norm, pg, c->rms_norm_eps, a->qk_norm_full ? &rows : NULL, rep))
+        if (accel__tp_replica_norm(norm, pg, c->rms_norm_eps, a->qk_norm_full ? &rows : NULL, rep, a->gemma_blocks))
             return accel_last_status();
     }
     accel__decoder_layer_set_heads(layer, H / tp, replicate_kv ? 1 : Hkv / tp);

@@ -1,5 +1,5 @@
 /* The decoder-only causal LMs of the architecture table (arch.h): Llama,
- * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Granite, Phi-3, OLMo 2, with transformers'
+ * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Granite, Phi-3, OLMo 2, with transformers'
  * module tree, names, init and forward. One graph; the table's row says what differs. */
 #include <math.h>
 #include <string.h>
@@ -128,7 +128,7 @@ static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *
  * family; Granite's 0 is transformers' default 1.0. */
 static accel_status resolve_scalings(const accel__arch *a, accel_llama_config *c, const char *who) {
     struct { const char *key; double *v; bool has; } S[] = {
-        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->softcap},
+        {"attn_logit_softcapping", &c->attn_logit_softcapping, a->score_softcap},
         {"final_logit_softcapping", &c->final_logit_softcapping, a->softcap},
         {"query_pre_attn_scalar", &c->query_pre_attn_scalar, a->softcap},
         {"embedding_multiplier", &c->embedding_multiplier, a->multipliers},
@@ -148,6 +148,34 @@ static accel_status resolve_scalings(const accel__arch *a, accel_llama_config *c
     return ACCEL_OK;
 }
 
+/* Gemma 3's layer types and local RoPE base: set only on its family, the
+ * base finite and >= 0, the pattern >= 0 (0: transformers' defaults 10000
+ * and 6), an explicit list one type a layer. */
+static accel_status resolve_layer_types(const accel__arch *a, accel_llama_config *c, const char *who) {
+    bool has = a->window == ACCEL__WINDOW_TYPES;
+    if (!has && (c->rope_local_base_freq != 0 || c->sliding_window_pattern != 0 || c->n_layer_types != 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is set, but %s models have no per-layer attention "
+                               "types", who, c->rope_local_base_freq != 0 ? "rope_local_base_freq"
+                               : c->sliding_window_pattern != 0 ? "sliding_window_pattern" : "n_layer_types",
+                               a->model_type);
+    if (!has) return ACCEL_OK;
+    if (!(isfinite(c->rope_local_base_freq) && c->rope_local_base_freq >= 0))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rope_local_base_freq is %g: it must be a finite number > 0 "
+                               "(0: 10000)", who, c->rope_local_base_freq);
+    if (c->rope_local_base_freq == 0) c->rope_local_base_freq = a->defaults.rope_local_base_freq;
+    if (c->n_layer_types < 0 || c->n_layer_types > ACCEL_MAX_LAYER_TYPES ||
+        (c->n_layer_types > 0 && c->n_layer_types != c->num_hidden_layers))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: n_layer_types %d must be 0 (sliding_window_pattern) or "
+                               "num_hidden_layers (%lld), at most %d", who, c->n_layer_types,
+                               (long long)c->num_hidden_layers, ACCEL_MAX_LAYER_TYPES);
+    if (c->sliding_window_pattern < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window_pattern is %lld: it must be >= 1 (every "
+                               "that many layers one full_attention layer; 0: 6)", who,
+                               (long long)c->sliding_window_pattern);
+    if (c->sliding_window_pattern == 0) c->sliding_window_pattern = a->defaults.sliding_window_pattern;
+    return ACCEL_OK;
+}
+
 /* The config with defaults resolved (kv heads, head_dim), checked. */
 static accel_status resolve_config(const accel_llama_config *in, accel_llama_config *c, const char *who) {
     *c = *in;
@@ -164,6 +192,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sliding_window is set, but %s models have none", who,
                                a->model_type);
     if (resolve_scalings(a, c, who)) return accel_last_status();
+    if (resolve_layer_types(a, c, who)) return accel_last_status();
     double prf = c->partial_rotary_factor;
     if (prf != 0 && prf != 1 && !a->partial_rotary)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g is not implemented for %s models "
@@ -340,6 +369,7 @@ typedef struct layer_impl {
     const accel__arch *arch;
     int index;
     bool windowed; /* attends to the last cfg->sliding_window keys only */
+    bool local_rope; /* Gemma 3's sliding_attention layer: RoPE of base rope_local_base_freq */
     int64_t heads, kv_heads; /* the query and key/value heads this rank computes (all but under tp) */
 } layer_impl;
 
@@ -457,7 +487,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
-        double scaling = accel__rope_inv_freq(c, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
+        double scaling = accel__rope_inv_freq(c, li->local_rope, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
         q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
         k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd);
     }
@@ -474,7 +504,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
-    double cap = a->softcap ? c->attn_logit_softcapping : 0.0;
+    double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
     bool expl = (W || cap > 0 || drop > 0) && x->device.type != ACCEL_DEV_META;
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
@@ -704,6 +734,7 @@ accel_module *accel__decoder_layer_module(const accel__arch *a, const accel_llam
     li->heads = c->num_attention_heads;
     li->kv_heads = c->num_key_value_heads;
     li->windowed = accel__arch_layer_windowed(a, c, index);
+    li->local_rope = accel__arch_layer_local(a, c, index);
     accel_module *layer = accel_module_new(&a->layer, li);
     if (!layer) accel_free(li);
     return layer;

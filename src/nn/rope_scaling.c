@@ -79,9 +79,13 @@ int64_t accel__rotary_dim(const accel_llama_config *c) {
 
 /* seq_len: one past the largest position of the forward (dynamic and
  * longrope choose their frequencies by it, as transformers' dynamic_rope_update). */
-double accel__rope_inv_freq(const accel_llama_config *c, int64_t seq_len, float *inv) {
+double accel__rope_inv_freq(const accel_llama_config *c, bool local, int64_t seq_len, float *inv) {
     const accel_rope_scaling *r = &c->rope_scaling;
     int64_t dim = accel__rotary_dim(c);
+    if (local) {
+        default_freqs(c->rope_local_base_freq, dim, inv);
+        return 1.0;
+    }
     switch (r->type) {
     case ACCEL_ROPE_DEFAULT: default_freqs(c->rope_theta, dim, inv); return 1.0;
     case ACCEL_ROPE_LINEAR:

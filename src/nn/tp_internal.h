@@ -29,8 +29,11 @@ typedef struct accel__tp_parts {
  * of squares summed over the group, each row held by `rep` ranks (the
  * replicated key/value heads). Its weight goes through
  * accel_tp_copy_to_region, so its gradient is every rank's part summed.
- * Replaces m's ops and impl (the norm's eps given). */
-accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep);
+ * plus_one: Gemma's kind, x / rms * (1 + weight) in f32 (Gemma 3's per-head
+ * q_norm / k_norm; never with rows: accel__arch_unsupported keeps such a row out). Replaces m's ops and impl
+ * (the norm's eps given). */
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
+                                    bool plus_one);
 
 /* One module of a plan: m (a Linear, Conv1D or Embedding) parallelized with
  * style over pg (sp: sequence parallel, as the plan entry's field), its

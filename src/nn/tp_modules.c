@@ -23,6 +23,7 @@ typedef struct tp_impl {
     double eps;
     int64_t width;    /* over the whole width (0: per head, the whole weight) */
     int rep;          /* ranks holding each of its rows */
+    bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
 } tp_impl;
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
@@ -204,7 +205,12 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
-    if (!t->width) return accel_rms_norm(x, accel_tp_copy_to_region(w, t->pg), t->eps);
+    if (!t->width && !t->plus_one) return accel_rms_norm(x, accel_tp_copy_to_region(w, t->pg), t->eps);
+    if (!t->width) { /* as accel__rms_norm_plus_one_forward: in f32, rounded once to x's dtype */
+        accel_tensor *w1 = accel_add_scalar(accel_to_dtype(accel_tp_copy_to_region(w, t->pg), ACCEL_F32), 1.0);
+        accel_tensor *y = x && w1 ? accel_rms_norm(accel_to_dtype(x, ACCEL_F32), w1, t->eps) : NULL;
+        return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
+    }
     int last = -1;
     accel_tensor *xf = x ? accel_to_dtype(x, ACCEL_F32) : NULL;
     accel_tensor *ss = xf ? accel_sum(accel_mul(xf, xf), 1, &last, true) : NULL; /* [.., 1] */
@@ -400,10 +406,12 @@ accel_pg *accel__tp_group(const accel_module *m) {
     return m && is_tp(m) ? ((const tp_impl *)m->impl)->pg : NULL;
 }
 
-accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep) {
+accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
+                                    bool plus_one) {
+    ACCEL_ASSERT(!(rows && plus_one)); /* no row has such norms: accel__arch_unsupported */
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep};
+    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one};
     if (rows) {
         t->w = slice_from(0, rows);
         t->width = rows->size[0];
