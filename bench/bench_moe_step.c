@@ -1,16 +1,17 @@
 /* bench_moe_step: one training step of a mixture-of-experts decoder
- * (Mixtral or Qwen3-MoE, src/nn/moe.c) through an accel_accelerator, as a
+ * (Mixtral, Qwen3-MoE or Qwen2-MoE, src/nn/moe.c) through an accel_accelerator, as a
  * training script runs it (bench_util.h's bench_llama_step: the loss under
  * the Accelerator's autocast, backward, AdamW step, zero_grad, the step
  * reset), timed over N steps after warm-up.
  *
- *     bench_moe_step [--family mixtral|qwen3_moe] [--experts E] [--topk K]
+ *     bench_moe_step [--family mixtral|qwen3_moe|qwen2_moe] [--experts E] [--topk K]
  *                    [--steps N] [--warmup W] [--batch B] [--seq T] [--hidden C]
  *                    [--layers L] [--heads H] [--ffn F] [--vocab V] [--threads P]
  *                    [--mixed_precision no|bf16]
  *
  * Defaults: Mixtral, 8 experts, 2 per token, each an MLP of ffn (Qwen3-MoE's
- * moe_intermediate_size, renormalised), the other sizes bench_llama_parse's
+ * moe_intermediate_size, renormalised; Qwen2-MoE's, not renormalised, beside
+ * a shared expert of ffn), the other sizes bench_llama_parse's
  * (bench/moe_step.sh passes its own); kv heads half the heads.
  * bench/moe_step_peer.py builds the same model in transformers and trains it
  * on the same ids (bench_llama_ids' LCG); bench/moe_step.sh runs both. Prints the CPU line
@@ -49,8 +50,8 @@ static int take_moe_flags(int *argc, char **argv, moe_args *m) {
         else m->topk = atoll(v);
     }
     *argc = out;
-    if (strcmp(m->family, "mixtral") && strcmp(m->family, "qwen3_moe")) {
-        fprintf(stderr, "bench_moe_step: --family must be mixtral or qwen3_moe\n");
+    if (strcmp(m->family, "mixtral") && strcmp(m->family, "qwen3_moe") && strcmp(m->family, "qwen2_moe")) {
+        fprintf(stderr, "bench_moe_step: --family must be mixtral, qwen3_moe or qwen2_moe\n");
         return 2;
     }
     return 0;
@@ -65,6 +66,8 @@ static accel_llama_config moe_config(const bench_llama_args *a, const moe_args *
     c.num_local_experts = m->experts, c.num_experts_per_tok = m->topk;
     c.router_aux_loss_coef = 0.001;
     if (!strcmp(m->family, "qwen3_moe")) c.moe_intermediate_size = a->F, c.decoder_sparse_step = 1, c.norm_topk_prob = true;
+    if (!strcmp(m->family, "qwen2_moe"))
+        c.moe_intermediate_size = a->F, c.decoder_sparse_step = 1, c.shared_expert_intermediate_size = a->F;
     return c;
 }
 

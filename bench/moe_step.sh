@@ -9,7 +9,8 @@
 #
 # Model: hidden 512, 4 layers, 8 heads (4 key/value heads), vocabulary 32000,
 # 8 experts of 1024 (Mixtral's intermediate_size, Qwen3-MoE's
-# moe_intermediate_size, renormalised), 2 per token; batch 4 x 256; f32 (or
+# moe_intermediate_size, renormalised, Qwen2-MoE's beside a shared expert of
+# 1024), 2 per token; batch 4 x 256; f32 (or
 # MIXED_PRECISION=bf16: the Accelerator's, torch.autocast). Each side inits
 # its own weights (the losses differ: their scale, not their digits, is the
 # check). Env: THREADS (2), STEPS (5), MIXED_PRECISION (no), OUT (default
@@ -22,7 +23,7 @@ ROUNDS=${2:-3}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-5}
 MP=${MIXED_PRECISION:-no}
-FAMILIES="mixtral qwen3_moe"
+FAMILIES="mixtral qwen3_moe qwen2_moe"
 SIZES="--batch 4 --seq 256 --hidden 512 --layers 4 --heads 8 --ffn 1024 --vocab 32000 --experts 8 --topk 2"
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE
 if [ "$B" = build ]; then cmake --build build -j2 --target bench_moe_step accel_cli >/dev/null; fi
@@ -63,7 +64,7 @@ out=${OUT:-bench/results/moe_step.md}
   machine_lines "$B" "$THREADS"
   echo
   echo "Model: hidden 512, 4 layers, 8 heads (4 key/value), vocabulary 32000, 8 experts of 1024, 2 per token"
-  echo "(Qwen3-MoE renormalised); batch 4 x 256, AdamW; a step = forward with the loss, backward, optimizer"
+  echo "(Qwen3-MoE renormalised; Qwen2-MoE with a shared expert of 1024); batch 4 x 256, AdamW; a step = forward with the loss, backward, optimizer"
   echo "step, zero_grad (accel through an Accelerator). $ROUNDS interleaved rounds of $STEPS timed steps after"
   echo "one warm-up, each side's median per round; the table: medians over rounds, and the medians of the"
   echo "same-round ratios torch / accel (above 1: accel faster). Each side inits its own weights; the last"

@@ -4,7 +4,7 @@ transformers, trained on the same ids (bench_util.h's bench_llama_ids LCG,
 seed 1) with AdamW (lr 1e-4), a step = forward with labels, backward,
 optimizer step, zero_grad.
 
-    moe_step_peer.py [--family mixtral|qwen3_moe] [--experts-impl grouped_mm|eager]
+    moe_step_peer.py [--family mixtral|qwen3_moe|qwen2_moe] [--experts-impl grouped_mm|eager]
                      [--mixed_precision no|bf16] [--steps N] [--warmup W] [--batch B] [--seq T]
                      [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V] [--experts E] [--topk K]
 
@@ -32,7 +32,7 @@ def lcg_ids(b, t, v, seed):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--family", default="mixtral", choices=["mixtral", "qwen3_moe"])
+    ap.add_argument("--family", default="mixtral", choices=["mixtral", "qwen3_moe", "qwen2_moe"])
     ap.add_argument("--experts-impl", default="grouped_mm", choices=["grouped_mm", "eager"])
     ap.add_argument("--mixed_precision", default="no", choices=["no", "bf16"])
     for k, d in [("steps", 5), ("warmup", 1), ("batch", 8), ("seq", 256), ("hidden", 512), ("layers", 8),
@@ -45,8 +45,11 @@ def main():
               tie_word_embeddings=False, num_experts_per_tok=a.topk, router_aux_loss_coef=0.001)
     if a.family == "mixtral":
         kw.update(num_local_experts=a.experts)
-    else:
+    elif a.family == "qwen3_moe":
         kw.update(num_experts=a.experts, moe_intermediate_size=a.ffn, norm_topk_prob=True, decoder_sparse_step=1)
+    else:  # Qwen2-MoE: not renormalised, a shared expert of ffn beside the routed ones
+        kw.update(num_experts=a.experts, moe_intermediate_size=a.ffn, decoder_sparse_step=1,
+                  shared_expert_intermediate_size=a.ffn)
     cfg = AutoConfig.for_model(a.family, **kw)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, experts_implementation=a.experts_impl)
