@@ -1,0 +1,307 @@
+/* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
+ * the real templates of twelve chat model families over 18 conversations with
+ * add_generation_prompt on and off (data/chat_templates/cases.json), one-construct
+ * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
+ * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
+ * byte for byte (ids for ids); then refusals: malformed templates with their
+ * position, constructs outside the subset, raise_exception's message, runaway
+ * loops, recursion and output, bad arguments. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+
+static json_t *load(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) fprintf(stderr, "%s: %s (line %d)\n", path, e.text, e.line);
+    return j;
+}
+
+static char *read_text(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)len + 1);
+    *n = fread(s, 1, (size_t)len, f);
+    s[*n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Renders vars (a JSON object) with ct; checks expected text or the error. */
+static void check_case(const accel_chat_template *ct, json_t *vars, json_t *c, const char *label) {
+    char *js = json_dumps(vars, JSON_COMPACT);
+    char *text = NULL;
+    size_t len = 0;
+    accel_status st = accel_chat_template_render_json(ct, js, strlen(js), &text, &len);
+    json_t *exp = json_object_get(c, "expected");
+    if (exp) {
+        CHECK_MSG(st == ACCEL_OK, "%s: %s", label, accel_last_error());
+        if (!st) {
+            bool same = len == json_string_length(exp) && !memcmp(text, json_string_value(exp), len);
+            CHECK_MSG(same, "%s:\n--- accel (%zu bytes)\n%s\n--- transformers (%zu bytes)\n%s\n---", label, len, text,
+                      json_string_length(exp), json_string_value(exp));
+        }
+    } else {
+        CHECK_MSG(st != ACCEL_OK, "%s: rendered where transformers fails (%s)", label,
+                  json_string_value(json_object_get(c, "error")));
+        if (st && json_is_true(json_object_get(c, "raised")))
+            CHECK_STR_CONTAINS(accel_last_error(), json_string_value(json_object_get(c, "error")));
+    }
+    free(text);
+    free(js);
+}
+
+static void test_families(void) {
+    json_t *root = load("data/chat_templates/cases.json");
+    CHECK(root != NULL);
+    if (!root) return;
+    json_t *cases = json_object_get(root, "cases"), *convs = json_object_get(root, "conversations"),
+           *special = json_object_get(root, "special");
+    size_t i, ok = 0;
+    json_t *c;
+    const char *last = "";
+    accel_chat_template *ct = NULL;
+    json_array_foreach(cases, i, c) {
+        const char *name = json_string_value(json_object_get(c, "template"));
+        if (strcmp(name, last)) {
+            char path[256];
+            snprintf(path, sizeof path, "data/chat_templates/%s.jinja", name);
+            size_t n;
+            char *src = read_text(path, &n);
+            accel_chat_template_free(ct);
+            ct = src ? accel_chat_template_new(src, n) : NULL;
+            CHECK_MSG(ct != NULL, "%s: %s", path, accel_last_error());
+            free(src);
+            last = name;
+        }
+        if (!ct) continue;
+        json_t *conv = json_object_get(convs, json_string_value(json_object_get(c, "conversation")));
+        json_t *vars = json_deep_copy(json_object_get(special, name));
+        json_object_update(vars, json_object_get(conv, "vars"));
+        json_object_set(vars, "messages", json_object_get(conv, "messages"));
+        json_object_set(vars, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
+        char label[160];
+        snprintf(label, sizeof label, "%s / %s / add_generation_prompt=%d", name,
+                 json_string_value(json_object_get(c, "conversation")), json_is_true(json_object_get(c, "add_generation_prompt")));
+        int before = check_failures_;
+        check_case(ct, vars, c, label);
+        ok += check_failures_ == before;
+        json_decref(vars);
+    }
+    fprintf(stderr, "  %zu of %zu family cases as transformers\n", ok, json_array_size(cases));
+    accel_chat_template_free(ct);
+    json_decref(root);
+}
+
+static void test_snippets(void) {
+    json_t *root = load("data/chat_templates/snippets.json");
+    CHECK(root != NULL);
+    if (!root) return;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *src = json_string_value(json_object_get(c, "template"));
+        accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+        if (!ct) {
+            CHECK_MSG(!json_object_get(c, "expected"), "snippet %zu (%s): %s", i, src, accel_last_error());
+            continue;
+        }
+        /* the snippets read their own variables; messages is required by the API */
+        json_t *vars = json_deep_copy(json_object_get(root, "vars"));
+        json_object_set_new(vars, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", "x"));
+        char label[600];
+        snprintf(label, sizeof label, "snippet %zu: %s", i, src);
+        check_case(ct, vars, c, label);
+        json_decref(vars);
+        accel_chat_template_free(ct);
+    }
+    json_decref(root);
+}
+
+static void test_dirs(void) {
+    json_t *root = load("data/chat_templates/dirs.json");
+    accel_tokenizer *tok = accel_tokenizer_load("data/tokenizers/llama3/tokenizer.json");
+    CHECK(root && tok);
+    if (!root || !tok) return;
+    json_t *msgs = json_object_get(root, "messages");
+    size_t n = json_array_size(msgs);
+    accel_chat_message m[8];
+    for (size_t i = 0; i < n && i < 8; i++)
+        m[i] = (accel_chat_message){json_string_value(json_object_get(json_array_get(msgs, i), "role")),
+                                    json_string_value(json_object_get(json_array_get(msgs, i), "content"))};
+    static const char *const dirs[] = {"config_string", "config_list", "jinja_file"};
+    for (int d = 0; d < 3; d++) {
+        char path[128];
+        snprintf(path, sizeof path, "data/chat_templates/dirs/%s", dirs[d]);
+        accel_chat_template *ct = accel_chat_template_load(path);
+        CHECK_MSG(ct != NULL, "%s: %s", path, accel_last_error());
+        if (!ct) continue;
+        json_t *e = json_object_get(root, dirs[d]);
+        for (int agp = 0; agp < 2; agp++) {
+            char key[16];
+            snprintf(key, sizeof key, "text_%d", agp);
+            char *text = NULL;
+            CHECK(accel_chat_template_render(ct, m, n, agp, &text, NULL) == ACCEL_OK);
+            CHECK_MSG(text && !strcmp(text, json_string_value(json_object_get(e, key))), "%s %s:\n%s\nvs\n%s", path, key,
+                      text ? text : accel_last_error(), json_string_value(json_object_get(e, key)));
+            free(text);
+            snprintf(key, sizeof key, "ids_%d", agp);
+            json_t *want = json_object_get(e, key);
+            int64_t *ids = NULL, nid = 0;
+            CHECK(accel_chat_template_encode(ct, tok, m, n, agp, &ids, &nid) == ACCEL_OK);
+            bool same = (size_t)nid == json_array_size(want);
+            for (int64_t k = 0; same && k < nid; k++) same = ids[k] == json_integer_value(json_array_get(want, (size_t)k));
+            CHECK_MSG(same, "%s %s: %lld ids, transformers %zu", path, key, (long long)nid, json_array_size(want));
+            free(ids);
+        }
+        /* with tools: a template list's "tool_use" (config_list), else the default */
+        json_t *vars = json_pack("{s:O, s:O, s:b}", "messages", msgs, "tools", json_object_get(root, "tools"),
+                                 "add_generation_prompt", 1);
+        json_t *c = json_pack("{s:O}", "expected", json_object_get(e, "text_tools"));
+        check_case(ct, vars, c, path);
+        json_decref(vars);
+        json_decref(c);
+        accel_chat_template_free(ct);
+    }
+    accel_tokenizer_free(tok);
+    json_decref(root);
+}
+
+/* src fails to load (ACCEL_ERR_FORMAT or UNSUPPORTED) with all of the needles in the message. */
+static void refused_at_load(const char *src, const char *n1, const char *n2) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct == NULL, "loaded: %s", src);
+    accel_chat_template_free(ct);
+    if (ct) return;
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_FORMAT || accel_last_status() == ACCEL_ERR_UNSUPPORTED, "%s: %s", src,
+              accel_status_name(accel_last_status()));
+    CHECK_STR_CONTAINS(accel_last_error(), n1);
+    if (n2) CHECK_STR_CONTAINS(accel_last_error(), n2);
+}
+
+/* src loads, and its render with one user message fails naming n1 (and n2). */
+static void refused_at_render(const char *src, const char *n1, const char *n2) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct != NULL, "%s: %s", src, accel_last_error());
+    if (!ct) return;
+    accel_chat_message m = {"user", "hi"};
+    char *text = NULL;
+    CHECK_MSG(accel_chat_template_render(ct, &m, 1, true, &text, NULL) != ACCEL_OK, "rendered: %s", src);
+    CHECK(text == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), n1);
+    if (n2) CHECK_STR_CONTAINS(accel_last_error(), n2);
+    free(text);
+    accel_chat_template_free(ct);
+}
+
+static void test_malformed(void) {
+    refused_at_load("{% if x %}a", "'if' is never closed", "line 1, column 4");
+    refused_at_load("ok\n{% for m in messages %}\n{% endif %}", "unexpected 'endif'", "line 3, column 4");
+    refused_at_load("{{ 1 + }}", "expected an expression", "line 1, column 8");
+    refused_at_load("{{ 'abc }}", "never closed", "column 4");
+    refused_at_load("{{ a", "never closed", NULL);
+    refused_at_load("{# a", "comment that is never closed", NULL);
+    refused_at_load("{{ a $ b }}", "unexpected character '$'", NULL);
+    refused_at_load("{{ x | nosuchfilter }}", "no filter named 'nosuchfilter'", "column 8");
+    refused_at_load("{{ x is nosuchtest }}", "no test named 'nosuchtest'", NULL);
+    refused_at_load("{% frobnicate %}", "unknown statement 'frobnicate'", NULL);
+    refused_at_load("{% include 'x.jinja' %}", "'include' statement is not implemented", NULL);
+    refused_at_load("{% raw %}{{ x }}{% endraw %}", "'raw' statement is not implemented", NULL);
+    refused_at_load("{% for x in y recursive %}{% endfor %}", "recursive", NULL);
+    refused_at_load("{% break %}", "'break' outside a for loop", NULL);
+    refused_at_load("{{ f(*args) }}", "*args", NULL);
+    refused_at_load("{{ x | sum }}", "no filter named 'sum'", NULL);
+    refused_at_load("{{ '\\N{DASH}' }}", "\\N{...}", NULL);
+    refused_at_load("{{ 99999999999999999999 }}", "outside 64 bits", NULL);
+    refused_at_load("{{ x is defined is none }}", "chain", NULL);
+    refused_at_load("{% macro m(a=1, b) %}{% endmacro %}", "without a default", NULL);
+    /* nesting past the parser's limit */
+    char deep[1000];
+    size_t k = 0;
+    k += (size_t)snprintf(deep + k, sizeof deep - k, "{{ ");
+    for (int i = 0; i < 300; i++) deep[k++] = '(';
+    deep[k++] = '1';
+    for (int i = 0; i < 300; i++) deep[k++] = ')';
+    snprintf(deep + k, sizeof deep - k, " }}");
+    refused_at_load(deep, "nested more than 200 levels", NULL);
+    /* not UTF-8 */
+    refused_at_load("a\xff", "not UTF-8 at byte 1", NULL);
+}
+
+static void test_runtime_errors(void) {
+    refused_at_render("{{ raise_exception('Only user and assistant roles are supported!') }}",
+                      "raise_exception: Only user and assistant roles are supported!", "line 1, column 4");
+    refused_at_render("{{ messages[0].nope.deeper }}", "'nope' is undefined", NULL);
+    refused_at_render("{{ undefined_fn() }}", "'undefined_fn' is undefined", NULL);
+    refused_at_render("{{ messages | tojson }}{{ x | tojson }}", "tojson", "Undefined");
+    refused_at_render("{% set ns = namespace(a=1) %}{% set ns._x = 2 %}", "underscore-prefixed", NULL);
+    refused_at_render("{% set d = {} %}{% set d.x = 1 %}", "non-namespace", NULL);
+    refused_at_render("{{ messages.update({}) }}", "not implemented", NULL);
+    refused_at_render("{{ '%s' % 'x' }}", "string formatting", NULL);
+    refused_at_render("{{ loop.index }}", "'loop' is undefined", NULL);
+    refused_at_render("{% for a, b in [1] %}{% endfor %}", "cannot unpack", NULL);
+    refused_at_render("{{ 9223372036854775807 + 1 }}", "past 64 bits", NULL);
+    /* runaway work: loop turns, recursion, text, values */
+    refused_at_render("{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}", "10000000 steps",
+                      "runaway");
+    refused_at_render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper than 100", NULL);
+    refused_at_render("{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "would pass 64 MiB", NULL);
+    refused_at_render("{{ 'x' * 100000000 }}", "more than 64 MiB", NULL);
+    refused_at_render("{% set ns = namespace(s='x') %}{% for a in range(100000) %}{% set ns.s = ns.s ~ ns.s[:5000] %}{% endfor %}",
+                      "MiB of values", NULL);
+}
+
+static void test_api(void) {
+    accel_chat_message m = {"user", "hi"};
+    char *text = (char *)1;
+    const char *src = "{{ messages[0].content }}";
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK(ct != NULL);
+    CHECK(accel_chat_template_render(NULL, &m, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render(ct, &m, 0, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "empty conversation");
+    CHECK(text == NULL);
+    accel_chat_message bad = {"user", "\xc3("};
+    CHECK(accel_chat_template_render(ct, &bad, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "msgs[0].content is not UTF-8");
+    accel_chat_message null_role = {NULL, "x"};
+    CHECK(accel_chat_template_render(ct, &null_role, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render_json(ct, "[1]", 3, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render_json(ct, "{\"messages\": [1]}", 17, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "messages[0]");
+    CHECK(accel_chat_template_render_json(ct, "{", 1, &text, NULL) == ACCEL_ERR_FORMAT);
+    size_t len = 0;
+    CHECK(accel_chat_template_render(ct, &m, 1, true, &text, &len) == ACCEL_OK);
+    CHECK(text && !strcmp(text, "hi") && len == 2);
+    free(text);
+    /* strftime_now: today's date, as datetime.now().strftime */
+    const char *st = "{{ strftime_now('%Y') | length }}";
+    accel_chat_template *ct2 = accel_chat_template_new(st, strlen(st));
+    CHECK(ct2 && accel_chat_template_render(ct2, &m, 1, false, &text, NULL) == ACCEL_OK && !strcmp(text, "4"));
+    free(text);
+    accel_chat_template_free(ct2);
+    accel_chat_template_free(ct);
+    accel_chat_template_free(NULL);
+    CHECK(accel_chat_template_new(NULL, 0) == NULL);
+    CHECK(accel_chat_template_load(NULL) == NULL);
+    CHECK(accel_chat_template_load("data/chat_templates") == NULL); /* no config, no template */
+    CHECK_STR_CONTAINS(accel_last_error(), "has no chat template");
+    CHECK(accel_chat_template_load("data/tokenizers/llama3") == NULL);
+}
+
+int main(void) {
+    RUN(test_families);
+    RUN(test_snippets);
+    RUN(test_dirs);
+    RUN(test_malformed);
+    RUN(test_runtime_errors);
+    RUN(test_api);
+    return check_summary();
+}
