@@ -51,9 +51,9 @@ void jinja_where(const jtemplate *t, size_t pos, char *buf, size_t cap) {
 
 static void *fail_at(parser *p, accel_status st, size_t pos, const char *fmt, const char *what, size_t what_n) {
     if (p->failed) return NULL;
-    char where[64], msg[256];
+    char where[64], msg[320];
     jinja_where(p->t, pos, where, sizeof where);
-    snprintf(msg, sizeof msg, fmt, (int)(what_n > 60 ? 60 : what_n), what ? what : "");
+    snprintf(msg, sizeof msg, fmt, (int)(what_n > 200 ? 200 : what_n), what ? what : "");
     accel_set_error(st, "chat template: %s: %s", where, msg);
     p->failed = true;
     return NULL;
@@ -393,16 +393,12 @@ static bool kids_add(parser *p, kids *k, jnode *x) {
 static void *expect_fail(parser *p, const char *what) {
     tok *t = cur(p);
     const char *got = t->t == T_EOF ? "the end of the template" : t->t == T_BLOCK_END ? "the end of the tag" :
-                      t->t == T_VAR_END ? "'}}'" : NULL;
-    if (got) {
-        char m[160];
-        snprintf(m, sizeof m, "expected %s, got %s%%.*s", what, got);
-        return fail_at(p, ACCEL_ERR_FORMAT, t->pos, m, "", 0);
-    }
-    char m[160];
-    snprintf(m, sizeof m, "expected %s, got '%%.*s'", what);
-    return fail_at(p, ACCEL_ERR_FORMAT, t->pos, m, t->t == T_STRING ? "a string" : t->p ? t->p : "a number",
-                   t->t == T_STRING ? 8 : t->p ? t->n : 8);
+                      t->t == T_VAR_END ? "'}}'" : t->t == T_STRING ? "a string" : t->t == T_INT || t->t == T_FLOAT ? "a number" : NULL;
+    char m[200];
+    /* the message is made here and passed as text: `what` may hold '%' ("'%}'") */
+    if (got) snprintf(m, sizeof m, "expected %s, got %s", what, got);
+    else snprintf(m, sizeof m, "expected %s, got '%.*s'", what, (int)(t->n > 40 ? 40 : t->n), t->p);
+    return fail_at(p, ACCEL_ERR_FORMAT, t->pos, "%.*s", m, strlen(m));
 }
 
 static bool expect_op(parser *p, const char *op) {
@@ -966,8 +962,8 @@ static jnode *parse_body(parser *p, const char *const *stops, size_t nstops, siz
         if (t->t == T_EOF) {
             if (!nstops) break;
             char m[128];
-            snprintf(m, sizeof m, "'%s' is never closed (expected '{%% %s %%}')%%.*s", open_name, stops[nstops - 1]);
-            return fail_at(p, ACCEL_ERR_FORMAT, open_pos, m, "", 0);
+            snprintf(m, sizeof m, "'%s' is never closed (expected '{%% %s %%}')", open_name, stops[nstops - 1]);
+            return fail_at(p, ACCEL_ERR_FORMAT, open_pos, "%.*s", m, strlen(m));
         }
         if (t->t == T_TEXT) {
             jnode *x = node(p, JN_TEXT, t->pos);
