@@ -13,6 +13,8 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "sibling_exe.h"
+#include "tok_cases.h"
 
 static json_t *load(const char *path) {
     json_error_t e;
@@ -296,6 +298,40 @@ static void test_api(void) {
     CHECK(accel_chat_template_load("data/tokenizers/llama3") == NULL);
 }
 
+/* generate --chat: the prompt is the chat template's encoding of the messages. */
+static void test_generate_chat(void) {
+    char gen[8192], dir[] = "/tmp/accel_chat_model_XXXXXX", cmd[16384], out[8192];
+    if (!sibling_exe("generate", gen, sizeof gen)) {
+        CHECK(!"generate is built next to the tests");
+        return;
+    }
+    CHECK_MSG(tok_tiny_model(dir, 902), "%s: %s", dir, accel_last_error());
+    snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json data/chat_templates/dirs/jinja_file/* %s/ && "
+             "%s %s --system 'Be brief.' --chat 'Hi there' --new-tokens 2 2>&1", dir, gen, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    accel_tokenizer *tok = accel_tokenizer_load(dir);
+    accel_chat_template *ct = accel_chat_template_load(dir);
+    accel_chat_message m[2] = {{"system", "Be brief."}, {"user", "Hi there"}};
+    int64_t *ids = NULL, n = 0;
+    CHECK(tok && ct && accel_chat_template_encode(ct, tok, m, 2, true, &ids, &n) == ACCEL_OK && n > 10);
+    char want[4096] = "generated_ids=[";
+    for (int64_t i = 0; i < n; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%lld, ", (long long)ids[i]);
+    CHECK_STR_CONTAINS(out, want);
+    /* BOS (special) is skipped in the text; the fixture tokenizer has no header tokens, so they are text */
+    CHECK_STR_CONTAINS(out, "text=\"<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|start_header_id|>user");
+    free(ids);
+    accel_chat_template_free(ct);
+    accel_tokenizer_free(tok);
+    snprintf(cmd, sizeof cmd, "rm %s/chat_template.jinja %s/tokenizer_config.json && %s %s --chat hi 2>&1", dir, dir, gen, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "generate: --chat: accel_chat_template_load:");
+    CHECK_STR_CONTAINS(out, "has no chat template");
+    snprintf(cmd, sizeof cmd, "%s %s --system x --prompt hi 2>&1; rc=$?; rm -rf %s; exit $rc", gen, dir, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "usage: generate DIR [--prompt TEXT | --chat TEXT [--system TEXT]");
+}
+
 int main(void) {
     RUN(test_families);
     RUN(test_snippets);
@@ -303,5 +339,6 @@ int main(void) {
     RUN(test_malformed);
     RUN(test_runtime_errors);
     RUN(test_api);
+    RUN(test_generate_chat);
     return check_summary();
 }
