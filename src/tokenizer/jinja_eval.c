@@ -892,8 +892,6 @@ static bool attr_path(rstate *r, const jnode *at, jv v, jv path, jv *out) {
     return true;
 }
 
-static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out);
-
 /* select/reject/selectattr/rejectattr/map over a sequence. */
 static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const args *a, jv *out) {
     jlist *items;

@@ -388,9 +388,8 @@ static bool json_item_sep(jbuf *b, const jjson_opts *o) {
     return jbuf_puts(b, o->indent ? "," : ", ");
 }
 
-/* Sorting keys for sort_keys: an insertion sort of indices (dicts are small). */
+/* sort_keys: an insertion sort of the indices ix (dicts are small). */
 static void sort_keys(const jdict *d, size_t *ix) {
-    for (size_t i = 0; i < d->n; i++) ix[i] = i;
     for (size_t i = 1; i < d->n; i++)
         for (size_t j = i; j > 0; j--) {
             bool ok;
