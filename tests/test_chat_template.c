@@ -1,6 +1,6 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
- * the real templates of twelve chat model families over 18 conversations with
- * add_generation_prompt on and off (data/chat_templates/cases.json), one-construct
+ * the real templates of thirteen chat model families over 19 conversations with
+ * add_generation_prompt on (and off for five) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
  * byte for byte (ids for ids); then refusals: malformed templates with their

@@ -38,6 +38,7 @@ SPECIAL = {
     "chatml": {"bos_token": "<s>", "eos_token": "<|im_end|>"},
     "smollm2": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"},
     "mistral_instruct": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "mistral_v3": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
     "zephyr": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
     "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
     "llama3_1": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
@@ -86,6 +87,10 @@ CONVERSATIONS = [
                          {"role": "assistant", "content": "It is 21.5 °C."}], {"tools": TOOLS}),
     ("tools_not_in_user", [{"role": "user", "content": "Weather?"}], {"tools": TOOLS, "tools_in_user_message": False,
                                                                      "date_string": "05 Dec 2026"}),
+    ("tools_ids9", [{"role": "user", "content": "Weather in Zürich?"},
+                    {**TOOL_CALL, "tool_calls": [{**TOOL_CALL["tool_calls"][0], "id": "abcDEF123"}]},
+                    {**TOOL_REPLY, "tool_call_id": "abcDEF123"}, {"role": "assistant", "content": " 21.5 °C "},
+                    {"role": "user", "content": "Thanks"}], {"tools": TOOLS}),
     ("builtin_tools", [{"role": "user", "content": "Search"}], {"builtin_tools": ["brave_search", "code_interpreter"]}),
     ("parts", [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " Describe this. "}]}], {}),
@@ -160,8 +165,8 @@ def render(src, special, messages, extra, add_generation_prompt):
     return rendered[0]
 
 
-TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools"}
-TOOL_TEMPLATES = {"qwen2_5", "qwen3", "llama3_1"}  # the templates with tool branches
+TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9"}
+TOOL_TEMPLATES = {"qwen2_5", "qwen3", "llama3_1", "mistral_v3"}  # the templates with tool branches
 # add_generation_prompt off too (on for every conversation): enough to see each template's branch for it
 BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking"}
 
