@@ -301,7 +301,9 @@ static bool replace(rstate *r, jv s, jv old, jv new_, int64_t count, jv *out) {
 static bool iterate(rstate *r, const jnode *at, jv v, jlist **out) {
     switch (v.k) {
     case JV_LIST:
-    case JV_TUPLE: *out = v.l; return true;
+    case JV_TUPLE:
+    case JV_GEN:
+    case JV_VIEW: *out = v.l; return true;
     case JV_DICT: {
         jlist *l = jv_list_new(r->c, v.d->n);
         if (!l) return false;
@@ -448,8 +450,10 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
         return false;
     if (hc && st == 0) return err(r, at, ACCEL_ERR_INVALID_ARG, "slice step cannot be zero");
     if (obj.k == JV_UNDEF) return undefined_error(r, at, obj);
-    if (obj.k != JV_LIST && obj.k != JV_TUPLE && obj.k != JV_STR)
-        return err(r, at, ACCEL_ERR_INVALID_ARG, "'%s' object is not subscriptable", jv_type_name(obj));
+    if (obj.k != JV_LIST && obj.k != JV_TUPLE && obj.k != JV_STR) { /* jinja: an undefined value, not an error */
+        *out = jv_undef("", 0);
+        return true;
+    }
     jlist *items;
     if (!iterate(r, at, obj, &items)) return false;
     int64_t len = (int64_t)items->n;
@@ -668,7 +672,8 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
                 if (!list_from(r, kv, 2, JV_TUPLE, &l->v[i])) return false;
             }
         }
-        *out = (jv){.k = JV_LIST, .l = l};
+        l->view = !strcmp(nm, "keys") ? "dict_keys" : !strcmp(nm, "values") ? "dict_values" : "dict_items";
+        *out = (jv){.k = JV_VIEW, .l = l};
         return true;
     }
     if (self.k == JV_LIST || self.k == JV_TUPLE) {
@@ -728,7 +733,7 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
     if (!strcmp(nm, "replace")) {
         static const char *const ps[] = {"old", "new", "count"};
         p[2] = jv_int(-1);
-        int64_t cnt;
+        int64_t cnt = -1;
         if (!bind(r, at, nm, a, 0, ps, 3, p) || !want_str(r, at, nm, p[0]) || !want_str(r, at, nm, p[1]) ||
             !want_int(r, at, nm, p[2], &cnt))
             return false;
@@ -781,6 +786,8 @@ static bool call(rstate *r, const jnode *at, jv f, const args *a, jv *out) {
 
 /* ------------------------------------------------------------ tests */
 
+static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out);
+
 static const char *const TESTS[] = {"defined", "undefined", "none", "boolean", "false", "true", "integer", "float",
                                     "number", "string", "mapping", "iterable", "sequence", "callable", "sameas",
                                     "in", "divisibleby", "even", "odd", "lower", "upper", "eq", "equalto", "==",
@@ -801,7 +808,9 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
     else if (IS("number")) *res = jv_is_number(v);
     else if (IS("string")) *res = v.k == JV_STR;
     else if (IS("mapping")) *res = v.k == JV_DICT;
-    else if (IS("iterable")) *res = v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF;
+    else if (IS("iterable"))
+        *res = v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_GEN ||
+               v.k == JV_VIEW;
     else if (IS("sequence")) *res = v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF;
     else if (IS("callable")) *res = v.k == JV_MACRO || v.k == JV_FUNC || v.k == JV_METHOD;
     else if (IS("lower") || IS("upper")) {
@@ -812,9 +821,9 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         if (!recase(r, s, nm[0] == 'l' ? 'U' : 'L', &other)) return false;
         *res = jv_equal(s, t) && !jv_equal(s, other);
     } else if (IS("even") || IS("odd")) {
-        int64_t a;
-        if (!want_int(r, at, "test", v, &a)) return false;
-        *res = (a % 2 != 0) == IS("odd");
+        jv m;
+        if (!arith(r, at, '%', v, jv_int(2), &m)) return false;
+        *res = jv_truthy(m) == IS("odd");
     } else if (!argc)
         return err(r, at, ACCEL_ERR_INVALID_ARG, "test '%.*s' needs an argument", (int)nn, nm);
     else if (IS("sameas")) *res = v.k == x.k && (v.k == JV_NONE || v.k == JV_UNDEF || jv_equal(v, x));
@@ -836,10 +845,9 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         for (size_t i = 0; i < items->n; i++)
             if (jv_equal(items->v[i], v)) *res = true;
     } else if (IS("divisibleby")) {
-        int64_t a, b;
-        if (!want_int(r, at, "test", v, &a) || !want_int(r, at, "divisibleby", x, &b)) return false;
-        if (!b) return err(r, at, ACCEL_ERR_INVALID_ARG, "integer modulo by zero");
-        *res = a % b == 0;
+        jv m;
+        if (!arith(r, at, '%', v, x, &m)) return false;
+        *res = !jv_truthy(m);
     } else {
         bool ok;
         int c = jv_compare(v, x, &ok);
@@ -934,7 +942,7 @@ static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const a
             res = jv_truthy(subj);
         if (res == keep && !vec_push(r, &o, it)) return false;
     }
-    return list_from(r, o.v, o.n, JV_LIST, out);
+    return list_from(r, o.v, o.n, JV_GEN, out);
 }
 
 static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
@@ -953,7 +961,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
     }
     if (IS("length") || IS("count")) {
         if (v.k == JV_STR) *out = jv_int((int64_t)jv_utf8_len(v.s.p, v.s.n));
-        else if (v.k == JV_LIST || v.k == JV_TUPLE) *out = jv_int((int64_t)v.l->n);
+        else if (v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_VIEW) *out = jv_int((int64_t)v.l->n);
         else if (v.k == JV_DICT || v.k == JV_NS) *out = jv_int((int64_t)v.d->n);
         else if (v.k == JV_UNDEF) *out = jv_int(0);
         else return err(r, x, ACCEL_ERR_INVALID_ARG, "object of type '%s' has no len()", jv_type_name(v));
@@ -988,15 +996,18 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         return true;
     }
     if (IS("items")) {
-        if (v.k == JV_UNDEF) return list_from(r, NULL, 0, JV_LIST, out);
+        if (v.k == JV_UNDEF) return list_from(r, NULL, 0, JV_GEN, out);
         if (v.k != JV_DICT) return err(r, x, ACCEL_ERR_INVALID_ARG, "Can only get item pairs from a mapping.");
         jmethod m = {.self = v, .name = "items"};
         args none = {0};
-        return call_method(r, x, &m, &none, out);
+        if (!call_method(r, x, &m, &none, out)) return false;
+        out->k = JV_GEN;
+        return true;
     }
     if (IS("first") || IS("last") || IS("list") || IS("reverse")) {
         jlist *items;
         if (!iterate(r, x, v, &items)) return false;
+        if (IS("last") && v.k == JV_GEN) return err(r, x, ACCEL_ERR_INVALID_ARG, "'generator' object is not reversible");
         if (IS("first") || IS("last")) {
             *out = items->n ? items->v[IS("first") ? 0 : items->n - 1] : jv_undef("", 0);
             return true;
@@ -1005,7 +1016,8 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         jvec o = {0};
         for (size_t i = items->n; i-- > 0;)
             if (!vec_push(r, &o, items->v[i])) return false;
-        if (v.k != JV_STR) return list_from(r, o.v, o.n, JV_LIST, out);
+        /* reversed(): an iterator, but a list when what was reversed was a generator */
+        if (v.k != JV_STR) return list_from(r, o.v, o.n, v.k == JV_GEN ? JV_LIST : JV_GEN, out);
         jbuf b = {.c = r->c};
         for (size_t i = 0; i < o.n; i++)
             if (!jbuf_put(&b, o.v[i].s.p, o.v[i].s.n)) return false;
@@ -1068,14 +1080,10 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         else return err(r, x, ACCEL_ERR_INVALID_ARG, "bad operand type for abs(): '%s'", jv_type_name(v));
         return true;
     }
-    if (IS("safe")) {
-        *out = v;
-        return true;
-    }
-    /* the string filters: their value as str() first */
+    /* the string filters: their value as str() first (safe makes a Markup string) */
     jv sv;
     if (!str_of(r, v, &sv)) return false;
-    if (IS("string")) {
+    if (IS("string") || IS("safe")) {
         *out = sv;
         return true;
     }
@@ -1350,7 +1358,8 @@ static bool emit(rstate *r, const jnode *at, const char *p, size_t n) {
 static bool assign(rstate *r, jscope *s, const jnode *target, jv v) {
     if (target->k == JN_NAME) return jv_dict_set(r->c, &s->vars, jv_str(target->name, target->name_n), v);
     jlist *items;
-    if (v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE) {
+    if (v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_GEN ||
+        v.k == JV_VIEW) {
         if (!iterate(r, target, v, &items)) return false;
     } else
         return err(r, target, ACCEL_ERR_INVALID_ARG, "cannot unpack non-iterable %s object", jv_type_name(v));

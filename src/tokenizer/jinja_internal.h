@@ -29,6 +29,9 @@ typedef enum {
     JV_STR,
     JV_LIST,
     JV_TUPLE,
+    JV_GEN,  /* a generator (what select, reject, selectattr, rejectattr, map, items make):
+              * iterable, always true, no len(), not printable */
+    JV_VIEW, /* dict.keys(), values(), items(): a sized iterable printed as dict_keys([...]) */
     JV_DICT,
     JV_NS,     /* namespace(): a dict whose attributes `set ns.x = ...` changes */
     JV_LOOP,   /* a for loop's `loop` */
@@ -47,7 +50,7 @@ typedef struct jv {
             const char *p; /* UTF-8, not NUL-terminated; UNDEF: the name looked up, for messages */
             size_t n;
         } s;
-        struct jlist *l;    /* LIST, TUPLE */
+        struct jlist *l;    /* LIST, TUPLE, GEN, VIEW */
         struct jdict *d;    /* DICT, NS */
         struct jloop *loop; /* LOOP */
         struct jmacro *mac; /* MACRO */
@@ -59,6 +62,7 @@ typedef struct jv {
 typedef struct jlist {
     size_t n;
     jv *v;
+    const char *view; /* VIEW: "dict_keys", "dict_values" or "dict_items" */
 } jlist;
 
 /* Insertion-ordered (Python's dict); looked up by ==, linearly: template dicts are small. */

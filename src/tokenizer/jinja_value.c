@@ -40,6 +40,7 @@ jlist *jv_list_new(jctx *c, size_t n) {
     jlist *l = jv_alloc(c, sizeof *l);
     if (!l) return NULL;
     l->n = n;
+    l->view = NULL;
     l->v = jv_alloc(c, n * sizeof(jv));
     return l->v ? l : NULL;
 }
@@ -87,6 +88,8 @@ const char *jv_type_name(jv v) {
     case JV_STR: return "str";
     case JV_LIST: return "list";
     case JV_TUPLE: return "tuple";
+    case JV_GEN: return "generator";
+    case JV_VIEW: return v.l->view;
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_LOOP: return "LoopContext";
@@ -112,7 +115,8 @@ bool jv_truthy(jv v) {
     case JV_FLOAT: return v.f != 0;
     case JV_STR: return v.s.n > 0;
     case JV_LIST:
-    case JV_TUPLE: return v.l->n > 0;
+    case JV_TUPLE:
+    case JV_VIEW: return v.l->n > 0;
     case JV_DICT: return v.d->n > 0;
     default: return true;
     }
@@ -141,6 +145,8 @@ bool jv_equal(jv a, jv b) {
             if (!o || !jv_equal(a.d->val[i], *o)) return false;
         }
         return true;
+    case JV_GEN:
+    case JV_VIEW: return a.l == b.l;
     case JV_NS: return a.d == b.d;
     case JV_MACRO: return a.mac == b.mac;
     case JV_FUNC: return a.fn == b.fn;
@@ -316,6 +322,8 @@ static bool str_or_repr(jbuf *b, jv v, bool repr) {
     case JV_INT: return put_int(b, v.i);
     case JV_FLOAT: return put_float(b, v.f, false);
     case JV_STR: return repr ? repr_str(b, v.s.p, v.s.n) : jbuf_put(b, v.s.p, v.s.n);
+    case JV_VIEW: /* dict_items([('a', 1)]) */
+        return jbuf_puts(b, v.l->view) && jbuf_puts(b, "(") && jv_repr(b, (jv){.k = JV_LIST, .l = v.l}) && jbuf_puts(b, ")");
     case JV_LIST:
     case JV_TUPLE: {
         if (!jbuf_puts(b, v.k == JV_LIST ? "[" : "(")) return false;
