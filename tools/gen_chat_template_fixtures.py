@@ -133,7 +133,11 @@ SNIPPETS = [
     "{{ msgs | selectattr('role', 'equalto', 'user') | list }} {{ msgs | rejectattr('role', 'eq', 'user') | map(attribute='content') | list }} {{ l | select('odd') | list }} {{ l | reject('gt', 1) | list }}",
     "{{ d | tojson }} {{ u | tojson }} {{ u | tojson(ensure_ascii=true) }} {{ l | tojson(indent=2) }} {{ d | tojson(indent=2, sort_keys=true) }} {{ f | tojson }} {{ none | tojson }}",
     "{{ d | tojson(separators=(',', ':')) }} {{ {'k': {'n': []}, 'e': {}} | tojson(indent='\\t') }} {{ '\\x01\\\\\\\"\\n' | tojson }} {{ 1e100 | tojson }}",
-    "{{ 'hello world' | capitalize }} {{ s | safe }}",
+    "{{ 'hello world' | capitalize }} {{ s | safe }} {{ [n | safe] | length }}",
+    # generators and views
+    "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys() | length }} {% if l | select('gt', 100) %}gen{% endif %}"
+    "{% if {}.items() %}view{% endif %} {{ l | reverse | list }} {{ l | select('odd') | first }} {{ msgs | map(attribute='x', default='-') | join }}",
+    "{{ l | select('odd') | length }}", "{{ l | select('odd') | tojson }}", "{{ l | select('odd') | last }}",
     # string methods
     "[{{ s.strip() }}] [{{ s.lstrip() }}] [{{ s.rstrip() }}] [{{ 'xxaxx'.strip('x') }}] {{ s.startswith('  H') }} {{ s.endswith(('a', '  ')) }} {{ s.upper() }} {{ s.lower() }}",
     "{{ 'a,b,,c'.split(',') }} {{ ' a  b \\n c '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a b c'.split(none, 1) }} {{ ''.split() }} {{ ''.split(',') }}",
