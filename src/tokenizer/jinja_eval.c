@@ -106,7 +106,7 @@ static bool str_of(rstate *r, jv v, jv *out) {
     }
     jbuf b = {.c = r->c};
     if (!jv_to_str(&b, v)) return false;
-    *out = jv_str(b.p ? b.p : "", b.n);
+    *out = jbuf_str(&b);
     return true;
 }
 
@@ -156,7 +156,7 @@ static bool recase(rstate *r, jv s, int mode, jv *out) {
         i += l;
         first = false;
     }
-    *out = jv_str(b.p ? b.p : "", b.n);
+    *out = jbuf_str(&b);
     return true;
 }
 
@@ -290,7 +290,7 @@ static bool replace(rstate *r, jv s, jv old, jv new_, int64_t count, jv *out) {
         }
         if (!jbuf_put(&b, s.s.p + i, s.s.n - i)) return false;
     }
-    *out = jv_str(b.p ? b.p : "", b.n);
+    *out = jbuf_str(&b);
     return true;
 }
 
@@ -476,7 +476,7 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
     jbuf sb = {.c = r->c};
     for (size_t i = 0; i < v.n; i++)
         if (!jbuf_put(&sb, v.v[i].s.p, v.v[i].s.n)) return false;
-    *out = jv_str(sb.p ? sb.p : "", sb.n);
+    *out = jbuf_str(&sb);
     return true;
 }
 
@@ -579,7 +579,7 @@ static bool call_macro(rstate *r, const jnode *at, const jmacro *m, const args *
     r->depth--;
     r->out = saved;
     if (!ok) return false;
-    *out = jv_str(b.p ? b.p : "", b.n);
+    *out = jbuf_str(&b);
     return true;
 }
 
@@ -768,7 +768,7 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
             if (!want_str(r, at, "str.join", items->v[i])) return false;
             if ((i && !jbuf_put(&b, self.s.p, self.s.n)) || !jbuf_put(&b, items->v[i].s.p, items->v[i].s.n)) return false;
         }
-        *out = jv_str(b.p ? b.p : "", b.n);
+        *out = jbuf_str(&b);
         return true;
     }
     return err(r, at, ACCEL_ERR_UNSUPPORTED, "%s.%s() is not implemented", jv_type_name(self), nm);
@@ -992,7 +992,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
             jinja_where(r->t, x->pos, where, sizeof where);
             return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "chat template: %s: tojson failed", where), false;
         }
-        *out = jv_str(b.p ? b.p : "", b.n);
+        *out = jbuf_str(&b);
         return true;
     }
     if (IS("items")) {
@@ -1021,7 +1021,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         jbuf b = {.c = r->c};
         for (size_t i = 0; i < o.n; i++)
             if (!jbuf_put(&b, o.v[i].s.p, o.v[i].s.n)) return false;
-        *out = jv_str(b.p ? b.p : "", b.n);
+        *out = jbuf_str(&b);
         return true;
     }
     if (IS("join")) {
@@ -1036,7 +1036,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
             if (!str_of(r, it, &st)) return false;
             if ((i && !jbuf_put(&b, p[0].s.p, p[0].s.n)) || !jbuf_put(&b, st.s.p, st.s.n)) return false;
         }
-        *out = jv_str(b.p ? b.p : "", b.n);
+        *out = jbuf_str(&b);
         return true;
     }
     if (IS("map") || IS("select") || IS("reject") || IS("selectattr") || IS("rejectattr")) {
@@ -1163,7 +1163,7 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
     if (op == '+' && a.k == JV_STR && b.k == JV_STR) {
         jbuf o = {.c = r->c};
         if (!jbuf_put(&o, a.s.p, a.s.n) || !jbuf_put(&o, b.s.p, b.s.n)) return false;
-        *out = jv_str(o.p, o.n);
+        *out = jbuf_str(&o);
         return true;
     }
     if (op == '+' && (a.k == JV_LIST || a.k == JV_TUPLE) && a.k == b.k) {
@@ -1189,7 +1189,7 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
             jbuf o = {.c = r->c};
             for (int64_t i = 0; i < n; i++)
                 if (!jbuf_put(&o, a.s.p, a.s.n)) return false;
-            *out = jv_str(o.p ? o.p : "", o.n);
+            *out = jbuf_str(&o);
             return true;
         }
         jlist *l = jv_list_new(r->c, a.l->n * (size_t)n);
@@ -1273,7 +1273,7 @@ static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
         if (!str_of(r, a, &sa) || !str_of(r, b, &sb)) return false;
         jbuf o = {.c = r->c};
         if (!jbuf_put(&o, sa.s.p, sa.s.n) || !jbuf_put(&o, sb.s.p, sb.s.n)) return false;
-        *out = jv_str(o.p ? o.p : "", o.n);
+        *out = jbuf_str(&o);
         return true;
     }
     case JN_CMP: {
@@ -1438,7 +1438,7 @@ static bool exec_stmt(rstate *r, jscope *s, const jnode *x) {
             bool ok = exec_body(r, s, x->d);
             r->out = saved;
             if (!ok) return false;
-            v = jv_str(b.p ? b.p : "", b.n);
+            v = jbuf_str(&b);
         }
         if (x->a->k != JN_ATTR) return assign(r, s, x->a, v);
         jv ns;

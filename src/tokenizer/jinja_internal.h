@@ -124,6 +124,7 @@ typedef struct jbuf {
 } jbuf;
 bool jbuf_put(jbuf *b, const char *s, size_t n);
 bool jbuf_puts(jbuf *b, const char *s);
+jv jbuf_str(const jbuf *b); /* the text so far as a string value (not copied) */
 
 /* Python's str(v) (a list's items by repr) and repr(v). UNDEF prints as nothing. */
 bool jv_to_str(jbuf *b, jv v);

@@ -79,6 +79,17 @@ static bool push(parser *p, tok t) {
 static bool is_name_start(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_'; }
 static bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
+/* The first byte at or after i of s[0..n) that does not start whitespace (str.isspace). */
+static size_t skip_space(const char *s, size_t n, size_t i) {
+    while (i < n) {
+        uint32_t cp;
+        size_t l = tok_utf8_next(s + i, n - i, &cp);
+        if (!l || !jv_py_isspace(cp)) break;
+        i += l;
+    }
+    return i;
+}
+
 /* The code point before byte i of s (whose start is 0). */
 static size_t prev_cp(const char *s, size_t i, uint32_t *cp) {
     size_t j = i - 1;
@@ -218,12 +229,7 @@ static bool lex_tag(parser *p, size_t *at, bool block, bool *line_starting) {
     int bal = 0;
     size_t open_pos = i;
     for (;;) {
-        while (i < n) {
-            uint32_t cp;
-            size_t l = tok_utf8_next(s + i, n - i, &cp);
-            if (!l || !jv_py_isspace(cp)) break;
-            i += l;
-        }
+        i = skip_space(s, n, i);
         if (i >= n) return fail_at(p, ACCEL_ERR_FORMAT, open_pos, "a tag that is never closed (expected '%.*s')", block ? "%}" : "}}", 2), false;
         char end = block ? '%' : '}';
         if (!bal) {
@@ -232,14 +238,8 @@ static bool lex_tag(parser *p, size_t *at, bool block, bool *line_starting) {
             if (minus || plus || (s[i] == end && i + 1 < n && s[i + 1] == '}')) {
                 size_t pos = i;
                 i += minus || plus ? 3 : 2;
-                if (minus) {
-                    for (;;) {
-                        uint32_t cp;
-                        size_t l = i < n ? tok_utf8_next(s + i, n - i, &cp) : 0;
-                        if (!l || !jv_py_isspace(cp)) break;
-                        i += l;
-                    }
-                } else if (block && !plus && i < n && s[i] == '\n')
+                if (minus) i = skip_space(s, n, i);
+                else if (block && !plus && i < n && s[i] == '\n')
                     i++; /* trim_blocks */
                 *line_starting = i > 0 && s[i - 1] == '\n';
                 *at = i;
@@ -333,14 +333,8 @@ static bool lex(parser *p) {
             size_t j = (size_t)(e - s);
             char esign = j > at && (s[j - 1] == '-' || s[j - 1] == '+') ? s[j - 1] : 0;
             at = j + 2;
-            if (esign == '-') {
-                for (;;) {
-                    uint32_t cp;
-                    size_t l = at < n ? tok_utf8_next(s + at, n - at, &cp) : 0;
-                    if (!l || !jv_py_isspace(cp)) break;
-                    at += l;
-                }
-            } else if (esign != '+' && at < n && s[at] == '\n')
+            if (esign == '-') at = skip_space(s, n, at);
+            else if (esign != '+' && at < n && s[at] == '\n')
                 at++;
             line_starting = at > 0 && s[at - 1] == '\n';
             continue;

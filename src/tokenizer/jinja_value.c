@@ -198,6 +198,8 @@ bool jbuf_put(jbuf *b, const char *s, size_t n) {
 
 bool jbuf_puts(jbuf *b, const char *s) { return jbuf_put(b, s, strlen(s)); }
 
+jv jbuf_str(const jbuf *b) { return jv_str(b->p ? b->p : "", b->n); }
+
 size_t jv_utf8_len(const char *p, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) k += ((unsigned char)p[i] & 0xC0) != 0x80;
