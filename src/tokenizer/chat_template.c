@@ -181,9 +181,10 @@ static bool from_json(jctx *c, json_t *j, jv *out) {
         const char *k;
         json_t *v;
         if (!d) return false;
+        /* the parser refused duplicate keys: appending keeps a large object linear */
         json_object_foreach(j, k, v) {
             jv key, val;
-            if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !jv_dict_set(c, d, key, val)) return false;
+            if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !jv_dict_append(c, d, key, val)) return false;
         }
         *out = (jv){.k = JV_DICT, .d = d};
         return true;

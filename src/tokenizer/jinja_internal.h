@@ -104,6 +104,8 @@ bool jv_strdup(jctx *c, const char *p, size_t n, jv *out);
 jlist *jv_list_new(jctx *c, size_t n);
 jdict *jv_dict_new(jctx *c);
 bool jv_dict_set(jctx *c, jdict *d, jv key, jv val); /* replaces */
+/* Adds key, known not to be in d (a parsed JSON object's keys are unique): no search. */
+bool jv_dict_append(jctx *c, jdict *d, jv key, jv val);
 const jv *jv_dict_get(const jdict *d, jv key);      /* NULL: absent */
 const jv *jv_dict_get_str(const jdict *d, const char *key);
 

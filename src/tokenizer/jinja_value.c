@@ -65,6 +65,10 @@ bool jv_dict_set(jctx *c, jdict *d, jv key, jv val) {
             d->val[i] = val;
             return true;
         }
+    return jv_dict_append(c, d, key, val);
+}
+
+bool jv_dict_append(jctx *c, jdict *d, jv key, jv val) {
     if (d->n == d->cap) {
         /* The arena frees nothing: the old arrays stay until the render ends. */
         size_t cap = d->cap ? 2 * d->cap : 8;
