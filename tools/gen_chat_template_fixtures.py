@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Expected chat-template renders for tests/test_chat_template.c, made by transformers.
 
-tests/data/chat_templates/*.jinja are the chat templates of common chat models, as
-their tokenizer_config.json files ship them (taken from public repositories that
-vendor them; the Hub is not reachable here). Each is rendered here over a set of
+tests/data/chat_templates/*.jinja are the chat templates of common chat models (the Hub
+is not reachable here: taken from public copies, llama.cpp's template tests and projects
+that vendor them, or written out as the model cards publish them; docs/tokenizer.md says
+which). Both sides render the same file, so the comparison is exact either way. Each is rendered here over a set of
 conversations by transformers' own apply_chat_template code path (message
 normalization, then render_jinja_template: jinja2's sandbox with transformers'
 settings), with add_generation_prompt on (and off for some), into cases.json:
