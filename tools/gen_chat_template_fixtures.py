@@ -108,7 +108,7 @@ V = {"s": "  Hello, World  ", "n": 7, "f": 2.5, "l": [3, 1, 2], "d": {"b": 1, "a
 SNIPPETS = [
     # whitespace control, trim_blocks, lstrip_blocks, comments
     "a\n  {% if t %}\n  b\n  {% endif %}\nc", "a  {%- if t -%}  b  {%- endif -%}  c", "x {#- c -#} y\n  {# c #}\nz",
-    "  {%+ if t %}p{% endif %}", "{% if t +%}\nq{% endif %}", "{{- s -}}|{{ s }}|", "a\r\nb\rc\n", "  {{ n }}  \n",
+    "  {%+ if t %}p{% endif %}", "a\n   {{+ n }} {{- +n }}", "{% if t +%}\nq{% endif %}", "{{- s -}}|{{ s }}|", "a\r\nb\rc\n", "  {{ n }}  \n",
     "{% for i in l %}\n    {{ i }}\n{% endfor %}\n",
     # literals and operators
     "{{ 1 + 2 * 3 - 4 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1.5e3 }} {{ 1_000 }}",

@@ -290,7 +290,6 @@ static bool lex(parser *p) {
         size_t text_end = hit ? i : n;
         char kind = hit ? s[i + 1] : 0;
         char sign = hit && i + 2 < n && (s[i + 2] == '-' || s[i + 2] == '+') ? s[i + 2] : 0;
-        if (kind == '{' && sign == '+') sign = 0; /* `{{+` is `{{` then a unary plus */
         size_t keep = text_end;
         if (hit && sign == '-') {
             while (keep > at) {
