@@ -128,7 +128,9 @@ accel_status accel_chat_template_render(const accel_chat_template *ct, const acc
 accel_status accel_chat_template_render_json(const accel_chat_template *ct, const char *json, size_t n, char **text,
                                              size_t *len);
 /* apply_chat_template(..., tokenize=True): the rendering encoded by t without
- * adding special tokens (the template writes them), as transformers encodes it. */
+ * adding special tokens (the template writes them), as transformers encodes it
+ * (a SentencePiece tokenizer.model reads the control pieces a template writes as
+ * text, as sentencepiece does: docs/tokenizer.md). */
 accel_status accel_chat_template_encode(const accel_chat_template *ct, const accel_tokenizer *t,
                                         const accel_chat_message *msgs, size_t n_msgs, bool add_generation_prompt,
                                         int64_t **ids, int64_t *n_ids);
