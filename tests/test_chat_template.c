@@ -1,6 +1,6 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
- * the real templates of thirteen chat model families over 19 conversations with
- * add_generation_prompt on (and off for five) (data/chat_templates/cases.json), one-construct
+ * the real templates of thirteen chat model families over 21 conversations with
+ * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
  * byte for byte (ids for ids); then refusals: malformed templates with their
@@ -279,6 +279,33 @@ static void test_api(void) {
     CHECK(accel_chat_template_render_json(ct, "{\"messages\": [1]}", 17, &text, NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "messages[0]");
     CHECK(accel_chat_template_render_json(ct, "{", 1, &text, NULL) == ACCEL_ERR_FORMAT);
+    /* continue_final_message's refusals (its renders are in cases.json) */
+    static const struct {
+        const char *vars, *msg;
+    } cont[] = {
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true, "
+         "\"add_generation_prompt\": true}", "not compatible"},
+        {"{\"messages\": [{\"role\": \"user\"}], \"continue_final_message\": true}", "has no \"content\" to continue"},
+        {"{\"messages\": [{\"role\": \"user\", \"name\": \"x\"}], \"continue_final_message\": \"name\"}",
+         "not an accepted field"},
+        {"{\"messages\": [{\"role\": \"user\", \"thinking\": \"x\"}], \"continue_final_message\": \"thinking\"}",
+         "not implemented"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}], \"continue_final_message\": true}",
+         "no content block"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": 5}], \"continue_final_message\": true}", "is not a string"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": 3}", "boolean or a key"},
+    };
+    for (size_t i = 0; i < sizeof cont / sizeof *cont; i++) {
+        CHECK(accel_chat_template_render_json(ct, cont[i].vars, strlen(cont[i].vars), &text, NULL) != ACCEL_OK && !text);
+        CHECK_STR_CONTAINS(accel_last_error(), cont[i].msg);
+    }
+    /* a template that drops the message: the continued text is not in the rendering */
+    const char *drop = "{{ messages[0].role }} content";
+    accel_chat_template *ct3 = accel_chat_template_new(drop, strlen(drop));
+    const char *dv = "{\"messages\": [{\"role\": \"user\", \"content\": \"gone\"}], \"continue_final_message\": true}";
+    CHECK(ct3 && accel_chat_template_render_json(ct3, dv, strlen(dv), &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "does not appear in the chat");
+    accel_chat_template_free(ct3);
     size_t len = 0;
     CHECK(accel_chat_template_render(ct, &m, 1, true, &text, &len) == ACCEL_OK);
     CHECK(text && !strcmp(text, "hi") && len == 2);

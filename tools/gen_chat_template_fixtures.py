@@ -96,6 +96,11 @@ CONVERSATIONS = [
     ("parts", [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " Describe this. "}]}], {}),
     ("null_key", [{"role": "user", "content": "x", "name": None}], {}),
+    ("continue", [{"role": "user", "content": "Write a haiku."},
+                  {"role": "assistant", "content": "Autumn moonlight—  "}], {"continue_final_message": True}),
+    ("continue_parts", [{"role": "user", "content": [{"type": "text", "text": "Describe."}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": "It shows"}, {"type": "image"}]}],
+     {"continue_final_message": True}),
     ("assistant_first", [{"role": "assistant", "content": "I start."}, {"role": "user", "content": "ok"}], {}),
 ]
 
@@ -164,6 +169,8 @@ SNIPPETS = [
 def render(src, special, messages, extra, add_generation_prompt):
     kwargs = dict(extra)
     tools = kwargs.pop("tools", None)
+    if kwargs.get("continue_final_message") and add_generation_prompt:  # apply_chat_template's own check
+        raise ValueError("continue_final_message and add_generation_prompt are not compatible")
     convs = [_normalize_chat_messages(messages)]
     rendered, _ = render_jinja_template(conversations=convs, tools=tools, documents=None, chat_template=src,
                                         add_generation_prompt=add_generation_prompt, **{**special, **kwargs})
@@ -173,7 +180,7 @@ def render(src, special, messages, extra, add_generation_prompt):
 TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9"}
 TOOL_TEMPLATES = {"qwen2_5", "qwen3", "llama3_1", "mistral_v3"}  # the templates with tool branches
 # add_generation_prompt off too (on for every conversation): enough to see each template's branch for it
-BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking"}
+BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking", "continue", "continue_parts"}
 
 
 def main():

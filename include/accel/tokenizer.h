@@ -124,7 +124,9 @@ accel_status accel_chat_template_render(const accel_chat_template *ct, const acc
  * As transformers, a message's null-valued keys are dropped, reasoning given as
  * reasoning_content, thinking or reasoning is also visible under `thinking` and
  * `reasoning_content`, and tools, documents and add_generation_prompt default to
- * None, None and false. */
+ * None, None and false. "continue_final_message" (true, or the message key to
+ * continue) is apply_chat_template's option of that name, not a variable: the
+ * rendering stops inside the final message, as transformers cuts it. */
 accel_status accel_chat_template_render_json(const accel_chat_template *ct, const char *json, size_t n, char **text,
                                              size_t *len);
 /* apply_chat_template(..., tokenize=True): the rendering encoded by t without

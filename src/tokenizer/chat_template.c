@@ -219,7 +219,114 @@ static bool message(jctx *c, json_t *m, jv *out) {
     return true;
 }
 
-/* Renders over the JSON object ctx (borrowed). */
+/* transformers' continue_final_message: the last message's text gets a tag appended
+ * before the render and the rendering is cut where the tag lands, so the prompt ends
+ * inside that message for the model to continue. */
+#define CONTINUE_TAG "CONTINUE_FINAL_MESSAGE_TAG "
+
+/* Python's truth of a JSON value. */
+static bool json_truthy(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_TRUE: return true;
+    case JSON_INTEGER: return json_integer_value(v) != 0;
+    case JSON_REAL: return json_real_value(v) != 0;
+    case JSON_STRING: return json_string_length(v) > 0;
+    case JSON_ARRAY: return json_array_size(v) > 0;
+    case JSON_OBJECT: return json_object_size(v) > 0;
+    default: return false;
+    }
+}
+
+/* Tags the final message of ctx (owned, changed in place); *final: the text that was
+ * continued (a reference the caller drops), NULL when "continue_final_message" is
+ * absent or false. */
+static accel_status continue_prepare(const jtemplate *t, json_t *ctx, json_t **final) {
+    json_t *opt = json_object_get(ctx, "continue_final_message");
+    *final = NULL;
+    if (!opt || json_is_false(opt) || json_is_null(opt)) return ACCEL_OK;
+    if (!json_is_true(opt) && !json_is_string(opt))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message must be a boolean or a key");
+    const char *field = json_is_string(opt) ? json_string_value(opt) : "content";
+    if (!strcmp(field, "reasoning_content") || !strcmp(field, "thinking") || !strcmp(field, "reasoning"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "chat template: continue_final_message=\"%s\" (a reasoning field) is not "
+                               "implemented", field);
+    json_t *agp = json_object_get(ctx, "add_generation_prompt");
+    if (agp && json_truthy(agp))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message and add_generation_prompt are not "
+                               "compatible");
+    json_t *msgs = json_object_get(ctx, "messages"), *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *v = json_object_get(last, field);
+    if (!v || json_is_null(v))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "chat template: continue_final_message is set but the final message has no \"%s\" to continue", field);
+    if (!memmem(t->src, t->n, field, strlen(field)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message is set to \"%s\" but this is not an "
+                               "accepted field in the chat template", field);
+    json_t *holder = last;
+    const char *key = field;
+    if (json_is_array(v)) { /* the last content block with a text */
+        holder = NULL;
+        for (size_t i = json_array_size(v); i-- > 0 && !holder;)
+            if (json_object_get(json_array_get(v, i), "text")) holder = json_array_get(v, i);
+        if (!holder)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message is set but no content block of the "
+                                   "final message has a text to continue");
+        key = "text";
+        v = json_object_get(holder, "text");
+    }
+    if (!json_is_string(v))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message: the final message's \"%s\" is not a "
+                               "string", key);
+    size_t n = json_string_length(v);
+    char *tagged = malloc(n + sizeof CONTINUE_TAG);
+    if (!tagged) return accel_set_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    memcpy(tagged, json_string_value(v), n);
+    memcpy(tagged + n, CONTINUE_TAG, sizeof CONTINUE_TAG);
+    json_incref(v); /* the untagged text stays alive for continue_finish */
+    int bad = json_object_set_new(holder, key, json_stringn(tagged, n + sizeof CONTINUE_TAG - 1));
+    free(tagged);
+    if (bad) {
+        json_decref(v);
+        return accel_set_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    }
+    json_object_del(ctx, "continue_final_message"); /* an option of the call, not a template variable */
+    *final = v;
+    return ACCEL_OK;
+}
+
+/* Cuts text (n bytes) where the tag landed; the continued text must be in it. */
+static accel_status continue_finish(const char *final, char *text, size_t *n) {
+    size_t a = 0, b = strlen(final);
+    uint32_t cp;
+    for (size_t l; a < b && (l = tok_utf8_next(final + a, b - a, &cp)) && jv_py_isspace(cp);) a += l;
+    while (b > a) {
+        size_t j = b - 1;
+        while (j > a && ((unsigned char)final[j] & 0xC0) == 0x80) j--;
+        if (!tok_utf8_next(final + j, b - j, &cp) || !jv_py_isspace(cp)) break;
+        b = j;
+    }
+    static const char tag[] = "CONTINUE_FINAL_MESSAGE_TAG";
+    const char *at = NULL;
+    for (const char *p = text; (p = memmem(p, *n - (size_t)(p - text), tag, sizeof tag - 1)); p++) at = p;
+    if (!at || (b > a && !memmem(text, *n, final + a, b - a)))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message is set but the final message does not "
+                               "appear in the chat after applying the chat template");
+    size_t cut = (size_t)(at - text);
+    if (!(cut + sizeof CONTINUE_TAG - 1 <= *n && !memcmp(at, CONTINUE_TAG, sizeof CONTINUE_TAG - 1))) {
+        /* the template trimmed the message's trailing space: trim what is before the tag too */
+        while (cut > 0) {
+            size_t j = cut - 1;
+            while (j > 0 && ((unsigned char)text[j] & 0xC0) == 0x80) j--;
+            if (!tok_utf8_next(text + j, cut - j, &cp) || !jv_py_isspace(cp)) break;
+            cut = j;
+        }
+    }
+    text[cut] = 0;
+    *n = cut;
+    return ACCEL_OK;
+}
+
+/* Renders over the JSON object ctx (owned by the caller, changed). */
 static accel_status render(const accel_chat_template *ct, json_t *ctx, char **text, size_t *len) {
     if (!json_is_object(ctx)) return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: the variables must be a JSON object");
     json_t *msgs = json_object_get(ctx, "messages");
@@ -232,8 +339,14 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: messages[%zu] must be an object (a dict)", i);
     json_t *tools = json_object_get(ctx, "tools");
     const jtemplate *t = ct->tool_use && tools && !json_is_null(tools) ? ct->tool_use : ct->tmpl;
+    json_t *final;
+    accel_status cst = continue_prepare(t, ctx, &final);
+    if (cst) return cst;
     jctx c = {.arena = accel_arena_create(1 << 16), .mem_limit = JINJA_MAX_MEMORY};
-    if (!c.arena) return accel_propagate_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    if (!c.arena) {
+        json_decref(final);
+        return accel_propagate_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    }
     jdict *vars = jv_dict_new(&c);
     bool ok = vars != NULL;
     for (size_t i = 0; ok && i < N_SPECIAL; i++)
@@ -255,8 +368,15 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             ok = from_json(&c, v, &val);
         ok = ok && jv_dict_set(&c, vars, key, val);
     }
-    accel_status st = ok ? jinja_render(t, &c, vars, text, len) : accel_last_status();
+    size_t n = 0;
+    accel_status st = ok ? jinja_render(t, &c, vars, text, &n) : accel_last_status();
     accel_arena_destroy(c.arena);
+    if (!st && final && (st = continue_finish(json_string_value(final), *text, &n))) {
+        free(*text);
+        *text = NULL;
+    }
+    json_decref(final);
+    if (!st && len) *len = n;
     return st;
 }
 
