@@ -414,6 +414,48 @@ static void test_generate_chat(void) {
     CHECK_STR_CONTAINS(out, "usage: generate DIR [--prompt TEXT | --chat TEXT [--system TEXT]");
 }
 
+/* examples/chat_template: the text of dirs.json's jinja_file folder, its ids with
+ * --ids, a template file, and a malformed one refused with its position. */
+static void test_example(void) {
+    char exe[8192], cmd[16384], out[8192];
+    if (!sibling_exe("chat_template", exe, sizeof exe)) {
+        CHECK(!"chat_template is built next to the tests");
+        return;
+    }
+    json_t *root = load("data/chat_templates/dirs.json");
+    if (!root) return;
+    json_t *vars = json_pack("{s:O, s:b}", "messages", json_object_get(root, "messages"), "add_generation_prompt", 1);
+    CHECK(json_dump_file(vars, "/tmp/accel_chat_vars.json", 0) == 0);
+    json_t *e = json_object_get(root, "jinja_file");
+    snprintf(cmd, sizeof cmd, "%s data/chat_templates/dirs/jinja_file < /tmp/accel_chat_vars.json", exe);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    CHECK_MSG(!strcmp(out, json_string_value(json_object_get(e, "text_1"))), "%s", out);
+    /* --ids: the folder needs a tokenizer; the jinja_file fixture's ids are llama3's */
+    char dir[] = "/tmp/accel_chat_ids_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json data/chat_templates/dirs/jinja_file/* %s/ && "
+             "%s %s --ids < /tmp/accel_chat_vars.json", dir, exe, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    char want[4096] = "";
+    size_t i;
+    json_t *id;
+    json_array_foreach(json_object_get(e, "ids_1"), i, id)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? " " : "", (long long)json_integer_value(id));
+    strcat(want, "\n");
+    CHECK_MSG(!strcmp(out, want), "%s vs %s", out, want);
+    snprintf(cmd, sizeof cmd, "rm -rf %s; %s --template data/chat_templates/chatml.jinja < /tmp/accel_chat_vars.json", dir, exe);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi there");
+    FILE *f = fopen("/tmp/accel_chat_bad.jinja", "w");
+    if (f) fputs("line one\n{% for m in messages %}\n{{ m.role }\n", f), fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --template /tmp/accel_chat_bad.jinja < /tmp/accel_chat_vars.json 2>&1; rc=$?; "
+             "rm -f /tmp/accel_chat_bad.jinja /tmp/accel_chat_vars.json; exit $rc", exe);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "chat_template: chat template: line 3, column 3: a tag that is never closed (expected '}}')");
+    json_decref(vars);
+    json_decref(root);
+}
+
 int main(void) {
     RUN(test_families);
     RUN(test_snippets);
@@ -423,5 +465,6 @@ int main(void) {
     RUN(test_api);
     RUN(test_mutations);
     RUN(test_generate_chat);
+    RUN(test_example);
     return check_summary();
 }
