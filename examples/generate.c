@@ -4,7 +4,12 @@
  *                            SentencePiece tokenizer.model) encodes it (with the
  *                            tokenizer's special tokens, e.g. BOS) and decodes the result,
  *                            printed as text="..." (special tokens skipped)
- *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt)
+ *   --chat TEXT              one user message through DIR's chat template (chat_template.jinja
+ *                            or tokenizer_config.json's) with the generation prompt, encoded as
+ *                            transformers' apply_chat_template(tokenize=True) encodes it (the
+ *                            template writes BOS and the turn markers), then as --prompt
+ *   --system TEXT            with --chat: a system message before the user's
+ *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt or --chat)
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
@@ -36,7 +41,7 @@
 #include "accel/tokenizer.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: generate DIR [--prompt TEXT | --ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
+    fprintf(stderr, "usage: generate DIR [--prompt TEXT | --chat TEXT [--system TEXT] | --ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
                     "prefix:dev,...] [--max-memory dev=SIZE,...] [--new-tokens N] [--sample] [--temperature T] "
                     "[--top-k K] [--top-p P] [--seed S] [--eos ID] [--dtype D] [--dump-logits FILE.npy] [--warm-up] "
                     "[--first-reps N]\n");
@@ -109,7 +114,8 @@ static int write_npy(const char *path, const float *x, int64_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL;
+    const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL, *chat = NULL,
+               *system = NULL;
     accel_generate_opts o = {.max_new_tokens = 8};
     accel_load_opts lo = {0};
     bool warm_up = false;
@@ -128,6 +134,8 @@ int main(int argc, char **argv) {
         bool ok = true;
         if (strcmp(a, "--ids") == 0) ids_s = v;
         else if (strcmp(a, "--prompt") == 0) text = v;
+        else if (strcmp(a, "--chat") == 0) chat = v;
+        else if (strcmp(a, "--system") == 0) system = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
         else if (strcmp(a, "--max-memory") == 0) mm_s = v;
         else if (strcmp(a, "--new-tokens") == 0) ok = parse_i64(v, &o.max_new_tokens);
@@ -158,7 +166,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!dir) return usage();
+    if (!dir || (text && chat) || (system && !chat)) return usage(); /* --prompt or --chat; --system only with --chat */
     enum { MAX_PROMPT = 256 };
     int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {
@@ -211,11 +219,20 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    /* --prompt: the text through DIR's tokenizer (BOS and the like added) */
-    accel_tokenizer *tok = text ? accel_tokenizer_load(dir) : NULL;
-    if (text && (!tok || accel_tokenizer_encode(tok, text, strlen(text), true, &prompt, &n_prompt) != ACCEL_OK ||
-                 accel_generate_opts_check(&o, n_prompt) != ACCEL_OK)) {
-        fprintf(stderr, "generate: --prompt: %s\n", accel_last_error());
+    /* --prompt: the text through DIR's tokenizer (BOS and the like added); --chat: the
+     * messages through DIR's chat template, encoded without adding special tokens */
+    accel_tokenizer *tok = text || chat ? accel_tokenizer_load(dir) : NULL;
+    accel_chat_template *ct = chat && tok ? accel_chat_template_load(dir) : NULL;
+    bool prompt_ok = !(text || chat) || (tok && (!chat || ct));
+    if (prompt_ok && chat) {
+        accel_chat_message msgs[2] = {{"system", system}, {"user", chat}};
+        prompt_ok = accel_chat_template_encode(ct, tok, system ? msgs : msgs + 1, system ? 2 : 1, true, &prompt,
+                                               &n_prompt) == ACCEL_OK;
+    } else if (prompt_ok && text)
+        prompt_ok = accel_tokenizer_encode(tok, text, strlen(text), true, &prompt, &n_prompt) == ACCEL_OK;
+    accel_chat_template_free(ct);
+    if (!prompt_ok || ((text || chat) && accel_generate_opts_check(&o, n_prompt) != ACCEL_OK)) {
+        fprintf(stderr, "generate: %s: %s\n", chat ? "--chat" : "--prompt", accel_last_error());
         if (prompt != prompt_ids) free(prompt);
         accel_tokenizer_free(tok);
         accel_device_map_free(map);

@@ -8,7 +8,9 @@
  * else) and decodes the ids; the byte-level gpt2 pipeline, which has no
  * normalizer, must give the text back byte for byte (special tokens kept).
  * Each SentencePiece fixture of tests/data/sentencepiece encodes any bytes
- * (as sentencepiece, invalid UTF-8 included) and decodes its ids.
+ * (as sentencepiece, invalid UTF-8 included) and decodes its ids. An input
+ * starting with 'T' is a chat template: one that loads renders a fixed
+ * conversation with tools to text or to an error of its own, never a crash.
  *
  * Built as fuzz_safetensors.c is (tests/tokenizer.cmake): a libFuzzer target
  * with clang, else a replay driver over a seed folder (tests/fuzz_replay.h). */
@@ -107,6 +109,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t len;
         if (t) free(round_trip(t, text, sizeof text - 1, true, &len));
         accel_tokenizer_free(t);
+        accel_clear_error();
+        return 0;
+    }
+    if (size > 0 && data[0] == 'T') {
+        accel_chat_template *ct = accel_chat_template_new((const char *)data + 1, size - 1);
+        static const char vars[] = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", "
+                                   "\"content\": \"Hello {{ x }}\"}, {\"role\": \"assistant\", \"content\": \"<think>r</think>a\", "
+                                   "\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}], "
+                                   "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                                   "\"add_generation_prompt\": true, \"bos_token\": \"<s>\"}";
+        char *text = NULL;
+        if (ct && accel_chat_template_render_json(ct, vars, sizeof vars - 1, &text, NULL) != ACCEL_OK &&
+            !strstr(accel_last_error(), "chat template")) {
+            fprintf(stderr, "fuzz_tokenizer: a render failed without its own message: %s\n", accel_last_error());
+            abort();
+        }
+        free(text);
+        accel_chat_template_free(ct);
         accel_clear_error();
         return 0;
     }

@@ -17,7 +17,7 @@
  *   decoders        ByteLevel ByteFallback Fuse Strip Replace WordPiece Metaspace Sequence
  * Any other component, and any option of these that is not implemented (BPE dropout,
  * a continuing_subword_prefix on BPE, ...), makes the load fail naming the JSON field:
- * a tokenizer is never silently approximated. Chat templates are not read.
+ * a tokenizer is never silently approximated. Chat templates: accel_chat_template_* below.
  *
  * A SentencePiece `tokenizer.model` (Llama 2, Mistral, Gemma, T5-style Unigram) is
  * run as the sentencepiece library runs it, ids for ids: BPE by piece scores or
@@ -76,6 +76,66 @@ int64_t accel_tokenizer_token_to_id(const accel_tokenizer *t, const char *token)
 const char *accel_tokenizer_id_to_token(const accel_tokenizer *t, int64_t id);
 /* Whether id is an added token marked special (skipped by decode on request). */
 bool accel_tokenizer_is_special(const accel_tokenizer *t, int64_t id);
+
+/* ------------------------------------------------------------ chat templates
+ *
+ * A model's chat template (transformers' apply_chat_template), run by accel's own
+ * interpreter of the Jinja2 subset chat templates use, as transformers runs it
+ * (jinja2's sandbox, trim_blocks, lstrip_blocks, loop controls, raise_exception,
+ * strftime_now, tojson): the rendered text is transformers' byte for byte. A
+ * construct outside the subset is refused naming it and its line and column
+ * (docs/tokenizer.md lists the subset); a malformed template is ACCEL_ERR_FORMAT
+ * with its line and column; raise_exception(msg) fails the render with
+ * ACCEL_ERR_INVALID_ARG and msg in the message. A render is bounded: 10 million
+ * steps, 100 nested macro calls, 64 MiB of text, 512 MiB of values.
+ *
+ * OWNERSHIP: a template is immutable once loaded; renders may run on several
+ * threads at once. Returned text and ids are malloc'd: free() them. */
+typedef struct accel_chat_template accel_chat_template;
+
+/* dir: a model folder. The template is chat_template.jinja when the folder has
+ * one, else tokenizer_config.json's `chat_template` (a string, or a list of
+ * {name, template} of which the one named "default" is taken), as transformers 5
+ * chooses; the named special tokens (bos_token, eos_token, unk_token, sep_token,
+ * pad_token, cls_token, mask_token: strings or AddedToken dicts) come from
+ * tokenizer_config.json. NULL + error naming the file and key when there is no
+ * template, or on anything malformed. */
+accel_chat_template *accel_chat_template_load(const char *dir);
+/* A template from its source (n bytes of UTF-8), with no special tokens (pass
+ * them as variables to accel_chat_template_render_json). */
+accel_chat_template *accel_chat_template_new(const char *source, size_t n);
+void accel_chat_template_free(accel_chat_template *ct); /* NULL is a no-op */
+
+typedef struct accel_chat_message {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content; /* NUL-terminated UTF-8 */
+} accel_chat_message;
+
+/* apply_chat_template(messages, add_generation_prompt=..., tokenize=False):
+ * *text gets the malloc'd NUL-terminated rendering, *len (may be NULL) its length.
+ * At least one message; roles and contents must be UTF-8. */
+accel_status accel_chat_template_render(const accel_chat_template *ct, const accel_chat_message *msgs, size_t n_msgs,
+                                        bool add_generation_prompt, char **text, size_t *len);
+/* The same with every template variable given as one JSON object (n bytes):
+ * "messages" (required: a non-empty array of objects, whose content may be a
+ * string or a list of parts, with tool_calls, reasoning_content, ...), and any
+ * others the template reads ("add_generation_prompt", "tools", "documents",
+ * "enable_thinking", "bos_token", ...), which override the loaded special tokens.
+ * As transformers, a message's null-valued keys are dropped, reasoning given as
+ * reasoning_content, thinking or reasoning is also visible under `thinking` and
+ * `reasoning_content`, and tools, documents and add_generation_prompt default to
+ * None, None and false. "continue_final_message" (true, or the message key to
+ * continue) is apply_chat_template's option of that name, not a variable: the
+ * rendering stops inside the final message, as transformers cuts it. */
+accel_status accel_chat_template_render_json(const accel_chat_template *ct, const char *json, size_t n, char **text,
+                                             size_t *len);
+/* apply_chat_template(..., tokenize=True): the rendering encoded by t without
+ * adding special tokens (the template writes them), as transformers encodes it
+ * (a SentencePiece tokenizer.model reads the control pieces a template writes as
+ * text, as sentencepiece does: docs/tokenizer.md). */
+accel_status accel_chat_template_encode(const accel_chat_template *ct, const accel_tokenizer *t,
+                                        const accel_chat_message *msgs, size_t n_msgs, bool add_generation_prompt,
+                                        int64_t **ids, int64_t *n_ids);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,10 @@ const char *accel__file_kind(mode_t mode);
  * its fstat in *sb: a regular file, else -1 and an error naming the path and
  * what it is instead of `what` ("a JSON file"). The caller closes the fd. */
 int accel__open_regular(const char *path, const char *what, struct stat *sb);
+/* The whole regular file at path (accel_malloc'd, its length in *len; `what`
+ * names it in the error when path is something else), or NULL + ACCEL_ERR_IO /
+ * ACCEL_ERR_OOM naming the path. */
+char *accel__read_regular_file(const char *path, const char *what, size_t *len);
 /* Reads and parses a JSON file. NULL + ACCEL_ERR_IO / ACCEL_ERR_FORMAT naming
  * the file, line and column. Caller json_decref()s. */
 json_t *accel__json_load_file(const char *path);

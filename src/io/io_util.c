@@ -280,21 +280,25 @@ int accel__open_regular(const char *path, const char *what, struct stat *sb) {
     return fd;
 }
 
-json_t *accel__json_load_file(const char *path) {
+char *accel__read_regular_file(const char *path, const char *what, size_t *len) {
     struct stat sb;
-    int fd = accel__open_regular(path, "a JSON file", &sb);
+    int fd = accel__open_regular(path, what, &sb);
     if (fd < 0) return NULL;
+    char *text = read_whole(fd, (size_t)sb.st_size, len);
+    int read_errno = errno;
+    close(fd);
+    if (!text)
+        accel_set_error(read_errno == ENOMEM ? ACCEL_ERR_OOM : ACCEL_ERR_IO, "%s: cannot be read: %s", path,
+                        strerror(read_errno));
+    return text;
+}
+
+json_t *accel__json_load_file(const char *path) {
     /* The whole file in a few read()s, parsed from memory: json_loadfd reads one
      * byte per syscall (a 50 MB DeepSpeed config took tens of seconds). */
     size_t len = 0;
-    char *text = read_whole(fd, (size_t)sb.st_size, &len);
-    int read_errno = errno;
-    close(fd);
-    if (!text) {
-        accel_set_error(read_errno == ENOMEM ? ACCEL_ERR_OOM : ACCEL_ERR_IO, "%s: cannot be read: %s", path,
-                        strerror(read_errno));
-        return NULL;
-    }
+    char *text = accel__read_regular_file(path, "a JSON file", &len);
+    if (!text) return NULL;
     json_t *j = accel__json_parse(path, text, len);
     accel_free(text);
     return j;

@@ -1,0 +1,470 @@
+/* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
+ * the real templates of thirteen chat model families over 21 conversations with
+ * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
+ * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
+ * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
+ * byte for byte (ids for ids); then refusals: malformed templates with their
+ * position, constructs outside the subset, raise_exception's message, runaway
+ * loops, recursion and output, bad arguments. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "check.h"
+#include "sibling_exe.h"
+#include "tok_cases.h"
+
+static json_t *load(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) fprintf(stderr, "%s: %s (line %d)\n", path, e.text, e.line);
+    return j;
+}
+
+static char *read_text(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)len + 1);
+    *n = fread(s, 1, (size_t)len, f);
+    s[*n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Renders vars (a JSON object) with ct; checks expected text or the error. */
+static void check_case(const accel_chat_template *ct, json_t *vars, json_t *c, const char *label) {
+    char *js = json_dumps(vars, JSON_COMPACT);
+    char *text = NULL;
+    size_t len = 0;
+    accel_status st = accel_chat_template_render_json(ct, js, strlen(js), &text, &len);
+    json_t *exp = json_object_get(c, "expected");
+    if (exp) {
+        CHECK_MSG(st == ACCEL_OK, "%s: %s", label, accel_last_error());
+        if (!st) {
+            bool same = len == json_string_length(exp) && !memcmp(text, json_string_value(exp), len);
+            CHECK_MSG(same, "%s:\n--- accel (%zu bytes)\n%s\n--- transformers (%zu bytes)\n%s\n---", label, len, text,
+                      json_string_length(exp), json_string_value(exp));
+        }
+    } else {
+        CHECK_MSG(st != ACCEL_OK, "%s: rendered where transformers fails (%s)", label,
+                  json_string_value(json_object_get(c, "error")));
+        if (st && json_is_true(json_object_get(c, "raised")))
+            CHECK_STR_CONTAINS(accel_last_error(), json_string_value(json_object_get(c, "error")));
+    }
+    free(text);
+    free(js);
+}
+
+static void test_families(void) {
+    json_t *root = load("data/chat_templates/cases.json");
+    CHECK(root != NULL);
+    if (!root) return;
+    json_t *cases = json_object_get(root, "cases"), *convs = json_object_get(root, "conversations"),
+           *special = json_object_get(root, "special");
+    size_t i, ok = 0;
+    json_t *c;
+    const char *last = "";
+    accel_chat_template *ct = NULL;
+    json_array_foreach(cases, i, c) {
+        const char *name = json_string_value(json_object_get(c, "template"));
+        if (strcmp(name, last)) {
+            char path[256];
+            snprintf(path, sizeof path, "data/chat_templates/%s.jinja", name);
+            size_t n;
+            char *src = read_text(path, &n);
+            accel_chat_template_free(ct);
+            ct = src ? accel_chat_template_new(src, n) : NULL;
+            CHECK_MSG(ct != NULL, "%s: %s", path, accel_last_error());
+            free(src);
+            last = name;
+        }
+        if (!ct) continue;
+        json_t *conv = json_object_get(convs, json_string_value(json_object_get(c, "conversation")));
+        json_t *vars = json_deep_copy(json_object_get(special, name));
+        json_object_update(vars, json_object_get(conv, "vars"));
+        json_object_set(vars, "messages", json_object_get(conv, "messages"));
+        json_object_set(vars, "add_generation_prompt", json_object_get(c, "add_generation_prompt"));
+        char label[160];
+        snprintf(label, sizeof label, "%s / %s / add_generation_prompt=%d", name,
+                 json_string_value(json_object_get(c, "conversation")), json_is_true(json_object_get(c, "add_generation_prompt")));
+        int before = check_failures_;
+        check_case(ct, vars, c, label);
+        ok += check_failures_ == before;
+        json_decref(vars);
+    }
+    fprintf(stderr, "  %zu of %zu family cases as transformers\n", ok, json_array_size(cases));
+    accel_chat_template_free(ct);
+    json_decref(root);
+}
+
+static void test_snippets(void) {
+    json_t *root = load("data/chat_templates/snippets.json");
+    CHECK(root != NULL);
+    if (!root) return;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *src = json_string_value(json_object_get(c, "template"));
+        accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+        if (!ct) {
+            CHECK_MSG(!json_object_get(c, "expected"), "snippet %zu (%s): %s", i, src, accel_last_error());
+            continue;
+        }
+        /* the snippets read their own variables; messages is required by the API */
+        json_t *vars = json_deep_copy(json_object_get(root, "vars"));
+        json_object_set_new(vars, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", "x"));
+        char label[600];
+        snprintf(label, sizeof label, "snippet %zu: %s", i, src);
+        check_case(ct, vars, c, label);
+        json_decref(vars);
+        accel_chat_template_free(ct);
+    }
+    json_decref(root);
+}
+
+static void test_dirs(void) {
+    json_t *root = load("data/chat_templates/dirs.json");
+    accel_tokenizer *tok = accel_tokenizer_load("data/tokenizers/llama3/tokenizer.json");
+    CHECK(root && tok);
+    if (!root || !tok) return;
+    json_t *msgs = json_object_get(root, "messages");
+    size_t n = json_array_size(msgs);
+    accel_chat_message m[8];
+    for (size_t i = 0; i < n && i < 8; i++)
+        m[i] = (accel_chat_message){json_string_value(json_object_get(json_array_get(msgs, i), "role")),
+                                    json_string_value(json_object_get(json_array_get(msgs, i), "content"))};
+    static const char *const dirs[] = {"config_string", "config_list", "jinja_file"};
+    for (int d = 0; d < 3; d++) {
+        char path[128];
+        snprintf(path, sizeof path, "data/chat_templates/dirs/%s", dirs[d]);
+        accel_chat_template *ct = accel_chat_template_load(path);
+        CHECK_MSG(ct != NULL, "%s: %s", path, accel_last_error());
+        if (!ct) continue;
+        json_t *e = json_object_get(root, dirs[d]);
+        for (int agp = 0; agp < 2; agp++) {
+            char key[16];
+            snprintf(key, sizeof key, "text_%d", agp);
+            char *text = NULL;
+            CHECK(accel_chat_template_render(ct, m, n, agp, &text, NULL) == ACCEL_OK);
+            CHECK_MSG(text && !strcmp(text, json_string_value(json_object_get(e, key))), "%s %s:\n%s\nvs\n%s", path, key,
+                      text ? text : accel_last_error(), json_string_value(json_object_get(e, key)));
+            free(text);
+            snprintf(key, sizeof key, "ids_%d", agp);
+            json_t *want = json_object_get(e, key);
+            int64_t *ids = NULL, nid = 0;
+            CHECK(accel_chat_template_encode(ct, tok, m, n, agp, &ids, &nid) == ACCEL_OK);
+            bool same = (size_t)nid == json_array_size(want);
+            for (int64_t k = 0; same && k < nid; k++) same = ids[k] == json_integer_value(json_array_get(want, (size_t)k));
+            CHECK_MSG(same, "%s %s: %lld ids, transformers %zu", path, key, (long long)nid, json_array_size(want));
+            free(ids);
+        }
+        /* with tools: a template list's "tool_use" (config_list), else the default */
+        json_t *vars = json_pack("{s:O, s:O, s:b}", "messages", msgs, "tools", json_object_get(root, "tools"),
+                                 "add_generation_prompt", 1);
+        json_t *c = json_pack("{s:O}", "expected", json_object_get(e, "text_tools"));
+        check_case(ct, vars, c, path);
+        json_decref(vars);
+        json_decref(c);
+        accel_chat_template_free(ct);
+    }
+    accel_tokenizer_free(tok);
+    json_decref(root);
+}
+
+/* src fails to load (ACCEL_ERR_FORMAT or UNSUPPORTED) with all of the needles in the message. */
+static void refused_at_load(const char *src, const char *n1, const char *n2) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct == NULL, "loaded: %s", src);
+    accel_chat_template_free(ct);
+    if (ct) return;
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_FORMAT || accel_last_status() == ACCEL_ERR_UNSUPPORTED, "%s: %s", src,
+              accel_status_name(accel_last_status()));
+    CHECK_STR_CONTAINS(accel_last_error(), n1);
+    if (n2) CHECK_STR_CONTAINS(accel_last_error(), n2);
+}
+
+/* src loads, and its render with one user message fails naming n1 (and n2). */
+static void refused_at_render(const char *src, const char *n1, const char *n2) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct != NULL, "%s: %s", src, accel_last_error());
+    if (!ct) return;
+    accel_chat_message m = {"user", "hi"};
+    char *text = NULL;
+    CHECK_MSG(accel_chat_template_render(ct, &m, 1, true, &text, NULL) != ACCEL_OK, "rendered: %s", src);
+    CHECK(text == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), n1);
+    if (n2) CHECK_STR_CONTAINS(accel_last_error(), n2);
+    free(text);
+    accel_chat_template_free(ct);
+}
+
+static void test_malformed(void) {
+    refused_at_load("{% if x %}a", "'if' is never closed", "line 1, column 4");
+    refused_at_load("ok\n{% for m in messages %}\n{% endif %}", "unexpected 'endif'", "line 3, column 4");
+    refused_at_load("{{ 1 + }}", "expected an expression", "line 1, column 8");
+    refused_at_load("{{ 'abc }}", "never closed", "column 4");
+    refused_at_load("{{ a", "never closed", NULL);
+    refused_at_load("{# a", "comment that is never closed", NULL);
+    refused_at_load("{{ a $ b }}", "unexpected character '$'", NULL);
+    refused_at_load("{{ x | nosuchfilter }}", "no filter named 'nosuchfilter'", "column 8");
+    refused_at_load("{{ x is nosuchtest }}", "no test named 'nosuchtest'", NULL);
+    refused_at_load("{% frobnicate %}", "unknown statement 'frobnicate'", NULL);
+    refused_at_load("{% include 'x.jinja' %}", "'include' statement is not implemented", NULL);
+    refused_at_load("{% raw %}{{ x }}{% endraw %}", "'raw' statement is not implemented", NULL);
+    refused_at_load("{% for x in y recursive %}{% endfor %}", "recursive", NULL);
+    refused_at_load("{% break %}", "'break' outside a for loop", NULL);
+    refused_at_load("{{ f(*args) }}", "*args", NULL);
+    refused_at_load("{{ x | sum }}", "no filter named 'sum'", NULL);
+    refused_at_load("{{ '\\N{DASH}' }}", "\\N{...}", NULL);
+    refused_at_load("{{ 99999999999999999999 }}", "outside 64 bits", NULL);
+    refused_at_load("{{ x is defined is none }}", "chain", NULL);
+    refused_at_load("{% macro m(a=1, b) %}{% endmacro %}", "without a default", NULL);
+    /* nesting past the parser's limit */
+    char deep[1000];
+    size_t k = 0;
+    k += (size_t)snprintf(deep + k, sizeof deep - k, "{{ ");
+    for (int i = 0; i < 300; i++) deep[k++] = '(';
+    deep[k++] = '1';
+    for (int i = 0; i < 300; i++) deep[k++] = ')';
+    snprintf(deep + k, sizeof deep - k, " }}");
+    refused_at_load(deep, "nested more than 200 levels", NULL);
+    /* not UTF-8 */
+    refused_at_load("a\xff", "not UTF-8 at byte 1", NULL);
+}
+
+static void test_runtime_errors(void) {
+    refused_at_render("{{ raise_exception('Only user and assistant roles are supported!') }}",
+                      "raise_exception: Only user and assistant roles are supported!", "line 1, column 4");
+    refused_at_render("{{ messages[0].nope.deeper }}", "'nope' is undefined", NULL);
+    refused_at_render("{{ undefined_fn() }}", "'undefined_fn' is undefined", NULL);
+    refused_at_render("{{ messages | tojson }}{{ x | tojson }}", "tojson", "Undefined");
+    refused_at_render("{% set ns = namespace(a=1) %}{% set ns._x = 2 %}", "underscore-prefixed", NULL);
+    refused_at_render("{% set d = {} %}{% set d.x = 1 %}", "non-namespace", NULL);
+    refused_at_render("{{ messages.update({}) }}", "not implemented", NULL);
+    refused_at_render("{{ '%s' % 'x' }}", "string formatting", NULL);
+    refused_at_render("{{ loop.index }}", "'loop' is undefined", NULL);
+    refused_at_render("{% for a, b in [1] %}{% endfor %}", "cannot unpack", NULL);
+    refused_at_render("{{ 9223372036854775807 + 1 }}", "past 64 bits", NULL);
+    /* runaway work: loop turns, recursion, text, values */
+    refused_at_render("{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}", "10000000 steps",
+                      "runaway");
+    refused_at_render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper than 100", NULL);
+    refused_at_render("{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "would pass 64 MiB", NULL);
+    refused_at_render("{{ 'x' * 100000000 }}", "more than 64 MiB", NULL);
+    refused_at_render("{% set ns = namespace(s='x') %}{% for a in range(100000) %}{% set ns.s = ns.s ~ ns.s[:5000] %}{% endfor %}",
+                      "MiB of values", NULL);
+}
+
+static void test_api(void) {
+    accel_chat_message m = {"user", "hi"};
+    char *text = (char *)1;
+    const char *src = "{{ messages[0].content }}";
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK(ct != NULL);
+    CHECK(accel_chat_template_render(NULL, &m, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render(ct, &m, 0, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "empty conversation");
+    CHECK(text == NULL);
+    accel_chat_message bad = {"user", "\xc3("};
+    CHECK(accel_chat_template_render(ct, &bad, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "msgs[0].content is not UTF-8");
+    accel_chat_message null_role = {NULL, "x"};
+    CHECK(accel_chat_template_render(ct, &null_role, 1, true, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render_json(ct, "[1]", 3, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_chat_template_render_json(ct, "{\"messages\": [1]}", 17, &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "messages[0]");
+    CHECK(accel_chat_template_render_json(ct, "{", 1, &text, NULL) == ACCEL_ERR_FORMAT);
+    /* continue_final_message's refusals (its renders are in cases.json) */
+    static const struct {
+        const char *vars, *msg;
+    } cont[] = {
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true, "
+         "\"add_generation_prompt\": true}", "not compatible"},
+        {"{\"messages\": [{\"role\": \"user\"}], \"continue_final_message\": true}", "has no \"content\" to continue"},
+        {"{\"messages\": [{\"role\": \"user\", \"name\": \"x\"}], \"continue_final_message\": \"name\"}",
+         "not an accepted field"},
+        {"{\"messages\": [{\"role\": \"user\", \"thinking\": \"x\"}], \"continue_final_message\": \"thinking\"}",
+         "not implemented"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}], \"continue_final_message\": true}",
+         "no content block"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": 5}], \"continue_final_message\": true}", "is not a string"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": 3}", "boolean or a key"},
+    };
+    for (size_t i = 0; i < sizeof cont / sizeof *cont; i++) {
+        CHECK(accel_chat_template_render_json(ct, cont[i].vars, strlen(cont[i].vars), &text, NULL) != ACCEL_OK && !text);
+        CHECK_STR_CONTAINS(accel_last_error(), cont[i].msg);
+    }
+    /* a template that drops the message: the continued text is not in the rendering */
+    const char *drop = "{{ messages[0].role }} content";
+    accel_chat_template *ct3 = accel_chat_template_new(drop, strlen(drop));
+    const char *dv = "{\"messages\": [{\"role\": \"user\", \"content\": \"gone\"}], \"continue_final_message\": true}";
+    CHECK(ct3 && accel_chat_template_render_json(ct3, dv, strlen(dv), &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "does not appear in the chat");
+    accel_chat_template_free(ct3);
+    size_t len = 0;
+    CHECK(accel_chat_template_render(ct, &m, 1, true, &text, &len) == ACCEL_OK);
+    CHECK(text && !strcmp(text, "hi") && len == 2);
+    free(text);
+    /* strftime_now: today's date, as datetime.now().strftime */
+    const char *st = "{{ strftime_now('%Y') | length }}";
+    accel_chat_template *ct2 = accel_chat_template_new(st, strlen(st));
+    CHECK(ct2 && accel_chat_template_render(ct2, &m, 1, false, &text, NULL) == ACCEL_OK && !strcmp(text, "4"));
+    free(text);
+    accel_chat_template_free(ct2);
+    accel_chat_template_free(ct);
+    accel_chat_template_free(NULL);
+    CHECK(accel_chat_template_new(NULL, 0) == NULL);
+    CHECK(accel_chat_template_load(NULL) == NULL);
+    CHECK(accel_chat_template_load("data/chat_templates") == NULL); /* no config, no template */
+    CHECK_STR_CONTAINS(accel_last_error(), "has no chat template");
+    CHECK(accel_chat_template_load("data/tokenizers/llama3") == NULL);
+}
+
+/* Every truncation and 400 random byte flips, insertions and deletions of each family
+ * template: a named error at load or render, or text; never a crash, hang or leak (ASan,
+ * valgrind). */
+static void test_mutations(void) {
+    static const char *const names[] = {"llama3_1", "qwen3", "gemma3", "zephyr", "mistral_instruct"};
+    const char *vars = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": "
+                       "\"u\"}, {\"role\": \"assistant\", \"content\": \"<think>r</think>a\"}], \"tools\": [{\"type\": "
+                       "\"function\", \"function\": {\"name\": \"f\"}}], \"add_generation_prompt\": true}";
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    size_t loaded = 0, rendered = 0, tries = 0;
+    for (size_t t = 0; t < sizeof names / sizeof *names; t++) {
+        char path[128];
+        snprintf(path, sizeof path, "data/chat_templates/%s.jinja", names[t]);
+        size_t n;
+        char *src = read_text(path, &n);
+        CHECK(src != NULL);
+        if (!src) continue;
+        char *buf = malloc(n + 16);
+        for (size_t k = 0; k < n + 400; k++) {
+            size_t m;
+            if (k < n) { /* every truncation */
+                memcpy(buf, src, k);
+                m = k;
+            } else {
+                memcpy(buf, src, n);
+                m = n;
+                for (int e = 0; e < 3; e++) {
+                    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                    size_t at = (size_t)(rng >> 8) % m;
+                    static const char bytes[] = "{}%#-+()[]|.,'\"\\ \nxa0=~*:";
+                    char b = (rng & 3) ? bytes[(rng >> 40) % (sizeof bytes - 1)] : (char)(rng >> 48);
+                    if ((rng >> 4) % 3 == 0) buf[at] = b;
+                    else if ((rng >> 4) % 3 == 1 && m > 1) memmove(buf + at, buf + at + 1, m - at - 1), m--;
+                    else memmove(buf + at + 1, buf + at, m - at), buf[at] = b, m++;
+                }
+            }
+            tries++;
+            accel_chat_template *ct = accel_chat_template_new(buf, m);
+            if (!ct) {
+                CHECK(strstr(accel_last_error(), "chat template: ") != NULL);
+                continue;
+            }
+            loaded++;
+            char *text = NULL;
+            if (accel_chat_template_render_json(ct, vars, strlen(vars), &text, NULL) == ACCEL_OK) rendered++;
+            else CHECK(strstr(accel_last_error(), "chat template") != NULL);
+            free(text);
+            accel_chat_template_free(ct);
+        }
+        free(buf);
+        free(src);
+    }
+    fprintf(stderr, "  %zu mutated templates: %zu loaded, %zu rendered\n", tries, loaded, rendered);
+}
+
+/* generate --chat: the prompt is the chat template's encoding of the messages. */
+static void test_generate_chat(void) {
+    char gen[8192], dir[] = "/tmp/accel_chat_model_XXXXXX", cmd[16384], out[8192];
+    if (!sibling_exe("generate", gen, sizeof gen)) {
+        CHECK(!"generate is built next to the tests");
+        return;
+    }
+    CHECK_MSG(tok_tiny_model(dir, 902), "%s: %s", dir, accel_last_error());
+    snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json data/chat_templates/dirs/jinja_file/* %s/ && "
+             "%s %s --system 'Be brief.' --chat 'Hi there' --new-tokens 2 2>&1", dir, gen, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    accel_tokenizer *tok = accel_tokenizer_load(dir);
+    accel_chat_template *ct = accel_chat_template_load(dir);
+    accel_chat_message m[2] = {{"system", "Be brief."}, {"user", "Hi there"}};
+    int64_t *ids = NULL, n = 0;
+    CHECK(tok && ct && accel_chat_template_encode(ct, tok, m, 2, true, &ids, &n) == ACCEL_OK && n > 10);
+    char want[4096] = "generated_ids=[";
+    for (int64_t i = 0; i < n; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%lld, ", (long long)ids[i]);
+    CHECK_STR_CONTAINS(out, want);
+    /* BOS (special) is skipped in the text; the fixture tokenizer has no header tokens, so they are text */
+    CHECK_STR_CONTAINS(out, "text=\"<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|start_header_id|>user");
+    free(ids);
+    accel_chat_template_free(ct);
+    accel_tokenizer_free(tok);
+    snprintf(cmd, sizeof cmd, "rm %s/chat_template.jinja %s/tokenizer_config.json && %s %s --chat hi 2>&1", dir, dir, gen, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "generate: --chat: accel_chat_template_load:");
+    CHECK_STR_CONTAINS(out, "has no chat template");
+    snprintf(cmd, sizeof cmd, "%s %s --system x --prompt hi 2>&1; rc=$?; rm -rf %s; exit $rc", gen, dir, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "usage: generate DIR [--prompt TEXT | --chat TEXT [--system TEXT]");
+}
+
+/* examples/chat_template: the text of dirs.json's jinja_file folder, its ids with
+ * --ids, a template file, and a malformed one refused with its position. */
+static void test_example(void) {
+    char exe[8192], cmd[16384], out[8192];
+    if (!sibling_exe("chat_template", exe, sizeof exe)) {
+        CHECK(!"chat_template is built next to the tests");
+        return;
+    }
+    json_t *root = load("data/chat_templates/dirs.json");
+    if (!root) return;
+    json_t *vars = json_pack("{s:O, s:b}", "messages", json_object_get(root, "messages"), "add_generation_prompt", 1);
+    CHECK(json_dump_file(vars, "/tmp/accel_chat_vars.json", 0) == 0);
+    json_t *e = json_object_get(root, "jinja_file");
+    snprintf(cmd, sizeof cmd, "%s data/chat_templates/dirs/jinja_file < /tmp/accel_chat_vars.json", exe);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    CHECK_MSG(!strcmp(out, json_string_value(json_object_get(e, "text_1"))), "%s", out);
+    /* --ids: the folder needs a tokenizer; the jinja_file fixture's ids are llama3's */
+    char dir[] = "/tmp/accel_chat_ids_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cmd, sizeof cmd, "cp data/tokenizers/llama3/tokenizer.json data/chat_templates/dirs/jinja_file/* %s/ && "
+             "%s %s --ids < /tmp/accel_chat_vars.json", dir, exe, dir);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    char want[4096] = "";
+    size_t i;
+    json_t *id;
+    json_array_foreach(json_object_get(e, "ids_1"), i, id)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? " " : "", (long long)json_integer_value(id));
+    strcat(want, "\n");
+    CHECK_MSG(!strcmp(out, want), "%s vs %s", out, want);
+    snprintf(cmd, sizeof cmd, "rm -rf %s; %s --template data/chat_templates/chatml.jinja < /tmp/accel_chat_vars.json", dir, exe);
+    CHECK(tok_shell(cmd, out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi there");
+    FILE *f = fopen("/tmp/accel_chat_bad.jinja", "w");
+    if (f) fputs("line one\n{% for m in messages %}\n{{ m.role }\n", f), fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --template /tmp/accel_chat_bad.jinja < /tmp/accel_chat_vars.json 2>&1; rc=$?; "
+             "rm -f /tmp/accel_chat_bad.jinja /tmp/accel_chat_vars.json; exit $rc", exe);
+    CHECK(tok_shell(cmd, out, sizeof out) > 0);
+    CHECK_STR_CONTAINS(out, "chat_template: chat template: line 3, column 3: a tag that is never closed (expected '}}')");
+    json_decref(vars);
+    json_decref(root);
+}
+
+int main(void) {
+    RUN(test_families);
+    RUN(test_snippets);
+    RUN(test_dirs);
+    RUN(test_malformed);
+    RUN(test_runtime_errors);
+    RUN(test_api);
+    RUN(test_mutations);
+    RUN(test_generate_chat);
+    RUN(test_example);
+    return check_summary();
+}
