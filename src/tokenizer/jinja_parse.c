@@ -737,25 +737,19 @@ static jnode *parse_not(parser *p) {
     return parse_compare(p);
 }
 
-static jnode *parse_and(parser *p) {
-    jnode *x = parse_not(p);
-    while (x && is_name(cur(p), "and")) {
+/* A left-leaning chain of next's operands joined by the keyword kw (and, or). */
+static jnode *parse_chain(parser *p, const char *kw, jn_kind kind, jnode *(*next)(parser *)) {
+    jnode *x = next(p);
+    while (x && is_name(cur(p), kw)) {
         size_t pos = cur(p)->pos;
         p->at++;
-        x = bin(p, JN_AND, 0, pos, x, parse_not(p));
+        x = bin(p, kind, 0, pos, x, next(p));
     }
     return x;
 }
 
-static jnode *parse_or(parser *p) {
-    jnode *x = parse_and(p);
-    while (x && is_name(cur(p), "or")) {
-        size_t pos = cur(p)->pos;
-        p->at++;
-        x = bin(p, JN_OR, 0, pos, x, parse_and(p));
-    }
-    return x;
-}
+static jnode *parse_and(parser *p) { return parse_chain(p, "and", JN_AND, parse_not); }
+static jnode *parse_or(parser *p) { return parse_chain(p, "or", JN_OR, parse_and); }
 
 static jnode *parse_expr(parser *p) {
     size_t pos = cur(p)->pos;
