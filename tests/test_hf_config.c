@@ -432,6 +432,28 @@ static void test_gemma3_fields(void) {
     const accel_llama_config *r = m ? accel_llama_config_of(m) : NULL;
     CHECK_MSG(r && r->rope_local_base_freq == 10000 && r->sliding_window_pattern == 6, "%s", accel_last_error());
     accel_module_free(m);
+    /* saved as it is (unresolved): the same model, not every layer sliding with a local base of 0 */
+    char path[300];
+    snprintf(path, sizeof path, "%s/g3zero.json", g_dir);
+    CHECK(accel_llama_config_save(path, &k) == ACCEL_OK);
+    accel_llama_config back;
+    CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s", accel_last_error());
+    const accel__arch *g3 = accel__arch_find("gemma3_text");
+    for (int64_t i = 0; i < 6; i++)
+        CHECK_MSG(accel__arch_layer_local(g3, &back, i) == (i != 5), "layer %lld", (long long)i);
+    CHECK(back.rope_local_base_freq == 10000 && back.sliding_window_pattern == 6);
+    /* past ACCEL_MAX_LAYER_TYPES layers the pattern alone, which loads back (a list of 300 is refused) */
+    k.num_hidden_layers = 300;
+    CHECK(accel_llama_config_save(path, &k) == ACCEL_OK);
+    CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(back.n_layer_types == 0 && accel__arch_layer_local(g3, &back, 298) && !accel__arch_layer_local(g3, &back, 299));
+    k.num_hidden_layers = 6;
+    /* no window: transformers has no windowless Gemma 3 (its saved null would not load) */
+    k.sliding_window = 0;
+    CHECK(accel_llama_config_check(&k, "cfg") == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "cfg: sliding_window is 0: gemma3_text models need a window > 0");
+    expect_error("g3e13.json", "{\"model_type\": \"gemma3_text\", \"rope_local_base_freq\": null}", ACCEL_ERR_FORMAT,
+                 "'rope_local_base_freq' must be a number > 0");
     accel_clear_error();
 }
 
@@ -747,6 +769,9 @@ static void test_moe_fields(void) {
                  "[\"sliding_attention\", \"full_attention\"]}", ACCEL_ERR_UNSUPPORTED,
                  "layer_types[0] is not \"full_attention\": only transformers' default (sliding_attention on the even "
                  "layers below max_window_layers with use_sliding_window) is implemented");
+    /* Qwen2MoeConfig's even layers slide then, and its forward fails on the missing window */
+    expect_error("q2n.json", "{\"model_type\": \"qwen2_moe\", \"use_sliding_window\": true, \"sliding_window\": null}",
+                 ACCEL_ERR_FORMAT, "'sliding_window' must be a positive integer with use_sliding_window");
     expect_error("q2e.json", "{\"model_type\": \"qwen2_moe\", \"qkv_bias\": false}", ACCEL_ERR_UNSUPPORTED,
                  "qkv_bias false is not implemented for qwen2_moe models");
     expect_error("q2f.json", "{\"model_type\": \"qwen2_moe\", \"shared_expert_intermediate_size\": 0}",

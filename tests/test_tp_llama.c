@@ -319,7 +319,7 @@ static int body(int rank, int world) {
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
                               "qwen2_moe", "gemma3_text"};
     for (int sp = 0; sp < 2; sp++) {
-        for (int f = 0; f < 10; f++) family_matches(pg, families[f], sp, false, 0);
+        for (int f = 0; f < (int)(sizeof families / sizeof *families); f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */
         for (int f = 7; f < 10; f++) family_matches(pg, families[f], sp, false, BALANCE);
         family_matches(pg, "qwen3_moe", sp, false, DENSE_FIRST); /* the MLP's plan on layer 0 */

@@ -1,6 +1,7 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
- * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe.
+ * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe,
+ * qwen2_moe.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -22,6 +23,12 @@ static const char *const ROPE_NAMES[] = {"default", "linear", "dynamic", "yarn",
 
 static accel_status bad_type(const char *file, const char *key, const char *want) {
     return accel_set_error(ACCEL_ERR_FORMAT, "%s: '%s' must be %s", file, key, want);
+}
+
+/* A key transformers' strict config refuses as null (a bool or float field with no None). */
+static accel_status not_null(json_t *root, const char *file, const char *key, const char *want) {
+    json_t *v = json_object_get(root, key);
+    return v && json_is_null(v) ? bad_type(file, key, want) : ACCEL_OK;
 }
 
 /* Positive integer key; absent keeps *out. null keeps it only where
@@ -178,7 +185,10 @@ static accel_status parse_rope(json_t *root, json_t *v, const char *file, const 
  * layers, sliding_attention's (the plain RoPE only) rope_local_base_freq;
  * then a 4.x rope_scaling, which transformers merges into full_attention's. */
 static accel_status parse_layer_ropes(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
-    if (get_real(root, file, "rope_local_base_freq", &c->rope_local_base_freq)) return accel_last_status();
+    /* null: transformers builds a sliding_attention RoPE of theta None, which no forward takes */
+    if (not_null(root, file, "rope_local_base_freq", "a number > 0") ||
+        get_real(root, file, "rope_local_base_freq", &c->rope_local_base_freq))
+        return accel_last_status();
     if (!(c->rope_local_base_freq > 0)) return bad_type(file, "rope_local_base_freq", "a number > 0");
     json_t *rp = json_object_get(root, "rope_parameters");
     if (rp && !json_is_null(rp)) {
@@ -373,6 +383,9 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     if (a->window == ACCEL__WINDOW_TYPES) return parse_layer_types(root, file, c);
     bool use = false;
     if (get_bool(root, file, "use_sliding_window", &use)) return accel_last_status();
+    /* Qwen2MoeConfig then makes the even layers sliding, and its forward fails on the missing window */
+    if (use && a->window == ACCEL__WINDOW_QWEN2_MOE && sw && json_is_null(sw))
+        return bad_type(file, "sliding_window", "a positive integer with use_sliding_window");
     if (!use) c->sliding_window = 0;
     if (a->window == ACCEL__WINDOW_USE_ALL) return ACCEL_OK; /* max_window_layers and layer_types unread */
     if (get_int(root, file, "max_window_layers", &c->max_window_layers, true, false)) return accel_last_status();
@@ -393,12 +406,6 @@ static accel_status parse_window(json_t *root, const char *file, const accel__ar
     }
     c->max_window_layers = first_sliding;
     return ACCEL_OK;
-}
-
-/* A key transformers' strict config refuses as null (a bool or float field with no None). */
-static accel_status not_null(json_t *root, const char *file, const char *key, const char *want) {
-    json_t *v = json_object_get(root, key);
-    return v && json_is_null(v) ? bad_type(file, key, want) : ACCEL_OK;
 }
 
 /* A boolean key accel implements at one value only for row a's models: any other is refused, naming it. */
@@ -864,7 +871,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"initializer_range\": %s,\n"
             "  \"intermediate_size\": %lld,\n",
             (long long)c->hidden_size, init, (long long)c->intermediate_size);
-    if (a->window == ACCEL__WINDOW_TYPES) write_layer_types(m, a, c);
+    /* the list (transformers >= 4.53 reads it first) where accel reads it back */
+    if (a->window == ACCEL__WINDOW_TYPES && (c->n_layer_types > 0 || c->num_hidden_layers <= ACCEL_MAX_LAYER_TYPES))
+        write_layer_types(m, a, c);
     if (a->multipliers) write_real(m, "logits_scaling", nonzero(c->logits_scaling, 1.0));
     fprintf(m, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
     if (a->window == ACCEL__WINDOW_QWEN2 || a->window == ACCEL__WINDOW_QWEN2_MOE)
@@ -916,7 +925,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     else if (a->softcap) write_real(m, "query_pre_attn_scalar", qpas);
     if (a->multipliers) write_real(m, "residual_multiplier", nonzero(c->residual_multiplier, 1.0));
     fprintf(m, "  \"rms_norm_eps\": %s,\n", eps);
-    if (a->window == ACCEL__WINDOW_TYPES) write_float(m, "rope_local_base_freq", c->rope_local_base_freq);
+    if (a->window == ACCEL__WINDOW_TYPES)
+        write_float(m, "rope_local_base_freq", nonzero(c->rope_local_base_freq, a->defaults.rope_local_base_freq));
     fprintf(m, "  \"rope_scaling\": ");
     write_rope(m, &c->rope_scaling);
     fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
@@ -930,6 +940,11 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         if (c->sliding_window) fprintf(m, "  \"sliding_window\": %lld,\n", (long long)c->sliding_window);
         else fprintf(m, "  \"sliding_window\": null,\n");
     }
+    /* a pattern's layer types as the pattern too: transformers 4.50 - 4.52 read only it */
+    if (a->window == ACCEL__WINDOW_TYPES && c->n_layer_types == 0)
+        fprintf(m, "  \"sliding_window_pattern\": %lld,\n",
+                (long long)(c->sliding_window_pattern > 0 ? c->sliding_window_pattern
+                                                          : a->defaults.sliding_window_pattern));
     fprintf(m,
             "  \"tie_word_embeddings\": %s,\n"
             "  \"torch_dtype\": \"%s\",\n"

@@ -183,7 +183,9 @@ const char *accel__arch_names(void) {
 bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i) {
     if (a->window != ACCEL__WINDOW_TYPES) return false;
     if (c->n_layer_types > 0) return i < c->n_layer_types && !c->layer_full[i];
-    return c->sliding_window_pattern <= 0 || (i + 1) % c->sliding_window_pattern != 0;
+    /* 0: the row's default (6), as accel_llama_new resolves it */
+    int64_t pattern = c->sliding_window_pattern > 0 ? c->sliding_window_pattern : a->defaults.sliding_window_pattern;
+    return (i + 1) % pattern != 0;
 }
 
 bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i) {

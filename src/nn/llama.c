@@ -159,6 +159,10 @@ static accel_status resolve_layer_types(const accel__arch *a, accel_llama_config
                                : c->sliding_window_pattern != 0 ? "sliding_window_pattern" : "n_layer_types",
                                a->model_type);
     if (!has) return ACCEL_OK;
+    /* transformers has no windowless Gemma 3 (a null window fails its config), so a saved one would not load */
+    if (c->sliding_window <= 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window is %lld: %s models need a window > 0 for "
+                               "their sliding_attention layers", who, (long long)c->sliding_window, a->model_type);
     if (!(isfinite(c->rope_local_base_freq) && c->rope_local_base_freq >= 0))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: rope_local_base_freq is %g: it must be a finite number > 0 "
                                "(0: 10000)", who, c->rope_local_base_freq);
