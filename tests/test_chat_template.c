@@ -203,6 +203,46 @@ static void refused_at_render(const char *src, const char *n1, const char *n2) {
     accel_chat_template_free(ct);
 }
 
+/* src loads and renders with one user message to exactly want. */
+static void renders_as(const char *src, const char *want) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct != NULL, "%s: %s", src, accel_last_error());
+    if (!ct) return;
+    accel_chat_message m = {"user", "hi"};
+    char *text = NULL;
+    accel_status st = accel_chat_template_render(ct, &m, 1, true, &text, NULL);
+    CHECK_MSG(st == ACCEL_OK, "%s: %s", src, accel_last_error());
+    if (!st) CHECK_MSG(!strcmp(text, want), "%s:\n got  %s\n want %s", src, text, want);
+    free(text);
+    accel_chat_template_free(ct);
+}
+
+/* A template of prefix, then unit n times, then suffix (malloc'd). */
+static __attribute__((unused)) char *repeat(const char *prefix, const char *unit, int n, const char *suffix) {
+    size_t pl = strlen(prefix), ul = strlen(unit), sl = strlen(suffix);
+    char *s = malloc(pl + ul * (size_t)n + sl + 1), *q = s;
+    memcpy(q, prefix, pl), q += pl;
+    for (int i = 0; i < n; i++) memcpy(q, unit, ul), q += ul;
+    memcpy(q, suffix, sl + 1);
+    return s;
+}
+
+/* What an adversarial review found: crashes (stack overflow), hangs, quadratic
+ * loads and numbers unlike jinja2's. */
+static void test_review(void) {
+    /* values that contain themselves print as Python prints them */
+    renders_as("{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ ns }}", "<Namespace {'a': 1, 'x': <Namespace {...}>}>");
+    renders_as("{% set ns = namespace(l=[]) %}{% set ns.l = [ns] %}{{ ns.l }}", "[<Namespace {'l': [...]}>]");
+    /* values nested past the bound: refused by name, not a stack overflow */
+    const char *deep = "{% set ns = namespace(x=[]) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+    const char *uses[] = {"{{ ns.x == ns.x }}", "{{ ns.x < ns.x }}", "{{ ns.x }}", "{{ ns.x | tojson }}", "{{ ns.x in [ns.x] }}"};
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++) {
+        char src[300];
+        snprintf(src, sizeof src, "%s%s", deep, uses[i]);
+        refused_at_render(src, "nested deeper than 200", NULL);
+    }
+}
+
 static void test_malformed(void) {
     refused_at_load("{% if x %}a", "'if' is never closed", "line 1, column 4");
     refused_at_load("ok\n{% for m in messages %}\n{% endif %}", "unexpected 'endif'", "line 3, column 4");
@@ -462,6 +502,7 @@ int main(void) {
     RUN(test_dirs);
     RUN(test_malformed);
     RUN(test_runtime_errors);
+    RUN(test_review);
     RUN(test_api);
     RUN(test_mutations);
     RUN(test_generate_chat);

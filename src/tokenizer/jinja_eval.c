@@ -97,6 +97,26 @@ static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
     return true;
 }
 
+/* Python's == of a and b into *res; values nested past JV_MAX_NEST are refused
+ * (jinja2's RecursionError) rather than compared on an overflowing stack. */
+static bool equal(rstate *r, const jnode *at, jv a, jv b, bool *res) {
+    int e = jv_equal(a, b);
+    if (e < 0) return err(r, at, ACCEL_ERR_INVALID_ARG, "RecursionError: comparing values nested deeper than %d levels", JV_MAX_NEST);
+    *res = e;
+    return true;
+}
+
+/* Python's < (jv_compare) or the TypeError naming op, or the RecursionError. */
+static bool compare(rstate *r, const jnode *at, const char *op, jv a, jv b, int *c) {
+    bool ok;
+    *c = jv_compare(a, b, &ok);
+    if (ok) return true;
+    if (*c == JV_TOO_DEEP)
+        return err(r, at, ACCEL_ERR_INVALID_ARG, "RecursionError: comparing values nested deeper than %d levels", JV_MAX_NEST);
+    return err(r, at, ACCEL_ERR_INVALID_ARG, "'%s' not supported between instances of '%s' and '%s'", op, jv_type_name(a),
+               jv_type_name(b));
+}
+
 /* ------------------------------------------------------------ strings */
 
 static bool str_of(rstate *r, jv v, jv *out) {
@@ -680,14 +700,17 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         static const char *const ps[] = {"value"};
         if (!bind(r, at, nm, a, 0, ps, 1, p)) return false;
         int64_t k = 0;
-        for (size_t i = 0; i < self.l->n; i++)
-            if (jv_equal(self.l->v[i], p[0])) {
+        for (size_t i = 0; i < self.l->n; i++) {
+            bool eq = false;
+            if (!equal(r, at, self.l->v[i], p[0], &eq)) return false;
+            if (eq) {
                 if (!strcmp(nm, "index")) {
                     *out = jv_int((int64_t)i);
                     return true;
                 }
                 k++;
             }
+        }
         if (!strcmp(nm, "index")) return err(r, at, ACCEL_ERR_INVALID_ARG, "list.index(x): x not in list");
         *out = jv_int(k);
         return true;
@@ -826,9 +849,12 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         *res = jv_truthy(m) == IS("odd");
     } else if (!argc)
         return err(r, at, ACCEL_ERR_INVALID_ARG, "test '%.*s' needs an argument", (int)nn, nm);
-    else if (IS("sameas")) *res = v.k == x.k && (v.k == JV_NONE || v.k == JV_UNDEF || jv_equal(v, x));
-    else if (IS("eq") || IS("equalto") || IS("==")) *res = jv_equal(v, x);
-    else if (IS("ne") || IS("!=")) *res = !jv_equal(v, x);
+    else if (IS("sameas")) *res = v.k == x.k && (v.k == JV_NONE || v.k == JV_UNDEF || jv_equal(v, x) == 1);
+    else if (IS("eq") || IS("equalto") || IS("==")) return equal(r, at, v, x, res);
+    else if (IS("ne") || IS("!=")) {
+        if (!equal(r, at, v, x, res)) return false;
+        *res = !*res;
+    }
     else if (IS("in")) {
         jlist *items;
         if (x.k == JV_STR) {
@@ -842,18 +868,17 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         }
         if (!iterate(r, at, x, &items)) return false;
         *res = false;
-        for (size_t i = 0; i < items->n; i++)
-            if (jv_equal(items->v[i], v)) *res = true;
+        for (size_t i = 0; i < items->n && !*res; i++)
+            if (!equal(r, at, items->v[i], v, res)) return false;
     } else if (IS("divisibleby")) {
         jv m;
         if (!arith(r, at, '%', v, x, &m)) return false;
         *res = !jv_truthy(m);
     } else {
-        bool ok;
-        int c = jv_compare(v, x, &ok);
-        if (!ok)
-            return err(r, at, ACCEL_ERR_INVALID_ARG, "'%.*s' not supported between instances of '%s' and '%s'", (int)nn, nm,
-                       jv_type_name(v), jv_type_name(x));
+        char op[32];
+        snprintf(op, sizeof op, "%.*s", (int)(nn < 31 ? nn : 31), nm);
+        int c;
+        if (!compare(r, at, op, v, x, &c)) return false;
         if (IS("lt") || IS("lessthan") || IS("<")) *res = c < 0;
         else if (IS("le") || IS("<=")) *res = c <= 0;
         else if (IS("gt") || IS("greaterthan") || IS(">")) *res = c > 0;
@@ -1281,20 +1306,19 @@ static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
         if (!eval(r, s, x->a, &a)) return false;
         for (size_t i = 0; i < x->nkid; i++) {
             if (!eval(r, s, x->kid[i], &b)) return false;
-            bool res;
+            bool res = false;
             int op = x->cmp[i];
-            if (op == JCMP_EQ || op == JCMP_NE) res = jv_equal(a, b) == (op == JCMP_EQ);
+            if (op == JCMP_EQ || op == JCMP_NE) {
+                if (!equal(r, x, a, b, &res)) return false;
+                res = res == (op == JCMP_EQ);
+            }
             else if (op == JCMP_IN || op == JCMP_NOTIN) {
                 if (!contains(r, x, a, b, &res)) return false;
                 res = res == (op == JCMP_IN);
             } else {
-                bool ok;
-                int c = jv_compare(a, b, &ok);
-                if (!ok) {
-                    static const char *const on[] = {"", "", "<", "<=", ">", ">="};
-                    return err(r, x, ACCEL_ERR_INVALID_ARG, "'%s' not supported between instances of '%s' and '%s'", on[op],
-                               jv_type_name(a), jv_type_name(b));
-                }
+                static const char *const on[] = {"", "", "<", "<=", ">", ">="};
+                int c;
+                if (!compare(r, x, on[op], a, b, &c)) return false;
                 res = op == JCMP_LT ? c < 0 : op == JCMP_LE ? c <= 0 : op == JCMP_GT ? c > 0 : c >= 0;
             }
             if (!res) {

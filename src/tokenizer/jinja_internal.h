@@ -111,9 +111,16 @@ const jv *jv_dict_get_str(const jdict *d, const char *key);
 
 const char *jv_type_name(jv v); /* Python's: "str", "dict", "NoneType", ... */
 bool jv_truthy(jv v);
-bool jv_equal(jv a, jv b); /* Python ==: 1 == 1.0 == True, lists and dicts by value */
+/* Values nest (a list in a list ...) as deep as a template makes them; what recurses
+ * over them (printing, ==, <, tojson) stops past this many levels. */
+#define JV_MAX_NEST 200
+/* Python ==: 1 == 1.0 == True, lists and dicts by value. 1 equal, 0 not, -1 nested
+ * past JV_MAX_NEST (jinja2's RecursionError; no error set: the caller names it). */
+int jv_equal(jv a, jv b);
 /* Python's <: numbers, strings (by code point), lists and tuples lexicographically;
- * false + *ok false for other types (TypeError). */
+ * *ok false for other types (TypeError), or JV_TOO_DEEP returned with *ok false when
+ * nested past JV_MAX_NEST. */
+#define JV_TOO_DEEP 2
 int jv_compare(jv a, jv b, bool *ok);
 bool jv_is_number(jv v); /* bool, int or float, as Python's numbers */
 double jv_as_double(jv v);
