@@ -7,6 +7,7 @@
  * position, constructs outside the subset, raise_exception's message, runaway
  * loops, recursion and output, bad arguments. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,13 +219,53 @@ static void renders_as(const char *src, const char *want) {
 }
 
 /* A template of prefix, then unit n times, then suffix (malloc'd). */
-static __attribute__((unused)) char *repeat(const char *prefix, const char *unit, int n, const char *suffix) {
+static char *repeat(const char *prefix, const char *unit, int n, const char *suffix) {
     size_t pl = strlen(prefix), ul = strlen(unit), sl = strlen(suffix);
     char *s = malloc(pl + ul * (size_t)n + sl + 1), *q = s;
     memcpy(q, prefix, pl), q += pl;
     for (int i = 0; i < n; i++) memcpy(q, unit, ul), q += ul;
     memcpy(q, suffix, sl + 1);
     return s;
+}
+
+/* A recursive macro whose body is an expression nested 40 deep, called to depth
+ * levels: each call nests some 45 evaluation frames (11 levels: just under 500). */
+static char *deep_macro(int levels) {
+    char head[160];
+    snprintf(head, sizeof head, "{%% macro f(n) %%}{%% if n < %d %%}{{ ", levels);
+    char *open = repeat(head, "'' ~ (", 40, "f(n + 1)");
+    char *src = repeat(open, ")", 40, " }}{% endif %}{% endmacro %}{{ f(0) }}");
+    free(open);
+    return src;
+}
+
+typedef struct render_job {
+    const char *src, *want; /* want NULL: refused naming fail */
+    const char *fail;
+} render_job;
+
+static void *render_job_run(void *arg) {
+    const render_job *j = arg;
+    if (j->want) renders_as(j->src, j->want);
+    else refused_at_render(j->src, j->fail, NULL);
+    return NULL;
+}
+
+/* Runs the job on a thread with a 2 MiB stack (renders may run on any thread;
+ * sanitizers' frames are several times larger, so they get 8 MiB). */
+static void on_small_stack(const render_job *j) {
+#if defined(__SANITIZE_ADDRESS__)
+    size_t stack = (size_t)8 << 20;
+#else
+    size_t stack = (size_t)2 << 20;
+#endif
+    pthread_attr_t at;
+    pthread_t th;
+    CHECK(pthread_attr_init(&at) == 0);
+    CHECK(pthread_attr_setstacksize(&at, stack) == 0);
+    CHECK(pthread_create(&th, &at, render_job_run, (void *)j) == 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&at);
 }
 
 /* What an adversarial review found: crashes (stack overflow), hangs, quadratic
@@ -241,6 +282,22 @@ static void test_review(void) {
         snprintf(src, sizeof src, "%s%s", deep, uses[i]);
         refused_at_render(src, "nested deeper than 200", NULL);
     }
+    /* long left-deep chains the parser builds in a loop: refused where they start */
+    const char *links[] = {" + 1", "|trim", "[0]", " and 1", " ~ 1", ".x", "()"};
+    for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+        char *src = repeat("\n  {{ 1", links[i], 7000, " }}");
+        refused_at_load(src, "nested more than 200 levels", "line 2, column");
+        free(src);
+    }
+    char *ok = repeat("{{ 1", " + 1", 150, " }}");
+    renders_as(ok, "151");
+    free(ok);
+    /* macro calls times expression depth: one bound over both, within a 2 MiB stack */
+    char *deep_ok = deep_macro(11), *deep_bad = deep_macro(99);
+    on_small_stack(&(render_job){deep_ok, "", NULL});
+    on_small_stack(&(render_job){deep_bad, NULL, "evaluation nested deeper than 500"});
+    free(deep_ok);
+    free(deep_bad);
 }
 
 static void test_malformed(void) {

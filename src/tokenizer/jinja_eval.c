@@ -6,6 +6,7 @@
  * (no list.append, dict.update, ...) and its range() limit, and the filters,
  * tests and str/dict/list methods chat templates call. Every render is bounded:
  * JINJA_MAX_STEPS expressions and loop turns, JINJA_MAX_DEPTH nested macro calls,
+ * JINJA_MAX_NEST_EVAL nested evaluation frames (a 2 MiB thread stack's worth),
  * JINJA_MAX_OUTPUT bytes of text and JINJA_MAX_MEMORY bytes of values. */
 #include <math.h>
 #include <stdarg.h>
@@ -34,7 +35,8 @@ typedef struct rstate {
     jscope *root;
     jbuf *out;
     uint64_t steps;
-    int depth;
+    int depth; /* macro calls */
+    int nest;  /* eval and exec_stmt frames on the stack (nest_in) */
     int control; /* 1: break, 2: continue, pending */
 } rstate;
 
@@ -1235,7 +1237,28 @@ static bool contains(rstate *r, const jnode *at, jv item, jv container, bool *re
     return run_test(r, at, "in", 2, item, &container, 1, res);
 }
 
+/* Evaluation recurses (eval into eval, statements into statements, macro calls
+ * into their bodies); one counter over all of it keeps a render inside the stack
+ * of whatever thread runs it (JINJA_MAX_NEST_EVAL). */
+static bool nest_in(rstate *r, const jnode *at) {
+    if (++r->nest > JINJA_MAX_NEST_EVAL) {
+        r->nest--;
+        return err(r, at, ACCEL_ERR_INVALID_ARG, "evaluation nested deeper than %d levels (runaway recursion?)",
+                   JINJA_MAX_NEST_EVAL);
+    }
+    return true;
+}
+
+static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out);
+
 static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
+    if (!nest_in(r, x)) return false;
+    bool ok = eval_node(r, s, x, out);
+    r->nest--;
+    return ok;
+}
+
+static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out) {
     if (!step(r, x)) return false;
     switch (x->k) {
     case JN_CONST: *out = x->val; return true;
@@ -1433,7 +1456,16 @@ static bool exec_for(rstate *r, jscope *s, const jnode *x) {
     return true;
 }
 
+static bool exec_node(rstate *r, jscope *s, const jnode *x);
+
 static bool exec_stmt(rstate *r, jscope *s, const jnode *x) {
+    if (!nest_in(r, x)) return false;
+    bool ok = exec_node(r, s, x);
+    r->nest--;
+    return ok;
+}
+
+static bool exec_node(rstate *r, jscope *s, const jnode *x) {
     switch (x->k) {
     case JN_TEXT: return emit(r, x, x->val.s.p, x->val.s.n);
     case JN_OUT: {

@@ -197,6 +197,7 @@ typedef struct jnode {
     int op;
     bool neg; /* TEST: is not */
     size_t pos; /* byte offset in the (newline-normalized) source */
+    int height; /* expressions: 1 + the tallest child's (evaluation recurses that deep) */
     jv val;
     const char *name;
     size_t name_n;
@@ -229,6 +230,12 @@ void jinja_where(const jtemplate *t, size_t pos, char *buf, size_t cap);
 #define JINJA_MAX_MEMORY ((size_t)512 << 20)  /* bytes of values one render may make */
 #define JINJA_MAX_STEPS 10000000              /* expressions and loop turns one render may run */
 #define JINJA_MAX_DEPTH 100                   /* nested macro calls (Python's own limit is ~1000) */
+/* Nested evaluation frames (an expression's eval, a statement's, through macro
+ * calls too): eval's frame is 1.3 KiB in a RelWithDebInfo x86-64 build (gcc
+ * -fstack-usage), about 2.4 KiB a level with the calls between, so 500 levels take
+ * ~1.2 MiB and fit a 2 MiB thread stack. A template alone nests at most 200
+ * statements around an expression 200 deep (the parser's limits). */
+#define JINJA_MAX_NEST_EVAL 500
 
 /* Whether name is a filter (test false) or a test (test true) the interpreter runs. */
 bool jinja_known(const char *name, size_t n, bool test);
