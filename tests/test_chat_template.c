@@ -298,6 +298,8 @@ static void test_review(void) {
     on_small_stack(&(render_job){deep_bad, NULL, "evaluation nested deeper than 500"});
     free(deep_ok);
     free(deep_bad);
+    /* an empty string or list repeated any number of times: at once */
+    renders_as("{{ '' * 9223372036854775807 }}{{ [] * 9223372036854775807 }}{{ 9223372036854775807 * () }}", "[]()");
 }
 
 static void test_malformed(void) {

@@ -1209,6 +1209,7 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
         int64_t n = b.k == JV_INT ? b.i : b.b;
         if (n < 0) n = 0;
         size_t unit = a.k == JV_STR ? a.s.n : a.l->n * sizeof(jv);
+        if (!unit) n = 0; /* nothing repeated any number of times: no loop of n empty turns */
         if (unit && (uint64_t)n > (JINJA_MAX_OUTPUT / unit))
             return err(r, x, ACCEL_ERR_INVALID_ARG, "repeating a %s %lld times makes more than %zu MiB", jv_type_name(a),
                        (long long)n, JINJA_MAX_OUTPUT >> 20);
