@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -300,6 +301,17 @@ static void test_review(void) {
     free(deep_bad);
     /* an empty string or list repeated any number of times: at once */
     renders_as("{{ '' * 9223372036854775807 }}{{ [] * 9223372036854775807 }}{{ 9223372036854775807 * () }}", "[]()");
+    /* substring search in linear time: a naive search of this needle takes seconds */
+    clock_t t0 = clock();
+    renders_as("{% set h = 'a' * 2000000 %}{% set n = 'a' * 20000 ~ 'b' %}{{ h.find(n) }} {{ h.count(n) }} {{ n in h }} "
+               "{{ h.replace(n, '') | length }} {{ h.split(n) | length }}",
+               "-1 0 False 2000000 1");
+    double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK_MSG(secs < 2, "searching 2 MB for a 20 KB needle took %.1f s", secs);
+    /* bytes scanned count against the step budget */
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.count('b') }}{% endfor %}", "10000000 steps", NULL);
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s[5] }}{{ s | length }}{% endfor %}",
+                      "10000000 steps", NULL);
 }
 
 static void test_malformed(void) {

@@ -60,6 +60,14 @@ static bool step(rstate *r, const jnode *at) {
     return true;
 }
 
+/* A string operation about to scan (not copy: copies are bounded by the memory
+ * budget) bytes: one step per JINJA_BYTES_PER_STEP of them, so a loop over a huge
+ * string's count() or find() runs out of steps rather than for minutes. */
+static bool charge(rstate *r, const jnode *at, size_t bytes) {
+    r->steps += bytes / JINJA_BYTES_PER_STEP;
+    return step(r, at);
+}
+
 static bool undefined_error(rstate *r, const jnode *at, jv u) {
     if (u.s.n) return err(r, at, ACCEL_ERR_INVALID_ARG, "'%.*s' is undefined", (int)u.s.n, u.s.p);
     return err(r, at, ACCEL_ERR_INVALID_ARG, "a value is undefined");
@@ -102,6 +110,7 @@ static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
 /* Python's == of a and b into *res; values nested past JV_MAX_NEST are refused
  * (jinja2's RecursionError) rather than compared on an overflowing stack. */
 static bool equal(rstate *r, const jnode *at, jv a, jv b, bool *res) {
+    if (a.k == JV_STR && b.k == JV_STR && a.s.n == b.s.n && !charge(r, at, a.s.n)) return false;
     int e = jv_equal(a, b);
     if (e < 0) return err(r, at, ACCEL_ERR_INVALID_ARG, "RecursionError: comparing values nested deeper than %d levels", JV_MAX_NEST);
     *res = e;
@@ -187,11 +196,11 @@ static bool has_prefix(jv s, jv x, bool end) {
     return !x.s.n || !memcmp(s.s.p + (end ? s.s.n - x.s.n : 0), x.s.p, x.s.n);
 }
 
+/* glibc's memmem (CMakeLists.txt defines _GNU_SOURCE): linear time, where a naive
+ * search is O(hn * nn) on a hostile needle. */
 static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
     if (!nn) return h;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
-    return NULL;
+    return memmem(h, hn, n, nn);
 }
 
 static bool list_from(rstate *r, jv *items, size_t n, jv_kind k, jv *out) {
@@ -224,6 +233,7 @@ static bool vec_push(rstate *r, jvec *a, jv x) {
 static bool split(rstate *r, const jnode *at, jv s, jv sep, int64_t maxsplit, bool from_right, jv *out) {
     jvec v = {0};
     if (sep.k == JV_STR && !sep.s.n) return err(r, at, ACCEL_ERR_INVALID_ARG, "split: empty separator");
+    if (!charge(r, at, s.s.n)) return false;
     if (sep.k == JV_STR) {
         if (!from_right) {
             size_t i = 0;
@@ -435,6 +445,7 @@ static bool get_item(rstate *r, const jnode *at, jv obj, jv key, jv *out) {
         }
     }
     if ((obj.k == JV_LIST || obj.k == JV_TUPLE || obj.k == JV_STR) && (key.k == JV_INT || key.k == JV_BOOL)) {
+        if (obj.k == JV_STR && !charge(r, at, obj.s.n)) return false;
         int64_t i = key.k == JV_INT ? key.i : key.b;
         int64_t len = obj.k == JV_STR ? (int64_t)jv_utf8_len(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
         if (i < 0) i += len;
@@ -762,11 +773,11 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         if (!bind(r, at, nm, a, 0, ps, 3, p) || !want_str(r, at, nm, p[0]) || !want_str(r, at, nm, p[1]) ||
             !want_int(r, at, nm, p[2], &cnt))
             return false;
-        return replace(r, self, p[0], p[1], cnt, out);
+        return charge(r, at, self.s.n) && replace(r, self, p[0], p[1], cnt, out);
     }
     if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
         static const char *const ps[] = {"sub"};
-        if (!bind(r, at, nm, a, 0, ps, 1, p) || !want_str(r, at, nm, p[0])) return false;
+        if (!bind(r, at, nm, a, 0, ps, 1, p) || !want_str(r, at, nm, p[0]) || !charge(r, at, self.s.n)) return false;
         if (nm[0] == 'f') {
             const char *f = memfind(self.s.p, self.s.n, p[0].s.p, p[0].s.n);
             *out = jv_int(f ? (int64_t)jv_utf8_len(self.s.p, (size_t)(f - self.s.p)) : -1);
@@ -860,7 +871,7 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
     else if (IS("in")) {
         jlist *items;
         if (x.k == JV_STR) {
-            if (!want_str(r, at, "in", v)) return false;
+            if (!want_str(r, at, "in", v) || !charge(r, at, x.s.n)) return false;
             *res = memfind(x.s.p, x.s.n, v.s.p, v.s.n) != NULL;
             return true;
         }
@@ -987,7 +998,10 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         return true;
     }
     if (IS("length") || IS("count")) {
-        if (v.k == JV_STR) *out = jv_int((int64_t)jv_utf8_len(v.s.p, v.s.n));
+        if (v.k == JV_STR) {
+            if (!charge(r, x, v.s.n)) return false;
+            *out = jv_int((int64_t)jv_utf8_len(v.s.p, v.s.n));
+        }
         else if (v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_VIEW) *out = jv_int((int64_t)v.l->n);
         else if (v.k == JV_DICT || v.k == JV_NS) *out = jv_int((int64_t)v.d->n);
         else if (v.k == JV_UNDEF) *out = jv_int(0);
@@ -1128,7 +1142,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         if (!bind(r, x, "replace", &a, 0, ps, 3, p) || !want_str(r, x, "replace", p[0]) || !want_str(r, x, "replace", p[1]))
             return false;
         if (p[2].k != JV_NONE && !want_int(r, x, "replace", p[2], &cnt)) return false;
-        return replace(r, sv, p[0], p[1], cnt, out);
+        return charge(r, x, sv.s.n) && replace(r, sv, p[0], p[1], cnt, out);
     }
 #undef IS
     return err(r, x, ACCEL_ERR_UNSUPPORTED, "filter '%.*s' is not implemented", (int)nn, nm);

@@ -229,6 +229,10 @@ void jinja_where(const jtemplate *t, size_t pos, char *buf, size_t cap);
 #define JINJA_MAX_OUTPUT ((size_t)64 << 20)   /* bytes of rendered text */
 #define JINJA_MAX_MEMORY ((size_t)512 << 20)  /* bytes of values one render may make */
 #define JINJA_MAX_STEPS 10000000              /* expressions and loop turns one render may run */
+/* String operations that scan (in, find, count, replace, split, ==, length,
+ * indexing, slicing) cost a step per this many bytes scanned besides: 640 MB
+ * scanned in all at most. */
+#define JINJA_BYTES_PER_STEP 64
 #define JINJA_MAX_DEPTH 100                   /* nested macro calls (Python's own limit is ~1000) */
 /* Nested evaluation frames (an expression's eval, a statement's, through macro
  * calls too): eval's frame is 1.3 KiB in a RelWithDebInfo x86-64 build (gcc
