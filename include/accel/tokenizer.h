@@ -87,7 +87,10 @@ bool accel_tokenizer_is_special(const accel_tokenizer *t, int64_t id);
  * (docs/tokenizer.md lists the subset); a malformed template is ACCEL_ERR_FORMAT
  * with its line and column; raise_exception(msg) fails the render with
  * ACCEL_ERR_INVALID_ARG and msg in the message. A render is bounded: 10 million
- * steps, 100 nested macro calls, 64 MiB of text, 512 MiB of values.
+ * steps (a string operation's scan costs a step per 64 bytes), 100 nested macro
+ * calls, 500 nested evaluation frames (fits a 2 MiB thread stack), values nested
+ * 200 deep, 64 MiB of text, 512 MiB of values; expressions nested past 200
+ * levels are refused at load.
  *
  * OWNERSHIP: a template is immutable once loaded; renders may run on several
  * threads at once. Returned text and ids are malloc'd: free() them. */
