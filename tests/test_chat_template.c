@@ -312,6 +312,36 @@ static void test_review(void) {
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.count('b') }}{% endfor %}", "10000000 steps", NULL);
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s[5] }}{{ s | length }}{% endfor %}",
                       "10000000 steps", NULL);
+    /* hostile JSON variables: 200,000 keys at the top and in a message load in linear
+     * time, and tojson sorts them by qsort (both were quadratic: minutes) */
+    json_t *vars = json_object(), *msg = json_object(), *msgs = json_array();
+    char key[32];
+    for (int i = 0; i < 200000; i++) {
+        snprintf(key, sizeof key, "k%d", 199999 - i);
+        json_object_set_new(vars, key, json_integer(i));
+        json_object_set_new(msg, key, json_integer(i));
+    }
+    json_object_set_new(msg, "role", json_string("user"));
+    json_object_set_new(msg, "reasoning_content", json_string("r"));
+    json_object_set_new(msg, "add_generation_prompt", json_true()); /* a default's name, replaced */
+    json_array_append_new(msgs, msg);
+    json_object_set_new(vars, "messages", msgs);
+    json_object_set_new(vars, "add_generation_prompt", json_true());
+    const char *src = "{{ messages[0] | length }} {{ k0 }} {{ messages[0].thinking }} {{ add_generation_prompt }} "
+                      "{{ (messages[0] | tojson(sort_keys=true))[:30] }}";
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    char *js = json_dumps(vars, JSON_COMPACT), *text = NULL;
+    size_t len = 0;
+    t0 = clock();
+    CHECK_MSG(ct && accel_chat_template_render_json(ct, js, strlen(js), &text, &len) == ACCEL_OK, "%s", accel_last_error());
+    secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK_MSG(secs < 3, "200,000 keys took %.1f s", secs);
+    const char *want = "200004 199999 r True {\"add_generation_prompt\": true";
+    if (text) CHECK_MSG(!strcmp(text, want), "got %s", text);
+    free(text);
+    free(js);
+    json_decref(vars);
+    accel_chat_template_free(ct);
 }
 
 static void test_malformed(void) {

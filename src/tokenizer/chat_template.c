@@ -193,6 +193,19 @@ static bool from_json(jctx *c, json_t *j, jv *out) {
     return false;
 }
 
+/* Adds a JSON object's key to d, whose first npre entries were set before it (defaults,
+ * derived keys): only those can already hold the key, the object's own keys being
+ * unique, so the search stays within them and a hostile object with a million keys
+ * loads in linear time (jv_dict_set searches the whole dict). */
+static bool set_json_key(jctx *c, jdict *d, size_t npre, jv key, jv val) {
+    for (size_t i = 0; i < npre; i++)
+        if (jv_equal(d->key[i], key) == 1) {
+            d->val[i] = val;
+            return true;
+        }
+    return jv_dict_append(c, d, key, val);
+}
+
 /* A message as transformers hands it to the template: null-valued keys dropped,
  * and reasoning (reasoning_content, thinking or reasoning, the first not null) also
  * under "thinking" (first) and "reasoning_content" (last, or where it was). */
@@ -207,12 +220,13 @@ static bool message(jctx *c, json_t *m, jv *out) {
     }
     jv rv;
     if (reasoning && (!from_json(c, reasoning, &rv) || !jv_dict_set(c, d, jv_str("thinking", 8), rv))) return false;
+    size_t npre = d->n;
     const char *k;
     json_t *v;
     json_object_foreach(m, k, v) {
         if (json_is_null(v)) continue;
         jv key, val;
-        if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !jv_dict_set(c, d, key, val)) return false;
+        if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !set_json_key(c, d, npre, key, val)) return false;
     }
     if (reasoning && !jv_dict_set(c, d, jv_str("reasoning_content", 17), rv)) return false;
     *out = (jv){.k = JV_DICT, .d = d};
@@ -353,6 +367,7 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
         if (ct->special[i]) ok = jv_dict_set(&c, vars, jv_str(SPECIAL[i], strlen(SPECIAL[i])), jv_str(ct->special[i], strlen(ct->special[i])));
     ok = ok && jv_dict_set(&c, vars, jv_str("tools", 5), jv_none()) && jv_dict_set(&c, vars, jv_str("documents", 9), jv_none()) &&
          jv_dict_set(&c, vars, jv_str("add_generation_prompt", 21), jv_bool(false));
+    size_t npre = ok ? vars->n : 0;
     const char *k;
     json_t *v;
     json_object_foreach(ctx, k, v) {
@@ -366,7 +381,7 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             val = (jv){.k = JV_LIST, .l = l};
         } else
             ok = from_json(&c, v, &val);
-        ok = ok && jv_dict_set(&c, vars, key, val);
+        ok = ok && set_json_key(&c, vars, npre, key, val);
     }
     size_t n = 0;
     accel_status st = ok ? jinja_render(t, &c, vars, text, &n) : accel_last_status();

@@ -459,15 +459,25 @@ static bool json_item_sep(jbuf *b, const jjson_opts *o) {
     return jbuf_puts(b, o->indent ? "," : ", ");
 }
 
-/* sort_keys: an insertion sort of the indices ix (dicts are small). */
-static void sort_keys(const jdict *d, size_t *ix) {
-    for (size_t i = 1; i < d->n; i++)
-        for (size_t j = i; j > 0; j--) {
-            bool ok;
-            if (jv_compare(d->key[ix[j - 1]], d->key[ix[j]], &ok) <= 0) break;
-            size_t t = ix[j];
-            ix[j] = ix[j - 1], ix[j - 1] = t;
-        }
+/* sort_keys: the dict's string keys with their indices, sorted by qsort (a dict
+ * from the JSON variables may be large; an insertion sort was quadratic). */
+typedef struct keyix {
+    jv key;
+    size_t i;
+} keyix;
+
+static int keyix_cmp(const void *x, const void *y) {
+    bool ok;
+    return jv_compare(((const keyix *)x)->key, ((const keyix *)y)->key, &ok);
+}
+
+static bool sort_keys(jbuf *b, const jdict *d, size_t *ix) {
+    keyix *k = jv_alloc(b->c, d->n * sizeof *k);
+    if (!k) return false;
+    for (size_t i = 0; i < d->n; i++) k[i] = (keyix){d->key[i], i};
+    qsort(k, d->n, sizeof *k, keyix_cmp);
+    for (size_t i = 0; i < d->n; i++) ix[i] = k[i].i;
+    return true;
 }
 
 bool jv_to_json(jbuf *b, jv v, const jjson_opts *o, int depth) {
@@ -505,7 +515,7 @@ bool jv_to_json(jbuf *b, jv v, const jjson_opts *o, int depth) {
                                     jv_type_name(v.d->key[i]));
                     return false;
                 }
-            sort_keys(v.d, ix);
+            if (!sort_keys(b, v.d, ix)) return false;
         }
         if (!jbuf_puts(b, "{")) return false;
         for (size_t j = 0; j < v.d->n; j++) {
