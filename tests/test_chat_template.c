@@ -342,6 +342,15 @@ static void test_review(void) {
     free(js);
     json_decref(vars);
     accel_chat_template_free(ct);
+    /* slices by code point offsets (a value per character made a few MiB fail the
+     * memory budget), steps counted without overflow; expectations from jinja2 3.1.6 */
+    renders_as("{% set s = 'a\u00e9\u20ac\U0001d11ebc' %}{{ s[1:4] }}|{{ s[::2] }}|{{ s[::-1] }}|{{ s[::-2] }}|{{ s[4:0:-3] }}|"
+               "{{ s[1::9223372036854775807] }}|{{ s[-1::-9223372036854775807] }}|{{ [1,2,3,4,5][::-2] }}|"
+               "{{ [1,2,3][1::9223372036854775807] }}|{{ s[5:1] }}|{{ s[10:] }}|{{ s[:-1] }}|{{ (1,2,3)[::-9223372036854775807] }}",
+               "\u00e9\u20ac\U0001d11e|a\u20acb|cb\U0001d11e\u20ac\u00e9a|c\U0001d11e\u00e9|b\u00e9|\u00e9|c|[5, 3, 1]|[2]|||"
+               "a\u00e9\u20ac\U0001d11eb|(3,)");
+    renders_as("{% set s = 'x' * 30000000 %}{{ s[:-1] | length }} {{ s[::2] | length }} {{ s[::-1] | length }}",
+               "29999999 15000000 30000000");
 }
 
 static void test_malformed(void) {

@@ -487,9 +487,11 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
         *out = jv_undef("", 0);
         return true;
     }
-    jlist *items;
-    if (!iterate(r, at, obj, &items)) return false;
-    int64_t len = (int64_t)items->n;
+    /* A string is sliced by code point offsets in place: a list of one value per
+     * character (32 bytes each) made `text[:-1]` of a few MiB pass the memory budget. */
+    bool str = obj.k == JV_STR;
+    if (str && !charge(r, at, obj.s.n)) return false;
+    int64_t len = str ? (int64_t)jv_utf8_len(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
     if (!hs) start = st < 0 ? len - 1 : 0;
     else {
         if (start < 0) start += len;
@@ -502,14 +504,39 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
         if (stop < 0) stop = st < 0 ? -1 : 0;
         if (stop >= len) stop = st < 0 ? len - 1 : len;
     }
-    jvec v = {0};
-    for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st)
-        if (!vec_push(r, &v, items->v[i])) return false;
-    if (obj.k != JV_STR) return list_from(r, v.v, v.n, obj.k, out);
-    jbuf sb = {.c = r->c};
-    for (size_t i = 0; i < v.n; i++)
-        if (!jbuf_put(&sb, v.v[i].s.p, v.v[i].s.n)) return false;
-    *out = jbuf_str(&sb);
+    /* How many items, counted without adding st to an index (a step of 2^63 - 1
+     * overflowed): start and stop lie in [-1, len], so their distance fits. */
+    uint64_t ast = st > 0 ? (uint64_t)st : 0 - (uint64_t)st, span = 0;
+    if (st > 0 && start < stop) span = (uint64_t)(stop - start);
+    if (st < 0 && start > stop) span = (uint64_t)(start - stop);
+    size_t count = span ? (size_t)((span - 1) / ast + 1) : 0;
+    if (str) {
+        const char *p = obj.s.p;
+        size_t n = obj.s.n, i = count ? jv_utf8_offset(p, n, (size_t)start) : 0;
+        if (ast == 1 && st > 0) { /* the common s[a:b]: the bytes between, not copied */
+            *out = jv_str(p + i, jv_utf8_offset(p + i, n - i, count));
+            return true;
+        }
+        jbuf sb = {.c = r->c};
+        for (size_t k = 0; k < count; k++) {
+            if (!jbuf_put(&sb, p + i, jv_utf8_offset(p + i, n - i, 1))) return false;
+            if (k + 1 == count) break;
+            if (st > 0) i += jv_utf8_offset(p + i, n - i, (size_t)ast);
+            else /* back ast code points (count says they are there) */
+                for (uint64_t m = 0; m < ast; m++)
+                    do i--;
+                    while (i && ((unsigned char)p[i] & 0xC0) == 0x80);
+        }
+        *out = jbuf_str(&sb);
+        return true;
+    }
+    jlist *l = jv_list_new(r->c, count);
+    if (!l) return false;
+    for (size_t k = 0, i = (size_t)start; k < count; k++, i = st > 0 ? i + (size_t)ast : i - (size_t)ast) {
+        l->v[k] = obj.l->v[i];
+        if (k + 1 == count) break;
+    }
+    *out = (jv){.k = obj.k, .l = l};
     return true;
 }
 
