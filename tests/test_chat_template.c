@@ -351,6 +351,20 @@ static void test_review(void) {
                "a\u00e9\u20ac\U0001d11eb|(3,)");
     renders_as("{% set s = 'x' * 30000000 %}{{ s[:-1] | length }} {{ s[::2] | length }} {{ s[::-1] | length }}",
                "29999999 15000000 30000000");
+    /* numbers as jinja2 3.1.6 has them */
+    renders_as("{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ 1 ** 99 }} {{ (-2) ** 63 }}|{{ ' 7 ' | int }} "
+               "{{ '1_000' | int }} {{ '42.5' | int }} {{ '-42.9' | int }} {{ '1e3' | int }} {{ 'nan' | int }} {{ 'x' | int(5) }} "
+               "{{ '0x1f' | int(base=16) }} {{ '1__0' | int }} {{ none | int }} {{ 3.9 | int }} {{ ' 0b101 ' | int(base=2) }}|"
+               "{{ ' 2.5 ' | float }} {{ '0x10' | float }} {{ '1_000.5' | float }} {{ 'inf' | float }} {{ '-Infinity' | float }} "
+               "{{ '1e' | float }} {{ '.5' | float }} {{ '5.' | float }} {{ none | float }} {{ 3 | float }}|{{ (-4.0) % 2 }} "
+               "{{ 7.0 // 0.1 }} {{ -7.5 // 2 }} {{ 7.5 % -2 }} {{ -0.0 // 1 }} {{ 1 // -3.0 }} {{ 5 % -0.5 }} {{ 'inf' | int }}",
+               "-1 1 1 0 1 -9223372036854775808|7 1000 42 -42 1000 0 5 31 0 0 3 5|2.5 0.0 1000.5 inf -inf 0.0 0.5 5.0 0.0 3.0|"
+               "0.0 69.0 -4.0 -0.5 -0.0 -1.0 -0.0 0");
+    /* past 64 bits: refused by name (jinja2 has big integers), not undefined behaviour */
+    refused_at_render("{{ 1e300 | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ '1e300' | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ '99999999999999999999' | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ (-9223372036854775807 - 1) | abs }}", "past 64 bits", NULL);
 }
 
 static void test_malformed(void) {

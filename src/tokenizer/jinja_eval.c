@@ -8,11 +8,13 @@
  * JINJA_MAX_STEPS expressions and loop turns, JINJA_MAX_DEPTH nested macro calls,
  * JINJA_MAX_NEST_EVAL nested evaluation frames (a 2 MiB thread stack's worth),
  * JINJA_MAX_OUTPUT bytes of text and JINJA_MAX_MEMORY bytes of values. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <utf8proc.h>
@@ -1010,6 +1012,88 @@ static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const a
     return list_from(r, o.v, o.n, JV_GEN, out);
 }
 
+/* The text of a Python number literal as int() and float() take it: surrounding
+ * whitespace stripped, and each '_' only between two digits (then dropped). Copied
+ * into the arena, NUL-terminated; NULL when the underscores are misplaced. */
+static char *py_number_text(rstate *r, const char *p, size_t n, bool hex) {
+    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
+    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
+    char *t = jv_alloc(r->c, n + 1);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '_') {
+            bool ok = i && i + 1 < n && (hex ? isxdigit((unsigned char)p[i - 1]) && isxdigit((unsigned char)p[i + 1])
+                                             : isdigit((unsigned char)p[i - 1]) && isdigit((unsigned char)p[i + 1]));
+            if (!ok) return NULL;
+            continue;
+        }
+        t[k++] = p[i];
+    }
+    t[k] = 0;
+    return t;
+}
+
+/* Python's float(str): decimal digits with an optional point and exponent, or
+ * inf, infinity, nan (any case, signed); false where Python raises ValueError (hex
+ * such as "0x10" included, which strtod alone would take). */
+static bool py_float(rstate *r, const char *p, size_t n, double *out) {
+    char *t = py_number_text(r, p, n, false);
+    if (!t || !*t) return false;
+    const char *q = t + (*t == '+' || *t == '-');
+    if (!strcasecmp(q, "inf") || !strcasecmp(q, "infinity") || !strcasecmp(q, "nan")) {
+        *out = strtod(t, NULL);
+        return true;
+    }
+    size_t digits = 0;
+    while (isdigit((unsigned char)*q)) q++, digits++;
+    if (*q == '.') {
+        q++;
+        while (isdigit((unsigned char)*q)) q++, digits++;
+    }
+    if (!digits) return false;
+    if (*q == 'e' || *q == 'E') {
+        q++;
+        if (*q == '+' || *q == '-') q++;
+        if (!isdigit((unsigned char)*q)) return false;
+        while (isdigit((unsigned char)*q)) q++;
+    }
+    if (*q) return false;
+    *out = strtod(t, NULL);
+    return true;
+}
+
+/* Python's int(str, base) for bases 2-36 (with the base's 0x/0o/0b prefix allowed):
+ * 1 and *out, 0 where Python raises ValueError, -1 past 64 bits. */
+static int py_int(const char *p, size_t n, int64_t base, int64_t *out) {
+    if (base < 2 || base > 36) return 0;
+    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
+    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
+    bool neg = n && p[0] == '-';
+    if (n && (p[0] == '-' || p[0] == '+')) p++, n--;
+    if (n > 2 && p[0] == '0') {
+        char c = (char)tolower((unsigned char)p[1]);
+        if ((c == 'x' && base == 16) || (c == 'o' && base == 8) || (c == 'b' && base == 2)) {
+            p += 2, n -= 2;
+            if (p[0] == '_') p++, n--; /* 0x_1f */
+        }
+    }
+    if (!n) return 0;
+    uint64_t acc = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    bool past = false;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '_' && i && i + 1 < n && p[i - 1] != '_') continue;
+        int c = tolower((unsigned char)p[i]);
+        int d = isdigit(c) ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+        if (d >= base) return 0;
+        if (acc > (lim - (uint64_t)d) / (uint64_t)base) past = true;
+        else acc = acc * (uint64_t)base + (uint64_t)d;
+    }
+    if (past) return -1;
+    *out = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+    return 1;
+}
+
 static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
     const char *nm = x->name;
     size_t nn = x->name_n;
@@ -1116,32 +1200,41 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         static const char *const ps[] = {"default", "base"};
         p[0] = IS("int") ? jv_int(0) : jv_float(0), p[1] = jv_int(10);
         if (!bind(r, x, nm, &a, 0, ps, IS("int") ? 2 : 1, p)) return false;
-        if (v.k == JV_INT || v.k == JV_FLOAT || v.k == JV_BOOL) {
-            *out = IS("int") ? jv_int(v.k == JV_FLOAT ? (int64_t)v.f : v.k == JV_INT ? v.i : v.b) : jv_float(jv_as_double(v));
+        if (IS("float")) { /* float(value), its default on a ValueError or TypeError */
+            double d;
+            if (jv_is_number(v)) *out = jv_float(jv_as_double(v));
+            else *out = v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d) ? jv_float(d) : p[0];
             return true;
         }
-        if (v.k == JV_STR && v.s.n < 64) {
-            char t[64], *e;
-            memcpy(t, v.s.p, v.s.n);
-            t[v.s.n] = 0;
-            if (IS("int")) {
-                long long k = strtoll(t, &e, p[1].k == JV_INT ? (int)p[1].i : 10);
-                if (e != t && !*e) {
-                    *out = jv_int(k);
-                    return true;
-                }
-            } else {
-                double d = strtod(t, &e);
-                if (e != t && !*e) {
-                    *out = jv_float(d);
-                    return true;
-                }
-            }
+        /* int(value) (int(value, base) of a str), else int(float(value)) ("42.5" -> 42),
+         * else the default: jinja's do_int */
+        if (v.k == JV_INT || v.k == JV_BOOL) {
+            *out = jv_int(v.k == JV_INT ? v.i : v.b);
+            return true;
         }
-        *out = p[0];
+        int64_t base = 10;
+        if (!want_int(r, x, "int", p[1], &base)) return false;
+        if (v.k == JV_STR) {
+            int64_t k;
+            int got = py_int(v.s.p, v.s.n, base, &k);
+            if (got > 0) *out = jv_int(k);
+            if (got < 0) return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
+            if (got) return true;
+        }
+        double d;
+        if (v.k == JV_FLOAT) d = v.f;
+        else if (!(v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d))) {
+            *out = p[0];
+            return true;
+        }
+        if (isnan(d) || isinf(d)) *out = p[0]; /* int(nan): ValueError, int(inf): OverflowError, both caught */
+        else if (!(fabs(d) < 9223372036854775808.0))
+            return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
+        else *out = jv_int((int64_t)d);
         return true;
     }
     if (IS("abs")) {
+        if (v.k == JV_INT && v.i == INT64_MIN) return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
         if (v.k == JV_INT) *out = jv_int(v.i < 0 ? -v.i : v.i);
         else if (v.k == JV_FLOAT) *out = jv_float(fabs(v.f));
         else if (v.k == JV_BOOL) *out = jv_int(v.b);
@@ -1208,20 +1301,32 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
                 int64_t q = i / j, m = i % j;
                 if (m && ((m < 0) != (j < 0))) q--, m += j; /* Python floors */
                 *out = jv_int(op == 'F' ? q : m);
-            } else {
-                double m = fmod(f, g);
-                if (m && ((m < 0) != (g < 0))) m += g;
-                *out = jv_float(op == 'F' ? floor(f / g) : m);
+            } else { /* Python's float_divmod: the floor of the exact quotient, a zero
+                      * remainder signed as the divisor (7.0 // 0.1 is 69.0, -4.0 % 2 is 0.0) */
+                double m = fmod(f, g), d = (f - m) / g;
+                if (m) {
+                    if ((g < 0) != (m < 0)) m += g, d -= 1.0;
+                } else
+                    m = copysign(0.0, g);
+                double q = copysign(0.0, f / g);
+                if (d) {
+                    q = floor(d);
+                    if (d - q > 0.5) q += 1.0;
+                }
+                *out = jv_float(op == 'F' ? q : m);
             }
             return true;
         case 'P':
             if (ints && j >= 0) {
+                /* 0, 1 and -1 to any power directly (the loop stopping at a product
+                 * of 1 made (-1) ** 3 1); any other base overflows within 64 turns */
                 int64_t acc = 1;
-                for (int64_t e = 0; e < j; e++) {
-                    if (__builtin_mul_overflow(acc, i, &acc))
-                        return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
-                    if (acc == 0 || acc == 1) break;
-                }
+                if (i == 0) acc = j == 0;
+                else if (i == -1) acc = j % 2 ? -1 : 1;
+                else if (i != 1)
+                    for (int64_t e = 0; e < j; e++)
+                        if (__builtin_mul_overflow(acc, i, &acc))
+                            return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
                 *out = jv_int(acc);
             } else
                 *out = jv_float(pow(f, g));
