@@ -365,6 +365,17 @@ static void test_review(void) {
     refused_at_render("{{ '1e300' | int }}", "past 64 bits", NULL);
     refused_at_render("{{ '99999999999999999999' | int }}", "past 64 bits", NULL);
     refused_at_render("{{ (-9223372036854775807 - 1) | abs }}", "past 64 bits", NULL);
+    /* errors of printing and tojson name their line and column */
+    refused_at_render("\n {{ x | tojson }}", "line 2, column 7: tojson: Object of type Undefined", NULL);
+    refused_at_render("\n{{ 1 }} {{ range(3) | select }}", "line 2, column", "printing a generator");
+    /* an integer past 64 bits in the variables: named, not "invalid JSON" */
+    const char *big = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": 99999999999999999999}";
+    ct = accel_chat_template_new("{{ x }}", 7);
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, big, strlen(big), &text, &len) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "line 1, column 74: an integer past 64 bits");
+    CHECK(!strstr(accel_last_error(), "invalid JSON"));
+    accel_chat_template_free(ct);
 }
 
 static void test_malformed(void) {

@@ -402,7 +402,20 @@ accel_status accel_chat_template_render_json(const accel_chat_template *ct, cons
                                !ct ? "the template" : !json ? "json" : "text");
     *text = NULL;
     json_t *ctx = accel__json_parse("chat template variables", json, n);
-    if (!ctx) return accel_last_status();
+    if (!ctx) {
+        /* jansson holds integers in 64 bits and calls a longer one "too big": valid
+         * JSON (Python reads it), so name it as what accel does not implement */
+        const char *m = accel_last_error(), *big = strstr(m, ": too big integer");
+        if (!big) return accel_last_status();
+        const char *inv = strstr(m, "invalid JSON at ");
+        char msg[512];
+        if (inv && inv < big) /* "<name>: line L, column C: an integer past 64 bits ..." */
+            snprintf(msg, sizeof msg, "%.*s%.*s: an integer past 64 bits (not implemented)%s", (int)(inv - m), m,
+                     (int)(big - inv - 16), inv + 16, big + 17);
+        else
+            snprintf(msg, sizeof msg, "%.*s: an integer past 64 bits (not implemented)%s", (int)(big - m), m, big + 17);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s", msg);
+    }
     accel_status st = render(ct, ctx, text, len);
     json_decref(ctx);
     return st;

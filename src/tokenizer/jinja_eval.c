@@ -132,13 +132,25 @@ static bool compare(rstate *r, const jnode *at, const char *op, jv a, jv b, int 
 
 /* ------------------------------------------------------------ strings */
 
-static bool str_of(rstate *r, jv v, jv *out) {
+/* A failure of jinja_value.c (printing, tojson), which knows no position, given the
+ * line and column of at (an out-of-memory keeps its own message). */
+static bool placed(rstate *r, const jnode *at) {
+    accel_status st = accel_last_status();
+    if (st == ACCEL_ERR_OOM) return false;
+    const char *m = accel_last_error(), *pre = "chat template: ";
+    if (!strncmp(m, pre, strlen(pre))) m += strlen(pre);
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", m);
+    return err(r, at, st ? st : ACCEL_ERR_INVALID_ARG, "%s", msg);
+}
+
+static bool str_of(rstate *r, const jnode *at, jv v, jv *out) {
     if (v.k == JV_STR) {
         *out = v;
         return true;
     }
     jbuf b = {.c = r->c};
-    if (!jv_to_str(&b, v)) return false;
+    if (!jv_to_str(&b, v)) return placed(r, at);
     *out = jbuf_str(&b);
     return true;
 }
@@ -687,7 +699,7 @@ static bool call_func(rstate *r, const jnode *at, int fn, const args *a, jv *out
     }
     case FN_RAISE: {
         jv m = a->npos ? a->pos[0] : jv_str("", 0), sm;
-        if (!str_of(r, m, &sm)) return false;
+        if (!str_of(r, at, m, &sm)) return false;
         return err(r, at, ACCEL_ERR_INVALID_ARG, "raise_exception: %.*s", (int)(sm.s.n > 400 ? 400 : sm.s.n), sm.s.p);
     }
     case FN_STRFTIME: {
@@ -880,7 +892,7 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
     else if (IS("callable")) *res = v.k == JV_MACRO || v.k == JV_FUNC || v.k == JV_METHOD;
     else if (IS("lower") || IS("upper")) {
         jv s, t;
-        if (!str_of(r, v, &s) || !recase(r, s, nm[0] == 'l' ? 'L' : 'U', &t)) return false;
+        if (!str_of(r, at, v, &s) || !recase(r, s, nm[0] == 'l' ? 'L' : 'U', &t)) return false;
         /* islower/isupper: cased characters exist and all are of the case */
         jv other;
         if (!recase(r, s, nm[0] == 'l' ? 'U' : 'L', &other)) return false;
@@ -1139,11 +1151,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
             o.key_sep = p[2].l->v[1].s.p, o.key_sep_n = p[2].l->v[1].s.n;
         }
         jbuf b = {.c = r->c};
-        if (!jv_to_json(&b, v, &o, 0)) {
-            char where[64];
-            jinja_where(r->t, x->pos, where, sizeof where);
-            return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "chat template: %s: tojson failed", where), false;
-        }
+        if (!jv_to_json(&b, v, &o, 0)) return placed(r, x);
         *out = jbuf_str(&b);
         return true;
     }
@@ -1185,7 +1193,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         for (size_t i = 0; i < items->n; i++) {
             jv it = items->v[i], st;
             if (p[1].k != JV_NONE && !attr_path(r, x, it, p[1], &it)) return false;
-            if (!str_of(r, it, &st)) return false;
+            if (!str_of(r, x, it, &st)) return false;
             if ((i && !jbuf_put(&b, p[0].s.p, p[0].s.n)) || !jbuf_put(&b, st.s.p, st.s.n)) return false;
         }
         *out = jbuf_str(&b);
@@ -1243,7 +1251,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
     }
     /* the string filters: their value as str() first (safe makes a Markup string) */
     jv sv;
-    if (!str_of(r, v, &sv)) return false;
+    if (!str_of(r, x, v, &sv)) return false;
     if (IS("string") || IS("safe")) {
         *out = sv;
         return true;
@@ -1465,7 +1473,7 @@ static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out) {
         if (!eval(r, s, x->a, &a) || !eval(r, s, x->b, &b)) return false;
         if (x->op != '~') return arith(r, x, x->op, a, b, out);
         jv sa, sb;
-        if (!str_of(r, a, &sa) || !str_of(r, b, &sb)) return false;
+        if (!str_of(r, x, a, &sa) || !str_of(r, x, b, &sb)) return false;
         jbuf o = {.c = r->c};
         if (!jbuf_put(&o, sa.s.p, sa.s.n) || !jbuf_put(&o, sb.s.p, sb.s.n)) return false;
         *out = jbuf_str(&o);
@@ -1620,7 +1628,7 @@ static bool exec_node(rstate *r, jscope *s, const jnode *x) {
         if (!eval(r, s, x->a, &v)) return false;
         if (v.k == JV_STR) return emit(r, x, v.s.p, v.s.n);
         jv sv;
-        return str_of(r, v, &sv) && emit(r, x, sv.s.p, sv.s.n);
+        return str_of(r, x, v, &sv) && emit(r, x, sv.s.p, sv.s.n);
     }
     case JN_IF:
         for (size_t i = 0; i + 1 < x->nkid; i += 2) {
