@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -376,6 +377,30 @@ static void test_review(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "line 1, column 74: an integer past 64 bits");
     CHECK(!strstr(accel_last_error(), "invalid JSON"));
     accel_chat_template_free(ct);
+    /* a template list with only "tool_use": taken when tools are given, as transformers does */
+    char dir[] = "/tmp/accel_chat_tooluse_XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T{{ tools | length }}\"}]}", f);
+        fclose(f);
+    }
+    ct = accel_chat_template_load(dir);
+    CHECK_MSG(ct != NULL, "%s", accel_last_error());
+    const char *with = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{}, {}]}";
+    const char *without = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}";
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, with, strlen(with), &text, &len) == ACCEL_OK);
+    if (text) CHECK_MSG(!strcmp(text, "T2"), "got %s", text);
+    free(text);
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, without, strlen(without), &text, &len) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "no tools were given");
+    accel_chat_template_free(ct);
+    remove(path);
+    rmdir(dir);
 }
 
 static void test_malformed(void) {

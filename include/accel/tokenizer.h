@@ -98,7 +98,8 @@ typedef struct accel_chat_template accel_chat_template;
 
 /* dir: a model folder. The template is chat_template.jinja when the folder has
  * one, else tokenizer_config.json's `chat_template` (a string, or a list of
- * {name, template} of which the one named "default" is taken), as transformers 5
+ * {name, template} of which the one named "tool_use" is taken when tools are
+ * given and there is one, else the one named "default"), as transformers 5
  * chooses; the named special tokens (bos_token, eos_token, unk_token, sep_token,
  * pad_token, cls_token, mask_token: strings or AddedToken dicts) come from
  * tokenizer_config.json. NULL + error naming the file and key when there is no

@@ -85,9 +85,11 @@ static accel_status config_template(accel_chat_template *ct, const char *path, j
         jinja_free(*slot);
         if (!(*slot = parse_from(w, json_string_value(tp), json_string_length(tp)))) return accel_last_status();
     }
-    if (!ct->tmpl)
-        return accel_set_error(ACCEL_ERR_FORMAT, "%s: a list of templates with none named \"default\" (transformers then asks "
-                                                 "for a name; accel renders only the default)", where);
+    /* transformers takes "tool_use" when tools are given, else "default": a list with
+     * only "tool_use" renders conversations with tools (render() refuses the others) */
+    if (!ct->tmpl && !ct->tool_use)
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: a list of templates with none named \"default\" or \"tool_use\" "
+                                                 "(transformers then asks for a name; accel renders only those)", where);
     return ACCEL_OK;
 }
 
@@ -353,6 +355,10 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: messages[%zu] must be an object (a dict)", i);
     json_t *tools = json_object_get(ctx, "tools");
     const jtemplate *t = ct->tool_use && tools && !json_is_null(tools) ? ct->tool_use : ct->tmpl;
+    if (!t)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: the model's template list has only \"tool_use\", "
+                                                      "and no tools were given (transformers: multiple chat templates with "
+                                                      "no default specified)");
     json_t *final;
     accel_status cst = continue_prepare(t, ctx, &final);
     if (cst) return cst;
