@@ -5,7 +5,8 @@
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
  * byte for byte (ids for ids); then refusals: malformed templates with their
  * position, constructs outside the subset, raise_exception's message, runaway
- * loops, recursion and output, bad arguments. */
+ * loops, recursion and output, bad arguments; and what an adversarial review found
+ * (stack overflows, hangs, quadratic loads, numbers unlike jinja2's: test_review). */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -312,6 +313,8 @@ static void test_review(void) {
     /* bytes scanned count against the step budget */
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.count('b') }}{% endfor %}", "10000000 steps", NULL);
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s[5] }}{{ s | length }}{% endfor %}",
+                      "10000000 steps", NULL);
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.startswith(s) }}{{ s == s ~ '' }}{% endfor %}",
                       "10000000 steps", NULL);
     /* hostile JSON variables: 200,000 keys at the top and in a message load in linear
      * time, and tojson sorts them by qsort (both were quadratic: minutes) */

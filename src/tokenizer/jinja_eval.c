@@ -782,13 +782,14 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         if (!bind(r, at, nm, a, 0, ps, 1, p)) return false;
         bool end = nm[0] == 'e';
         if (p[0].k == JV_STR) {
+            if (!charge(r, at, p[0].s.n)) return false; /* a prefix as long as the string compares it all */
             *out = jv_bool(has_prefix(self, p[0], end));
             return true;
         }
         if (p[0].k == JV_TUPLE) {
             *out = jv_bool(false);
             for (size_t i = 0; i < p[0].l->n; i++) {
-                if (!want_str(r, at, nm, p[0].l->v[i])) return false;
+                if (!want_str(r, at, nm, p[0].l->v[i]) || !charge(r, at, p[0].l->v[i].s.n)) return false;
                 if (has_prefix(self, p[0].l->v[i], end)) *out = jv_bool(true);
             }
             return true;
