@@ -5,11 +5,15 @@
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
  * byte for byte (ids for ids); then refusals: malformed templates with their
  * position, constructs outside the subset, raise_exception's message, runaway
- * loops, recursion and output, bad arguments. */
+ * loops, recursion and output, bad arguments; and what an adversarial review found
+ * (stack overflows, hangs, quadratic loads, numbers unlike jinja2's: test_review). */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -201,6 +205,205 @@ static void refused_at_render(const char *src, const char *n1, const char *n2) {
     if (n2) CHECK_STR_CONTAINS(accel_last_error(), n2);
     free(text);
     accel_chat_template_free(ct);
+}
+
+/* src loads and renders with one user message to exactly want. */
+static void renders_as(const char *src, const char *want) {
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    CHECK_MSG(ct != NULL, "%s: %s", src, accel_last_error());
+    if (!ct) return;
+    accel_chat_message m = {"user", "hi"};
+    char *text = NULL;
+    accel_status st = accel_chat_template_render(ct, &m, 1, true, &text, NULL);
+    CHECK_MSG(st == ACCEL_OK, "%s: %s", src, accel_last_error());
+    if (!st) CHECK_MSG(!strcmp(text, want), "%s:\n got  %s\n want %s", src, text, want);
+    free(text);
+    accel_chat_template_free(ct);
+}
+
+/* A template of prefix, then unit n times, then suffix (malloc'd). */
+static char *repeat(const char *prefix, const char *unit, int n, const char *suffix) {
+    size_t pl = strlen(prefix), ul = strlen(unit), sl = strlen(suffix);
+    char *s = malloc(pl + ul * (size_t)n + sl + 1), *q = s;
+    memcpy(q, prefix, pl), q += pl;
+    for (int i = 0; i < n; i++) memcpy(q, unit, ul), q += ul;
+    memcpy(q, suffix, sl + 1);
+    return s;
+}
+
+/* A recursive macro whose body is an expression nested 40 deep, called to depth
+ * levels: each call nests some 45 evaluation frames (11 levels: just under 500). */
+static char *deep_macro(int levels) {
+    char head[160];
+    snprintf(head, sizeof head, "{%% macro f(n) %%}{%% if n < %d %%}{{ ", levels);
+    char *open = repeat(head, "'' ~ (", 40, "f(n + 1)");
+    char *src = repeat(open, ")", 40, " }}{% endif %}{% endmacro %}{{ f(0) }}");
+    free(open);
+    return src;
+}
+
+typedef struct render_job {
+    const char *src, *want; /* want NULL: refused naming fail */
+    const char *fail;
+} render_job;
+
+static void *render_job_run(void *arg) {
+    const render_job *j = arg;
+    if (j->want) renders_as(j->src, j->want);
+    else refused_at_render(j->src, j->fail, NULL);
+    return NULL;
+}
+
+/* Runs the job on a thread with a 2 MiB stack (renders may run on any thread;
+ * sanitizers' frames are several times larger, so they get 8 MiB). */
+static void on_small_stack(const render_job *j) {
+#if defined(__SANITIZE_ADDRESS__)
+    size_t stack = (size_t)8 << 20;
+#else
+    size_t stack = (size_t)2 << 20;
+#endif
+    pthread_attr_t at;
+    pthread_t th;
+    CHECK(pthread_attr_init(&at) == 0);
+    CHECK(pthread_attr_setstacksize(&at, stack) == 0);
+    CHECK(pthread_create(&th, &at, render_job_run, (void *)j) == 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&at);
+}
+
+/* What an adversarial review found: crashes (stack overflow), hangs, quadratic
+ * loads and numbers unlike jinja2's. */
+static void test_review(void) {
+    /* values that contain themselves print as Python prints them */
+    renders_as("{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ ns }}", "<Namespace {'a': 1, 'x': <Namespace {...}>}>");
+    renders_as("{% set ns = namespace(l=[]) %}{% set ns.l = [ns] %}{{ ns.l }}", "[<Namespace {'l': [...]}>]");
+    /* values nested past the bound: refused by name, not a stack overflow */
+    const char *deep = "{% set ns = namespace(x=[]) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+    const char *uses[] = {"{{ ns.x == ns.x }}", "{{ ns.x < ns.x }}", "{{ ns.x }}", "{{ ns.x | tojson }}", "{{ ns.x in [ns.x] }}"};
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++) {
+        char src[300];
+        snprintf(src, sizeof src, "%s%s", deep, uses[i]);
+        refused_at_render(src, "nested deeper than 200", NULL);
+    }
+    /* long left-deep chains the parser builds in a loop: refused where they start */
+    const char *links[] = {" + 1", "|trim", "[0]", " and 1", " ~ 1", ".x", "()"};
+    for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+        char *src = repeat("\n  {{ 1", links[i], 7000, " }}");
+        refused_at_load(src, "nested more than 200 levels", "line 2, column");
+        free(src);
+    }
+    char *ok = repeat("{{ 1", " + 1", 150, " }}");
+    renders_as(ok, "151");
+    free(ok);
+    /* macro calls times expression depth: one bound over both, within a 2 MiB stack */
+    char *deep_ok = deep_macro(11), *deep_bad = deep_macro(99);
+    on_small_stack(&(render_job){deep_ok, "", NULL});
+    on_small_stack(&(render_job){deep_bad, NULL, "evaluation nested deeper than 500"});
+    free(deep_ok);
+    free(deep_bad);
+    /* an empty string or list repeated any number of times: at once */
+    renders_as("{{ '' * 9223372036854775807 }}{{ [] * 9223372036854775807 }}{{ 9223372036854775807 * () }}", "[]()");
+    /* substring search in linear time: a naive search of this needle takes seconds */
+    clock_t t0 = clock();
+    renders_as("{% set h = 'a' * 2000000 %}{% set n = 'a' * 20000 ~ 'b' %}{{ h.find(n) }} {{ h.count(n) }} {{ n in h }} "
+               "{{ h.replace(n, '') | length }} {{ h.split(n) | length }}",
+               "-1 0 False 2000000 1");
+    double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK_MSG(secs < 2, "searching 2 MB for a 20 KB needle took %.1f s", secs);
+    /* bytes scanned count against the step budget */
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.count('b') }}{% endfor %}", "10000000 steps", NULL);
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s[5] }}{{ s | length }}{% endfor %}",
+                      "10000000 steps", NULL);
+    refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.startswith(s) }}{{ s == s ~ '' }}{% endfor %}",
+                      "10000000 steps", NULL);
+    /* hostile JSON variables: 200,000 keys at the top and in a message load in linear
+     * time, and tojson sorts them by qsort (both were quadratic: minutes) */
+    json_t *vars = json_object(), *msg = json_object(), *msgs = json_array();
+    char key[32];
+    for (int i = 0; i < 200000; i++) {
+        snprintf(key, sizeof key, "k%d", 199999 - i);
+        json_object_set_new(vars, key, json_integer(i));
+        json_object_set_new(msg, key, json_integer(i));
+    }
+    json_object_set_new(msg, "role", json_string("user"));
+    json_object_set_new(msg, "reasoning_content", json_string("r"));
+    json_object_set_new(msg, "add_generation_prompt", json_true()); /* a default's name, replaced */
+    json_array_append_new(msgs, msg);
+    json_object_set_new(vars, "messages", msgs);
+    json_object_set_new(vars, "add_generation_prompt", json_true());
+    const char *src = "{{ messages[0] | length }} {{ k0 }} {{ messages[0].thinking }} {{ add_generation_prompt }} "
+                      "{{ (messages[0] | tojson(sort_keys=true))[:30] }}";
+    accel_chat_template *ct = accel_chat_template_new(src, strlen(src));
+    char *js = json_dumps(vars, JSON_COMPACT), *text = NULL;
+    size_t len = 0;
+    t0 = clock();
+    CHECK_MSG(ct && accel_chat_template_render_json(ct, js, strlen(js), &text, &len) == ACCEL_OK, "%s", accel_last_error());
+    secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK_MSG(secs < 3, "200,000 keys took %.1f s", secs);
+    const char *want = "200004 199999 r True {\"add_generation_prompt\": true";
+    if (text) CHECK_MSG(!strcmp(text, want), "got %s", text);
+    free(text);
+    free(js);
+    json_decref(vars);
+    accel_chat_template_free(ct);
+    /* slices by code point offsets (a value per character made a few MiB fail the
+     * memory budget), steps counted without overflow; expectations from jinja2 3.1.6 */
+    renders_as("{% set s = 'a\u00e9\u20ac\U0001d11ebc' %}{{ s[1:4] }}|{{ s[::2] }}|{{ s[::-1] }}|{{ s[::-2] }}|{{ s[4:0:-3] }}|"
+               "{{ s[1::9223372036854775807] }}|{{ s[-1::-9223372036854775807] }}|{{ [1,2,3,4,5][::-2] }}|"
+               "{{ [1,2,3][1::9223372036854775807] }}|{{ s[5:1] }}|{{ s[10:] }}|{{ s[:-1] }}|{{ (1,2,3)[::-9223372036854775807] }}",
+               "\u00e9\u20ac\U0001d11e|a\u20acb|cb\U0001d11e\u20ac\u00e9a|c\U0001d11e\u00e9|b\u00e9|\u00e9|c|[5, 3, 1]|[2]|||"
+               "a\u00e9\u20ac\U0001d11eb|(3,)");
+    renders_as("{% set s = 'x' * 30000000 %}{{ s[:-1] | length }} {{ s[::2] | length }} {{ s[::-1] | length }}",
+               "29999999 15000000 30000000");
+    /* numbers as jinja2 3.1.6 has them */
+    renders_as("{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ 1 ** 99 }} {{ (-2) ** 63 }}|{{ ' 7 ' | int }} "
+               "{{ '1_000' | int }} {{ '42.5' | int }} {{ '-42.9' | int }} {{ '1e3' | int }} {{ 'nan' | int }} {{ 'x' | int(5) }} "
+               "{{ '0x1f' | int(base=16) }} {{ '1__0' | int }} {{ none | int }} {{ 3.9 | int }} {{ ' 0b101 ' | int(base=2) }}|"
+               "{{ ' 2.5 ' | float }} {{ '0x10' | float }} {{ '1_000.5' | float }} {{ 'inf' | float }} {{ '-Infinity' | float }} "
+               "{{ '1e' | float }} {{ '.5' | float }} {{ '5.' | float }} {{ none | float }} {{ 3 | float }}|{{ (-4.0) % 2 }} "
+               "{{ 7.0 // 0.1 }} {{ -7.5 // 2 }} {{ 7.5 % -2 }} {{ -0.0 // 1 }} {{ 1 // -3.0 }} {{ 5 % -0.5 }} {{ 'inf' | int }}",
+               "-1 1 1 0 1 -9223372036854775808|7 1000 42 -42 1000 0 5 31 0 0 3 5|2.5 0.0 1000.5 inf -inf 0.0 0.5 5.0 0.0 3.0|"
+               "0.0 69.0 -4.0 -0.5 -0.0 -1.0 -0.0 0");
+    /* past 64 bits: refused by name (jinja2 has big integers), not undefined behaviour */
+    refused_at_render("{{ 1e300 | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ '1e300' | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ '99999999999999999999' | int }}", "past 64 bits", NULL);
+    refused_at_render("{{ (-9223372036854775807 - 1) | abs }}", "past 64 bits", NULL);
+    /* errors of printing and tojson name their line and column */
+    refused_at_render("\n {{ x | tojson }}", "line 2, column 7: tojson: Object of type Undefined", NULL);
+    refused_at_render("\n{{ 1 }} {{ range(3) | select }}", "line 2, column", "printing a generator");
+    /* an integer past 64 bits in the variables: named, not "invalid JSON" */
+    const char *big = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": 99999999999999999999}";
+    ct = accel_chat_template_new("{{ x }}", 7);
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, big, strlen(big), &text, &len) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "line 1, column 74: an integer past 64 bits");
+    CHECK(!strstr(accel_last_error(), "invalid JSON"));
+    accel_chat_template_free(ct);
+    /* a template list with only "tool_use": taken when tools are given, as transformers does */
+    char dir[] = "/tmp/accel_chat_tooluse_XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T{{ tools | length }}\"}]}", f);
+        fclose(f);
+    }
+    ct = accel_chat_template_load(dir);
+    CHECK_MSG(ct != NULL, "%s", accel_last_error());
+    const char *with = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{}, {}]}";
+    const char *without = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}";
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, with, strlen(with), &text, &len) == ACCEL_OK);
+    if (text) CHECK_MSG(!strcmp(text, "T2"), "got %s", text);
+    free(text);
+    text = NULL;
+    CHECK(ct && accel_chat_template_render_json(ct, without, strlen(without), &text, &len) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "no tools were given");
+    accel_chat_template_free(ct);
+    remove(path);
+    rmdir(dir);
 }
 
 static void test_malformed(void) {
@@ -462,6 +665,7 @@ int main(void) {
     RUN(test_dirs);
     RUN(test_malformed);
     RUN(test_runtime_errors);
+    RUN(test_review);
     RUN(test_api);
     RUN(test_mutations);
     RUN(test_generate_chat);

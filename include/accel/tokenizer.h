@@ -87,7 +87,10 @@ bool accel_tokenizer_is_special(const accel_tokenizer *t, int64_t id);
  * (docs/tokenizer.md lists the subset); a malformed template is ACCEL_ERR_FORMAT
  * with its line and column; raise_exception(msg) fails the render with
  * ACCEL_ERR_INVALID_ARG and msg in the message. A render is bounded: 10 million
- * steps, 100 nested macro calls, 64 MiB of text, 512 MiB of values.
+ * steps (a string operation's scan costs a step per 64 bytes), 100 nested macro
+ * calls, 500 nested evaluation frames (fits a 2 MiB thread stack), values nested
+ * 200 deep, 64 MiB of text, 512 MiB of values; expressions nested past 200
+ * levels are refused at load.
  *
  * OWNERSHIP: a template is immutable once loaded; renders may run on several
  * threads at once. Returned text and ids are malloc'd: free() them. */
@@ -95,7 +98,8 @@ typedef struct accel_chat_template accel_chat_template;
 
 /* dir: a model folder. The template is chat_template.jinja when the folder has
  * one, else tokenizer_config.json's `chat_template` (a string, or a list of
- * {name, template} of which the one named "default" is taken), as transformers 5
+ * {name, template} of which the one named "tool_use" is taken when tools are
+ * given and there is one, else the one named "default"), as transformers 5
  * chooses; the named special tokens (bos_token, eos_token, unk_token, sep_token,
  * pad_token, cls_token, mask_token: strings or AddedToken dicts) come from
  * tokenizer_config.json. NULL + error naming the file and key when there is no

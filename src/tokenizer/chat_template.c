@@ -85,9 +85,11 @@ static accel_status config_template(accel_chat_template *ct, const char *path, j
         jinja_free(*slot);
         if (!(*slot = parse_from(w, json_string_value(tp), json_string_length(tp)))) return accel_last_status();
     }
-    if (!ct->tmpl)
-        return accel_set_error(ACCEL_ERR_FORMAT, "%s: a list of templates with none named \"default\" (transformers then asks "
-                                                 "for a name; accel renders only the default)", where);
+    /* transformers takes "tool_use" when tools are given, else "default": a list with
+     * only "tool_use" renders conversations with tools (render() refuses the others) */
+    if (!ct->tmpl && !ct->tool_use)
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: a list of templates with none named \"default\" or \"tool_use\" "
+                                                 "(transformers then asks for a name; accel renders only those)", where);
     return ACCEL_OK;
 }
 
@@ -193,6 +195,19 @@ static bool from_json(jctx *c, json_t *j, jv *out) {
     return false;
 }
 
+/* Adds a JSON object's key to d, whose first npre entries were set before it (defaults,
+ * derived keys): only those can already hold the key, the object's own keys being
+ * unique, so the search stays within them and a hostile object with a million keys
+ * loads in linear time (jv_dict_set searches the whole dict). */
+static bool set_json_key(jctx *c, jdict *d, size_t npre, jv key, jv val) {
+    for (size_t i = 0; i < npre; i++)
+        if (jv_equal(d->key[i], key) == 1) {
+            d->val[i] = val;
+            return true;
+        }
+    return jv_dict_append(c, d, key, val);
+}
+
 /* A message as transformers hands it to the template: null-valued keys dropped,
  * and reasoning (reasoning_content, thinking or reasoning, the first not null) also
  * under "thinking" (first) and "reasoning_content" (last, or where it was). */
@@ -207,12 +222,13 @@ static bool message(jctx *c, json_t *m, jv *out) {
     }
     jv rv;
     if (reasoning && (!from_json(c, reasoning, &rv) || !jv_dict_set(c, d, jv_str("thinking", 8), rv))) return false;
+    size_t npre = d->n;
     const char *k;
     json_t *v;
     json_object_foreach(m, k, v) {
         if (json_is_null(v)) continue;
         jv key, val;
-        if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !jv_dict_set(c, d, key, val)) return false;
+        if (!jv_strdup(c, k, strlen(k), &key) || !from_json(c, v, &val) || !set_json_key(c, d, npre, key, val)) return false;
     }
     if (reasoning && !jv_dict_set(c, d, jv_str("reasoning_content", 17), rv)) return false;
     *out = (jv){.k = JV_DICT, .d = d};
@@ -339,6 +355,10 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: messages[%zu] must be an object (a dict)", i);
     json_t *tools = json_object_get(ctx, "tools");
     const jtemplate *t = ct->tool_use && tools && !json_is_null(tools) ? ct->tool_use : ct->tmpl;
+    if (!t)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: the model's template list has only \"tool_use\", "
+                                                      "and no tools were given (transformers: multiple chat templates with "
+                                                      "no default specified)");
     json_t *final;
     accel_status cst = continue_prepare(t, ctx, &final);
     if (cst) return cst;
@@ -353,6 +373,7 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
         if (ct->special[i]) ok = jv_dict_set(&c, vars, jv_str(SPECIAL[i], strlen(SPECIAL[i])), jv_str(ct->special[i], strlen(ct->special[i])));
     ok = ok && jv_dict_set(&c, vars, jv_str("tools", 5), jv_none()) && jv_dict_set(&c, vars, jv_str("documents", 9), jv_none()) &&
          jv_dict_set(&c, vars, jv_str("add_generation_prompt", 21), jv_bool(false));
+    size_t npre = ok ? vars->n : 0;
     const char *k;
     json_t *v;
     json_object_foreach(ctx, k, v) {
@@ -366,7 +387,7 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
             val = (jv){.k = JV_LIST, .l = l};
         } else
             ok = from_json(&c, v, &val);
-        ok = ok && jv_dict_set(&c, vars, key, val);
+        ok = ok && set_json_key(&c, vars, npre, key, val);
     }
     size_t n = 0;
     accel_status st = ok ? jinja_render(t, &c, vars, text, &n) : accel_last_status();
@@ -387,7 +408,20 @@ accel_status accel_chat_template_render_json(const accel_chat_template *ct, cons
                                !ct ? "the template" : !json ? "json" : "text");
     *text = NULL;
     json_t *ctx = accel__json_parse("chat template variables", json, n);
-    if (!ctx) return accel_last_status();
+    if (!ctx) {
+        /* jansson holds integers in 64 bits and calls a longer one "too big": valid
+         * JSON (Python reads it), so name it as what accel does not implement */
+        const char *m = accel_last_error(), *big = strstr(m, ": too big integer");
+        if (!big) return accel_last_status();
+        const char *inv = strstr(m, "invalid JSON at ");
+        char msg[512];
+        if (inv && inv < big) /* "<name>: line L, column C: an integer past 64 bits ..." */
+            snprintf(msg, sizeof msg, "%.*s%.*s: an integer past 64 bits (not implemented)%s", (int)(inv - m), m,
+                     (int)(big - inv - 16), inv + 16, big + 17);
+        else
+            snprintf(msg, sizeof msg, "%.*s: an integer past 64 bits (not implemented)%s", (int)(big - m), m, big + 17);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s", msg);
+    }
     accel_status st = render(ct, ctx, text, len);
     json_decref(ctx);
     return st;

@@ -6,12 +6,15 @@
  * (no list.append, dict.update, ...) and its range() limit, and the filters,
  * tests and str/dict/list methods chat templates call. Every render is bounded:
  * JINJA_MAX_STEPS expressions and loop turns, JINJA_MAX_DEPTH nested macro calls,
+ * JINJA_MAX_NEST_EVAL nested evaluation frames (a 2 MiB thread stack's worth),
  * JINJA_MAX_OUTPUT bytes of text and JINJA_MAX_MEMORY bytes of values. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <utf8proc.h>
@@ -34,7 +37,8 @@ typedef struct rstate {
     jscope *root;
     jbuf *out;
     uint64_t steps;
-    int depth;
+    int depth; /* macro calls */
+    int nest;  /* eval and exec_stmt frames on the stack (nest_in) */
     int control; /* 1: break, 2: continue, pending */
 } rstate;
 
@@ -56,6 +60,14 @@ static bool step(rstate *r, const jnode *at) {
     if (++r->steps > JINJA_MAX_STEPS)
         return err(r, at, ACCEL_ERR_INVALID_ARG, "the render ran past %d steps (a runaway loop?)", JINJA_MAX_STEPS);
     return true;
+}
+
+/* A string operation about to scan (not copy: copies are bounded by the memory
+ * budget) bytes: one step per JINJA_BYTES_PER_STEP of them, so a loop over a huge
+ * string's count() or find() runs out of steps rather than for minutes. */
+static bool charge(rstate *r, const jnode *at, size_t bytes) {
+    r->steps += bytes / JINJA_BYTES_PER_STEP;
+    return step(r, at);
 }
 
 static bool undefined_error(rstate *r, const jnode *at, jv u) {
@@ -97,15 +109,48 @@ static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
     return true;
 }
 
+/* Python's == of a and b into *res; values nested past JV_MAX_NEST are refused
+ * (jinja2's RecursionError) rather than compared on an overflowing stack. */
+static bool equal(rstate *r, const jnode *at, jv a, jv b, bool *res) {
+    if (a.k == JV_STR && b.k == JV_STR && a.s.n == b.s.n && !charge(r, at, a.s.n)) return false;
+    int e = jv_equal(a, b);
+    if (e < 0) return err(r, at, ACCEL_ERR_INVALID_ARG, "RecursionError: comparing values nested deeper than %d levels", JV_MAX_NEST);
+    *res = e;
+    return true;
+}
+
+/* Python's < (jv_compare) or the TypeError naming op, or the RecursionError. */
+static bool compare(rstate *r, const jnode *at, const char *op, jv a, jv b, int *c) {
+    bool ok;
+    *c = jv_compare(a, b, &ok);
+    if (ok) return true;
+    if (*c == JV_TOO_DEEP)
+        return err(r, at, ACCEL_ERR_INVALID_ARG, "RecursionError: comparing values nested deeper than %d levels", JV_MAX_NEST);
+    return err(r, at, ACCEL_ERR_INVALID_ARG, "'%s' not supported between instances of '%s' and '%s'", op, jv_type_name(a),
+               jv_type_name(b));
+}
+
 /* ------------------------------------------------------------ strings */
 
-static bool str_of(rstate *r, jv v, jv *out) {
+/* A failure of jinja_value.c (printing, tojson), which knows no position, given the
+ * line and column of at (an out-of-memory keeps its own message). */
+static bool placed(rstate *r, const jnode *at) {
+    accel_status st = accel_last_status();
+    if (st == ACCEL_ERR_OOM) return false;
+    const char *m = accel_last_error(), *pre = "chat template: ";
+    if (!strncmp(m, pre, strlen(pre))) m += strlen(pre);
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", m);
+    return err(r, at, st ? st : ACCEL_ERR_INVALID_ARG, "%s", msg);
+}
+
+static bool str_of(rstate *r, const jnode *at, jv v, jv *out) {
     if (v.k == JV_STR) {
         *out = v;
         return true;
     }
     jbuf b = {.c = r->c};
-    if (!jv_to_str(&b, v)) return false;
+    if (!jv_to_str(&b, v)) return placed(r, at);
     *out = jbuf_str(&b);
     return true;
 }
@@ -165,11 +210,11 @@ static bool has_prefix(jv s, jv x, bool end) {
     return !x.s.n || !memcmp(s.s.p + (end ? s.s.n - x.s.n : 0), x.s.p, x.s.n);
 }
 
+/* glibc's memmem (CMakeLists.txt defines _GNU_SOURCE): linear time, where a naive
+ * search is O(hn * nn) on a hostile needle. */
 static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
     if (!nn) return h;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && !memcmp(h + i, n, nn)) return h + i;
-    return NULL;
+    return memmem(h, hn, n, nn);
 }
 
 static bool list_from(rstate *r, jv *items, size_t n, jv_kind k, jv *out) {
@@ -202,6 +247,7 @@ static bool vec_push(rstate *r, jvec *a, jv x) {
 static bool split(rstate *r, const jnode *at, jv s, jv sep, int64_t maxsplit, bool from_right, jv *out) {
     jvec v = {0};
     if (sep.k == JV_STR && !sep.s.n) return err(r, at, ACCEL_ERR_INVALID_ARG, "split: empty separator");
+    if (!charge(r, at, s.s.n)) return false;
     if (sep.k == JV_STR) {
         if (!from_right) {
             size_t i = 0;
@@ -413,6 +459,7 @@ static bool get_item(rstate *r, const jnode *at, jv obj, jv key, jv *out) {
         }
     }
     if ((obj.k == JV_LIST || obj.k == JV_TUPLE || obj.k == JV_STR) && (key.k == JV_INT || key.k == JV_BOOL)) {
+        if (obj.k == JV_STR && !charge(r, at, obj.s.n)) return false;
         int64_t i = key.k == JV_INT ? key.i : key.b;
         int64_t len = obj.k == JV_STR ? (int64_t)jv_utf8_len(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
         if (i < 0) i += len;
@@ -454,9 +501,11 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
         *out = jv_undef("", 0);
         return true;
     }
-    jlist *items;
-    if (!iterate(r, at, obj, &items)) return false;
-    int64_t len = (int64_t)items->n;
+    /* A string is sliced by code point offsets in place: a list of one value per
+     * character (32 bytes each) made `text[:-1]` of a few MiB pass the memory budget. */
+    bool str = obj.k == JV_STR;
+    if (str && !charge(r, at, obj.s.n)) return false;
+    int64_t len = str ? (int64_t)jv_utf8_len(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
     if (!hs) start = st < 0 ? len - 1 : 0;
     else {
         if (start < 0) start += len;
@@ -469,14 +518,39 @@ static bool get_slice(rstate *r, const jnode *at, jv obj, jv a, jv b, jv c, jv *
         if (stop < 0) stop = st < 0 ? -1 : 0;
         if (stop >= len) stop = st < 0 ? len - 1 : len;
     }
-    jvec v = {0};
-    for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st)
-        if (!vec_push(r, &v, items->v[i])) return false;
-    if (obj.k != JV_STR) return list_from(r, v.v, v.n, obj.k, out);
-    jbuf sb = {.c = r->c};
-    for (size_t i = 0; i < v.n; i++)
-        if (!jbuf_put(&sb, v.v[i].s.p, v.v[i].s.n)) return false;
-    *out = jbuf_str(&sb);
+    /* How many items, counted without adding st to an index (a step of 2^63 - 1
+     * overflowed): start and stop lie in [-1, len], so their distance fits. */
+    uint64_t ast = st > 0 ? (uint64_t)st : 0 - (uint64_t)st, span = 0;
+    if (st > 0 && start < stop) span = (uint64_t)(stop - start);
+    if (st < 0 && start > stop) span = (uint64_t)(start - stop);
+    size_t count = span ? (size_t)((span - 1) / ast + 1) : 0;
+    if (str) {
+        const char *p = obj.s.p;
+        size_t n = obj.s.n, i = count ? jv_utf8_offset(p, n, (size_t)start) : 0;
+        if (ast == 1 && st > 0) { /* the common s[a:b]: the bytes between, not copied */
+            *out = jv_str(p + i, jv_utf8_offset(p + i, n - i, count));
+            return true;
+        }
+        jbuf sb = {.c = r->c};
+        for (size_t k = 0; k < count; k++) {
+            if (!jbuf_put(&sb, p + i, jv_utf8_offset(p + i, n - i, 1))) return false;
+            if (k + 1 == count) break;
+            if (st > 0) i += jv_utf8_offset(p + i, n - i, (size_t)ast);
+            else /* back ast code points (count says they are there) */
+                for (uint64_t m = 0; m < ast; m++)
+                    do i--;
+                    while (i && ((unsigned char)p[i] & 0xC0) == 0x80);
+        }
+        *out = jbuf_str(&sb);
+        return true;
+    }
+    jlist *l = jv_list_new(r->c, count);
+    if (!l) return false;
+    for (size_t k = 0, i = (size_t)start; k < count; k++, i = st > 0 ? i + (size_t)ast : i - (size_t)ast) {
+        l->v[k] = obj.l->v[i];
+        if (k + 1 == count) break;
+    }
+    *out = (jv){.k = obj.k, .l = l};
     return true;
 }
 
@@ -625,7 +699,7 @@ static bool call_func(rstate *r, const jnode *at, int fn, const args *a, jv *out
     }
     case FN_RAISE: {
         jv m = a->npos ? a->pos[0] : jv_str("", 0), sm;
-        if (!str_of(r, m, &sm)) return false;
+        if (!str_of(r, at, m, &sm)) return false;
         return err(r, at, ACCEL_ERR_INVALID_ARG, "raise_exception: %.*s", (int)(sm.s.n > 400 ? 400 : sm.s.n), sm.s.p);
     }
     case FN_STRFTIME: {
@@ -680,14 +754,17 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         static const char *const ps[] = {"value"};
         if (!bind(r, at, nm, a, 0, ps, 1, p)) return false;
         int64_t k = 0;
-        for (size_t i = 0; i < self.l->n; i++)
-            if (jv_equal(self.l->v[i], p[0])) {
+        for (size_t i = 0; i < self.l->n; i++) {
+            bool eq = false;
+            if (!equal(r, at, self.l->v[i], p[0], &eq)) return false;
+            if (eq) {
                 if (!strcmp(nm, "index")) {
                     *out = jv_int((int64_t)i);
                     return true;
                 }
                 k++;
             }
+        }
         if (!strcmp(nm, "index")) return err(r, at, ACCEL_ERR_INVALID_ARG, "list.index(x): x not in list");
         *out = jv_int(k);
         return true;
@@ -705,13 +782,14 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         if (!bind(r, at, nm, a, 0, ps, 1, p)) return false;
         bool end = nm[0] == 'e';
         if (p[0].k == JV_STR) {
+            if (!charge(r, at, p[0].s.n)) return false; /* a prefix as long as the string compares it all */
             *out = jv_bool(has_prefix(self, p[0], end));
             return true;
         }
         if (p[0].k == JV_TUPLE) {
             *out = jv_bool(false);
             for (size_t i = 0; i < p[0].l->n; i++) {
-                if (!want_str(r, at, nm, p[0].l->v[i])) return false;
+                if (!want_str(r, at, nm, p[0].l->v[i]) || !charge(r, at, p[0].l->v[i].s.n)) return false;
                 if (has_prefix(self, p[0].l->v[i], end)) *out = jv_bool(true);
             }
             return true;
@@ -737,11 +815,11 @@ static bool call_method(rstate *r, const jnode *at, const jmethod *m, const args
         if (!bind(r, at, nm, a, 0, ps, 3, p) || !want_str(r, at, nm, p[0]) || !want_str(r, at, nm, p[1]) ||
             !want_int(r, at, nm, p[2], &cnt))
             return false;
-        return replace(r, self, p[0], p[1], cnt, out);
+        return charge(r, at, self.s.n) && replace(r, self, p[0], p[1], cnt, out);
     }
     if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
         static const char *const ps[] = {"sub"};
-        if (!bind(r, at, nm, a, 0, ps, 1, p) || !want_str(r, at, nm, p[0])) return false;
+        if (!bind(r, at, nm, a, 0, ps, 1, p) || !want_str(r, at, nm, p[0]) || !charge(r, at, self.s.n)) return false;
         if (nm[0] == 'f') {
             const char *f = memfind(self.s.p, self.s.n, p[0].s.p, p[0].s.n);
             *out = jv_int(f ? (int64_t)jv_utf8_len(self.s.p, (size_t)(f - self.s.p)) : -1);
@@ -815,7 +893,7 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
     else if (IS("callable")) *res = v.k == JV_MACRO || v.k == JV_FUNC || v.k == JV_METHOD;
     else if (IS("lower") || IS("upper")) {
         jv s, t;
-        if (!str_of(r, v, &s) || !recase(r, s, nm[0] == 'l' ? 'L' : 'U', &t)) return false;
+        if (!str_of(r, at, v, &s) || !recase(r, s, nm[0] == 'l' ? 'L' : 'U', &t)) return false;
         /* islower/isupper: cased characters exist and all are of the case */
         jv other;
         if (!recase(r, s, nm[0] == 'l' ? 'U' : 'L', &other)) return false;
@@ -826,13 +904,16 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         *res = jv_truthy(m) == IS("odd");
     } else if (!argc)
         return err(r, at, ACCEL_ERR_INVALID_ARG, "test '%.*s' needs an argument", (int)nn, nm);
-    else if (IS("sameas")) *res = v.k == x.k && (v.k == JV_NONE || v.k == JV_UNDEF || jv_equal(v, x));
-    else if (IS("eq") || IS("equalto") || IS("==")) *res = jv_equal(v, x);
-    else if (IS("ne") || IS("!=")) *res = !jv_equal(v, x);
+    else if (IS("sameas")) *res = v.k == x.k && (v.k == JV_NONE || v.k == JV_UNDEF || jv_equal(v, x) == 1);
+    else if (IS("eq") || IS("equalto") || IS("==")) return equal(r, at, v, x, res);
+    else if (IS("ne") || IS("!=")) {
+        if (!equal(r, at, v, x, res)) return false;
+        *res = !*res;
+    }
     else if (IS("in")) {
         jlist *items;
         if (x.k == JV_STR) {
-            if (!want_str(r, at, "in", v)) return false;
+            if (!want_str(r, at, "in", v) || !charge(r, at, x.s.n)) return false;
             *res = memfind(x.s.p, x.s.n, v.s.p, v.s.n) != NULL;
             return true;
         }
@@ -842,18 +923,17 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
         }
         if (!iterate(r, at, x, &items)) return false;
         *res = false;
-        for (size_t i = 0; i < items->n; i++)
-            if (jv_equal(items->v[i], v)) *res = true;
+        for (size_t i = 0; i < items->n && !*res; i++)
+            if (!equal(r, at, items->v[i], v, res)) return false;
     } else if (IS("divisibleby")) {
         jv m;
         if (!arith(r, at, '%', v, x, &m)) return false;
         *res = !jv_truthy(m);
     } else {
-        bool ok;
-        int c = jv_compare(v, x, &ok);
-        if (!ok)
-            return err(r, at, ACCEL_ERR_INVALID_ARG, "'%.*s' not supported between instances of '%s' and '%s'", (int)nn, nm,
-                       jv_type_name(v), jv_type_name(x));
+        char op[32];
+        snprintf(op, sizeof op, "%.*s", (int)(nn < 31 ? nn : 31), nm);
+        int c;
+        if (!compare(r, at, op, v, x, &c)) return false;
         if (IS("lt") || IS("lessthan") || IS("<")) *res = c < 0;
         else if (IS("le") || IS("<=")) *res = c <= 0;
         else if (IS("gt") || IS("greaterthan") || IS(">")) *res = c > 0;
@@ -945,6 +1025,88 @@ static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const a
     return list_from(r, o.v, o.n, JV_GEN, out);
 }
 
+/* The text of a Python number literal as int() and float() take it: surrounding
+ * whitespace stripped, and each '_' only between two digits (then dropped). Copied
+ * into the arena, NUL-terminated; NULL when the underscores are misplaced. */
+static char *py_number_text(rstate *r, const char *p, size_t n, bool hex) {
+    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
+    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
+    char *t = jv_alloc(r->c, n + 1);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '_') {
+            bool ok = i && i + 1 < n && (hex ? isxdigit((unsigned char)p[i - 1]) && isxdigit((unsigned char)p[i + 1])
+                                             : isdigit((unsigned char)p[i - 1]) && isdigit((unsigned char)p[i + 1]));
+            if (!ok) return NULL;
+            continue;
+        }
+        t[k++] = p[i];
+    }
+    t[k] = 0;
+    return t;
+}
+
+/* Python's float(str): decimal digits with an optional point and exponent, or
+ * inf, infinity, nan (any case, signed); false where Python raises ValueError (hex
+ * such as "0x10" included, which strtod alone would take). */
+static bool py_float(rstate *r, const char *p, size_t n, double *out) {
+    char *t = py_number_text(r, p, n, false);
+    if (!t || !*t) return false;
+    const char *q = t + (*t == '+' || *t == '-');
+    if (!strcasecmp(q, "inf") || !strcasecmp(q, "infinity") || !strcasecmp(q, "nan")) {
+        *out = strtod(t, NULL);
+        return true;
+    }
+    size_t digits = 0;
+    while (isdigit((unsigned char)*q)) q++, digits++;
+    if (*q == '.') {
+        q++;
+        while (isdigit((unsigned char)*q)) q++, digits++;
+    }
+    if (!digits) return false;
+    if (*q == 'e' || *q == 'E') {
+        q++;
+        if (*q == '+' || *q == '-') q++;
+        if (!isdigit((unsigned char)*q)) return false;
+        while (isdigit((unsigned char)*q)) q++;
+    }
+    if (*q) return false;
+    *out = strtod(t, NULL);
+    return true;
+}
+
+/* Python's int(str, base) for bases 2-36 (with the base's 0x/0o/0b prefix allowed):
+ * 1 and *out, 0 where Python raises ValueError, -1 past 64 bits. */
+static int py_int(const char *p, size_t n, int64_t base, int64_t *out) {
+    if (base < 2 || base > 36) return 0;
+    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
+    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
+    bool neg = n && p[0] == '-';
+    if (n && (p[0] == '-' || p[0] == '+')) p++, n--;
+    if (n > 2 && p[0] == '0') {
+        char c = (char)tolower((unsigned char)p[1]);
+        if ((c == 'x' && base == 16) || (c == 'o' && base == 8) || (c == 'b' && base == 2)) {
+            p += 2, n -= 2;
+            if (p[0] == '_') p++, n--; /* 0x_1f */
+        }
+    }
+    if (!n) return 0;
+    uint64_t acc = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    bool past = false;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '_' && i && i + 1 < n && p[i - 1] != '_') continue;
+        int c = tolower((unsigned char)p[i]);
+        int d = isdigit(c) ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+        if (d >= base) return 0;
+        if (acc > (lim - (uint64_t)d) / (uint64_t)base) past = true;
+        else acc = acc * (uint64_t)base + (uint64_t)d;
+    }
+    if (past) return -1;
+    *out = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+    return 1;
+}
+
 static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
     const char *nm = x->name;
     size_t nn = x->name_n;
@@ -960,7 +1122,10 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         return true;
     }
     if (IS("length") || IS("count")) {
-        if (v.k == JV_STR) *out = jv_int((int64_t)jv_utf8_len(v.s.p, v.s.n));
+        if (v.k == JV_STR) {
+            if (!charge(r, x, v.s.n)) return false;
+            *out = jv_int((int64_t)jv_utf8_len(v.s.p, v.s.n));
+        }
         else if (v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_VIEW) *out = jv_int((int64_t)v.l->n);
         else if (v.k == JV_DICT || v.k == JV_NS) *out = jv_int((int64_t)v.d->n);
         else if (v.k == JV_UNDEF) *out = jv_int(0);
@@ -987,11 +1152,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
             o.key_sep = p[2].l->v[1].s.p, o.key_sep_n = p[2].l->v[1].s.n;
         }
         jbuf b = {.c = r->c};
-        if (!jv_to_json(&b, v, &o, 0)) {
-            char where[64];
-            jinja_where(r->t, x->pos, where, sizeof where);
-            return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "chat template: %s: tojson failed", where), false;
-        }
+        if (!jv_to_json(&b, v, &o, 0)) return placed(r, x);
         *out = jbuf_str(&b);
         return true;
     }
@@ -1033,7 +1194,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         for (size_t i = 0; i < items->n; i++) {
             jv it = items->v[i], st;
             if (p[1].k != JV_NONE && !attr_path(r, x, it, p[1], &it)) return false;
-            if (!str_of(r, it, &st)) return false;
+            if (!str_of(r, x, it, &st)) return false;
             if ((i && !jbuf_put(&b, p[0].s.p, p[0].s.n)) || !jbuf_put(&b, st.s.p, st.s.n)) return false;
         }
         *out = jbuf_str(&b);
@@ -1048,32 +1209,41 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         static const char *const ps[] = {"default", "base"};
         p[0] = IS("int") ? jv_int(0) : jv_float(0), p[1] = jv_int(10);
         if (!bind(r, x, nm, &a, 0, ps, IS("int") ? 2 : 1, p)) return false;
-        if (v.k == JV_INT || v.k == JV_FLOAT || v.k == JV_BOOL) {
-            *out = IS("int") ? jv_int(v.k == JV_FLOAT ? (int64_t)v.f : v.k == JV_INT ? v.i : v.b) : jv_float(jv_as_double(v));
+        if (IS("float")) { /* float(value), its default on a ValueError or TypeError */
+            double d;
+            if (jv_is_number(v)) *out = jv_float(jv_as_double(v));
+            else *out = v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d) ? jv_float(d) : p[0];
             return true;
         }
-        if (v.k == JV_STR && v.s.n < 64) {
-            char t[64], *e;
-            memcpy(t, v.s.p, v.s.n);
-            t[v.s.n] = 0;
-            if (IS("int")) {
-                long long k = strtoll(t, &e, p[1].k == JV_INT ? (int)p[1].i : 10);
-                if (e != t && !*e) {
-                    *out = jv_int(k);
-                    return true;
-                }
-            } else {
-                double d = strtod(t, &e);
-                if (e != t && !*e) {
-                    *out = jv_float(d);
-                    return true;
-                }
-            }
+        /* int(value) (int(value, base) of a str), else int(float(value)) ("42.5" -> 42),
+         * else the default: jinja's do_int */
+        if (v.k == JV_INT || v.k == JV_BOOL) {
+            *out = jv_int(v.k == JV_INT ? v.i : v.b);
+            return true;
         }
-        *out = p[0];
+        int64_t base = 10;
+        if (!want_int(r, x, "int", p[1], &base)) return false;
+        if (v.k == JV_STR) {
+            int64_t k;
+            int got = py_int(v.s.p, v.s.n, base, &k);
+            if (got > 0) *out = jv_int(k);
+            if (got < 0) return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
+            if (got) return true;
+        }
+        double d;
+        if (v.k == JV_FLOAT) d = v.f;
+        else if (!(v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d))) {
+            *out = p[0];
+            return true;
+        }
+        if (isnan(d) || isinf(d)) *out = p[0]; /* int(nan): ValueError, int(inf): OverflowError, both caught */
+        else if (!(fabs(d) < 9223372036854775808.0))
+            return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
+        else *out = jv_int((int64_t)d);
         return true;
     }
     if (IS("abs")) {
+        if (v.k == JV_INT && v.i == INT64_MIN) return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
         if (v.k == JV_INT) *out = jv_int(v.i < 0 ? -v.i : v.i);
         else if (v.k == JV_FLOAT) *out = jv_float(fabs(v.f));
         else if (v.k == JV_BOOL) *out = jv_int(v.b);
@@ -1082,7 +1252,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
     }
     /* the string filters: their value as str() first (safe makes a Markup string) */
     jv sv;
-    if (!str_of(r, v, &sv)) return false;
+    if (!str_of(r, x, v, &sv)) return false;
     if (IS("string") || IS("safe")) {
         *out = sv;
         return true;
@@ -1101,7 +1271,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         if (!bind(r, x, "replace", &a, 0, ps, 3, p) || !want_str(r, x, "replace", p[0]) || !want_str(r, x, "replace", p[1]))
             return false;
         if (p[2].k != JV_NONE && !want_int(r, x, "replace", p[2], &cnt)) return false;
-        return replace(r, sv, p[0], p[1], cnt, out);
+        return charge(r, x, sv.s.n) && replace(r, sv, p[0], p[1], cnt, out);
     }
 #undef IS
     return err(r, x, ACCEL_ERR_UNSUPPORTED, "filter '%.*s' is not implemented", (int)nn, nm);
@@ -1140,20 +1310,32 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
                 int64_t q = i / j, m = i % j;
                 if (m && ((m < 0) != (j < 0))) q--, m += j; /* Python floors */
                 *out = jv_int(op == 'F' ? q : m);
-            } else {
-                double m = fmod(f, g);
-                if (m && ((m < 0) != (g < 0))) m += g;
-                *out = jv_float(op == 'F' ? floor(f / g) : m);
+            } else { /* Python's float_divmod: the floor of the exact quotient, a zero
+                      * remainder signed as the divisor (7.0 // 0.1 is 69.0, -4.0 % 2 is 0.0) */
+                double m = fmod(f, g), d = (f - m) / g;
+                if (m) {
+                    if ((g < 0) != (m < 0)) m += g, d -= 1.0;
+                } else
+                    m = copysign(0.0, g);
+                double q = copysign(0.0, f / g);
+                if (d) {
+                    q = floor(d);
+                    if (d - q > 0.5) q += 1.0;
+                }
+                *out = jv_float(op == 'F' ? q : m);
             }
             return true;
         case 'P':
             if (ints && j >= 0) {
+                /* 0, 1 and -1 to any power directly (the loop stopping at a product
+                 * of 1 made (-1) ** 3 1); any other base overflows within 64 turns */
                 int64_t acc = 1;
-                for (int64_t e = 0; e < j; e++) {
-                    if (__builtin_mul_overflow(acc, i, &acc))
-                        return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
-                    if (acc == 0 || acc == 1) break;
-                }
+                if (i == 0) acc = j == 0;
+                else if (i == -1) acc = j % 2 ? -1 : 1;
+                else if (i != 1)
+                    for (int64_t e = 0; e < j; e++)
+                        if (__builtin_mul_overflow(acc, i, &acc))
+                            return err(r, x, ACCEL_ERR_UNSUPPORTED, "integers past 64 bits are not implemented");
                 *out = jv_int(acc);
             } else
                 *out = jv_float(pow(f, g));
@@ -1182,6 +1364,7 @@ static bool arith(rstate *r, const jnode *x, int op, jv a, jv b, jv *out) {
         int64_t n = b.k == JV_INT ? b.i : b.b;
         if (n < 0) n = 0;
         size_t unit = a.k == JV_STR ? a.s.n : a.l->n * sizeof(jv);
+        if (!unit) n = 0; /* nothing repeated any number of times: no loop of n empty turns */
         if (unit && (uint64_t)n > (JINJA_MAX_OUTPUT / unit))
             return err(r, x, ACCEL_ERR_INVALID_ARG, "repeating a %s %lld times makes more than %zu MiB", jv_type_name(a),
                        (long long)n, JINJA_MAX_OUTPUT >> 20);
@@ -1210,7 +1393,28 @@ static bool contains(rstate *r, const jnode *at, jv item, jv container, bool *re
     return run_test(r, at, "in", 2, item, &container, 1, res);
 }
 
+/* Evaluation recurses (eval into eval, statements into statements, macro calls
+ * into their bodies); one counter over all of it keeps a render inside the stack
+ * of whatever thread runs it (JINJA_MAX_NEST_EVAL). */
+static bool nest_in(rstate *r, const jnode *at) {
+    if (++r->nest > JINJA_MAX_NEST_EVAL) {
+        r->nest--;
+        return err(r, at, ACCEL_ERR_INVALID_ARG, "evaluation nested deeper than %d levels (runaway recursion?)",
+                   JINJA_MAX_NEST_EVAL);
+    }
+    return true;
+}
+
+static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out);
+
 static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
+    if (!nest_in(r, x)) return false;
+    bool ok = eval_node(r, s, x, out);
+    r->nest--;
+    return ok;
+}
+
+static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out) {
     if (!step(r, x)) return false;
     switch (x->k) {
     case JN_CONST: *out = x->val; return true;
@@ -1270,7 +1474,7 @@ static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
         if (!eval(r, s, x->a, &a) || !eval(r, s, x->b, &b)) return false;
         if (x->op != '~') return arith(r, x, x->op, a, b, out);
         jv sa, sb;
-        if (!str_of(r, a, &sa) || !str_of(r, b, &sb)) return false;
+        if (!str_of(r, x, a, &sa) || !str_of(r, x, b, &sb)) return false;
         jbuf o = {.c = r->c};
         if (!jbuf_put(&o, sa.s.p, sa.s.n) || !jbuf_put(&o, sb.s.p, sb.s.n)) return false;
         *out = jbuf_str(&o);
@@ -1281,20 +1485,19 @@ static bool eval(rstate *r, jscope *s, const jnode *x, jv *out) {
         if (!eval(r, s, x->a, &a)) return false;
         for (size_t i = 0; i < x->nkid; i++) {
             if (!eval(r, s, x->kid[i], &b)) return false;
-            bool res;
+            bool res = false;
             int op = x->cmp[i];
-            if (op == JCMP_EQ || op == JCMP_NE) res = jv_equal(a, b) == (op == JCMP_EQ);
+            if (op == JCMP_EQ || op == JCMP_NE) {
+                if (!equal(r, x, a, b, &res)) return false;
+                res = res == (op == JCMP_EQ);
+            }
             else if (op == JCMP_IN || op == JCMP_NOTIN) {
                 if (!contains(r, x, a, b, &res)) return false;
                 res = res == (op == JCMP_IN);
             } else {
-                bool ok;
-                int c = jv_compare(a, b, &ok);
-                if (!ok) {
-                    static const char *const on[] = {"", "", "<", "<=", ">", ">="};
-                    return err(r, x, ACCEL_ERR_INVALID_ARG, "'%s' not supported between instances of '%s' and '%s'", on[op],
-                               jv_type_name(a), jv_type_name(b));
-                }
+                static const char *const on[] = {"", "", "<", "<=", ">", ">="};
+                int c;
+                if (!compare(r, x, on[op], a, b, &c)) return false;
                 res = op == JCMP_LT ? c < 0 : op == JCMP_LE ? c <= 0 : op == JCMP_GT ? c > 0 : c >= 0;
             }
             if (!res) {
@@ -1409,7 +1612,16 @@ static bool exec_for(rstate *r, jscope *s, const jnode *x) {
     return true;
 }
 
+static bool exec_node(rstate *r, jscope *s, const jnode *x);
+
 static bool exec_stmt(rstate *r, jscope *s, const jnode *x) {
+    if (!nest_in(r, x)) return false;
+    bool ok = exec_node(r, s, x);
+    r->nest--;
+    return ok;
+}
+
+static bool exec_node(rstate *r, jscope *s, const jnode *x) {
     switch (x->k) {
     case JN_TEXT: return emit(r, x, x->val.s.p, x->val.s.n);
     case JN_OUT: {
@@ -1417,7 +1629,7 @@ static bool exec_stmt(rstate *r, jscope *s, const jnode *x) {
         if (!eval(r, s, x->a, &v)) return false;
         if (v.k == JV_STR) return emit(r, x, v.s.p, v.s.n);
         jv sv;
-        return str_of(r, v, &sv) && emit(r, x, sv.s.p, sv.s.n);
+        return str_of(r, x, v, &sv) && emit(r, x, sv.s.p, sv.s.n);
     }
     case JN_IF:
         for (size_t i = 0; i + 1 < x->nkid; i += 2) {

@@ -111,9 +111,16 @@ const jv *jv_dict_get_str(const jdict *d, const char *key);
 
 const char *jv_type_name(jv v); /* Python's: "str", "dict", "NoneType", ... */
 bool jv_truthy(jv v);
-bool jv_equal(jv a, jv b); /* Python ==: 1 == 1.0 == True, lists and dicts by value */
+/* Values nest (a list in a list ...) as deep as a template makes them; what recurses
+ * over them (printing, ==, <, tojson) stops past this many levels. */
+#define JV_MAX_NEST 200
+/* Python ==: 1 == 1.0 == True, lists and dicts by value. 1 equal, 0 not, -1 nested
+ * past JV_MAX_NEST (jinja2's RecursionError; no error set: the caller names it). */
+int jv_equal(jv a, jv b);
 /* Python's <: numbers, strings (by code point), lists and tuples lexicographically;
- * false + *ok false for other types (TypeError). */
+ * *ok false for other types (TypeError), or JV_TOO_DEEP returned with *ok false when
+ * nested past JV_MAX_NEST. */
+#define JV_TOO_DEEP 2
 int jv_compare(jv a, jv b, bool *ok);
 bool jv_is_number(jv v); /* bool, int or float, as Python's numbers */
 double jv_as_double(jv v);
@@ -190,6 +197,7 @@ typedef struct jnode {
     int op;
     bool neg; /* TEST: is not */
     size_t pos; /* byte offset in the (newline-normalized) source */
+    int height; /* expressions: 1 + the tallest child's (evaluation recurses that deep) */
     jv val;
     const char *name;
     size_t name_n;
@@ -221,7 +229,17 @@ void jinja_where(const jtemplate *t, size_t pos, char *buf, size_t cap);
 #define JINJA_MAX_OUTPUT ((size_t)64 << 20)   /* bytes of rendered text */
 #define JINJA_MAX_MEMORY ((size_t)512 << 20)  /* bytes of values one render may make */
 #define JINJA_MAX_STEPS 10000000              /* expressions and loop turns one render may run */
+/* String operations that scan (in, find, count, replace, split, ==, length,
+ * indexing, slicing) cost a step per this many bytes scanned besides: 640 MB
+ * scanned in all at most. */
+#define JINJA_BYTES_PER_STEP 64
 #define JINJA_MAX_DEPTH 100                   /* nested macro calls (Python's own limit is ~1000) */
+/* Nested evaluation frames (an expression's eval, a statement's, through macro
+ * calls too): eval's frame is 1.3 KiB in a RelWithDebInfo x86-64 build (gcc
+ * -fstack-usage), about 2.4 KiB a level with the calls between, so 500 levels take
+ * ~1.2 MiB and fit a 2 MiB thread stack. A template alone nests at most 200
+ * statements around an expression 200 deep (the parser's limits). */
+#define JINJA_MAX_NEST_EVAL 500
 
 /* Whether name is a filter (test false) or a test (test true) the interpreter runs. */
 bool jinja_known(const char *name, size_t n, bool test);

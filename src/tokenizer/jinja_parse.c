@@ -361,6 +361,23 @@ static jnode *node(parser *p, jn_kind k, size_t pos) {
     return x;
 }
 
+/* x complete: its height (its tallest child's + 1) set, and x refused past
+ * MAX_NEST. enter() counts only the parser's own recursion; chains it builds in a
+ * loop (a + b + c, x|f|g, a[0][0], a and b and c) grow left-deep trees that
+ * evaluation recurses into once per link, so every expression node is measured. */
+static jnode *done(parser *p, jnode *x) {
+    if (!x) return NULL;
+    int h = 0;
+    const jnode *ch[] = {x->a, x->b, x->c, x->d, x->e};
+    for (size_t i = 0; i < sizeof ch / sizeof *ch; i++)
+        if (ch[i] && ch[i]->height > h) h = ch[i]->height;
+    for (size_t i = 0; i < x->nkid; i++)
+        if (x->kid[i] && x->kid[i]->height > h) h = x->kid[i]->height;
+    x->height = h + 1;
+    if (x->height > MAX_NEST) return fail_at(p, ACCEL_ERR_UNSUPPORTED, x->pos, "nested more than 200 levels deep%.*s", "", 0);
+    return x;
+}
+
 /* Appends to a node's kid array (a realloc'd array kept in the arena by copying). */
 typedef struct kids {
     jnode **v;
@@ -441,7 +458,7 @@ static jnode *parse_tuple(parser *p, bool simple, bool explicit_paren) {
     if (!k.n && !explicit_paren) return expect_fail(p, "an expression");
     jnode *x = node(p, JN_TUPLE, pos);
     if (x) x->kid = k.v, x->nkid = k.n;
-    return x;
+    return done(p, x);
 }
 
 static bool parse_call_args(parser *p, jnode *call) {
@@ -524,6 +541,7 @@ static jnode *parse_primary(parser *p) {
         if (!x) return NULL;
         p->at++;
         x->kid = k.v, x->nkid = k.n;
+        x = done(p, x);
     } else
         return expect_fail(p, "an expression");
     p->depth--;
@@ -540,14 +558,14 @@ static jnode *parse_subscript(parser *p, jnode *x) {
             if (!y) return NULL;
             y->a = x, y->name = a->p, y->name_n = a->n;
             p->at++;
-            return y;
+            return done(p, y);
         }
         if (a->t == T_INT) {
             jnode *y = node(p, JN_ITEM, t->pos), *c = node(p, JN_CONST, a->pos);
             if (!y || !c) return NULL;
             c->val = jv_int(a->i), y->a = x, y->b = c;
             p->at++;
-            return y;
+            return done(p, y);
         }
         return expect_fail(p, "an attribute name");
     }
@@ -569,7 +587,7 @@ static jnode *parse_subscript(parser *p, jnode *x) {
     jnode *y = node(p, colons ? JN_SLICE : JN_ITEM, t->pos);
     if (!y) return NULL;
     y->a = x, y->b = part[0], y->c = part[1], y->d = part[2];
-    return y;
+    return done(p, y);
 }
 
 static jnode *parse_postfix(parser *p, jnode *x) {
@@ -580,7 +598,7 @@ static jnode *parse_postfix(parser *p, jnode *x) {
             jnode *c = node(p, JN_CALL, x->pos); /* errors of the call name the callee */
             if (!c || !parse_call_args(p, c)) return NULL;
             c->a = x;
-            x = c;
+            x = done(p, c);
         } else
             break;
     }
@@ -621,12 +639,12 @@ static jnode *parse_filter_expr(parser *p, jnode *x) {
                     f->kid = k.v, f->nkid = 1;
                 }
             }
-            x = f;
+            x = done(p, f);
         } else if (is_op(t, "(")) {
             jnode *c = node(p, JN_CALL, t->pos);
             if (!c || !parse_call_args(p, c)) return NULL;
             c->a = x;
-            x = c;
+            x = done(p, c);
         } else
             break;
     }
@@ -642,6 +660,7 @@ static jnode *parse_unary(parser *p, bool with_filter) {
         x = node(p, JN_UNARY, t->pos);
         if (!x || !(x->a = parse_unary(p, false))) return NULL;
         x->op = t->p[0];
+        x = done(p, x);
     } else
         x = parse_primary(p);
     x = parse_postfix(p, x);
@@ -654,7 +673,7 @@ static jnode *bin(parser *p, jn_kind k, int op, size_t pos, jnode *a, jnode *b) 
     if (!a || !b) return NULL;
     jnode *x = node(p, k, pos);
     if (x) x->op = op, x->a = a, x->b = b;
-    return x;
+    return done(p, x);
 }
 
 static jnode *parse_pow(parser *p) {
@@ -720,7 +739,7 @@ static jnode *parse_compare(parser *p) {
     if (!c || !(c->cmp = jv_alloc(&p->c, k.n * sizeof(int)))) return p->failed = true, NULL;
     memcpy(c->cmp, ops, k.n * sizeof(int));
     c->a = x, c->kid = k.v, c->nkid = k.n;
-    return c;
+    return done(p, c);
 }
 
 static jnode *parse_not(parser *p) {
@@ -732,7 +751,7 @@ static jnode *parse_not(parser *p) {
         if (!x || !(x->a = parse_not(p))) return NULL;
         x->op = 'n';
         p->depth--;
-        return x;
+        return done(p, x);
     }
     return parse_compare(p);
 }
@@ -764,7 +783,7 @@ static jnode *parse_expr(parser *p) {
             p->at++;
             if (!(c->c = parse_expr(p))) return NULL;
         }
-        x = c;
+        x = done(p, c);
     }
     p->depth--;
     return x;

@@ -52,8 +52,10 @@ jdict *jv_dict_new(jctx *c) {
 }
 
 const jv *jv_dict_get(const jdict *d, jv key) {
+    /* A key nested past JV_MAX_NEST (-1) matches nothing: Python's keys are hashable,
+     * never lists or dicts, so no template relies on finding one. */
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->key[i], key)) return &d->val[i];
+        if (jv_equal(d->key[i], key) == 1) return &d->val[i];
     return NULL;
 }
 
@@ -61,7 +63,7 @@ const jv *jv_dict_get_str(const jdict *d, const char *key) { return jv_dict_get(
 
 bool jv_dict_set(jctx *c, jdict *d, jv key, jv val) {
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->key[i], key)) {
+        if (jv_equal(d->key[i], key) == 1) {
             d->val[i] = val;
             return true;
         }
@@ -126,39 +128,49 @@ bool jv_truthy(jv v) {
     }
 }
 
-bool jv_equal(jv a, jv b) {
+/* Equality and order recurse once per level of nesting: past JV_MAX_NEST levels
+ * they stop (as jinja2 stops with a RecursionError) rather than overflow the stack. */
+static int eq_rec(jv a, jv b, int depth) {
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.k != JV_FLOAT && b.k != JV_FLOAT) return as_int(a) == as_int(b);
         return jv_as_double(a) == jv_as_double(b);
     }
-    if (a.k != b.k) return false;
+    if (a.k != b.k) return 0;
     switch (a.k) {
     case JV_UNDEF:
-    case JV_NONE: return true;
+    case JV_NONE: return 1;
     case JV_STR: return a.s.n == b.s.n && (!a.s.n || !memcmp(a.s.p, b.s.p, a.s.n));
     case JV_LIST:
     case JV_TUPLE:
-        if (a.l->n != b.l->n) return false;
-        for (size_t i = 0; i < a.l->n; i++)
-            if (!jv_equal(a.l->v[i], b.l->v[i])) return false;
-        return true;
+        if (a.l->n != b.l->n) return 0;
+        if (a.l->n && depth >= JV_MAX_NEST) return -1;
+        for (size_t i = 0; i < a.l->n; i++) {
+            int e = eq_rec(a.l->v[i], b.l->v[i], depth + 1);
+            if (e != 1) return e;
+        }
+        return 1;
     case JV_DICT:
-        if (a.d->n != b.d->n) return false;
+        if (a.d->n != b.d->n) return 0;
+        if (a.d->n && depth >= JV_MAX_NEST) return -1;
         for (size_t i = 0; i < a.d->n; i++) {
             const jv *o = jv_dict_get(b.d, a.d->key[i]);
-            if (!o || !jv_equal(a.d->val[i], *o)) return false;
+            if (!o) return 0;
+            int e = eq_rec(a.d->val[i], *o, depth + 1);
+            if (e != 1) return e;
         }
-        return true;
+        return 1;
     case JV_GEN:
     case JV_VIEW: return a.l == b.l;
     case JV_NS: return a.d == b.d;
     case JV_MACRO: return a.mac == b.mac;
     case JV_FUNC: return a.fn == b.fn;
-    default: return false;
+    default: return 0;
     }
 }
 
-int jv_compare(jv a, jv b, bool *ok) {
+int jv_equal(jv a, jv b) { return eq_rec(a, b, 0); }
+
+static int compare_rec(jv a, jv b, bool *ok, int depth) {
     *ok = true;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.k != JV_FLOAT && b.k != JV_FLOAT) return (as_int(a) > as_int(b)) - (as_int(a) < as_int(b));
@@ -173,15 +185,26 @@ int jv_compare(jv a, jv b, bool *ok) {
         return (a.s.n > b.s.n) - (a.s.n < b.s.n);
     }
     if ((a.k == JV_LIST || a.k == JV_TUPLE) && a.k == b.k) {
+        if (depth >= JV_MAX_NEST && a.l->n && b.l->n) {
+            *ok = false;
+            return JV_TOO_DEEP;
+        }
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
-            if (jv_equal(a.l->v[i], b.l->v[i])) continue;
-            return jv_compare(a.l->v[i], b.l->v[i], ok);
+            int e = eq_rec(a.l->v[i], b.l->v[i], depth + 1);
+            if (e == 1) continue;
+            if (e < 0) {
+                *ok = false;
+                return JV_TOO_DEEP;
+            }
+            return compare_rec(a.l->v[i], b.l->v[i], ok, depth + 1);
         }
         return (a.l->n > b.l->n) - (a.l->n < b.l->n);
     }
     *ok = false;
     return 0;
 }
+
+int jv_compare(jv a, jv b, bool *ok) { return compare_rec(a, b, ok, 0); }
 
 /* ------------------------------------------------------------ text */
 
@@ -320,7 +343,44 @@ static bool repr_str(jbuf *b, const char *p, size_t n) {
     return jbuf_put(b, &quote, 1);
 }
 
-static bool str_or_repr(jbuf *b, jv v, bool repr) {
+/* The containers being printed, outermost first: one met again inside itself is
+ * printed as Python prints it ([...], {...}), and nesting past JV_MAX_NEST is
+ * refused (jinja2's RecursionError) rather than overflowing the stack. */
+typedef struct jprint {
+    const void *open[JV_MAX_NEST];
+    int n;
+} jprint;
+
+static bool str_or_repr(jbuf *b, jv v, bool repr, jprint *st);
+
+static bool put_items(jbuf *b, jv v, jprint *st) {
+    const void *self = v.k == JV_DICT || v.k == JV_NS ? (const void *)v.d : (const void *)v.l;
+    for (int i = 0; i < st->n; i++)
+        if (st->open[i] == self)
+            return jbuf_puts(b, v.k == JV_LIST ? "[...]" : v.k == JV_TUPLE ? "(...)" : v.k == JV_NS ? "<Namespace {...}>" : "{...}");
+    if (st->n == JV_MAX_NEST) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: RecursionError: printing a value nested deeper than %d levels",
+                        JV_MAX_NEST);
+        return false;
+    }
+    st->open[st->n++] = self;
+    bool ok;
+    if (v.k == JV_LIST || v.k == JV_TUPLE) {
+        ok = jbuf_puts(b, v.k == JV_LIST ? "[" : "(");
+        for (size_t i = 0; ok && i < v.l->n; i++) ok = (!i || jbuf_puts(b, ", ")) && str_or_repr(b, v.l->v[i], true, st);
+        ok = ok && (v.k != JV_TUPLE || v.l->n != 1 || jbuf_puts(b, ",")) && jbuf_puts(b, v.k == JV_LIST ? "]" : ")");
+    } else {
+        ok = jbuf_puts(b, v.k == JV_NS ? "<Namespace {" : "{");
+        for (size_t i = 0; ok && i < v.d->n; i++)
+            ok = (!i || jbuf_puts(b, ", ")) && str_or_repr(b, v.d->key[i], true, st) && jbuf_puts(b, ": ") &&
+                 str_or_repr(b, v.d->val[i], true, st);
+        ok = ok && jbuf_puts(b, v.k == JV_NS ? "}>" : "}");
+    }
+    st->n--;
+    return ok;
+}
+
+static bool str_or_repr(jbuf *b, jv v, bool repr, jprint *st) {
     switch (v.k) {
     case JV_UNDEF: return repr ? jbuf_puts(b, "Undefined") : true;
     case JV_NONE: return jbuf_puts(b, "None");
@@ -329,32 +389,29 @@ static bool str_or_repr(jbuf *b, jv v, bool repr) {
     case JV_FLOAT: return put_float(b, v.f, false);
     case JV_STR: return repr ? repr_str(b, v.s.p, v.s.n) : jbuf_put(b, v.s.p, v.s.n);
     case JV_VIEW: /* dict_items([('a', 1)]) */
-        return jbuf_puts(b, v.l->view) && jbuf_puts(b, "(") && jv_repr(b, (jv){.k = JV_LIST, .l = v.l}) && jbuf_puts(b, ")");
+        return jbuf_puts(b, v.l->view) && jbuf_puts(b, "(") && put_items(b, (jv){.k = JV_LIST, .l = v.l}, st) &&
+               jbuf_puts(b, ")");
     case JV_LIST:
-    case JV_TUPLE: {
-        if (!jbuf_puts(b, v.k == JV_LIST ? "[" : "(")) return false;
-        for (size_t i = 0; i < v.l->n; i++)
-            if ((i && !jbuf_puts(b, ", ")) || !jv_repr(b, v.l->v[i])) return false;
-        if (v.k == JV_TUPLE && v.l->n == 1 && !jbuf_puts(b, ",")) return false;
-        return jbuf_puts(b, v.k == JV_LIST ? "]" : ")");
-    }
+    case JV_TUPLE:
     case JV_DICT:
-    case JV_NS: {
-        if (!jbuf_puts(b, v.k == JV_NS ? "<Namespace {" : "{")) return false;
-        for (size_t i = 0; i < v.d->n; i++)
-            if ((i && !jbuf_puts(b, ", ")) || !jv_repr(b, v.d->key[i]) || !jbuf_puts(b, ": ") ||
-                !jv_repr(b, v.d->val[i]))
-                return false;
-        return jbuf_puts(b, v.k == JV_NS ? "}>" : "}");
-    }
+    case JV_NS: return put_items(b, v, st);
     default:
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "chat template: printing a %s is not implemented", jv_type_name(v));
         return false;
     }
 }
 
-bool jv_to_str(jbuf *b, jv v) { return str_or_repr(b, v, false); }
-bool jv_repr(jbuf *b, jv v) { return str_or_repr(b, v, true); }
+bool jv_to_str(jbuf *b, jv v) {
+    jprint st;
+    st.n = 0;
+    return str_or_repr(b, v, false, &st);
+}
+
+bool jv_repr(jbuf *b, jv v) {
+    jprint st;
+    st.n = 0;
+    return str_or_repr(b, v, true, &st);
+}
 
 /* ------------------------------------------------------------ json.dumps */
 
@@ -402,20 +459,30 @@ static bool json_item_sep(jbuf *b, const jjson_opts *o) {
     return jbuf_puts(b, o->indent ? "," : ", ");
 }
 
-/* sort_keys: an insertion sort of the indices ix (dicts are small). */
-static void sort_keys(const jdict *d, size_t *ix) {
-    for (size_t i = 1; i < d->n; i++)
-        for (size_t j = i; j > 0; j--) {
-            bool ok;
-            if (jv_compare(d->key[ix[j - 1]], d->key[ix[j]], &ok) <= 0) break;
-            size_t t = ix[j];
-            ix[j] = ix[j - 1], ix[j - 1] = t;
-        }
+/* sort_keys: the dict's string keys with their indices, sorted by qsort (a dict
+ * from the JSON variables may be large; an insertion sort was quadratic). */
+typedef struct keyix {
+    jv key;
+    size_t i;
+} keyix;
+
+static int keyix_cmp(const void *x, const void *y) {
+    bool ok;
+    return jv_compare(((const keyix *)x)->key, ((const keyix *)y)->key, &ok);
+}
+
+static bool sort_keys(jbuf *b, const jdict *d, size_t *ix) {
+    keyix *k = jv_alloc(b->c, d->n * sizeof *k);
+    if (!k) return false;
+    for (size_t i = 0; i < d->n; i++) k[i] = (keyix){d->key[i], i};
+    qsort(k, d->n, sizeof *k, keyix_cmp);
+    for (size_t i = 0; i < d->n; i++) ix[i] = k[i].i;
+    return true;
 }
 
 bool jv_to_json(jbuf *b, jv v, const jjson_opts *o, int depth) {
-    if (depth > 200) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: tojson: value nested deeper than 200 levels");
+    if (depth > JV_MAX_NEST) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: tojson: value nested deeper than %d levels", JV_MAX_NEST);
         return false;
     }
     switch (v.k) {
@@ -448,7 +515,7 @@ bool jv_to_json(jbuf *b, jv v, const jjson_opts *o, int depth) {
                                     jv_type_name(v.d->key[i]));
                     return false;
                 }
-            sort_keys(v.d, ix);
+            if (!sort_keys(b, v.d, ix)) return false;
         }
         if (!jbuf_puts(b, "{")) return false;
         for (size_t j = 0; j < v.d->n; j++) {
