@@ -590,17 +590,20 @@ static jnode *parse_subscript(parser *p, jnode *x) {
     return done(p, y);
 }
 
+/* x(args...) at pos: the call node over callee x. */
+static jnode *parse_call(parser *p, jnode *x, size_t pos) {
+    jnode *c = node(p, JN_CALL, pos);
+    if (!c || !parse_call_args(p, c)) return NULL;
+    c->a = x;
+    return done(p, c);
+}
+
 static jnode *parse_postfix(parser *p, jnode *x) {
     while (x) {
         tok *t = cur(p);
         if (is_op(t, ".") || is_op(t, "[")) x = parse_subscript(p, x);
-        else if (is_op(t, "(")) {
-            jnode *c = node(p, JN_CALL, x->pos); /* errors of the call name the callee */
-            if (!c || !parse_call_args(p, c)) return NULL;
-            c->a = x;
-            x = done(p, c);
-        } else
-            break;
+        else if (is_op(t, "(")) x = parse_call(p, x, x->pos); /* errors of the call name the callee */
+        else break;
     }
     return x;
 }
@@ -641,10 +644,7 @@ static jnode *parse_filter_expr(parser *p, jnode *x) {
             }
             x = done(p, f);
         } else if (is_op(t, "(")) {
-            jnode *c = node(p, JN_CALL, t->pos);
-            if (!c || !parse_call_args(p, c)) return NULL;
-            c->a = x;
-            x = done(p, c);
+            x = parse_call(p, x, t->pos);
         } else
             break;
     }
