@@ -151,7 +151,7 @@ static void test_dirs(void) {
         if (!ct) continue;
         json_t *e = json_object_get(root, dirs[d]);
         for (int agp = 0; agp < 2; agp++) {
-            char key[16];
+            char key[24];
             snprintf(key, sizeof key, "text_%d", agp);
             char *text = NULL;
             CHECK(accel_chat_template_render(ct, m, n, agp, &text, NULL) == ACCEL_OK);
