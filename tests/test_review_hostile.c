@@ -28,7 +28,6 @@
 #include <pty.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -113,7 +112,10 @@ static void test_save_non_utf8_names(void) {
 }
 
 static void test_index_many_shards(void) {
-    enum { SHARDS = 20000 };
+    /* No clock: re-sorting the shard list after each new name (n^2 log n; 20,000
+     * shards took 12.8 s of CPU) would take far past the test's timeout here,
+     * sorting once takes a fraction of a second. */
+    enum { SHARDS = 200000 };
     char path[128];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", TMP);
     FILE *f = fopen(path, "w");
@@ -121,15 +123,12 @@ static void test_index_many_shards(void) {
     if (!f) return;
     fputs("{\"metadata\": {}, \"weight_map\": {", f);
     /* descending names: every new shard sorts first */
-    for (int i = 0; i < SHARDS; i++) fprintf(f, "%s\"w%d\": \"s%05d.safetensors\"", i ? ", " : "", i, SHARDS - i);
+    for (int i = 0; i < SHARDS; i++) fprintf(f, "%s\"w%d\": \"s%06d.safetensors\"", i ? ", " : "", i, SHARDS - i);
     fputs("}}", f);
     fclose(f);
-    clock_t t0 = clock();
     accel_checkpoint *ck = accel_checkpoint_open(path);
-    double cpu = (double)(clock() - t0) / CLOCKS_PER_SEC;
     CHECK(ck == NULL); /* no shard exists */
     CHECK_STR_CONTAINS(accel_last_error(), "is missing");
-    CHECK_MSG(cpu < 2.0, "opening an index of %d shards took %.1f s of CPU", SHARDS, cpu);
     accel_checkpoint_close(ck);
     accel_clear_error();
     unlink(path);

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -304,22 +303,15 @@ static void test_sharded_checkpoint_nvme(void) {
     accel_accelerator_free(acc);
 }
 
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The call `failed` (true: it returned an error) on every rank, within a
- * few seconds, naming rank `who`. */
-static void failed_together(bool failed, double t0, int who, const char *what, const char *cause) {
-    double took = seconds() - t0;
+/* The call `failed` (true: it returned an error) on every rank, naming rank
+ * `who`. At once, not at the group's timeout: tests/zero3.cmake sets that
+ * timeout past ctest's, so a rank that waited it out fails the test. */
+static void failed_together(bool failed, int who, const char *what, const char *cause) {
     char want[32];
     snprintf(want, sizeof want, "rank %d", who);
     CHECK_MSG(failed, "%s: rank %d went on", what, R);
     if (failed) CHECK_STR_CONTAINS(accel_last_error(), want);
     if (failed) CHECK_STR_CONTAINS(accel_last_error(), cause);
-    CHECK_MSG(took < 15, "%s: rank %d took %.1f s to fail (the group's timeout is 60 s)", what, R, took);
     accel_clear_error();
     accel_step_reset();
 }
@@ -358,27 +350,24 @@ static void test_failure_on_one_rank(void) {
     accel_module *model = trained_stack(acc, &opt);
 
     if (R == who) accel__hostless_vm_fail_next(1);
-    double t0 = seconds();
     accel_tensor *y = accel_module_call(model, data(R, 1, 0, dev));
-    failed_together(y == NULL, t0, who, "forward", "map");
+    failed_together(y == NULL, who, "forward", "map");
     accel__hostless_vm_fail_next(0);
     good_step(acc, model, opt, dev, 2);
 
     accel_tensor *loss = accel_mse_loss(accel_module_call(model, data(R, 3, 0, dev)), data(R, 3, 1, dev));
     CHECK_MSG(loss != NULL, "%s", accel_last_error());
     if (R == who) accel__hostless_vm_fail_next(1);
-    t0 = seconds();
     accel_status st = loss ? accel_accelerator_backward(acc, loss) : ACCEL_ERR_STATE;
-    failed_together(st != ACCEL_OK, t0, who, "backward", "map");
+    failed_together(st != ACCEL_OK, who, "backward", "map");
     accel__hostless_vm_fail_next(0);
     CHECK(accel_accelerator_zero_grad(acc, opt) == ACCEL_OK);
     good_step(acc, model, opt, dev, 4);
 
     accel_tensor *x = data(R, 6, 0, dev);
     if (R == who) accel__hostless_copy_fail_next(1);
-    t0 = seconds();
     y = accel_module_call(model, x);
-    failed_together(y == NULL, t0, who, "forward", R == who ? "a copy to the host failed" : "what its gather sends");
+    failed_together(y == NULL, who, "forward", R == who ? "a copy to the host failed" : "what its gather sends");
     accel__hostless_copy_fail_next(0);
     good_step(acc, model, opt, dev, 7);
 
@@ -477,7 +466,6 @@ static void test_clear_reports_failed_gather(void) {
     accel_module *model = trained_stack(acc, &opt);
     accel_clear_error();
     if (R == who) accel__hostless_vm_fail_next(1);
-    double t0 = seconds();
     accel_status st = accel_accelerator_clear(acc);
     accel__hostless_vm_fail_next(0);
     char want[32];
@@ -486,7 +474,6 @@ static void test_clear_reports_failed_gather(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clear");
     CHECK_STR_CONTAINS(accel_last_error(), want);
     CHECK_STR_CONTAINS(accel_last_error(), "zeros");
-    CHECK_MSG(seconds() - t0 < 15, "clear: rank %d took %.1f s (the group's timeout is 60 s)", R, seconds() - t0);
     CHECK(accel_accelerator_clear(acc) == ACCEL_OK); /* nothing left prepared */
     float *w = malloc(NP * sizeof(float));
     CHECK(params_to_host(model, w, NP) == NP);

@@ -272,7 +272,7 @@ if(TARGET accel_cli)
                COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes ${n} --use_fsdp
                        $<TARGET_FILE:test_zero3_device_memory>)
       set_tests_properties(${_z3dm} PROPERTIES TIMEOUT 120
-        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0;ACCEL_TEST_VM_GRANULE=${granule}"
+        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=600;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0;ACCEL_TEST_VM_GRANULE=${granule}"
         PASS_REGULAR_EXPRESSION "zero3 device memory world=${n} params=[0-9]+ B granule=${granule} "
         FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
     endforeach()
@@ -283,14 +283,16 @@ endif()
 # hostless:0, offload_param cpu/nvme and fsdp_offload_params equal the run
 # without offload bit for bit with no shard on the device between steps; bf16
 # forms go with their unit; a mapping failed on one rank fails every rank at
-# once, naming it (plain: one process; launched: 2).
+# once, naming it (plain: one process; launched: 2). The group's timeout
+# (ACCEL_DIST_TIMEOUT) is longer than the test's: a rank that waits it out
+# instead of failing at once fails the test.
 set_tests_properties(zero3_device_offload PROPERTIES TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
 if(TARGET accel_cli)
   add_test(NAME zero3_device_offload_2
            COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 --use_fsdp
                    $<TARGET_FILE:test_zero3_device_offload>)
   set_tests_properties(zero3_device_offload_2 PROPERTIES TIMEOUT 240
-    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
+    ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=600;ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0"
     PASS_REGULAR_EXPRESSION "offload_param cpu bf16 world=2: "
     FAIL_REGULAR_EXPRESSION "FAIL|[1-9][0-9]* failed|error:")
 endif()
