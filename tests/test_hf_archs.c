@@ -456,6 +456,12 @@ static void test_arch_rows_supported(void) {
     accel__arch o = *accel__arch_find("olmo2");
     o.gemma_blocks = true;
     CHECK(accel__arch_unsupported(&o) && strstr(accel__arch_unsupported(&o), "qk_norm_full with gemma_blocks"));
+    accel__arch l = *accel__arch_find("llama");
+    l.experts_alias = true;
+    CHECK(accel__arch_unsupported(&l) && strstr(accel__arch_unsupported(&l), "experts_alias"));
+    /* which MoE rows read the expert count under both names: transformers' attribute maps */
+    CHECK(accel__arch_find("mixtral")->experts_alias && accel__arch_find("qwen3_moe")->experts_alias &&
+          !accel__arch_find("qwen2_moe")->experts_alias);
 }
 
 /* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on

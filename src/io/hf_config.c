@@ -418,10 +418,6 @@ static accel_status want_bool(json_t *root, const char *file, const accel__arch 
     return ACCEL_OK;
 }
 
-/* Whether row a's transformers config maps num_local_experts and num_experts
- * onto one field (Mixtral's, Qwen3-MoE's; not Qwen2-MoE's). */
-static bool experts_alias(const accel__arch *a) { return a->moe && strcmp(a->model_type, "qwen2_moe") != 0; }
-
 /* The mixture-of-experts keys of Mixtral's, Qwen3-MoE's and Qwen2-MoE's
  * configs (other families' configs are not read for them, as transformers'
  * are not). */
@@ -436,7 +432,7 @@ static accel_status parse_moe(json_t *root, const char *file, const accel__arch 
      * num_experts for Mixtral; Qwen2MoeConfig has no map and reads num_experts only */
     const char *first = qwen ? "num_experts" : "num_local_experts", *wins = qwen ? "num_local_experts" : "num_experts";
     if (get_int(root, file, first, &c->num_local_experts, qwen, false) ||
-        (experts_alias(a) && get_int(root, file, wins, &c->num_local_experts, qwen, false)) ||
+        (a->experts_alias && get_int(root, file, wins, &c->num_local_experts, qwen, false)) ||
         get_int(root, file, "num_experts_per_tok", &c->num_experts_per_tok, false, false) ||
         get_bool(root, file, "output_router_logits", &c->output_router_logits) ||
         get_real(root, file, "router_aux_loss_coef", &c->router_aux_loss_coef))
@@ -901,7 +897,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     fprintf(m, "  \"num_hidden_layers\": %lld,\n  \"num_key_value_heads\": %lld,\n",
             (long long)c->num_hidden_layers, (long long)kv);
     /* transformers 5 writes num_local_experts for both; 4's Qwen3MoeConfig reads num_experts */
-    if (experts_alias(a)) fprintf(m, "  \"num_local_experts\": %lld,\n", (long long)c->num_local_experts);
+    if (a->experts_alias) fprintf(m, "  \"num_local_experts\": %lld,\n", (long long)c->num_local_experts);
     /* Phi3Config's top-level original_max_position_embeddings wins over rope_scaling's */
     if (a->defaults.rope_scaling.original_max_position_embeddings)
         fprintf(m, "  \"original_max_position_embeddings\": %lld,\n",

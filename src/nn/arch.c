@@ -86,7 +86,7 @@ static const accel__arch ARCHS[] = {
                   .model_type = "olmo2", TOKENS(-1, 50279)}},
     /* Mixtral: Mistral's attention, experts in block_sparse_moe; eps 1e-5, theta 1e6 */
     {.model_type = "mixtral", ARCH_OPS("Mixtral"), .window = ACCEL__WINDOW_ALL, .moe = ACCEL__MOE_MIXTRAL,
-     .moe_block = {"MixtralSparseMoeBlock", accel__moe_forward, NULL},
+     .experts_alias = true, .moe_block = {"MixtralSparseMoeBlock", accel__moe_forward, NULL},
      .expert = {"MixtralBlockSparseTop2MLP", accel__moe_expert_forward, NULL},
      .defaults = {.vocab_size = 32000, .hidden_size = 4096, .intermediate_size = 14336, .num_hidden_layers = 32,
                   .num_attention_heads = 32, .num_key_value_heads = 8, .max_position_embeddings = 4096 * 32,
@@ -95,7 +95,7 @@ static const accel__arch ARCHS[] = {
                   .router_aux_loss_coef = 0.001, LLAMA_TOKENS}},
     /* Qwen3-MoE: Qwen3's attention (the window on every layer), experts in mlp */
     {.model_type = "qwen3_moe", ARCH_OPS("Qwen3Moe"), .qk_norm = true, .attention_bias = true,
-     .window = ACCEL__WINDOW_USE_ALL, .moe = ACCEL__MOE_QWEN,
+     .window = ACCEL__WINDOW_USE_ALL, .moe = ACCEL__MOE_QWEN, .experts_alias = true,
      .moe_block = {"Qwen3MoeSparseMoeBlock", accel__moe_forward, NULL},
      .defaults = {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .num_hidden_layers = 24,
                   .num_attention_heads = 32, .num_key_value_heads = 4, .max_position_embeddings = 32768,
@@ -163,6 +163,7 @@ const char *accel__arch_unsupported(const accel__arch *a) {
     if (a->moe && (a->fused_gate_up || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
     if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";
+    if (a->experts_alias && !a->moe) return "experts_alias without experts";
     if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
         return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;

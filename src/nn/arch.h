@@ -65,6 +65,10 @@ typedef struct accel__arch {
      * of shared_expert_intermediate_size) and `shared_expert_gate` (Linear
      * hidden -> 1): sigmoid(gate(x)) * shared_expert(x) added to the routed output */
     bool shared_expert;
+    /* the config names the expert count num_local_experts and num_experts,
+     * one field read under either name and written under both (Mixtral's,
+     * Qwen3-MoE's attribute maps; Qwen2-MoE reads num_experts only) */
+    bool experts_alias;
     bool qkv_bias;       /* q/k/v always carry a bias, o_proj never (Qwen2); else attention_bias on all four */
     bool qk_norm;        /* q_norm/k_norm: the family's RMSNorm over head_dim of each head, before RoPE (Qwen3, Gemma 3) */
     bool qk_norm_full;   /* q_norm/k_norm: RMSNorm over the whole q / k projection, before the head split (OLMo 2) */
