@@ -306,8 +306,8 @@ static void test_review(void) {
      * search ((N - K) K = 1.1e14 byte comparisons: hours) run far past the
      * test's timeout, while memmem's linear one takes milliseconds. */
     renders_as("{% set h = 'a' * 32000000 %}{% set n = 'a' * 4000000 ~ 'b' %}{{ h.find(n) }} {{ h.count(n) }} "
-               "{{ n in h }} {{ h.replace(n, '') | length }} {{ h.split(n) | length }}",
-               "-1 0 False 32000000 1");
+               "{{ n in h }} {{ h.replace(n, '') | length }} {{ h.split(n) | length }} {{ h.rsplit(n) | length }}",
+               "-1 0 False 32000000 1 1");
     /* bytes scanned count against the step budget */
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s.count('b') }}{% endfor %}", "10000000 steps", NULL);
     refused_at_render("{% set s = 'a' * 60000000 %}{% for i in range(1000) %}{{ s[5] }}{{ s | length }}{% endfor %}",
@@ -361,6 +361,15 @@ static void test_review(void) {
                "{{ 7.0 // 0.1 }} {{ -7.5 // 2 }} {{ 7.5 % -2 }} {{ -0.0 // 1 }} {{ 1 // -3.0 }} {{ 5 % -0.5 }} {{ 'inf' | int }}",
                "-1 1 1 0 1 -9223372036854775808|7 1000 42 -42 1000 0 5 31 0 0 3 5|2.5 0.0 1000.5 inf -inf 0.0 0.5 5.0 0.0 3.0|"
                "0.0 69.0 -4.0 -0.5 -0.0 -1.0 -0.0 0");
+    /* int(base=0): the base from the prefix, no leading zeros in base 10 (then float()'s
+     * reading, as jinja's int filter falls back to); rsplit's matches are the
+     * rightmost ones (overlaps differ from split's) */
+    renders_as("{{ '0x1f' | int(base=0) }} {{ '010' | int(base=0) }} {{ '00' | int(base=0) }} {{ '0_0' | int(base=0) }} "
+               "{{ '-0b101' | int(base=0) }} {{ ' 12 ' | int(base=0) }} {{ '0o17' | int(base=0) }} {{ '0x' | int(base=0) }} "
+               "{{ '12' | int(base=99) }} {{ 'z' | int(base=36) }}|{{ 'aaaa'.rsplit('aa') }} {{ 'aaa'.rsplit('aa') }} "
+               "{{ 'a,b,,c,'.rsplit(',') }} {{ 'abcabcab'.rsplit('ab', 2) }} {{ 'x'.rsplit('xy') }} {{ ''.rsplit(',') }} "
+               "{{ ',a'.rsplit(',', 0) }}",
+               "31 10 0 0 -5 12 15 0 12 35|['', '', ''] ['a', ''] ['a', 'b', '', 'c', ''] ['abc', 'c', ''] ['x'] [''] [',a']");
     /* past 64 bits: refused by name (jinja2 has big integers), not undefined behaviour */
     refused_at_render("{{ 1e300 | int }}", "past 64 bits", NULL);
     refused_at_render("{{ '1e300' | int }}", "past 64 bits", NULL);

@@ -260,19 +260,20 @@ static bool split(rstate *r, const jnode *at, jv s, jv sep, int64_t maxsplit, bo
             }
             if (!vec_push(r, &v, jv_str(s.s.p + i, s.s.n - i))) return false;
         } else {
-            size_t e = s.s.n;
-            while (maxsplit != 0 && e >= sep.s.n) {
-                size_t i = e - sep.s.n;
-                for (;; i--) {
-                    if (!memcmp(s.s.p + i, sep.s.p, sep.s.n)) break;
-                    if (!i) {
-                        i = SIZE_MAX;
-                        break;
-                    }
-                }
-                if (i == SIZE_MAX) break;
-                if (!vec_push(r, &v, jv_str(s.s.p + i + sep.s.n, e - i - sep.s.n))) return false;
-                e = i;
+            /* The rightmost matches, searched for in linear time: the
+             * leftmost ones of the reversed separator in the reversed string
+             * (a match at j there is the one at n - j - m here). */
+            size_t n = s.s.n, m = sep.s.n, e = n, j = 0;
+            char *rs = maxsplit != 0 ? jv_alloc(r->c, n + m) : NULL;
+            if (maxsplit != 0 && !rs) return false;
+            for (size_t k = 0; rs && k < n; k++) rs[k] = s.s.p[n - 1 - k];
+            for (size_t k = 0; rs && k < m; k++) rs[n + k] = sep.s.p[m - 1 - k];
+            while (maxsplit != 0) {
+                const char *f = memfind(rs + j, n - j, rs + n, m);
+                if (!f) break;
+                size_t i = n - (size_t)(f - rs) - m;
+                if (!vec_push(r, &v, jv_str(s.s.p + i + m, e - i - m))) return false;
+                e = i, j = (size_t)(f - rs) + m;
                 if (maxsplit > 0) maxsplit--;
             }
             if (!vec_push(r, &v, jv_str(s.s.p, e))) return false;
@@ -1076,22 +1077,31 @@ static bool py_float(rstate *r, const char *p, size_t n, double *out) {
     return true;
 }
 
-/* Python's int(str, base) for bases 2-36 (with the base's 0x/0o/0b prefix allowed):
- * 1 and *out, 0 where Python raises ValueError, -1 past 64 bits. */
+/* Python's int(str, base) for bases 2-36 (with the base's 0x/0o/0b prefix allowed)
+ * and 0 (the base from the prefix, else 10 without leading zeros: "010" is an
+ * error, "00" is 0): 1 and *out, 0 where Python raises ValueError, -1 past 64 bits. */
 static int py_int(const char *p, size_t n, int64_t base, int64_t *out) {
-    if (base < 2 || base > 36) return 0;
+    if (base != 0 && (base < 2 || base > 36)) return 0;
     while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
     while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
     bool neg = n && p[0] == '-';
     if (n && (p[0] == '-' || p[0] == '+')) p++, n--;
     if (n > 2 && p[0] == '0') {
         char c = (char)tolower((unsigned char)p[1]);
-        if ((c == 'x' && base == 16) || (c == 'o' && base == 8) || (c == 'b' && base == 2)) {
+        int64_t named = c == 'x' ? 16 : c == 'o' ? 8 : c == 'b' ? 2 : 0;
+        if (named && (base == named || base == 0)) {
+            base = named;
             p += 2, n -= 2;
             if (p[0] == '_') p++, n--; /* 0x_1f */
         }
     }
     if (!n) return 0;
+    if (base == 0) {
+        base = 10;
+        if (p[0] == '0')
+            for (size_t i = 1; i < n; i++)
+                if (p[i] != '0' && p[i] != '_') return 0;
+    }
     uint64_t acc = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
     bool past = false;
     for (size_t i = 0; i < n; i++) {
