@@ -18,7 +18,8 @@
  * with the KV cache giving one process's tokens (32 of them, GPT-2 8), also
  * under sequence parallelism (run unsplit), from a cache sized for the
  * rank's key/value heads; Llama with activation checkpointing, with and
- * without sequence parallelism, Mixtral with it; Llama under bf16 and fp16
+ * without sequence parallelism, Mixtral with it (also with the balancing
+ * loss, as Qwen2-MoE); Llama under bf16 and fp16
  * autocast, Mixtral under bf16, close to one process within their
  * rounding; each family's rank holding the parameter bytes `accel
  * estimate-memory --tp_size` counts; and the refusals, which the estimate
@@ -329,6 +330,9 @@ static int body(int rank, int world) {
     family_matches(pg, "llama", false, true, 0);
     family_matches(pg, "llama", true, true, 0);
     family_matches(pg, "mixtral", true, true, 0);
+    /* the balancing loss's gradient from the recomputed blocks, rank 0's tie alone */
+    family_matches(pg, "mixtral", true, true, BALANCE);
+    family_matches(pg, "qwen2_moe", false, true, BALANCE);
     /* measured (tp 2 and 4, with and without sp): bf16 losses within 6e-5,
      * gradients 5e-3 to 1.1e-2; fp16 (3 more mantissa bits) losses within
      * 4e-6, gradients 1e-3 to 4e-3 */

@@ -27,6 +27,7 @@ static _Thread_local void *tl_pass_ctx;
 static _Thread_local const accel_tensor *tl_out_shared;
 /* The output accel_backward seeded with ones (accel__grad_is_implicit_one), while its backward runs. */
 static _Thread_local const accel_tensor *tl_seeded_one;
+static _Thread_local void *tl_replayed;
 
 bool accel_set_grad_enabled(bool enabled) {
     bool prev = !tl_grad_disabled;
@@ -338,11 +339,20 @@ bool accel__grad_is_implicit_one(const accel_tensor *t) { return t && t == tl_se
 
 /* ---- activation checkpointing */
 
+void *accel__replayed(void) { return tl_replayed; }
+
+void *accel__set_replayed(void *p) {
+    void *prev = tl_replayed;
+    tl_replayed = p;
+    return prev;
+}
+
 typedef struct checkpoint_ctx {
     accel_activation_checkpoint_fn fn;
     void *ctx;
     accel_rng rng;        /* the default generator before the first run */
     accel_dtype autocast; /* the autocast dtype of the first run */
+    void *replayed;       /* accel__replayed() at the first run */
 } checkpoint_ctx;
 
 /* A leaf's backward-pass scratch, kept across the recompute's own pass. */
@@ -352,13 +362,15 @@ typedef struct leaf_stamp {
 } leaf_stamp;
 
 /* Re-runs the checkpointed function as it ran in the forward (same RNG state,
- * autocast, grad on), from xs. The caller has given it a tape of its own. */
+ * autocast and replayed pointer, grad on), from xs. The caller has given it a tape of its own. */
 static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
     accel_rng *rng = accel_default_rng(), now = *rng;
     *rng = c->rng;
     accel_dtype autocast = accel_autocast_begin(c->autocast);
     bool grad = accel_set_grad_enabled(true);
+    void *replayed = accel__set_replayed(c->replayed);
     accel_tensor *ys = c->fn(c->ctx, xs);
+    accel__set_replayed(replayed);
     accel_set_grad_enabled(grad);
     accel_autocast_end(autocast);
     *rng = now;
@@ -457,7 +469,7 @@ accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, voi
     checkpoint_ctx *c = accel_arena_alloc(a, sizeof *c, 8);
     accel_tensor **more = accel_arena_alloc(a, (size_t)(n_params ? n_params : 1) * sizeof *more, 8);
     if (!c || !more) return NULL;
-    *c = (checkpoint_ctx){fn, ctx, *accel_default_rng(), accel_autocast_dtype()};
+    *c = (checkpoint_ctx){fn, ctx, *accel_default_rng(), accel_autocast_dtype(), tl_replayed};
     for (int i = 0; i < n_params; i++) more[i] = params[i];
     /* The forward's intermediates are freed at once: only the output is kept
      * (a tensor of the node's own; y may be x itself, or a parameter). */

@@ -132,6 +132,14 @@ bool accel__grad_first_is_step(const accel_tensor *t);
  * gradient to see whether it is 1 (a read that waits for a device's stream)
  * need not. */
 bool accel__grad_is_implicit_one(const accel_tensor *t);
+/* A pointer of the calling thread's that activation checkpointing replays as
+ * it replays the RNG state and autocast: captured when a checkpointed
+ * function first runs and set again around its recompute in the backward,
+ * so what a forward reads from it (the load-balancing statistics its sparse
+ * blocks add to, src/nn/moe.c: the one user) the recompute reads too. The
+ * set returns the previous value. */
+void *accel__replayed(void);
+void *accel__set_replayed(void *p);
 /* Called by the outermost backward walk of this thread (the one that fires
  * the grad-ready hook), once it knows which leaves it will reach, before any
  * node runs: there accel__leaf_in_pass tells them apart. NULL: none. */

@@ -939,14 +939,6 @@ accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, 
     return forward(llama, ids, cache, true);
 }
 
-/* Whether any decoder layer of llama checkpoints its activations. */
-static bool checkpointed(accel_module *llama) {
-    accel_module *layers = accel__decoder_layers(llama);
-    for (int i = 0; layers && i < layers->n_children; i++)
-        if (layers->children[i]->gradient_checkpointing) return true;
-    return false;
-}
-
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
     if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META) {
@@ -964,31 +956,24 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     const accel_llama_config *c = root ? &root->cfg : NULL;
     /* with output_router_logits: plus the load-balancing loss of the sparse layers' routers */
     bool balance = c && c->output_router_logits && c->num_local_experts > 0;
-    accel__moe_aux aux;
-    /* a checkpointed layer keeps only its output: the routers' probabilities
-     * (and their graph) would be gone before the loss reads them */
-    const char *why = !balance            ? NULL
-                      : cp->pg            ? "under context parallelism"
-                      : accel_is_grad_enabled() && checkpointed(llama) ? "with gradient checkpointing"
-                                                                          : NULL;
-    if (why) {
+    if (balance && cp->pg) {
         accel__module_keep_outputs(kept);
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing loss of "
-                        "the experts' routers) is not implemented %s", why);
+                        "the experts' routers) is not implemented under context parallelism");
         return NULL;
     }
-    if (balance && accel__moe_aux_begin(&aux, c) != ACCEL_OK) {
+    accel__moe_aux *aux = balance ? accel__moe_aux_begin(c) : NULL;
+    if (balance && !aux) {
         accel__module_keep_outputs(kept);
         return NULL;
     }
-    accel__moe_aux *outer = balance ? accel__moe_aux_collect(&aux) : NULL;
+    accel__moe_aux *outer = balance ? accel__moe_aux_collect(aux) : NULL;
     accel_tensor *loss = cp && cp->pg ? accel__decoder_cp_loss(llama, cp, ids)
                                       : accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
     if (balance) {
         accel__moe_aux_collect(outer);
-        accel_tensor *lb = loss ? accel__moe_aux_loss(&aux, loss->device) : NULL;
+        accel_tensor *lb = loss ? accel__moe_aux_loss(aux, loss) : NULL;
         loss = lb ? accel_add(loss, accel_mul_scalar(lb, c->router_aux_loss_coef)) : NULL;
-        accel__moe_aux_end(&aux);
     }
     accel__module_keep_outputs(kept);
     return loss;

@@ -178,51 +178,79 @@ static accel_tensor *upload(accel_dtype dt, int ndim, const int64_t *shape, cons
 
 /* The load-balancing statistics the calling thread's accel_llama_loss
  * collects (accel__moe_aux_collect), for the model whose config they name:
- * another thread's forward of the same model collects nothing. */
-static _Thread_local accel__moe_aux *tl_aux;
+ * another thread's forward of the same model collects nothing. Kept in the
+ * pointer activation checkpointing replays, so that a checkpointed block's
+ * recompute in the backward finds them. */
+accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x) { return accel__set_replayed(x); }
 
-accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x) {
-    accel__moe_aux *prev = tl_aux;
-    tl_aux = x;
-    return prev;
+static accel__moe_aux *aux_of(const accel_llama_config *c) {
+    accel__moe_aux *x = accel__replayed();
+    return x && x->cfg == c ? x : NULL;
 }
 
-static accel__moe_aux *aux_of(const accel_llama_config *c) { return tl_aux && tl_aux->cfg == c ? tl_aux : NULL; }
+/* Backward of the tie between a block's output and its router
+ * probabilities p [N, E] (f32): the output's gradient passes, and p gets
+ * its share of the balancing loss's, x->grad d/dp of E sum_e (counts_e /
+ * rows) (prob_sum_e / rows), which is x->grad E counts_e / rows^2 on every
+ * row (the loss's backward has set x->grad: it ran first, being later on
+ * the tape than every block of its forward). */
+static accel_status balance_backward(accel_node *n, accel_tensor *g) {
+    const accel__moe_aux *x = n->ctx;
+    accel_tensor *out = n->inputs[0], *p = n->inputs[1];
+    if (out->requires_grad && accel__grad_move_out(n, out, g) != ACCEL_OK) return accel_last_status();
+    if (!p->requires_grad || x->grad == 0 || !x->rows) return ACCEL_OK;
+    int64_t N = p->shape[0], E = p->shape[1];
+    float *G = accel_arena_alloc(accel_step_arena(), (size_t)(N * E) * sizeof *G, 64);
+    if (!G) return accel_last_status();
+    double rows = (double)x->rows;
+    for (int64_t e = 0; e < E; e++) G[e] = (float)(x->grad * (double)E * x->counts[e] / rows / rows);
+    for (int64_t i = 1; i < N; i++) memcpy(G + i * E, G, (size_t)E * sizeof *G);
+    accel_tensor *gp = upload(ACCEL_F32, 2, p->shape, G, p->device);
+    return gp ? accel_grad_accumulate(p, gp) : accel_last_status();
+}
 
-/* Adds a layer's router logits [N, E] to the load-balancing statistics:
- * softmax in the logits' dtype, the top K of those probabilities counted,
- * the probabilities summed in f32 (transformers' load_balancing_loss_func). */
-static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tensor *probs32, const int64_t *sel,
-                            int64_t K, accel_pg *tp) {
+/* Adds a layer's router statistics to x (in the forward; a checkpointed
+ * block's recompute has been counted) from its logits [N, E]: the softmax in
+ * the logits' dtype, the top K of those probabilities counted, the
+ * probabilities summed (transformers' load_balancing_loss_func; probs32:
+ * the f32 softmax, P its host copy, sel the f32 top K). Where a backward
+ * will come through this block (grad on: the forward, or a checkpoint's
+ * recompute), *tie gets the f32 probabilities whose gradient carries the
+ * balancing loss's (balance_backward), else NULL. */
+static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tensor *probs32, const float *P,
+                            const int64_t *sel, int64_t K, accel_pg *tp, accel_tensor **tie) {
     int64_t N = logits->shape[0], E = logits->shape[1];
-    /* a checkpointed module's forward (grad off inside it) keeps only its
-     * output: the sums' graph and memory would be gone before the loss */
-    if (x->with_grad && !accel_is_grad_enabled())
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing "
-                               "loss of the experts' routers) is not implemented with gradient checkpointing of a "
-                               "module holding a sparse block");
-    accel_tensor *p = logits->dtype == ACCEL_F32 ? probs32 : accel_softmax(logits, 1);
-    if (!p) return accel_last_status();
-    if (p != probs32) { /* the counts of the top K in the logits' dtype */
+    accel_tensor *p = probs32;
+    *tie = NULL;
+    if (logits->dtype != ACCEL_F32 && !(p = accel_to_dtype(accel_softmax(logits, 1), ACCEL_F32)))
+        return accel_last_status();
+    if (p != probs32 && !x->counted) { /* the counts of the top K in the logits' dtype */
         accel_arena *ar = accel_step_arena();
-        accel_tensor *p32 = accel_to_dtype(p, ACCEL_F32);
-        float *P = accel_arena_alloc(ar, (size_t)(N * E) * sizeof *P, 64);
+        float *P16 = accel_arena_alloc(ar, (size_t)(N * E) * sizeof *P16, 64);
         int64_t *s = accel_arena_alloc(ar, (size_t)(N * K) * sizeof *s, 64);
-        if (!p32 || !P || !s || accel_tensor_to_host(p32, P) != ACCEL_OK) return accel_last_status();
-        top_k(P, N, E, K, s);
-        sel = s;
-        p = p32;
+        if (!P16 || !s || accel_tensor_to_host(p, P16) != ACCEL_OK) return accel_last_status();
+        top_k(P16, N, E, K, s);
+        sel = s, P = P16;
     }
-    for (int64_t i = 0; i < N * K; i++) x->counts[sel[i]] += 1;
-    x->rows += N;
+    if (!x->counted) {
+        for (int64_t i = 0; i < N * K; i++) x->counts[sel[i]] += 1;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t e = 0; e < E; e++) x->prob_sum[e] += P[n * E + e];
+        x->rows += N;
+    }
     /* Under tensor parallelism every rank holds the same statistics, but the
      * region's collectives sum what reaches the router and the input from
-     * each rank: the loss's gradient goes through rank 0's sum alone. */
-    bool prev = accel_set_grad_enabled(accel_is_grad_enabled() && (!tp || accel_pg_rank(tp) == 0));
-    accel_tensor *sum = accel_sum(p, 1, (int[]){0}, false); /* [E] */
-    accel_set_grad_enabled(prev);
-    x->prob_sum = x->prob_sum ? accel_add(x->prob_sum, sum) : sum;
-    return x->prob_sum ? ACCEL_OK : accel_last_status();
+     * each rank: the loss's gradient goes through rank 0's alone. */
+    if (x->with_grad && accel_is_grad_enabled() && p->requires_grad && (!tp || accel_pg_rank(tp) == 0)) *tie = p;
+    return ACCEL_OK;
+}
+
+/* out, tied to the router probabilities p (see balance_backward). */
+static accel_tensor *balance_tie(accel__moe_aux *x, accel_tensor *out, accel_tensor *p) {
+    accel_tensor *y = accel_alias(out);
+    accel_node *n = y ? accel_tape_record("moe_balance", balance_backward, y, 2, (accel_tensor *[]){out, p}) : NULL;
+    if (n) n->ctx = x;
+    return y;
 }
 
 accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
@@ -261,8 +289,9 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
     else if (accel_tensor_to_host(probs, P) != ACCEL_OK) return NULL;
     else top_k(P, N, E, K, sel);
     if (!route(ar, sel, N, E, K, &r)) return NULL;
-    accel__moe_aux *aux = aux_of(c);
-    if (aux && !meta && aux_add(aux, logits, probs, sel, K, tp) != ACCEL_OK) return NULL;
+    accel__moe_aux *aux = meta ? NULL : aux_of(c);
+    accel_tensor *tie = NULL;
+    if (aux && aux_add(aux, logits, probs, P, sel, K, tp, &tie) != ACCEL_OK) return NULL;
     /* routing weights [K, N]: each token's chosen probabilities, best first
      * (gathered: their gradient goes to the chosen, as topk's), divided by
      * their f32 sum in that order (torch's sum over K) */
@@ -320,36 +349,42 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
     }
     /* under tensor parallelism each rank's sum is of its features' partial outputs */
     out = out ? accel_reshape(out, x->ndim, x->shape) : NULL;
+    if (out && tie) out = balance_tie(aux, out, tie);
     return tp && out ? accel__tp_leave(gate, out) : out;
 }
 
 /* ---------------------------------------------------------------- load balancing */
 
-accel_status accel__moe_aux_begin(accel__moe_aux *x, const accel_llama_config *c) {
-    memset(x, 0, sizeof *x);
-    x->cfg = c;
-    x->experts = c->num_local_experts;
-    x->with_grad = accel_is_grad_enabled();
-    /* the step's, as the tensors of the forward it counts: no malloc a step */
-    x->counts = accel_arena_alloc(accel_step_arena(), (size_t)x->experts * sizeof *x->counts, 64);
-    if (!x->counts) return accel_last_status();
-    memset(x->counts, 0, (size_t)x->experts * sizeof *x->counts);
+accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c) {
+    accel_arena *ar = accel_step_arena();
+    accel__moe_aux *x = accel_arena_alloc(ar, sizeof *x, 64);
+    double *sums = accel_arena_alloc(ar, 2 * (size_t)c->num_local_experts * sizeof *sums, 64);
+    if (!x || !sums) return NULL;
+    memset(sums, 0, 2 * (size_t)c->num_local_experts * sizeof *sums);
+    *x = (accel__moe_aux){.experts = c->num_local_experts, .counts = sums, .prob_sum = sums + c->num_local_experts,
+                          .with_grad = accel_is_grad_enabled(), .cfg = c};
+    return x;
+}
+
+/* Backward of the balancing loss: keeps its gradient for the blocks'
+ * (balance_backward); the loss it was recorded beside gets nothing. */
+static accel_status balance_loss_backward(accel_node *n, accel_tensor *g) {
+    accel__moe_aux *x = n->ctx;
+    float v = 1;
+    if (!accel__grad_is_implicit_one(g) && accel_tensor_to_host(accel_to_dtype(g, ACCEL_F32), &v) != ACCEL_OK)
+        return accel_last_status();
+    x->grad = v;
     return ACCEL_OK;
 }
 
-accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev) {
-    int64_t E = x->experts;
-    if (!x->rows || !x->prob_sum) { /* no sparse layer ran: transformers' 0 */
-        accel_tensor *z = accel_empty_on(ACCEL_F32, 0, NULL, dev);
-        return z && accel_fill_(z, 0.0) == ACCEL_OK ? z : NULL;
-    }
-    float *share = accel_arena_alloc(accel_step_arena(), (size_t)E * sizeof *share, 64);
-    if (!share) return NULL;
-    for (int64_t e = 0; e < E; e++) share[e] = (float)x->counts[e] / (float)x->rows;
-    /* sum(tokens_per_expert * router_prob_per_expert) * num_experts */
-    accel_tensor *tpe = upload(ACCEL_F32, 1, &E, share, dev);
-    accel_tensor *rpe = accel_mul_scalar(x->prob_sum, 1.0 / (double)x->rows);
-    return accel_mul_scalar(accel_sum_all(accel_mul(tpe, rpe)), (double)E);
+accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_tensor *loss) {
+    x->counted = true;
+    double lb = 0; /* no sparse layer ran: transformers' 0 */
+    for (int64_t e = 0; x->rows && e < x->experts; e++)
+        lb += (double)x->counts[e] / (double)x->rows * (x->prob_sum[e] / (double)x->rows);
+    float v = (float)(lb * (double)x->experts);
+    accel_tensor *t = upload(ACCEL_F32, 0, NULL, &v, loss->device);
+    accel_node *n = t && x->with_grad ? accel_tape_record("moe_balance_loss", balance_loss_backward, t, 1, &loss) : NULL;
+    if (n) n->ctx = x;
+    return t;
 }
-
-void accel__moe_aux_end(accel__moe_aux *x) { memset(x, 0, sizeof *x); }

@@ -15,25 +15,33 @@ accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_co
 
 /* The load-balancing statistics of one forward: while the calling thread
  * collects into one (accel__moe_aux_collect), each sparse block of that
- * model adds its rows' top-k counts and f32 router probability sums. */
+ * model adds its rows' top-k counts and router probability sums, and, where
+ * a backward will run through it, ties its probabilities to its output so
+ * that the backward hands them their share of the loss's gradient (also
+ * from a checkpointed block's recompute: the statistics are what
+ * checkpointing replays, core_internal.h accel__replayed). In the step
+ * arena: the backward reads them after accel_llama_loss has returned. */
 typedef struct accel__moe_aux {
-    int64_t experts, rows;  /* rows: tokens x sparse layers seen */
-    double *counts;         /* [experts]: top-k choices per expert (the step arena's) */
-    accel_tensor *prob_sum; /* [experts] f32, with its graph: the probabilities summed over rows */
-    bool with_grad;         /* grad mode was on when it began: a block that runs with it off is refused */
+    int64_t experts, rows; /* rows: tokens x sparse layers seen */
+    double *counts;        /* [experts]: top-k choices per expert */
+    double *prob_sum;      /* [experts]: the f32 router probabilities summed over rows */
+    bool with_grad;        /* grad mode was on when it began */
+    bool counted;          /* the forward is over (accel__moe_aux_loss): recomputes add nothing */
+    double grad;           /* the gradient that reached the balancing loss (its backward sets it) */
     const accel_llama_config *cfg; /* the model's (its root's resolved config) */
 } accel__moe_aux;
 
-/* Starts x for a model of config c (counts zeroed). */
-accel_status accel__moe_aux_begin(accel__moe_aux *x, const accel_llama_config *c);
+/* New statistics for a model of config c (zeroed) in the step arena; NULL +
+ * error. */
+accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c);
 /* The calling thread's sparse blocks of x's model collect into x from now
  * on (NULL: stop); returns what was collecting before (to set back). */
 accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x);
 /* transformers' load_balancing_loss_func of what x collected: a 0-dim f32
- * tensor on dev, sum_e (counts_e / rows) (prob_sum_e / rows) * experts (0
- * when no sparse layer ran). */
-accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_device dev);
-/* Forgets what x holds (its counts and tensor belong to the step). */
-void accel__moe_aux_end(accel__moe_aux *x);
+ * tensor on the device of loss (the loss it is added to), sum_e (counts_e /
+ * rows) (prob_sum_e / rows) * experts (0 when no sparse layer ran). Ends
+ * the counting; with grad, its node keeps the gradient that reaches it for
+ * the blocks' backward. */
+accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_tensor *loss);
 
 #endif
