@@ -313,7 +313,9 @@ accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm) {
 
 /* Every rank holds the full (averaged) gradients: the norm over the model's
  * flat buffers, no collective. */
-double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
+accel_status accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type,
+                             double *norm) {
+    *norm = NAN;
     /* Under tensor parallelism a rank holds slices of some parameters: the
      * norm sums them over the tp group and counts replicated ones once;
      * under pipeline parallelism a stage trains its layers only. */
@@ -323,27 +325,28 @@ double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm
         accel_flat_buffer *b = &pm->fp->buffers[d];
         if (!b->n) continue;
         if (b->dtype != ACCEL_F32) {
-            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
-                            accel_dtype_name(b->dtype));
-            return NAN;
+            return accel_set_error(ACCEL_ERR_DTYPE,
+                                   "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                                   accel_dtype_name(b->dtype));
         }
         accel_tensor h;
         double part = tp ? 0 : accel_grad_norm_partial(accel__flat_view(&h, b, b->grads, 0, b->numel), norm_type);
         combined = accel_grad_norm_combine(combined, part, norm_type);
     }
-    if (tp && accel__tp_grad_norm_partial(acc, pm->m, norm_type, &combined)) return NAN;
+    if (tp && accel__tp_grad_norm_partial(acc, pm->m, norm_type, &combined)) return accel_last_status();
     /* under pipeline parallelism, summed over the stages (pipeline.c) */
-    if (accel__pipeline_norm_partial(acc, pm->m, &combined, norm_type)) return NAN;
-    double total = accel_grad_norm_finish(combined, norm_type);
-    double coef = accel_clip_coef(total, max_norm);
+    if (accel__pipeline_norm_partial(acc, pm->m, &combined, norm_type)) return accel_last_status();
+    *norm = accel_grad_norm_finish(combined, norm_type);
+    double coef = accel_clip_coef(*norm, max_norm);
     float c = (float)coef; /* as accel_clip_grad_norm */
     if (coef < 1.0)
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
             accel_flat_buffer *b = &pm->fp->buffers[d];
             accel_tensor h;
-            if (b->n && accel__grad_scale(accel__flat_view(&h, b, b->grads, 0, b->numel), c)) return NAN;
+            if (b->n && accel__grad_scale(accel__flat_view(&h, b, b->grads, 0, b->numel), c))
+                return accel_last_status();
         }
-    return total;
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- the strategy */

@@ -89,7 +89,8 @@ struct accel__strategy {
      * sharded). clip: clip_grad_norm over what this rank holds: the global
      * norm (reduced over the group holding the other parts: the shard group;
      * none when every rank holds everything), every part scaled by
-     * min(1, max_norm / norm); the norm, or NAN with the error set. */
+     * min(1, max_norm / norm); *norm gets the norm (NaN where a gradient is:
+     * nothing scaled); an error status when a step of it failed. */
     accel_tensor *(*grad_shard)(accel__model *pm, accel_tensor *h);
     /* Megatron's sequence parallelism, after a backward that syncs: the
      * gradients of the parameters outside the tp regions (each tp rank's
@@ -98,7 +99,7 @@ struct accel__strategy {
      * of the gradient shard (ZeRO-3); nothing
      * where the strategy summed them before its own reduction (ZeRO-2). */
     accel_status (*sp_reduce)(accel_accelerator *acc, accel__model *pm);
-    double (*clip)(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
+    accel_status (*clip)(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type, double *norm);
     /* accel_accelerator_zero_shard: this rank's range of the f32 flat buffer. */
     accel_status (*shard_range)(accel_accelerator *acc, accel__model *pm, int64_t *lo, int64_t *hi);
 
@@ -169,7 +170,8 @@ bool accel__ddp_begin_backward(accel_accelerator *acc, accel__model *pm);
 bool accel__ddp_grad_ready(accel_accelerator *acc, accel__model *pm, const accel_tensor *leaf);
 accel_status accel__ddp_end_backward(accel_accelerator *acc, accel__model *pm);
 /* clip over the full flat buffers (no collective). */
-double accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
+accel_status accel__ddp_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type,
+                             double *norm);
 
 /* zero.c: the pieces ZeRO-3 composes with (the sharded optimizer). */
 accel_status accel__zero_prepare_optimizer(accel_accelerator *acc, int i);
@@ -204,7 +206,8 @@ accel_status accel__zero_check_local(accel_accelerator *acc, int i, int n, const
                                      float *const local[2], double step);
 /* grad_shard and clip of every ZeRO stage: the gradient shard when there is one (zgrad), else as DDP. */
 accel_tensor *accel__zero_grad_shard(accel__model *pm, accel_tensor *h);
-double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type);
+accel_status accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type,
+                              double *norm);
 /* The sp_reduce of ZeRO-3 (stages 1-2 have theirs in zero.c). */
 accel_status accel__zero3_sp_reduce(accel_accelerator *acc, accel__model *pm);
 /* The ZeRO state (zero_state.h) with the single unit stages 1-2 shard (no

@@ -216,13 +216,13 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
     /* The strategies' norm kernels take any p: a p <= 0 gave a made-up norm. */
     if (!accel__check_clip_args("accel_accelerator_clip_grad_norm", max_norm, norm_type)) return NAN;
     if (accel_accelerator_unscale_gradients(acc)) return NAN; /* the ranks' agreement on inf failed: the group */
-    accel_clear_error(); /* a NaN below with no error is a NaN gradient, not a failure */
-    double total = pm->strat->clip(acc, pm, max_norm, norm_type);
+    double total;
+    if (pm->strat->clip(acc, pm, max_norm, norm_type, &total) != ACCEL_OK) return NAN;
     /* A NaN gradient: the norm is NaN on every rank and nothing was clipped.
      * Under fp16 an overflow step (inf/nan found) is skipped, as torch's
      * GradScaler skips it: no error; otherwise the NaN says the training is
      * broken, and the NaN return is an error as everywhere in the library. */
-    if (isnan(total) && !accel_last_status() && !(acc->mp == ACCEL_MP_FP16 && acc->found_inf))
+    if (isnan(total) && !(acc->mp == ACCEL_MP_FP16 && acc->found_inf))
         return accel__nan_norm_error("accel_accelerator_clip_grad_norm");
     return total;
 }

@@ -346,30 +346,33 @@ accel_status accel__zero3_sp_reduce(accel_accelerator *acc, accel__model *pm) {
  * parameters' part counted once; under pp summed over the stages, a tied
  * lm_head's gradient once. Without a shard, every rank holds the full
  * averaged gradients, as under DDP. */
-double accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type) {
+accel_status accel__zero_clip(accel_accelerator *acc, accel__model *pm, double max_norm, double norm_type,
+                              double *norm) {
+    *norm = NAN;
     accel_tensor h;
     accel_tensor *g = accel__zero_grad_shard(pm, &h);
-    if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type);
+    if (!g) return accel__ddp_clip(acc, pm, max_norm, norm_type, norm);
     bool tp = acc->mesh.size[ACCEL__MESH_TP] > 1;
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
         if (d != ACCEL_F32 && pm->fp->buffers[d].n) {
-            accel_set_error(ACCEL_ERR_DTYPE, "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
-                            accel_dtype_name(pm->fp->buffers[d].dtype));
-            return NAN;
+            return accel_set_error(ACCEL_ERR_DTYPE,
+                                   "accel_accelerator_clip_grad_norm: %s parameters (needs f32 master weights)",
+                                   accel_dtype_name(pm->fp->buffers[d].dtype));
         }
     /* part[0] whole parameters', part[1] tp slices' (all of it without tp) */
     double part[2] = {0, tp ? 0 : accel_grad_norm_partial(g, norm_type)};
-    if ((tp && tp_shard_partial(acc, pm, norm_type, part)) || drop_tied_copy(acc, pm, norm_type, part)) return NAN;
+    if ((tp && tp_shard_partial(acc, pm, norm_type, part)) || drop_tied_copy(acc, pm, norm_type, part))
+        return accel_last_status();
     /* over the shard group: under hybrid sharding the other machines hold the same shards */
-    if (accel__norm_all_reduce(acc->shard_pg, part, 2, norm_type)) return NAN;
+    if (accel__norm_all_reduce(acc->shard_pg, part, 2, norm_type)) return accel_last_status();
     /* the slices of the tp ranks make the whole parameters; the whole ones are the same on each */
-    if (tp && accel__norm_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, norm_type)) return NAN;
+    if (tp && accel__norm_all_reduce(accel_accelerator_tp_group(acc), &part[1], 1, norm_type))
+        return accel_last_status();
     double stages = accel_grad_norm_combine(part[0], part[1], norm_type);
-    if (accel__pipeline_norm_reduce(acc, &stages, norm_type)) return NAN;
-    double total = accel_grad_norm_finish(stages, norm_type);
-    double coef = accel_clip_coef(total, max_norm);
-    if (coef < 1.0 && accel__grad_scale(g, (float)coef)) return NAN;
-    return total;
+    if (accel__pipeline_norm_reduce(acc, &stages, norm_type)) return accel_last_status();
+    *norm = accel_grad_norm_finish(stages, norm_type);
+    double coef = accel_clip_coef(*norm, max_norm);
+    return coef < 1.0 ? accel__grad_scale(g, (float)coef) : ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- optimizer */
