@@ -9,6 +9,7 @@ set_tests_properties(cli_accel_test_1 cli_accel_test_2 PROPERTIES
   PASS_REGULAR_EXPRESSION "CPU kernels: .*Test is a success! You are ready for your distributed training!"
   ENVIRONMENT "HF_HOME=${CMAKE_CURRENT_BINARY_DIR}/hf_home_empty" TIMEOUT 120)
 add_dependencies(test_cli_merge_weights accel_cli)
+add_dependencies(test_cli_to_fsdp2 accel_cli)
 # Python programs under accel launch: exits 77 (skipped) without python3 / torch / accelerate.
 add_dependencies(test_cli_python accel_cli)
 set_tests_properties(cli_python PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -18,6 +18,7 @@ int accel_cli_env(int argc, char **argv);
 int accel_cli_estimate_memory(int argc, char **argv);
 int accel_cli_test(int argc, char **argv);
 int accel_cli_merge_weights(int argc, char **argv);
+int accel_cli_to_fsdp2(int argc, char **argv);
 
 /* ---------------------------------------------------------------- estimate-memory
  * cli_estimate_memory.c: Accelerate's convert_bytes and create_ascii_table
@@ -113,6 +114,9 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+/* cfg_write keeping null values and empty mappings (yaml.dump of the dict as
+ * it was read: `accel to-fsdp2`). */
+bool cfg_write_as_is(const char *path, const cv *root, char *err, size_t errn);
 /* Python's repr() of a float (1.0, 0.1, 1e-05, inf): what Accelerate writes and prints. */
 void cli_py_float(double f, char *out, size_t n);
 /* Whether s is valid UTF-8 (all a config file can hold). */

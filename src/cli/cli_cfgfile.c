@@ -942,8 +942,9 @@ void cfg_default_path(char *out, size_t n) {
     else snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : "");
 }
 
-/* What to_dict() keeps: no None, no empty dict. */
-static bool kept(const cv *v) { return v && v->t != CV_NULL && !(v->t == CV_MAP && v->n == 0); }
+/* What to_dict() keeps: no None, no empty dict (all: everything, as yaml.dump
+ * of a plain dict). */
+static bool kept(const cv *v, bool all) { return v && (all || (v->t != CV_NULL && !(v->t == CV_MAP && v->n == 0))); }
 
 static bool emit(yaml_emitter_t *e, yaml_event_t *ev) { return yaml_emitter_emit(e, ev) != 0; }
 
@@ -953,7 +954,7 @@ static bool emit_scalar(yaml_emitter_t *e, const char *s, yaml_scalar_style_t st
     return emit(e, &ev);
 }
 
-static bool emit_value(yaml_emitter_t *e, const cv *v) {
+static bool emit_value(yaml_emitter_t *e, const cv *v, bool all) {
     yaml_event_t ev;
     char buf[64];
     switch (v->t) {
@@ -981,18 +982,20 @@ static bool emit_value(yaml_emitter_t *e, const cv *v) {
         yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, v->n ? YAML_BLOCK_SEQUENCE_STYLE : YAML_FLOW_SEQUENCE_STYLE);
         if (!emit(e, &ev)) return false;
         for (size_t i = 0; i < v->n; i++)
-            if (!emit_value(e, v->items[i])) return false;
+            if (!emit_value(e, v->items[i], all)) return false;
         yaml_sequence_end_event_initialize(&ev);
         return emit(e, &ev);
     case CV_MAP: {
-        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
+        /* an empty one (kept with all) as PyYAML writes it: {} */
+        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1,
+                                            v->n ? YAML_BLOCK_MAPPING_STYLE : YAML_FLOW_MAPPING_STYLE);
         if (!emit(e, &ev)) return false;
         key_at *k = sorted_entries(v);
         bool ok = true;
         for (size_t i = 0; ok && i < v->n; i++) {
             const cv *x = v->items[k[i].at];
-            if (!kept(x)) continue;
-            ok = emit_scalar(e, k[i].key, YAML_ANY_SCALAR_STYLE) && emit_value(e, x);
+            if (!kept(x, all)) continue;
+            ok = emit_scalar(e, k[i].key, YAML_ANY_SCALAR_STYLE) && emit_value(e, x, all);
         }
         free(k);
         if (!ok) return false;
@@ -1003,7 +1006,7 @@ static bool emit_value(yaml_emitter_t *e, const cv *v) {
     return false;
 }
 
-static json_t *to_json(const cv *v) {
+static json_t *to_json(const cv *v, bool all) {
     switch (v->t) {
     case CV_NULL: return json_null();
     case CV_BOOL: return json_boolean(v->b);
@@ -1012,13 +1015,13 @@ static json_t *to_json(const cv *v) {
     case CV_STR: return json_string(v->s);
     case CV_SEQ: {
         json_t *a = json_array();
-        for (size_t i = 0; i < v->n; i++) json_array_append_new(a, to_json(v->items[i]));
+        for (size_t i = 0; i < v->n; i++) json_array_append_new(a, to_json(v->items[i], all));
         return a;
     }
     case CV_MAP: {
         json_t *o = json_object();
         for (size_t i = 0; i < v->n; i++)
-            if (kept(v->items[i])) json_object_set_new(o, v->keys[i], to_json(v->items[i]));
+            if (kept(v->items[i], all)) json_object_set_new(o, v->keys[i], to_json(v->items[i], all));
         return o;
     }
     }
@@ -1100,7 +1103,7 @@ static bool write_target(const char *path, char *out, size_t n, char *err, size_
     }
 }
 
-bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
+static bool write_config(const char *path, const cv *root, bool all, char *err, size_t errn) {
     char bad[512], target[4096];
     if (find_non_utf8(root, "", bad, sizeof bad)) {
         snprintf(err, errn, "cannot write %s: %s is not UTF-8 text (config files hold UTF-8 only)", path, bad);
@@ -1121,7 +1124,7 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
     bool ok;
     const char *problem = NULL; /* the encoder's reason, where errno has none */
     if (ends_with(path, ".json")) {
-        json_t *j = to_json(root);
+        json_t *j = to_json(root, all);
         ok = json_dumpf(j, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
         json_decref(j);
     } else {
@@ -1129,11 +1132,11 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         yaml_event_t ev;
         yaml_emitter_initialize(&e);
         yaml_emitter_set_output_file(&e, f);
-        yaml_emitter_set_unicode(&e, 1);
+        yaml_emitter_set_unicode(&e, 0); /* non-ASCII escaped ("\xE9"), as PyYAML writes without allow_unicode */
         yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
         ok = emit(&e, &ev);
         yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
-        ok = ok && emit(&e, &ev) && emit_value(&e, root);
+        ok = ok && emit(&e, &ev) && emit_value(&e, root, all);
         yaml_document_end_event_initialize(&ev, 1);
         ok = ok && emit(&e, &ev);
         yaml_stream_end_event_initialize(&ev);
@@ -1148,4 +1151,12 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
         return false;
     }
     return true;
+}
+
+bool cfg_write(const char *path, const cv *root, char *err, size_t errn) {
+    return write_config(path, root, false, err, errn);
+}
+
+bool cfg_write_as_is(const char *path, const cv *root, char *err, size_t errn) {
+    return write_config(path, root, true, err, errn);
 }

@@ -18,6 +18,7 @@ static const subcommand COMMANDS[] = {
     {"launch", accel_cli_launch, "Launch a program on one or more processes"},
     {"merge-weights", accel_cli_merge_weights, "Merge a sharded safetensors checkpoint into one file"},
     {"test", accel_cli_test, "Run a short distributed self-check with a config"},
+    {"to-fsdp2", accel_cli_to_fsdp2, "Convert an Accelerate config from FSDP1 to FSDP2"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof *COMMANDS)
 
