@@ -33,7 +33,7 @@ STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2
 
 
 def value(rng, depth=0):
-    kind = rng.randrange(12 if depth < 2 else 8)
+    kind = rng.randrange(12 if depth < 1 else 8)
     if kind == 0:
         return rng.choice(STRATEGIES)
     if kind == 1:
@@ -97,7 +97,7 @@ def main():
     logger.setLevel(logging.WARNING)
     logger.propagate = False
     cases = []
-    for i in range(300):
+    for i in range(200):
         text = yaml.dump(config(rng, i))
         log.seek(0)
         log.truncate()
