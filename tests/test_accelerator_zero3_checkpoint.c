@@ -231,7 +231,22 @@ static void merge_checkpoint(const char *ckpt, const char *merged, char *sub, si
     int count = 0;
     CHECK(accel__zero3_find_sharded(ckpt, sub, n));
     CHECK(mkdir(merged, 0755) == 0 || access(merged, F_OK) == 0);
-    CHECK_MSG(accel__zero3_merge(sub, merged, &count) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel__zero3_merge(sub, merged, false, &count) == ACCEL_OK, "%s", accel_last_error());
+}
+
+/* The same tensors (names, dtypes, shapes, bytes) in files a and b (safetensors or torch.save). */
+static bool same_tensors(const char *a, const char *b) {
+    accel_safetensors *x = accel_safetensors_open(a), *y = accel_safetensors_open(b);
+    bool same = x && y && accel_safetensors_count(x) == accel_safetensors_count(y);
+    for (int i = 0; same && i < accel_safetensors_count(x); i++) {
+        const accel_st_info *p = accel_safetensors_at(x, i), *q = accel_safetensors_find(y, p->name);
+        same = q && p->dtype == q->dtype && p->ndim == q->ndim && p->nbytes == q->nbytes &&
+               !memcmp(p->shape, q->shape, (size_t)p->ndim * sizeof *p->shape) &&
+               !memcmp(p->bytes, q->bytes, p->nbytes);
+    }
+    accel_safetensors_close(x);
+    accel_safetensors_close(y);
+    return same;
 }
 
 /* save_model under ZeRO-3 writes what DDP's save_model writes for the same
@@ -259,6 +274,15 @@ static void test_save_model_equals_ddp(void) {
         char sub[1024];
         merge_checkpoint(ckpt, merged, sub, sizeof sub);
         CHECK_MSG(dirs_equal(merged, ddp), "merge-weights of %s differs from DDP's save_model", ckpt);
+        /* --unsafe_serialization: the same tensors in pytorch_model.bin */
+        char bin_dir[600], bin[700], st[700];
+        int count = 0;
+        path_of(bin_dir, sizeof bin_dir, "merged_bin");
+        CHECK(mkdir(bin_dir, 0755) == 0 || access(bin_dir, F_OK) == 0);
+        CHECK_MSG(accel__zero3_merge(sub, bin_dir, true, &count) == ACCEL_OK, "%s", accel_last_error());
+        snprintf(bin, sizeof bin, "%s/pytorch_model.bin", bin_dir);
+        snprintf(st, sizeof st, "%s/model.safetensors", merged);
+        CHECK_MSG(count > 0 && same_tensors(bin, st), "%s differs from %s", bin, st);
         CHECK(accel__zero3_remove_sharded(sub) == ACCEL_OK); /* --remove_checkpoint_dir */
         CHECK_MSG(access(sub, F_OK) != 0, "%s is still there", sub);
     }
@@ -415,7 +439,7 @@ static void expect_merge_errors(const char *broken) {
     snprintf(sub, sizeof sub, "%s/pytorch_model_fsdp_0", broken);
     path_of(out, sizeof out, "merged_broken");
     CHECK(mkdir(out, 0755) == 0);
-    CHECK(accel__zero3_merge(sub, out, &n) != ACCEL_OK);
+    CHECK(accel__zero3_merge(sub, out, false, &n) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "shard_0.safetensors is missing (it holds unit 0's range [0, ");
     char index[800];
     snprintf(index, sizeof index, "%s/sharded_index.json", sub);
@@ -423,7 +447,7 @@ static void expect_merge_errors(const char *broken) {
     CHECK(ix && json_array_clear(json_object_get(json_array_get(json_object_get(ix, "files"), 0), "ranges")) == 0);
     CHECK(json_dump_file(ix, index, 0) == 0);
     json_decref(ix);
-    CHECK(accel__zero3_merge(sub, out, &n) != ACCEL_OK);
+    CHECK(accel__zero3_merge(sub, out, false, &n) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "(parameter 0.weight) are in none of its files or in several: the index "
                                            "does not cover the model");
     /* a shape whose dims multiply past int64 (signed overflow: [2^40, 2^40, 2^40]
@@ -433,7 +457,7 @@ static void expect_merge_errors(const char *broken) {
     CHECK(ix && json_object_set_new(json_array_get(json_object_get(ix, "state_dict"), 0), "shape", shape) == 0);
     CHECK(json_dump_file(ix, index, 0) == 0);
     json_decref(ix);
-    CHECK(accel__zero3_merge(sub, out, &n) == ACCEL_ERR_FORMAT);
+    CHECK(accel__zero3_merge(sub, out, false, &n) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "sharded_index.json: a \"shape\" has more than 2^60 elements");
 }
 

@@ -32,21 +32,23 @@ static void slurp(const char *name, char *buf, size_t n) {
     fclose(f);
 }
 
-/* src (a sharded checkpoint) merged into TMP/out: the same tensors, byte for byte. */
-static void check_merge(const char *src_dir, const char *out) {
+/* src (a sharded checkpoint) merged into TMP/out: the same tensors, byte for
+ * byte (unsafe: --unsafe_serialization, into pytorch_model.bin). */
+static void check_merge_as(const char *src_dir, const char *out, bool unsafe) {
     char args[PATH_MAX + 64], buf[4096];
-    snprintf(args, sizeof args, "merge-weights %s %s/%s", src_dir, TMP, out);
+    snprintf(args, sizeof args, "merge-weights %s %s/%s%s", src_dir, TMP, out, unsafe ? " --unsafe_serialization" : "");
     CHECK(run(args) == 0);
     slurp("out", buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "Weights merged into");
+    CHECK_STR_CONTAINS(buf, unsafe ? "pytorch_model.bin" : "model.safetensors");
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s/model.safetensors", TMP, out);
+    snprintf(path, sizeof path, "%s/%s/%s", TMP, out, unsafe ? "pytorch_model.bin" : "model.safetensors");
     accel_checkpoint *src = accel_checkpoint_open(src_dir);
     accel_safetensors *dst = accel_safetensors_open(path);
     CHECK(src && dst);
     if (!src || !dst) return;
     CHECK(accel_safetensors_count(dst) == accel_checkpoint_count(src));
-    CHECK(strcmp(accel_safetensors_metadata(dst, "format"), "pt") == 0);
+    if (!unsafe) CHECK(strcmp(accel_safetensors_metadata(dst, "format"), "pt") == 0);
     for (int i = 0; i < accel_checkpoint_count(src); i++) {
         const char *name = accel_checkpoint_name(src, i);
         const accel_st_info *a = accel_checkpoint_find(src, name, NULL);
@@ -56,6 +58,13 @@ static void check_merge(const char *src_dir, const char *out) {
     }
     accel_safetensors_close(dst);
     accel_checkpoint_close(src);
+}
+
+static void check_merge(const char *src_dir, const char *out) {
+    check_merge_as(src_dir, out, false);
+    char bin_out[256];
+    snprintf(bin_out, sizeof bin_out, "%s_unsafe", out);
+    check_merge_as(src_dir, bin_out, true);
 }
 
 static void test_merge(void) { check_merge("data/hf_llama_sharded", "merged"); }
@@ -69,9 +78,6 @@ static void test_errors(void) {
     CHECK(run("merge-weights /nonexistent-dir /tmp/x") == 1);
     slurp("err", buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "couldn't find a valid metadata file");
-    CHECK(run("merge-weights data/hf_llama_sharded /tmp/x --unsafe_serialization") == 2);
-    slurp("err", buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "not supported");
     CHECK(run("merge-weights data/hf_llama_sharded") == 2);
 }
 

@@ -401,10 +401,11 @@ accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, i
 /* zero3_checkpoint.c, for accel merge-weights: true when dir is a SHARDED_STATE_DICT: true when dir is a SHARDED_STATE_DICT
  * model directory or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
  * writes that model whole (Hugging Face names, tied aliases included) into
- * out_dir/model.safetensors and says how many tensors; remove deletes sub's
+ * out_dir/model.safetensors (torch_format: out_dir/pytorch_model.bin, as
+ * torch.save writes it) and says how many tensors; remove deletes sub's
  * files of the format, then sub. */
 bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n);
-accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_tensors);
+accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch_format, int *n_tensors);
 accel_status accel__zero3_remove_sharded(const char *sub);
 /* Every rank's status becomes the worst one (one all-reduce; `mine` as is on
  * one process): a rank whose own part succeeded gets ACCEL_ERR_IO "<op>:

@@ -1330,7 +1330,7 @@ static accel_tensor *merged_entry(shard_files *fs, accel_safetensors *rf, json_t
     return whole_param(fs, find_param(fs->ix, name));
 }
 
-accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_tensors) {
+accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch_format, int *n_tensors) {
     char path[2 * PATHN];
     sharded_index ix;
     shard_files fs = {0};
@@ -1350,8 +1350,8 @@ accel_status accel__zero3_merge(const char *sub, const char *out_dir, int *n_ten
         ts[made] = merged_entry(&fs, rf, e, nms, ts, made, &owned[made]);
         if (!ts[made]) st = accel_last_status();
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    if (!st) st = accel_safetensors_save(path, n, nms, ts, 0, NULL);
+    snprintf(path, sizeof path, "%s/%s", out_dir, torch_format ? "pytorch_model.bin" : "model.safetensors");
+    if (!st) st = torch_format ? accel_torch_save(path, n, nms, ts) : accel_safetensors_save(path, n, nms, ts, 0, NULL);
     for (int k = 0; k < made; k++)
         if (owned[k]) accel_tensor_free(ts[k]);
     accel_free(nms);

@@ -13,8 +13,10 @@
  * FSDP: the full model, Hugging Face names, one parameter at a time. A
  * save_state directory's files are first checked against its completion
  * marker (sizes and CRC-32C): a corrupted checkpoint is refused, naming the
- * file, rather than merged into a different model. The write is atomic; `--remove_checkpoint_dir` deletes the shards and the index
- * only after it succeeded. */
+ * file, rather than merged into a different model. `--unsafe_serialization`
+ * writes pytorch_model.bin (torch.save's format) instead. The write is
+ * atomic; `--remove_checkpoint_dir` deletes the shards and the index only
+ * after it succeeded. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,13 +81,16 @@ static int has_index(const char *dir, char *index, size_t n) {
     return count > 1 ? -1 : one;
 }
 
+/* The merged file's name: Accelerate's, safetensors unless --unsafe_serialization. */
+static const char *merged_name(bool unsafe) { return unsafe ? "pytorch_model.bin" : "model.safetensors"; }
+
 /* A model.safetensors beside the index that is none of its shards is left
  * alone, said in a note; where it is the output (merged into the same
  * folder) the note says it is replaced. */
-static void note_single(accel_checkpoint *ck, const char *dir, const char *index, const char *out_dir) {
+static void note_single(accel_checkpoint *ck, const char *dir, const char *index, const char *out_dir, bool unsafe) {
     char single[4096], out[4096];
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
-    snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
+    snprintf(out, sizeof out, "%s/%s", out_dir, merged_name(unsafe));
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++)
         if (!strcmp(accel_checkpoint_shard_path(ck, i), "model.safetensors")) return;
     if (!accel__is_file(single)) return;
@@ -173,32 +178,34 @@ static int verify_files(const char *dir, accel_checkpoint *ck) {
     return 1;
 }
 
-/* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors. */
-static int merge_sharded(const char *sub, const char *out_dir, bool remove) {
+/* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
+ * (unsafe: pytorch_model.bin). */
+static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
     int n = 0;
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
         return 1;
     }
-    if (accel__zero3_merge(sub, out_dir, &n) || (remove && accel__zero3_remove_sharded(sub))) {
+    if (accel__zero3_merge(sub, out_dir, unsafe, &n) || (remove && accel__zero3_remove_sharded(sub))) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
-    printf("Weights merged into %s/model.safetensors (%d tensors)\n", out_dir, n);
+    printf("Weights merged into %s/%s (%d tensors)\n", out_dir, merged_name(unsafe), n);
     return 0;
 }
 
 int accel_cli_merge_weights(int argc, char **argv) {
     static const cli_opt OPTS[] = {
         {"unsafe_serialization", 0, false, NULL,
-         "Save as pytorch_model.bin (pickle) instead of safetensors: not supported by accel."},
+         "Save as pytorch_model.bin (torch.save's zip of a pickle) instead of model.safetensors."},
         {"remove_checkpoint_dir", 0, false, NULL, "Remove the sharded checkpoint after merging."},
     };
     enum { NOPTS = sizeof OPTS / sizeof *OPTS };
     const char *usage = "accel merge-weights [-h] [--unsafe_serialization] [--remove_checkpoint_dir] "
                         "checkpoint_directory output_path";
     const char *desc = "Merges a sharded checkpoint (model.safetensors.index.json or pytorch_model.bin.index.json "
-                       "+ shards) into one OUTPUT_PATH/model.safetensors.";
+                       "+ shards) into one OUTPUT_PATH/model.safetensors (pytorch_model.bin with "
+                       "--unsafe_serialization).";
     const char *vals[NOPTS] = {0};
     int first = 0;
     /* Positionals may come before or after the flags: parse flags wherever they are. */
@@ -223,11 +230,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
                 usage);
         return 2;
     }
-    if (vals[cli_idx(OPTS, NOPTS, "unsafe_serialization")]) {
-        fprintf(stderr, "accel merge-weights: error: --unsafe_serialization (pytorch_model.bin, pickle) is not "
-                        "supported by accel; drop the flag to write model.safetensors\n");
-        return 2;
-    }
+    bool unsafe = vals[cli_idx(OPTS, NOPTS, "unsafe_serialization")] != NULL;
     const char *dir = pos[0], *out_dir = pos[1];
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -238,7 +241,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
     char sub[8192];
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
     if (sharded && verify_marker(dir, sub)) return 1;
-    if (sharded) return merge_sharded(sub, out_dir, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
+    if (sharded)
+        return merge_sharded(sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     char index[4096];
     int indexed = has_index(dir, index, sizeof index);
     if (indexed < 0) return 1;
@@ -247,7 +251,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
-    if (indexed) note_single(ck, dir, index, out_dir);
+    if (indexed) note_single(ck, dir, index, out_dir, unsafe);
     if (verify_files(dir, ck) || (indexed && check_shards(ck, dir))) {
         accel_checkpoint_close(ck);
         return 1;
@@ -274,12 +278,14 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     char path[4096];
     /* cut, the name would be another file's (".../model.saf") */
-    if (ok && (size_t)snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= sizeof path) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "the output path %.40s.../model.safetensors is longer than %zu bytes",
-                        out_dir, sizeof path - 1);
+    if (ok && (size_t)snprintf(path, sizeof path, "%s/%s", out_dir, merged_name(unsafe)) >= sizeof path) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "the output path %.40s.../%s is longer than %zu bytes", out_dir,
+                        merged_name(unsafe), sizeof path - 1);
         ok = 0;
     }
-    if (ok) ok = accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK;
+    if (ok)
+        ok = (unsafe ? accel_torch_save(path, n, names, ts) : accel_safetensors_save(path, n, names, ts, 0, NULL)) ==
+             ACCEL_OK;
     for (int i = 0; ts && i < n; i++) accel_tensor_free(ts[i]);
     free(ts);
     free(names);
