@@ -10,6 +10,13 @@
  *                            template writes BOS and the turn markers), then as --prompt
  *   --system TEXT            with --chat: a system message before the user's
  *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt or --chat)
+ *   several --prompt (or several --ids), up to 8: one left-padded batch
+ *                            (accel_generate_batch, transformers' generate on
+ *                            tokenizer(prompts, padding=True, padding_side="left")):
+ *                            prints generated_ids[b]=[...] (pads left out) and
+ *                            text[b]="..." a row, then the timings with tokens/s
+ *                            over every row's new tokens; the pad is config.json's
+ *                            pad_token_id, else --eos (transformers' rule), else 0
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
@@ -113,9 +120,120 @@ static int write_npy(const char *path, const float *x, int64_t n) {
     return fclose(f) == 0 && w == (size_t)n ? 0 : -1;
 }
 
+/* "1,2,3" into ids[max]: the count, or -1 when it is not such a list. */
+static int64_t parse_ids(const char *s, int64_t *ids, int64_t max) {
+    int64_t n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        if (n == max) return -1;
+        ids[n++] = strtoll(p, &end, 10);
+        if (end == p || errno || (*end && *end != ',')) return -1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Several prompts (texts through DIR's tokenizer, or id lists) in one
+ * left-padded batch: accel_generate_batch, each row printed. */
+static int batch_main(const char *dir, const accel_generate_opts *o, const accel_load_opts *lo, const char **prompts,
+                      int B, bool texts, bool warm_up) {
+    enum { MAX_IDS = 256 };
+    accel_tokenizer *tok = texts ? accel_tokenizer_load(dir) : NULL;
+    int64_t *rows[8] = {0}, lens[8] = {0}, T = 0;
+    int rc = texts && !tok ? 1 : 0;
+    for (int b = 0; b < B && !rc; b++) {
+        if (texts) {
+            rc = accel_tokenizer_encode(tok, prompts[b], strlen(prompts[b]), true, &rows[b], &lens[b]) != ACCEL_OK;
+            if (rc) fprintf(stderr, "generate: --prompt: %s\n", accel_last_error());
+        } else {
+            rows[b] = malloc(sizeof(int64_t) * MAX_IDS);
+            lens[b] = rows[b] ? parse_ids(prompts[b], rows[b], MAX_IDS) : -1;
+            if (lens[b] <= 0) {
+                fprintf(stderr, "generate: --ids '%s': not a list of 1 to %d ids\n", prompts[b], MAX_IDS);
+                rc = 2;
+            }
+        }
+        if (!rc && lens[b] > T) T = lens[b];
+    }
+    accel_module *m = NULL;
+    accel_dispatched *d = NULL;
+    double t0 = accel_now_seconds();
+    if (!rc) m = accel_llama_from_pretrained(dir, NULL, NULL, NULL, lo, &d);
+    double t_load = accel_now_seconds();
+    if (!rc && !m) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        rc = 1;
+    }
+    /* transformers pads with pad_token_id, eos where it has none */
+    const accel_llama_config *c = m ? accel_llama_config_of(m) : NULL;
+    int64_t pad = c && c->pad_token_id >= 0 ? c->pad_token_id : o->has_eos ? o->eos_token_id : 0;
+    int64_t cells = (int64_t)B * (T + o->max_new_tokens), cols = 0;
+    int64_t *ids = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
+            *mask = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
+            *out = rc ? NULL : malloc(sizeof(int64_t) * (size_t)cells);
+    if (!rc && (!ids || !mask || !out)) rc = 1;
+    for (int b = 0; !rc && b < B; b++) /* left padding */
+        for (int64_t t = 0; t < T; t++) {
+            int64_t k = t - (T - lens[b]);
+            ids[b * T + t] = k >= 0 ? rows[b][k] : pad;
+            mask[b * T + t] = k >= 0;
+        }
+    accel_generate_opts g = *o, first = *o;
+    g.has_pad = true, g.pad_token_id = pad;
+    first.has_pad = true, first.pad_token_id = pad, first.max_new_tokens = o->max_new_tokens < 1 ? 0 : 1;
+    if (!rc && warm_up) { /* as the single prompt's --warm-up: 2 tokens untimed */
+        accel_generate_opts w = g;
+        w.max_new_tokens = o->max_new_tokens < 2 ? o->max_new_tokens : 2;
+        rc = accel_generate_batch(m, ids, mask, B, T, &w, out, &cols) != ACCEL_OK;
+    }
+    /* the prompt's forward and first token, then the whole generation */
+    double t1 = accel_now_seconds();
+    if (!rc) rc = accel_generate_batch(m, ids, mask, B, T, &first, out, &cols) != ACCEL_OK;
+    double t2 = accel_now_seconds();
+    if (!rc) rc = accel_generate_batch(m, ids, mask, B, T, &g, out, &cols) != ACCEL_OK;
+    double t3 = accel_now_seconds();
+    if (rc && ids && mask && out) fprintf(stderr, "generate: %s\n", accel_last_error());
+    for (int b = 0; !rc && b < B; b++) {
+        /* the row without its left pads, nor the pads after its eos */
+        int64_t *row = out + b * cols + (T - lens[b]), n = cols - (T - lens[b]);
+        bool ended = false;
+        for (int64_t i = lens[b]; i < n; i++)
+            if (ended) n = i;
+            else ended = o->has_eos && row[i] == o->eos_token_id;
+        printf("generated_ids[%d]=[", b);
+        for (int64_t i = 0; i < n; i++) printf("%s%lld", i ? ", " : "", (long long)row[i]);
+        printf("]\n");
+        char *decoded = NULL;
+        if (tok && accel_tokenizer_decode(tok, row, n, true, &decoded, NULL) != ACCEL_OK) {
+            fprintf(stderr, "generate: %s\n", accel_last_error());
+            rc = 1;
+        }
+        if (decoded) printf("text[%d]=\"%s\"\n", b, decoded);
+        free(decoded);
+    }
+    if (!rc) {
+        int64_t n_new = cols - T;
+        double decode_s = (t3 - t2) - (t2 - t1);
+        printf("load_ms=%.1f prompt_ms=%.2f batch=%d new_tokens=%lld decode_tokens_per_s=%.1f\n", (t_load - t0) * 1e3,
+               (t2 - t1) * 1e3, B, (long long)n_new,
+               n_new > 1 && decode_s > 0 ? (double)(B * (n_new - 1)) / decode_s : 0.0);
+    }
+    for (int b = 0; b < B; b++) free(rows[b]);
+    free(ids);
+    free(mask);
+    free(out);
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    enum { MAX_BATCH = 8 };
     const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL, *chat = NULL,
-               *system = NULL;
+               *system = NULL, *texts[MAX_BATCH], *id_lists[MAX_BATCH];
+    int n_texts = 0, n_id_lists = 0;
     accel_generate_opts o = {.max_new_tokens = 8};
     accel_load_opts lo = {0};
     bool warm_up = false;
@@ -132,8 +250,9 @@ int main(int argc, char **argv) {
         if (!v) return usage();
         i++;
         bool ok = true;
-        if (strcmp(a, "--ids") == 0) ids_s = v;
-        else if (strcmp(a, "--prompt") == 0) text = v;
+        /* a repeated --ids or --prompt: one more row of a batch */
+        if (strcmp(a, "--ids") == 0) ok = n_id_lists < MAX_BATCH && (id_lists[n_id_lists++] = ids_s = v);
+        else if (strcmp(a, "--prompt") == 0) ok = n_texts < MAX_BATCH && (texts[n_texts++] = text = v);
         else if (strcmp(a, "--chat") == 0) chat = v;
         else if (strcmp(a, "--system") == 0) system = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
@@ -152,6 +271,10 @@ int main(int argc, char **argv) {
             lo.has_dtype = true;
             lo.dtype = (accel_dtype)d;
         } else return usage();
+        if (!ok && (strcmp(a, "--ids") == 0 || strcmp(a, "--prompt") == 0)) {
+            fprintf(stderr, "generate: %s: at most %d prompts in a batch\n", a, MAX_BATCH);
+            return 2;
+        }
         if (!ok) {
             fprintf(stderr, "generate: %s: '%s' is not a number%s\n", a, v,
                     strcmp(a, "--first-reps") == 0 ? " in [1, 1000]" : "");
@@ -167,6 +290,9 @@ int main(int argc, char **argv) {
         }
     }
     if (!dir || (text && chat) || (system && !chat)) return usage(); /* --prompt or --chat; --system only with --chat */
+    if (n_texts > 1 || (!text && !chat && n_id_lists > 1))
+        return batch_main(dir, &o, &lo, n_texts > 1 ? texts : id_lists, n_texts > 1 ? n_texts : n_id_lists,
+                          n_texts > 1, warm_up);
     enum { MAX_PROMPT = 256 };
     int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {

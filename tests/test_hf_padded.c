@@ -18,6 +18,7 @@
 
 #include "accel/bigmodel.h"
 #include "nn_fixture.h"
+#include "sibling_exe.h"
 
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2",
                                     "gemma3", "granite", "phi3", "olmo2", "gpt2_long", "mixtral",
@@ -269,8 +270,54 @@ static void test_generate_rules(void) {
     accel_module_free(m);
 }
 
+/* examples/generate with three --ids (the mistral fixture's prompts) and
+ * --eos: each row as transformers' batched greedy tokens, up to its eos
+ * (the pads after it left out). */
+static void test_example_batch(void) {
+    char gen[8192], cmd[16384], out[8192] = {0};
+    if (!sibling_exe("generate", gen, sizeof gen)) {
+        CHECK(!"generate is built next to the tests");
+        return;
+    }
+    accel_safetensors *st = accel_safetensors_open("data/hf_padded/mistral.safetensors");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *mask = accel_safetensors_tensor(st, "mask", -1),
+                 *g = accel_safetensors_tensor(st, "greedy", -1), *e = accel_safetensors_tensor(st, "eos", -1);
+    CHECK(ids && mask && g && e);
+    if (!ids || !mask || !g || !e) return;
+    int64_t hid[B * T], hm[B * T], hg[B * (T + NEW)], eos, W = g->shape[1];
+    accel_to_int64s(ids, hid), accel_to_int64s(mask, hm), accel_to_int64s(g, hg), accel_to_int64s(e, &eos);
+    int n = snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --new-tokens %d --eos %lld", gen, NEW, (long long)eos);
+    for (int b = 0; b < B; b++)
+        for (int t = 0, first = 1; t < T; t++)
+            if (hm[b * T + t]) {
+                n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%lld", first ? " --ids " : ",", (long long)hid[b * T + t]);
+                first = 0;
+            }
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK_MSG(p && pclose(p) == 0, "%s", out);
+    for (int b = 0; b < B; b++) {
+        char want[1024];
+        int k = snprintf(want, sizeof want, "generated_ids[%d]=[", b), first = 1;
+        for (int64_t t = 0; t < W; t++) {
+            if (t < T && !hm[b * T + t]) continue;
+            k += snprintf(want + k, sizeof want - (size_t)k, "%s%lld", first ? "" : ", ", (long long)hg[b * W + t]);
+            first = 0;
+            if (t >= T && hg[b * W + t] == eos) break;
+        }
+        snprintf(want + k, sizeof want - (size_t)k, "]\n");
+        CHECK_STR_CONTAINS(out, want);
+    }
+    CHECK_STR_CONTAINS(out, "batch=3");
+    accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(g), accel_tensor_free(e);
+    accel_safetensors_close(st);
+}
+
 int main(void) {
     RUN(test_families);
+    RUN(test_example_batch);
     RUN(test_refusals);
     RUN(test_generate_rules);
     return check_summary();

@@ -155,10 +155,11 @@ accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const f
     accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
     accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
     if (!freq || !cst || !snt) return NULL;
-    /* the tables a run of consecutive positions at a time (a left-padded
-     * row: its pads one by one, then its tokens in one run) */
+    /* the tables [B T, half] a run of consecutive positions at a time (a
+     * left-padded row: its pads one by one, then its tokens in one run; a
+     * run may go on into the next row, whose table rows follow) */
     for (int64_t i = 0, j; i < B * T; i = j) {
-        for (j = i + 1; j < B * T && j % T && pos[j] == pos[j - 1] + 1;) j++;
+        for (j = i + 1; j < B * T && pos[j] == pos[j - 1] + 1;) j++;
         if (tables_run(cst, snt, freq, i, j - i, pos[i], attention_scaling) != ACCEL_OK) return NULL;
     }
     return rope_apply(x, out, cst, snt, B);
