@@ -315,8 +315,46 @@ static void test_example_batch(void) {
     accel_safetensors_close(st);
 }
 
+/* The mistral fixture's padded batch through a disk-offloaded model (the
+ * same logits as in memory) and a bf16 load (finite, close to the f32
+ * ones within bf16's rounding), with the batch's greedy tokens. */
+static void test_offload_bf16(void) {
+    accel_safetensors *st = accel_safetensors_open("data/hf_padded/mistral.safetensors");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *mask = accel_safetensors_tensor(st, "mask", -1),
+                 *rows = accel_safetensors_tensor(st, "rows", -1);
+    CHECK(ids && mask && rows);
+    if (!ids || !mask || !rows) return;
+    int64_t hid[B * T], hm[B * T], hr[B * T], out[B * (T + NEW)], cols;
+    accel_to_int64s(ids, hid), accel_to_int64s(mask, hm), accel_to_int64s(rows, hr);
+    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0:disk,model.layers.1:cpu,"
+                                                   "model.norm:disk,lm_head:disk");
+    accel_load_opts bf16 = {.has_dtype = true, .dtype = ACCEL_BF16};
+    for (int k = 0; k < 2; k++) {
+        accel_dispatched *d = NULL;
+        accel_module *m = accel_llama_from_pretrained("data/hf_arch_mistral", k ? NULL : map, NULL, NULL,
+                                                      k ? &bf16 : NULL, &d);
+        CHECK_MSG(m != NULL, "%s", accel_last_error());
+        accel_tensor *y = m ? accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = mask})
+                            : NULL;
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        /* bf16: 8 bits of mantissa through two layers, logits of a few units */
+        if (y) check_tensor_close(st, "logits", gather_rows(y, hr, rows->shape[0], k ? "bf16" : "offload"), k ? 5e-2 : 0,
+                                  k ? 0.1 : 1e-5);
+        accel_step_reset();
+        accel_generate_opts o = {.max_new_tokens = 4};
+        CHECK_MSG(m && accel_generate_batch(m, hid, hm, B, T, &o, out, &cols) == ACCEL_OK && cols == T + 4, "%s",
+                  accel_last_error());
+        accel_dispatched_free(d);
+        accel_module_free(m);
+    }
+    accel_device_map_free(map);
+    accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(rows);
+    accel_safetensors_close(st);
+}
+
 int main(void) {
     RUN(test_families);
+    RUN(test_offload_bf16);
     RUN(test_example_batch);
     RUN(test_refusals);
     RUN(test_generate_rules);
