@@ -316,8 +316,8 @@ static void test_example_batch(void) {
 }
 
 /* The mistral fixture's padded batch through a disk-offloaded model (the
- * same logits as in memory) and a bf16 load (finite, close to the f32
- * ones within bf16's rounding), with the batch's greedy tokens. */
+ * same logits as in memory), a bf16 load and bf16 autocast (finite, close
+ * to the f32 ones within bf16's rounding), with the batch's greedy tokens. */
 static void test_offload_bf16(void) {
     accel_safetensors *st = accel_safetensors_open("data/hf_padded/mistral.safetensors");
     accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *mask = accel_safetensors_tensor(st, "mask", -1),
@@ -348,6 +348,15 @@ static void test_offload_bf16(void) {
         accel_module_free(m);
     }
     accel_device_map_free(map);
+    /* f32 weights under bf16 autocast: the mask and the unseen rows' zeros in bf16 */
+    accel_module *m = load("data/hf_arch_mistral");
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *y = m ? accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}) : NULL;
+    accel_autocast_end(prev);
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    if (y) check_tensor_close(st, "logits", gather_rows(y, hr, rows->shape[0], "autocast"), 5e-2, 0.1);
+    accel_step_reset();
+    accel_module_free(m);
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(rows);
     accel_safetensors_close(st);
 }

@@ -3,8 +3,9 @@
  * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
  * GPT-2 (learned positions from position_ids) and Qwen3-MoE: the loss with
  * a left-padded mask and every gradient within 1e-5 of one process, then
- * accel_generate_batch's greedy tokens identical; under sequence
- * parallelism the mask is refused by name. */
+ * accel_generate_batch's greedy tokens identical; under sequence and
+ * context parallelism the mask is refused by name. */
+#include "accel/cp.h"
 #include "check.h"
 #include "dist_group.h"
 #include "tiny_llama.h"
@@ -46,6 +47,20 @@ static void family_matches(accel_pg *pg, const char *family) {
     accel_module_free(ref), accel_module_free(tp);
 }
 
+/* Under context parallelism each rank holds chunks of the positions: refused. */
+static void context_parallel_refused(accel_pg *pg) {
+    accel_module *cp = tiny_family(11, "llama");
+    CHECK(accel_llama_context_parallelize(cp, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
+    int64_t idv[B * T] = {0};
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK);
+    CHECK(!accel_llama_loss_ex(cp, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}));
+    CHECK_STR_CONTAINS(accel_last_error(), "attention_mask and position_ids under context parallelism are not");
+    accel_clear_error();
+    accel_step_reset();
+    accel_tensor_free(ids), accel_tensor_free(mask);
+    accel_module_free(cp);
+}
+
 /* Under sequence parallelism each rank holds T / tp positions: refused. */
 static void sequence_parallel_refused(accel_pg *pg) {
     accel_module *tp = tiny_family(11, "llama");
@@ -70,6 +85,7 @@ static int body(int rank, int world) {
     const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe"};
     for (int f = 0; f < 4; f++) family_matches(pg, families[f]);
     sequence_parallel_refused(pg);
+    context_parallel_refused(pg);
     accel_dist_finalize();
     return check_summary();
 }
