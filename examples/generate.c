@@ -15,8 +15,10 @@
  *                            tokenizer(prompts, padding=True, padding_side="left")):
  *                            prints generated_ids[b]=[...] (pads left out) and
  *                            text[b]="..." a row, then the timings with tokens/s
- *                            over every row's new tokens; the pad is config.json's
- *                            pad_token_id, else --eos (transformers' rule), else 0
+ *                            over every row's new tokens; the pad is pad_token_id
+ *                            (generation_config.json's, else config.json's), else
+ *                            --eos, else config's first eos_token_id (transformers'
+ *                            rule), else 0
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
@@ -165,9 +167,17 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const accel
         fprintf(stderr, "generate: %s\n", accel_last_error());
         rc = 1;
     }
-    /* transformers pads with pad_token_id, eos where it has none */
-    const accel_llama_config *c = m ? accel_llama_config_of(m) : NULL;
-    int64_t pad = c && c->pad_token_id >= 0 ? c->pad_token_id : o->has_eos ? o->eos_token_id : 0;
+    /* transformers pads with pad_token_id (generation_config.json's, else
+     * config.json's), eos where it has none */
+    accel_llama_config c = m ? *accel_llama_config_of(m) : (accel_llama_config){.pad_token_id = -1};
+    if (m && accel_generation_config_load(dir, &c) != ACCEL_OK) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        rc = 1;
+    }
+    int64_t pad = c.pad_token_id >= 0 ? c.pad_token_id
+                  : o->has_eos        ? o->eos_token_id
+                  : c.n_eos_token_ids ? c.eos_token_ids[0]
+                                      : 0;
     int64_t cells = (int64_t)B * (T + o->max_new_tokens), cols = 0;
     int64_t *ids = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
             *mask = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),

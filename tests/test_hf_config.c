@@ -654,6 +654,20 @@ static void test_token_ids(void) {
     expect_error("tokb.json", "{\"bos_token_id\": \"<s>\"}", ACCEL_ERR_FORMAT, "bos_token_id");
     expect_error("toke.json", "{\"eos_token_id\": []}", ACCEL_ERR_FORMAT, "eos_token_id");
     expect_error("tokp.json", "{\"pad_token_id\": -1}", ACCEL_ERR_FORMAT, "pad_token_id");
+    /* generation_config.json's ids over config.json's; none: unchanged */
+    accel_llama_config g;
+    CHECK(accel_llama_config_load(write_cfg("g.json", "{\"pad_token_id\": 4, \"eos_token_id\": 2}"), &g) == ACCEL_OK);
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_OK && g.pad_token_id == 4 && g.eos_token_ids[0] == 2);
+    write_cfg("generation_config.json", "{\"pad_token_id\": 0, \"eos_token_id\": [7, 9], \"do_sample\": true}");
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_OK && g.pad_token_id == 0 && g.n_eos_token_ids == 2 &&
+          g.eos_token_ids[1] == 9 && g.bos_token_id == 1);
+    write_cfg("generation_config.json", "{\"pad_token_id\": \"<pad>\"}");
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "generation_config.json: 'pad_token_id'");
+    accel_clear_error();
+    char gc[320];
+    snprintf(gc, sizeof gc, "%s/generation_config.json", g_dir);
+    CHECK(remove(gc) == 0);
     expect_error("toke9.json", "{\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", ACCEL_ERR_FORMAT,
                  "a list of 1 to 8 of them");
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/io.h"
 #include "io/io_internal.h"
@@ -638,6 +639,22 @@ accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config
     json_t *root = accel__json_load_file(file);
     accel_status st = root ? parse_config(root, file, out) : accel_last_status();
     json_decref(root);
+    accel_free(file);
+    return st;
+}
+
+accel_status accel_generation_config_load(const char *dir, accel_llama_config *c) {
+    if (!dir || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generation_config_load: NULL argument");
+    char *file = accel__path_join(dir, "generation_config.json");
+    if (!file) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    if (access(file, F_OK) == 0) { /* none: config.json's ids stand, as in transformers */
+        json_t *root = accel__json_load_file(file);
+        st = !root                 ? accel_last_status()
+             : !json_is_object(root) ? accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file)
+                                     : parse_token_ids(root, file, c);
+        json_decref(root);
+    }
     accel_free(file);
     return st;
 }
