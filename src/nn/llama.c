@@ -374,7 +374,6 @@ typedef struct pad_state {
     const uint8_t *keep;        /* [B, S] (S = cache length + T): 1 where the mask is 1; NULL: no 0 in it */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
-    int64_t T;                  /* the positions of ids: the whole sequence a layer's attention sees */
 } pad_state;
 
 /* ---- modules */
@@ -933,7 +932,7 @@ static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *wha
 static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_config *c, int64_t pos,
                              pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
-    *pad = (pad_state){.T = T};
+    *pad = (pad_state){0};
     if (in->attention_mask) {
         const int64_t *m = host_ints(in->attention_mask, B, S, "attention_mask",
                                      "[B, T] of ids, or with a KV cache [B, cache length + T]:");
