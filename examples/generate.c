@@ -10,7 +10,7 @@
  *                            template writes BOS and the turn markers), then as --prompt
  *   --system TEXT            with --chat: a system message before the user's
  *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt or --chat)
- *   several --prompt (or several --ids), up to 8: one left-padded batch
+ *   several --prompt (or several --chat, or several --ids), up to 8: one left-padded batch
  *                            (accel_generate_batch, transformers' generate on
  *                            tokenizer(prompts, padding=True, padding_side="left")):
  *                            prints generated_ids[b]=[...] (pads left out) and
@@ -136,16 +136,28 @@ static int64_t parse_ids(const char *s, int64_t *ids, int64_t max) {
     return n;
 }
 
-/* Several prompts (texts through DIR's tokenizer, or id lists) in one
- * left-padded batch: accel_generate_batch, each row printed. */
+/* What batch_main's prompts are: texts (--prompt), user messages (--chat) or id lists (--ids). */
+typedef enum { PROMPTS_TEXT, PROMPTS_CHAT, PROMPTS_IDS } prompts_kind;
+
+/* Several prompts in one left-padded batch: accel_generate_batch, each row
+ * printed. Texts through DIR's tokenizer, messages (after `system` when
+ * given) through its chat template, as the single prompt's. */
 static int batch_main(const char *dir, const accel_generate_opts *o, const accel_load_opts *lo, const char **prompts,
-                      int B, bool texts, bool warm_up) {
+                      int B, prompts_kind kind, const char *system, bool warm_up) {
     enum { MAX_IDS = 256 };
+    bool texts = kind != PROMPTS_IDS;
     accel_tokenizer *tok = texts ? accel_tokenizer_load(dir) : NULL;
+    accel_chat_template *ct = kind == PROMPTS_CHAT && tok ? accel_chat_template_load(dir) : NULL;
     int64_t *rows[8] = {0}, lens[8] = {0}, T = 0;
-    int rc = texts && !tok ? 1 : 0;
+    int rc = texts && (!tok || (kind == PROMPTS_CHAT && !ct)) ? 1 : 0;
+    if (rc) fprintf(stderr, "generate: %s\n", accel_last_error());
     for (int b = 0; b < B && !rc; b++) {
-        if (texts) {
+        if (kind == PROMPTS_CHAT) {
+            accel_chat_message msgs[2] = {{"system", system}, {"user", prompts[b]}};
+            rc = accel_chat_template_encode(ct, tok, system ? msgs : msgs + 1, system ? 2 : 1, true, &rows[b],
+                                            &lens[b]) != ACCEL_OK;
+            if (rc) fprintf(stderr, "generate: --chat: %s\n", accel_last_error());
+        } else if (texts) {
             rc = accel_tokenizer_encode(tok, prompts[b], strlen(prompts[b]), true, &rows[b], &lens[b]) != ACCEL_OK;
             if (rc) fprintf(stderr, "generate: --prompt: %s\n", accel_last_error());
         } else {
@@ -235,6 +247,7 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const accel
     free(out);
     accel_dispatched_free(d);
     accel_module_free(m);
+    accel_chat_template_free(ct);
     accel_tokenizer_free(tok);
     return rc;
 }
@@ -242,8 +255,8 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const accel
 int main(int argc, char **argv) {
     enum { MAX_BATCH = 8 };
     const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL, *chat = NULL,
-               *system = NULL, *texts[MAX_BATCH], *id_lists[MAX_BATCH];
-    int n_texts = 0, n_id_lists = 0;
+               *system = NULL, *texts[MAX_BATCH], *id_lists[MAX_BATCH], *chats[MAX_BATCH];
+    int n_texts = 0, n_id_lists = 0, n_chats = 0;
     accel_generate_opts o = {.max_new_tokens = 8};
     accel_load_opts lo = {0};
     bool warm_up = false;
@@ -263,7 +276,7 @@ int main(int argc, char **argv) {
         /* a repeated --ids or --prompt: one more row of a batch */
         if (strcmp(a, "--ids") == 0) ok = n_id_lists < MAX_BATCH && (id_lists[n_id_lists++] = ids_s = v);
         else if (strcmp(a, "--prompt") == 0) ok = n_texts < MAX_BATCH && (texts[n_texts++] = text = v);
-        else if (strcmp(a, "--chat") == 0) chat = v;
+        else if (strcmp(a, "--chat") == 0) ok = n_chats < MAX_BATCH && (chats[n_chats++] = chat = v);
         else if (strcmp(a, "--system") == 0) system = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
         else if (strcmp(a, "--max-memory") == 0) mm_s = v;
@@ -281,7 +294,7 @@ int main(int argc, char **argv) {
             lo.has_dtype = true;
             lo.dtype = (accel_dtype)d;
         } else return usage();
-        if (!ok && (strcmp(a, "--ids") == 0 || strcmp(a, "--prompt") == 0)) {
+        if (!ok && (strcmp(a, "--ids") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--chat") == 0)) {
             fprintf(stderr, "generate: %s: at most %d prompts in a batch\n", a, MAX_BATCH);
             return 2;
         }
@@ -300,9 +313,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!dir || (text && chat) || (system && !chat)) return usage(); /* --prompt or --chat; --system only with --chat */
-    if (n_texts > 1 || (!text && !chat && n_id_lists > 1))
-        return batch_main(dir, &o, &lo, n_texts > 1 ? texts : id_lists, n_texts > 1 ? n_texts : n_id_lists,
-                          n_texts > 1, warm_up);
+    if (n_texts > 1 || n_chats > 1 || (!text && !chat && n_id_lists > 1))
+        return batch_main(dir, &o, &lo, n_texts > 1 ? texts : n_chats > 1 ? chats : id_lists,
+                          n_texts > 1 ? n_texts : n_chats > 1 ? n_chats : n_id_lists,
+                          n_texts > 1 ? PROMPTS_TEXT : n_chats > 1 ? PROMPTS_CHAT : PROMPTS_IDS, system, warm_up);
     enum { MAX_PROMPT = 256 };
     int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {
