@@ -235,7 +235,8 @@ static void test_refusals(void) {
 }
 
 /* accel_generate_batch's rules: left padding only, no empty row, the pad
- * defaulting to eos, sampling by seed (a batch of one: accel_generate's draws). */
+ * defaulting to eos, sampling by seed (a batch of one: accel_generate's
+ * draws); GPT-2's padded rows' positions, not indices, bound by n_positions. */
 static void test_generate_rules(void) {
     accel_module *m = load("data/hf_arch_llama_linear");
     CHECK(m != NULL);
@@ -268,6 +269,20 @@ static void test_generate_rules(void) {
     int64_t x[24], y[24];
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &s, x, &cols) == ACCEL_OK);
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &s, y, &cols) == ACCEL_OK && !memcmp(x, y, sizeof x));
+    accel_module_free(m);
+    /* GPT-2 (n_positions 40): rows of 2 pads and 18 tokens, 23 new (the last one not fed back): indices up to
+     * 41, positions up to 39; 24: position 40, no row */
+    m = load("data/hf_arch_gpt2_long");
+    int64_t g_ids[2 * 20] = {0}, g_mask[2 * 20] = {0}, g_out[2 * 44];
+    for (int b = 0; b < 2; b++)
+        for (int t = 2; t < 20; t++) g_ids[b * 20 + t] = (b * 20 + t) % 64, g_mask[b * 20 + t] = 1;
+    accel_generate_opts g22 = {.max_new_tokens = 23};
+    CHECK_MSG(m && accel_generate_batch(m, g_ids, g_mask, 2, 20, &g22, g_out, &cols) == ACCEL_OK && cols == 43, "%s",
+              accel_last_error());
+    g22.max_new_tokens = 24;
+    CHECK(m && accel_generate_batch(m, g_ids, g_mask, 2, 20, &g22, g_out, &cols) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "below n_positions");
+    accel_clear_error();
     accel_module_free(m);
 }
 

@@ -986,7 +986,9 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
         return NULL;
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
-    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && pos + T > c->max_position_embeddings) {
+    /* (position ids: pad_read checks them; a padded row's positions lag its indices) */
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids &&
+        pos + T > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE,
                         "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
                         "model: its learned position embeddings have no row for them",
