@@ -250,6 +250,11 @@ static void test_generate_rules(void) {
     CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 0, 7, 1, 1}, 2, 4, &o, out, &cols) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "attention_mask[1][1] is 7");
     accel_clear_error();
+    accel_generate_opts bad_pad = {.max_new_tokens = 2, .has_eos = true, .eos_token_id = 1, .has_pad = true,
+                                   .pad_token_id = 64};
+    CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 2, 4, &bad_pad, out, &cols) != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "pad_token_id 64 is outside the vocabulary");
+    accel_clear_error();
     /* eos = row 0's first greedy token: it ends at once, then eos (the pad) */
     int64_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &o, out, &cols) == ACCEL_OK && cols == 12);

@@ -346,6 +346,10 @@ accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const
     if (check_batch(ids, attention_mask, B, T, vocab)) return accel_last_status();
     /* transformers: a finished row's next tokens are pad_token_id, eos's first id where it has none */
     int64_t pad = opts->has_pad ? opts->pad_token_id : opts->eos_token_id;
+    if (opts->has_eos && (pad < 0 || pad >= vocab)) /* fed back as a finished row's next id */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %s %lld is outside the vocabulary [0, %lld)",
+                               opts->has_pad ? "pad_token_id" : "eos_token_id (the pad: no pad_token_id)",
+                               (long long)pad, (long long)vocab);
     batch_run r = {.B = B, .W = T + opts->max_new_tokens, .len = T};
     size_t cells = (size_t)(B * r.W);
     r.ids = accel_malloc(cells * sizeof *r.ids);
