@@ -12,7 +12,9 @@
  *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt or --chat)
  *   several --prompt (or several --chat, or several --ids), up to 8: one left-padded batch
  *                            (accel_generate_batch, transformers' generate on
- *                            tokenizer(prompts, padding=True, padding_side="left")):
+ *                            tokenizer(prompts, padding=True, padding_side="left"); the
+ *                            device map, memory and dtype options apply, --dump-logits
+ *                            and --first-reps take one prompt):
  *                            prints generated_ids[b]=[...] (pads left out) and
  *                            text[b]="..." a row, then the timings with tokens/s
  *                            over every row's new tokens; the pad is pad_token_id
@@ -139,10 +141,18 @@ static int64_t parse_ids(const char *s, int64_t *ids, int64_t max) {
 /* What batch_main's prompts are: texts (--prompt), user messages (--chat) or id lists (--ids). */
 typedef enum { PROMPTS_TEXT, PROMPTS_CHAT, PROMPTS_IDS } prompts_kind;
 
+/* accel_llama_from_pretrained's arguments after the directory (--device-map, --max-memory, --dtype). */
+typedef struct batch_load {
+    const accel_device_map *map;
+    const char *strategy;
+    const accel_max_memory *max_memory;
+    const accel_load_opts *opts;
+} batch_load;
+
 /* Several prompts in one left-padded batch: accel_generate_batch, each row
  * printed. Texts through DIR's tokenizer, messages (after `system` when
  * given) through its chat template, as the single prompt's. */
-static int batch_main(const char *dir, const accel_generate_opts *o, const accel_load_opts *lo, const char **prompts,
+static int batch_main(const char *dir, const accel_generate_opts *o, const batch_load *lo, const char **prompts,
                       int B, prompts_kind kind, const char *system, bool warm_up) {
     enum { MAX_IDS = 256 };
     bool texts = kind != PROMPTS_IDS;
@@ -173,7 +183,7 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const accel
     accel_module *m = NULL;
     accel_dispatched *d = NULL;
     double t0 = accel_now_seconds();
-    if (!rc) m = accel_llama_from_pretrained(dir, NULL, NULL, NULL, lo, &d);
+    if (!rc) m = accel_llama_from_pretrained(dir, lo->map, lo->strategy, lo->max_memory, lo->opts, &d);
     double t_load = accel_now_seconds();
     if (!rc && !m) {
         fprintf(stderr, "generate: %s\n", accel_last_error());
@@ -313,10 +323,11 @@ int main(int argc, char **argv) {
         }
     }
     if (!dir || (text && chat) || (system && !chat)) return usage(); /* --prompt or --chat; --system only with --chat */
-    if (n_texts > 1 || n_chats > 1 || (!text && !chat && n_id_lists > 1))
-        return batch_main(dir, &o, &lo, n_texts > 1 ? texts : n_chats > 1 ? chats : id_lists,
-                          n_texts > 1 ? n_texts : n_chats > 1 ? n_chats : n_id_lists,
-                          n_texts > 1 ? PROMPTS_TEXT : n_chats > 1 ? PROMPTS_CHAT : PROMPTS_IDS, system, warm_up);
+    bool batch = n_texts > 1 || n_chats > 1 || (!text && !chat && n_id_lists > 1);
+    if (batch && (dump || first_reps > 1)) {
+        fprintf(stderr, "generate: --dump-logits and --first-reps take one prompt\n");
+        return 2;
+    }
     enum { MAX_PROMPT = 256 };
     int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {
@@ -368,6 +379,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "generate: bad --device-map '%s': %s\n", map_s, accel_last_error());
             return 1;
         }
+    }
+    if (batch) {
+        int rc = batch_main(dir, &o, &(batch_load){map, strategy, mmp, &lo},
+                            n_texts > 1 ? texts : n_chats > 1 ? chats : id_lists,
+                            n_texts > 1 ? n_texts : n_chats > 1 ? n_chats : n_id_lists,
+                            n_texts > 1 ? PROMPTS_TEXT : n_chats > 1 ? PROMPTS_CHAT : PROMPTS_IDS, system, warm_up);
+        accel_device_map_free(map);
+        return rc;
     }
     /* --prompt: the text through DIR's tokenizer (BOS and the like added); --chat: the
      * messages through DIR's chat template, encoded without adding special tokens */

@@ -291,9 +291,9 @@ static void test_generate_rules(void) {
     accel_module_free(m);
 }
 
-/* examples/generate with three --ids (the mistral fixture's prompts) and
- * --eos: each row as transformers' batched greedy tokens, up to its eos
- * (the pads after it left out). */
+/* examples/generate with three --ids (the mistral fixture's prompts), --eos
+ * and layer 0 on disk: each row as transformers' batched greedy tokens, up
+ * to its eos (the pads after it left out). */
 static void test_example_batch(void) {
     char gen[8192], cmd[16384], out[8192] = {0};
     if (!sibling_exe("generate", gen, sizeof gen)) {
@@ -307,7 +307,10 @@ static void test_example_batch(void) {
     if (!ids || !mask || !g || !e) return;
     int64_t hid[B * T], hm[B * T], hg[B * (T + NEW)], eos, W = g->shape[1];
     accel_to_int64s(ids, hid), accel_to_int64s(mask, hm), accel_to_int64s(g, hg), accel_to_int64s(e, &eos);
-    int n = snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --new-tokens %d --eos %lld", gen, NEW, (long long)eos);
+    /* layer 0 offloaded to disk: the batch through the dispatch hooks */
+    int n = snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --new-tokens %d --eos %lld --device-map "
+                     "model.embed_tokens:cpu,model.layers.0:disk,model.layers.1:cpu,model.norm:cpu,lm_head:cpu",
+                     gen, NEW, (long long)eos);
     for (int b = 0; b < B; b++)
         for (int t = 0, first = 1; t < T; t++)
             if (hm[b * T + t]) {
@@ -332,6 +335,13 @@ static void test_example_batch(void) {
         CHECK_STR_CONTAINS(out, want);
     }
     CHECK_STR_CONTAINS(out, "batch=3");
+    /* the batch loads through the map it is given: one naming no module is refused */
+    snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --ids 1,2 --ids 3 --device-map nosuch:disk 2>&1", gen);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "'nosuch'");
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(g), accel_tensor_free(e);
     accel_safetensors_close(st);
 }
