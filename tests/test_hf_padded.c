@@ -275,6 +275,22 @@ static void test_generate_rules(void) {
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &s, x, &cols) == ACCEL_OK);
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &s, y, &cols) == ACCEL_OK && !memcmp(x, y, sizeof x));
     accel_module_free(m);
+    /* Phi-3 across longrope's switch at 16 (the batch re-run whole): a batch of one gives transformers'
+     * greedy tokens of hf_arch_phi3 (a 4-token prompt, 32 new) */
+    m = load("data/hf_arch_phi3");
+    accel_safetensors *ph = accel_safetensors_open("data/hf_arch_phi3/expected.safetensors");
+    accel_tensor *pp = ph ? accel_safetensors_tensor(ph, "prompt", -1) : NULL, *pg = ph ? accel_safetensors_tensor(ph, "greedy", -1) : NULL;
+    CHECK(m && pp && pg && pp->shape[1] == 4 && pg->shape[1] == 36);
+    if (m && pp && pg && pp->shape[1] == 4 && pg->shape[1] == 36) {
+        int64_t prompt[4], want[36], got[36], one[4] = {1, 1, 1, 1};
+        accel_to_int64s(pp, prompt), accel_to_int64s(pg, want);
+        accel_generate_opts o32 = {.max_new_tokens = 32};
+        CHECK(accel_generate_batch(m, prompt, one, 1, 4, &o32, got, &cols) == ACCEL_OK && cols == 36 &&
+              !memcmp(got, want, sizeof want));
+    }
+    accel_tensor_free(pp), accel_tensor_free(pg);
+    accel_safetensors_close(ph);
+    accel_module_free(m);
     /* GPT-2 (n_positions 40): rows of 2 pads and 18 tokens, 23 new (the last one not fed back): indices up to
      * 41, positions up to 39; 24: position 40, no row */
     m = load("data/hf_arch_gpt2_long");
