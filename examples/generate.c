@@ -10,6 +10,18 @@
  *                            template writes BOS and the turn markers), then as --prompt
  *   --system TEXT            with --chat: a system message before the user's
  *   --ids 1,2,3              prompt ids (default 1,2,3; ignored with --prompt or --chat)
+ *   several --prompt (or several --chat, or several --ids), up to 8: one left-padded batch
+ *                            (--batch: one prompt through that path too)
+ *                            (accel_generate_batch, transformers' generate on
+ *                            tokenizer(prompts, padding=True, padding_side="left"); the
+ *                            device map, memory and dtype options apply, --dump-logits
+ *                            and --first-reps take one prompt):
+ *                            prints generated_ids[b]=[...] (pads left out) and
+ *                            text[b]="..." a row, then the timings with tokens/s
+ *                            over every row's new tokens; the pad is pad_token_id
+ *                            (generation_config.json's, else config.json's), else
+ *                            --eos, else config's first eos_token_id (transformers'
+ *                            rule), else 0
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
@@ -44,7 +56,7 @@ static int usage(void) {
     fprintf(stderr, "usage: generate DIR [--prompt TEXT | --chat TEXT [--system TEXT] | --ids 1,2,3] [--device-map auto|balanced|balanced_low_0|sequential|FILE.json|"
                     "prefix:dev,...] [--max-memory dev=SIZE,...] [--new-tokens N] [--sample] [--temperature T] "
                     "[--top-k K] [--top-p P] [--seed S] [--eos ID] [--dtype D] [--dump-logits FILE.npy] [--warm-up] "
-                    "[--first-reps N]\n");
+                    "[--first-reps N] [--batch]\n");
     return 2;
 }
 
@@ -113,17 +125,161 @@ static int write_npy(const char *path, const float *x, int64_t n) {
     return fclose(f) == 0 && w == (size_t)n ? 0 : -1;
 }
 
+/* "1,2,3" into ids[max]: the count, or -1 when it is not such a list. */
+static int64_t parse_ids(const char *s, int64_t *ids, int64_t max) {
+    int64_t n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        if (n == max) return -1;
+        ids[n++] = strtoll(p, &end, 10);
+        if (end == p || errno || (*end && *end != ',')) return -1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* What batch_main's prompts are: texts (--prompt), user messages (--chat) or id lists (--ids). */
+typedef enum { PROMPTS_TEXT, PROMPTS_CHAT, PROMPTS_IDS } prompts_kind;
+
+/* accel_llama_from_pretrained's arguments after the directory (--device-map, --max-memory, --dtype). */
+typedef struct batch_load {
+    const accel_device_map *map;
+    const char *strategy;
+    const accel_max_memory *max_memory;
+    const accel_load_opts *opts;
+} batch_load;
+
+/* Several prompts in one left-padded batch: accel_generate_batch, each row
+ * printed. Texts through DIR's tokenizer, messages (after `system` when
+ * given) through its chat template, as the single prompt's. */
+static int batch_main(const char *dir, const accel_generate_opts *o, const batch_load *lo, const char **prompts,
+                      int B, prompts_kind kind, const char *system, bool warm_up) {
+    enum { MAX_IDS = 256 };
+    bool texts = kind != PROMPTS_IDS;
+    accel_tokenizer *tok = texts ? accel_tokenizer_load(dir) : NULL;
+    accel_chat_template *ct = kind == PROMPTS_CHAT && tok ? accel_chat_template_load(dir) : NULL;
+    int64_t *rows[8] = {0}, lens[8] = {0}, T = 0;
+    int rc = texts && (!tok || (kind == PROMPTS_CHAT && !ct)) ? 1 : 0;
+    if (rc) fprintf(stderr, "generate: %s\n", accel_last_error());
+    for (int b = 0; b < B && !rc; b++) {
+        if (kind == PROMPTS_CHAT) {
+            accel_chat_message msgs[2] = {{"system", system}, {"user", prompts[b]}};
+            rc = accel_chat_template_encode(ct, tok, system ? msgs : msgs + 1, system ? 2 : 1, true, &rows[b],
+                                            &lens[b]) != ACCEL_OK;
+            if (rc) fprintf(stderr, "generate: --chat: %s\n", accel_last_error());
+        } else if (texts) {
+            rc = accel_tokenizer_encode(tok, prompts[b], strlen(prompts[b]), true, &rows[b], &lens[b]) != ACCEL_OK;
+            if (rc) fprintf(stderr, "generate: --prompt: %s\n", accel_last_error());
+        } else {
+            rows[b] = malloc(sizeof(int64_t) * MAX_IDS);
+            lens[b] = rows[b] ? parse_ids(prompts[b], rows[b], MAX_IDS) : -1;
+            if (lens[b] <= 0) {
+                fprintf(stderr, "generate: --ids '%s': not a list of 1 to %d ids\n", prompts[b], MAX_IDS);
+                rc = 2;
+            }
+        }
+        if (!rc && lens[b] > T) T = lens[b];
+    }
+    accel_module *m = NULL;
+    accel_dispatched *d = NULL;
+    double t0 = accel_now_seconds();
+    if (!rc) m = accel_llama_from_pretrained(dir, lo->map, lo->strategy, lo->max_memory, lo->opts, &d);
+    double t_load = accel_now_seconds();
+    if (!rc && !m) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        rc = 1;
+    }
+    /* transformers pads with pad_token_id (generation_config.json's, else
+     * config.json's), eos where it has none */
+    accel_llama_config c = m ? *accel_llama_config_of(m) : (accel_llama_config){.pad_token_id = -1};
+    if (m && accel_generation_config_load(dir, &c) != ACCEL_OK) {
+        fprintf(stderr, "generate: %s\n", accel_last_error());
+        rc = 1;
+    }
+    int64_t pad = c.pad_token_id >= 0 ? c.pad_token_id
+                  : o->has_eos        ? o->eos_token_id
+                  : c.n_eos_token_ids ? c.eos_token_ids[0]
+                                      : 0;
+    int64_t cells = (int64_t)B * (T + o->max_new_tokens), cols = 0;
+    int64_t *ids = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
+            *mask = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
+            *out = rc ? NULL : malloc(sizeof(int64_t) * (size_t)cells);
+    if (!rc && (!ids || !mask || !out)) rc = 1;
+    for (int b = 0; !rc && b < B; b++) /* left padding */
+        for (int64_t t = 0; t < T; t++) {
+            int64_t k = t - (T - lens[b]);
+            ids[b * T + t] = k >= 0 ? rows[b][k] : pad;
+            mask[b * T + t] = k >= 0;
+        }
+    accel_generate_opts g = *o, first = *o;
+    g.has_pad = true, g.pad_token_id = pad;
+    first.has_pad = true, first.pad_token_id = pad, first.max_new_tokens = o->max_new_tokens < 1 ? 0 : 1;
+    if (!rc && warm_up) { /* as the single prompt's --warm-up: 2 tokens untimed */
+        accel_generate_opts w = g;
+        w.max_new_tokens = o->max_new_tokens < 2 ? o->max_new_tokens : 2;
+        rc = accel_generate_batch(m, ids, mask, B, T, &w, out, &cols) != ACCEL_OK;
+    }
+    /* the prompt's forward and first token, then the whole generation */
+    double t1 = accel_now_seconds(), c1 = cpu_seconds();
+    if (!rc) rc = accel_generate_batch(m, ids, mask, B, T, &first, out, &cols) != ACCEL_OK;
+    double t2 = accel_now_seconds(), c2 = cpu_seconds();
+    if (!rc) rc = accel_generate_batch(m, ids, mask, B, T, &g, out, &cols) != ACCEL_OK;
+    double t3 = accel_now_seconds(), c3 = cpu_seconds();
+    if (rc && ids && mask && out) fprintf(stderr, "generate: %s\n", accel_last_error());
+    for (int b = 0; !rc && b < B; b++) {
+        /* the row without its left pads, nor the pads after its eos */
+        int64_t *row = out + b * cols + (T - lens[b]), n = cols - (T - lens[b]);
+        bool ended = false;
+        for (int64_t i = lens[b]; i < n; i++)
+            if (ended) n = i;
+            else ended = o->has_eos && row[i] == o->eos_token_id;
+        printf("generated_ids[%d]=[", b);
+        for (int64_t i = 0; i < n; i++) printf("%s%lld", i ? ", " : "", (long long)row[i]);
+        printf("]\n");
+        char *decoded = NULL;
+        if (tok && accel_tokenizer_decode(tok, row, n, true, &decoded, NULL) != ACCEL_OK) {
+            fprintf(stderr, "generate: %s\n", accel_last_error());
+            rc = 1;
+        }
+        if (decoded) printf("text[%d]=\"%s\"\n", b, decoded);
+        free(decoded);
+    }
+    if (!rc) {
+        int64_t n_new = cols - T;
+        /* per CPU second too: the process's time, all threads, which another process's load cannot add to */
+        double decode_s = (t3 - t2) - (t2 - t1), decode_cpu_s = (c3 - c2) - (c2 - c1);
+        double toks = (double)(B * (n_new - 1));
+        printf("load_ms=%.1f prompt_ms=%.2f batch=%d new_tokens=%lld decode_tokens_per_s=%.1f "
+               "decode_tokens_per_cpu_s=%.1f\n", (t_load - t0) * 1e3, (t2 - t1) * 1e3, B, (long long)n_new,
+               n_new > 1 && decode_s > 0 ? toks / decode_s : 0.0,
+               n_new > 1 && decode_cpu_s > 0 ? toks / decode_cpu_s : 0.0);
+    }
+    for (int b = 0; b < B; b++) free(rows[b]);
+    free(ids);
+    free(mask);
+    free(out);
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_chat_template_free(ct);
+    accel_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    enum { MAX_BATCH = 8 };
     const char *dir = NULL, *ids_s = "1,2,3", *map_s = NULL, *mm_s = NULL, *dump = NULL, *text = NULL, *chat = NULL,
-               *system = NULL;
+               *system = NULL, *texts[MAX_BATCH], *id_lists[MAX_BATCH], *chats[MAX_BATCH];
+    int n_texts = 0, n_id_lists = 0, n_chats = 0;
     accel_generate_opts o = {.max_new_tokens = 8};
     accel_load_opts lo = {0};
-    bool warm_up = false;
+    bool warm_up = false, force_batch = false;
     int64_t first_reps = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--sample") == 0) { o.do_sample = true; continue; }
         if (strcmp(a, "--warm-up") == 0) { warm_up = true; continue; }
+        if (strcmp(a, "--batch") == 0) { force_batch = true; continue; }
         if (a[0] != '-') {
             if (dir) return usage();
             dir = a;
@@ -132,9 +288,10 @@ int main(int argc, char **argv) {
         if (!v) return usage();
         i++;
         bool ok = true;
-        if (strcmp(a, "--ids") == 0) ids_s = v;
-        else if (strcmp(a, "--prompt") == 0) text = v;
-        else if (strcmp(a, "--chat") == 0) chat = v;
+        /* a repeated --ids or --prompt: one more row of a batch */
+        if (strcmp(a, "--ids") == 0) ok = n_id_lists < MAX_BATCH && (id_lists[n_id_lists++] = ids_s = v);
+        else if (strcmp(a, "--prompt") == 0) ok = n_texts < MAX_BATCH && (texts[n_texts++] = text = v);
+        else if (strcmp(a, "--chat") == 0) ok = n_chats < MAX_BATCH && (chats[n_chats++] = chat = v);
         else if (strcmp(a, "--system") == 0) system = v;
         else if (strcmp(a, "--device-map") == 0) map_s = v;
         else if (strcmp(a, "--max-memory") == 0) mm_s = v;
@@ -152,6 +309,10 @@ int main(int argc, char **argv) {
             lo.has_dtype = true;
             lo.dtype = (accel_dtype)d;
         } else return usage();
+        if (!ok && (strcmp(a, "--ids") == 0 || strcmp(a, "--prompt") == 0 || strcmp(a, "--chat") == 0)) {
+            fprintf(stderr, "generate: %s: at most %d prompts in a batch\n", a, MAX_BATCH);
+            return 2;
+        }
         if (!ok) {
             fprintf(stderr, "generate: %s: '%s' is not a number%s\n", a, v,
                     strcmp(a, "--first-reps") == 0 ? " in [1, 1000]" : "");
@@ -167,6 +328,11 @@ int main(int argc, char **argv) {
         }
     }
     if (!dir || (text && chat) || (system && !chat)) return usage(); /* --prompt or --chat; --system only with --chat */
+    bool batch = force_batch || n_texts > 1 || n_chats > 1 || (!text && !chat && n_id_lists > 1);
+    if (batch && (dump || first_reps > 1)) {
+        fprintf(stderr, "generate: --dump-logits and --first-reps take one prompt\n");
+        return 2;
+    }
     enum { MAX_PROMPT = 256 };
     int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
     for (const char *p = ids_s; *p;) {
@@ -218,6 +384,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "generate: bad --device-map '%s': %s\n", map_s, accel_last_error());
             return 1;
         }
+    }
+    if (batch) {
+        /* (--ids alone: the default list when none is given) */
+        const char *default_ids[1] = {ids_s};
+        int rc = batch_main(dir, &o, &(batch_load){map, strategy, mmp, &lo},
+                            text ? texts : chat ? chats : n_id_lists ? id_lists : default_ids,
+                            text ? n_texts : chat ? n_chats : n_id_lists ? n_id_lists : 1,
+                            text ? PROMPTS_TEXT : chat ? PROMPTS_CHAT : PROMPTS_IDS, system, warm_up);
+        accel_device_map_free(map);
+        return rc;
     }
     /* --prompt: the text through DIR's tokenizer (BOS and the like added); --chat: the
      * messages through DIR's chat template, encoded without adding special tokens */

@@ -605,21 +605,25 @@ static const char *read_saved(const char *path) {
     return text;
 }
 
-/* bos_token_id / eos_token_id: a saved config.json has the ones the loaded
- * one had, else the family's transformers defaults (not Llama's 1 / 2). */
+/* bos_token_id / eos_token_id / pad_token_id: a saved config.json has the
+ * ones the loaded one had, else the family's transformers defaults (not
+ * Llama's 1 / 2; pad null). */
 static void test_token_ids(void) {
-    static const struct { const char *json, *bos, *eos; } CASES[] = {
-        {"{\"model_type\": \"gemma\"}", "\"bos_token_id\": 2,", "\"eos_token_id\": 1,"},
-        {"{\"model_type\": \"phi3\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 32000,"},
-        {"{\"model_type\": \"qwen2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": null,"},
-        {"{\"model_type\": \"olmo2\"}", "\"bos_token_id\": null,", "\"eos_token_id\": 50279,"},
-        {"{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4}", "\"bos_token_id\": 50256,",
-         "\"eos_token_id\": 50256,"},
-        {"{\"model_type\": \"llama\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 2,"},
+    static const struct { const char *json, *bos, *eos, *pad; } CASES[] = {
+        {"{\"model_type\": \"gemma\"}", "\"bos_token_id\": 2,", "\"eos_token_id\": 1,", "\"pad_token_id\": null,"},
+        {"{\"model_type\": \"phi3\"}", "\"bos_token_id\": 1,", "\"eos_token_id\": 32000,", "\"pad_token_id\": null,"},
+        {"{\"model_type\": \"qwen2\", \"pad_token_id\": null}", "\"bos_token_id\": null,", "\"eos_token_id\": null,",
+         "\"pad_token_id\": null,"},
+        {"{\"model_type\": \"olmo2\", \"pad_token_id\": 1}", "\"bos_token_id\": null,", "\"eos_token_id\": 50279,",
+         "\"pad_token_id\": 1,"},
+        {"{\"model_type\": \"gpt2\", \"n_embd\": 32, \"n_head\": 4, \"pad_token_id\": 50256}", "\"bos_token_id\": 50256,",
+         "\"eos_token_id\": 50256,", "\"n_positions\": 1024,\n  \"pad_token_id\": 50256,\n  \"reorder"},
+        {"{\"model_type\": \"llama\", \"pad_token_id\": 0}", "\"bos_token_id\": 1,", "\"eos_token_id\": 2,",
+         "\"pad_token_id\": 0,"},
         {"{\"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009]}", "\"bos_token_id\": 128000,",
-         "\"eos_token_id\": [\n    128001,\n    128008,\n    128009\n  ],"},
+         "\"eos_token_id\": [\n    128001,\n    128008,\n    128009\n  ],", "\"pad_token_id\": null,"},
         {"{\"model_type\": \"gemma2\", \"bos_token_id\": null, \"eos_token_id\": [107]}", "\"bos_token_id\": null,",
-         "\"eos_token_id\": [\n    107\n  ],"},
+         "\"eos_token_id\": [\n    107\n  ],", "\"pad_token_id\": null,"},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         char name[32], path[160];
@@ -631,7 +635,9 @@ static void test_token_ids(void) {
         const char *text = read_saved(path);
         CHECK_STR_CONTAINS(text, CASES[i].bos);
         CHECK_STR_CONTAINS(text, CASES[i].eos);
+        CHECK_STR_CONTAINS(text, CASES[i].pad);
         CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.bos_token_id == c.bos_token_id &&
+              back.pad_token_id == c.pad_token_id &&
               back.n_eos_token_ids == c.n_eos_token_ids && back.eos_is_list == c.eos_is_list &&
               !memcmp(back.eos_token_ids, c.eos_token_ids, sizeof c.eos_token_ids));
     }
@@ -647,6 +653,21 @@ static void test_token_ids(void) {
     CHECK_STR_CONTAINS(text, "\"eos_token_id\": 1,");
     expect_error("tokb.json", "{\"bos_token_id\": \"<s>\"}", ACCEL_ERR_FORMAT, "bos_token_id");
     expect_error("toke.json", "{\"eos_token_id\": []}", ACCEL_ERR_FORMAT, "eos_token_id");
+    expect_error("tokp.json", "{\"pad_token_id\": -1}", ACCEL_ERR_FORMAT, "pad_token_id");
+    /* generation_config.json's ids over config.json's; none: unchanged */
+    accel_llama_config g;
+    CHECK(accel_llama_config_load(write_cfg("g.json", "{\"pad_token_id\": 4, \"eos_token_id\": 2}"), &g) == ACCEL_OK);
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_OK && g.pad_token_id == 4 && g.eos_token_ids[0] == 2);
+    write_cfg("generation_config.json", "{\"pad_token_id\": 0, \"eos_token_id\": [7, 9], \"do_sample\": true}");
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_OK && g.pad_token_id == 0 && g.n_eos_token_ids == 2 &&
+          g.eos_token_ids[1] == 9 && g.bos_token_id == 1);
+    write_cfg("generation_config.json", "{\"pad_token_id\": \"<pad>\"}");
+    CHECK(accel_generation_config_load(g_dir, &g) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "generation_config.json: 'pad_token_id'");
+    accel_clear_error();
+    char gc[320];
+    snprintf(gc, sizeof gc, "%s/generation_config.json", g_dir);
+    CHECK(remove(gc) == 0);
     expect_error("toke9.json", "{\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", ACCEL_ERR_FORMAT,
                  "a list of 1 to 8 of them");
 }

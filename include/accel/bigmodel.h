@@ -433,6 +433,10 @@ typedef struct accel_generate_opts {
     uint64_t seed;             /* sampling RNG (Philox; same seed, same tokens) */
     bool has_eos;              /* stop after eos_token_id is generated */
     int64_t eos_token_id;
+    /* accel_generate_batch: a finished row's next tokens (transformers'
+     * pad_token_id); without it eos_token_id, as transformers pads */
+    bool has_pad;
+    int64_t pad_token_id;
     accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device,
                                   * float dtype): gets the logits at the prompt's last position */
 } accel_generate_opts;
@@ -453,6 +457,24 @@ accel_status accel_generate_opts_check(const accel_generate_opts *opts, int64_t 
  * after every forward (step tensors of the caller become invalid). */
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out);
+/* transformers' generate on a batch: ids and attention_mask [B, T] (host,
+ * row-major; left-padded, as decoder-only models need: a row whose last
+ * column is a pad, a row of pads only, a mask value other than 0/1 or an id
+ * outside the vocabulary is ACCEL_ERR_INVALID_ARG). Position ids from the
+ * mask (its cumulative sum - 1, 0 at the pads), then one more a step; every
+ * step's forward takes the whole mask (a new column of ones a step) and the
+ * KV cache. A row that generated eos_token_id (opts->has_eos) is finished:
+ * its next tokens are pad_token_id (opts->has_pad, else eos_token_id).
+ * Stops when every row has finished or after max_new_tokens. Sampling:
+ * one generator (opts->seed); each step draws one token per row in row
+ * order 0 .. B-1, finished rows included (their draws thrown away), so the
+ * same seed gives the same tokens, and a batch of one the tokens of
+ * accel_generate. out needs B (T + max_new_tokens) slots: it gets the
+ * sequences [B, *n_cols] row-major (the prompt's columns first, pads
+ * included; *n_cols = T + the steps run). Resets the calling thread's step
+ * arena after every forward. */
+accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const int64_t *attention_mask, int64_t B,
+                                  int64_t T, const accel_generate_opts *opts, int64_t *out, int64_t *n_cols);
 /* One token from logits [V] (any device and float dtype; not modified: a
  * host copy goes through temperature, top-k, top-p filtering as
  * transformers' warpers, in that order); greedy unless opts->do_sample.

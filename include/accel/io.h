@@ -191,6 +191,11 @@ accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_
  * num_attention_heads; head_dim is kept 0 unless given. rope_scaling must be null
  * or of type "default". Wrong types -> ACCEL_ERR_FORMAT naming key and file. */
 accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config *out);
+/* dir/generation_config.json's bos_token_id, eos_token_id and pad_token_id
+ * (each as config.json takes it) over c's, the keys it has: what
+ * transformers' generate reads first. No such file: c unchanged, ACCEL_OK;
+ * a bad value: ACCEL_ERR_FORMAT naming the file and the key. */
+accel_status accel_generation_config_load(const char *dir, accel_llama_config *c);
 /* Writes what transformers writes (architectures, model_type, hidden_act, ...)
  * to dir/config.json (or to the path if it ends in ".json"), 2-space indent.
  * What load would refuse is not written: rms_norm_eps and rope_theta must be

@@ -324,6 +324,11 @@ typedef struct accel_llama_config {
     int64_t eos_token_ids[ACCEL_MAX_EOS_TOKEN_IDS];
     int n_eos_token_ids;
     bool eos_is_list;
+    /* pad_token_id (-1: null or absent): what accel_generate_batch's callers
+     * (the CLI) pad finished rows with. Read and written back; accel's
+     * embedding has no padding_idx (transformers' zeroes that row at init
+     * and masks its gradient). */
+    int64_t pad_token_id;
     /* Mixture of experts ("mixtral", "qwen3_moe", "qwen2_moe"; docs/nn.md "Mixtures of
      * experts"). num_local_experts (Qwen's num_experts; 0: every MLP dense)
      * expert MLPs in each sparse layer, of moe_intermediate_size (Mixtral:
@@ -409,6 +414,43 @@ accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_
 /* Mean next-token cross-entropy of ids [B, T] (labels = ids shifted, as
  * transformers does with labels=input_ids). */
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids);
+
+/* A forward's inputs beyond the ids (transformers' input_ids,
+ * attention_mask, position_ids, past_key_values). Zero-initialise it:
+ * every field but ids may be left NULL. */
+typedef struct accel_llama_inputs {
+    accel_tensor *ids;            /* [B, T] int64/int32 */
+    /* [B, S] of 0 (masked: a pad) or 1, int64, int32, uint8 or bool, S = T,
+     * or with a cache its length + T (the whole sequence, as transformers
+     * takes it: the cache keeps every position's keys, pads' too, and the
+     * mask of each call says which count). Key j is seen by query t of row
+     * b when mask[b][j] is 1, j <= the query's index (causal) and, in a
+     * windowed layer, j > index - sliding_window, the indices counting pads.
+     * A query that sees no key (a left pad) gets finite don't-care values.
+     * NULL, or a mask of ones: exactly accel_llama_forward. */
+    accel_tensor *attention_mask;
+    /* [B, T] int64/int32 >= 0 (GPT-2: < n_positions): the RoPE positions or
+     * GPT-2's learned ones; NULL: cache length .. cache length + T - 1 in
+     * every row, as transformers' forward without position_ids (its
+     * generate derives them from the mask: accel_generate_batch). */
+    accel_tensor *position_ids;
+    accel_kv_cache *cache;        /* NULL: none; else as accel_llama_forward's */
+} accel_llama_inputs;
+
+/* accel_llama_forward with in's attention_mask and position_ids (docs/nn.md
+ * "Padded batches"): logits [B, T, V]; a padded batch's masked keys go
+ * through explicit scores (the sliding-window path), an unpadded one takes
+ * the fused attention as accel_llama_forward. Refused: under context or
+ * sequence parallelism (ACCEL_ERR_UNSUPPORTED naming attention_mask); a
+ * mask of another shape or dtype, of values other than 0/1, position ids
+ * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them). */
+accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in);
+/* accel_llama_loss of in->ids [B, T>=2] (no cache) with in's attention_mask
+ * [B, T] and position_ids: the labels at masked positions are ignored
+ * (transformers' labels -100 there), the mean over the others. With
+ * output_router_logits and an attention_mask: ACCEL_ERR_UNSUPPORTED (the
+ * balance without the masked tokens is not implemented). */
+accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs *in);
 
 #ifdef __cplusplus
 }

@@ -187,7 +187,7 @@ static accel_tensor *ids_tensor(const int64_t *ids, int64_t n, accel_device dev)
  * opts->prompt_logits on the first step). */
 static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, int64_t vocab,
                                 const accel_generate_opts *opts, bool first, float *buf) {
-    accel_tensor *y = ids ? accel__llama_forward_last(llama, ids, cache) : NULL;
+    accel_tensor *y = ids ? accel__llama_forward_last(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}) : NULL;
     accel_tensor *row = y ? last_logits(y, vocab) : NULL;
     if (!row) return accel_last_status();
     if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)
@@ -261,6 +261,156 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
     }
     accel_set_grad_enabled(grad);
     accel_kv_cache_free(cache);
+    accel_free(buf);
+    return st;
+}
+
+/* ---- batches (transformers' generate on a left-padded batch) */
+
+/* The state of a batch's generation: host buffers of row stride W = T +
+ * max_new_tokens, the sequence so far [0, len) in each row. */
+typedef struct batch_run {
+    int64_t B, W, len;
+    int64_t *ids, *mask, *pos; /* [B, W] each: tokens, attention_mask, position ids */
+} batch_run;
+
+/* Columns [c0, len) of `from` [B, W] as a [B, len - c0] i64 tensor on dev. */
+static accel_tensor *columns(const batch_run *r, const int64_t *from, int64_t c0, accel_device dev) {
+    int64_t n = r->len - c0;
+    int64_t *h = accel_arena_alloc(accel_step_arena(), (size_t)(r->B * n) * sizeof *h, 64);
+    if (!h) return NULL;
+    for (int64_t b = 0; b < r->B; b++) memcpy(h + b * n, from + b * r->W + c0, (size_t)n * sizeof *h);
+    accel_tensor *t = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(r->B, n), dev);
+    return t && accel_tensor_from_host(t, h) == ACCEL_OK ? t : NULL;
+}
+
+/* One forward of the columns [c0, len) (the whole mask), the last
+ * position's logits of every row into buf [B, vocab]. */
+static accel_status batch_step(accel_module *llama, const batch_run *r, int64_t c0, accel_kv_cache *cache,
+                               int64_t vocab, accel_device dev, float *buf) {
+    accel_llama_inputs in = {.ids = columns(r, r->ids, c0, dev), .attention_mask = columns(r, r->mask, 0, dev),
+                             .position_ids = columns(r, r->pos, c0, dev), .cache = cache};
+    if (!in.ids || !in.attention_mask || !in.position_ids) return accel_last_status();
+    accel_tensor *y = accel__llama_forward_last(llama, &in);
+    if (!y) return accel_last_status();
+    if (y->ndim != 3 || y->shape[0] != r->B || y->shape[1] != 1 || y->shape[2] != vocab) {
+        char b[64];
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate_batch: logits of shape %s, expected [%lld, 1, %lld]",
+                               accel_shape_str(y, b, sizeof b), (long long)r->B, (long long)vocab);
+    }
+    return accel_to_floats(y, buf);
+}
+
+/* ids and attention_mask [B, T] checked: ids in the vocabulary, the mask 0/1,
+ * every row with a token, and left-padded (its last column 1). */
+static accel_status check_batch(const int64_t *ids, const int64_t *mask, int64_t B, int64_t T, int64_t vocab) {
+    for (int64_t b = 0; b < B; b++) {
+        int64_t ones = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t id = ids[b * T + t], m = mask[b * T + t];
+            if (m != 0 && m != 1)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: attention_mask[%lld][%lld] is "
+                                       "%lld: it must hold 0 (a pad) or 1", (long long)b, (long long)t, (long long)m);
+            if (m && (id < 0 || id >= vocab))
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: ids[%lld][%lld] is %lld, "
+                                       "outside [0, %lld)", (long long)b, (long long)t, (long long)id,
+                                       (long long)vocab);
+            ones += m;
+        }
+        if (!ones)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: row %lld of attention_mask has no 1: "
+                                   "an empty prompt", (long long)b);
+        /* right padding: the new token would follow a pad, in a position the
+         * prompt's tokens never reached (transformers only warns) */
+        if (!mask[b * T + T - 1])
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: row %lld ends in a pad: decoder-only "
+                                   "generation needs left padding (tokenizer padding_side=\"left\")", (long long)b);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const int64_t *attention_mask, int64_t B,
+                                  int64_t T, const accel_generate_opts *opts, int64_t *out, int64_t *n_cols) {
+    if (!opts) opts = &NULL_OPTS;
+    if (!llama || !ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: needs a model, ids and attention_mask "
+                               "[B > 0, T > 0], out and n_cols");
+    if (B > INT64_MAX / 16 / T || accel_generate_opts_check(opts, B * T) ||
+        opts->max_new_tokens > (INT64_MAX / 16 - B * T) / B)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %lld rows of %lld ids and "
+                               "`max_new_tokens` (=%lld): out would not fit in memory", (long long)B, (long long)T,
+                               (long long)opts->max_new_tokens);
+    const accel_llama_config *cfg = accel_llama_config_of(llama);
+    if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: the model is not a Llama model");
+    int64_t vocab = cfg->vocab_size;
+    if (check_batch(ids, attention_mask, B, T, vocab)) return accel_last_status();
+    /* transformers: a finished row's next tokens are pad_token_id, eos's first id where it has none */
+    int64_t pad = opts->has_pad ? opts->pad_token_id : opts->eos_token_id;
+    if (opts->has_eos && (pad < 0 || pad >= vocab)) /* fed back as a finished row's next id */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %s %lld is outside the vocabulary [0, %lld)",
+                               opts->has_pad ? "pad_token_id" : "eos_token_id (the pad: no pad_token_id)",
+                               (long long)pad, (long long)vocab);
+    batch_run r = {.B = B, .W = T + opts->max_new_tokens, .len = T};
+    size_t cells = (size_t)(B * r.W);
+    r.ids = accel_malloc(cells * sizeof *r.ids);
+    r.mask = accel_malloc(cells * sizeof *r.mask);
+    r.pos = accel_malloc(cells * sizeof *r.pos);
+    bool *done = accel_calloc((size_t)B, sizeof *done);
+    float *buf = accel_malloc(sizeof(float) * (size_t)(B * vocab));
+    accel_device dev = ids_device(llama);
+    accel_kv_cache *cache = r.ids && r.mask && r.pos && done && buf ? accel_llama_kv_cache_new(llama, B, r.W, dev)
+                                                                    : NULL;
+    accel_status st = cache ? ACCEL_OK : accel_last_status();
+    /* transformers' generate: position ids = attention_mask.cumsum(-1) - 1, 0 at the pads */
+    for (int64_t b = 0; st == ACCEL_OK && b < B; b++)
+        for (int64_t t = 0, seen = 0; t < T; t++) {
+            int64_t i = b * r.W + t, m = attention_mask[b * T + t];
+            r.ids[i] = ids[b * T + t];
+            r.mask[i] = m;
+            seen += m;
+            r.pos[i] = m ? seen - 1 : 0;
+        }
+    accel_rng rng;
+    accel_rng_init(&rng, opts->seed);
+    bool grad = accel_set_grad_enabled(false); /* inference: no tape */
+    int64_t c0 = 0; /* the first column the next forward runs: 0, or the last one's */
+    for (int64_t step = 0; st == ACCEL_OK && step < opts->max_new_tokens; step++) {
+        st = batch_step(llama, &r, c0, cache, vocab, dev, buf);
+        accel_step_reset();
+        /* one draw a row, in row order, finished rows too (their token is
+         * then the pad): a row's draws never depend on when the others end */
+        bool all_done = true;
+        for (int64_t b = 0; st == ACCEL_OK && b < B; b++) {
+            int64_t tok = sample_host(buf + b * vocab, vocab, opts, &rng), i = b * r.W + r.len;
+            if (tok < 0) {
+                st = accel_last_status();
+                break;
+            }
+            if (done[b]) tok = pad;
+            r.ids[i] = tok;
+            r.mask[i] = 1;
+            r.pos[i] = r.pos[i - 1] + 1;
+            done[b] |= opts->has_eos && tok == opts->eos_token_id;
+            all_done &= done[b];
+        }
+        if (st != ACCEL_OK) break;
+        c0 = r.len++;
+        if (all_done) break;
+        if (regenerate_past(cfg, accel__arch_of_module(llama), cache, r.len)) {
+            accel_kv_cache_reset(cache); /* every key again, with the long factors */
+            c0 = 0;
+        }
+    }
+    accel_set_grad_enabled(grad);
+    if (st == ACCEL_OK) {
+        *n_cols = r.len;
+        for (int64_t b = 0; b < B; b++) memcpy(out + b * r.len, r.ids + b * r.W, (size_t)r.len * sizeof *out);
+    }
+    accel_kv_cache_free(cache);
+    accel_free(r.ids);
+    accel_free(r.mask);
+    accel_free(r.pos);
+    accel_free(done);
     accel_free(buf);
     return st;
 }

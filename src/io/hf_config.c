@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/io.h"
 #include "io/io_internal.h"
@@ -530,13 +531,17 @@ static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch
     return ACCEL_OK;
 }
 
-/* bos_token_id: a non-negative integer or null; eos_token_id: that, or a
+/* bos_token_id, pad_token_id: a non-negative integer or null; eos_token_id: that, or a
  * list of 1 to ACCEL_MAX_EOS_TOKEN_IDS of them. Absent keeps the family's. */
 static accel_status parse_token_ids(json_t *root, const char *file, accel_llama_config *c) {
     json_t *v = json_object_get(root, "bos_token_id");
     if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
         return bad_type(file, "bos_token_id", "a non-negative integer or null");
     if (v) c->bos_token_id = json_is_null(v) ? -1 : json_integer_value(v);
+    v = json_object_get(root, "pad_token_id");
+    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
+        return bad_type(file, "pad_token_id", "a non-negative integer or null");
+    if (v) c->pad_token_id = json_is_null(v) ? -1 : json_integer_value(v);
     v = json_object_get(root, "eos_token_id");
     if (!v) return ACCEL_OK;
     json_t *one = json_is_array(v) ? NULL : v;
@@ -630,6 +635,22 @@ accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config
     json_t *root = accel__json_load_file(file);
     accel_status st = root ? parse_config(root, file, out) : accel_last_status();
     json_decref(root);
+    accel_free(file);
+    return st;
+}
+
+accel_status accel_generation_config_load(const char *dir, accel_llama_config *c) {
+    if (!dir || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generation_config_load: NULL argument");
+    char *file = accel__path_join(dir, "generation_config.json");
+    if (!file) return accel_last_status();
+    accel_status st = ACCEL_OK;
+    if (access(file, F_OK) == 0) { /* none: config.json's ids stand, as in transformers */
+        json_t *root = accel__json_load_file(file);
+        st = !root                 ? accel_last_status()
+             : !json_is_object(root) ? accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file)
+                                     : parse_token_ids(root, file, c);
+        json_decref(root);
+    }
     accel_free(file);
     return st;
 }
@@ -772,6 +793,13 @@ static void write_token_id(FILE *m, const accel__arch *a, const accel_llama_conf
     fprintf(m, ",\n");
 }
 
+/* c's pad_token_id (null for the family defaults: arch.c) */
+static void write_pad_token_id(FILE *m, const accel__arch *a, const accel_llama_config *c) {
+    const accel_llama_config *t = c->token_ids_set ? c : &a->defaults;
+    if (t->pad_token_id >= 0) fprintf(m, "  \"pad_token_id\": %lld,\n", (long long)t->pad_token_id);
+    else fprintf(m, "  \"pad_token_id\": null,\n");
+}
+
 /* GPT2Config's config.json (keys sorted as transformers writes them); n_inner
  * always explicit. */
 static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps) {
@@ -796,7 +824,11 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             "  \"n_head\": %lld,\n"
             "  \"n_inner\": %lld,\n"
             "  \"n_layer\": %lld,\n"
-            "  \"n_positions\": %lld,\n"
+            "  \"n_positions\": %lld,\n",
+            init, eps, a->model_type, (long long)c->hidden_size, (long long)c->num_attention_heads,
+            (long long)c->intermediate_size, (long long)c->num_hidden_layers, (long long)c->max_position_embeddings);
+    write_pad_token_id(m, a, c);
+    fprintf(m,
             "  \"reorder_and_upcast_attn\": false,\n"
             "  \"resid_pdrop\": %s,\n"
             "  \"scale_attn_by_inverse_layer_idx\": false,\n"
@@ -806,9 +838,7 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             "  \"transformers_version\": \"%s\",\n"
             "  \"use_cache\": true,\n"
             "  \"vocab_size\": %lld\n}\n",
-            init, eps, a->model_type, (long long)c->hidden_size,
-            (long long)c->num_attention_heads, (long long)c->intermediate_size, (long long)c->num_hidden_layers,
-            (long long)c->max_position_embeddings, resid, c->unscaled_attention ? "false" : "true",
+            resid, c->unscaled_attention ? "false" : "true",
             c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
             (long long)c->vocab_size);
 }
@@ -905,9 +935,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                                 ? c->rope_scaling.original_max_position_embeddings
                                 : a->defaults.rope_scaling.original_max_position_embeddings));
     if (a->moe) fprintf(m, "  \"output_router_logits\": %s,\n", c->output_router_logits ? "true" : "false");
-    /* accel's embeddings have no padding row (nn.Embedding's padding_idx); a
-     * family default such as Phi3Config's 32000 may also lie outside a small vocab */
-    fprintf(m, "  \"pad_token_id\": null,\n");
+    write_pad_token_id(m, a, c);
     if (a->partial_rotary) {
         char prf[40];
         py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);

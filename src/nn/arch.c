@@ -28,9 +28,12 @@
 #define DEFAULTS(type, vocab, inter, kv, hd, max_pos, window, max_window, ...)                                   \
     SIZED_DEFAULTS(type, vocab, 4096, inter, 32, 32, kv, hd, max_pos, window, max_window, .tie_word_embeddings = false, \
                    __VA_ARGS__)
-/* transformers' bos_token_id and eos_token_id (-1: None) */
-#define TOKENS(bos, eos) \
-    .token_ids_set = true, .bos_token_id = bos, .eos_token_ids = {eos}, .n_eos_token_ids = (eos) >= 0
+/* transformers' bos_token_id and eos_token_id (-1: None); pad_token_id
+ * None (Gemma's 0, Phi-3's 32000 and OLMo 2's 1 left out: a default id may
+ * lie outside a small vocabulary, and transformers pads with eos without it) */
+#define TOKENS(bos, eos)                                                                                  \
+    .token_ids_set = true, .bos_token_id = bos, .eos_token_ids = {eos}, .n_eos_token_ids = (eos) >= 0, \
+    .pad_token_id = -1
 #define LLAMA_TOKENS TOKENS(1, 2)
 
 static const accel__arch ARCHS[] = {

@@ -147,7 +147,7 @@ accel_status accel__rope_check(const accel_llama_config *c, const char *who);
 /* accel_llama_forward with the head on the last position only: logits
  * [B, 1, V] (transformers' generate, logits_to_keep=1): a prompt's forward
  * for its next token multiplies one row by lm_head, not T. */
-accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache);
+accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in);
 
 /* The forwards the rows' module ops point at (llama.c, layers.c). */
 accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids);

@@ -34,7 +34,7 @@ accel_llama_config accel_llama_config_default(void) {
     c.mlp_bias = false;
     c.torch_dtype = ACCEL_F32;
     snprintf(c.model_type, sizeof c.model_type, "llama");
-    c.token_ids_set = true, c.bos_token_id = 1, c.eos_token_ids[0] = 2, c.n_eos_token_ids = 1;
+    c.token_ids_set = true, c.bos_token_id = 1, c.eos_token_ids[0] = 2, c.n_eos_token_ids = 1, c.pad_token_id = -1;
     return c;
 }
 
@@ -366,6 +366,16 @@ static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos)
     return accel_view_raw(c, 4, shape, c->stride, 0);
 }
 
+/* ---- a padded batch (accel_llama_forward_ex) */
+
+/* What an attention_mask or position_ids bring to one forward, read once on
+ * the host: the layers' masks and RoPE, GPT-2's positions. */
+typedef struct pad_state {
+    const uint8_t *keep;        /* [B, S] (S = cache length + T): 1 where the mask is 1; NULL: no 0 in it */
+    const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
+    accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
+} pad_state;
+
 /* ---- modules */
 
 typedef struct layer_impl {
@@ -426,16 +436,19 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
 
 /* RoPE of x [B, H, T, D] at positions pos.. or, under context parallelism
  * over cp, of this rank's two chunks at their global positions (accel/cp.h). */
-static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling) {
+static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling,
+                              const pad_state *pad) {
+    if (pad && pad->positions) return accel__rope_positions(x, pad->positions, inv, scaling);
     return cp ? accel_cp_rope_freqs(x, accel_pg_size(cp), accel_pg_rank(cp), inv, scaling)
               : accel_rope_freqs(x, pos, inv, scaling);
 }
 
 /* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
  * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
-static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd) {
-    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling);
-    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling);
+static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd,
+                          const pad_state *pad) {
+    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling, pad);
+    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling, pad);
     accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
     return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
 }
@@ -460,7 +473,7 @@ static void project_qkv(accel_module **p, const layer_impl *li, accel_tensor *x,
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
-                                    accel_kv_cache *cache) {
+                                    accel_kv_cache *cache, const pad_state *pad) {
     const accel_llama_config *c = li->cfg;
     const accel__arch *a = li->arch;
     accel_module **p = attn->children;
@@ -492,8 +505,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, li->local_rope, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
-        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd); /* q, k [B, H(kv), T, D] */
-        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd);
+        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
@@ -510,11 +523,15 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                                                                  : 0.0;
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
-    bool expl = (W || cap > 0 || drop > 0) && x->device.type != ACCEL_DEV_META;
+    /* a padded batch: the mask of its keys over explicit scores too; a query
+     * that sees no key (a left pad) gets 0 as in transformers' default SDPA
+     * attention, Gemma 2's the mean of the values as in its eager one */
+    const uint8_t *keep = pad ? pad->keep : NULL;
+    bool expl = (W || cap > 0 || drop > 0 || keep) && x->device.type != ACCEL_DEV_META;
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : expl ? accel__masked_attention(q, k, v, pos, W, scale, cap, drop)
+                      : expl ? accel__masked_attention(q, k, v, pos, W, keep, !a->score_softcap, scale, cap, drop)
                              : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
@@ -525,9 +542,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
 
 /* The hooks of attn around its body; exit runs after a failure too (nn.h). */
 static accel_tensor *attention_forward(accel_module *attn, const layer_impl *li, accel_tensor *x,
-                                       int64_t pos, accel_kv_cache *cache) {
+                                       int64_t pos, accel_kv_cache *cache, const pad_state *pad) {
     if (accel_module_enter(attn, &x) != ACCEL_OK) return NULL;
-    accel_tensor *y = x ? attention_body(attn, li, x, pos, cache) : NULL;
+    accel_tensor *y = x ? attention_body(attn, li, x, pos, cache, pad) : NULL;
     return accel_module_exit(attn, &y) == ACCEL_OK ? y : NULL;
 }
 
@@ -567,17 +584,18 @@ static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, ac
 }
 
 /* x [B, T, C] -> [B, T, C]. */
-static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache) {
+static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache,
+                                const pad_state *pad) {
     const layer_impl *li = layer->impl;
     accel_module **p = layer->children;
     if (li->arch->norm_outputs) { /* OLMo 2: x + norm(attn(x)), then h + norm(mlp(h)) */
         accel_tensor *h = accel_add(x, accel_module_call(p[LAYER_IN_NORM],
-                                                         attention_forward(p[LAYER_ATTN], li, x, pos, cache)));
+                                                         attention_forward(p[LAYER_ATTN], li, x, pos, cache, pad)));
         return accel_add(h, accel_module_call(p[LAYER_POST_NORM], accel_module_call(p[LAYER_MLP], h)));
     }
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
-                                        accel_module_call(p[LAYER_IN_NORM], x), pos, cache);
+                                        accel_module_call(p[LAYER_IN_NORM], x), pos, cache, pad);
     a = resid_dropout(layer, li, a);
     if (sandwich) a = accel_module_call(p[LAYER_POST_NORM], a);
     accel_tensor *h = residual(li, x, a);
@@ -588,17 +606,32 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
 }
 
 static accel_tensor *training_layer_body(void *layer, accel_tensor *x) {
-    return layer_body(layer, x, 0, NULL);
+    return layer_body(layer, x, 0, NULL, NULL);
+}
+
+/* A layer and the padded batch it runs on: what a checkpointed layer's
+ * recompute needs (step arena, alive until the backward). */
+typedef struct padded_layer {
+    accel_module *layer;
+    const pad_state *pad;
+} padded_layer;
+
+static accel_tensor *padded_layer_body(void *ctx, accel_tensor *x) {
+    const padded_layer *pl = ctx;
+    return layer_body(pl->layer, x, 0, NULL, pl->pad);
 }
 
 /* Checkpointing (when set) runs inside the layer's hooks: a ZeRO-3 unit's
  * parameters are gathered for the recompute by its backward node, which runs
  * before the checkpoint node. Generation (a cache) records no graph. */
 static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
-                                   accel_kv_cache *cache) {
+                                   accel_kv_cache *cache, const pad_state *pad) {
     if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
+    padded_layer *pl = pad && !cache && x ? accel_arena_alloc(accel_step_arena(), sizeof *pl, 8) : NULL;
+    if (pl) *pl = (padded_layer){layer, pad};
     accel_tensor *y = !x ? NULL
-                      : cache ? layer_body(layer, x, pos, cache)
+                      : cache ? layer_body(layer, x, pos, cache, pad)
+                      : pad   ? (pl ? accel__module_run(layer, padded_layer_body, pl, x) : NULL)
                               : accel__module_run(layer, training_layer_body, layer, x);
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
@@ -620,8 +653,11 @@ static int layers_index(const accel__arch *a) {
     return a->blocks == ACCEL__BLOCKS_GPT2 ? ACCEL__GPT2_H : MODEL_LAYERS;
 }
 
-/* GPT-2's learned positions pos..pos+T-1: wpe rows [T, C], on the device of h. */
-static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T) {
+/* GPT-2's learned positions pos..pos+T-1: wpe rows [T, C], on the device of
+ * h; a padded batch's position ids: [B, T, C]. */
+static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T,
+                                         const pad_state *pad) {
+    if (pad && pad->positions) return h ? accel_module_call(wpe, pad->position_ids) : NULL;
     accel_tensor *p = h ? accel_arange(ACCEL_I64, pos, pos + T) : NULL;
     if (p && !accel_device_eq(p->device, h->device)) p = accel_to_device(p, h->device);
     return p ? accel_module_call(wpe, p) : NULL;
@@ -630,18 +666,23 @@ static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int
 /* The embeddings of ids [B, T] (scaled: Gemma, Granite; GPT-2: plus learned
  * positions, then its embd_pdrop dropout while the model trains): [B, T, C]. */
 static accel_tensor *embed(accel_module *model, const accel_llama_config *c, const accel__arch *a,
-                           accel_tensor *ids, int64_t pos) {
+                           accel_tensor *ids, int64_t pos, const pad_state *pad) {
     accel_module **mp = model->children;
     int64_t T = ids ? ids->shape[1] : 0;
     accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
+    if (pad && h && h->shape[1] != T) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: an attention_mask with zeros or position_ids "
+                        "under sequence parallelism is not implemented (each rank holds a part of the positions)");
+        return NULL;
+    }
     if (a->blocks == ACCEL__BLOCKS_GPT2 && h) {
         /* under sequence parallelism h holds this rank's T / tp of the positions */
         int64_t Tl = h->shape[1], first = pos;
         accel_pg *tp;
         if (Tl != T && accel_module_tp_info(mp[MODEL_EMBED], NULL, &tp, NULL, NULL)) first += accel_pg_rank(tp) * Tl;
-        h = accel_dropout(accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl)), c->embd_pdrop,
+        h = accel_dropout(accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl, pad)), c->embd_pdrop,
                           model->training, NULL);
     }
     return h;
@@ -649,20 +690,20 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
 
 /* Layers [lo, hi) of the stack, then the final norm when `norm`. */
 static accel_tensor *run_layers(accel_module *model, const accel__arch *a, accel_tensor *h, int lo, int hi, bool norm,
-                                int64_t pos, accel_kv_cache *cache) {
+                                int64_t pos, accel_kv_cache *cache, const pad_state *pad) {
     int li = layers_index(a);
     accel_module *layers = model->children[li];
-    for (int i = lo; i < hi && h; i++) h = layer_forward(layers->children[i], h, pos, cache);
+    for (int i = lo; i < hi && h; i++) h = layer_forward(layers->children[i], h, pos, cache, pad);
     return norm ? accel_module_call(model->children[li + 1], h) : h; /* the final norm, after the layers */
 }
 
 /* LlamaModel / GPT2Model: embeddings, layers, final norm, inside the model's hooks. */
 static accel_tensor *model_forward(accel_module *model, const accel_llama_config *c, const accel__arch *a,
-                                   accel_tensor *ids, int64_t pos, accel_kv_cache *cache) {
+                                   accel_tensor *ids, int64_t pos, accel_kv_cache *cache, const pad_state *pad) {
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
-    h = h ? embed(model, c, a, h, pos) : NULL;
-    h = run_layers(model, a, h, 0, c->num_hidden_layers, true, pos, cache);
+    h = h ? embed(model, c, a, h, pos, pad) : NULL;
+    h = run_layers(model, a, h, 0, c->num_hidden_layers, true, pos, cache, pad);
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
 }
 
@@ -678,7 +719,7 @@ static accel_tensor *lm_head(accel_module *llama, const accel_llama_config *c, c
 
 /* accel_module_call runs the hooks and the checkpointing around it. */
 accel_tensor *accel__decoder_layer_call(accel_module *layer, accel_tensor *x) {
-    return layer_body(layer, x, 0, NULL);
+    return layer_body(layer, x, 0, NULL, NULL);
 }
 
 /* The row of a causal LM root built here, else NULL. */
@@ -867,10 +908,77 @@ const accel_llama_config *accel_llama_config_of(accel_module *llama) {
     return llama->impl;
 }
 
-/* accel_llama_forward; `last`: the logits of the last position only, [B, 1, V]. */
-static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, bool last) {
+/* t [B, n] of integers (an attention_mask or position_ids, named `what`)
+ * as host int64 [B n] (step arena); NULL + error naming it for another
+ * shape or dtype. */
+static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *what, const char *want) {
+    if (!accel_tensor_check(t, "accel_llama_forward", what)) return NULL;
+    bool ints = t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32 || t->dtype == ACCEL_U8 || t->dtype == ACCEL_BOOL;
+    if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != n || !ints || t->device.type == ACCEL_DEV_META) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: %s must be %s [%lld, %lld] (int64, int32, uint8 or "
+                        "bool, with data), got %s %s", what, want, (long long)B, (long long)n,
+                        accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    accel_tensor *w = accel_to_dtype(accel_contiguous(t), ACCEL_I64);
+    int64_t *h = w ? accel_arena_alloc(accel_step_arena(), (size_t)(B * n > 0 ? B * n : 1) * sizeof *h, 64) : NULL;
+    return h && accel_tensor_to_host(w, h) == ACCEL_OK ? h : NULL;
+}
+
+/* in's attention_mask and position_ids read into *pad; *padded false when
+ * neither changes the forward (no mask, or one of ones only, and no
+ * position ids: today's forward, bit for bit). pos: the cache's length. */
+static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_config *c, int64_t pos,
+                             pad_state *pad, bool *padded) {
+    int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
+    *pad = (pad_state){0};
+    if (in->attention_mask) {
+        const int64_t *m = host_ints(in->attention_mask, B, S, "attention_mask",
+                                     "[B, T] of ids, or with a KV cache [B, cache length + T]:");
+        if (!m) return accel_last_status();
+        uint8_t *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * S > 0 ? B * S : 1), 64);
+        if (!keep) return accel_last_status();
+        bool zero = false;
+        for (int64_t i = 0; i < B * S; i++) {
+            if (m[i] != 0 && m[i] != 1)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: attention_mask[%lld][%lld] is "
+                                       "%lld: it must hold 0 (masked) or 1", (long long)(i / S), (long long)(i % S),
+                                       (long long)m[i]);
+            keep[i] = (uint8_t)m[i];
+            zero |= !m[i];
+        }
+        pad->keep = zero ? keep : NULL;
+    }
+    if (in->position_ids) {
+        int64_t *p = host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:");
+        if (!p) return accel_last_status();
+        /* GPT-2's learned positions have rows up to n_positions only */
+        bool gpt2 = accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2;
+        for (int64_t i = 0; i < B * T; i++)
+            if (p[i] < 0 || (gpt2 && p[i] >= c->max_position_embeddings))
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: position_ids[%lld][%lld] is %lld: "
+                                       "it must be >= 0%s", (long long)(i / T), (long long)(i % T), (long long)p[i],
+                                       gpt2 ? " and below n_positions of this gpt2 model" : "");
+        pad->positions = p;
+        pad->position_ids = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), in->ids->device);
+        if (!pad->position_ids || accel_tensor_from_host(pad->position_ids, p) != ACCEL_OK) return accel_last_status();
+    }
+    *padded = pad->keep || pad->positions;
+    return ACCEL_OK;
+}
+
+/* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]. */
+static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last) {
     const accel_llama_config *c = accel_llama_config_of(llama);
-    if (!c || !accel_tensor_check(ids, "accel_llama_forward", "ids")) return NULL;
+    if (!c) return NULL;
+    if (!in) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward_ex: inputs are NULL");
+        return NULL;
+    }
+    accel_tensor *ids = in->ids;
+    accel_kv_cache *cache = in->cache;
+    if (!accel_tensor_check(ids, "accel_llama_forward", "ids")) return NULL;
     if (ids->ndim != 2 || (ids->dtype != ACCEL_I64 && ids->dtype != ACCEL_I32)) {
         char b[64];
         accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: ids must be [B, T] int64/int32, got %s %s",
@@ -878,7 +986,9 @@ static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_ca
         return NULL;
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
-    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && pos + T > c->max_position_embeddings) {
+    /* (position ids: pad_read checks them; a padded row's positions lag its indices) */
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids &&
+        pos + T > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE,
                         "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
                         "model: its learned position embeddings have no row for them",
@@ -903,6 +1013,17 @@ static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_ca
         return NULL;
     }
     if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
+    if ((in->attention_mask || in->position_ids) && accel__decoder_cp_of(c)->pg) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: attention_mask and position_ids under context "
+                        "parallelism are not implemented (the sharded attention has no padding mask)");
+        return NULL;
+    }
+    /* in the step arena: a checkpointed layer's recompute reads it in the backward */
+    pad_state *pad = in->attention_mask || in->position_ids ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8)
+                                                            : NULL;
+    bool padded = false;
+    if ((in->attention_mask || in->position_ids) && (!pad || pad_read(in, c, pos, pad, &padded) != ACCEL_OK))
+        return NULL;
     /* Generating under sequence parallelism: a decoding step's one position
      * cannot be split over the ranks, so the tp regions run whole on every
      * rank, without the sequence's scatter and gather (Megatron and vLLM
@@ -913,7 +1034,7 @@ static accel_tensor *forward(accel_module *llama, accel_tensor *ids, accel_kv_ca
     accel_tensor *h = ids, *logits = NULL;
     if (accel_module_enter(llama, &h) == ACCEL_OK) {
         const accel__arch *a = root_arch(llama);
-        h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache);
+        h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache, padded ? pad : NULL);
         if (last && h && h->shape[1] > 1) h = accel_slice(h, 1, h->shape[1] - 1, h->shape[1], 1);
         logits = lm_head(llama, c, a, h);
         /* generating under tp: every rank gets the whole vocabulary's logits */
@@ -932,19 +1053,49 @@ static bool vocab_parallel(accel_module *llama, accel_pg **tp, int64_t *v0) {
 }
 
 accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
-    return forward(llama, ids, cache, false);
+    return forward(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, false);
 }
 
-accel_tensor *accel__llama_forward_last(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
-    return forward(llama, ids, cache, true);
+accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in) {
+    return forward(llama, in, false);
 }
+
+accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in) {
+    return forward(llama, in, true);
+}
+
+/* The labels of a padded batch: ids [B, T] shifted left, -100 where the
+ * attention_mask is 0 and at the end (transformers' labels -100 at the
+ * pads, then its shift), i64 on the ids' device. */
+static accel_tensor *masked_labels(accel_tensor *ids, accel_tensor *mask) {
+    int64_t B = ids->shape[0], T = ids->shape[1];
+    const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]"), *m = id ? host_ints(mask, B, T, "attention_mask",
+                                                                                  "without a cache [B, T] as ids:") : NULL;
+    int64_t *l = m ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *l, 64) : NULL;
+    if (!l) return NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) l[b * T + t] = t + 1 < T && m[b * T + t + 1] ? id[b * T + t + 1] : -100;
+    accel_tensor *labels = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), ids->device);
+    return labels && accel_tensor_from_host(labels, l) == ACCEL_OK ? labels : NULL;
+}
+
+static accel_tensor *labels_loss(accel_module *llama, accel_tensor *logits, accel_tensor *labels);
 
 accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
+    return accel_llama_loss_ex(llama, &(accel_llama_inputs){.ids = ids});
+}
+
+accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs *in) {
+    if (!in) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_loss: inputs are NULL");
+        return NULL;
+    }
+    accel_tensor *ids = in->ids;
     if (!accel_tensor_check(ids, "accel_llama_loss", "ids")) return NULL;
-    if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META) {
+    if (ids->ndim != 2 || ids->shape[1] < 2 || ids->device.type == ACCEL_DEV_META || in->cache) {
         char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: ids must be [B, T>=2] with data, got %s",
-                        accel_shape_str(ids, b, sizeof b));
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: ids must be [B, T>=2] with data, and no KV cache, got %s%s",
+                        accel_shape_str(ids, b, sizeof b), in->cache ? " and a cache" : "");
         return NULL;
     }
     /* the logits go to the loss, not to the caller: an Accelerator's autocast
@@ -956,10 +1107,12 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
     const accel_llama_config *c = root ? &root->cfg : NULL;
     /* with output_router_logits: plus the load-balancing loss of the sparse layers' routers */
     bool balance = c && c->output_router_logits && c->num_local_experts > 0;
-    if (balance && cp->pg) {
+    if (balance && (cp->pg || in->attention_mask)) {
         accel__module_keep_outputs(kept);
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing loss of "
-                        "the experts' routers) is not implemented under context parallelism");
+                        "the experts' routers) is not implemented %s",
+                        cp->pg ? "under context parallelism"
+                               : "with an attention_mask (the masked tokens left out of the balance)");
         return NULL;
     }
     accel__moe_aux *aux = balance ? accel__moe_aux_begin(c) : NULL;
@@ -968,8 +1121,11 @@ accel_tensor *accel_llama_loss(accel_module *llama, accel_tensor *ids) {
         return NULL;
     }
     accel__moe_aux *outer = balance ? accel__moe_aux_collect(aux) : NULL;
-    accel_tensor *loss = cp && cp->pg ? accel__decoder_cp_loss(llama, cp, ids)
-                                      : accel__causal_lm_loss(llama, accel_llama_forward(llama, ids, NULL), ids);
+    accel_tensor *loss = cp && cp->pg && !in->attention_mask && !in->position_ids
+                             ? accel__decoder_cp_loss(llama, cp, ids) /* else the forward's refusal */
+                         : in->attention_mask
+                             ? labels_loss(llama, accel_llama_forward_ex(llama, in), masked_labels(ids, in->attention_mask))
+                             : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
     if (balance) {
         accel__moe_aux_collect(outer);
         accel_tensor *lb = loss ? accel__moe_aux_loss(aux, loss) : NULL;
@@ -988,7 +1144,12 @@ accel_tensor *accel__causal_lm_loss(accel_module *llama, accel_tensor *logits, a
     if (!pad || accel_fill_(pad, -100) != ACCEL_OK) return NULL;
     accel_tensor *ids64 = ids->dtype == ACCEL_I64 ? ids : accel_to_dtype(ids, ACCEL_I64);
     accel_tensor *labels = ids64 ? accel_concat(2, (accel_tensor *[]){accel_slice(ids64, 1, 1, T, 1), pad}, 1) : NULL;
-    if (!labels) return NULL;
+    return labels_loss(llama, logits, labels);
+}
+
+/* The mean cross-entropy of logits [B, T, V] against labels [B, T] (i64, -100 ignored). */
+static accel_tensor *labels_loss(accel_module *llama, accel_tensor *logits, accel_tensor *labels) {
+    if (!logits || !labels) return NULL;
     /* logits [B, T, V] with labels [B, T]: no reshape between the head and
      * the loss, so the loss's gradient becomes the head's output gradient as
      * it is (no copy of [B T, V]). Under tp the logits are this rank's
@@ -1016,8 +1177,8 @@ accel_tensor *accel__decoder_stage_forward(accel_module *llama, accel_tensor *x,
     accel_module *model = llama->children[ROOT_MODEL];
     accel_tensor *h = x;
     if (accel_module_enter(llama, &h) != ACCEL_OK || accel_module_enter(model, &h) != ACCEL_OK) return NULL;
-    if (first && h) h = embed(model, c, a, h, 0);
-    h = run_layers(model, a, h, lo, hi, last, 0, NULL);
+    if (first && h) h = embed(model, c, a, h, 0, NULL);
+    h = run_layers(model, a, h, lo, hi, last, 0, NULL, NULL);
     if (accel_module_exit(model, &h) != ACCEL_OK) return NULL;
     if (last && h) h = lm_head(llama, c, a, h);
     return accel_module_exit(llama, &h) == ACCEL_OK ? h : NULL;

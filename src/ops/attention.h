@@ -12,4 +12,10 @@
  * the transposed copy of accel_sdpa's. Differentiable. */
 accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale);
 
+/* (rope.c) accel_rope_freqs over x [B, H, T, D] whose row b's position t is
+ * pos[b T + t] (host, >= 0; position ids that differ between the rows of a
+ * padded batch). */
+accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const float *inv_freq,
+                                    double attention_scaling);
+
 #endif

@@ -1,5 +1,6 @@
 /* accel__masked_attention (attention_masked.h): the sliding-window mask and
  * soft-capping over explicit scores, composed of differentiable ops. */
+#include <float.h>
 #include <math.h>
 
 #include "attention_masked.h"
@@ -16,20 +17,61 @@ accel_tensor *accel__window_mask(int64_t rows, int64_t T, int64_t S, int64_t pos
     return accel_from_data(ACCEL_F32, 2, (int64_t[]){rows, S}, m);
 }
 
+/* The additive mask [B, 1, rows, S] of accel__window_mask's rows with the
+ * keys row b does not keep (keep[b S + j] 0) masked too, every masked entry
+ * at half the lowest finite value of dt, not -inf: a query that sees no
+ * key at all (a left pad's) gets finite probabilities (equal over all S
+ * keys, as transformers' eager attention) where -inf made them NaN, and a
+ * masked score plus it stays finite in dt. *live: [B, 1, rows, 1] of 1 for
+ * the rows that see a key, 0 for the others, or NULL when every row does. */
+static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int64_t pos, int64_t W,
+                              const uint8_t *keep, accel_dtype dt, accel_tensor **live) {
+    float low = dt == ACCEL_F16 ? -65504.0f / 2 : dt == ACCEL_BF16 ? -3.38953139e38f / 2 : -FLT_MAX / 2;
+    float *m = accel_arena_alloc(accel_step_arena(), (size_t)(B * rows * S) * sizeof *m, 64);
+    float *l = accel_arena_alloc(accel_step_arena(), (size_t)(B * rows) * sizeof *l, 64);
+    if (!m || !l) return NULL;
+    bool dead = false;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t qpos = pos + r % T;
+            float *row = m + (b * rows + r) * S;
+            bool seen = false;
+            for (int64_t j = 0; j < S; j++) {
+                bool see = keep[b * S + j] && j <= qpos && (!W || j > qpos - W);
+                row[j] = see ? 0.0f : low;
+                seen |= see;
+            }
+            l[b * rows + r] = seen;
+            dead |= !seen;
+        }
+    *live = dead ? accel_from_data(ACCEL_F32, 4, (int64_t[]){B, 1, rows, 1}, l) : NULL;
+    return !dead || *live ? accel_from_data(ACCEL_F32, 4, (int64_t[]){B, 1, rows, S}, m) : NULL;
+}
+
+/* t as x's dtype on x's device. */
+static accel_tensor *like(accel_tensor *t, const accel_tensor *x) {
+    if (t && t->dtype != x->dtype) t = accel_to_dtype(t, x->dtype);
+    if (t && !accel_device_eq(t->device, x->device)) t = accel_to_device(t, x->device);
+    return t;
+}
+
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      double scale, double cap, double drop) {
+                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop) {
     if (!q || !k || !v) return NULL;
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
     int64_t G = H / Hkv;
     /* query head h uses kv head h / G: rows of one kv head's G query heads together */
     accel_tensor *qg = accel_reshape(accel_contiguous(q), 4, (int64_t[]){B, Hkv, G * T, D});
-    accel_tensor *mask = qg ? accel__window_mask(G * T, T, S, pos, 0, W) : NULL;
-    if (mask && mask->dtype != qg->dtype) mask = accel_to_dtype(mask, qg->dtype);
-    if (mask && !accel_device_eq(mask->device, qg->device)) mask = accel_to_device(mask, qg->device);
+    accel_tensor *live = NULL;
+    accel_tensor *mask = like(!qg  ? NULL
+                              : keep ? pad_mask(B, G * T, T, S, pos, W, keep, qg->dtype, &live)
+                                     : accel__window_mask(G * T, T, S, pos, 0, W), qg);
     accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
                                             scale > 0 ? scale : 1.0 / sqrt((double)D));
     if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
     accel_tensor *probs = accel_softmax(accel_add(scores, mask), 3);
+    /* torch's SDPA: a query that sees no key gets probabilities 0 (and no gradient) */
+    if (live && unseen_zero) probs = accel_mul(probs, like(live, probs));
     if (drop > 0) probs = accel_dropout(probs, drop, true, NULL);
     accel_tensor *o = accel_matmul(probs, v); /* [B, Hkv, G T, D] */
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});

@@ -5,6 +5,8 @@
 #ifndef ACCEL_OPS_ATTENTION_MASKED_H
 #define ACCEL_OPS_ATTENTION_MASKED_H
 
+#include <stdint.h>
+
 #include "accel/cp.h"
 
 /* Attention where query t (at position pos + t) sees keys (at 0..) j with
@@ -13,10 +15,14 @@
  * backend has). Scores are scaled by `scale` (<= 0: 1/sqrt(D)), then
  * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2); the probabilities
  * go through dropout of probability drop (GPT-2's attn_pdrop while training;
- * 0: none). q [B, H, T, D],
+ * 0: none). keep [B, S] (host; NULL: every key): batch row b sees key j
+ * only where keep[b S + j] (a padded batch's attention_mask); a query row
+ * that then sees no key (a left pad) gets 0 with unseen_zero (torch's
+ * SDPA, transformers' default attention), else the mean of all S values
+ * (its eager attention, Gemma 2's), finite either way. q [B, H, T, D],
  * k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D]. Differentiable. */
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      double scale, double cap, double drop);
+                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop);
 
 /* The additive mask [rows, S] (f32, a step tensor on the cpu) of query row
  * r, at position pos + r % T (rows: T positions of one or more heads), over

@@ -7,11 +7,39 @@
  * the CPU the backward writes x's gradient in x's own layout). */
 #include <math.h>
 
+#include "attention.h"
 #include "nn_internal.h"
 
 /* t itself when the rope kernel reads it in place (its last dim contiguous), else a contiguous copy. */
 static accel_tensor *rope_input(accel_tensor *t) {
     return t && t->stride[3] != 1 && t->shape[3] > 1 ? accel__contig(t) : t;
+}
+
+/* Row b of t [B, H, T, D] as [1, H, T, D] (a view), or t itself when the
+ * tables are shared by every row (nb 1). */
+static accel_tensor *row_of(accel_tensor *t, int64_t nb, int64_t b) {
+    if (nb == 1) return t;
+    int64_t shape[4] = {1, t->shape[1], t->shape[2], t->shape[3]};
+    return accel_view_raw(t, 4, shape, t->stride, b * t->stride[0]);
+}
+
+/* The rope kernel over x into y (beta 0 overwrites, 1 adds) with cos/sin
+ * tables [nb, T, half]: nb 1 shared by every batch row, nb B one set a row
+ * (positions that differ between rows: accel__rope_positions). */
+static accel_status rotate(const char *op, accel_tensor *y, accel_tensor *x, accel_tensor *cst, accel_tensor *snt,
+                           int64_t nb, float sign, float beta) {
+    int64_t H = x->shape[1], T = x->shape[2], half = x->shape[3] / 2;
+    for (int64_t b = 0; b < nb; b++) {
+        accel_tensor *yb = row_of(y, nb, b), *xb = row_of(x, nb, b);
+        accel_tensor *c = nb == 1 ? cst : accel_view_raw(cst, 2, (int64_t[]){T, half}, (int64_t[]){half, 1}, b * T * half);
+        accel_tensor *sn = nb == 1 ? snt : accel_view_raw(snt, 2, (int64_t[]){T, half}, (int64_t[]){half, 1}, b * T * half);
+        if (!yb || !xb || !c || !sn) return accel_last_status();
+        accel_k_rope k = {.y = yb, .x = xb, .cos = c, .sin = sn, .BH = xb->shape[0] * H, .T = T, .half = half,
+                          .sign = sign, .beta = beta};
+        accel_status st = ACCEL_KERNEL(op, x->device, rope, &k);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
 }
 
 static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
@@ -27,67 +55,114 @@ static accel_status rope_backward(accel_node *node, accel_tensor *grad_out) {
         return accel_last_status();
     if (!gx.dst) return ACCEL_OK;
     /* The inverse rotation. */
-    accel_k_rope k = {.y = gx.dst, .x = gt, .cos = node->saved[0], .sin = node->saved[1], .BH = node->iarg[0],
-                      .T = node->iarg[1], .half = node->iarg[2], .sign = -1.0f, .beta = gx.beta};
-    accel_status st = ACCEL_KERNEL("rope backward", gt->device, rope, &k);
+    accel_status st = rotate("rope backward", gx.dst, gt, node->saved[0], node->saved[1], node->iarg[0], -1.0f, gx.beta);
     return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
-accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, const float *inv_freq,
-                               double attention_scaling) {
+/* x [B, H, T, D] checked for rope (D even, T in n equal runs) and its
+ * output; on meta the output alone. */
+static bool rope_begin(accel_tensor *x, int n, accel_device *dev, accel_tensor **out) {
     static const char *OP = "accel_rope";
     accel_tensor *in[1] = {x};
-    accel_device dev;
-    if (!accel__op_begin(OP, 1, in, &dev) || !accel__op_check_float(OP, x, "x")) return NULL;
+    *out = NULL;
+    if (!accel__op_begin(OP, 1, in, dev) || !accel__op_check_float(OP, x, "x")) return false;
     if (x->ndim != 4 || x->shape[3] % 2 != 0 || n < 1 || x->shape[2] % n != 0) {
         char b[96];
         accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: x must be [B, H, T, D] with D even (and T in %d equal runs), "
                         "got %s", n, accel_shape_str(x, b, sizeof b));
-        return NULL;
+        return false;
     }
-    /* one past a run's last position, pos_offset + T / n, must be an int64
-     * (ops.h: pos_offset + T < 2^63): past it the positions wrap negative
-     * (signed overflow) */
-    bool pos_ok = true;
-    int64_t bad_pos = pos0[0];
-    for (int i = 0; i < n; i++)
-        if (pos0[i] < 0 || pos0[i] > INT64_MAX - x->shape[2] / n) {
-            pos_ok = false;
-            bad_pos = pos0[i];
-        }
-    if (!inv_freq || !(attention_scaling > 0.0) || !isfinite(attention_scaling) || !pos_ok) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "accel_rope: inv_freq must be given, attention_scaling finite and > 0, pos_offset >= 0 "
-                        "with pos_offset + T < 2^63 (got %s, %g, %lld)", inv_freq ? "inv_freq" : "NULL",
-                        attention_scaling, (long long)bad_pos);
-        return NULL;
-    }
-    accel_tensor *out = accel__op_out(x->dtype, 4, x->shape, dev);
-    if (!out || dev.type == ACCEL_DEV_META) return out;
-    int64_t BH = x->shape[0] * x->shape[1], T = x->shape[2], half = x->shape[3] / 2, run = T / n;
-    accel_tensor *freq = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(half), dev);
-    accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
-    accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
+    *out = accel__op_out(x->dtype, 4, x->shape, *dev);
+    return *out != NULL;
+}
+
+/* out = x rotated by the tables cos/sin [nb, T, half] (rotate), recorded. */
+static accel_tensor *rope_apply(accel_tensor *x, accel_tensor *out, accel_tensor *cst, accel_tensor *snt, int64_t nb) {
     accel_tensor *xs = rope_input(x);
-    if (!xs || !cst || !snt || !freq || accel_tensor_from_host(freq, inv_freq) != ACCEL_OK) return NULL;
-    for (int i = 0; i < n; i++) { /* the tables' rows of run i (contiguous views) */
-        accel_tensor *c = n == 1 ? cst : accel_slice(cst, 0, i * run, (i + 1) * run, 1);
-        accel_tensor *sn = n == 1 ? snt : accel_slice(snt, 0, i * run, (i + 1) * run, 1);
-        accel_k_rope_tables kt = {.cos = c, .sin = sn, .inv_freq = freq, .T = run, .half = half, .pos0 = pos0[i],
-                                  .scale = (float)attention_scaling};
-        if (!c || !sn || ACCEL_KERNEL(OP, dev, rope_tables, &kt) != ACCEL_OK) return NULL;
-    }
-    accel_k_rope k = {.y = out, .x = xs, .cos = cst, .sin = snt, .BH = BH, .T = T, .half = half, .sign = 1.0f};
-    if (ACCEL_KERNEL(OP, dev, rope, &k) != ACCEL_OK) return NULL;
-    accel_node *nd = accel_tape_record("rope", rope_backward, out, 1, in);
+    if (!xs || rotate("accel_rope", out, xs, cst, snt, nb, 1.0f, 0.0f) != ACCEL_OK) return NULL;
+    accel_node *nd = accel_tape_record("rope", rope_backward, out, 1, &x);
     if (nd) {
         nd->saved[0] = cst;
         nd->saved[1] = snt;
-        nd->iarg[0] = BH;
-        nd->iarg[1] = T;
-        nd->iarg[2] = half;
+        nd->iarg[0] = nb;
     }
     return out;
+}
+
+/* Whether inv_freq is given and attention_scaling finite and > 0 (else the error). */
+static bool freqs_ok(const float *inv_freq, double attention_scaling) {
+    if (inv_freq && attention_scaling > 0.0 && isfinite(attention_scaling)) return true;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: inv_freq must be given, attention_scaling finite and > 0 "
+                    "(got %s, %g)", inv_freq ? "inv_freq" : "NULL", attention_scaling);
+    return false;
+}
+
+/* inv_freq [half] on dev. */
+static accel_tensor *freqs_on(const float *inv_freq, int64_t half, accel_device dev) {
+    accel_tensor *freq = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(half), dev);
+    return freq && accel_tensor_from_host(freq, inv_freq) == ACCEL_OK ? freq : NULL;
+}
+
+/* The tables' rows [t0, t0 + run) at positions p0.. (the rope_tables kernel). */
+static accel_status tables_run(accel_tensor *cst, accel_tensor *snt, accel_tensor *freq, int64_t t0, int64_t run,
+                               int64_t p0, double scale) {
+    int64_t half = cst->shape[cst->ndim - 1], sh[2] = {run, half}, st[2] = {half, 1};
+    accel_tensor *c = accel_view_raw(cst, 2, sh, st, t0 * half), *sn = accel_view_raw(snt, 2, sh, st, t0 * half);
+    accel_k_rope_tables kt = {.cos = c, .sin = sn, .inv_freq = freq, .T = run, .half = half, .pos0 = p0,
+                              .scale = (float)scale};
+    return c && sn ? ACCEL_KERNEL("accel_rope", cst->device, rope_tables, &kt) : accel_last_status();
+}
+
+accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, const float *inv_freq,
+                               double attention_scaling) {
+    accel_device dev;
+    accel_tensor *out;
+    if (!rope_begin(x, n, &dev, &out) || !freqs_ok(inv_freq, attention_scaling)) return NULL;
+    /* one past a run's last position, pos_offset + T / n, must be an int64
+     * (ops.h: pos_offset + T < 2^63): past it the positions wrap negative
+     * (signed overflow) */
+    for (int i = 0; i < n; i++)
+        if (pos0[i] < 0 || pos0[i] > INT64_MAX - x->shape[2] / n) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: pos_offset must be >= 0 with pos_offset + T < 2^63 "
+                            "(got %lld)", (long long)pos0[i]);
+            return NULL;
+        }
+    if (dev.type == ACCEL_DEV_META) return out;
+    int64_t T = x->shape[2], half = x->shape[3] / 2, run = T / n;
+    accel_tensor *freq = freqs_on(inv_freq, half, dev);
+    accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
+    accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(T, half), dev);
+    if (!freq || !cst || !snt) return NULL;
+    for (int i = 0; i < n; i++)
+        if (tables_run(cst, snt, freq, i * run, run, pos0[i], attention_scaling) != ACCEL_OK) return NULL;
+    return rope_apply(x, out, cst, snt, 1);
+}
+
+accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const float *inv_freq,
+                                    double attention_scaling) {
+    accel_device dev;
+    accel_tensor *out;
+    if (!rope_begin(x, 1, &dev, &out) || !freqs_ok(inv_freq, attention_scaling)) return NULL;
+    int64_t B = x->shape[0], T = x->shape[2], half = x->shape[3] / 2;
+    for (int64_t i = 0; i < B * T; i++)
+        if (pos[i] < 0) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: position %lld (row %lld, index %lld) is negative",
+                            (long long)pos[i], (long long)(i / T), (long long)(i % T));
+            return NULL;
+        }
+    if (dev.type == ACCEL_DEV_META) return out;
+    accel_tensor *freq = freqs_on(inv_freq, half, dev);
+    accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
+    accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
+    if (!freq || !cst || !snt) return NULL;
+    /* the tables [B T, half] a run of consecutive positions at a time (a
+     * left-padded row: its pads one by one, then its tokens in one run; a
+     * run may go on into the next row, whose table rows follow) */
+    for (int64_t i = 0, j; i < B * T; i = j) {
+        for (j = i + 1; j < B * T && pos[j] == pos[j - 1] + 1;) j++;
+        if (tables_run(cst, snt, freq, i, j - i, pos[i], attention_scaling) != ACCEL_OK) return NULL;
+    }
+    return rope_apply(x, out, cst, snt, B);
 }
 
 accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,

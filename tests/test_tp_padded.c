@@ -1,0 +1,99 @@
+/* Padded batches under tensor parallelism (accel_llama_parallelize) on 2
+ * forked processes: the heads are split, the attention_mask is every rank's
+ * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
+ * GPT-2 (learned positions from position_ids) and Qwen3-MoE: the loss with
+ * a left-padded mask and every gradient within 1e-5 of one process, then
+ * accel_generate_batch's greedy tokens identical; under sequence and
+ * context parallelism the mask is refused by name. */
+#include "accel/cp.h"
+#include "check.h"
+#include "dist_group.h"
+#include "tiny_llama.h"
+#include "tp_fixture.h"
+
+enum { B = 2, T = 8, NEW = 6 };
+
+static const int64_t MASK[B * T] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
+
+static void family_matches(accel_pg *pg, const char *family) {
+    accel_manual_seed(11);
+    accel_module *ref = tiny_family(11, family), *tp = tiny_family(11, family);
+    CHECK_MSG(accel_llama_parallelize(tp, pg, false) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    int64_t idv[B * T], pos[B * T];
+    for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
+    for (int b = 0; b < B; b++)
+        for (int t = 0, seen = 0; t < T; t++) seen += (int)MASK[b * T + t], pos[b * T + t] = MASK[b * T + t] ? seen - 1 : 0;
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK),
+                 *p = pi64(ACCEL_SHAPE(B, T), pos);
+    accel_llama_inputs in = {.ids = ids, .attention_mask = mask, .position_ids = p};
+    accel_tensor *lr = accel_llama_loss_ex(ref, &in);
+    CHECK(lr && accel_backward(lr) == ACCEL_OK);
+    double want = lr ? accel_item(lr) : NAN;
+    accel_step_reset();
+    accel_tensor *lt = accel_llama_loss_ex(tp, &in);
+    CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    if (lt)
+        CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s: loss %.9g, want %.9g", family,
+                  accel_item(lt), want);
+    grads_match(tp, ref);
+    accel_step_reset();
+    int64_t a[B * (T + NEW)], b[B * (T + NEW)], ca = 0, cb = 0;
+    accel_generate_opts o = {.max_new_tokens = NEW};
+    CHECK(accel_generate_batch(ref, idv, MASK, B, T, &o, a, &ca) == ACCEL_OK);
+    CHECK_MSG(accel_generate_batch(tp, idv, MASK, B, T, &o, b, &cb) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    CHECK_MSG(ca == cb && !memcmp(a, b, sizeof(int64_t) * (size_t)(B * ca)), "%s: batched tokens differ under tp",
+              family);
+    accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(p);
+    accel_module_free(ref), accel_module_free(tp);
+}
+
+/* Under context parallelism each rank holds chunks of the positions: refused. */
+static void context_parallel_refused(accel_pg *pg) {
+    accel_module *cp = tiny_family(11, "llama");
+    CHECK(accel_llama_context_parallelize(cp, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
+    int64_t idv[B * T] = {0};
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK);
+    CHECK(!accel_llama_loss_ex(cp, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}));
+    CHECK_STR_CONTAINS(accel_last_error(), "attention_mask and position_ids under context parallelism are not");
+    accel_clear_error();
+    accel_step_reset();
+    accel_tensor_free(ids), accel_tensor_free(mask);
+    accel_module_free(cp);
+}
+
+/* Under sequence parallelism each rank holds T / tp positions: refused. */
+static void sequence_parallel_refused(accel_pg *pg) {
+    accel_module *tp = tiny_family(11, "llama");
+    CHECK(accel_llama_parallelize(tp, pg, true) == ACCEL_OK);
+    int64_t idv[B * T] = {0};
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK);
+    CHECK(!accel_llama_loss_ex(tp, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}));
+    CHECK_STR_CONTAINS(accel_last_error(), "under sequence parallelism is not implemented");
+    accel_clear_error();
+    accel_step_reset();
+    accel_tensor_free(ids), accel_tensor_free(mask);
+    accel_module_free(tp);
+}
+
+static int body(int rank, int world) {
+    (void)world;
+    if (accel_dist_init() != ACCEL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    accel_pg *pg = accel_dist_default_group();
+    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe"};
+    for (int f = 0; f < 4; f++) family_matches(pg, families[f]);
+    sequence_parallel_refused(pg);
+    context_parallel_refused(pg);
+    accel_dist_finalize();
+    return check_summary();
+}
+
+int main(void) {
+    dist_group g = {.world = 2, .one_machine = true, .timeout = "60", .kill_after_s = 120};
+    int status[DIST_GROUP_MAX];
+    dist_group_run(&g, body, status);
+    for (int r = 0; r < g.world; r++) CHECK_MSG(dist_exited_ok(status[r]), "rank %d failed", r);
+    return check_summary();
+}
