@@ -7,8 +7,8 @@
  * logits at the mask's ones within 1e-5 of transformers' forward with the
  * attention_mask (and with generate's position ids), finite everywhere; the
  * loss with the mask (labels -100 at the pads) and every gradient within 1e-5
- * relative, also with gradient checkpointing (refused by name where the loss
- * adds the routers' balance); accel_generate_batch's greedy tokens identical
+ * relative, also with gradient checkpointing (Mixtral's and Qwen2-MoE's with
+ * the routers' balance over the kept tokens); accel_generate_batch's greedy tokens identical
  * with an eos that ends one row early (pads after it). Then the refusals
  * (mask shape, dtype, values, cache length, batch), a NULL mask and a mask of
  * ones bit for bit accel_llama_forward, and the batch generation's rules
@@ -78,24 +78,18 @@ static void check_loss(accel_module *m, accel_safetensors *st, accel_llama_input
     CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
     accel_tensor *want = accel_safetensors_tensor(st, "loss", -1);
     accel_tensor *loss = accel_llama_loss_ex(m, in);
-    if (!want) { /* the routers' balance in the loss: refused with a mask */
-        CHECK_MSG(!loss && strstr(accel_last_error(), "with an attention_mask"), "%s: %s", name,
-                  loss ? "loss computed" : accel_last_error());
-        accel_clear_error();
-    } else {
-        CHECK_MSG(loss != NULL, "%s: %s", name, accel_last_error());
-        check_tensor_close(st, "loss", loss, 1e-5, 0);
-        CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s: %s", name, accel_last_error());
-        accel_state_dict *sd = accel_module_state_dict(m);
-        for (int i = 0; loss && i < sd->n; i++) {
-            if (sd->entries[i].is_tied_alias) continue;
-            char g[200];
-            snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
-            check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
-            accel_zero_(sd->entries[i].t->grad);
-        }
-        accel_state_dict_free(sd);
+    CHECK_MSG(want && loss != NULL, "%s: %s", name, accel_last_error());
+    check_tensor_close(st, "loss", loss, 1e-5, 0);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s: %s", name, accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int i = 0; loss && i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue;
+        char g[200];
+        snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
+        check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
+        accel_zero_(sd->entries[i].t->grad);
     }
+    accel_state_dict_free(sd);
     accel_tensor_free(want);
     accel_step_reset();
     CHECK(accel_module_set_gradient_checkpointing(m, false) == ACCEL_OK);

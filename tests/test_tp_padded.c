@@ -1,8 +1,10 @@
 /* Padded batches under tensor parallelism (accel_llama_parallelize) on 2
  * forked processes: the heads are split, the attention_mask is every rank's
  * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
- * GPT-2 (learned positions from position_ids) and Qwen3-MoE: the loss with
- * a left-padded mask and every gradient within 1e-5 of one process, then
+ * GPT-2 (learned positions from position_ids), Qwen3-MoE, and Mixtral and
+ * Qwen2-MoE with the routers' load-balancing loss (its means over the kept
+ * tokens): the loss with a left-padded mask and every gradient within 1e-5
+ * of one process, then
  * accel_generate_batch's greedy tokens identical; under sequence and
  * context parallelism the mask is refused by name. */
 #include "accel/cp.h"
@@ -15,9 +17,16 @@ enum { B = 2, T = 8, NEW = 6 };
 
 static const int64_t MASK[B * T] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
 
-static void family_matches(accel_pg *pg, const char *family) {
+/* The tiny model of `family`, seeded alike; with the balancing loss when `balance`. */
+static accel_module *model_of(const char *family, bool balance) {
     accel_manual_seed(11);
-    accel_module *ref = tiny_family(11, family), *tp = tiny_family(11, family);
+    accel_llama_config c = tiny_family_config(family);
+    if (balance) c.output_router_logits = true, c.router_aux_loss_coef = 0.5;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+static void family_matches(accel_pg *pg, const char *family, bool balance) {
+    accel_module *ref = model_of(family, balance), *tp = model_of(family, balance);
     CHECK_MSG(accel_llama_parallelize(tp, pg, false) == ACCEL_OK, "%s: %s", family, accel_last_error());
     int64_t idv[B * T], pos[B * T];
     for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
@@ -83,7 +92,9 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe"};
-    for (int f = 0; f < 4; f++) family_matches(pg, families[f]);
+    for (int f = 0; f < 4; f++) family_matches(pg, families[f], false);
+    family_matches(pg, "mixtral", true);
+    family_matches(pg, "qwen2_moe", true);
     sequence_parallel_refused(pg);
     context_parallel_refused(pg);
     accel_dist_finalize();

@@ -14,9 +14,9 @@ Writes tests/data/hf_padded/<name>.safetensors:
     logits_pos [43, V] f32   the same with position_ids = mask.cumsum(-1) - 1,
                              0 at the pads (what its generate passes)
     loss, g.<param>          model(ids, attention_mask=mask, labels=ids with -100
-                             at the pads).loss and every gradient (not for the
-                             fixtures whose loss adds the routers' balance:
-                             mixtral, qwen2_moe, which accel refuses with a mask)
+                             at the pads).loss and every gradient (mixtral,
+                             qwen2_moe: plus the routers' load-balancing loss,
+                             whose means leave the masked tokens out)
     greedy     [3, 20 + 12]  generate(ids, attention_mask=mask, max_new_tokens=12,
                              greedy, eos_token_id=eos, pad_token_id=PAD_ID)
     eos        [1] i64       row 1's third (or later) new token of a run without
@@ -69,8 +69,8 @@ def main():
         model = AutoModelForCausalLM.from_pretrained(os.path.join(DATA, "hf_arch_" + name),
                                                      dtype=torch.float32).eval()
         model.generation_config.eos_token_id = None
-        # the routers' balance: accel refuses it with a mask (and transformers'
-        # generate fails on it with a cache: its mask is the whole sequence's)
+        # the routers' balance in the loss only: transformers' generate fails on it
+        # with a cache (its mask is the whole sequence's)
         balance = getattr(model.config, "output_router_logits", False)
         model.config.output_router_logits = False
         # the first seed whose batch has an eos candidate
@@ -89,14 +89,15 @@ def main():
             out["logits"] = model(input_ids=ids, attention_mask=mask).logits.reshape(-1, V)[rows].float()
             out["logits_pos"] = model(input_ids=ids, attention_mask=mask,
                                       position_ids=pos).logits.reshape(-1, V)[rows].float()
-        if not balance:
-            model.zero_grad()
-            loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
-            loss.backward()
-            out["loss"] = loss.detach().float()
-            grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
-            for n, t in revert_weight_conversion(model, grads).items():
-                out["g." + n] = t
+        model.config.output_router_logits = balance
+        model.zero_grad()
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        loss.backward()
+        model.config.output_router_logits = False
+        out["loss"] = loss.detach().float()
+        grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
+        for n, t in revert_weight_conversion(model, grads).items():
+            out["g." + n] = t
         with torch.no_grad():
             out["greedy"] = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False,
                                            eos_token_id=eos, pad_token_id=PAD_ID)

@@ -1107,15 +1107,20 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     const accel_llama_config *c = root ? &root->cfg : NULL;
     /* with output_router_logits: plus the load-balancing loss of the sparse layers' routers */
     bool balance = c && c->output_router_logits && c->num_local_experts > 0;
-    if (balance && (cp->pg || in->attention_mask)) {
+    if (balance && cp->pg) {
         accel__module_keep_outputs(kept);
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_loss: output_router_logits (the load-balancing loss of "
-                        "the experts' routers) is not implemented %s",
-                        cp->pg ? "under context parallelism"
-                               : "with an attention_mask (the masked tokens left out of the balance)");
+                        "the experts' routers) is not implemented under context parallelism");
         return NULL;
     }
-    accel__moe_aux *aux = balance ? accel__moe_aux_begin(c) : NULL;
+    /* with an attention_mask the statistics are the kept tokens' (transformers' masked means) */
+    int64_t B = ids->shape[0], T = ids->shape[1];
+    const int64_t *m = balance && in->attention_mask
+                           ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:")
+                           : NULL;
+    uint8_t *keep = m ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
+    for (int64_t i = 0; keep && i < B * T; i++) keep[i] = m[i] != 0;
+    accel__moe_aux *aux = balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
     if (balance && !aux) {
         accel__module_keep_outputs(kept);
         return NULL;

@@ -205,6 +205,8 @@ static accel_status balance_backward(accel_node *n, accel_tensor *g) {
     double rows = (double)x->rows;
     for (int64_t e = 0; e < E; e++) G[e] = (float)(x->grad * (double)E * x->counts[e] / rows / rows);
     for (int64_t i = 1; i < N; i++) memcpy(G + i * E, G, (size_t)E * sizeof *G);
+    for (int64_t i = 0; x->keep && i < N; i++) /* a masked token's probabilities are in no mean */
+        if (!x->keep[i]) memset(G + i * E, 0, (size_t)E * sizeof *G);
     accel_tensor *gp = upload(ACCEL_F32, 2, p->shape, G, p->device);
     return gp ? accel_grad_accumulate(p, gp) : accel_last_status();
 }
@@ -222,6 +224,10 @@ static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tenso
     int64_t N = logits->shape[0], E = logits->shape[1];
     accel_tensor *p = probs32;
     *tie = NULL;
+    if (x->keep && N != x->tokens)
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: a sparse block saw %lld tokens, the "
+                               "attention_mask of the load-balancing loss covers %lld", (long long)N,
+                               (long long)x->tokens);
     if (logits->dtype != ACCEL_F32 && !(p = accel_to_dtype(accel_softmax(logits, 1), ACCEL_F32)))
         return accel_last_status();
     if (p != probs32 && !x->counted) { /* the counts of the top K in the logits' dtype */
@@ -232,12 +238,13 @@ static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tenso
         top_k(P16, N, E, K, s);
         sel = s, P = P16;
     }
-    if (!x->counted) {
-        for (int64_t i = 0; i < N * K; i++) x->counts[sel[i]] += 1;
-        for (int64_t n = 0; n < N; n++)
+    if (!x->counted) /* the tokens the attention_mask keeps (transformers' masked means) */
+        for (int64_t n = 0; n < N; n++) {
+            if (x->keep && !x->keep[n]) continue;
+            for (int64_t k = 0; k < K; k++) x->counts[sel[n * K + k]] += 1;
             for (int64_t e = 0; e < E; e++) x->prob_sum[e] += P[n * E + e];
-        x->rows += N;
-    }
+            x->rows++;
+        }
     /* Under tensor parallelism every rank holds the same statistics, but the
      * region's collectives sum what reaches the router and the input from
      * each rank: the loss's gradient goes through rank 0's alone. */
@@ -355,14 +362,14 @@ accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x) {
 
 /* ---------------------------------------------------------------- load balancing */
 
-accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c) {
+accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c, const uint8_t *keep, int64_t tokens) {
     accel_arena *ar = accel_step_arena();
     accel__moe_aux *x = accel_arena_alloc(ar, sizeof *x, 64);
     double *sums = accel_arena_alloc(ar, 2 * (size_t)c->num_local_experts * sizeof *sums, 64);
     if (!x || !sums) return NULL;
     memset(sums, 0, 2 * (size_t)c->num_local_experts * sizeof *sums);
-    *x = (accel__moe_aux){.experts = c->num_local_experts, .counts = sums, .prob_sum = sums + c->num_local_experts,
-                          .with_grad = accel_is_grad_enabled(), .cfg = c};
+    *x = (accel__moe_aux){.experts = c->num_local_experts, .keep = keep, .tokens = tokens, .counts = sums,
+                          .prob_sum = sums + c->num_local_experts, .with_grad = accel_is_grad_enabled(), .cfg = c};
     return x;
 }
 

@@ -22,7 +22,10 @@ accel_module *accel__moe_block_create(const accel__arch *a, const accel_llama_co
  * checkpointing replays, core_internal.h accel__replayed). In the step
  * arena: the backward reads them after accel_llama_loss has returned. */
 typedef struct accel__moe_aux {
-    int64_t experts, rows; /* rows: tokens x sparse layers seen */
+    int64_t experts, rows; /* rows: tokens counted x sparse layers seen */
+    const uint8_t *keep;   /* [tokens] (B T, the batch's order): 0 where the attention_mask leaves a token
+                            * out of the statistics; NULL: every token counts */
+    int64_t tokens;        /* keep's length */
     double *counts;        /* [experts]: top-k choices per expert */
     double *prob_sum;      /* [experts]: the f32 router probabilities summed over rows */
     bool with_grad;        /* grad mode was on when it began */
@@ -31,9 +34,10 @@ typedef struct accel__moe_aux {
     const accel_llama_config *cfg; /* the model's (its root's resolved config) */
 } accel__moe_aux;
 
-/* New statistics for a model of config c (zeroed) in the step arena; NULL +
- * error. */
-accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c);
+/* New statistics for a model of config c (zeroed) in the step arena, over
+ * the tokens keep marks (keep[tokens], step memory; NULL: all, as
+ * transformers without an attention_mask); NULL + error. */
+accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c, const uint8_t *keep, int64_t tokens);
 /* The calling thread's sparse blocks of x's model collect into x from now
  * on (NULL: stop); returns what was collecting before (to set back). */
 accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x);
