@@ -6,10 +6,11 @@
  *     accel launch --num_processes 2 [--mixed_precision bf16]
  *                  build/bin/cv_example [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]
  *
- * The model is a small ResNet with torchvision's names and blocks: a 3x3
- * stem (conv1, bn1, relu), layer1 (a BasicBlock of 16 channels), layer2 (a
- * BasicBlock of 32 channels at stride 2 with its downsample, a 1x1 strided
- * conv + BatchNorm on the shortcut), adaptive average pooling, fc. The
+ * The model is a small ResNet with torchvision's names and blocks
+ * (cv_resnet.h): a 3x3 stem (conv1, bn1, relu), layer1 (a BasicBlock of 16
+ * channels), layer2 (a BasicBlock of 32 channels at stride 2 with its
+ * downsample, a 1x1 strided conv + BatchNorm on the shortcut), adaptive
+ * average pooling, fc. The
  * BatchNorms' running stats are the ones of rank 0 before each training
  * forward, as torch's DDP broadcasts them (docs/guide/cv.md).
  *
@@ -28,6 +29,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "cv_resnet.h"
 
 #define IMG 16
 #define CLASSES 4
@@ -84,60 +86,6 @@ static accel_dataset *make_split(uint64_t seed, int64_t n) {
     return ds;
 }
 
-/* ---- the model */
-
-/* torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut),
- * the shortcut x itself or its downsample (children conv1, bn1, conv2, bn2,
- * [downsample]). */
-static accel_tensor *block_forward(accel_module *m, accel_tensor *x) {
-    accel_module **c = m->children;
-    accel_tensor *y = accel_relu(accel_module_call(c[1], accel_module_call(c[0], x)));
-    y = accel_module_call(c[3], accel_module_call(c[2], y));
-    accel_tensor *shortcut = m->n_children > 4 ? accel_module_call(c[4], x) : x;
-    return accel_relu(accel_add(y, shortcut));
-}
-
-static const accel_module_ops BLOCK_OPS = {"BasicBlock", block_forward, NULL};
-
-static accel_module *conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
-    int64_t pad = k / 2;
-    return accel_conv2d_new(in, out, (int64_t[]){k, k}, (int64_t[]){stride, stride}, (int64_t[]){pad, pad}, NULL, 1,
-                            false, ACCEL_CPU_DEVICE, ACCEL_F32);
-}
-
-static accel_module *bn(int64_t c) { return accel_batch_norm2d_new(c, 1e-5, 0.1, true, true, ACCEL_CPU_DEVICE, ACCEL_F32); }
-
-static accel_module *basic_block(int64_t in, int64_t out, int64_t stride) {
-    accel_module *m = accel_module_new(&BLOCK_OPS, NULL);
-    bool ok = m && accel_module_add_child(m, "conv1", conv(in, out, 3, stride)) && accel_module_add_child(m, "bn1", bn(out)) &&
-              accel_module_add_child(m, "conv2", conv(out, out, 3, 1)) && accel_module_add_child(m, "bn2", bn(out));
-    if (ok && (stride != 1 || in != out))
-        ok = accel_module_add_child(m, "downsample", accel_sequential_new(2, (accel_module *[]){conv(in, out, 1, stride), bn(out)}));
-    if (!ok) accel_module_free(m);
-    return ok ? m : NULL;
-}
-
-/* children: conv1, bn1, relu, layer1, layer2, avgpool, flatten, fc, run in order */
-static accel_module *resnet(void) {
-    accel_module *m = accel_sequential_new(0, NULL);
-    const char *names[] = {"conv1", "bn1", "relu", "layer1", "layer2", "avgpool", "flatten", "fc"};
-    accel_module *parts[] = {conv(3, 16, 3, 1),
-                             bn(16),
-                             accel_relu_module_new(),
-                             accel_sequential_new(1, (accel_module *[]){basic_block(16, 16, 1)}),
-                             accel_sequential_new(1, (accel_module *[]){basic_block(16, 32, 2)}),
-                             accel_adaptive_avg_pool2d_new((int64_t[]){1, 1}),
-                             accel_flatten_new(1, -1),
-                             accel_linear_new(32, CLASSES, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
-    bool ok = m != NULL;
-    for (int i = 0; i < 8; i++) { /* each part added, or freed */
-        if (ok) ok = accel_module_add_child(m, names[i], parts[i]) != NULL;
-        else accel_module_free(parts[i]);
-    }
-    if (!ok) accel_module_free(m);
-    return ok ? m : NULL;
-}
-
 /* The accuracy over every sample of the eval split, predictions and labels
  * gathered from all processes; -1 on error. */
 static double evaluate(accel_accelerator *acc, accel_module *model, accel_dataloader *dl) {
@@ -174,7 +122,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     accel_set_seed(acc, (uint64_t)seed, false); /* the same initial weights on every process */
-    accel_module *model = resnet();
+    accel_module *model = cv_resnet(CLASSES);
     accel_dataset *train_ds = model ? make_split(1, N_TRAIN) : NULL, *eval_ds = train_ds ? make_split(2, N_EVAL) : NULL;
     accel_dataloader *train_dl =
         eval_ds ? accel_dataloader_new(train_ds, &(accel_dataloader_opts){.batch_size = batch, .shuffle = true,
