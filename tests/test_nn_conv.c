@@ -74,6 +74,10 @@ static void test_batch_norm_module(void) {
           !strcmp(sd->entries[1].name, "running_var") && !strcmp(sd->entries[2].name, "num_batches_tracked") &&
           sd->entries[2].t->dtype == ACCEL_I64 && sd->entries[2].t->ndim == 0);
     accel_state_dict_free(sd);
+    /* torch's initial buffers: mean 0, var 1, no batch yet */
+    CHECK(accel_item(accel_sum_all(accel_module_get_tensor(bn, "running_var"))) == 2.0);
+    CHECK(accel_item(accel_sum_all(accel_module_get_tensor(bn, "running_mean"))) == 0.0);
+    CHECK(accel_item(accel_module_get_tensor(bn, "num_batches_tracked")) == 0);
     accel_module_train(bn, true);
     static const char *const xs[3] = {"b3.x0", "b3.x1", "b3.x2"}, *const ys[3] = {"b3.y0", "b3.y1", "b3.y2"};
     for (int s = 0; s < 3; s++) {

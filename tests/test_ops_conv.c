@@ -83,6 +83,14 @@ static void test_conv_vs_torch(void) {
         accel_set_reference_kernels(prev);
     }
     CHECK(cases == 2 * 15);
+    /* inputs that are not leaves (their first gradients are fresh buffers,
+     * written, not added to): case 0 again through x * 1, w * 1, b * 1 */
+    accel_tensor *leaf[3] = {find(&f, "c%d.%s", 0, "x"), find(&f, "c%d.%s", 0, "w"), find(&f, "c%d.%s", 0, "b")};
+    fresh(3, leaf);
+    accel_tensor *y = accel_conv2d(accel_mul_scalar(leaf[0], 1.0), accel_mul_scalar(leaf[1], 1.0),
+                                   accel_mul_scalar(leaf[2], 1.0), (int64_t[]){1, 1}, (int64_t[]){1, 1},
+                                   (int64_t[]){1, 1}, 1);
+    compare_case(&f, "c%d.%s", 0, y, 3, leaf, names);
     fx_free(&f);
 }
 
@@ -111,7 +119,7 @@ static void test_pool_vs_torch(void) {
         compare_case(&f, "p%d.%s", i, y, 1, &x, names);
         kinds[p[0]]++;
     }
-    CHECK(cases == 16 && kinds[0] == 7 && kinds[1] == 5 && kinds[2] == 4);
+    CHECK(cases == 17 && kinds[0] == 7 && kinds[1] == 6 && kinds[2] == 4);
     fx_free(&f);
 }
 
@@ -250,6 +258,10 @@ static void test_autocast_meta_flatten(void) {
     accel_autocast_end(prev);
     CHECK(y16 && y16->dtype == ACCEL_BF16 && bn && bn->dtype == ACCEL_F32);
     CHECK_FX("conv2d under autocast", y16, y32, 2e-2, 2e-2);
+    /* a NaN in a window wins, as in torch */
+    accel_tensor *xn = accel_from_floats(ACCEL_SHAPE(1, 1, 2, 2), (float[]){1.0f, NAN, 3.0f, 2.0f});
+    accel_tensor *mn = accel_max_pool2d(xn, (int64_t[]){2, 2}, NULL, (int64_t[]){0, 0}, one, false);
+    CHECK(mn && isnan(accel_item(mn)));
     /* pools keep the dtype */
     accel_tensor *p16 = accel_max_pool2d(accel_to_dtype(x, ACCEL_BF16), (int64_t[]){2, 2}, NULL, (int64_t[]){0, 0}, one, false);
     CHECK(p16 && p16->dtype == ACCEL_BF16 && p16->shape[3] == 4);
