@@ -103,13 +103,14 @@ L = [
     "backward recomputes im2col, two GEMMs and col2im per image. PyTorch runs oneDNN's direct "
     "convolution (blocked layouts, no im2col). Where the 3x3 shapes are slower the im2col matrix "
     "(9 x the input, written and read again per image) and the backward's col2im are the extra "
-    "memory traffic; the 1x1 and strided-1x1 shapes need none (x is read in place) or little. "
+    "memory traffic; a 1x1 stride-1 convolution needs none (x is read in place). "
     "The small ResNet's step at batch 64 makes ~1,000 GEMM, im2col and col2im calls of one image "
-    "each, each an OpenMP parallel region: on this loaded 2-vCPU machine every region waits for "
-    "both threads to be scheduled, so its wall time is 2-4x its CPU time (PyTorch's: ~1.5x), "
-    "and the CPU-time ratio is the steadier comparison. Putting several small images' columns "
-    "side by side (one GEMM per group for up to 8 MiB of columns) was measured in A/B runs: 15-40% "
-    "more CPU per step (the permuting copies), not kept.",
+    "each, each an OpenMP parallel region that waits for both threads to be scheduled: here accel's "
+    f"step took {med([a / c for a, c in zip(a_s, a_c)]):.1f}x its CPU time in wall time, PyTorch's "
+    f"{med([t / c for t, c in zip(t_s, t_c)]):.1f}x (median of rounds); on a loaded machine the "
+    "CPU-time ratio is the steadier comparison. Putting several small images' columns side by side "
+    "(one GEMM per group for up to 8 MiB of columns, the output permuted back by a strided copy) was "
+    "tried in A/B runs on this machine: 15-40% more CPU per step, cause not isolated; not kept.",
     "",
     f"Machine load average (1/5/15 min) before: {lb}; after: {la}. The machine is shared (2 vCPUs) and another "
     "helper was compiling during these runs: absolute times are not claims, the per-round ratios are the figure.",
