@@ -79,9 +79,14 @@ accel_status accel__cpuk_col2im(accel_k_col2im *k) {
             for (int64_t oh = 0; oh < w->Ho; oh++) {
                 int64_t ih = oh * w->sh - w->ph + i * w->dh;
                 if (ih < 0 || ih >= w->H) continue;
-                float *dst = plane + ih * w->W + off_w;
-                const float *src = row + oh * w->Wo;
-                for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow * w->sw] += src[ow];
+                float *restrict dst = plane + ih * w->W + off_w;
+                const float *restrict src = row + oh * w->Wo;
+                if (w->sw == 1) { /* contiguous: vectorised (dx and col never overlap) */
+#pragma omp simd
+                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow] += src[ow];
+                } else {
+                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow * w->sw] += src[ow];
+                }
             }
         }
     }
