@@ -21,7 +21,7 @@
  * the first 10% of the steps and then decaying linearly (its OneCycleLR's
  * shape), the scheduler sized by the unsharded loader's length. Prints on
  * the main process, per epoch:
- *     epoch 0: 71.88 (this process's train loss 0.8812)
+ *     epoch 0: 94.92 (this process's train loss 0.7903)
  */
 #include <math.h>
 #include <stdio.h>
