@@ -1,5 +1,5 @@
 /* bench/bench_util.h — pieces shared by the Llama step benchmarks
- * (bench_llama_step, bench_gpu_step, bench_ddp_step): medians, process CPU
+ * (bench_llama_step, bench_gpu_step, bench_ddp_step; bench_conv uses the first two): medians, process CPU
  * time, the model/step flags they accept, the model and its ids, the FLOPs
  * count and the timed training step. Header-only: each bench is one program. */
 #ifndef ACCEL_BENCH_UTIL_H
@@ -15,12 +15,12 @@
 #include "accel/accelerator.h"
 #include "accel/nn.h"
 
-static int bench_cmp_double(const void *a, const void *b) {
+static inline int bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-static double bench_median(const double *v, int n) {
+static inline double bench_median(const double *v, int n) {
     double *c = malloc((size_t)n * sizeof *c);
     if (!c) return 0.0;
     memcpy(c, v, (size_t)n * sizeof *c);
@@ -31,7 +31,7 @@ static double bench_median(const double *v, int n) {
 }
 
 /* Process CPU seconds (all threads) and minor page faults so far. */
-static double bench_cpu_seconds(long *minflt) {
+static inline double bench_cpu_seconds(long *minflt) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     *minflt = ru.ru_minflt;
@@ -52,7 +52,7 @@ typedef struct bench_llama_args {
  * --vocab, plus the program's own flags named in `extra` (a subset of
  * "threads", "bucket-mb", "profile", "no-sync", "paired", "mixed_precision"). Returns 0, or 2 after
  * printing what is wrong. */
-static int bench_llama_parse(const char *prog, const char *extra, int argc, char **argv,
+static inline int bench_llama_parse(const char *prog, const char *extra, int argc, char **argv,
                              bench_llama_args *a) {
     *a = (bench_llama_args){.steps = 5, .warmup = 1, .threads = 2, .B = 8, .T = 256, .C = 512,
                             .L = 8, .H = 8, .F = 1536, .V = 8192, .mixed_precision = "no"};
@@ -96,7 +96,7 @@ static int bench_llama_parse(const char *prog, const char *extra, int argc, char
 }
 
 /* The f32 Llama config of the parsed sizes (kv heads = heads). */
-static accel_llama_config bench_llama_config(const bench_llama_args *a) {
+static inline accel_llama_config bench_llama_config(const bench_llama_args *a) {
     accel_llama_config cfg = accel_llama_config_default();
     cfg.vocab_size = a->V;
     cfg.hidden_size = a->C;

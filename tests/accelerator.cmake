@@ -13,7 +13,7 @@ if(TARGET accel_cli)
            COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --debug --num_processes 2 $<TARGET_FILE:test_accelerator_ddp>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(accelerator_ddp_debug_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
-  foreach(t fp16 checkpoint metrics)
+  foreach(t bn fp16 checkpoint metrics)
     add_test(NAME accelerator_${t}_2
              COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_${t}>
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})

@@ -18,7 +18,7 @@ foreach(m ${_gemm_env_modes})
 endforeach()
 list(REMOVE_ITEM _gemm_env_modes bogus)
 foreach(m ${_gemm_env_modes})
-  foreach(t llama_numerics llama_autocast llama_hf ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache step_casts
+  foreach(t llama_numerics llama_autocast llama_hf ops_conv ops_matmul ops_nn nn_layers accelerator_fp16 no_malloc weight_cache step_casts
             training_memory ops_attention_lowp)
     add_test(NAME ${t}_gemm_${m} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(${t}_gemm_${m} PROPERTIES TIMEOUT 300

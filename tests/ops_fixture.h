@@ -17,7 +17,7 @@
 #include "accel/accel.h"
 #include "check.h"
 
-#define FX_MAX 64
+#define FX_MAX 128
 
 typedef struct fx_file {
     int n;

@@ -1746,15 +1746,28 @@ static void test_harness_catches(void) {
     pairs_free();
 }
 
+/* The kernels CUDA does not have yet (docs/cuda.md): their ops fail there
+ * with "kernel <name> is not implemented on cuda:0". Any other absent one
+ * fails the test, and so does one of these once it is there (strike it);
+ * the hostless run (the CPU's kernels) has them all. */
+static bool known_missing(const char *name) {
+    static const char *const NOT_YET[] = {"batch_norm", "batch_norm_backward", "im2col", "col2im", "pool2d",
+                                          "pool2d_backward"};
+    for (size_t i = 0; i < sizeof NOT_YET / sizeof NOT_YET[0]; i++)
+        if (!strcmp(name, NOT_YET[i])) return true;
+    return false;
+}
+
 static void test_missing_reported(void) {
-    int missing = 0, total = 0;
+    int missing = 0, total = 0, unexpected = 0;
 #define NOTE_MISSING(name, T)                                                             \
     total++;                                                                              \
-    if (!g_cuda->kernels.name) fprintf(stderr, "note: cuda has no kernel %s\n", #name), missing++;
+    if (!g_cuda->kernels.name) fprintf(stderr, "note: cuda has no kernel %s\n", #name), missing++; \
+    if (!g_cuda->kernels.name != (g_dev.type == ACCEL_DEV_CUDA && known_missing(#name))) unexpected++;
     ACCEL_KERNELS(NOTE_MISSING)
 #undef NOTE_MISSING
     fprintf(stderr, "cuda implements %d of %d kernels\n", total - missing, total);
-    CHECK(missing == 0);
+    CHECK(unexpected == 0);
 }
 
 #ifdef ACCEL_HAVE_CUDA

@@ -211,6 +211,41 @@ accel_module *accel_embedding_new(int64_t num, int64_t dim, accel_device dev, ac
 accel_module *accel_rms_norm_new(int64_t dim, double eps, accel_device dev, accel_dtype dt);
 accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
                                   accel_dtype dt);
+/* Conv2d(in, out, kernel, stride, padding, dilation, groups, bias) as torch.nn:
+ * weight [out, in / groups, kh, kw], bias [out]; stride, padding, dilation
+ * NULL for torch's defaults (1, 0, 1). Init as torch: U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)) for both, fan_in = in / groups * kh * kw (kaiming-uniform
+ * with a = sqrt(5)). Forward: accel_conv2d. Bad sizes (in or out not a
+ * multiple of groups, a kernel < 1) are refused here, naming them. */
+accel_module *accel_conv2d_new(int64_t in, int64_t out, const int64_t kernel[2], const int64_t stride[2],
+                               const int64_t padding[2], const int64_t dilation[2], int64_t groups, bool bias,
+                               accel_device dev, accel_dtype dt);
+/* Conv1d: weight [out, in / groups, kernel]; accel_conv1d. */
+accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                               int64_t dilation, int64_t groups, bool bias, accel_device dev, accel_dtype dt);
+/* BatchNorm1d (x [N, C] or [N, C, L]) and BatchNorm2d (x [N, C, H, W]) as
+ * torch.nn: weight 1 and bias 0 (dtype dt) when affine; buffers
+ * running_mean (0), running_var (1) (f32 [C]) and num_batches_tracked (i64,
+ * 0-dim) when track_running_stats, saved and loaded under those names. In
+ * training mode (accel_module_train) a forward normalises with the batch's
+ * statistics, adds 1 to num_batches_tracked and updates the running stats
+ * with momentum, or with 1 / num_batches_tracked (a cumulative average) when
+ * momentum < 0 (torch's momentum=None); in eval mode it uses the running
+ * stats (the batch's without them). SyncBatchNorm is not provided: under
+ * DDP each rank normalises with its own batch (as torch's BatchNorm). */
+accel_module *accel_batch_norm1d_new(int64_t C, double eps, double momentum, bool affine, bool track_running_stats,
+                                     accel_device dev, accel_dtype dt);
+accel_module *accel_batch_norm2d_new(int64_t C, double eps, double momentum, bool affine, bool track_running_stats,
+                                     accel_device dev, accel_dtype dt);
+/* MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Flatten (no parameters): the ops
+ * of ops.h with these arguments (stride NULL: the kernel; padding NULL: 0;
+ * dilation NULL: 1). The arguments are checked at the first forward. */
+accel_module *accel_max_pool2d_new(const int64_t kernel[2], const int64_t stride[2], const int64_t padding[2],
+                                   const int64_t dilation[2], bool ceil_mode);
+accel_module *accel_avg_pool2d_new(const int64_t kernel[2], const int64_t stride[2], const int64_t padding[2],
+                                   bool ceil_mode, bool count_include_pad);
+accel_module *accel_adaptive_avg_pool2d_new(const int64_t output_size[2]);
+accel_module *accel_flatten_new(int start_dim, int end_dim);
 /* Children named "0", "1", ... run in order. */
 accel_module *accel_sequential_new(int n, accel_module **children);
 /* Activations as modules (no parameters), for Sequential. */

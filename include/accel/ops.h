@@ -161,6 +161,55 @@ accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float 
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal,
                          double scale);
 
+/* ---------------------------------------------------------------- convolution, batch norm, pooling
+ * As torch.nn.functional defines them, NCHW. Per-dim arguments are int64_t[2]
+ * ({H, W}); a bad one (stride or dilation < 1, padding < 0, groups not
+ * dividing the channels, a kernel larger than the padded input) is an error
+ * naming it. Implemented on the CPU (and the hostless test devices); on
+ * another device they fail with "kernel <name> is not implemented on
+ * <device>". */
+
+/* torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched [C, H, W]),
+ * w [O, C / groups, kh, kw], b [O] or NULL -> [N, O, Ho, Wo] with
+ * Ho = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1. Under autocast
+ * the operands are rounded to the autocast dtype and the result is in it
+ * (f32 accumulation), as matmul. Computed as im2col + the device's GEMM per
+ * image and group (a 1x1 stride-1 unpadded convolution reads x as it is). */
+accel_tensor *accel_conv2d(accel_tensor *x, accel_tensor *w, accel_tensor *b, const int64_t stride[2],
+                           const int64_t padding[2], const int64_t dilation[2], int64_t groups);
+/* torch.nn.functional.conv1d: x [N, C, L] (or [C, L]), w [O, C / groups, k]
+ * -> [N, O, Lo]: conv2d over [N, C, 1, L]. */
+accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, int64_t stride, int64_t padding,
+                           int64_t dilation, int64_t groups);
+/* torch.nn.functional.batch_norm: x [N, C], [N, C, L] or [N, C, H, W];
+ * running_mean / running_var f32 [C] (NULL both: batch statistics always,
+ * track_running_stats=False); weight, bias [C] or NULL. training: normalises
+ * with the batch's mean and biased variance and, when the running stats are
+ * given, updates them in place: r = (1 - momentum) r + momentum * stat, the
+ * variance unbiased (more than one value per channel required). Eval:
+ * normalises with the running stats. Computed in f32; the result has x's
+ * dtype (f32 under autocast, as the other norms). Differentiable in x,
+ * weight and bias; the running stats are not. */
+accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
+                               accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
+                               double eps);
+/* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W]; stride NULL
+ * means kernel; padding (each <= half the dilated kernel) pads with -inf;
+ * ceil_mode rounds the output size up (a last window must start inside the
+ * input or its left padding). A NaN in a window wins. */
+accel_tensor *accel_max_pool2d(accel_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                               const int64_t padding[2], const int64_t dilation[2], bool ceil_mode);
+/* torch.nn.functional.avg_pool2d (no divisor_override): the window's mean,
+ * padding counted in the divisor when count_include_pad. */
+accel_tensor *accel_avg_pool2d(accel_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                               const int64_t padding[2], bool ceil_mode, bool count_include_pad);
+/* torch.nn.functional.adaptive_avg_pool2d: output [.., Ho, Wo]; row window
+ * floor(i H / Ho) .. ceil((i + 1) H / Ho), likewise columns. */
+accel_tensor *accel_adaptive_avg_pool2d(accel_tensor *x, const int64_t output_size[2]);
+/* torch.flatten: dims start_dim..end_dim (negative count from the end) as
+ * one. A view when x is contiguous (accel_reshape). */
+accel_tensor *accel_flatten(accel_tensor *x, int start_dim, int end_dim);
+
 /* Cross-entropy over logits [..., C] and integer targets of the logits' shape
  * without C (PyTorch's rule with the classes last: [N] for [N, C], [] for [C])
  * or the same N targets flat; any other shape is a shape error, even with the

@@ -42,6 +42,7 @@ typedef struct accel__model {
     bool no_sync;          /* inside no_sync */
     int no_sync_depth;     /* open no_sync_begin calls (train.c): they nest, as DDP's no_sync does */
     bool ddp;              /* world > 1 */
+    bool hooked;           /* model.c set its hook (autocast, DDP's buffer broadcast) on m */
     /* DDP's state (private to ddp.c): the gradient memory the local ranks
      * share (DDP and ZeRO-1/2) and the buckets; NULL on one process */
     struct accel__ddp *ddps;

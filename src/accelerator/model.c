@@ -18,16 +18,32 @@
 /* ---------------------------------------------------------------- autocast hook */
 
 typedef struct autocast_ctx {
+    bool autocast;                           /* mixed precision on (else the hook syncs buffers only) */
     accel_dtype dt, prev;
     const accel__fp8_recipe *fp8, *fp8_prev; /* mixed_precision='fp8': TE's fp8_autocast too */
     accel_pg *pg;                            /* fp8: the amaxes are reduced over it (every rank: dp and tp) */
     accel__fp8_state *fp8_state;             /* fp8: the model's metas, and the log of those the forward ran */
     accel__fp8_log *log_prev;
     accel__fp8_cache *cache_prev;
+    /* DDP's broadcast_buffers=True: before a forward that follows one with
+     * gradients and their sync (torch's require_forward_param_sync; true
+     * at first), every buffer of the model (BatchNorm's running stats) is
+     * rank 0's of the data-parallel group. A forward under no_grad or
+     * no_sync leaves the next one unsynced: an eval loop after a training
+     * step syncs once, then runs on those buffers. */
+    accel_accelerator *acc;
+    int n_buffers;                           /* 0: nothing to sync (one process, no buffers, a ZeRO strategy) */
+    accel_tensor **buffers;                  /* accel_malloc'd, the model's own */
+    bool sync_next;
 } autocast_ctx;
+
+static accel_status broadcast_agreed(accel_accelerator *acc, accel_tensor *t);
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
     autocast_ctx *c = ctx;
+    for (int i = 0; c->sync_next && i < c->n_buffers; i++)
+        if (broadcast_agreed(c->acc, c->buffers[i])) return accel_last_status();
+    if (!c->autocast) return ACCEL_OK;
     c->prev = accel_autocast_begin(c->dt);
     /* use_autocast_during_eval=False: an eval forward runs bf16 */
     const bool fp8 = c->fp8 && (m->training || c->fp8->during_eval);
@@ -42,6 +58,13 @@ static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
 /* convert_outputs_to_fp32 */
 static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
     autocast_ctx *c = ctx;
+    if (c->n_buffers) {
+        bool no_sync = false;
+        for (int i = 0; i < c->acc->n_models; i++)
+            if (c->acc->models[i].m == m) no_sync = c->acc->models[i].no_sync;
+        c->sync_next = accel_is_grad_enabled() && !no_sync;
+    }
+    if (!c->autocast) return ACCEL_OK;
     const accel__fp8_recipe *fp8 = accel__fp8_autocast();
     accel_autocast_end(c->prev);
     accel__fp8_autocast_end(c->fp8_prev);
@@ -142,14 +165,44 @@ static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) 
     return st;
 }
 
-static accel_status set_autocast(accel_accelerator *acc, accel__model *pm) {
+static void hook_ctx_free(void *ctx) {
+    autocast_ctx *c = ctx;
+    accel_free(c->buffers);
+    accel_free(c);
+}
+
+/* The model's hook: autocast (mixed precision) and DDP's buffer broadcast
+ * (autocast_ctx), where either applies; none otherwise (*hooked false). */
+static accel_status set_model_hook(accel_accelerator *acc, accel__model *pm, bool *hooked) {
+    *hooked = false;
+    int n = 0;
+    accel_tensor **bufs = NULL;
+    if (pm->ddp && pm->strat == &accel__strategy_ddp) {
+        accel_state_dict *sd = accel_module_state_dict(pm->m);
+        if (!sd) return accel_last_status();
+        bufs = accel_malloc(sizeof *bufs * (size_t)(sd->n ? sd->n : 1));
+        for (int i = 0; bufs && i < sd->n; i++)
+            if (sd->entries[i].is_buffer && !sd->entries[i].is_tied_alias && sd->entries[i].t->device.type != ACCEL_DEV_META)
+                bufs[n++] = sd->entries[i].t;
+        accel_state_dict_free(sd);
+        if (!bufs) return accel_last_status();
+    }
+    if (acc->mp == ACCEL_MP_NO && n == 0) {
+        accel_free(bufs);
+        return ACCEL_OK;
+    }
     autocast_ctx *c = accel_malloc(sizeof *c);
-    if (!c) return accel_last_status();
-    *c = (autocast_ctx){.dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
-                        .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg, .fp8_state = pm->fp8};
-    accel_module_hook h = {autocast_pre, autocast_post, accel_free, c};
+    if (!c) {
+        accel_free(bufs);
+        return accel_last_status();
+    }
+    *c = (autocast_ctx){.autocast = acc->mp != ACCEL_MP_NO, .dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
+                        .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg, .fp8_state = pm->fp8,
+                        .acc = acc, .n_buffers = n, .buffers = bufs, .sync_next = true};
+    accel_module_hook h = {autocast_pre, autocast_post, hook_ctx_free, c};
     accel_status st = accel_module_set_hook(pm->m, &h);
-    if (st) accel_free(c);
+    if (st) hook_ctx_free(c);
+    *hooked = !st;
     return st;
 }
 
@@ -224,7 +277,7 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* the strategy's buffers (ZeRO's shards, the shared gradients) and the autocast hook, agreed on before
      * the broadcast; then the start, agreed on before the undo, whose release is collective under stage 3 */
     st = pm->strat->layout(acc, pm);
-    if (!st && acc->mp != ACCEL_MP_NO) st = set_autocast(acc, pm);
+    if (!st) st = set_model_hook(acc, pm, &pm->hooked);
     st = accel__prepare_agree(acc, st, "lay out the model's parameters, gradients and shards");
     /* the broadcast agrees over each data-parallel group: here every rank learns how the others' went */
     if (!st && pm->ddp) st = accel__prepare_agree(acc, broadcast_weights(acc, pm), "broadcast the weights");
@@ -241,7 +294,8 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel__cp_release(acc, pm->m);
     if (!pm->fp) return ACCEL_OK;
     accel_status st = pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
-    if (acc->mp != ACCEL_MP_NO) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */
+    if (pm->hooked) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */
+    pm->hooked = false;
     accel_flat_params_free(pm->fp);
     pm->fp = NULL;
     return st;

@@ -323,6 +323,31 @@ typedef struct accel_k_layer_norm_backward {
     float dx_beta;
 } accel_k_layer_norm_backward;
 
+/* BatchNorm over x [N, C, S] (f32 contiguous), per channel c over its N * S
+ * values: training: mean[c] and invstd[c] = 1/sqrt(var + eps) of the batch
+ * (var biased); running_mean and running_var (optional, f32 contiguous [C])
+ * become (1 - momentum) r + momentum * the batch's mean and unbiased var
+ * (var * NS / (NS - 1), NS = N * S > 1). Eval: mean = running_mean and
+ * invstd = 1/sqrt(running_var + eps) (both required then). Both: y [N, C, S]
+ * (f32 contiguous) = (x - mean) invstd w + b (w, b optional f32 [C]). */
+typedef struct accel_k_batch_norm {
+    ACCEL_KERNEL_TENSORS(8, *y, *mean, *invstd, *x, *w, *b, *running_mean, *running_var);
+    int64_t N, C, S;
+    float eps, momentum;
+    bool training;
+} accel_k_batch_norm;
+
+/* dx (optional; dx_beta 0 overwrites, 1 adds), dw and db (optional;
+ * accumulated) of batch_norm given g [N, C, S] and the forward's mean and
+ * invstd: through the batch statistics when training, else through the
+ * affine map of the running ones alone. */
+typedef struct accel_k_batch_norm_backward {
+    ACCEL_KERNEL_TENSORS(8, *dx, *dw, *db, *g, *x, *w, *mean, *invstd);
+    int64_t N, C, S;
+    float dx_beta;
+    bool training;
+} accel_k_batch_norm_backward;
+
 /* out (f32, 0-dim) = mean over rows whose target != ignore of
  * logsumexp(x[i]) - x[i, t[i]]; lse [N] written for the backward, count
  * (i64, 0-dim) the rows counted. x [N, C] f32, targets [N] i64, contiguous.
@@ -476,6 +501,63 @@ typedef struct accel_k_unscale {
     float inv;
 } accel_k_unscale;
 
+/* ---------------------------------------------------------------- windows (conv, pooling) */
+
+/* A 2-D window over planes [H, W] giving [Ho, Wo]: kh x kw taps, dilated by
+ * (dh, dw), at stride (sh, sw) over the input padded by (ph, pw). */
+typedef struct accel_k_window2d {
+    int64_t H, W, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw;
+} accel_k_window2d;
+
+/* col [C * kh * kw, Ho * Wo] (contiguous, x's dtype) = the taps of the
+ * image [C, H, W] at element x_off of x (contiguous): row (c, i, j), column
+ * (oh, ow) holds x[c, oh sh - ph + i dh, ow sw - pw + j dw], 0 in padding. */
+typedef struct accel_k_im2col {
+    ACCEL_KERNEL_TENSORS(2, *col, *x);
+    int64_t C, x_off;
+    accel_k_window2d win;
+} accel_k_im2col;
+
+/* The adjoint of im2col: the image [C, H, W] at element x_off of dx (f32
+ * contiguous) += each entry of col [C * kh * kw, Ho * Wo] (f32) at the place
+ * im2col read it from (padding's entries dropped). */
+typedef struct accel_k_col2im {
+    ACCEL_KERNEL_TENSORS(2, *dx, *col);
+    int64_t C, x_off;
+    accel_k_window2d win;
+} accel_k_col2im;
+
+typedef enum accel_k_pool_kind { ACCEL_K_POOL_MAX, ACCEL_K_POOL_AVG, ACCEL_K_POOL_ADAPTIVE_AVG } accel_k_pool_kind;
+
+/* y [P, Ho, Wo] (f32 contiguous) pooled from planes x [P, H, W] (f32
+ * contiguous):
+ *   MAX: the max over the window's taps inside the input (a NaN wins);
+ *        idx (i64 [P, Ho, Wo]) its h * W + w (the first on ties);
+ *   AVG: the mean over rows oh sh - ph .. + kh (cut at H + ph; likewise
+ *        columns) divided by that window's size when count_include_pad,
+ *        else by the count of its taps inside the input (taps outside
+ *        add 0); idx unused (NULL);
+ *   ADAPTIVE_AVG: the mean over rows floor(oh H / Ho) .. ceil((oh + 1) H / Ho)
+ *        and likewise columns (win's taps, stride, padding unused). */
+typedef struct accel_k_pool2d {
+    ACCEL_KERNEL_TENSORS(3, *y, *idx, *x);
+    int64_t P;
+    accel_k_window2d win;
+    accel_k_pool_kind kind;
+    bool count_include_pad;
+} accel_k_pool2d;
+
+/* dx [P, H, W] (f32 contiguous) += the gradient of pool2d (same fields) for
+ * g [P, Ho, Wo] (f32 contiguous): MAX adds g at idx, the averages spread it
+ * over their windows divided as the forward divided. */
+typedef struct accel_k_pool2d_backward {
+    ACCEL_KERNEL_TENSORS(3, *dx, *g, *idx);
+    int64_t P;
+    accel_k_window2d win;
+    accel_k_pool_kind kind;
+    bool count_include_pad;
+} accel_k_pool2d_backward;
+
 /* ---------------------------------------------------------------- the table */
 
 /* X(name, args type) for every kernel. */
@@ -508,6 +590,12 @@ typedef struct accel_k_unscale {
     X(rms_norm_backward, accel_k_rms_norm_backward)       \
     X(layer_norm, accel_k_layer_norm)                     \
     X(layer_norm_backward, accel_k_layer_norm_backward)   \
+    X(batch_norm, accel_k_batch_norm)                     \
+    X(batch_norm_backward, accel_k_batch_norm_backward)   \
+    X(im2col, accel_k_im2col)                             \
+    X(col2im, accel_k_col2im)                             \
+    X(pool2d, accel_k_pool2d)                             \
+    X(pool2d_backward, accel_k_pool2d_backward)           \
     X(cross_entropy, accel_k_cross_entropy)               \
     X(cross_entropy_backward, accel_k_cross_entropy_backward) \
     X(cross_entropy_fused, accel_k_cross_entropy_fused)   \

@@ -15,9 +15,7 @@ accel_tensor *accel__module_tensor(accel_module *m, const char *name) {
     return NULL;
 }
 
-/* A new parameter tensor on the default parameter device (meta inside
- * init_empty_weights). */
-static accel_tensor *new_param(accel_module *m, const char *name, accel_dtype dt, int ndim,
+accel_tensor *accel__new_param(accel_module *m, const char *name, accel_dtype dt, int ndim,
                                const int64_t *shape, accel_device dev) {
     if (!m) return NULL;
     accel_tensor *t = accel_tensor_new(dt, ndim, shape, accel_default_param_device(dev));
@@ -52,8 +50,8 @@ accel_module *accel__linear_create(int64_t in, int64_t out, bool bias, accel_dev
                                    accel_dtype dt, double init_std) {
     if (!check_dims("accel_linear_new", in, out)) return NULL;
     accel_module *m = accel_module_new(&LINEAR_OPS, NULL);
-    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){out, in}, dev);
-    accel_tensor *b = bias ? new_param(m, "bias", dt, 1, &out, dev) : NULL;
+    accel_tensor *w = accel__new_param(m, "weight", dt, 2, (int64_t[]){out, in}, dev);
+    accel_tensor *b = bias ? accel__new_param(m, "bias", dt, 1, &out, dev) : NULL;
     if (!w || (bias && !b)) {
         accel_module_free(m);
         return NULL;
@@ -89,7 +87,7 @@ accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev
                                       double std) {
     if (!check_dims("accel_embedding_new", num, dim)) return NULL;
     accel_module *m = accel_module_new(&EMBEDDING_OPS, NULL);
-    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){num, dim}, dev);
+    accel_tensor *w = accel__new_param(m, "weight", dt, 2, (int64_t[]){num, dim}, dev);
     if (!w || (has_data(w) && accel_rng_normal_(accel_default_rng(), w, 0.0, std) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;
@@ -149,7 +147,7 @@ accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, d
                                     accel_device dev, accel_dtype dt, unsigned roles) {
     accel_module *m = norm_module(ops, eps, "accel_rms_norm_new", dim);
     if (m) ((norm_impl *)m->impl)->roles = roles;
-    accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
+    accel_tensor *w = accel__new_param(m, "weight", dt, 1, &dim, dev);
     if (!w || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;
@@ -173,8 +171,8 @@ static accel_module *layer_norm_create(const accel_module_ops *ops, int64_t dim,
                                        accel_device dev, accel_dtype dt) {
     accel_module *m = norm_module(ops, eps, "accel_layer_norm_new", dim);
     if (!m || !affine) return m;
-    accel_tensor *w = new_param(m, "weight", dt, 1, &dim, dev);
-    accel_tensor *b = w ? new_param(m, "bias", dt, 1, &dim, dev) : NULL;
+    accel_tensor *w = accel__new_param(m, "weight", dt, 1, &dim, dev);
+    accel_tensor *b = w ? accel__new_param(m, "bias", dt, 1, &dim, dev) : NULL;
     if (!b || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;
@@ -206,8 +204,8 @@ static const accel_module_ops CONV1D_OPS = {"Conv1D", conv1d_forward, NULL};
 accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, accel_dtype dt, double init_std) {
     if (!check_dims("accel__conv1d_create", in, out)) return NULL;
     accel_module *m = accel_module_new(&CONV1D_OPS, NULL);
-    accel_tensor *w = new_param(m, "weight", dt, 2, (int64_t[]){in, out}, dev);
-    accel_tensor *b = w ? new_param(m, "bias", dt, 1, &out, dev) : NULL;
+    accel_tensor *w = accel__new_param(m, "weight", dt, 2, (int64_t[]){in, out}, dev);
+    accel_tensor *b = w ? accel__new_param(m, "bias", dt, 1, &out, dev) : NULL;
     if (!b || (has_data(w) && accel_rng_normal_(accel_default_rng(), w, 0.0, init_std) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;

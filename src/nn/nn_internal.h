@@ -48,6 +48,10 @@ accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
+/* A new parameter `name` of m (NULL m: NULL, the error kept), on the default
+ * parameter device (meta inside init_empty_weights), zero-filled. */
+accel_tensor *accel__new_param(accel_module *m, const char *name, accel_dtype dt, int ndim, const int64_t *shape,
+                               accel_device dev);
 
 /* Runs body(ctx, x) for module m: under accel_activation_checkpoint with m's
  * parameters when m->gradient_checkpointing, else as is. */

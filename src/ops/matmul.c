@@ -12,8 +12,7 @@
 
 static accel_status gemm_kernel(accel_k_gemm *k) { return ACCEL_KERNEL("gemm", k->c->device, gemm, k); }
 
-/* C[c_off..] = alpha op(A[a_off..]) op(B[b_off..]) + beta C on the device's gemm kernel. */
-static accel_status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, accel_tensor *a,
+accel_status accel__gemm_at(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, accel_tensor *a,
                          int64_t a_off, int64_t lda, accel_tensor *b, int64_t b_off, int64_t ldb, float beta,
                          accel_tensor *c, int64_t c_off, int64_t ldc) {
     accel_k_gemm k = {.c = c, .a = a, .b = b, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
@@ -117,11 +116,11 @@ static bool mm_plan_make(accel_tensor *a, accel_tensor *b, mm_plan *p, int *ondi
 static accel_status mm_forward(const mm_plan *p, accel_tensor *a, accel_tensor *b, accel_tensor *c) {
     int64_t M = p->M, K = p->K, N = p->N;
     if (p->b_nmat == 1) /* one B for all: fold the batch into M */
-        return gemm(false, false, p->nbatch * M, N, K, 1.0f, a, 0, K, b, 0, N, 0.0f, c, 0, N);
+        return accel__gemm_at(false, false, p->nbatch * M, N, K, 1.0f, a, 0, K, b, 0, N, 0.0f, c, 0, N);
     for (int64_t i = 0; i < p->nbatch; i++) {
         int64_t ai, bi;
         mm_offsets(p, i, &ai, &bi);
-        accel_status st = gemm(false, false, M, N, K, 1.0f, a, ai * M * K, K, b, bi * K * N, N, 0.0f, c, i * M * N, N);
+        accel_status st = accel__gemm_at(false, false, M, N, K, 1.0f, a, ai * M * K, K, b, bi * K * N, N, 0.0f, c, i * M * N, N);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -140,9 +139,9 @@ static accel_status matmul_backward(accel_node *node, accel_tensor *grad_out) {
     if (p->b_nmat == 1) {
         int64_t R = p->nbatch * M;
         if (ga.dst) /* dA [R, K] = dC [R, N] B^T */
-            st = gemm(false, true, R, K, N, 1.0f, g, 0, N, b, 0, N, ga.beta, ga.dst, 0, K);
+            st = accel__gemm_at(false, true, R, K, N, 1.0f, g, 0, N, b, 0, N, ga.beta, ga.dst, 0, K);
         if (st == ACCEL_OK && gb.dst) /* dB [K, N] = A^T [K, R] dC [R, N] */
-            st = gemm(true, false, K, N, R, 1.0f, a, 0, K, g, 0, N, gb.beta, gb.dst, 0, N);
+            st = accel__gemm_at(true, false, K, N, R, 1.0f, a, 0, K, g, 0, N, gb.beta, gb.dst, 0, N);
     } else {
         /* Broadcast operands receive sums over batches: start from zero and add. */
         if (ga.dst && ga.beta == 0.0f && p->a_nmat < p->nbatch) {
@@ -157,9 +156,9 @@ static accel_status matmul_backward(accel_node *node, accel_tensor *grad_out) {
             int64_t ai, bi;
             mm_offsets(p, i, &ai, &bi);
             if (ga.dst)
-                st = gemm(false, true, M, K, N, 1.0f, g, i * M * N, N, b, bi * K * N, N, ga.beta, ga.dst, ai * M * K, K);
+                st = accel__gemm_at(false, true, M, K, N, 1.0f, g, i * M * N, N, b, bi * K * N, N, ga.beta, ga.dst, ai * M * K, K);
             if (st == ACCEL_OK && gb.dst)
-                st = gemm(true, false, K, N, M, 1.0f, a, ai * M * K, K, g, i * M * N, N, gb.beta, gb.dst, bi * K * N, N);
+                st = accel__gemm_at(true, false, K, N, M, 1.0f, a, ai * M * K, K, g, i * M * N, N, gb.beta, gb.dst, bi * K * N, N);
         }
     }
     if (st == ACCEL_OK) st = accel__gbuf_end(&ga);
@@ -227,7 +226,7 @@ static accel_status linear_backward(accel_node *node, accel_tensor *grad_out) {
     if (gx.dst) /* dX [R, I] = dY [R, O] W [O, I] */
         st = weight_gemm(false, R, I, O, g, w, NULL, gx.beta, gx.dst);
     if (st == ACCEL_OK && gw.dst) /* dW [O, I] = dY^T [O, R] X [R, I] */
-        st = gemm(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
+        st = accel__gemm_at(true, false, O, I, R, 1.0f, g, 0, O, x, 0, I, gw.beta, gw.dst, 0, I);
     if (st == ACCEL_OK && gbias.dst) { /* the column sums read f32 */
         accel_tensor *gf = g->dtype == ACCEL_F32 ? g : accel__f32_contig(grad_out);
         if (!gf) return accel_last_status();

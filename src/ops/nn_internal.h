@@ -67,6 +67,21 @@ accel_tensor *accel__mm_grad(accel_tensor *grad_out, const accel_tensor *a, cons
 accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, const float *inv_freq,
                                double attention_scaling);
 
+/* C[c_off..] = alpha op(A[a_off..]) op(B[b_off..]) + beta C on the device's
+ * gemm kernel (accel_k_gemm: row-major, offsets and leading dims in
+ * elements). */
+accel_status accel__gemm_at(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, accel_tensor *a,
+                            int64_t a_off, int64_t lda, accel_tensor *b, int64_t b_off, int64_t ldb, float beta,
+                            accel_tensor *c, int64_t c_off, int64_t ldc);
+
+/* The window of a conv or pool over planes [H, W] (conv.c): kernel k,
+ * stride s, padding p, dilation d ({H, W} each) checked (k, s, d >= 1,
+ * p >= 0, the dilated kernel no longer than the padded input: errors name
+ * op and the argument) and written to *win with the output size
+ * (H + 2 p - d (k - 1) - 1) / s + 1 (rounded down). */
+bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
+                         const int64_t p[2], const int64_t d[2], accel_k_window2d *win);
+
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);
 

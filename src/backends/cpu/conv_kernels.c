@@ -1,0 +1,199 @@
+/* The CPU kernels of the window ops (core/kernels.h): im2col and col2im,
+ * which turn a convolution into the GEMMs of accel_conv2d (src/ops/conv.c),
+ * and the 2-D poolings. Rows of the output are independent: the loops are
+ * split over them with OpenMP. One path serves the reference kernels too:
+ * each output element is computed one way only (no reordered sums). */
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+/* The first output index o in [0, n) whose input index o s + off is >= 0,
+ * and the first whose index is >= lim: taps inside the input are o in
+ * [*lo, *hi). */
+static void inside_range(int64_t n, int64_t s, int64_t off, int64_t lim, int64_t *lo, int64_t *hi) {
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = lim - off <= 0 ? 0 : (lim - off + s - 1) / s;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* One row (c, i, j) of im2col: col_row [Ho * Wo] from plane [H, W], elements
+ * of es bytes. */
+static void im2col_row(char *col_row, const char *plane, size_t es, const accel_k_window2d *w, int64_t i,
+                       int64_t j) {
+    int64_t ow_lo, ow_hi, off_w = j * w->dw - w->pw;
+    inside_range(w->Wo, w->sw, off_w, w->W, &ow_lo, &ow_hi);
+    for (int64_t oh = 0; oh < w->Ho; oh++) {
+        char *dst = col_row + (size_t)(oh * w->Wo) * es;
+        int64_t ih = oh * w->sh - w->ph + i * w->dh;
+        if (ih < 0 || ih >= w->H) {
+            memset(dst, 0, (size_t)w->Wo * es);
+            continue;
+        }
+        const char *src = plane + (size_t)(ih * w->W) * es;
+        memset(dst, 0, (size_t)ow_lo * es);
+        if (w->sw == 1) {
+            memcpy(dst + (size_t)ow_lo * es, src + (size_t)(ow_lo + off_w) * es, (size_t)(ow_hi - ow_lo) * es);
+        } else if (es == 4) {
+            for (int64_t ow = ow_lo; ow < ow_hi; ow++)
+                ((uint32_t *)dst)[ow] = ((const uint32_t *)src)[ow * w->sw + off_w];
+        } else {
+            for (int64_t ow = ow_lo; ow < ow_hi; ow++)
+                ((uint16_t *)dst)[ow] = ((const uint16_t *)src)[ow * w->sw + off_w];
+        }
+        memset(dst + (size_t)ow_hi * es, 0, (size_t)(w->Wo - ow_hi) * es);
+    }
+}
+
+accel_status accel__cpuk_im2col(accel_k_im2col *k) {
+    const accel_k_window2d *w = &k->win;
+    size_t es = accel_dtype_size(k->x->dtype);
+    if (es != 4 && es != 2)
+        return accel_set_error(ACCEL_ERR_DTYPE, "im2col: dtype %s is not a float dtype of 2 or 4 bytes",
+                               accel_dtype_name(k->x->dtype));
+    const char *x = (const char *)k->x->data + (size_t)k->x_off * es;
+    char *col = k->col->data;
+    int64_t taps = w->kh * w->kw, rows = k->C * taps, L = w->Ho * w->Wo;
+#pragma omp parallel for if (rows * L > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c = r / taps, t = r % taps;
+        im2col_row(col + (size_t)(r * L) * es, x + (size_t)(c * w->H * w->W) * es, es, w, t / w->kw, t % w->kw);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_col2im(accel_k_col2im *k) {
+    const accel_k_window2d *w = &k->win;
+    float *dx = (float *)k->dx->data + k->x_off;
+    const float *col = k->col->data;
+    int64_t taps = w->kh * w->kw, L = w->Ho * w->Wo;
+    /* one channel per iteration: its taps' rows all land in its own plane */
+#pragma omp parallel for if (k->C * taps * L > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t c = 0; c < k->C; c++) {
+        float *plane = dx + c * w->H * w->W;
+        for (int64_t t = 0; t < taps; t++) {
+            int64_t i = t / w->kw, j = t % w->kw, ow_lo, ow_hi, off_w = j * w->dw - w->pw;
+            inside_range(w->Wo, w->sw, off_w, w->W, &ow_lo, &ow_hi);
+            const float *row = col + (c * taps + t) * L;
+            for (int64_t oh = 0; oh < w->Ho; oh++) {
+                int64_t ih = oh * w->sh - w->ph + i * w->dh;
+                if (ih < 0 || ih >= w->H) continue;
+                float *restrict dst = plane + ih * w->W + off_w;
+                const float *restrict src = row + oh * w->Wo;
+                if (w->sw == 1) { /* contiguous: vectorised (dx and col never overlap) */
+#pragma omp simd
+                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow] += src[ow];
+                } else {
+                    for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow * w->sw] += src[ow];
+                }
+            }
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* ---- pooling */
+
+/* The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) of the
+ * input, cut to it, and the divisor of an average. */
+typedef struct pool_win {
+    int64_t h0, h1, w0, w1;
+    float div;
+} pool_win;
+
+static pool_win window_of(const accel_k_window2d *w, accel_k_pool_kind kind, bool include_pad, int64_t oh,
+                          int64_t ow) {
+    pool_win p;
+    if (kind == ACCEL_K_POOL_ADAPTIVE_AVG) {
+        p.h0 = oh * w->H / w->Ho;
+        p.h1 = ((oh + 1) * w->H + w->Ho - 1) / w->Ho;
+        p.w0 = ow * w->W / w->Wo;
+        p.w1 = ((ow + 1) * w->W + w->Wo - 1) / w->Wo;
+        p.div = (float)((p.h1 - p.h0) * (p.w1 - p.w0));
+        return p;
+    }
+    /* MAX: the dilated taps' span; AVG (no dilation) the window cut at the
+     * padded input's end (ceil_mode's last window), which is its size */
+    int64_t h0 = oh * w->sh - w->ph, w0 = ow * w->sw - w->pw;
+    int64_t h1 = h0 + (w->kh - 1) * w->dh + 1, w1 = w0 + (w->kw - 1) * w->dw + 1;
+    if (h1 > w->H + w->ph) h1 = w->H + w->ph;
+    if (w1 > w->W + w->pw) w1 = w->W + w->pw;
+    float padded = (float)((h1 - h0) * (w1 - w0));
+    p.h0 = h0 < 0 ? 0 : h0;
+    p.w0 = w0 < 0 ? 0 : w0;
+    p.h1 = h1 > w->H ? w->H : h1;
+    p.w1 = w1 > w->W ? w->W : w1;
+    if (kind == ACCEL_K_POOL_MAX) {
+        /* the first tap inside: taps sit at h0 + i dh */
+        if (h0 < 0) p.h0 = h0 + (-h0 + w->dh - 1) / w->dh * w->dh;
+        if (w0 < 0) p.w0 = w0 + (-w0 + w->dw - 1) / w->dw * w->dw;
+    }
+    p.div = include_pad ? padded : (float)((p.h1 - p.h0) * (p.w1 - p.w0));
+    return p;
+}
+
+accel_status accel__cpuk_pool2d(accel_k_pool2d *k) {
+    const accel_k_window2d *w = &k->win;
+    const float *x = k->x->data;
+    float *y = k->y->data;
+    int64_t *idx = k->idx ? k->idx->data : NULL;
+    int64_t HW = w->H * w->W, L = w->Ho * w->Wo;
+#pragma omp parallel for if (k->P * L * w->kh * w->kw > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t p = 0; p < k->P; p++) {
+        const float *plane = x + p * HW;
+        for (int64_t oh = 0; oh < w->Ho; oh++)
+            for (int64_t ow = 0; ow < w->Wo; ow++) {
+                pool_win q = window_of(w, k->kind, k->count_include_pad, oh, ow);
+                int64_t o = p * L + oh * w->Wo + ow;
+                if (k->kind == ACCEL_K_POOL_MAX) {
+                    float m = -INFINITY;
+                    int64_t at = q.h0 * w->W + q.w0;
+                    for (int64_t h = q.h0; h < q.h1; h += w->dh)
+                        for (int64_t c = q.w0; c < q.w1; c += w->dw) {
+                            float v = plane[h * w->W + c];
+                            if (v > m || isnan(v)) { /* torch's rule: the last NaN */
+                                m = v;
+                                at = h * w->W + c;
+                            }
+                        }
+                    y[o] = m;
+                    idx[o] = at;
+                } else {
+                    float s = 0.0f;
+                    for (int64_t h = q.h0; h < q.h1; h++)
+                        for (int64_t c = q.w0; c < q.w1; c++) s += plane[h * w->W + c];
+                    y[o] = s / q.div;
+                }
+            }
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__cpuk_pool2d_backward(accel_k_pool2d_backward *k) {
+    const accel_k_window2d *w = &k->win;
+    const float *g = k->g->data;
+    const int64_t *idx = k->idx ? k->idx->data : NULL;
+    float *dx = k->dx->data;
+    int64_t HW = w->H * w->W, L = w->Ho * w->Wo;
+    /* one plane per iteration: windows overlap only within their plane */
+#pragma omp parallel for if (k->P * L > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
+    for (int64_t p = 0; p < k->P; p++) {
+        float *plane = dx + p * HW;
+        for (int64_t oh = 0; oh < w->Ho; oh++)
+            for (int64_t ow = 0; ow < w->Wo; ow++) {
+                int64_t o = p * L + oh * w->Wo + ow;
+                if (k->kind == ACCEL_K_POOL_MAX) {
+                    /* a window with no tap inside (only a dilated one can
+                     * have none) read nothing: it has no gradient to give */
+                    if (idx[o] >= 0 && idx[o] < HW) plane[idx[o]] += g[o];
+                    continue;
+                }
+                pool_win q = window_of(w, k->kind, k->count_include_pad, oh, ow);
+                float v = g[o] / q.div;
+                for (int64_t h = q.h0; h < q.h1; h++)
+                    for (int64_t c = q.w0; c < q.w1; c++) plane[h * w->W + c] += v;
+            }
+    }
+    return ACCEL_OK;
+}
