@@ -404,22 +404,30 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
                                           const accel_load_opts *opts, accel_dispatched **out);
 
 /* BERT's (accel/bert.h) from_pretrained with a device map: dir's
- * config.json (model_type "bert"), the BertForSequenceClassification built
- * on meta, then accel_load_checkpoint_and_dispatch as above (no_split
+ * config.json (model_type "bert"), the BertFor<head> of its head built on
+ * meta, then accel_load_checkpoint_and_dispatch as above (no_split
  * BertLayer, base_model_prefix "bert": a bare BertModel checkpoint's names
  * load too). It takes what accel_bert_from_pretrained takes: the original
  * Google checkpoints' LayerNorm gamma/beta names (transformers' legacy
  * renames, which every from_pretrained applies), and a checkpoint without
- * the head (a BertModel's): the missing pooler / classifier weights are
+ * the head (a BertModel's): the missing pooler / classifier / qa_outputs
+ * weights are
  * newly initialised (weight N(0, initializer_range), bias 0) on the device
  * they map to, or the main device where the map says disk or cpu offload (no
  * file holds them), named in a warning and counted in
  * accel_dispatch_stats.n_missing (an error with opts->strict). Any other
- * missing weight is an error naming it. Returns the model in eval mode;
+ * missing weight is an error naming it; checkpoint weights the model has no
+ * place for (another head's) are unexpected keys (a warning, counted in
+ * n_unexpected; an error with opts->strict). Returns the model in eval mode;
  * NULL + error. */
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
                                                    const char *strategy, const accel_max_memory *max_memory,
                                                    const accel_load_opts *opts, accel_dispatched **out);
+
+/* The same with the head chosen by the caller (accel_bert_from_pretrained_head). */
+accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, const accel_device_map *map,
+                                                        const char *strategy, const accel_max_memory *max_memory,
+                                                        const accel_load_opts *opts, accel_dispatched **out);
 
 /* ------------------------------------------------------------ generation */
 
