@@ -214,10 +214,11 @@ typedef struct accel_activation_bytes {
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
-/* The same for a BertForSequenceClassification of cfg (accel/bert.h)
- * trained with accel_bert_loss on padded batches with token_type_ids (its
- * dropouts acting): every layer attends through explicit [B, H, T, T]
- * scores. seq_len at most max_position_embeddings. */
+/* The same for a BERT of cfg (accel/bert.h) with cfg->head's head, trained
+ * with that head's loss (accel_bert_loss, accel_bert_token_loss,
+ * accel_bert_qa_loss) on padded batches with token_type_ids (its dropouts
+ * acting): every layer attends through explicit [B, H, T, T] scores.
+ * seq_len at most max_position_embeddings. */
 struct accel_bert_config;
 accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,
                                          accel_activation_bytes *out);
