@@ -491,6 +491,35 @@ static void test_config_per_head(void) {
     }
 }
 
+/* The classifier's dropout (classifier_dropout, here alone): the token
+ * classifier's training logits differ from its eval ones; the QA head has
+ * none (transformers' BertForQuestionAnswering), so its are the same. */
+static void test_classifier_dropout(void) {
+    accel_bert_config c = accel_bert_config_default();
+    c.vocab_size = 16, c.hidden_size = 8, c.num_attention_heads = 2, c.intermediate_size = 8, c.num_hidden_layers = 1;
+    c.hidden_dropout_prob = 0, c.attention_probs_dropout_prob = 0, c.classifier_dropout = 0.5;
+    for (int qa = 0; qa < 2; qa++) {
+        c.head = qa ? ACCEL_BERT_QUESTION_ANSWERING : ACCEL_BERT_TOKEN_CLASSIFICATION;
+        c.num_labels = qa ? 2 : 3;
+        accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "%s", accel_last_error());
+        if (!m) continue;
+        float y[2][24];
+        for (int train = 0; train < 2; train++) {
+            accel_module_train(m, train);
+            accel_tensor *end = NULL, *ids = accel_from_data(ACCEL_I64, 2, (int64_t[]){2, 4},
+                                                             (int64_t[]){3, 4, 5, 6, 7, 8, 9, 0}); /* a step tensor */
+            accel_tensor *out = qa ? accel_bert_qa_logits(m, ids, NULL, NULL, &end) : accel_bert_token_classify(m, ids, NULL, NULL);
+            CHECK_MSG(out && accel_to_floats(out, y[train]) == ACCEL_OK, "%s", accel_last_error());
+            accel_step_reset();
+        }
+        bool same = !memcmp(y[0], y[1], (size_t)(qa ? 8 : 24) * sizeof(float));
+        CHECK_MSG(same == (qa == 1), "%s: training and eval logits %s", qa ? "QA" : "token",
+                  same ? "the same" : "differ");
+        accel_module_free(m);
+    }
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_bert_heads_XXXXXX");
     CHECK(mkdtemp(g_tmp) != NULL);
@@ -500,6 +529,7 @@ int main(void) {
     RUN(test_save_round_trip);
     RUN(test_refusals);
     RUN(test_config_per_head);
+    RUN(test_classifier_dropout);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     CHECK(system(cmd) == 0);

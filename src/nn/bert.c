@@ -581,12 +581,13 @@ accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_te
     return y ? accel_cross_entropy(y, labels, -100) : NULL;
 }
 
-/* qa_outputs' [B, T, 2] split into the start and end logits [B, T]. */
+/* qa_outputs' [B, T, 2] split into the start and end logits [B, T], each
+ * made contiguous (transformers' .contiguous()). */
 static accel_tensor *qa_split(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
                               accel_tensor **end, const char *fn) {
     accel_tensor *y = head_forward(m, ACCEL_BERT_QUESTION_ANSWERING, ids, tt, am, fn);
-    accel_tensor *start = y ? accel_squeeze(accel_slice(y, 2, 0, 1, 1), 2) : NULL;
-    *end = start ? accel_squeeze(accel_slice(y, 2, 1, 2, 1), 2) : NULL;
+    accel_tensor *start = y ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 0, 1, 1), 2)) : NULL;
+    *end = start ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 1, 2, 1), 2)) : NULL;
     return *end ? start : NULL;
 }
 
