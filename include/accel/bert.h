@@ -154,10 +154,12 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
  * initialised model of its config. With a device map, cpu or disk offload:
  * accel_bert_from_pretrained_dispatched (accel/bigmodel.h). */
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev);
-/* The same with the head chosen by the caller whatever the config says
- * (transformers' BertFor<head>.from_pretrained, AutoModelFor<task>): a
- * pre-trained encoder's checkpoint fine-tuned for NER or QA. */
-accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, accel_device dev);
+/* The same with the head chosen by the caller whatever the config says,
+ * and num_labels when > 0 (else the config's): transformers'
+ * BertFor<head>.from_pretrained(dir, num_labels=...), a pre-trained
+ * encoder's checkpoint fine-tuned for NER (its tag set) or QA. */
+accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, int64_t num_labels,
+                                              accel_device dev);
 
 #ifdef __cplusplus
 }

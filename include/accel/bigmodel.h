@@ -425,8 +425,10 @@ accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel
                                                    const char *strategy, const accel_max_memory *max_memory,
                                                    const accel_load_opts *opts, accel_dispatched **out);
 
-/* The same with the head chosen by the caller (accel_bert_from_pretrained_head). */
-accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, const accel_device_map *map,
+/* The same with the head (an accel_bert_head) and num_labels (> 0; else
+ * the config's) chosen by the caller (accel_bert_from_pretrained_head). */
+accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, int64_t num_labels,
+                                                        const accel_device_map *map,
                                                         const char *strategy, const accel_max_memory *max_memory,
                                                         const accel_load_opts *opts, accel_dispatched **out);
 

@@ -131,8 +131,9 @@ static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_
     return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
 }
 
-/* dir's config with the head: the config's (head < 0) or the caller's. */
-static bool load_config(const char *dir, int head, accel_bert_config *cfg, const char *fn) {
+/* dir's config with the head (and num_labels when > 0): the config's
+ * (head < 0) or the caller's. */
+static bool load_config(const char *dir, int head, int64_t num_labels, accel_bert_config *cfg, const char *fn) {
     if (!dir) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dir is NULL", fn);
         return false;
@@ -143,12 +144,14 @@ static bool load_config(const char *dir, int head, accel_bert_config *cfg, const
     }
     if (accel_bert_config_load(dir, cfg) != ACCEL_OK) return false;
     if (head >= 0) cfg->head = (accel_bert_head)head;
+    if (num_labels > 0) cfg->num_labels = num_labels;
     return accel_bert_config_check(cfg, fn) == ACCEL_OK; /* the chosen head's rules (QA: 2 labels) */
 }
 
-static accel_module *from_pretrained(const char *dir, int head, accel_device dev, const char *fn) {
+static accel_module *from_pretrained(const char *dir, int head, int64_t num_labels, accel_device dev,
+                                     const char *fn) {
     accel_bert_config cfg;
-    if (!load_config(dir, head, &cfg, fn)) return NULL;
+    if (!load_config(dir, head, num_labels, &cfg, fn)) return NULL;
     accel_module *m = accel_bert_new(&cfg, dev);
     if (!m || !has_weights(dir)) return m;
     accel_checkpoint *ck = accel_checkpoint_open(dir);
@@ -162,19 +165,21 @@ static accel_module *from_pretrained(const char *dir, int head, accel_device dev
 }
 
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
-    return from_pretrained(dir, -1, dev, "accel_bert_from_pretrained");
+    return from_pretrained(dir, -1, 0, dev, "accel_bert_from_pretrained");
 }
 
-accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, accel_device dev) {
+accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, int64_t num_labels,
+                                              accel_device dev) {
     if ((int)head < 0) { /* -1 is from_pretrained's "the config's" */
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained_head: head %d is not an accel_bert_head",
                         (int)head);
         return NULL;
     }
-    return from_pretrained(dir, (int)head, dev, "accel_bert_from_pretrained_head");
+    return from_pretrained(dir, (int)head, num_labels, dev, "accel_bert_from_pretrained_head");
 }
 
-static accel_module *dispatched(const char *dir, int head, const accel_device_map *map, const char *strategy,
+static accel_module *dispatched(const char *dir, int head, int64_t num_labels, const accel_device_map *map,
+                                const char *strategy,
                                 const accel_max_memory *max_memory, const accel_load_opts *opts,
                                 accel_dispatched **out, const char *fn) {
     if (!dir || !out) {
@@ -183,7 +188,7 @@ static accel_module *dispatched(const char *dir, int head, const accel_device_ma
     }
     *out = NULL;
     accel_bert_config cfg;
-    if (!load_config(dir, head, &cfg, fn)) return NULL;
+    if (!load_config(dir, head, num_labels, &cfg, fn)) return NULL;
     accel_init_empty_weights_begin();
     accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
@@ -195,10 +200,11 @@ static accel_module *dispatched(const char *dir, int head, const accel_device_ma
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
                                                    const char *strategy, const accel_max_memory *max_memory,
                                                    const accel_load_opts *opts, accel_dispatched **out) {
-    return dispatched(dir, -1, map, strategy, max_memory, opts, out, "accel_bert_from_pretrained_dispatched");
+    return dispatched(dir, -1, 0, map, strategy, max_memory, opts, out, "accel_bert_from_pretrained_dispatched");
 }
 
-accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, const accel_device_map *map,
+accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, int64_t num_labels,
+                                                        const accel_device_map *map,
                                                         const char *strategy, const accel_max_memory *max_memory,
                                                         const accel_load_opts *opts, accel_dispatched **out) {
     static const char *FN = "accel_bert_from_pretrained_head_dispatched";
@@ -207,5 +213,5 @@ accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int he
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: head %d is not an accel_bert_head", FN, head);
         return NULL;
     }
-    return dispatched(dir, head, map, strategy, max_memory, opts, out, FN);
+    return dispatched(dir, head, num_labels, map, strategy, max_memory, opts, out, FN);
 }
