@@ -16,14 +16,17 @@
  * Names, state_dict order, init and numerics are transformers': absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
- * attention probabilities, classifier) while the module is training.
+ * attention probabilities, the classifiers'; QA has none) while the module
+ * is training; the word rows of pad ids pass no gradient (padding_idx).
  * accel_module_set_gradient_checkpointing on the root (or its "bert")
  * checkpoints every BertLayer (the recompute draws the same dropout masks);
  * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
  * A config field that changes the model and accel does not implement is
  * refused naming it (position_embedding_type other than "absolute",
- * is_decoder, add_cross_attention, problem_type other than
- * single_label_classification, ...).
+ * is_decoder, add_cross_attention, a sequence classifier's problem_type
+ * other than single_label_classification, ...). The masked-LM and
+ * pre-training heads are not implemented: their checkpoints load into these
+ * heads (accel_bert_config_load).
  *
  * Ownership: accel_bert_new returns a module freed by accel_module_free.
  */
@@ -92,14 +95,16 @@ accel_status accel_bert_config_save(const char *dir_or_path, const accel_bert_co
  * (normal(0, initializer_range), biases 0, LayerNorm 1/0, the pad row 0) from
  * the default generator; inside init_empty_weights on meta. */
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev);
-/* The config of a model built by accel_bert_new (the root or its "bert"). */
+/* The config of a model built by accel_bert_new (the root or its "bert");
+ * its head says which head's functions take the model. */
 const accel_bert_config *accel_bert_config_of(const accel_module *m);
 
 /* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
  * 0 = padding) or NULL (all 1). m: the root or its "bert" child. Returns the
  * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
- * output [B, C]. */
+ * output [B, C] (the token and QA heads have no pooler: pooled must be
+ * NULL there, else an error says so). */
 accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                 accel_tensor *attention_mask, accel_tensor **pooled);
 /* BertForSequenceClassification: logits [B, num_labels] (f32 unless autocast).
