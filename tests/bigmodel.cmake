@@ -181,6 +181,11 @@ if(TARGET accel_cli)
            float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   29.31 KB  │ 75.75 KB │      303.0 KB     │\n│float16│   14.66 KB  │ 37.88 KB │      151.5 KB     │")
+  # a token classifier's (and a QA model's) body has no pooler; Accelerate's AutoModel, a BertModel, has
+  add_test(NAME bigmodel_estimate_memory_bert_token COMMAND accel_cli estimate-memory data/hf_bert_tok --dtypes float32
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_token PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   7.66 KB   │ 12.72 KB │      50.88 KB     │")
   add_test(NAME bigmodel_estimate_memory_bert_embeddings COMMAND accel_cli estimate-memory data/hf_bert_nlp
            --dtypes float32 --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_embeddings PROPERTIES PASS_REGULAR_EXPRESSION

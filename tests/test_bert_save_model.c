@@ -1,4 +1,5 @@
-/* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls):
+/* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls,
+ * and the token classifier tests/data/hf_bert_tok after a step of its loss):
  * the directory gets BERT's config.json beside the weights and loads by
  * itself through accel_bert_from_pretrained to the fixture's logits (within
  * 1e-5). Run plainly (one process) and by tests/bert.cmake under
@@ -17,7 +18,59 @@
 #include "accel/bert.h"
 #include "nn_fixture.h"
 
-#define DIR "data/hf_bert_cls"
+/* One model of dir (its head from its config.json) prepared, a training
+ * step of its head's loss run through the Accelerator (the fixture's
+ * inputs; eval mode, dropout off), saved with save_model to out, loaded
+ * back to the fixture's logits. */
+static void save_and_load(accel_accelerator *acc, int n, const char *dir, const char *out) {
+    accel_module *m = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    CHECK_MSG(m && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    if (!m) return;
+    accel_bert_config mc = *accel_bert_config_of(m);
+    bool tok = mc.head == ACCEL_BERT_TOKEN_CLASSIFICATION;
+    char path[200];
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    accel_safetensors *st = accel_safetensors_open(path);
+    CHECK_MSG(st != NULL, "%s", accel_last_error());
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL,
+                 *tt = st ? accel_safetensors_tensor(st, "token_type_ids", -1) : NULL,
+                 *mask = st ? accel_safetensors_tensor(st, "attention_mask", -1) : NULL,
+                 *labels = st ? accel_safetensors_tensor(st, "labels", -1) : NULL;
+    if (tok && labels) { /* the head's loss through the prepared (sharded) model: the fixture's */
+        accel_module_train(m, false);
+        accel_tensor *loss = accel_bert_token_loss(m, ids, tt, mask, labels, NULL);
+        CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
+        if (loss) check_tensor_close(st, "loss", loss, 1e-5, 0);
+        accel_step_reset();
+    }
+    if (n > 1) { /* FULL_SHARD: the pieces are not a model */
+        CHECK(accel_bert_save_pretrained(m, out, 0) != ACCEL_OK);
+        CHECK_MSG(strstr(accel_last_error(), "accel_accelerator_save_model"), "%s", accel_last_error());
+    }
+    CHECK_MSG(accel_accelerator_save_model(acc, m, out, NULL) == ACCEL_OK, "%s", accel_last_error());
+
+    accel_bert_config c;
+    CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.head == mc.head && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
+          c.num_hidden_layers == mc.num_hidden_layers && c.torch_dtype == ACCEL_F32);
+    accel_module *back = accel_bert_from_pretrained(out, ACCEL_CPU_DEVICE);
+    CHECK_MSG(back != NULL, "%s", accel_last_error());
+    if (back && ids && tt && mask) {
+        accel_module_train(back, false);
+        accel_tensor *y = tok ? accel_bert_token_classify(back, ids, tt, mask) : accel_bert_classify(back, ids, tt, mask);
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
+        accel_step_reset();
+    }
+    accel_tensor_free(ids);
+    accel_tensor_free(tt);
+    accel_tensor_free(mask);
+    accel_tensor_free(labels);
+    accel_safetensors_close(st);
+    accel_module_free(back);
+    accel_module_free(m);
+}
 
 int main(int argc, char **argv) {
     accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */
@@ -27,41 +80,12 @@ int main(int argc, char **argv) {
     char tmp[64] = "/tmp/accel_bert_save_model_XXXXXX", out[4200];
     CHECK_MSG(argc > 1 || n == 1, "%d processes need the shared directory as argv[1]", n);
     if (argc <= 1 && n == 1) CHECK(mkdtemp(tmp) != NULL);
+    /* a sequence classifier and a token classifier (no pooler) */
     snprintf(out, sizeof out, "%s/saved", argc > 1 ? argv[1] : tmp);
-
-    accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
-    CHECK_MSG(m != NULL, "%s", accel_last_error());
-    CHECK_MSG(m && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
-    if (n > 1) { /* FULL_SHARD: the pieces are not a model */
-        CHECK(accel_bert_save_pretrained(m, out, 0) != ACCEL_OK);
-        CHECK_MSG(strstr(accel_last_error(), "accel_accelerator_save_model"), "%s", accel_last_error());
-    }
-    CHECK_MSG(accel_accelerator_save_model(acc, m, out, NULL) == ACCEL_OK, "%s", accel_last_error());
-
-    accel_bert_config c;
-    CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(c.num_labels == 3 && c.hidden_size == 32 && c.num_hidden_layers == 2 && c.torch_dtype == ACCEL_F32);
-    accel_module *back = accel_bert_from_pretrained(out, ACCEL_CPU_DEVICE);
-    CHECK_MSG(back != NULL, "%s", accel_last_error());
-    accel_safetensors *st = accel_safetensors_open(DIR "/expected.safetensors");
-    CHECK_MSG(st != NULL, "%s", accel_last_error());
-    if (back && st) {
-        accel_tensor *ids = accel_safetensors_tensor(st, "ids", -1),
-                     *tt = accel_safetensors_tensor(st, "token_type_ids", -1),
-                     *mask = accel_safetensors_tensor(st, "attention_mask", -1);
-        accel_module_train(back, false);
-        accel_tensor *y = ids && tt && mask ? accel_bert_classify(back, ids, tt, mask) : NULL;
-        CHECK_MSG(y != NULL, "%s", accel_last_error());
-        if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
-        accel_step_reset();
-        accel_tensor_free(ids);
-        accel_tensor_free(tt);
-        accel_tensor_free(mask);
-    }
-    accel_safetensors_close(st);
-    accel_module_free(back);
+    save_and_load(acc, n, "data/hf_bert_cls", out);
+    snprintf(out, sizeof out, "%s/saved_token", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_bert_tok", out);
     accel_accelerator_free(acc);
-    accel_module_free(m);
     if (argc <= 1 && n == 1) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -4,10 +4,12 @@ transformers' outputs, for tests/test_bert.c; and the config of the tiny BERT
 that examples/nlp_example.c trains in its test.
 
     python3 tools/gen_hf_bert_fixtures.py [OUT_DIR]     # default tests/data
+    python3 tools/gen_hf_bert_fixtures.py --heads [OUT_DIR]   # hf_bert_tok and hf_bert_qa only
     python3 tools/gen_hf_bert_fixtures.py --check-saved DIR
 
 --check-saved loads DIR (written by accel's save_pretrained from
-tests/data/hf_bert_cls) with transformers' AutoModelForSequenceClassification
+tests/data/hf_bert_cls, hf_bert_tok or hf_bert_qa: the class its config.json's
+"architectures" names picks the fixture) with transformers' AutoModelFor<task>
 and compares its logits with the fixture's; exit status 0 when within 1e-5.
 
 Writes only these (never the other fixtures' bytes):
@@ -37,13 +39,26 @@ OUT_DIR/hf_bert_legacy/: the whole model with every LayerNorm's weight and
     bias named gamma and beta, as the original Google BERT checkpoints
     (transformers renames them on load); its logits are hf_bert_cls's. Checked
     here: transformers loads both to those outputs.
+OUT_DIR/hf_bert_tok/ and OUT_DIR/hf_bert_qa/ (--heads, or with the rest): a
+smaller tiny BertForTokenClassification (5 labels) and
+BertForQuestionAnswering (TOK's sizes, one layer), save_pretrained, and
+expected.safetensors:
+    ids, token_type_ids, attention_mask [3, 10] i64 (rows padded by 0, 3, 5)
+    tok: labels [3, 10] i64, -100 at [CLS], the padding and a later sub-token
+         logits [3, 10, 5] f32
+    qa:  start_positions, end_positions [3] i64: in range, negative (clamped
+         to 0), past the input (10 and 99: ignored)
+         start_logits, end_logits [3, 10] f32
+    loss [] f32, g.<param> f32: that loss's gradient of every parameter
 """
 import os
 import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+                          AutoModelForTokenClassification, BertConfig, BertForQuestionAnswering,
+                          BertForSequenceClassification, BertForTokenClassification)
 
 CLS = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
            max_position_embeddings=32, type_vocab_size=2, num_labels=3, layer_norm_eps=1e-12)
@@ -51,9 +66,18 @@ NLP = dict(vocab_size=1200, hidden_size=32, intermediate_size=64, num_hidden_lay
            max_position_embeddings=64, type_vocab_size=2, num_labels=2)
 
 
-def build(seed):
+TOK = dict(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+           max_position_embeddings=16, type_vocab_size=2, layer_norm_eps=1e-12)
+
+
+def build(seed, cls=BertForSequenceClassification, sizes=CLS):
     torch.manual_seed(seed)
-    model = BertForSequenceClassification(BertConfig(**CLS, attn_implementation="eager")).eval()
+    model = cls(BertConfig(**sizes, attn_implementation="eager")).eval()
+    randomize(model)
+    return model
+
+
+def randomize(model):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "LayerNorm.weight" in name:
@@ -62,7 +86,6 @@ def build(seed):
                 p.copy_(0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
-    return model
 
 
 def inputs(seed):
@@ -96,14 +119,80 @@ def expected(model, seed):
     return {k: t.contiguous() for k, t in out.items()}
 
 
+def head_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, TOK["vocab_size"], (3, 10), generator=g)
+    tt = torch.zeros(3, 10, dtype=torch.long)
+    mask = torch.ones(3, 10, dtype=torch.long)
+    for row, (split, pad) in enumerate([(4, 0), (5, 3), (2, 5)]):
+        tt[row, split:10 - pad] = 1
+        if pad:
+            mask[row, 10 - pad:] = 0
+            ids[row, 10 - pad:] = 0
+    return {"ids": ids, "token_type_ids": tt, "attention_mask": mask}
+
+
+def head_expected(model, seed):
+    """hf_bert_tok's or hf_bert_qa's expected.safetensors (module docstring)."""
+    out = head_inputs(seed)
+    kw = dict(input_ids=out["ids"], token_type_ids=out["token_type_ids"], attention_mask=out["attention_mask"])
+    g = torch.Generator().manual_seed(seed + 1)
+    if isinstance(model, BertForTokenClassification):
+        labels = torch.randint(0, model.config.num_labels, (3, 10), generator=g)
+        labels[:, 0] = -100                          # [CLS]
+        labels[out["attention_mask"] == 0] = -100    # padding
+        labels[0, 3] = -100                          # a word's later sub-token
+        out["labels"] = labels
+        targets = dict(labels=labels)
+    else:
+        out["start_positions"] = torch.tensor([3, -2, 10])  # -2 clamps to 0; 10 (= T) is ignored
+        out["end_positions"] = torch.tensor([6, 4, 99])     # 99 clamps to T: ignored
+        targets = dict(start_positions=out["start_positions"], end_positions=out["end_positions"])
+    with torch.no_grad():
+        y = model(**kw)
+    if isinstance(model, BertForTokenClassification):
+        out["logits"] = y.logits
+    else:
+        out["start_logits"], out["end_logits"] = y.start_logits, y.end_logits
+    model.zero_grad()
+    loss = model(**kw, **targets).loss
+    loss.backward()
+    out["loss"] = loss.detach()
+    for name, p in model.named_parameters():
+        out["g." + name] = p.grad.detach()
+    return {k: t.contiguous() for k, t in out.items()}
+
+
+def write_heads(out_dir):
+    """hf_bert_tok and hf_bert_qa (module docstring); returns their directories."""
+    dirs = []
+    for name, cls, extra in [("hf_bert_tok", BertForTokenClassification, dict(num_labels=5)),
+                             ("hf_bert_qa", BertForQuestionAnswering, {})]:
+        d = os.path.join(out_dir, name)
+        os.makedirs(d, exist_ok=True)
+        model = build(4321, cls, dict(TOK, **extra))
+        model.save_pretrained(d, safe_serialization=True)
+        save_file(head_expected(model, 77), os.path.join(d, "expected.safetensors"))
+        dirs.append(d)
+    return dirs
+
+
 def check_saved(path):
-    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "hf_bert_cls")
-    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    import json
+    with open(os.path.join(path, "config.json")) as f:
+        arch = json.load(f)["architectures"][0]
+    fixture, auto, outs = {
+        "BertForSequenceClassification": ("hf_bert_cls", AutoModelForSequenceClassification, ["logits"]),
+        "BertForTokenClassification": ("hf_bert_tok", AutoModelForTokenClassification, ["logits"]),
+        "BertForQuestionAnswering": ("hf_bert_qa", AutoModelForQuestionAnswering, ["start_logits", "end_logits"]),
+    }[arch]
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data", fixture)
+    model = auto.from_pretrained(path, dtype=torch.float32).eval()
     e = load_file(os.path.join(data, "expected.safetensors"))
     with torch.no_grad():
-        y = model(input_ids=e["ids"], token_type_ids=e["token_type_ids"], attention_mask=e["attention_mask"]).logits
-    err = float((y - e["logits"]).abs().max())
-    print(f"{path}: {type(model).__name__} max |logits - fixture| = {err:.3g}")
+        y = model(input_ids=e["ids"], token_type_ids=e["token_type_ids"], attention_mask=e["attention_mask"])
+    err = max(float((getattr(y, k) - e[k]).abs().max()) for k in outs)
+    print(f"{path}: {type(model).__name__} max |{' and '.join(outs)} - {fixture}| = {err:.3g}")
     if not err <= 1e-5:
         sys.exit(1)
 
@@ -143,7 +232,13 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
         check_saved(sys.argv[2])
         return
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    heads_only = len(sys.argv) > 1 and sys.argv[1] == "--heads"
+    args = sys.argv[2:] if heads_only else sys.argv[1:]
+    out_dir = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    if heads_only:
+        for x in write_heads(out_dir):
+            print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
+        return
     d = os.path.join(out_dir, "hf_bert_cls")
     os.makedirs(d, exist_ok=True)
     model = build(1234)
@@ -151,7 +246,7 @@ def main():
     save_file(expected(model, 99), os.path.join(d, "expected.safetensors"))
     nlp = os.path.join(out_dir, "hf_bert_nlp")
     BertConfig(**NLP).save_pretrained(nlp)
-    for x in (d, nlp) + user_checkpoints(model, out_dir, d):
+    for x in (d, nlp) + user_checkpoints(model, out_dir, d) + tuple(write_heads(out_dir)):
         print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
 
 

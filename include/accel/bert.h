@@ -1,26 +1,32 @@
 /*
  * accel/bert.h — BERT (config.json model_type "bert"): transformers' BertModel,
- * a bidirectional encoder, and BertForSequenceClassification on top of it.
+ * a bidirectional encoder, and a task head on top of it (accel_bert_head):
+ * BertForSequenceClassification, BertForTokenClassification (NER) or
+ * BertForQuestionAnswering (extractive QA, SQuAD).
  *
- *     BertForSequenceClassification
+ *     BertFor<Head>
  *       bert (BertModel)
  *         embeddings: word_embeddings, position_embeddings, token_type_embeddings, LayerNorm
  *         encoder.layer.N (BertLayer): attention.self.{query,key,value},
  *             attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
- *         pooler.dense
- *       classifier
+ *         pooler.dense              (sequence classification only)
+ *       classifier                  (sequence and token classification: Linear(C -> num_labels))
+ *       qa_outputs                  (question answering: Linear(C -> 2))
  *
  * Names, state_dict order, init and numerics are transformers': absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
- * attention probabilities, classifier) while the module is training.
+ * attention probabilities, the classifiers'; QA has none) while the module
+ * is training; the word rows of pad ids pass no gradient (padding_idx).
  * accel_module_set_gradient_checkpointing on the root (or its "bert")
  * checkpoints every BertLayer (the recompute draws the same dropout masks);
  * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
  * A config field that changes the model and accel does not implement is
  * refused naming it (position_embedding_type other than "absolute",
- * is_decoder, add_cross_attention, problem_type other than
- * single_label_classification, ...).
+ * is_decoder, add_cross_attention, a sequence classifier's problem_type
+ * other than single_label_classification, ...). The masked-LM and
+ * pre-training heads are not implemented: their checkpoints load into these
+ * heads (accel_bert_config_load).
  *
  * Ownership: accel_bert_new returns a module freed by accel_module_free.
  */
@@ -34,6 +40,18 @@
 extern "C" {
 #endif
 
+/* The task head (transformers' class). Zero is sequence classification, so
+ * that a config written field by field keeps the head it always had. */
+typedef enum accel_bert_head {
+    ACCEL_BERT_SEQUENCE_CLASSIFICATION = 0, /* BertForSequenceClassification: logits [B, num_labels] */
+    ACCEL_BERT_TOKEN_CLASSIFICATION,        /* BertForTokenClassification: logits [B, T, num_labels] */
+    ACCEL_BERT_QUESTION_ANSWERING,          /* BertForQuestionAnswering: start/end logits [B, T] each */
+    ACCEL_BERT_HEADS
+} accel_bert_head;
+
+/* transformers' class name of head ("BertForTokenClassification"), or NULL. */
+const char *accel_bert_head_name(accel_bert_head head);
+
 typedef struct accel_bert_config {
     int64_t vocab_size;
     int64_t hidden_size;
@@ -42,7 +60,8 @@ typedef struct accel_bert_config {
     int64_t intermediate_size;
     int64_t max_position_embeddings;
     int64_t type_vocab_size;
-    int64_t num_labels;               /* classifier outputs (>= 2: single-label classification) */
+    int64_t num_labels;               /* head outputs: >= 2 for sequence classification (single-label),
+                                       * >= 1 for token classification, 2 for question answering */
     int64_t pad_token_id;             /* its word embedding row starts at zero; -1: none */
     double layer_norm_eps;
     double initializer_range;
@@ -51,36 +70,46 @@ typedef struct accel_bert_config {
     double classifier_dropout;        /* < 0: hidden_dropout_prob (config null) */
     bool gelu_tanh;                   /* hidden_act "gelu_new"/"gelu_pytorch_tanh"; else "gelu" (erf) */
     accel_dtype torch_dtype;
+    accel_bert_head head;             /* config.json's "architectures" when it names one of the three */
 } accel_bert_config;
 
 /* transformers' BertConfig defaults (bert-base: vocab 30522, hidden 768, 12
- * layers, 12 heads), num_labels 2. */
+ * layers, 12 heads), num_labels 2, sequence classification. */
 accel_bert_config accel_bert_config_default(void);
 /* ACCEL_OK when accel_bert_new can build cfg (sizes positive, hidden a
  * multiple of heads, dropouts in [0, 1), weights' bytes within int64), else
  * ACCEL_ERR_INVALID_ARG with a message starting with who. */
 accel_status accel_bert_config_check(const accel_bert_config *cfg, const char *who);
-/* config.json (a file or a directory holding one) of model_type "bert". */
+/* config.json (a file or a directory holding one) of model_type "bert". The
+ * head: the first of "architectures" that names one of accel_bert_head's
+ * classes, else sequence classification (bert-base-uncased's config says
+ * BertForMaskedLM, and users load it into any head). problem_type is read
+ * for sequence classification only (the other heads' losses ignore it, as
+ * transformers' do). */
 accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *out);
 /* Writes config.json (into a directory, created, or to a *.json path) as
- * transformers writes a BertForSequenceClassification's. */
+ * transformers writes the head's class's ("architectures"). */
 accel_status accel_bert_config_save(const char *dir_or_path, const accel_bert_config *cfg);
 
-/* BertForSequenceClassification, weights initialised as transformers does
+/* BertFor<cfg->head>, weights initialised as transformers does
  * (normal(0, initializer_range), biases 0, LayerNorm 1/0, the pad row 0) from
  * the default generator; inside init_empty_weights on meta. */
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev);
-/* The config of a model built by accel_bert_new (the root or its "bert"). */
+/* The config of a model built by accel_bert_new (the root or its "bert");
+ * its head says which head's functions take the model. */
 const accel_bert_config *accel_bert_config_of(const accel_module *m);
 
 /* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
  * 0 = padding) or NULL (all 1). m: the root or its "bert" child. Returns the
  * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
- * output [B, C]. */
+ * output [B, C] (the token and QA heads have no pooler: pooled must be
+ * NULL there, else an error says so). */
 accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                 accel_tensor *attention_mask, accel_tensor **pooled);
-/* BertForSequenceClassification: logits [B, num_labels] (f32 unless autocast). */
+/* BertForSequenceClassification: logits [B, num_labels] (f32 unless autocast).
+ * A model of another head is refused naming its class (so is every head's
+ * function given a model of another head). */
 accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask);
 /* Mean cross-entropy of the logits against labels [B] (i64/i32), as
@@ -89,20 +118,53 @@ accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tens
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                               accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
 
+/* BertForTokenClassification: logits [B, T, num_labels] of every position
+ * (classifier dropout, then the classifier, on the last hidden state). */
+accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                        accel_tensor *attention_mask);
+/* Mean cross-entropy of every position's logits against labels [B, T]
+ * (i64/i32), a label of -100 ignored (padding, a word's later sub-tokens);
+ * every label -100: NaN, as transformers. *logits (when not NULL) gets the
+ * logits. */
+accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
+/* BertForQuestionAnswering: the answer span's start logits [B, T]
+ * (returned) and end logits [B, T] (*end_logits, required): qa_outputs on
+ * the last hidden state, its two outputs split. */
+accel_tensor *accel_bert_qa_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                   accel_tensor *attention_mask, accel_tensor **end_logits);
+/* (CE(start logits, start_positions) + CE(end logits, end_positions)) / 2,
+ * positions [B] or [B, 1] (i64/i32) clamped to [0, T] and T ignored: a
+ * position past the input (the answer cut off) adds nothing, a negative one
+ * counts as position 0, as transformers. *start_logits / *end_logits (when
+ * not NULL) get the logits. */
+accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                 accel_tensor *attention_mask, accel_tensor *start_positions,
+                                 accel_tensor *end_positions, accel_tensor **start_logits, accel_tensor **end_logits);
+
 /* save_pretrained: config.json + model.safetensors (sharded with an index
  * past max_shard_bytes; <= 0: 5 GB), loadable by transformers'
- * BertForSequenceClassification.from_pretrained. */
+ * BertFor<head>.from_pretrained (and its AutoModelFor<task>). */
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, then the weights of its safetensors
  * (model.safetensors or the shards of model.safetensors.index.json) when it
- * has them, by name (a bare BertModel's names, without "bert.", too). A
- * weight of the model the checkpoint lacks keeps its initialisation only
- * when it is the pooler's or the classifier's (a pre-trained encoder gets a
- * new head, as transformers does, and says so on stderr); any other missing
- * weight is an error naming it. dir without weights: a randomly initialised
- * model of its config. With a device map, cpu or disk offload:
+ * has them, by name (a bare BertModel's names, without "bert.", too). The
+ * head is the config's (accel_bert_config_load). A weight of the model the
+ * checkpoint lacks keeps its initialisation only when it is the head's (the
+ * pooler, classifier or qa_outputs: a pre-trained encoder gets a new head,
+ * as transformers does, and says so on stderr); any other missing weight is
+ * an error naming it. Checkpoint weights the model has no place for (another
+ * head's: a sequence classifier's pooler loaded into a token classifier) are
+ * not used, with a note on stderr. dir without weights: a randomly
+ * initialised model of its config. With a device map, cpu or disk offload:
  * accel_bert_from_pretrained_dispatched (accel/bigmodel.h). */
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev);
+/* The same with the head chosen by the caller whatever the config says,
+ * and num_labels when > 0 (else the config's): transformers'
+ * BertFor<head>.from_pretrained(dir, num_labels=...), a pre-trained
+ * encoder's checkpoint fine-tuned for NER (its tag set) or QA. */
+accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, int64_t num_labels,
+                                              accel_device dev);
 
 #ifdef __cplusplus
 }

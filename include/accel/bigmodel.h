@@ -214,10 +214,11 @@ typedef struct accel_activation_bytes {
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
-/* The same for a BertForSequenceClassification of cfg (accel/bert.h)
- * trained with accel_bert_loss on padded batches with token_type_ids (its
- * dropouts acting): every layer attends through explicit [B, H, T, T]
- * scores. seq_len at most max_position_embeddings. */
+/* The same for a BERT of cfg (accel/bert.h) with cfg->head's head, trained
+ * with that head's loss (accel_bert_loss, accel_bert_token_loss,
+ * accel_bert_qa_loss) on padded batches with token_type_ids (its dropouts
+ * acting): every layer attends through explicit [B, H, T, T] scores.
+ * seq_len at most max_position_embeddings. */
 struct accel_bert_config;
 accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,
                                          accel_activation_bytes *out);
@@ -404,22 +405,32 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
                                           const accel_load_opts *opts, accel_dispatched **out);
 
 /* BERT's (accel/bert.h) from_pretrained with a device map: dir's
- * config.json (model_type "bert"), the BertForSequenceClassification built
- * on meta, then accel_load_checkpoint_and_dispatch as above (no_split
+ * config.json (model_type "bert"), the BertFor<head> of its head built on
+ * meta, then accel_load_checkpoint_and_dispatch as above (no_split
  * BertLayer, base_model_prefix "bert": a bare BertModel checkpoint's names
  * load too). It takes what accel_bert_from_pretrained takes: the original
  * Google checkpoints' LayerNorm gamma/beta names (transformers' legacy
  * renames, which every from_pretrained applies), and a checkpoint without
- * the head (a BertModel's): the missing pooler / classifier weights are
+ * the head (a BertModel's): the missing pooler / classifier / qa_outputs
+ * weights are
  * newly initialised (weight N(0, initializer_range), bias 0) on the device
  * they map to, or the main device where the map says disk or cpu offload (no
  * file holds them), named in a warning and counted in
  * accel_dispatch_stats.n_missing (an error with opts->strict). Any other
- * missing weight is an error naming it. Returns the model in eval mode;
+ * missing weight is an error naming it; checkpoint weights the model has no
+ * place for (another head's) are unexpected keys (a warning, counted in
+ * n_unexpected; an error with opts->strict). Returns the model in eval mode;
  * NULL + error. */
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
                                                    const char *strategy, const accel_max_memory *max_memory,
                                                    const accel_load_opts *opts, accel_dispatched **out);
+
+/* The same with the head (an accel_bert_head) and num_labels (> 0; else
+ * the config's) chosen by the caller (accel_bert_from_pretrained_head). */
+accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, int64_t num_labels,
+                                                        const accel_device_map *map,
+                                                        const char *strategy, const accel_max_memory *max_memory,
+                                                        const accel_load_opts *opts, accel_dispatched **out);
 
 /* ------------------------------------------------------------ generation */
 

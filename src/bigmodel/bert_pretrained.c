@@ -16,9 +16,9 @@
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
     if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
     const accel_bert_config *c0 = accel_bert_config_of(m);
-    if (!c0 || strcmp(m->ops->type_name, "BertForSequenceClassification") != 0)
+    if (!c0 || strcmp(m->ops->type_name, accel_bert_head_name(c0->head)) != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
-                               "BertForSequenceClassification built by accel_bert_new");
+                               "BertFor<head> built by accel_bert_new (%s)", m->ops->type_name);
     if (accel__module_params_sharded(m))
         return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
                                "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
@@ -62,9 +62,10 @@ static bool has_weights(const char *dir) {
 }
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has
- * not been trained with (transformers initialises it and warns). */
+ * not been trained with (transformers initialises it and warns). A model
+ * has only its own head's names. */
 static bool is_head(const char *name) {
-    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11);
+    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11) || !strncmp(name, "qa_outputs.", 11);
 }
 
 /* ck's name for the model's weight name, or NULL: the name itself, else
@@ -83,13 +84,17 @@ static const char *name_in(accel_checkpoint *ck, const char *name, char *buf, si
     return NULL;
 }
 
-/* Every weight of m by name from ck (name_in's forms). */
+/* Every weight of m by name from ck (name_in's forms). The checkpoint's
+ * tensors none of them took (another head's: a sequence classifier's
+ * pooler, a QA model's qa_outputs) are left unused, counted in a note, as
+ * transformers does. */
 static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const char *dir) {
     accel_state_dict *sd = accel_module_state_dict(m);
-    if (!sd) return accel_last_status();
-    accel_status st = ACCEL_OK;
-    int new_head = 0;
-    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
+    int nck = accel_checkpoint_count(ck);
+    bool *used = sd ? accel_calloc((size_t)nck + 1, sizeof *used) : NULL;
+    accel_status st = used ? ACCEL_OK : accel_last_status();
+    int new_head = 0, unused = 0;
+    for (int i = 0; sd && i < sd->n && st == ACCEL_OK; i++) {
         const char *name = sd->entries[i].name;
         char buf[512];
         const char *in_ck = name_in(ck, name, buf, sizeof buf);
@@ -97,10 +102,18 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
         else if (is_head(name)) new_head++;
         else
             st = accel_set_error(ACCEL_ERR_FORMAT, "accel_bert_from_pretrained: %s has no weight %s", dir, name);
+        for (int k = 0; in_ck && k < nck; k++)
+            if (!strcmp(accel_checkpoint_name(ck, k), in_ck)) used[k] = true;
     }
+    for (int k = 0; st == ACCEL_OK && k < nck; k++) unused += !used[k];
+    const char *cls = m->ops->type_name;
     if (st == ACCEL_OK && new_head)
-        fprintf(stderr, "accel: %s has no pooler or classifier weights (%d tensors): they are newly initialised; "
-                "train the model before using its predictions\n", dir, new_head);
+        fprintf(stderr, "accel: %s has no %s head weights (%d tensors): they are newly initialised; train the model "
+                "before using its predictions\n", dir, cls, new_head);
+    if (st == ACCEL_OK && unused)
+        fprintf(stderr, "accel: %d weights of %s (another head's) were not used when initialising a %s\n", unused,
+                dir, cls);
+    accel_free(used);
     accel_state_dict_free(sd);
     return st;
 }
@@ -118,13 +131,27 @@ static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_
     return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
 }
 
-accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
+/* dir's config with the head (and num_labels when > 0): the config's
+ * (head < 0) or the caller's. */
+static bool load_config(const char *dir, int head, int64_t num_labels, accel_bert_config *cfg, const char *fn) {
     if (!dir) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained: dir is NULL");
-        return NULL;
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dir is NULL", fn);
+        return false;
     }
+    if (head >= ACCEL_BERT_HEADS) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: head %d is not an accel_bert_head", fn, head);
+        return false;
+    }
+    if (accel_bert_config_load(dir, cfg) != ACCEL_OK) return false;
+    if (head >= 0) cfg->head = (accel_bert_head)head;
+    if (num_labels > 0) cfg->num_labels = num_labels;
+    return accel_bert_config_check(cfg, fn) == ACCEL_OK; /* the chosen head's rules (QA: 2 labels) */
+}
+
+static accel_module *from_pretrained(const char *dir, int head, int64_t num_labels, accel_device dev,
+                                     const char *fn) {
     accel_bert_config cfg;
-    if (accel_bert_config_load(dir, &cfg) != ACCEL_OK) return NULL;
+    if (!load_config(dir, head, num_labels, &cfg, fn)) return NULL;
     accel_module *m = accel_bert_new(&cfg, dev);
     if (!m || !has_weights(dir)) return m;
     accel_checkpoint *ck = accel_checkpoint_open(dir);
@@ -137,20 +164,54 @@ accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
     return m;
 }
 
-accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
-                                                   const char *strategy, const accel_max_memory *max_memory,
-                                                   const accel_load_opts *opts, accel_dispatched **out) {
+accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev) {
+    return from_pretrained(dir, -1, 0, dev, "accel_bert_from_pretrained");
+}
+
+accel_module *accel_bert_from_pretrained_head(const char *dir, accel_bert_head head, int64_t num_labels,
+                                              accel_device dev) {
+    if ((int)head < 0) { /* -1 is from_pretrained's "the config's" */
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained_head: head %d is not an accel_bert_head",
+                        (int)head);
+        return NULL;
+    }
+    return from_pretrained(dir, (int)head, num_labels, dev, "accel_bert_from_pretrained_head");
+}
+
+static accel_module *dispatched(const char *dir, int head, int64_t num_labels, const accel_device_map *map,
+                                const char *strategy,
+                                const accel_max_memory *max_memory, const accel_load_opts *opts,
+                                accel_dispatched **out, const char *fn) {
     if (!dir || !out) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_from_pretrained_dispatched: NULL dir or out");
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL dir or out", fn);
         return NULL;
     }
     *out = NULL;
     accel_bert_config cfg;
-    if (accel_bert_config_load(dir, &cfg) != ACCEL_OK) return NULL;
+    if (!load_config(dir, head, num_labels, &cfg, fn)) return NULL;
     accel_init_empty_weights_begin();
     accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
     /* the config lives in the root (accel_bert_config_of) for as long as the load */
     accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
     return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, &pl, out);
+}
+
+accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,
+                                                   const char *strategy, const accel_max_memory *max_memory,
+                                                   const accel_load_opts *opts, accel_dispatched **out) {
+    return dispatched(dir, -1, 0, map, strategy, max_memory, opts, out, "accel_bert_from_pretrained_dispatched");
+}
+
+accel_module *accel_bert_from_pretrained_head_dispatched(const char *dir, int head, int64_t num_labels,
+                                                        const accel_device_map *map,
+                                                        const char *strategy, const accel_max_memory *max_memory,
+                                                        const accel_load_opts *opts, accel_dispatched **out) {
+    static const char *FN = "accel_bert_from_pretrained_head_dispatched";
+    if (head < 0) {
+        if (out) *out = NULL;
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: head %d is not an accel_bert_head", FN, head);
+        return NULL;
+    }
+    return dispatched(dir, head, num_labels, map, strategy, max_memory, opts, out, FN);
 }

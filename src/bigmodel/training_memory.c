@@ -1067,10 +1067,11 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
 }
 
 /* ------------------------------------------------------------ BERT's step
- * accel_bert_loss of a BertForSequenceClassification (src/nn/bert.c) on a
- * padded batch (the additive mask exists: a batch without padding makes
- * none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its dropouts
- * act (a training step). */
+ * The head's loss (accel_bert_loss, _token_loss, _qa_loss; src/nn/bert.c)
+ * on a padded batch (the additive mask exists: a batch without padding
+ * makes none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its
+ * dropouts act (a training step). The pad ids' gradient mask (their word
+ * rows pass none) is not counted: it moved the measured peak by 64 bytes. */
 
 /* One BertLayer: self-attention over explicit scores, BertSelfOutput, the
  * intermediate gelu, BertOutput. */
@@ -1139,14 +1140,17 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
 }
 
-/* Outside the layers: the batch (ids, token types, mask, labels), the
- * embeddings (word + type + position, LayerNorm, dropout), the pooler
- * (tanh(dense(h[:, 0]))), the classifier's dropout and head, the loss. */
+/* Outside the layers: the batch (ids, token types, mask, the head's
+ * targets), the embeddings (word + type + position, LayerNorm, dropout), the
+ * head and its loss. */
 static void bert_outer_step(ledger *l, const accel_bert_config *c) {
     const dims *d = l->d;
     double n = d->n, eC = n * d->C, BC = d->B * d->C, ph = c->hidden_dropout_prob;
     double pc = c->classifier_dropout >= 0 ? c->classifier_dropout : ph, L = (double)c->num_labels;
-    l->bytes += 8 * n + 8 * n + 8 * n + 8 * d->B;    /* ids, token_type_ids, attention_mask, labels */
+    accel_bert_head head = c->head;
+    double targets = head == ACCEL_BERT_TOKEN_CLASSIFICATION ? n : head == ACCEL_BERT_QUESTION_ANSWERING ? 2 * d->B
+                                                                                                         : d->B;
+    l->bytes += 8 * n + 8 * n + 8 * n + 8 * targets; /* ids, token_type_ids, attention_mask, the targets */
     l->bytes += 8 * n + 4 * n + 4 * n;               /* the mask read as int64, as floats, as a tensor */
     l->bytes += 8 * d->T + 4 * d->T * d->C;          /* positions, their rows */
     l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC;   /* word and type rows, the two adds */
@@ -1155,6 +1159,19 @@ static void bert_outer_step(ledger *l, const accel_bert_config *c) {
     norm_bwd(l, eC, ACCEL_F32, false);
     /* the adds' backward: both inputs' gradients, the positions' summed over B */
     l->bytes += 2 * 4 * eC + 2 * 4 * d->T * d->C;
+    if (head != ACCEL_BERT_SEQUENCE_CLASSIFICATION) {
+        /* every position: (dropout,) the head's linear, its loss(es) over n rows of L */
+        ledger r = {l->k, d, l->f, 0, 0};
+        if (head == ACCEL_BERT_TOKEN_CLASSIFICATION && pc > 0) dropout_fwd(&r, eC, ACCEL_F32);
+        accel_dtype y = linear_fwd(&r, d->C, L, ACCEL_F32);
+        /* cross-entropy's f32 logits (QA: each half made dense), lse, gradient; QA's two add into one */
+        r.bytes += head == ACCEL_BERT_TOKEN_CLASSIFICATION ? 4 * n * L * 3 : 2 * 4 * n * 3 + 4 * n * L;
+        proj_bwd(&r, d->C, L, y, ACCEL_F32, false, true);
+        if (head == ACCEL_BERT_TOKEN_CLASSIFICATION && pc > 0) dropout_bwd(&r, eC, ACCEL_F32);
+        scratch(l, r.top);
+        l->bytes += r.bytes;
+        return;
+    }
     /* the pooler of the first position (a view across T, made dense; its
      * gradient a zeroed [B, T, C] copied into the last layer's output's),
      * tanh, dropout, the classifier: B rows */

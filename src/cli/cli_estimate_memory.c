@@ -703,6 +703,12 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (bert)
         wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
                 __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb);
+    /* Accelerate's AutoModel is a BertModel with its pooler, which the token and QA heads' body lacks */
+    int64_t pooler = 0;
+    if (bert && bcfg.head != ACCEL_BERT_SEQUENCE_CLASSIFICATION)
+        wraps = wraps || __builtin_mul_overflow(bcfg.hidden_size + 1, bcfg.hidden_size, &pooler) ||
+                __builtin_mul_overflow(pooler, (int64_t)accel_dtype_size(bcfg.torch_dtype), &pooler) ||
+                __builtin_add_overflow(body, pooler, &body);
     wraps = wraps || __builtin_add_overflow(body, buffers, &body);
     accel_module_sizes_free(body_sizes);
     if (wraps) {

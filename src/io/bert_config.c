@@ -50,8 +50,28 @@ static accel_status parse_act(json_t *root, const char *file, accel_bert_config 
     return ACCEL_OK;
 }
 
+/* The head: the first entry of "architectures" that names one of
+ * accel_bert_head's classes; none (BertForMaskedLM, BertModel, ...):
+ * sequence classification, the head accel builds when asked nothing else. */
+static accel_status parse_head(json_t *root, const char *file, accel_bert_config *c) {
+    json_t *arch = json_object_get(root, "architectures");
+    if (!arch || json_is_null(arch)) return ACCEL_OK;
+    if (!json_is_array(arch))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: 'architectures' must be a list of class names", file);
+    for (size_t i = 0; i < json_array_size(arch); i++) {
+        const char *name = json_string_value(json_array_get(arch, i)); /* NULL: not a string, named by none */
+        for (int h = 0; name && h < ACCEL_BERT_HEADS; h++)
+            if (!strcmp(name, accel_bert_head_name((accel_bert_head)h))) {
+                c->head = (accel_bert_head)h;
+                return ACCEL_OK;
+            }
+    }
+    return ACCEL_OK;
+}
+
 /* num_labels: the key when given, else the size of id2label (what
- * transformers' save_pretrained writes). */
+ * transformers' save_pretrained writes). problem_type picks sequence
+ * classification's loss only; the other heads' ignore it. */
 static accel_status parse_labels(json_t *root, const char *file, accel_bert_config *c) {
     json_t *id2label = json_object_get(root, "id2label");
     if (id2label && !json_is_null(id2label)) {
@@ -60,6 +80,7 @@ static accel_status parse_labels(json_t *root, const char *file, accel_bert_conf
         c->num_labels = (int64_t)json_object_size(id2label);
     }
     if (accel__config_get_int(root, file, "num_labels", &c->num_labels, false)) return accel_last_status();
+    if (c->head != ACCEL_BERT_SEQUENCE_CLASSIFICATION) return ACCEL_OK; /* accel_bert_config_check's rules */
     json_t *pt = json_object_get(root, "problem_type");
     if (pt && !json_is_null(pt) &&
         (!json_is_string(pt) || strcmp(json_string_value(pt), "single_label_classification") != 0))
@@ -98,7 +119,7 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
         get_prob(root, file, "classifier_dropout", &c->classifier_dropout) ||
         accel__config_get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         accel__config_get_dtype(root, file, "dtype", &c->torch_dtype) ||
-        parse_act(root, file, c) || parse_labels(root, file, c) ||
+        parse_act(root, file, c) || parse_head(root, file, c) || parse_labels(root, file, c) ||
         want_string(root, file, "position_embedding_type", "absolute",
                     "relative_key and relative_key_query positions are not implemented") ||
         want_false(root, file, "is_decoder", "a causal (decoder) BERT is not implemented") ||
@@ -131,7 +152,7 @@ accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *
     return st;
 }
 
-/* The keys of transformers' BertForSequenceClassification config.json;
+/* The keys of transformers' BertFor<head> config.json;
  * id2label names are LABEL_<i> (the names of a loaded config are not kept). */
 static json_t *to_json(const accel_bert_config *c) {
     json_t *j = json_object(), *arch = json_array(), *id2label = json_object(), *label2id = json_object();
@@ -142,7 +163,7 @@ static json_t *to_json(const accel_bert_config *c) {
         json_decref(label2id);
         return NULL;
     }
-    json_array_append_new(arch, json_string("BertForSequenceClassification"));
+    json_array_append_new(arch, json_string(accel_bert_head_name(c->head)));
     for (int64_t i = 0; i < c->num_labels; i++) {
         char k[32], v[40];
         snprintf(k, sizeof k, "%lld", (long long)i);

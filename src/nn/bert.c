@@ -1,5 +1,6 @@
-/* BERT (accel/bert.h): transformers' BertModel and
- * BertForSequenceClassification, with its module tree, names, init and
+/* BERT (accel/bert.h): transformers' BertModel and its heads
+ * (BertForSequenceClassification, BertForTokenClassification,
+ * BertForQuestionAnswering), with their module trees, names, init and
  * forward. A bidirectional encoder: attention over explicit scores with an
  * additive padding mask (no causal mask), post-LN blocks. */
 #include <float.h>
@@ -9,6 +10,13 @@
 #include "accel/bert.h"
 #include "family.h"
 #include "nn_internal.h"
+
+static const char *const HEAD_NAMES[ACCEL_BERT_HEADS] = {
+    "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering"};
+
+const char *accel_bert_head_name(accel_bert_head head) {
+    return (unsigned)head < ACCEL_BERT_HEADS ? HEAD_NAMES[head] : NULL;
+}
 
 accel_bert_config accel_bert_config_default(void) {
     accel_bert_config c;
@@ -31,8 +39,8 @@ accel_bert_config accel_bert_config_default(void) {
     return c;
 }
 
-/* Elements of all the weights, or -1 when that overflows int64 (the sizes
- * come from a file). */
+/* Elements of all the weights (the pooler counted for every head: a bound),
+ * or -1 when that overflows int64 (the sizes come from a file). */
 static int64_t weight_elems(const accel_bert_config *c) {
     int64_t C = c->hidden_size, I = c->intermediate_size, rows, emb, layer, t, head, total;
     bool of = __builtin_add_overflow(c->vocab_size, c->max_position_embeddings, &rows) ||
@@ -62,8 +70,15 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "sizes must be positive";
     else if (c->hidden_size % c->num_attention_heads)
         bad = "hidden_size must be a multiple of num_attention_heads";
-    else if (c->num_labels < 2)
+    else if ((unsigned)c->head >= ACCEL_BERT_HEADS)
+        bad = "head must be one of accel_bert_head's";
+    else if (c->head == ACCEL_BERT_SEQUENCE_CLASSIFICATION && c->num_labels < 2)
         bad = "num_labels must be at least 2 (single-label classification)";
+    else if (c->head == ACCEL_BERT_TOKEN_CLASSIFICATION && c->num_labels < 1)
+        bad = "num_labels must be at least 1 (token classification)";
+    /* transformers splits qa_outputs' outputs into exactly a start and an end */
+    else if (c->head == ACCEL_BERT_QUESTION_ANSWERING && c->num_labels != 2)
+        bad = "num_labels must be 2 (question answering: a start and an end logit per position)";
     else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
         bad = "pad_token_id must be -1 (none) or below vocab_size";
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
@@ -83,8 +98,9 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "the weights would take more than 2^63 bytes";
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "%s: %s (vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
-                               "labels %lld)", who, bad, (long long)c->vocab_size, (long long)c->hidden_size,
+                               "%s: %s (%s: vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
+                               "labels %lld)", who, bad, accel_bert_head_name(c->head) ? accel_bert_head_name(c->head)
+                               : "head ?", (long long)c->vocab_size, (long long)c->hidden_size,
                                (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
                                (long long)c->intermediate_size, (long long)c->num_labels);
     return ACCEL_OK;
@@ -97,7 +113,10 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids);
 /* BertModel's impl is the root's config (borrowed). */
 static void borrowed_impl(accel_module *m) { (void)m; }
 
-static const accel_module_ops ROOT_OPS = {"BertForSequenceClassification", root_forward, NULL};
+/* The roots, one per accel_bert_head (their type names are HEAD_NAMES'). */
+static const accel_module_ops ROOT_OPS[ACCEL_BERT_HEADS] = {{"BertForSequenceClassification", root_forward, NULL},
+                                                            {"BertForTokenClassification", root_forward, NULL},
+                                                            {"BertForQuestionAnswering", root_forward, NULL}};
 static const accel_module_ops MODEL_OPS = {"BertModel", model_forward, borrowed_impl};
 static const accel_module_ops EMB_OPS = {"BertEmbeddings", NULL, NULL};
 static const accel_module_ops ENCODER_OPS = {"BertEncoder", NULL, NULL};
@@ -110,7 +129,7 @@ static const accel_module_ops OUT_OPS = {"BertOutput", NULL, NULL};
 static const accel_module_ops POOLER_OPS = {"BertPooler", NULL, NULL};
 
 /* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_BERT = 0, ROOT_CLASSIFIER = 1 };
+enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier or qa_outputs */
 enum { MODEL_EMB = 0, MODEL_ENCODER = 1, MODEL_POOLER = 2 };
 enum { EMB_WORD = 0, EMB_POS = 1, EMB_TYPE = 2, EMB_NORM = 3 };
 enum { LAYER_ATTN = 0, LAYER_INTER = 1, LAYER_OUT = 2 };
@@ -192,7 +211,8 @@ static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_devi
     return accel__embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range);
 }
 
-/* BertModel over the root's config c. */
+/* BertModel over the root's config c; the pooler for sequence
+ * classification only (the other heads' add_pooling_layer=False). */
 static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     accel_module *model = accel_module_new(&MODEL_OPS, c);
     accel_module *emb = add(model, "embeddings", accel_module_new(&EMB_OPS, NULL));
@@ -215,6 +235,7 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
         snprintf(name, sizeof name, "%lld", (long long)i);
         ok = add(layers, name, new_layer(c, dev)) != NULL;
     }
+    if (ok && c->head != ACCEL_BERT_SEQUENCE_CLASSIFICATION) return model;
     accel_module *pooler = ok ? add(model, "pooler", accel_module_new(&POOLER_OPS, NULL)) : NULL;
     if (!pooler || !add(pooler, "dense", linear(c, c->hidden_size, c->hidden_size, dev))) {
         accel_module_free(model);
@@ -228,34 +249,41 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     accel_bert_config *c = accel_malloc(sizeof *c);
     if (!c) return NULL;
     *c = *cfg;
-    accel_module *root = accel_module_new(&ROOT_OPS, c);
+    accel_module *root = accel_module_new(&ROOT_OPS[c->head], c);
     if (!root) {
         accel_free(c);
         return NULL;
     }
     if (!add(root, "bert", new_model(c, dev)) ||
-        !add(root, "classifier", linear(c, c->hidden_size, c->num_labels, dev))) {
+        !add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
+             linear(c, c->hidden_size, c->num_labels, dev))) {
         accel_module_free(root);
         return NULL;
     }
     return root;
 }
 
-static const char *layer_class(const accel_module *m) {
-    return m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+static bool is_root(const accel_module *m) {
+    for (int h = 0; m && h < ACCEL_BERT_HEADS; h++)
+        if (m->ops == &ROOT_OPS[h]) return true;
+    return false;
 }
 
-/* The root (BertForSequenceClassification) has the config.json. */
+static const char *layer_class(const accel_module *m) {
+    return m && (is_root(m) || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+}
+
+/* The root (BertFor<head>) has the config.json. */
 static bool config_dtype(const accel_module *m, accel_dtype *dt) {
-    if (!m || m->ops != &ROOT_OPS) return false;
+    if (!is_root(m)) return false;
     *dt = ((const accel_bert_config *)m->impl)->torch_dtype;
     return true;
 }
 
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {
-    if (m && (m->ops == &ROOT_OPS || m->ops == &MODEL_OPS)) return m->impl;
-    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertForSequenceClassification or its "
-                    "BertModel built by accel_bert_new (%s)", m ? m->ops->type_name : "NULL");
+    if (m && (is_root(m) || m->ops == &MODEL_OPS)) return m->impl;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertFor<head> or its BertModel built by "
+                    "accel_bert_new (%s)", m ? m->ops->type_name : "NULL");
     return NULL;
 }
 
@@ -304,6 +332,36 @@ static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tenso
     return *out ? ACCEL_OK : accel_last_status();
 }
 
+/* Gradient of the word rows with the keep mask [B, T, 1] (0 at pad ids). */
+static accel_status pad_rows_backward(accel_node *n, accel_tensor *g) {
+    accel_tensor *w = n->inputs[0];
+    accel_tensor *kept = w->requires_grad ? accel_mul(g, n->saved[0]) : NULL;
+    return !w->requires_grad ? ACCEL_OK : kept ? accel_grad_accumulate(w, kept) : accel_last_status();
+}
+
+/* nn.Embedding(padding_idx=pad_token_id): the rows looked up for pad ids
+ * [B, T] pass no gradient back, so the padding row never trains (whatever
+ * the attention mask says; a QA or token head reads every position). w: the
+ * word rows [B, T, C]; returned as they are, tied to the mask. */
+static accel_tensor *pad_rows_frozen(accel_tensor *w, accel_tensor *ids, const accel_bert_config *c) {
+    if (c->pad_token_id < 0 || !w->requires_grad || !accel_is_grad_enabled()) return w;
+    int64_t B = ids->shape[0], T = ids->shape[1];
+    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *v, 64);
+    float *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *keep, 64);
+    if (!v || !keep || accel_to_int64s(ids, v) != ACCEL_OK) return NULL;
+    bool any = false;
+    for (int64_t i = 0; i < B * T; i++) {
+        keep[i] = v[i] == c->pad_token_id ? 0.0f : 1.0f;
+        any |= v[i] == c->pad_token_id;
+    }
+    if (!any) return w;
+    accel_tensor *k = accel_from_data(ACCEL_F32, 3, (int64_t[]){B, T, 1}, keep);
+    accel_tensor *mask = k ? accel_to_device(k, w->device) : NULL, *y = mask ? accel_alias(w) : NULL;
+    accel_node *n = y ? accel_tape_record("bert_padding_idx", pad_rows_backward, y, 1, &w) : NULL;
+    if (n) n->saved[0] = mask;
+    return y;
+}
+
 static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
                                         const accel_bert_config *c) {
     accel_module **p = emb->children;
@@ -311,7 +369,7 @@ static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, ac
     /* the ids and positions made here go where the word embedding ran (its
      * weight may be offloaded: on meta until its hook brings it in) */
     accel_tensor *w = accel_module_call(p[EMB_WORD], ids);
-    if (!w) return NULL;
+    if (!w || !(w = pad_rows_frozen(w, ids, c))) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
@@ -389,8 +447,8 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
 }
 
 static bool checkpoint_layers(accel_module *m, bool enable) {
-    if (!m || (m->ops != &ROOT_OPS && m->ops != &MODEL_OPS)) return false;
-    if (m->ops == &ROOT_OPS) m = m->children[ROOT_BERT];
+    if (!is_root(m) && (!m || m->ops != &MODEL_OPS)) return false;
+    if (is_root(m)) m = m->children[ROOT_BERT];
     accel_module *layers = m->children[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
@@ -399,7 +457,7 @@ static bool checkpoint_layers(accel_module *m, bool enable) {
 const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype, NULL};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
-    if (m && m->ops == &ROOT_OPS) return m->children[ROOT_BERT];
+    if (is_root(m)) return m->children[ROOT_BERT];
     if (m && m->ops == &MODEL_OPS) return m;
     accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a model built by accel_bert_new (%s)", fn,
                     m ? m->ops->type_name : "NULL");
@@ -429,7 +487,11 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
     h = h ? embeddings_forward(p[MODEL_EMB], h, tt, c) : NULL;
     accel_module *layers = p[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
-    if (h && pooled) {
+    if (h && pooled && model->n_children <= MODEL_POOLER) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model has no pooler (a %s is built without one): pass NULL "
+                        "for pooled", fn, accel_bert_head_name(c->head));
+        h = NULL;
+    } else if (h && pooled) {
         /* tanh(dense(h[:, 0])): the [CLS] position */
         accel_tensor *first = accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1);
         *pooled = accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first));
@@ -445,48 +507,141 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
     return model ? encode(model, ids, token_type_ids, attention_mask, pooled, "accel_bert_encode") : NULL;
 }
 
-static accel_tensor *classify(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
-                              const char *fn) {
-    if (!m || m->ops != &ROOT_OPS) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a BertForSequenceClassification built by accel_bert_new (%s)",
-                        fn, m ? m->ops->type_name : "NULL");
+/* The head of one of the public functions (fn) run on m's encoder, inside
+ * the root's hooks (the Accelerator's autocast, a dispatch's return to the
+ * ids' device): sequence classification's logits [B, L] from the pooler's
+ * output, token classification's [B, T, L] from every position, question
+ * answering's qa_outputs [B, T, 2] (split by the caller). A model of another
+ * head is refused naming both. */
+static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_tensor *ids, accel_tensor *tt,
+                                  accel_tensor *am, const char *fn) {
+    if (!is_root(m) || m->ops != &ROOT_OPS[want]) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is %s%s, not a %s built by accel_bert_new", fn,
+                        is_root(m) ? "a " : "", m ? m->ops->type_name : "NULL", HEAD_NAMES[want]);
         return NULL;
     }
     const accel_bert_config *c = m->impl;
-    /* The root's hooks run too: the Accelerator's autocast, a dispatch's return to the ids' device. */
     accel_tensor *x = ids;
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
+    bool seq = want == ACCEL_BERT_SEQUENCE_CLASSIFICATION;
     accel_tensor *pooled = NULL;
-    accel_tensor *y = x && encode(m->children[ROOT_BERT], x, tt, am, &pooled, fn) ? pooled : NULL;
+    accel_tensor *h = x ? encode(m->children[ROOT_BERT], x, tt, am, seq ? &pooled : NULL, fn) : NULL;
+    accel_tensor *y = seq ? (h ? pooled : NULL) : h;
+    /* the classifiers' dropout (BertForQuestionAnswering has none) */
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    if (y) y = accel_module_call(m->children[ROOT_CLASSIFIER], accel_dropout(y, p, m->training, NULL));
+    if (y && want != ACCEL_BERT_QUESTION_ANSWERING) y = accel_dropout(y, p, m->training, NULL);
+    if (y) y = accel_module_call(m->children[ROOT_HEAD], y);
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
 accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask) {
-    return classify(m, ids, token_type_ids, attention_mask, "accel_bert_classify");
+    return head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask,
+                        "accel_bert_classify");
+}
+
+/* labels: int64/int32 of ids' batch ([B]) or ids' shape ([B, T]). */
+static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel_tensor *ids, bool per_token) {
+    if (!accel_tensor_check(t, fn, arg)) return false;
+    bool ok = t->ndim == (per_token ? 2 : 1) && (t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32) &&
+              (!ids || ids->ndim != 2 || (t->shape[0] == ids->shape[0] && (!per_token || t->shape[1] == ids->shape[1])));
+    if (!ok) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be %s int64/int32 (of ids' [B, T]), got %s %s", fn, arg,
+                        per_token ? "[B, T]" : "[B]", accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+    }
+    return ok;
 }
 
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                               accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
     if (logits) *logits = NULL;
-    if (!accel_tensor_check(labels, "accel_bert_loss", "labels")) return NULL;
-    if (labels->ndim != 1 || (labels->dtype != ACCEL_I64 && labels->dtype != ACCEL_I32) ||
-        (ids && labels->shape[0] != ids->shape[0])) {
-        char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_bert_loss: labels must be [B] int64/int32 (B of ids), got %s %s",
-                        accel_dtype_name(labels->dtype), accel_shape_str(labels, b, sizeof b));
-        return NULL;
-    }
-    accel_tensor *y = classify(m, ids, token_type_ids, attention_mask, "accel_bert_loss");
+    if (!check_labels("accel_bert_loss", "labels", labels, ids, false)) return NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask,
+                                   "accel_bert_loss");
     if (logits) *logits = y;
     /* transformers' single_label_classification: CrossEntropyLoss (mean; -100 ignored) */
     return y ? accel_cross_entropy(y, labels, -100) : NULL;
 }
 
+accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                        accel_tensor *attention_mask) {
+    return head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask,
+                        "accel_bert_token_classify");
+}
+
+accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
+    if (logits) *logits = NULL;
+    if (!check_labels("accel_bert_token_loss", "labels", labels, ids, true)) return NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask,
+                                   "accel_bert_token_loss");
+    if (logits) *logits = y;
+    /* CrossEntropyLoss over every position ([B T, L] against [B T]), -100 ignored */
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
+/* qa_outputs' [B, T, 2] split into the start and end logits [B, T], each
+ * made contiguous (transformers' .contiguous()). */
+static accel_tensor *qa_split(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
+                              accel_tensor **end, const char *fn) {
+    accel_tensor *y = head_forward(m, ACCEL_BERT_QUESTION_ANSWERING, ids, tt, am, fn);
+    accel_tensor *start = y ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 0, 1, 1), 2)) : NULL;
+    *end = start ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 1, 2, 1), 2)) : NULL;
+    return *end ? start : NULL;
+}
+
+accel_tensor *accel_bert_qa_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                   accel_tensor *attention_mask, accel_tensor **end_logits) {
+    if (!end_logits) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_qa_logits: end_logits is NULL");
+        return NULL;
+    }
+    return qa_split(m, ids, token_type_ids, attention_mask, end_logits, "accel_bert_qa_logits");
+}
+
+/* positions [B] or [B, 1] clamped to [0, T] (T: ignored) as an int64 [B] on dev. */
+static accel_tensor *clamped_positions(accel_tensor *pos, int64_t T, accel_device dev) {
+    int64_t B = pos->shape[0];
+    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)B * sizeof *v, 64);
+    if (!v || accel_to_int64s(pos, v) != ACCEL_OK) return NULL;
+    for (int64_t i = 0; i < B; i++) v[i] = v[i] < 0 ? 0 : v[i] > T ? T : v[i];
+    accel_tensor *t = accel_from_data(ACCEL_I64, 1, &B, v);
+    return t ? accel_to_device(t, dev) : NULL;
+}
+
+accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                 accel_tensor *attention_mask, accel_tensor *start_positions,
+                                 accel_tensor *end_positions, accel_tensor **start_logits, accel_tensor **end_logits) {
+    static const char *FN = "accel_bert_qa_loss";
+    if (start_logits) *start_logits = NULL;
+    if (end_logits) *end_logits = NULL;
+    accel_tensor *pos[2] = {start_positions, end_positions};
+    static const char *const ARG[2] = {"start_positions", "end_positions"};
+    for (int i = 0; i < 2; i++) {
+        /* [B, 1] (transformers squeezes the last dim) or [B] */
+        bool col = pos[i] && pos[i]->ndim == 2 && pos[i]->shape[1] == 1;
+        accel_tensor *p = col ? accel_squeeze(pos[i], 1) : pos[i];
+        if (col && !p) return NULL;
+        if (!check_labels(FN, ARG[i], p, ids, false)) return NULL;
+        pos[i] = p;
+    }
+    accel_tensor *end = NULL, *start = qa_split(m, ids, token_type_ids, attention_mask, &end, FN);
+    if (!start) return NULL;
+    if (start_logits) *start_logits = start;
+    if (end_logits) *end_logits = end;
+    /* a position past the input (its answer truncated away) is clamped to T, the ignored index */
+    int64_t T = start->shape[1];
+    accel_tensor *ps = clamped_positions(pos[0], T, start->device), *pe = clamped_positions(pos[1], T, end->device);
+    if (!ps || !pe) return NULL;
+    return accel_mul_scalar(accel_add(accel_cross_entropy(start, ps, T), accel_cross_entropy(end, pe, T)), 0.5);
+}
+
+/* The module's forward (accel_module_call): the head's output, qa_outputs'
+ * [B, T, 2] for question answering. */
 static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
-    return classify(m, ids, NULL, NULL, "BertForSequenceClassification");
+    const accel_bert_config *c = m->impl;
+    return head_forward(m, c->head, ids, NULL, NULL, HEAD_NAMES[c->head]);
 }
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
