@@ -22,7 +22,7 @@
 # (an extra row, another precision) bf16 mixed precision. ms/step: median of steps
 # WARM..STEPS-1 of each run (the first steps allocate and fill caches on both sides), then
 # the median over rounds; ratio: the median of the same-round llm.c / accel. Losses: every
-# step of round 1, f32 against llm.c, must agree within LOSS_TOL (absolute).
+# step of round 1, f32 against llm.c, must agree within LOSS_TOL (absolute), else the run fails (exit 1, files written).
 #
 # ggml (ggml_gpt2.md): gpt-2-backend with the prompt of P (128) ids (prompt.txt in the
 # bench's vocabulary reads back as exactly those ids), one batch for the whole prompt
@@ -88,12 +88,12 @@ header() { # TITLE
   accel_env_lines "$BIN" "ISA|CPU kernels|GEMM f32|GEMM bf16"
   echo
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f\n", a / b}'; }
 mkdir -p "$OUT_DIR"
 
 # ---- llm.c: train_gpt2 against bench_gpt2_peers train
 # steps_ms FILE: the median ms of steps WARM.. of one run's "step N: train loss L (took X ms)" lines
-steps_ms() { awk -v w="$WARM" '/^step [0-9]+: train loss/ && $2 + 0 >= w {print $7}' "$1" | median %.1f; }
+steps_ms() { awk -v w="$WARM" '/^step [0-9]+: train loss/ && $2 + 0 >= w {print $7}' "$1" | median '%.1f\n'; }
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 : > "$T/loads"
 if [ -n "$LLMC" ]; then
@@ -228,3 +228,5 @@ fi
   fi
 } > "$OUT_DIR/ggml_gpt2.md"
 cat "$OUT_DIR/ggml_gpt2.md"
+# the same weights on both sides or the timings compare nothing: a loss apart fails the run
+[ "${agree:-yes}" = yes ] || { echo "sidebyside.sh: accel f32's losses differ from llm.c's by $maxdiff > $LOSS_TOL" >&2; exit 1; }
