@@ -135,7 +135,7 @@ fi
     echo "logits against llm.c's targets) and optimizer through an Accelerator. ms/step: the median of steps"
     echo "$WARM..$((STEPS - 1)) of each run (each side's own timer: forward, backward, update), then over $ROUNDS"
     echo "interleaved rounds (llm.c, accel f32, accel bf16); ratio: median of the same-round llm.c / accel."
-    echo "Command: \`LLMC_TRAIN_GPT2=... bash bench/sidebyside.sh $B $ROUNDS\`."
+    echo "Command: \`LLMC_TRAIN_GPT2=... OUT_DIR=$OUT_DIR bash bench/sidebyside.sh $B $ROUNDS\`."
     echo
     echo "| program | precision | ms/step | llm.c / accel (same round) | per round |"
     echo "|---|---|---|---|---|"
@@ -214,7 +214,7 @@ fi
     echo "(--warm-up, the median of --first-reps 3; ggml has no such mode). Decode: ms per new token after the"
     echo "first (ggml: (predict time with -n $((NEW + 1)) - predict time with -n 1) / $NEW; accel: 1000 / decode"
     echo "tokens/s of the warm run). $ROUNDS interleaved rounds, medians; ratios: median of the same-round"
-    echo "ggml / accel (above 1: accel faster). Command: \`GGML_GPT2=... bash bench/sidebyside.sh $B $ROUNDS\`."
+    echo "ggml / accel (above 1: accel faster). Command: \`GGML_GPT2=... OUT_DIR=$OUT_DIR bash bench/sidebyside.sh $B $ROUNDS\`."
     echo
     echo "| weights (ggml / accel) | ggml prompt ms | accel prompt ms (cold; warm) | prompt ggml / accel (cold) | ggml decode ms/token | accel decode ms/token | decode ggml / accel | load ms (ggml / accel) | same tokens |"
     echo "|---|---|---|---|---|---|---|---|---|"
