@@ -4,9 +4,9 @@
 #     LLMC_TRAIN_GPT2=/path/to/llm.c/train_gpt2 GGML_GPT2=/path/to/ggml/build/bin/gpt-2-backend \
 #         bash bench/sidebyside.sh [BUILD_DIR] [ROUNDS]          (defaults build, 2)
 #
-# Neither peer is part of accel: build them yourself (llm.c: `make train_gpt2` in its checkout,
-# CPU with OpenMP; ggml: cmake with its examples, the CPU backend, target gpt-2-backend, the
-# example its CI runs) and pass the binaries' paths. A peer whose variable is unset or not an
+# Neither peer is part of accel, nor built here: build them yourself by their own instructions
+# (llm.c's train_gpt2, its CPU program with OpenMP; ggml's gpt-2-backend example, the one its CI
+# runs, on the CPU backend) and pass the binaries' paths. A peer whose variable is unset or not an
 # executable is skipped, and its results file says so. LLMC_COMMIT / GGML_COMMIT name the
 # commits built (else `git rev-parse HEAD` in the binary's checkout, else "unknown").
 #
