@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     double loss_v = 0.0;
     for (int it = 0; it < total; it++) {
         bench_step_time st;
-        if ((failed = bench_llama_step(acc, model, opt, ids, &st))) fail(failed);
+        if ((failed = bench_llama_step(acc, model, opt, ids, NULL, &st))) fail(failed);
         t_step[it] = st.total;
         t_cpu[it] = st.cpu; /* host time: launch and framework overhead */
         loss_v = st.loss;

@@ -304,7 +304,7 @@ int main(int argc, char **argv) {
     float loss_v = 0.0f;
     for (int it = 0; it < total; it++) {
         bench_step_time st;
-        if ((failed = bench_llama_step(acc, model, opt, ids, &st))) fail(failed);
+        if ((failed = bench_llama_step(acc, model, opt, ids, NULL, &st))) fail(failed);
         t_step[it] = st.total, t_fwd[it] = st.fwd, t_bwd[it] = st.bwd, t_opt[it] = st.opt, t_rst[it] = st.reset;
         t_cpu[it] = st.cpu;
         loss_v = st.loss;

@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     double *ms = malloc((size_t)a.steps * sizeof *ms);
     bench_step_time t = {0};
     for (int s = 0; ms && s < a.warmup + a.steps; s++) {
-        const char *failed = bench_llama_step(acc, model, opt, ids, &t);
+        const char *failed = bench_llama_step(acc, model, opt, ids, NULL, &t);
         if (failed) {
             fprintf(stderr, "bench_moe_step: %s: %s\n", failed, accel_last_error());
             return 1;

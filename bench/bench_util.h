@@ -170,18 +170,21 @@ typedef struct bench_step_time {
 } bench_step_time;
 
 /* One training step through acc, as a training script runs it: the loss
- * under the Accelerator's autocast, backward, optimizer step, zero_grad, a
+ * (targets NULL: accel_llama_loss, ids shifted in each row; else the
+ * forward's logits [B, T, V] against targets [B, T], mean cross-entropy, as
+ * llm.c's train_gpt2 has it) under the Accelerator's autocast, backward, optimizer step, zero_grad, a
  * synchronisation of the Accelerator's device (so a GPU's work is inside
  * the time), the step reset. Returns NULL, or the name of the call that
  * failed. */
 static inline const char *bench_llama_step(accel_accelerator *acc, accel_module *model, accel_optimizer *opt,
-                                           accel_tensor *ids, bench_step_time *t) {
+                                           accel_tensor *ids, accel_tensor *targets, bench_step_time *t) {
     long f0, f1;
     double c0 = bench_cpu_seconds(&f0), t0 = accel_now_seconds();
     accel_dtype prev = accel_accelerator_autocast_begin(acc);
-    accel_tensor *loss = accel_llama_loss(model, ids);
+    accel_tensor *loss = !targets ? accel_llama_loss(model, ids)
+                                  : accel_cross_entropy(accel_llama_forward(model, ids, NULL), targets, -100);
     accel_accelerator_autocast_end(acc, prev);
-    if (!loss) return "accel_llama_loss";
+    if (!loss) return targets ? "accel_cross_entropy" : "accel_llama_loss";
     double t1 = accel_now_seconds();
     if (accel_accelerator_backward(acc, loss) != ACCEL_OK) return "accel_accelerator_backward";
     double t2 = accel_now_seconds();

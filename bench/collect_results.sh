@@ -3,13 +3,13 @@
 # script writes into bench/results/ (llama_step.sh, bench_matmul, ddp.sh, launchers.sh, zero.sh,
 # device_layer.sh, dist_bench.sh, hier_bench.sh, rendezvous.sh, bench_bigmodel.sh, decode.sh,
 # families.sh, moe_step.sh, conv.sh, bench_callsite, bench_checkpoint_io, json_load.sh, tokenizer.sh,
-# startup.sh, pipeline.sh (pipeline.md and its torch peer's pipeline_torch.md), tp.sh (tp_torch.md, beside
+# startup.sh, sidebyside.sh (llmc.md, ggml_gpt2.md: llm.c and ggml), batch_decode.sh, pipeline.sh (pipeline.md and its torch peer's pipeline_torch.md), tp.sh (tp_torch.md, beside
 # bench_tp_step's tp.md); startup_launch.md came from startup_cpu.py, now startup.py's CPU column); one section per CPU kind from
 # bench/results/<kind>/ (its KIND file names the kind).
 #     bash bench/collect_results.sh
 set -euo pipefail
 cd "$(dirname "$0")"
-TOPICS="llama_step llama_step_bf16 llama_step_profile matmul matmul_packed linear_raw ddp launchers zero device_layer dist hier rendezvous bigmodel decode families families_bf16 families_moe moe_step moe_step_bf16 conv callsite checkpoint_checksums json_load tokenizer startup startup_launch"
+TOPICS="llama_step llama_step_bf16 llama_step_profile matmul matmul_packed linear_raw ddp launchers zero device_layer dist hier rendezvous bigmodel decode batch_decode families families_bf16 families_moe moe_step moe_step_bf16 conv callsite checkpoint_checksums json_load tokenizer startup startup_launch llmc ggml_gpt2"
 # Prints the sections of the files in directory $1: the known topics in their
 # order, then any other file, each heading one level down.
 sections() {

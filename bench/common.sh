@@ -8,10 +8,17 @@ median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f
 # copied without its plug-ins falls back: visible here), the peer's versions.
 machine_lines() {
   echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $2 threads each"
-  "$1/bin/accel" env 2>/dev/null | awk '/^- (CPU kernels|GEMM f32|GEMM bf16):/ {
+  accel_env_lines "$1/bin" 'CPU kernels|GEMM f32|GEMM bf16'
+  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
+  echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
+}
+
+# accel_env_lines BIN_DIR [KEYS]: the lines of accel env whose key matches the
+# extended regex KEYS (default: CPU, ISA, the CPU kernels and GEMM paths),
+# without their notes, as markdown lines.
+accel_env_lines() {
+  "$1/accel" env 2>/dev/null | awk -v k="^- (${2:-CPU|ISA|CPU kernels|GEMM f32|GEMM bf16}):" '$0 ~ k {
     sub(/^- /, ""); sub(/;.*/, "");              # the path, without its notes
     if (index($0, "(") && !index($0, ")")) $0 = $0 ")"
     print $0 "  " }'
-  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
-  echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
 }

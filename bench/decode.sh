@@ -43,7 +43,7 @@ CKPT=$T/fake-llama
 "$BIN/save_fake_llama" "$CKPT" --layers "$LAYERS" >/dev/null
 cat "$CKPT/model.safetensors" >/dev/null # warm the page cache for both sides
 
-. bench/common.sh  # median, machine_lines
+. bench/common.sh  # median, accel_env_lines
 
 # run NAME CMD...: one run through bench/metered_run.py (own CPU time, load);
 # appends decode tokens/s, load ms, own CPU s and the generated ids.
@@ -86,7 +86,7 @@ mkdir -p bench/results
   echo "> (1/5/15 min; per-run 1-min load $(sort -n "$T/loads" | head -1)-$(sort -n "$T/loads" | tail -1)). Wall-clock"
   echo "> tokens/s swing with the load; the same-round ratio is the robust figure.${NOTE:+ $NOTE}"
   echo
-  "$BIN/accel" env 2>/dev/null | sed -n 's/^- \(CPU\|ISA\|CPU kernels\|GEMM f32\|GEMM bf16\)\([^;]*\).*/\1\2/p' | sed 's/$/  /'
+  accel_env_lines "$BIN"
   echo
   echo "Checkpoint: examples/save_fake_llama --layers $LAYERS (hidden 512, intermediate 1024, vocab 32000,"
   echo "8 heads, f32 safetensors, $(du -m "$CKPT/model.safetensors" | cut -f1) MB; bf16 runs load it in bf16). Prompt $PROMPT,"
