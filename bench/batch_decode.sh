@@ -10,7 +10,8 @@
 #
 # Checkpoint: examples/save_fake_llama --layers LAYERS (default 2; hidden 512,
 # vocab 32000), f32. Env: THREADS (2), LAYERS, NEW (16). Writes
-# bench/results/intel-xeon-emr/batch_decode.md. About 2 minutes.
+# OUT (default bench/results/batch_decode.md; bench/results/<kind>/batch_decode.md on a
+# CPU kind of its own, as the other scripts). About 2 minutes.
 set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 cd "$(dirname "$0")/.."
@@ -56,7 +57,7 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
-OUT=bench/results/intel-xeon-emr/batch_decode.md
+OUT=${OUT:-bench/results/batch_decode.md}
 {
   echo "# Batched greedy decode tokens/s: accel vs transformers' generate on a left-padded batch"
   echo

@@ -7,7 +7,8 @@
 #
 #     bash bench/conv.sh [ROUNDS] [REPS]      (defaults 3 rounds x 5 timed calls)
 #
-# Env: BUILD_DIR (build), THREADS (2), OUT (bench/results/intel-xeon-emr/conv.md),
+# Env: BUILD_DIR (build), THREADS (2), OUT (bench/results/conv.md; bench/results/<kind>/conv.md on
+#      a CPU kind of its own, as the other scripts),
 #      PEER_COMPILE (1: the torch.compile step too), OMP_WAIT_POLICY (PASSIVE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ ROUNDS=${1:-3}
 REPS=${2:-5}
 THREADS=${THREADS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
-OUT=${OUT:-bench/results/intel-xeon-emr/conv.md}
+OUT=${OUT:-bench/results/conv.md}
 COMPILE=${PEER_COMPILE:-1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} OMP_NUM_THREADS=$THREADS
 
