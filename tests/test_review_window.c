@@ -1,0 +1,93 @@
+/* Hostile sizes for the window ops and the padded batches' positions, found
+ * by the review of the convolution and padded-batch work (each failed under
+ * UBSan before its fix):
+ *   a dilation, padding or stride near INT64_MAX wrapped the window's
+ *     arithmetic (d (k - 1) + 1, H + 2 p, ceil_mode's + s - 1): signed
+ *     overflow, and a wrapped span looked like a small window;
+ *   a padding of 2^31 on a 1x1 image made output planes of (2^32 + 1)^2
+ *     elements, whose count Ho Wo wrapped before any tensor was made;
+ *   position_ids holding INT64_MAX: the run detection of
+ *     accel__rope_positions computed INT64_MAX + 1. */
+#include <math.h>
+#include <stdint.h>
+
+#include "accel/accel.h"
+#include "accel/nn.h"
+#include "check.h"
+
+static void expect_error(accel_tensor *t, const char *needle) {
+    CHECK(t == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), needle);
+    accel_clear_error();
+}
+
+static void test_conv_window_past_int64(void) {
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4, 4)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 3, 3));
+    const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+    /* span = INT64_MAX * 2 + 1 */
+    expect_error(accel_conv2d(x, w, NULL, one, zero, (int64_t[]){INT64_MAX, 1}, 1), "past int64");
+    /* 4 + 2 p */
+    expect_error(accel_conv2d(x, w, NULL, one, (int64_t[]){0, INT64_MAX / 2}, one, 1), "past int64");
+    expect_error(accel_conv1d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 4)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 2)),
+                              NULL, 1, 0, INT64_MAX, 1),
+                 "past int64");
+    /* a 1x1 image padded by 2^31: planes [2^32 + 1, 2^32 + 1] */
+    accel_tensor *x1 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 1, 1)), *w1 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 1, 1));
+    expect_error(accel_conv2d(x1, w1, NULL, one, (int64_t[]){INT64_C(1) << 31, INT64_C(1) << 31}, one, 1),
+                 "more elements than int64");
+}
+
+static void test_pool_window_past_int64(void) {
+    float v[25];
+    for (int i = 0; i < 25; i++) v[i] = (float)i;
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 1, 5, 5), v);
+    const int64_t zero[2] = {0, 0}, one[2] = {1, 1}, k2[2] = {2, 2};
+    /* ceil_mode with a stride of INT64_MAX: one window down (rows 0-1),
+     * four across (stride 1), as torch's max_pool2d(ceil_mode=True) */
+    accel_tensor *y = accel_max_pool2d(x, k2, (int64_t[]){INT64_MAX, 1}, zero, one, true);
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    if (y) {
+        CHECK(y->shape[2] == 1 && y->shape[3] == 4);
+        float out[4];
+        CHECK(accel_to_floats(y, out) == ACCEL_OK);
+        for (int j = 0; j < 4; j++) CHECK_CLOSE(out[j], 6.0f + (float)j, 0, 0);
+    }
+    expect_error(accel_max_pool2d(x, k2, NULL, zero, (int64_t[]){1, INT64_MAX}, false), "past int64");
+    expect_error(accel_avg_pool2d(x, k2, (int64_t[]){1, 1}, (int64_t[]){0, INT64_MAX}, true, true), "past int64");
+    /* ceil_mode still adds the partial last window: 5 rows, k 2, s 2 -> 3 */
+    y = accel_avg_pool2d(x, k2, NULL, zero, true, false);
+    CHECK(y && y->shape[2] == 3 && y->shape[3] == 3);
+}
+
+static void test_positions_at_int64_max(void) {
+    accel_llama_config c = accel_llama_config_default();
+    c.vocab_size = 16;
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.max_position_embeddings = 64;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m) return;
+    int64_t ids[2] = {1, 2}, pos[2] = {INT64_MAX, INT64_MAX};
+    accel_llama_inputs in = {.ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 2), ids),
+                             .position_ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 2), pos)};
+    accel_tensor *logits = accel_llama_forward_ex(m, &in);
+    CHECK_MSG(logits != NULL, "%s", accel_last_error());
+    if (logits) {
+        float out[32];
+        CHECK(accel_to_floats(logits, out) == ACCEL_OK);
+        for (int i = 0; i < 32; i++) CHECK(isfinite(out[i]));
+    }
+    accel_module_free(m);
+}
+
+int main(void) {
+    RUN(test_conv_window_past_int64);
+    RUN(test_pool_window_past_int64);
+    RUN(test_positions_at_int64_max);
+    accel_thread_cleanup();
+    return check_summary();
+}
