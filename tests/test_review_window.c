@@ -7,7 +7,11 @@
  *   a padding of 2^31 on a 1x1 image made output planes of (2^32 + 1)^2
  *     elements, whose count Ho Wo wrapped before any tensor was made;
  *   position_ids holding INT64_MAX: the run detection of
- *     accel__rope_positions computed INT64_MAX + 1. */
+ *     accel__rope_positions computed INT64_MAX + 1;
+ *   Conv2d's fan_in (in / groups * kh * kw) was multiplied out before the
+ *     weight's shape was checked: a kernel of 2^40 x 2^40 wrapped it;
+ *   BatchNorm's momentum NaN was taken at construction (momentum > 1 is
+ *     false for NaN) and refused only at the first forward. */
 #include <math.h>
 #include <stdint.h>
 
@@ -84,10 +88,24 @@ static void test_positions_at_int64_max(void) {
     accel_module_free(m);
 }
 
+static void test_layers_hostile_args(void) {
+    const int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
+    CHECK(accel_conv2d_new(3, 4, huge, NULL, NULL, NULL, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "too many elements");
+    accel_clear_error();
+    CHECK(accel_batch_norm2d_new(4, 1e-5, NAN, true, true, ACCEL_CPU_DEVICE, ACCEL_F32) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "momentum nan");
+    accel_clear_error();
+    accel_module *m = accel_batch_norm2d_new(4, 1e-5, -1.0, true, true, ACCEL_CPU_DEVICE, ACCEL_F32); /* torch's None */
+    CHECK(m != NULL);
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_conv_window_past_int64);
     RUN(test_pool_window_past_int64);
     RUN(test_positions_at_int64_max);
+    RUN(test_layers_hostile_args);
     accel_thread_cleanup();
     return check_summary();
 }
