@@ -11,11 +11,15 @@
  *   Conv2d's fan_in (in / groups * kh * kw) was multiplied out before the
  *     weight's shape was checked: a kernel of 2^40 x 2^40 wrapped it;
  *   BatchNorm's momentum NaN was taken at construction (momentum > 1 is
- *     false for NaN) and refused only at the first forward. */
+ *     false for NaN) and refused only at the first forward;
+ *   batch norm in training on an empty batch was refused as "more than 1
+ *     value per channel" where torch gives an empty result and keeps the
+ *     running statistics (a 0 / 0 mean must not reach them). */
 #include <math.h>
 #include <stdint.h>
 
 #include "accel/accel.h"
+#include "accel/autograd.h"
 #include "accel/nn.h"
 #include "check.h"
 
@@ -78,7 +82,9 @@ static void test_positions_at_int64_max(void) {
     int64_t ids[2] = {1, 2}, pos[2] = {INT64_MAX, INT64_MAX};
     accel_llama_inputs in = {.ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 2), ids),
                              .position_ids = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, 2), pos)};
+    bool grad = accel_set_grad_enabled(false); /* no tape left behind the module freed below */
     accel_tensor *logits = accel_llama_forward_ex(m, &in);
+    accel_set_grad_enabled(grad);
     CHECK_MSG(logits != NULL, "%s", accel_last_error());
     if (logits) {
         float out[32];
@@ -101,11 +107,39 @@ static void test_layers_hostile_args(void) {
     accel_module_free(m);
 }
 
+static void test_batch_norm_empty_batch(void) {
+    float mean0[2] = {0.5f, -1.0f}, var0[2] = {2.0f, 3.0f};
+    const int64_t shapes[2][3] = {{0, 2, 3}, {2, 2, 0}};
+    for (int i = 0; i < 2; i++) { /* step tensors: made again after each backward */
+        accel_tensor *rm = accel_from_floats(ACCEL_SHAPE(2), mean0), *rv = accel_from_floats(ACCEL_SHAPE(2), var0);
+        accel_tensor *w = accel_ones(ACCEL_F32, ACCEL_SHAPE(2));
+        accel_requires_grad_(w, true);
+        accel_tensor *y = accel_batch_norm(accel_zeros(ACCEL_F32, 3, shapes[i]), rm, rv, w, NULL, true, 0.1, 1e-5);
+        CHECK_MSG(y != NULL, "%s", accel_last_error());
+        accel_clear_error();
+        if (!y) continue;
+        CHECK(accel_numel(y) == 0 && y->ndim == 3);
+        float m[2], v[2];
+        CHECK(accel_to_floats(rm, m) == ACCEL_OK && accel_to_floats(rv, v) == ACCEL_OK);
+        for (int c = 0; c < 2; c++) {
+            CHECK_CLOSE(m[c], mean0[c], 0, 0);
+            CHECK_CLOSE(v[c], var0[c], 0, 0);
+        }
+        CHECK(accel_backward(accel_sum_all(y)) == ACCEL_OK);
+    }
+    accel_tensor *rm = accel_from_floats(ACCEL_SHAPE(2), mean0), *rv = accel_from_floats(ACCEL_SHAPE(2), var0);
+    /* one value per channel stays refused, as torch */
+    CHECK(accel_batch_norm(accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 2)), rm, rv, NULL, NULL, true, 0.1, 1e-5) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "more than 1 value per channel");
+    accel_clear_error();
+}
+
 int main(void) {
     RUN(test_conv_window_past_int64);
     RUN(test_pool_window_past_int64);
     RUN(test_positions_at_int64_max);
     RUN(test_layers_hostile_args);
+    RUN(test_batch_norm_empty_batch);
     accel_thread_cleanup();
     return check_summary();
 }
