@@ -67,6 +67,26 @@ static void test_pool_window_past_int64(void) {
     CHECK(y && y->shape[2] == 3 && y->shape[3] == 3);
 }
 
+/* A dilated max window whose taps all fall in the padding: -inf, and its
+ * gradient lands where torch 2.15's lands (max_pool2d of zeros [1, 1, 2, 2],
+ * kernel (1, 2), stride 1, padding (0, 1), dilation (1, 3): y -inf twice,
+ * x.grad after y.sum().backward() [[0, 0], [1, 0]]). */
+static void test_max_pool_window_without_taps(void) {
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 1, 2, 2));
+    accel_requires_grad_(x, true);
+    accel_tensor *y = accel_max_pool2d(x, (int64_t[]){1, 2}, (int64_t[]){1, 1}, (int64_t[]){0, 1}, (int64_t[]){1, 3},
+                                       false);
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    if (!y) return;
+    float v[2], g[4];
+    CHECK(accel_numel(y) == 2 && accel_to_floats(y, v) == ACCEL_OK);
+    CHECK(isinf(v[0]) && v[0] < 0 && isinf(v[1]) && v[1] < 0);
+    CHECK(accel_backward(accel_sum_all(y)) == ACCEL_OK);
+    CHECK(x->grad && accel_to_floats(x->grad, g) == ACCEL_OK);
+    const float want[4] = {0, 0, 1, 0};
+    for (int i = 0; i < 4; i++) CHECK_CLOSE(g[i], want[i], 0, 0);
+}
+
 static void test_positions_at_int64_max(void) {
     accel_llama_config c = accel_llama_config_default();
     c.vocab_size = 16;
@@ -137,6 +157,7 @@ static void test_batch_norm_empty_batch(void) {
 int main(void) {
     RUN(test_conv_window_past_int64);
     RUN(test_pool_window_past_int64);
+    RUN(test_max_pool_window_without_taps);
     RUN(test_positions_at_int64_max);
     RUN(test_layers_hostile_args);
     RUN(test_batch_norm_empty_batch);
