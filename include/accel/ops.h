@@ -186,7 +186,8 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
  * track_running_stats=False); weight, bias [C] or NULL. training: normalises
  * with the batch's mean and biased variance and, when the running stats are
  * given, updates them in place: r = (1 - momentum) r + momentum * stat, the
- * variance unbiased (more than one value per channel required). Eval:
+ * variance unbiased (exactly one value per channel refused, as torch; an
+ * empty batch gives an empty result, the running stats untouched). Eval:
  * normalises with the running stats. Computed in f32; the result has x's
  * dtype (f32 under autocast, as the other norms). Differentiable in x,
  * weight and bias; the running stats are not. */

@@ -90,6 +90,9 @@ void cv_free(cv *v);
 cv *cv_get(const cv *map, const char *key);
 /* Replaces or adds (takes ownership of val). */
 void cv_set(cv *map, const char *key, cv *val);
+/* Adds key, which map does not hold, without looking (takes ownership of
+ * val): n keys copied from a map are O(n), where cv_set's search is O(n^2). */
+void cv_add(cv *map, const char *key, cv *val);
 void cv_del(cv *map, const char *key);
 /* Appends to a CV_SEQ (takes ownership of val). */
 void cv_append(cv *seq, cv *val);

@@ -97,6 +97,8 @@ static void cv_push(cv *c, const char *key, cv *val) {
 
 void cv_append(cv *seq, cv *val) { cv_push(seq, NULL, val); }
 
+void cv_add(cv *map, const char *key, cv *val) { cv_push(map, key, val); }
+
 void cv_set(cv *map, const char *key, cv *val) {
     for (size_t i = 0; i < map->n; i++)
         if (!strcmp(map->keys[i], key)) {

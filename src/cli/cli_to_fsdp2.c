@@ -88,7 +88,9 @@ static bool truthy(const cv *v) {
     return false;
 }
 
-/* fsdp's entries rewritten into a new mapping (fsdp emptied: its values moved). */
+/* fsdp's entries rewritten into a new mapping (fsdp emptied: its values
+ * moved), in time linear in its keys (a 1 MB config of 65,000 keys took 33
+ * s in the sanitizer build when each was looked up in the new mapping). */
 static cv *convert(cv *fsdp) {
     cv *out = cv_new(CV_MAP);
     for (size_t i = 0; i < fsdp->n; i++) {
@@ -96,8 +98,8 @@ static cv *convert(cv *fsdp) {
         cv *v = fsdp->items[i];
         fsdp->items[i] = NULL;
         int r = key_row(k);
-        if (r < 0) {
-            cv_set(out, k, v);
+        if (r < 0) { /* fsdp's keys are distinct (the reader merges repeats) and none is a rename's target */
+            cv_add(out, k, v);
         } else if (KEYS[r].fate != KEEP) {
             fprintf(stderr, "Argument %s %s in FSDP2, skipping this key...\n", k,
                     KEYS[r].fate == REMOVED ? "has been removed" : "is not yet implemented");

@@ -55,20 +55,21 @@ static accel_module *conv_create(const char *fn, const accel_module_ops *ops, in
                         (long long)in, (long long)out, (long long)args->groups);
         return NULL;
     }
-    int64_t shape[4] = {out, in / args->groups, kernel[0], nk > 1 ? kernel[1] : 0}, fan_in = in / args->groups;
-    for (int d = 0; d < nk; d++) {
+    int64_t shape[4] = {out, in / args->groups, kernel[0], nk > 1 ? kernel[1] : 0};
+    for (int d = 0; d < nk; d++)
         if (kernel[d] < 1) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: kernel size %lld must be >= 1", fn, (long long)kernel[d]);
             return NULL;
         }
-        fan_in *= kernel[d];
-    }
     accel_module *m = with_args(ops, args, sizeof *args);
     accel_tensor *w = accel__new_param(m, "weight", dt, 2 + nk, shape, dev);
     accel_tensor *b = bias && w ? accel__new_param(m, "bias", dt, 1, &out, dev) : NULL;
     accel_status st = !w || (bias && !b) ? accel_last_status() : ACCEL_OK;
     if (st == ACCEL_OK && w->device.type != ACCEL_DEV_META) {
-        double bound = 1.0 / sqrt((double)fan_in);
+        /* fan_in = in / groups * prod(kernel), read off the weight made
+         * (its numel is checked against int64: the product of the
+         * arguments could wrap) */
+        double bound = 1.0 / sqrt((double)(accel_numel(w) / out));
         st = accel_rng_uniform_(accel_default_rng(), w, -bound, bound);
         if (st == ACCEL_OK && b) st = accel_rng_uniform_(accel_default_rng(), b, -bound, bound);
     }
@@ -136,7 +137,7 @@ static const accel_module_ops BN2D_OPS = {"BatchNorm2d", bn_forward, NULL};
 
 static accel_module *bn_create(const char *fn, const accel_module_ops *ops, int64_t C, double eps, double momentum,
                                bool affine, bool track, accel_device dev, accel_dtype dt) {
-    if (C < 1 || !(eps >= 0) || momentum > 1) {
+    if (C < 1 || !(eps >= 0) || !(momentum <= 1)) { /* a NaN momentum too */
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "%s: num_features %lld must be >= 1, eps %g >= 0, momentum %g <= 1 (< 0: None)", fn,
                         (long long)C, eps, momentum);

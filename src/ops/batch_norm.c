@@ -73,7 +73,9 @@ accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, acce
         return NULL;
     }
     bn_saved s = {.N = x->shape[0], .C = x->shape[1], .S = accel__prod(x->shape, 2, x->ndim), .training = training};
-    if (training && s.N * s.S <= 1) {
+    /* torch's rule: exactly one value is refused; an empty batch gives an
+     * empty result and leaves the running statistics as they are */
+    if (training && s.N * s.S == 1) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: expected more than 1 value per channel when training, got x [%lld, %lld, ...]",
                         OP, (long long)s.N, (long long)s.C);
         return NULL;
@@ -89,7 +91,8 @@ accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, acce
     accel_tensor *mean = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s.C), dev), *invstd = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s.C), dev);
     if (!xf || (weight && !wf) || (bias && !bf) || !y || !mean || !invstd) return NULL;
     accel_k_batch_norm k = {.y = y, .mean = mean, .invstd = invstd, .x = xf, .w = wf, .b = bf,
-                            .running_mean = running_mean, .running_var = running_var, .N = s.N, .C = s.C,
+                            .running_mean = training && s.N * s.S == 0 ? NULL : running_mean,
+                            .running_var = training && s.N * s.S == 0 ? NULL : running_var, .N = s.N, .C = s.C,
                             .S = s.S, .eps = (float)eps, .momentum = (float)momentum, .training = training};
     if (ACCEL_KERNEL(OP, dev, batch_norm, &k) != ACCEL_OK) return NULL;
     if (y != out && accel_copy_(out, y) != ACCEL_OK) return NULL;

@@ -105,22 +105,44 @@ static bool arg_ok(const char *op, const char *what, const int64_t v[2], int64_t
 }
 
 bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
-                         const int64_t p[2], const int64_t d[2], accel_k_window2d *win) {
+                         const int64_t p[2], const int64_t d[2], bool ceil_mode, accel_k_window2d *win) {
     if (!arg_ok(op, "kernel size", k, 1) || !arg_ok(op, "stride", s, 1) || !arg_ok(op, "padding", p, 0) ||
         !arg_ok(op, "dilation", d, 1))
         return false;
     const int64_t in[2] = {H, W};
     int64_t out[2];
     for (int i = 0; i < 2; i++) {
-        int64_t span = d[i] * (k[i] - 1) + 1;
-        if (span > in[i] + 2 * p[i]) {
+        /* span d (k - 1) + 1 and in + 2 p checked: past int64 they wrap
+         * (undefined behaviour) and a huge argument looked small */
+        int64_t span, padded;
+        if (__builtin_mul_overflow(d[i], k[i] - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
+            __builtin_mul_overflow(p[i], 2, &padded) || __builtin_add_overflow(padded, in[i], &padded)) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG,
+                            "%s: dim %d's window (kernel size %lld, dilation %lld, padding %lld over %lld) is past "
+                            "int64",
+                            op, i, (long long)k[i], (long long)d[i], (long long)p[i], (long long)in[i]);
+            return false;
+        }
+        if (span > padded) {
             accel_set_error(ACCEL_ERR_SHAPE,
                             "%s: kernel size %lld (dilated: %lld) is larger than the padded input's dim %d "
                             "(%lld + 2 * %lld)",
                             op, (long long)k[i], (long long)span, i, (long long)in[i], (long long)p[i]);
             return false;
         }
-        out[i] = (in[i] + 2 * p[i] - span) / s[i] + 1;
+        int64_t o = (padded - span) / s[i] + 1, last;
+        /* ceil_mode: one more window where a part of the input is left,
+         * unless it would start in the right padding */
+        if (ceil_mode && (padded - span) % s[i] &&
+            !(__builtin_mul_overflow(o, s[i], &last) || last >= in[i] + p[i]))
+            o++;
+        out[i] = o;
+    }
+    int64_t L;
+    if (__builtin_mul_overflow(out[0], out[1], &L)) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: the output planes [%lld, %lld] have more elements than int64 holds", op,
+                        (long long)out[0], (long long)out[1]);
+        return false;
     }
     *win = (accel_k_window2d){.H = H, .W = W, .Ho = out[0], .Wo = out[1], .kh = k[0], .kw = k[1], .sh = s[0],
                               .sw = s[1], .ph = p[0], .pw = p[1], .dh = d[0], .dw = d[1]};
@@ -159,7 +181,8 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
         return NULL;
     }
     conv_saved s = {.N = N, .C = C, .O = O, .G = groups};
-    if (!accel__window_check(OP, x->shape[2], x->shape[3], w->shape + 2, stride, padding, dilation, &s.win))
+    if (!accel__window_check(OP, x->shape[2], x->shape[3], w->shape + 2, stride, padding, dilation, false,
+                             &s.win))
         return NULL;
     s.direct = s.win.kh == 1 && s.win.kw == 1 && s.win.sh == 1 && s.win.sw == 1 && s.win.ph == 0 && s.win.pw == 0;
     int64_t L = s.win.Ho * s.win.Wo, K = kdim(&s), Og = O / groups;

@@ -63,29 +63,20 @@ static accel_tensor *pool(const char *op, accel_tensor *x, accel_device dev, con
     return out;
 }
 
-/* The window of a max or average pooling: accel__window_check's, the output
- * size rounded up under ceil_mode (a last window that would start in the
- * right padding dropped), padding at most half the kernel as torch asks. */
+/* The window of a max or average pooling: accel__window_check's (the
+ * output size rounded up under ceil_mode), padding at most half the kernel
+ * as torch asks. */
 static bool pool_window(const char *op, accel_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                         const int64_t padding[2], const int64_t dilation[2], bool ceil_mode, accel_k_window2d *win) {
-    const int64_t *s = stride ? stride : kernel;
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
-    if (!accel__window_check(op, H, W, kernel, s, padding, dilation, win)) return false;
+    if (!accel__window_check(op, H, W, kernel, stride ? stride : kernel, padding, dilation, ceil_mode, win))
+        return false;
     for (int d = 0; d < 2; d++)
         if (padding[d] > kernel[d] / 2) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: padding[%d] = %lld must be at most half the kernel size (%lld)",
                             op, d, (long long)padding[d], (long long)kernel[d]);
             return false;
         }
-    if (!ceil_mode) return true;
-    const int64_t in[2] = {H, W};
-    int64_t *out[2] = {&win->Ho, &win->Wo};
-    for (int d = 0; d < 2; d++) {
-        int64_t span = dilation[d] * (kernel[d] - 1) + 1;
-        int64_t o = (in[d] + 2 * padding[d] - span + s[d] - 1) / s[d] + 1;
-        if ((o - 1) * s[d] >= in[d] + padding[d]) o--;
-        *out[d] = o;
-    }
     return true;
 }
 

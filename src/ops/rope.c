@@ -159,7 +159,7 @@ accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const f
      * left-padded row: its pads one by one, then its tokens in one run; a
      * run may go on into the next row, whose table rows follow) */
     for (int64_t i = 0, j; i < B * T; i = j) {
-        for (j = i + 1; j < B * T && pos[j] == pos[j - 1] + 1;) j++;
+        for (j = i + 1; j < B * T && pos[j] - 1 == pos[j - 1];) j++; /* pos[j] >= 0: no wrap at INT64_MAX */
         if (tables_run(cst, snt, freq, i, j - i, pos[i], attention_scaling) != ACCEL_OK) return NULL;
     }
     return rope_apply(x, out, cst, snt, B);

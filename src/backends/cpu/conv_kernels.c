@@ -185,7 +185,11 @@ accel_status accel__cpuk_pool2d_backward(accel_k_pool2d_backward *k) {
                 int64_t o = p * L + oh * w->Wo + ow;
                 if (k->kind == ACCEL_K_POOL_MAX) {
                     /* a window with no tap inside (only a dilated one can
-                     * have none) read nothing: it has no gradient to give */
+                     * have none) is -inf at index h0 W + w0 of its first
+                     * taps past the padding, as torch's: that index falls
+                     * past the plane (no gradient) or, for columns past W,
+                     * on the next row's first element, which gets this
+                     * gradient as in torch's max_pool2d backward */
                     if (idx[o] >= 0 && idx[o] < HW) plane[idx[o]] += g[o];
                     continue;
                 }
