@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "accel/bigmodel.h"
+#include "gpt2_generate.h"
 #include "nn/arch.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
@@ -208,35 +209,12 @@ static void test_fixtures(void) {
  * (config.json, model.safetensors, tokenizer.json): the ids of transformers'
  * generate from the tokenizers' encoding of the same text. */
 static void test_gpt2_text_to_text(void) {
-    char gen[8192], dir[] = "/tmp/accel_gpt2_text_XXXXXX", cmd[16384], want[512] = "generated_ids=[";
-    if (!sibling_exe("generate", gen, sizeof gen)) {
-        CHECK(!"generate is built next to the tests");
-        return;
-    }
-    accel_safetensors *st = open_expected("data/hf_arch_gpt2");
-    accel_tensor *g = st ? accel_safetensors_tensor(st, "text_greedy", -1) : NULL;
-    CHECK(g != NULL && mkdtemp(dir) != NULL);
-    if (!g) {
-        accel_safetensors_close(st);
-        return;
-    }
-    int64_t ids[64], n = g->shape[1];
-    CHECK(n <= 64 && accel_to_int64s(g, ids) == ACCEL_OK);
-    for (int64_t i = 0; i < n && i < 64; i++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%lld%s", (long long)ids[i], i + 1 < n ? ", " : "]");
-    snprintf(cmd, sizeof cmd,
-             "cp data/hf_arch_gpt2/config.json data/hf_arch_gpt2/model.safetensors data/tokenizers/gpt2/tokenizer.json "
-             "%s/ && %s %s --prompt 'Hello world' --new-tokens 8 2>&1; rc=$?; rm -rf %s; exit $rc",
-             dir, gen, dir, dir);
-    FILE *p = popen(cmd, "r");
-    char out[8192] = {0};
-    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    CHECK(p && pclose(p) == 0);
+    char want[512], out[8192];
+    int rc = gpt2_generate("", "--prompt 'Hello world' --new-tokens 8", "generated_ids=[", want, sizeof want, out,
+                           sizeof out);
+    CHECK_MSG(rc == 0, "%s", out);
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "text=\"Hello world");
-    accel_tensor_free(g);
-    accel_safetensors_close(st);
 }
 
 /* A checkpoint of GPT2Model (names without "transformer.", plus the old

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "accel/bigmodel.h"
+#include "gpt2_generate.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
 
@@ -406,50 +407,20 @@ static void test_offload_bf16(void) {
  * tokenizer.json: the longer one (no pads) gives transformers' greedy ids
  * of it alone, both rows decoded; the same with two --chat messages. */
 static void test_example_texts(void) {
-    char gen[8192], dir[32] = "/tmp/accel_padded_text_XXXXXX", cmd[16384], want[512] = "generated_ids[0]=[";
-    if (!sibling_exe("generate", gen, sizeof gen)) {
-        CHECK(!"generate is built next to the tests");
-        return;
-    }
-    accel_safetensors *st = accel_safetensors_open("data/hf_arch_gpt2/expected.safetensors");
-    accel_tensor *g = st ? accel_safetensors_tensor(st, "text_greedy", -1) : NULL;
-    CHECK(g != NULL && mkdtemp(dir) != NULL);
-    if (!g) {
-        accel_safetensors_close(st);
-        return;
-    }
-    int64_t ids[64], n = g->shape[1];
-    CHECK(n <= 64 && accel_to_int64s(g, ids) == ACCEL_OK);
-    for (int64_t i = 0; i < n && i < 64; i++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%lld%s", (long long)ids[i], i + 1 < n ? ", " : "]");
-    snprintf(cmd, sizeof cmd,
-             "cp data/hf_arch_gpt2/config.json data/hf_arch_gpt2/model.safetensors data/tokenizers/gpt2/tokenizer.json "
-             "%s/ && %s %s --prompt 'Hello world' --prompt 'Hi' --new-tokens 8 2>&1; rc=$?; rm -rf %s; exit $rc",
-             dir, gen, dir, dir);
-    FILE *p = popen(cmd, "r");
-    char out[8192] = {0};
-    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    CHECK_MSG(p && pclose(p) == 0, "%s", out);
+    char want[512], out[8192];
+    int rc = gpt2_generate("", "--prompt 'Hello world' --prompt 'Hi' --new-tokens 8", "generated_ids[0]=[", want,
+                           sizeof want, out, sizeof out);
+    CHECK_MSG(rc == 0, "%s", out);
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "text[0]=\"Hello world");
     CHECK_STR_CONTAINS(out, "text[1]=\"Hi");
     /* the same as --chat through a template that writes the user's message alone (gpt2 adds no special tokens) */
-    snprintf(dir, sizeof dir, "/tmp/accel_padded_chat_XXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(cmd, sizeof cmd,
-             "cp data/hf_arch_gpt2/config.json data/hf_arch_gpt2/model.safetensors data/tokenizers/gpt2/tokenizer.json "
-             "%s/ && printf \"{%%%% for m in messages %%%%}{{ m['content'] }}{%%%% endfor %%%%}\" > %s/chat_template.jinja && "
-             "%s %s --chat 'Hello world' --chat 'Hi' --new-tokens 8 2>&1; rc=$?; rm -rf %s; exit $rc",
-             dir, dir, gen, dir, dir);
-    p = popen(cmd, "r");
-    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    CHECK_MSG(p && pclose(p) == 0, "%s", out);
+    rc = gpt2_generate("printf \"{%% for m in messages %%}{{ m['content'] }}{%% endfor %%}\" > chat_template.jinja",
+                       "--chat 'Hello world' --chat 'Hi' --new-tokens 8", "generated_ids[0]=[", want, sizeof want, out,
+                       sizeof out);
+    CHECK_MSG(rc == 0, "%s", out);
     CHECK_STR_CONTAINS(out, want);
     CHECK_STR_CONTAINS(out, "text[1]=\"Hi");
-    accel_tensor_free(g);
-    accel_safetensors_close(st);
 }
 
 int main(void) {
