@@ -113,8 +113,8 @@ L = [
     "(one GEMM per group for up to 8 MiB of columns, the output permuted back by a strided copy) was "
     "tried in A/B runs on this machine: 15-40% more CPU per step, cause not isolated; not kept.",
     "",
-    f"Machine load average (1/5/15 min) before: {lb}; after: {la}. The machine is shared (2 vCPUs) and another "
-    "helper was compiling during these runs: absolute times are not claims, the per-round ratios are the figure.",
+    f"Machine load average (1/5/15 min) before: {lb}; after: {la} (a shared 2-vCPU machine: under load the "
+    "absolute times are not claims, the per-round ratios are the figure).",
     "",
     f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by bench/conv.sh.",
     "",
