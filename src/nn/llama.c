@@ -1065,13 +1065,12 @@ accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_i
 }
 
 /* The labels of a padded batch: ids [B, T] shifted left, -100 where the
- * attention_mask is 0 and at the end (transformers' labels -100 at the
- * pads, then its shift), i64 on the ids' device. */
-static accel_tensor *masked_labels(accel_tensor *ids, accel_tensor *mask) {
+ * attention_mask (m, its host copy) is 0 and at the end (transformers'
+ * labels -100 at the pads, then its shift), i64 on the ids' device. */
+static accel_tensor *masked_labels(accel_tensor *ids, const int64_t *m) {
     int64_t B = ids->shape[0], T = ids->shape[1];
-    const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]"), *m = id ? host_ints(mask, B, T, "attention_mask",
-                                                                                  "without a cache [B, T] as ids:") : NULL;
-    int64_t *l = m ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *l, 64) : NULL;
+    const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]");
+    int64_t *l = id ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *l, 64) : NULL;
     if (!l) return NULL;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) l[b * T + t] = t + 1 < T && m[b * T + t + 1] ? id[b * T + t + 1] : -100;
@@ -1113,15 +1112,16 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
                         "the experts' routers) is not implemented under context parallelism");
         return NULL;
     }
-    /* with an attention_mask the statistics are the kept tokens' (transformers' masked means) */
+    /* the mask read once: the labels' -100s and, with the balance, the tokens its statistics keep
+     * (transformers' masked means) */
     int64_t B = ids->shape[0], T = ids->shape[1];
-    const int64_t *m = balance && in->attention_mask
+    const int64_t *m = in->attention_mask
                            ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:")
                            : NULL;
-    uint8_t *keep = m ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
+    uint8_t *keep = m && balance ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
     for (int64_t i = 0; keep && i < B * T; i++) keep[i] = m[i] != 0;
     accel__moe_aux *aux = balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
-    if (balance && !aux) {
+    if ((in->attention_mask && !m) || (balance && !aux)) {
         accel__module_keep_outputs(kept);
         return NULL;
     }
@@ -1129,7 +1129,7 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     accel_tensor *loss = cp && cp->pg && !in->attention_mask && !in->position_ids
                              ? accel__decoder_cp_loss(llama, cp, ids) /* else the forward's refusal */
                          : in->attention_mask
-                             ? labels_loss(llama, accel_llama_forward_ex(llama, in), masked_labels(ids, in->attention_mask))
+                             ? labels_loss(llama, accel_llama_forward_ex(llama, in), masked_labels(ids, m))
                              : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
     if (balance) {
         accel__moe_aux_collect(outer);
