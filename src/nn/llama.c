@@ -960,9 +960,16 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
                 return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: position_ids[%lld][%lld] is %lld: "
                                        "it must be >= 0%s", (long long)(i / T), (long long)(i % T), (long long)p[i],
                                        gpt2 ? " and below n_positions of this gpt2 model" : "");
-        pad->positions = p;
-        pad->position_ids = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), in->ids->device);
-        if (!pad->position_ids || accel_tensor_from_host(pad->position_ids, p) != ACCEL_OK) return accel_last_status();
+        /* the positions the forward takes without them (pos + t in every row): its own path, as a
+         * mask of ones is */
+        bool plain = true;
+        for (int64_t i = 0; plain && i < B * T; i++) plain = p[i] == pos + i % T;
+        pad->positions = plain ? NULL : p;
+        if (!plain && gpt2) { /* only GPT-2's learned positions read them as a tensor */
+            pad->position_ids = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), in->ids->device);
+            if (!pad->position_ids || accel_tensor_from_host(pad->position_ids, p) != ACCEL_OK)
+                return accel_last_status();
+        }
     }
     *padded = pad->keep || pad->positions;
     return ACCEL_OK;
