@@ -46,6 +46,10 @@ for r in $(seq "$ROUNDS"); do
       sed -n 's/.*decode_tokens_per_s=\([0-9.]*\).*/\1/p' "$T/$s$n" >> "$T/$s$n.tps"
       sed -n 's/.*decode_tokens_per_cpu_s=\([0-9.]*\).*/\1/p' "$T/$s$n" >> "$T/$s$n.cps"
     done
+    # this round's accel / transformers, wall and CPU
+    for x in tps cps; do
+      awk -v a="$(tail -1 "$T/a$n.$x")" -v p="$(tail -1 "$T/p$n.$x")" 'BEGIN {printf "%.4f\n", a / p}' >> "$T/r$n.$x"
+    done
     # the same tokens, row by row
     same=yes
     for b in $(seq 0 $((n - 1))); do
@@ -62,12 +66,13 @@ OUT=${OUT:-bench/results/batch_decode.md}
   echo "# Batched greedy decode tokens/s: accel vs transformers' generate on a left-padded batch"
   echo
   echo "> Measured $(date -u '+%Y-%m-%d %H:%M UTC'); load average before $LOAD0, after $LOAD1 (1/5/15 min)."
-  echo "> The box is shared (another helper compiling): tokens/s swing with the load; the ratio is the figure."
+  echo "> On a shared 2-vCPU box tokens/s swing with the load; the same-round ratios are the figure."
   echo
   machine_lines "$B" "$THREADS"
   echo
   echo "Checkpoint: examples/save_fake_llama --layers $LAYERS (hidden 512, vocab 32000, f32). Prompts of 8, 7, 6, 5"
-  echo "tokens (repeating), left-padded; $NEW new tokens, greedy, KV cache; $ROUNDS interleaved rounds, medians."
+  echo "tokens (repeating), left-padded; $NEW new tokens, greedy, KV cache; $ROUNDS interleaved rounds, medians;"
+  echo "ratios: the median of the same-round accel / transformers."
   echo "accel: examples/generate --batch with one --ids a row (accel_generate_batch), --warm-up; transformers:"
   echo "bench/batch_decode_peer.py (a warm-up generate first). tokens/s: every row's new tokens after the first"
   echo "over the generation's time less the first token's; per CPU s: over the process's CPU time (all threads),"
@@ -75,11 +80,10 @@ OUT=${OUT:-bench/results/batch_decode.md}
   echo
   echo "| batch | accel tokens/s | transformers tokens/s | accel / transformers | accel tokens per CPU s | transformers tokens per CPU s | accel / transformers (CPU) | same tokens |"
   echo "|---|---|---|---|---|---|---|---|"
-  r() { awk -v a="$1" -v p="$2" 'BEGIN {printf "%.2f", a / p}'; }
   for n in 1 4 8; do
     a=$(median %.1f < "$T/a$n.tps"); p=$(median %.1f < "$T/p$n.tps")
     ac=$(median %.1f < "$T/a$n.cps"); pc=$(median %.1f < "$T/p$n.cps")
-    echo "| $n | $a | $p | $(r "$a" "$p")x | $ac | $pc | $(r "$ac" "$pc")x | $(sort -u "$T/same$n" | tr '\n' ' ')|"
+    echo "| $n | $a | $p | $(median %.2f < "$T/r$n.tps")x | $ac | $pc | $(median %.2f < "$T/r$n.cps")x | $(sort -u "$T/same$n" | tr '\n' ' ')|"
   done
   echo
   echo "Per run (tokens/s, accel / transformers, in round order; then per CPU s):"
