@@ -9,16 +9,9 @@
  * "step batch=... image=... step_ms=... cpu_ms=...": medians of --reps timed
  * calls after one warm-up. */
 #include <omp.h>
-#include <time.h>
 
 #include "../examples/cv_resnet.h"
 #include "bench_util.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* The ResNet-18 / -50 convolutions (batch 8, 224x224 input): stem, the 3x3 of
  * each stage, a strided 3x3 and a 1x1 downsample, a bottleneck's 1x1. */
@@ -47,13 +40,13 @@ static void bench_shape(const conv_shape *c, int reps) {
         accel_requires_grad_(x, pass == 1);
         accel_requires_grad_(w, pass == 1);
         for (int i = -1; i < reps; i++) {
-            double t0 = now();
+            double t0 = accel_now_seconds();
             accel_tensor *y = accel_conv2d(x, w, NULL, s, p, d, 1);
             if (!y || (pass == 1 && accel_backward(accel_sum_all(y)) != ACCEL_OK)) {
                 fprintf(stderr, "bench_conv: %s\n", accel_last_error());
                 exit(1);
             }
-            double dt = (now() - t0) * 1e3;
+            double dt = (accel_now_seconds() - t0) * 1e3;
             if (i >= 0) (pass ? both : fwd)[i] = dt;
             accel_step_reset();
         }
@@ -87,7 +80,7 @@ static void bench_step(int64_t batch, int64_t image, int reps) {
     double ms[64], cpu[64];
     for (int i = -1; i < reps; i++) {
         long flt;
-        double t0 = now(), c0 = bench_cpu_seconds(&flt);
+        double t0 = accel_now_seconds(), c0 = bench_cpu_seconds(&flt);
         accel_tensor *loss = accel_cross_entropy(accel_module_call(m, x), labels, -100);
         if (!loss || accel_backward(loss) != ACCEL_OK || accel_optimizer_step(opt) != ACCEL_OK ||
             accel_optimizer_zero_grad(opt) != ACCEL_OK) {
@@ -96,7 +89,7 @@ static void bench_step(int64_t batch, int64_t image, int reps) {
         }
         accel_step_reset();
         if (i >= 0) {
-            ms[i] = (now() - t0) * 1e3;
+            ms[i] = (accel_now_seconds() - t0) * 1e3;
             cpu[i] = (bench_cpu_seconds(&flt) - c0) * 1e3;
         }
     }

@@ -167,7 +167,8 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
  * dividing the channels, a kernel larger than the padded input) is an error
  * naming it. Implemented on the CPU (and the hostless test devices); on
  * another device they fail with "kernel <name> is not implemented on
- * <device>". */
+ * <device>", except a 1x1, stride-1, unpadded convolution, which needs no
+ * im2col: its GEMMs run on any device with them (not run on a GPU yet). */
 
 /* torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched [C, H, W]),
  * w [O, C / groups, kh, kw], b [O] or NULL -> [N, O, Ho, Wo] with
@@ -195,7 +196,8 @@ accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, acce
                                accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
                                double eps);
 /* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W]; stride NULL
- * means kernel; padding (each <= half the dilated kernel) pads with -inf;
+ * means kernel; padding (each <= half the kernel size, as torch checks it,
+ * dilation aside) pads with -inf;
  * ceil_mode rounds the output size up (a last window must start inside the
  * input or its left padding). A NaN in a window wins. */
 accel_tensor *accel_max_pool2d(accel_tensor *x, const int64_t kernel[2], const int64_t stride[2],
