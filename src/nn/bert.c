@@ -11,13 +11,6 @@
 #include "family.h"
 #include "nn_internal.h"
 
-static const char *const HEAD_NAMES[ACCEL_BERT_HEADS] = {
-    "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering"};
-
-const char *accel_bert_head_name(accel_bert_head head) {
-    return (unsigned)head < ACCEL_BERT_HEADS ? HEAD_NAMES[head] : NULL;
-}
-
 accel_bert_config accel_bert_config_default(void) {
     accel_bert_config c;
     memset(&c, 0, sizeof c);
@@ -113,10 +106,14 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids);
 /* BertModel's impl is the root's config (borrowed). */
 static void borrowed_impl(accel_module *m) { (void)m; }
 
-/* The roots, one per accel_bert_head (their type names are HEAD_NAMES'). */
+/* The roots, one per accel_bert_head: their type names are transformers' classes. */
 static const accel_module_ops ROOT_OPS[ACCEL_BERT_HEADS] = {{"BertForSequenceClassification", root_forward, NULL},
                                                             {"BertForTokenClassification", root_forward, NULL},
                                                             {"BertForQuestionAnswering", root_forward, NULL}};
+
+const char *accel_bert_head_name(accel_bert_head head) {
+    return (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[head].type_name : NULL;
+}
 static const accel_module_ops MODEL_OPS = {"BertModel", model_forward, borrowed_impl};
 static const accel_module_ops EMB_OPS = {"BertEmbeddings", NULL, NULL};
 static const accel_module_ops ENCODER_OPS = {"BertEncoder", NULL, NULL};
@@ -517,7 +514,7 @@ static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_t
                                   accel_tensor *am, const char *fn) {
     if (!is_root(m) || m->ops != &ROOT_OPS[want]) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is %s%s, not a %s built by accel_bert_new", fn,
-                        is_root(m) ? "a " : "", m ? m->ops->type_name : "NULL", HEAD_NAMES[want]);
+                        is_root(m) ? "a " : "", m ? m->ops->type_name : "NULL", ROOT_OPS[want].type_name);
         return NULL;
     }
     const accel_bert_config *c = m->impl;
@@ -641,7 +638,7 @@ accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tenso
  * [B, T, 2] for question answering. */
 static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
     const accel_bert_config *c = m->impl;
-    return head_forward(m, c->head, ids, NULL, NULL, HEAD_NAMES[c->head]);
+    return head_forward(m, c->head, ids, NULL, NULL, ROOT_OPS[c->head].type_name);
 }
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
