@@ -104,11 +104,12 @@ accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t 
 
 typedef struct bn_impl {
     double eps, momentum; /* momentum < 0: torch's None */
+    bool two_d;           /* BatchNorm2d: [N, C, H, W]; BatchNorm1d: [N, C] or [N, C, L] */
 } bn_impl;
 
 static accel_tensor *bn_forward(accel_module *m, accel_tensor *x) {
     const bn_impl *b = m->impl;
-    bool two_d = !strcmp(m->ops->type_name, "BatchNorm2d");
+    bool two_d = b->two_d;
     if (!accel_tensor_check(x, m->ops->type_name, "x")) return NULL;
     if (two_d ? x->ndim != 4 : x->ndim != 2 && x->ndim != 3) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: expected %s input (got %dD input)", m->ops->type_name,
@@ -143,7 +144,7 @@ static accel_module *bn_create(const char *fn, const accel_module_ops *ops, int6
                         (long long)C, eps, momentum);
         return NULL;
     }
-    bn_impl args = {eps, momentum};
+    bn_impl args = {eps, momentum, ops == &BN2D_OPS};
     accel_module *m = with_args(ops, &args, sizeof args);
     accel_status st = m ? ACCEL_OK : accel_last_status();
     if (st == ACCEL_OK && affine) {
