@@ -190,24 +190,16 @@ static accel__moe_aux *aux_of(const accel_llama_config *c) {
 
 /* Backward of the tie between a block's output and its router
  * probabilities p [N, E] (f32): the output's gradient passes, and p gets
- * its share of the balancing loss's, x->grad d/dp of E sum_e (counts_e /
- * rows) (prob_sum_e / rows), which is x->grad E counts_e / rows^2 on every
- * row (the loss's backward has set x->grad: it ran first, being later on
- * the tape than every block of its forward). */
+ * its share of the balancing loss's, x->grad_rows (the loss's backward made
+ * it: it ran first, being later on the tape than every block of its
+ * forward). */
 static accel_status balance_backward(accel_node *n, accel_tensor *g) {
     const accel__moe_aux *x = n->ctx;
     accel_tensor *out = n->inputs[0], *p = n->inputs[1];
     if (out->requires_grad && accel__grad_move_out(n, out, g) != ACCEL_OK) return accel_last_status();
-    if (!p->requires_grad || x->grad == 0 || !x->rows) return ACCEL_OK;
-    int64_t N = p->shape[0], E = p->shape[1];
-    float *G = accel_arena_alloc(accel_step_arena(), (size_t)(N * E) * sizeof *G, 64);
-    if (!G) return accel_last_status();
-    double rows = (double)x->rows;
-    for (int64_t e = 0; e < E; e++) G[e] = (float)(x->grad * (double)E * x->counts[e] / rows / rows);
-    for (int64_t i = 1; i < N; i++) memcpy(G + i * E, G, (size_t)E * sizeof *G);
-    for (int64_t i = 0; x->keep && i < N; i++) /* a masked token's probabilities are in no mean */
-        if (!x->keep[i]) memset(G + i * E, 0, (size_t)E * sizeof *G);
-    accel_tensor *gp = upload(ACCEL_F32, 2, p->shape, G, p->device);
+    if (!p->requires_grad || !x->grad_rows) return ACCEL_OK;
+    accel_tensor *gp = accel_device_eq(x->grad_rows->device, p->device) ? x->grad_rows
+                                                                       : accel_to_device(x->grad_rows, p->device);
     return gp ? accel_grad_accumulate(p, gp) : accel_last_status();
 }
 
@@ -228,6 +220,15 @@ static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tenso
         return accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: a sparse block saw %lld tokens, the "
                                "attention_mask of the load-balancing loss covers %lld", (long long)N,
                                (long long)x->tokens);
+    if (x->block_rows && N != x->block_rows) /* one gradient share serves every block: the same rows */
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_loss: a sparse block saw %lld tokens, another %lld",
+                               (long long)N, (long long)x->block_rows);
+    x->block_rows = N;
+    /* Under tensor parallelism every rank holds the same statistics, but the
+     * region's collectives sum what reaches the router and the input from
+     * each rank: the loss's gradient goes through rank 0's alone. */
+    bool tying = x->with_grad && accel_is_grad_enabled() && (!tp || accel_pg_rank(tp) == 0);
+    if (x->counted && !tying) return ACCEL_OK; /* a recompute with nothing to tie */
     if (logits->dtype != ACCEL_F32 && !(p = accel_to_dtype(accel_softmax(logits, 1), ACCEL_F32)))
         return accel_last_status();
     if (p != probs32 && !x->counted) { /* the counts of the top K in the logits' dtype */
@@ -245,10 +246,7 @@ static accel_status aux_add(accel__moe_aux *x, accel_tensor *logits, accel_tenso
             for (int64_t e = 0; e < E; e++) x->prob_sum[e] += P[n * E + e];
             x->rows++;
         }
-    /* Under tensor parallelism every rank holds the same statistics, but the
-     * region's collectives sum what reaches the router and the input from
-     * each rank: the loss's gradient goes through rank 0's alone. */
-    if (x->with_grad && accel_is_grad_enabled() && p->requires_grad && (!tp || accel_pg_rank(tp) == 0)) *tie = p;
+    if (tying && p->requires_grad) *tie = p;
     return ACCEL_OK;
 }
 
@@ -373,15 +371,30 @@ accel__moe_aux *accel__moe_aux_begin(const accel_llama_config *c, const uint8_t 
     return x;
 }
 
-/* Backward of the balancing loss: keeps its gradient for the blocks'
- * (balance_backward); the loss it was recorded beside gets nothing. */
+/* Backward of the balancing loss: makes, once for every block's tie
+ * (balance_backward), the probabilities' share of the gradient g that
+ * reached it, g d/dp of E sum_e (counts_e / rows) (prob_sum_e / rows):
+ * g E counts_e / rows^2 on every row, 0 on a masked token's (in no mean).
+ * In the outer backward's step memory, before any checkpoint's recompute
+ * (whose memory is rewound). The loss it was recorded beside gets nothing. */
 static accel_status balance_loss_backward(accel_node *n, accel_tensor *g) {
     accel__moe_aux *x = n->ctx;
     float v = 1;
     if (!accel__grad_is_implicit_one(g) && accel_tensor_to_host(accel_to_dtype(g, ACCEL_F32), &v) != ACCEL_OK)
         return accel_last_status();
     x->grad = v;
-    return ACCEL_OK;
+    x->grad_rows = NULL;
+    int64_t N = x->block_rows, E = x->experts;
+    if (x->grad == 0 || !x->rows || !N) return ACCEL_OK;
+    float *G = accel_arena_alloc(accel_step_arena(), (size_t)(N * E) * sizeof *G, 64);
+    if (!G) return accel_last_status();
+    double rows = (double)x->rows;
+    for (int64_t e = 0; e < E; e++) G[e] = (float)(x->grad * (double)E * x->counts[e] / rows / rows);
+    for (int64_t i = 1; i < N; i++) memcpy(G + i * E, G, (size_t)E * sizeof *G);
+    for (int64_t i = 0; x->keep && i < N; i++)
+        if (!x->keep[i]) memset(G + i * E, 0, (size_t)E * sizeof *G);
+    x->grad_rows = upload(ACCEL_F32, 2, (int64_t[]){N, E}, G, g->device);
+    return x->grad_rows ? ACCEL_OK : accel_last_status();
 }
 
 accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_tensor *loss) {

@@ -26,11 +26,14 @@ typedef struct accel__moe_aux {
     const uint8_t *keep;   /* [tokens] (B T, the batch's order): 0 where the attention_mask leaves a token
                             * out of the statistics; NULL: every token counts */
     int64_t tokens;        /* keep's length */
+    int64_t block_rows;    /* the rows every sparse block routes (the batch's tokens; 0 until the first) */
     double *counts;        /* [experts]: top-k choices per expert */
     double *prob_sum;      /* [experts]: the f32 router probabilities summed over rows */
     bool with_grad;        /* grad mode was on when it began */
     bool counted;          /* the forward is over (accel__moe_aux_loss): recomputes add nothing */
     double grad;           /* the gradient that reached the balancing loss (its backward sets it) */
+    accel_tensor *grad_rows; /* [block_rows, experts] f32: each block's probabilities' share of it, made
+                              * once by that backward (NULL: none to hand) */
     const accel_llama_config *cfg; /* the model's (its root's resolved config) */
 } accel__moe_aux;
 
