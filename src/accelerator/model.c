@@ -32,17 +32,16 @@ typedef struct autocast_ctx {
      * no_sync leaves the next one unsynced: an eval loop after a training
      * step syncs once, then runs on those buffers. */
     accel_accelerator *acc;
-    int n_buffers;                           /* 0: nothing to sync (one process, no buffers, a ZeRO strategy) */
-    accel_tensor **buffers;                  /* accel_malloc'd, the model's own */
+    struct buffer_pack *buffers;             /* NULL: nothing to sync (one process, no buffers, a ZeRO strategy) */
     bool sync_next;
 } autocast_ctx;
 
-static accel_status broadcast_agreed(accel_accelerator *acc, accel_tensor *t);
+static accel_status broadcast_buffers(accel_accelerator *acc, struct buffer_pack *p, const char *who);
 
 static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
     autocast_ctx *c = ctx;
-    for (int i = 0; c->sync_next && i < c->n_buffers; i++)
-        if (broadcast_agreed(c->acc, c->buffers[i])) return accel_last_status();
+    if (c->sync_next && c->buffers && broadcast_buffers(c->acc, c->buffers, "the model's forward (DDP's buffer broadcast)"))
+        return accel_last_status();
     if (!c->autocast) return ACCEL_OK;
     c->prev = accel_autocast_begin(c->dt);
     /* use_autocast_during_eval=False: an eval forward runs bf16 */
@@ -58,7 +57,7 @@ static accel_status autocast_pre(accel_module *m, accel_tensor **x, void *ctx) {
 /* convert_outputs_to_fp32 */
 static accel_status autocast_post(accel_module *m, accel_tensor **y, void *ctx) {
     autocast_ctx *c = ctx;
-    if (c->n_buffers) {
+    if (c->buffers) {
         bool no_sync = false;
         for (int i = 0; i < c->acc->n_models; i++)
             if (c->acc->models[i].m == m) no_sync = c->acc->models[i].no_sync;
@@ -94,10 +93,11 @@ static accel_status agreed(accel_accelerator *acc, accel_status st, int rank) {
     return st;
 }
 
-/* accel__prepare_agree over the ranks of pg (acc->pg, or a group whose
- * ranks all reach the same agreements: the others learn of its failure at
- * their next agreement over every rank). */
-static accel_status agree_on(accel_accelerator *acc, accel_pg *pg, accel_status mine, const char *what) {
+/* An agreement over the ranks of pg (acc->pg, or a group whose ranks all
+ * reach the same agreements: the others learn of its failure at their next
+ * agreement over every rank) on a step of `who` (the call the messages name). */
+static accel_status agree_on(accel_accelerator *acc, accel_pg *pg, accel_status mine, const char *who,
+                             const char *what) {
     if (accel_pg_size(pg) == 1) return mine;
     char why[512];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
@@ -111,15 +111,17 @@ static accel_status agree_on(accel_accelerator *acc, accel_pg *pg, accel_status 
     if (passed_on) return mine;
     /* its own failure, whatever the collective left, and the step it stopped */
     if (mine)
-        return agreed(acc, accel_set_error(mine, "accel_accelerator_prepare: rank %d could not %s, so every rank's "
-                                           "prepare fails: %s", acc->rank, what, why), acc->rank);
-    return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "accel_accelerator_prepare: another rank (%d) "
-                                           "could not %s (its error is reported there)", (v >> 8) - 1, what)
+        return agreed(acc, accel_set_error(mine, "%s: rank %d could not %s, so it fails on every rank: %s", who,
+                                           acc->rank, what, why), acc->rank);
+    return agreed(acc, v ? accel_set_error((accel_status)(v & 0xff), "%s: another rank (%d) could not %s (its error "
+                                           "is reported there)", who, (v >> 8) - 1, what)
                          : ACCEL_OK, (v >> 8) - 1);
 }
 
+static const char PREPARE[] = "accel_accelerator_prepare";
+
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what) {
-    return acc->world == 1 ? mine : agree_on(acc, acc->pg, mine, what);
+    return acc->world == 1 ? mine : agree_on(acc, acc->pg, mine, PREPARE, what);
 }
 
 /* accel__staged_broadcast of t from its data-parallel rank 0, its local
@@ -133,41 +135,97 @@ accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, con
 static accel_status broadcast_agreed(accel_accelerator *acc, accel_tensor *t) {
     if (!accel__needs_staging(t->device)) return accel__staged_broadcast(acc->dp_pg, t, 0);
     void *host = accel__stage_to_host(t, NULL, true);
-    accel_status st = agree_on(acc, acc->dp_pg, host ? ACCEL_OK : accel_last_status(),
+    accel_status st = agree_on(acc, acc->dp_pg, host ? ACCEL_OK : accel_last_status(), PREPARE,
                                "copy the weights to host memory for their broadcast");
     if (st) return host ? accel__stage_end(t, host, st, false, true) : st;
     st = accel__stage_end(t, host, accel_pg_broadcast(acc->dp_pg, host, (size_t)accel_numel(t), t->dtype, 0), true,
                           true);
-    return agree_on(acc, acc->dp_pg, st, "copy the broadcast weights back to the device");
+    return agree_on(acc, acc->dp_pg, st, PREPARE, "copy the broadcast weights back to the device");
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+/* The model's buffers (BatchNorm's running stats and counts) that every
+ * data-parallel rank holds alike, broadcast from the group's rank 0 as one
+ * message of their bytes side by side, whatever their dtypes: DDP does it
+ * before every training forward, and a ResNet's 3 buffers per BatchNorm
+ * were as many collectives (and, staged, agreements) each time. */
+typedef struct buffer_pack {
+    int n;
+    accel_tensor **t;    /* [n] the model's own, contiguous */
+    size_t bytes;        /* theirs in all */
+    unsigned char *host; /* [bytes], the message */
+    bool staged;         /* some live where the group cannot read: their copies can fail on one rank */
+} buffer_pack;
+
+static void buffer_pack_free(buffer_pack *p) {
+    if (!p) return;
+    accel_free(p->t);
+    accel_free(p->host);
+    accel_free(p);
+}
+
+/* The buffers of m (not on meta, not a second name of one listed), or NULL
+ * and the error. */
+static buffer_pack *buffer_pack_new(accel_module *m) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    buffer_pack *p = sd ? accel_calloc(1, sizeof *p) : NULL;
+    if (p) p->t = accel_malloc(sizeof *p->t * (size_t)(sd->n ? sd->n : 1));
+    accel_status st = p && p->t ? ACCEL_OK : accel_last_status();
+    for (int i = 0; sd && i < sd->n && !st; i++) {
+        const accel_state_entry *e = &sd->entries[i];
+        if (!e->is_buffer || e->is_tied_alias || e->t->device.type == ACCEL_DEV_META) continue;
+        if (!accel_is_contiguous(e->t))
+            st = accel_set_error(ACCEL_ERR_STATE, "%s: buffer %s is not contiguous", PREPARE, e->name);
+        p->t[p->n++] = e->t;
+        p->bytes += accel_nbytes(e->t);
+        p->staged |= accel__needs_staging(e->t->device);
+    }
+    accel_state_dict_free(sd);
+    if (!st && p->bytes && !(p->host = accel_malloc(p->bytes))) st = accel_last_status();
+    if (!st) return p;
+    buffer_pack_free(p);
+    return NULL;
+}
+
+/* p's buffers become the data-parallel rank 0's: its copies into the
+ * message, the broadcast, the others' copies out (the copies agreed on
+ * where staged, as broadcast_agreed's). */
+static accel_status broadcast_buffers(accel_accelerator *acc, buffer_pack *p, const char *who) {
+    if (!p->bytes || accel_pg_size(acc->dp_pg) == 1) return ACCEL_OK;
+    const bool root = accel_pg_rank(acc->dp_pg) == 0;
+    accel_status st = ACCEL_OK;
+    size_t off = 0;
+    for (int i = 0; root && i < p->n && !st; off += accel_nbytes(p->t[i++]))
+        st = accel__tensor_read_bytes(p->t[i], 0, p->host + off, accel_nbytes(p->t[i]));
+    /* host memory's copies cannot fail: only a staged one can leave rank 0 out of the broadcast */
+    if (p->staged) st = agree_on(acc, acc->dp_pg, st, who, "copy the buffers to host memory for their broadcast");
+    if (st) return st;
+    st = accel_pg_broadcast(acc->dp_pg, p->host, p->bytes, ACCEL_U8, 0);
+    off = 0;
+    for (int i = 0; !root && i < p->n && !st; off += accel_nbytes(p->t[i++]))
+        st = accel__tensor_write_bytes(p->t[i], 0, p->host + off, accel_nbytes(p->t[i]));
+    return p->staged ? agree_on(acc, acc->dp_pg, st, who, "copy the broadcast buffers back to the device") : st;
 }
 
 /* Every rank starts from its data-parallel rank 0's parameters and buffers
  * (the same slices: the ranks of a tp group hold different ones). */
 static accel_status broadcast_weights(accel_accelerator *acc, accel__model *pm) {
-    accel_state_dict *sd = accel_module_state_dict(pm->m);
-    accel_status st = accel__prepare_agree(acc, sd ? ACCEL_OK : accel_last_status(), "list the model's buffers");
+    buffer_pack *p = buffer_pack_new(pm->m);
+    accel_status st = accel__prepare_agree(acc, p ? ACCEL_OK : accel_last_status(), "list the model's buffers");
     for (int d = 0; d < ACCEL_DTYPE_COUNT && !st; d++) {
         accel_flat_buffer *b = &pm->fp->buffers[d];
         accel_tensor h;
         if (b->n) st = broadcast_agreed(acc, accel__flat_view(&h, b, b->params, 0, b->numel));
     }
-    for (int i = 0; sd && i < sd->n && !st; i++) {
-        accel_tensor *t = sd->entries[i].t;
-        if (!sd->entries[i].is_buffer || sd->entries[i].is_tied_alias || t->device.type == ACCEL_DEV_META) continue;
-        if (!accel_is_contiguous(t)) {
-            st = accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_prepare: buffer %s is not contiguous",
-                                 sd->entries[i].name);
-            break;
-        }
-        st = broadcast_agreed(acc, t);
-    }
-    accel_state_dict_free(sd);
+    if (!st) st = broadcast_buffers(acc, p, PREPARE);
+    buffer_pack_free(p);
     return st;
 }
 
 static void hook_ctx_free(void *ctx) {
     autocast_ctx *c = ctx;
-    accel_free(c->buffers);
+    buffer_pack_free(c->buffers);
     accel_free(c);
 }
 
@@ -175,30 +233,21 @@ static void hook_ctx_free(void *ctx) {
  * (autocast_ctx), where either applies; none otherwise (*hooked false). */
 static accel_status set_model_hook(accel_accelerator *acc, accel__model *pm, bool *hooked) {
     *hooked = false;
-    int n = 0;
-    accel_tensor **bufs = NULL;
-    if (pm->ddp && pm->strat == &accel__strategy_ddp) {
-        accel_state_dict *sd = accel_module_state_dict(pm->m);
-        if (!sd) return accel_last_status();
-        bufs = accel_malloc(sizeof *bufs * (size_t)(sd->n ? sd->n : 1));
-        for (int i = 0; bufs && i < sd->n; i++)
-            if (sd->entries[i].is_buffer && !sd->entries[i].is_tied_alias && sd->entries[i].t->device.type != ACCEL_DEV_META)
-                bufs[n++] = sd->entries[i].t;
-        accel_state_dict_free(sd);
-        if (!bufs) return accel_last_status();
+    buffer_pack *bufs = NULL;
+    if (pm->ddp && pm->strat == &accel__strategy_ddp && !(bufs = buffer_pack_new(pm->m))) return accel_last_status();
+    if (bufs && bufs->n == 0) {
+        buffer_pack_free(bufs);
+        bufs = NULL;
     }
-    if (acc->mp == ACCEL_MP_NO && n == 0) {
-        accel_free(bufs);
-        return ACCEL_OK;
-    }
+    if (acc->mp == ACCEL_MP_NO && !bufs) return ACCEL_OK;
     autocast_ctx *c = accel_malloc(sizeof *c);
     if (!c) {
-        accel_free(bufs);
+        buffer_pack_free(bufs);
         return accel_last_status();
     }
     *c = (autocast_ctx){.autocast = acc->mp != ACCEL_MP_NO, .dt = accel__acc_autocast_dtype(acc), .prev = ACCEL_F32,
                         .fp8 = acc->mp == ACCEL_MP_FP8 ? &acc->fp8 : NULL, .pg = acc->pg, .fp8_state = pm->fp8,
-                        .acc = acc, .n_buffers = n, .buffers = bufs, .sync_next = true};
+                        .acc = acc, .buffers = bufs, .sync_next = true};
     accel_module_hook h = {autocast_pre, autocast_post, hook_ctx_free, c};
     accel_status st = accel_module_set_hook(pm->m, &h);
     if (st) hook_ctx_free(c);
