@@ -201,6 +201,17 @@ static void test_index_beside_a_single_file(void) {
     accel_safetensors *merged = accel_safetensors_open(path);
     CHECK(merged && accel_safetensors_count(merged) == want);
     accel_safetensors_close(merged);
+    /* --unsafe_serialization into that folder beside an older pytorch_model.bin: the note says the
+     * merge replaces it, and that the model.safetensors (not the output) is left as it is */
+    snprintf(ck, sizeof ck, "%s/both_bin", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cp data/st_small.safetensors %s/model.safetensors && "
+             "echo old > %s/pytorch_model.bin", ck, ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s --unsafe_serialization", ck, ck);
+    CHECK(run(cmd) == 0);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "pytorch_model.bin is not one of the index's shards: the merge of the shards of ");
+    CHECK_STR_CONTAINS(buf, "model.safetensors is not one of the index's shards: merging the shards of ");
 }
 
 /* Two indexes of other names beside a model.safetensors: loading's "more

@@ -84,22 +84,28 @@ static int has_index(const char *dir, char *index, size_t n) {
 /* The merged file's name: Accelerate's, safetensors unless --unsafe_serialization. */
 static const char *merged_name(bool unsafe) { return unsafe ? "pytorch_model.bin" : "model.safetensors"; }
 
-/* A model.safetensors beside the index that is none of its shards is left
- * alone, said in a note; where it is the output (merged into the same
- * folder) the note says it is replaced. */
+/* A single-file model (model.safetensors, or pytorch_model.bin where that is
+ * the output) beside the index that is none of its shards is left alone,
+ * said in a note; where it is the output (merged into the same folder) the
+ * note says it is replaced. */
 static void note_single(accel_checkpoint *ck, const char *dir, const char *index, const char *out_dir, bool unsafe) {
-    char single[4096], out[4096];
-    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    const char *names[] = {"model.safetensors", merged_name(unsafe)};
+    char out[4096];
     snprintf(out, sizeof out, "%s/%s", out_dir, merged_name(unsafe));
-    for (int i = 0; i < accel_checkpoint_num_shards(ck); i++)
-        if (!strcmp(accel_checkpoint_shard_path(ck, i), "model.safetensors")) return;
-    if (!accel__is_file(single)) return;
-    if (same_file(single, out))
-        fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: the merge of the shards of "
-                        "%s replaces it\n", single, index);
-    else
-        fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: merging the shards of "
-                        "%s, leaving it as it is\n", single, index);
+    for (int k = 0; k < (unsafe ? 2 : 1); k++) {
+        char single[4096];
+        snprintf(single, sizeof single, "%s/%s", dir, names[k]);
+        bool shard = false;
+        for (int i = 0; i < accel_checkpoint_num_shards(ck) && !shard; i++)
+            shard = !strcmp(accel_checkpoint_shard_path(ck, i), names[k]);
+        if (shard || !accel__is_file(single)) continue;
+        if (same_file(single, out))
+            fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: the merge of the shards "
+                            "of %s replaces it\n", single, index);
+        else
+            fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: merging the shards of "
+                            "%s, leaving it as it is\n", single, index);
+    }
 }
 
 /* Every tensor of every shard is one the index places there. A tensor the
