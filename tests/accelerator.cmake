@@ -13,6 +13,13 @@ if(TARGET accel_cli)
            COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --debug --num_processes 2 $<TARGET_FILE:test_accelerator_ddp>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(accelerator_ddp_debug_2 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
+  # gather_for_metrics under tensor parallelism: over the data-parallel ranks, each sample once.
+  add_test(NAME accelerator_metrics_tp_4
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 4 --use_parallelism_config
+                   --parallelism_config_dp_replicate_size 2 --parallelism_config_tp_size 2
+                   $<TARGET_FILE:test_accelerator_metrics> 2
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(accelerator_metrics_tp_4 PROPERTIES TIMEOUT 120 ENVIRONMENT "${_accel_env}")
   foreach(t bn fp16 checkpoint metrics)
     add_test(NAME accelerator_${t}_2
              COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:test_accelerator_${t}>

@@ -1,4 +1,5 @@
-/* Metrics across processes (run plainly and under `accel launch --num_processes 2`):
+/* Metrics across processes (run plainly, under `accel launch --num_processes 2`, and on 4
+ * processes with tensor parallelism 2: two data-parallel ranks):
  * gather_for_metrics_n of predictions and labels in one call, with the
  * remainder of an uneven last batch dropped as gather_for_metrics does, and
  * accuracy counted with argmax/eq/sum and reduce_scalar. */
@@ -130,14 +131,20 @@ static void test_errors(void) {
     accel_step_reset();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     A = accel_accelerator_new(NULL);
     if (!A) {
         fprintf(stderr, "%s\n", accel_last_error());
         return 1;
     }
-    N = accel_accelerator_num_processes(A);
-    R = accel_accelerator_process_index(A);
+    /* under tensor parallelism (`accel launch --parallelism_config_tp_size`) the data-parallel
+     * ranks: the tp ranks of one (innermost in the mesh) hold the same batch, gathered once */
+    accel_pg *tp = accel_accelerator_tp_group(A);
+    int tp_size = tp ? accel_pg_size(tp) : 1;
+    CHECK_MSG(tp_size == (argc > 1 ? atoi(argv[1]) : 1), "tp_size %d, the command line says %s", tp_size,
+              argc > 1 ? argv[1] : "1");
+    N = accel_accelerator_num_processes(A) / tp_size;
+    R = accel_accelerator_process_index(A) / tp_size;
     RUN(test_gather_n_epochs);
     RUN(test_gather_n_shapes);
     RUN(test_errors);

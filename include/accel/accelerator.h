@@ -480,7 +480,10 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
 /* All-gather along dim 0 in rank order: [N * d0, ...]. Shapes must match. */
 accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t);
 /* gather, then at the active data loader's last batch keep only the first
- * `remainder` rows (Accelerate's gather_for_metrics) so the epoch yields exactly the dataset. */
+ * `remainder` rows (Accelerate's gather_for_metrics) so the epoch yields exactly the dataset.
+ * Under tensor parallelism over the data-parallel ranks only (a tp group's
+ * ranks hold one batch: [dp * d0, ...]); refused (ACCEL_ERR_UNSUPPORTED)
+ * under pipeline or context parallelism. */
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t);
 /* gather_for_metrics of n tensors (e.g. predictions and labels) in one
  * collective: their bytes travel packed in a single all-gather (debug mode

@@ -20,18 +20,20 @@ static accel_tensor *flat_copy(accel_tensor *t, const char *fn) {
     return accel_copy_(c, t) == ACCEL_OK ? c : NULL;
 }
 
-/* Debug mode: every rank's shape must match (DistributedOperationException). */
-static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, const char *fn) {
-    if (acc->world == 1 || !accel_dist_debug_mode()) return ACCEL_OK;
+/* Debug mode: every rank's shape must match (DistributedOperationException),
+ * over the group pg of the collective to come. */
+static accel_status check_shapes_over(accel_pg *pg, const accel_tensor *t, const char *fn) {
+    const int world = accel_pg_size(pg);
+    if (world == 1 || !accel_dist_debug_mode()) return ACCEL_OK;
     int64_t mine[ACCEL_MAX_DIMS + 1] = {t->ndim};
     memcpy(mine + 1, t->shape, (size_t)t->ndim * sizeof(int64_t));
     int64_t *all = accel_arena_alloc(accel_step_arena(),
-                                     (size_t)acc->world * (ACCEL_MAX_DIMS + 1) * sizeof(int64_t), 8);
+                                     (size_t)world * (ACCEL_MAX_DIMS + 1) * sizeof(int64_t), 8);
     if (!all) return accel_last_status();
-    accel_status st = accel_pg_all_gather(acc->pg, mine, all, ACCEL_MAX_DIMS + 1, ACCEL_I64);
+    accel_status st = accel_pg_all_gather(pg, mine, all, ACCEL_MAX_DIMS + 1, ACCEL_I64);
     if (st) return st;
     bool same = true;
-    for (int r = 1; r < acc->world; r++)
+    for (int r = 1; r < world; r++)
         same &= memcmp(all, all + r * (ACCEL_MAX_DIMS + 1), sizeof mine) == 0;
     if (same) return ACCEL_OK;
     char msg[1024], sh[96];
@@ -39,7 +41,7 @@ static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, 
                                 "Cannot apply desired operation due to shape mismatches. All shapes across "
                                 "devices must be valid.\n\nOperation: `%s`\nInput shapes:",
                                 fn);
-    for (int r = 0; r < acc->world && k < sizeof msg; r++) {
+    for (int r = 0; r < world && k < sizeof msg; r++) {
         const int64_t *s = all + r * (ACCEL_MAX_DIMS + 1);
         k += (size_t)snprintf(msg + k, sizeof msg - k, "\n  - Process %d: %s", r,
                               accel_shape_str_n((int)s[0], s + 1, sh, sizeof sh));
@@ -47,20 +49,28 @@ static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, 
     return accel_set_error(ACCEL_ERR_DIST, "%s", msg);
 }
 
-accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) {
-    if (accel__acc_null(acc, "accel_accelerator_gather")) return NULL;
-    accel_tensor *c = flat_copy(t, "accel_accelerator_gather");
-    if (!c || check_shapes(acc, c, "accel_accelerator_gather")) return NULL;
-    if (acc->world == 1) return c;
+static accel_status check_shapes(accel_accelerator *acc, const accel_tensor *t, const char *fn) {
+    return check_shapes_over(acc->pg, t, fn);
+}
+
+/* c (a flat_copy) gathered along dim 0 over pg in its rank order. */
+static accel_tensor *gather_over(accel_pg *pg, accel_tensor *c, const char *fn) {
+    if (!c || check_shapes_over(pg, c, fn)) return NULL;
+    if (accel_pg_size(pg) == 1) return c;
     int64_t shape[ACCEL_MAX_DIMS];
     memcpy(shape, c->shape, sizeof shape);
-    shape[0] *= acc->world;
+    shape[0] *= accel_pg_size(pg);
     accel_tensor *out = accel_empty_on(c->dtype, c->ndim, shape, c->device);
     if (!out) return NULL;
     accel_dist_set_op_label("gather");
-    accel_status st = accel__staged_all_gather(acc->pg, c, out);
+    accel_status st = accel__staged_all_gather(pg, c, out);
     accel_dist_set_op_label(NULL);
     return st ? NULL : out;
+}
+
+accel_tensor *accel_accelerator_gather(accel_accelerator *acc, accel_tensor *t) {
+    if (accel__acc_null(acc, "accel_accelerator_gather")) return NULL;
+    return gather_over(acc->pg, flat_copy(t, "accel_accelerator_gather"), "accel_accelerator_gather");
 }
 
 /* The rows gather_for_metrics keeps of every gathered tensor: the active
@@ -84,57 +94,60 @@ static accel_tensor *first_rows(accel_tensor *g, int64_t rows) {
     return accel_slice(g, 0, 0, rows, 1);
 }
 
-/* The ranks of a tp, pp or cp group hold one batch between them: gathering
- * over the world would count it once per rank. Refused until the gather runs
- * over the data-parallel coordinates only. */
-static accel_status metrics_refused(const accel_accelerator *acc, const char *fn) {
+/* The group gather_for_metrics gathers over: the ranks whose batches differ,
+ * the data-parallel ones, in the order of their loader shards. The ranks of
+ * a tp group hold the same batch (and, for metrics, the same predictions):
+ * over the world each sample would come once per tp rank. Those of a pp or
+ * cp group hold one batch between them (the last stage's outputs, the
+ * sequence's parts): refused, NULL and the error. */
+static accel_pg *metrics_group(accel_accelerator *acc, const char *fn) {
     static const struct { accel__mesh_dim d; const char *field, *what; } DIMS[] = {
-        {ACCEL__MESH_TP, "tp_size", "tensor"}, {ACCEL__MESH_PP, "pp_size", "pipeline"},
-        {ACCEL__MESH_CP, "cp_size", "context"},
+        {ACCEL__MESH_PP, "pp_size", "pipeline"}, {ACCEL__MESH_CP, "cp_size", "context"},
     };
     for (size_t k = 0; k < sizeof DIMS / sizeof *DIMS; k++)
-        if (acc->mesh.size[DIMS[k].d] > 1)
-            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.%s is %d: gather_for_metrics is not "
-                                   "built yet under %s parallelism (the ranks of a %s group hold one batch between "
-                                   "them)", fn, DIMS[k].field, acc->mesh.size[DIMS[k].d], DIMS[k].what,
-                                   accel__mesh_dim_name(DIMS[k].d));
-    return ACCEL_OK;
+        if (acc->mesh.size[DIMS[k].d] > 1) {
+            accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: opts.parallelism.%s is %d: gather_for_metrics is not built "
+                            "yet under %s parallelism (the ranks of a %s group hold one batch between them)", fn,
+                            DIMS[k].field, acc->mesh.size[DIMS[k].d], DIMS[k].what, accel__mesh_dim_name(DIMS[k].d));
+            return NULL;
+        }
+    return acc->dp_pg; /* the world's group without tp */
 }
 
 accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel_tensor *t) {
-    if (accel__acc_null(acc, "accel_accelerator_gather_for_metrics") ||
-        metrics_refused(acc, "accel_accelerator_gather_for_metrics"))
-        return NULL;
-    accel_tensor *g = accel_accelerator_gather(acc, t);
+    static const char fn[] = "accel_accelerator_gather_for_metrics";
+    accel_pg *pg = accel__acc_null(acc, fn) ? NULL : metrics_group(acc, fn);
+    accel_tensor *g = pg ? gather_over(pg, flat_copy(t, fn), fn) : NULL;
     return g ? first_rows(g, metrics_remainder(acc)) : NULL;
 }
 
-/* Gathers the contiguous tensors c[0..n) with one all-gather of their
+/* Gathers the contiguous tensors c[0..n) with one all-gather over pg of their
  * bytes packed back to back, then unpacks rank r's part of tensor i into
  * rows r * d0 .. (r + 1) * d0 of outs[i]. */
-static accel_status gather_packed(accel_accelerator *acc, int n, accel_tensor *const *c, accel_tensor **outs) {
+static accel_status gather_packed(accel_pg *pg, int n, accel_tensor *const *c, accel_tensor **outs) {
+    const int world = accel_pg_size(pg);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += accel_nbytes(c[i]);
     accel_arena *arena = accel_step_arena();
     uint8_t *send = accel_arena_alloc(arena, total ? total : 1, 64);
-    uint8_t *recv = accel_arena_alloc(arena, (size_t)acc->world * total + 1, 64);
+    uint8_t *recv = accel_arena_alloc(arena, (size_t)world * total + 1, 64);
     if (!send || !recv) return accel_last_status();
     accel_status st = ACCEL_OK;
     for (size_t i = 0, off = 0; i < (size_t)n && !st; off += accel_nbytes(c[i]), i++)
         st = accel__tensor_read_bytes(c[i], 0, send + off, accel_nbytes(c[i]));
     if (st) return st;
     accel_dist_set_op_label("gather_for_metrics");
-    st = accel_pg_all_gather(acc->pg, send, recv, total, ACCEL_U8);
+    st = accel_pg_all_gather(pg, send, recv, total, ACCEL_U8);
     accel_dist_set_op_label(NULL);
     if (st) return st;
     for (size_t i = 0, off = 0; i < (size_t)n; off += accel_nbytes(c[i]), i++) {
         int64_t shape[ACCEL_MAX_DIMS];
         memcpy(shape, c[i]->shape, sizeof shape);
-        shape[0] *= acc->world;
+        shape[0] *= world;
         outs[i] = accel_empty_on(c[i]->dtype, c[i]->ndim, shape, ACCEL_CPU_DEVICE);
         if (!outs[i]) return accel_last_status();
         size_t nb = accel_nbytes(c[i]);
-        for (int r = 0; r < acc->world && !st; r++)
+        for (int r = 0; r < world && !st; r++)
             st = accel__tensor_write_bytes(outs[i], (size_t)r * nb, recv + (size_t)r * total + off, nb);
         if (st) return st;
     }
@@ -149,7 +162,8 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: needs n >= 1 tensors and an outs array (n %d, ts %s, outs %s)",
                                fn, n, ts ? "set" : "NULL", outs ? "set" : "NULL");
     for (int i = 0; i < n; i++) outs[i] = NULL;
-    if (metrics_refused(acc, fn)) return ACCEL_ERR_UNSUPPORTED;
+    accel_pg *pg = metrics_group(acc, fn);
+    if (!pg) return accel_last_status();
     accel_tensor **c = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *c, 8);
     if (!c) return accel_last_status();
     for (int i = 0; i < n; i++) {
@@ -158,10 +172,10 @@ accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int 
     }
     /* Debug mode's shape check is one collective per tensor: it is debug mode's price. */
     for (int i = 0; i < n; i++)
-        if (check_shapes(acc, c[i], fn)) return accel_last_status();
+        if (check_shapes_over(pg, c[i], fn)) return accel_last_status();
     accel_status st = ACCEL_OK;
-    if (acc->world == 1) memcpy(outs, c, (size_t)n * sizeof *c);
-    else st = gather_packed(acc, n, c, outs);
+    if (accel_pg_size(pg) == 1) memcpy(outs, c, (size_t)n * sizeof *c);
+    else st = gather_packed(pg, n, c, outs);
     int64_t rem = metrics_remainder(acc);
     for (int i = 0; st == ACCEL_OK && i < n; i++)
         if (!(outs[i] = first_rows(outs[i], rem))) st = accel_last_status();
