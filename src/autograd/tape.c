@@ -1,5 +1,6 @@
 /* The tape: nodes recorded in the step arena by ops, run backwards by
  * accel_backward. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/autograd.h"
@@ -117,6 +118,73 @@ accel_node *accel_tape_record(const char *op, accel_backward_fn backward, accel_
 }
 
 static bool is_leaf(const accel_tensor *t) { return t->requires_grad && !t->grad_fn; }
+
+/* ---- tensors freed while the tape reads them */
+
+/* The backward of a node one of whose tensors was freed after its forward:
+ * it cannot run (its pointers are gone), and says which and why. ctx: the
+ * freed tensor's name in the arena, or NULL. */
+static accel_status freed_backward(accel_node *node, accel_tensor *grad_out) {
+    (void)grad_out;
+    const char *name = node->ctx;
+    return accel_set_error(ACCEL_ERR_STATE, "accel_backward: '%s' of this graph reads %s%s%s, which was freed after "
+                           "its forward (accel_tensor_free / accel_module_free): free it after the backward, or "
+                           "after accel_step_reset()", node->op, name ? "\"" : "a tensor", name ? name : "",
+                           name ? "\"" : "");
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(accel_tensor *const *)a, y = (uintptr_t)*(accel_tensor *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool in_sorted(accel_tensor *const *sorted, int n, const accel_tensor *t) {
+    return t && bsearch(&t, sorted, (size_t)n, sizeof *sorted, cmp_ptr);
+}
+
+/* Node n loses t (NULL where it was) and its backward becomes freed_backward. */
+static void poison(accel_node *n, const accel_tensor *t) {
+    if (n->backward != freed_backward) {
+        const char *name = t->name ? t->name : NULL;
+        char *copy = name ? accel_arena_alloc(accel_step_arena(), strlen(name) + 1, 1) : NULL;
+        if (copy) memcpy(copy, name, strlen(name) + 1);
+        n->backward = freed_backward;
+        n->ctx = copy;
+    }
+}
+
+void accel__tape_forget(accel_tensor *const *ts, int n) {
+    tape *tp = current_tape();
+    if (!tp->n || n <= 0) return;
+    accel_tensor *one[1], **sorted = n == 1 ? one : accel_malloc((size_t)n * sizeof *sorted);
+    if (!sorted) { /* out of memory: one at a time */
+        for (int i = 0; i < n; i++) accel__tape_forget(ts + i, 1);
+        return;
+    }
+    memcpy(sorted, ts, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_ptr);
+    for (int i = 0; i < tp->n; i++) {
+        accel_node *nd = tp->nodes[i];
+        for (int k = 0; k < nd->n_inputs; k++)
+            if (in_sorted(sorted, n, nd->inputs[k])) poison(nd, nd->inputs[k]), nd->inputs[k] = NULL;
+        for (int k = 0; k < nd->n_more; k++)
+            if (in_sorted(sorted, n, nd->more[k])) poison(nd, nd->more[k]), nd->more[k] = NULL;
+        for (int k = 0; k < 4; k++)
+            if (in_sorted(sorted, n, nd->saved[k])) poison(nd, nd->saved[k]), nd->saved[k] = NULL;
+        /* an in-place op's output a persistent tensor: the walk reads
+         * out->grad, so a header of the step without one stands in */
+        if (in_sorted(sorted, n, nd->out)) {
+            poison(nd, nd->out);
+            accel_tensor *stand_in = accel__arena_header(nd->out->dtype, nd->out->ndim, nd->out->shape, nd->out->device);
+            if (!stand_in) { /* no memory for it: the tape ends before this node (its graph "freed") */
+                tp->n = i;
+                break;
+            }
+            nd->out = stand_in;
+        }
+    }
+    if (sorted != one) accel_free(sorted);
+}
 
 bool accel__grad_first_is_step(const accel_tensor *t) {
     return t->requires_grad && !t->grad && (t->grad_fn || (t->flags & ACCEL_TF_ARENA));

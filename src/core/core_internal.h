@@ -63,8 +63,15 @@ void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim,
 bool accel__element_span(int ndim, const int64_t *shape, const int64_t *stride, int64_t offset, int64_t *lo,
                          int64_t *hi);
 /* Frees a module's parameter or buffer, which accel_tensor_free refuses (the
- * module owns it): for the module code that drops or replaces its members. */
-void accel__tensor_free_member(accel_tensor *t);
+ * module owns it): for the module code that drops or replaces its members.
+ * taped: forget it on the tape first (accel__tape_forget); false where the
+ * caller forgot a whole module's at once. */
+void accel__tensor_free_member(accel_tensor *t, bool taped);
+/* The persistent tensors ts[0..n) are about to be freed: every node of this
+ * thread's tape that reads one (an input, a saved tensor, its output) drops
+ * it and, if the backward reaches it, fails naming it instead of reading
+ * freed memory (PyTorch's graph holds a reference; here the owner decides). */
+void accel__tape_forget(accel_tensor *const *ts, int n);
 /* The host address of a tensor's first element when its device's memory is
  * host memory (the cpu: file mappings, batch collation, writing files read
  * and fill CPU tensors in place); NULL with an error naming `op` otherwise. */

@@ -206,7 +206,7 @@ accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int6
     return t;
 }
 
-void accel_tensor_free(accel_tensor *t) {
+static void tensor_free(accel_tensor *t, bool taped) {
     if (!t) return;
     if (t->magic != ACCEL_TENSOR_MAGIC || (t->flags & ACCEL_TF_ARENA)) {
         accel_set_error(ACCEL_ERR_STATE, "accel_tensor_free: not a live persistent tensor");
@@ -219,15 +219,18 @@ void accel_tensor_free(accel_tensor *t) {
                         t->name ? t->name : "?", t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer");
         return;
     }
+    if (taped) accel__tape_forget(&t, 1);
     if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
     free_owned(t);
     t->magic = 0;
     accel_free(t);
 }
 
-void accel__tensor_free_member(accel_tensor *t) {
+void accel_tensor_free(accel_tensor *t) { tensor_free(t, true); }
+
+void accel__tensor_free_member(accel_tensor *t, bool taped) {
     if (t && t->magic == ACCEL_TENSOR_MAGIC) t->flags &= ~(uint32_t)(ACCEL_TF_PARAM | ACCEL_TF_BUFFER);
-    accel_tensor_free(t);
+    tensor_free(t, taped);
 }
 
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev) {

@@ -106,13 +106,49 @@ static void free_hook(accel_module *m) {
     m->hook = NULL;
 }
 
+/* The tensors the tree of m owns, appended to ts[*n..) (grown as needed);
+ * false out of memory. */
+static bool owned_tensors(const accel_module *m, accel_tensor ***ts, int *n, int *cap) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (!m->tensors[i].owned) continue;
+        if (*n == *cap) {
+            int nc = *cap ? 2 * *cap : 64;
+            accel_tensor **g = accel_malloc((size_t)nc * sizeof *g);
+            if (!g) return false;
+            if (*n) memcpy(g, *ts, (size_t)*n * sizeof *g);
+            accel_free(*ts);
+            *ts = g;
+            *cap = nc;
+        }
+        (*ts)[(*n)++] = m->tensors[i].t;
+    }
+    for (int i = 0; i < m->n_children; i++)
+        if (!owned_tensors(m->children[i], ts, n, cap)) return false;
+    return true;
+}
+
+static void module_free(accel_module *m, bool taped);
+
+/* A module freed between a forward and its backward: the tape forgets its
+ * tensors (accel__tape_forget), all in one pass over the tape. */
 void accel_module_free(accel_module *m) {
     if (!m) return;
+    accel_tensor **ts = NULL;
+    int n = 0, cap = 0;
+    bool one_pass = accel_tape_size() == 0 || owned_tensors(m, &ts, &n, &cap);
+    if (one_pass) accel__tape_forget(ts, n);
+    accel_free(ts);
+    module_free(m, !one_pass);
+}
+
+/* taped: each tensor is forgotten on the tape as it goes (the one pass had no memory). */
+static void module_free(accel_module *m, bool taped) {
+    if (!m) return;
     accel__link_detach_all(&m->links, m); /* dependants let go while it is whole */
-    for (int i = 0; i < m->n_children; i++) accel_module_free(m->children[i]);
+    for (int i = 0; i < m->n_children; i++) module_free(m->children[i], taped);
     accel_free(m->children);
     for (int i = 0; i < m->n_tensors; i++) {
-        if (m->tensors[i].owned) accel__tensor_free_member(m->tensors[i].t);
+        if (m->tensors[i].owned) accel__tensor_free_member(m->tensors[i].t, taped);
         accel_free(m->tensors[i].name);
     }
     accel_free(m->tensors);
@@ -306,7 +342,7 @@ accel_status accel_module_tie(accel_module *root, const char *dst_name, const ch
         if (heir)
             heir->owned = true;
         else
-            accel__tensor_free_member(dst->t);
+            accel__tensor_free_member(dst->t, true);
     }
     dst->t = src->t;
     dst->owned = false;

@@ -309,7 +309,7 @@ static void replace_tensor(accel_module *m, accel_tensor *old, accel_tensor *neu
     accel_module *top = m;
     while (top->parent) top = top->parent;
     replace_in(top, old, neu);
-    accel__tensor_free_member(old);
+    accel__tensor_free_member(old, true);
 }
 
 /* The whole split dimension as one part, slice `part` of `parts`. */
