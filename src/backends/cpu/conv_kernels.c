@@ -57,13 +57,16 @@ int64_t accel__cpu_conv_direct_passes(void) { return conv_direct_passes; }
 
 const char *accel__cpu_conv_describe(char *buf, size_t size) {
     int mode = conv_mode_now();
-    const char *why = accel__gemm_have_dnnl() ? accel__dnnl_unavailable() : "oneDNN not built in";
+    const char *missing = accel__gemm_have_dnnl() ? accel__dnnl_unavailable() : "";
+    const char *pre = missing && *missing ? "the oneDNN plug-in did not load: " : "";
+    if (missing && !*missing) missing = "oneDNN not built in";
     if (mode < 0) snprintf(buf, size, "Conv: none (%s)\n", accel_last_error());
     else if (accel_reference_kernels()) snprintf(buf, size, "Conv: im2col + GEMM (accel_set_reference_kernels)\n");
     else if (mode == ACCEL__CONV_IM2COL) snprintf(buf, size, "Conv: im2col + GEMM (ACCEL_CONV=im2col)\n");
-    else if (why)
-        snprintf(buf, size, "Conv: %s (%s)\n",
-                 mode == ACCEL__CONV_DNNL ? "none: ACCEL_CONV=dnnl and oneDNN unavailable" : "im2col + GEMM", why);
+    else if (missing)
+        snprintf(buf, size, "Conv: %s (%s%s)\n",
+                 mode == ACCEL__CONV_DNNL ? "none, every convolution fails: ACCEL_CONV=dnnl" : "im2col + GEMM", pre,
+                 missing);
     else
         snprintf(buf, size, "Conv: dnnl (oneDNN's convolution, f32 and bf16 where it has a kernel that is no "
                  "reference loop, im2col + GEMM otherwise%s)\n", mode == ACCEL__CONV_DNNL ? "; ACCEL_CONV=dnnl" : "");
@@ -75,6 +78,9 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
     int mode = conv_mode_now();
     if (mode < 0) return accel_last_status();
     if (mode == ACCEL__CONV_IM2COL || accel_reference_kernels()) return ACCEL_OK;
+    if (mode == ACCEL__CONV_DNNL && !accel__gemm_have_dnnl())
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "ACCEL_CONV=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
     /* auto: only where the plug-in loads (asking loads it) */
     if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
     const accel_tensor *shape = k->pass == ACCEL_K_CONV_BACKWARD_DATA ? k->out : k->x; /* [N, C, H, W] */
