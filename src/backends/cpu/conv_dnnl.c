@@ -66,11 +66,12 @@ static dnnl_status_t conv_describe(const dnnl_conv_key *k, int64_t Ho, int64_t W
 }
 
 /* The primitive description of c's pass (key: its key) into *pd, on
- * layouts "any" but for a 1x1 kernel (above) (made after the forward's for a backward pass: its hint). */
+ * layouts "any" but for a 1x1 kernel (above); a backward pass's is made
+ * after the forward's, its hint. */
 static dnnl_status_t conv_pd(const accel__conv_call *c, const dnnl_key *key, dnnl_primitive_desc_t *pd,
                              const char **what) {
     const dnnl_conv_key *k = &key->conv;
-    dnnl_engine_t engine = accel__onednn_engine();
+    dnnl_engine_t engine = accel__onednn_engine("accel_conv2d");
     dnnl_data_type_t dt = (dnnl_data_type_t)key->dtype;
     conv_mds fwd, bwd;
     dnnl_dims_t strides = {k->sh, k->sw}, dil = {k->dh - 1, k->dw - 1}, pad_l = {k->ph, k->pw};
@@ -159,7 +160,7 @@ static accel_status conv_create(const void *ctx, dnnl_entry *e) {
     char name[160], why[256];
     conv_name(&e->key, name, sizeof name);
     snprintf(why, sizeof why, "%s (%s)", what, name);
-    return accel__onednn_error(why, s);
+    return accel__onednn_error("accel_conv2d", why, s);
 }
 
 /* A reorder's ends: from and to, and whether it adds into to. */
@@ -178,7 +179,7 @@ static accel_status reorder_create(const void *ctx, dnnl_entry *e) {
     char name[160], why[256];
     conv_name(&e->key, name, sizeof name);
     snprintf(why, sizeof why, "%s (%s, argument %d)", what, name, (int)e->key.conv.arg);
-    return accel__onednn_error(why, s);
+    return accel__onednn_error("accel_conv2d", why, s);
 }
 
 /* One argument of a pass: its plain memory p of descriptor plain, the
@@ -226,7 +227,7 @@ accel_status accel__onednn_conv(const accel__conv_call *c, bool *ran) {
                                     fwd ? dt : dnnl_f32, false, &plain);
     if (s != dnnl_success) {
         if (local.prim) dnnl_primitive_destroy(local.prim);
-        return accel__onednn_error("convolution memory description", s);
+        return accel__onednn_error("accel_conv2d", "convolution memory description", s);
     }
     conv_arg args[4];
     int n = 0;

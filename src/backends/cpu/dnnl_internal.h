@@ -65,12 +65,14 @@ typedef struct dnnl_entry {
     char impl[64]; /* oneDNN's implementation name, e.g. "brg:avx512_core_amx" */
 } dnnl_entry;
 
-/* The engine, made at the first call; NULL with the error set when oneDNN
- * could not make one. */
-dnnl_engine_t accel__onednn_engine(void);
-/* An error "accel_gemm: oneDNN <what> failed (<status>)" (OOM for
+/* The engine, made at the first call; NULL with the error set (naming op)
+ * when oneDNN could not make one. */
+dnnl_engine_t accel__onednn_engine(const char *op);
+/* An error "<op>: oneDNN <what> failed (<status>)" (OOM for
  * dnnl_out_of_memory); returns its status. */
-accel_status accel__onednn_error(const char *what, dnnl_status_t s);
+accel_status accel__onednn_error(const char *op, const char *what, dnnl_status_t s);
+/* The op an entry of key k serves, for its errors: accel_conv2d or accel_gemm. */
+const char *accel__onednn_op(const dnnl_key *k);
 dnnl_data_type_t accel__onednn_dtype(accel_dtype dt);
 /* The thread count a primitive made now plans for: 1 inside a parallel
  * region, else OpenMP's. */

@@ -75,16 +75,20 @@ static void engine_create(void) {
     engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
 }
 
-dnnl_engine_t accel__onednn_engine(void) {
+dnnl_engine_t accel__onednn_engine(const char *op) {
     pthread_once(&engine_once, engine_create);
     if (engine_status == dnnl_success) return engine;
-    accel__onednn_error("engine creation", engine_status);
+    accel__onednn_error(op, "engine creation", engine_status);
     return NULL;
 }
 
-accel_status accel__onednn_error(const char *what, dnnl_status_t s) {
-    return accel_set_error(s == dnnl_out_of_memory ? ACCEL_ERR_OOM : ACCEL_ERR_UNSUPPORTED,
-                           "accel_gemm: oneDNN %s failed (%s)", what, dnnl_status2str(s));
+accel_status accel__onednn_error(const char *op, const char *what, dnnl_status_t s) {
+    return accel_set_error(s == dnnl_out_of_memory ? ACCEL_ERR_OOM : ACCEL_ERR_UNSUPPORTED, "%s: oneDNN %s failed (%s)",
+                           op, what, dnnl_status2str(s));
+}
+
+const char *accel__onednn_op(const dnnl_key *k) {
+    return k->kind == KIND_CONV || k->kind == KIND_CONV_REORDER ? "accel_conv2d" : "accel_gemm";
 }
 
 dnnl_data_type_t accel__onednn_dtype(accel_dtype dt) {
@@ -282,7 +286,7 @@ static accel_status gemm_create(const void *ctx, dnnl_entry *e) {
     char sig[96], why[160];
     signature_name(k, sig, sizeof sig);
     snprintf(why, sizeof why, "%s (%s)", what, sig);
-    return accel__onednn_error(why, s);
+    return accel__onednn_error("accel_gemm", why, s);
 }
 
 /* The slot of k: its entry, or the empty slot where it goes. Under the lock. */
@@ -325,7 +329,7 @@ const dnnl_entry *accel__onednn_entry_get(const dnnl_key *k, accel__onednn_creat
     local->prim = NULL;
     const dnnl_entry *e = cache_find(k);
     if (e) return e;
-    if (!accel__onednn_engine()) return NULL;
+    if (!accel__onednn_engine(accel__onednn_op(k))) return NULL;
     memset(local, 0, sizeof *local);
     local->key = *k;
     if (create(ctx, local) != ACCEL_OK) return NULL;
@@ -476,7 +480,7 @@ accel_status accel__onednn_execute(const dnnl_entry *e, int n, const accel__oned
         entry_mems_free(&own);
     }
     accel_arena_rewind(arena, mark);
-    return s == dnnl_success ? ACCEL_OK : accel__onednn_error(what, s);
+    return s == dnnl_success ? ACCEL_OK : accel__onednn_error(accel__onednn_op(&e->key), what, s);
 }
 
 /* C = alpha op(A) op(B) + beta C on the matmul entry e, op(B) in the
@@ -607,7 +611,7 @@ accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b
     *bytes = 0;
     if (M <= 0 || N <= 0) return ACCEL_OK;
     pthread_once(&engine_once, engine_create);
-    if (engine_status != dnnl_success) return accel__onednn_error("engine creation", engine_status);
+    if (engine_status != dnnl_success) return accel__onednn_error("accel_gemm", "engine creation", engine_status);
     /* the key of accel__gemm's call on dense operands: a primitive already
      * made for it answers; else a primitive description only (no JIT code,
      * nothing run, nothing kept) */
@@ -635,7 +639,7 @@ accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b
     char sig[96], why[160];
     signature_name(&k, sig, sizeof sig);
     snprintf(why, sizeof why, "scratchpad query (%s)", sig);
-    return accel__onednn_error(why, s);
+    return accel__onednn_error("accel_gemm", why, s);
 }
 
 bool accel__onednn_supports(accel_dtype dt, char *impl, size_t size) {
