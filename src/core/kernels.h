@@ -527,28 +527,28 @@ typedef struct accel_k_col2im {
     accel_k_window2d win;
 } accel_k_col2im;
 
-/* One whole pass of a convolution of x [N, C, H, W] by w [O, C / G, kh,
- * kw] on a library's direct convolution where the device has one (the
- * CPU: oneDNN's, backends/cpu/gemm.h accel__dnnl_conv, which says the
- * shapes and dtypes), all tensors contiguous:
- *   FORWARD           out = y [N, O, Ho, Wo] from x, w, b (or NULL)
- *   BACKWARD_DATA     out = dx (f32) from dy [N, O, Ho, Wo] and w
- *   BACKWARD_WEIGHTS  out = dw (f32) and db (f32, or NULL) from x and dy
- * with out (db) overwritten for beta (db_beta) 0, added to for 1. ran: set
- * false (nothing written) where the device has none for the case, or
- * ACCEL_CONV=im2col: the op then runs im2col and its GEMMs. */
+/* A convolution's forward or backward over the whole batch on a library's
+ * direct convolution where the device has one (the CPU: oneDNN's,
+ * backends/cpu/gemm.h accel__dnnl_conv, which says the dtypes), of x
+ * [N, C, H, W] by w [O, C / G, kh, kw] (both given in either pass), all
+ * tensors contiguous:
+ *   FORWARD   y [N, O, Ho, Wo] from x, w, b (or NULL)
+ *   BACKWARD  from dy [N, O, Ho, Wo]: dx (f32), and dw (f32) with db (f32,
+ *             or NULL), each where not NULL (dx or dw given; db with dw
+ *             only), overwritten for its beta 0, added to for 1
+ * ran: set false (nothing written) where the device has none for the
+ * case, or ACCEL_CONV=im2col: the op then runs im2col and its GEMMs. */
 typedef enum accel_k_conv_pass {
     ACCEL_K_CONV_FORWARD,
-    ACCEL_K_CONV_BACKWARD_DATA,
-    ACCEL_K_CONV_BACKWARD_WEIGHTS,
+    ACCEL_K_CONV_BACKWARD,
 } accel_k_conv_pass;
 
 typedef struct accel_k_conv2d {
-    ACCEL_KERNEL_TENSORS(6, *out, *x, *w, *b, *dy, *db);
+    ACCEL_KERNEL_TENSORS(8, *y, *dx, *dw, *db, *x, *w, *b, *dy);
     accel_k_conv_pass pass;
     int64_t G;
     accel_k_window2d win;
-    float beta, db_beta;
+    float dx_beta, dw_beta, db_beta;
     bool ran;
 } accel_k_conv2d;
 

@@ -1,7 +1,7 @@
-/* accel_conv2d and accel_conv1d (torch.nn.functional's), NCHW. Each pass
- * (forward, the input's gradient, the weight's and bias's) runs first on
- * the device's direct convolution (its conv2d kernel: the CPU's is
- * oneDNN's, one call for the batch; docs/cpu.md "Convolutions"); where
+/* accel_conv2d and accel_conv1d (torch.nn.functional's), NCHW. The forward
+ * and the backward (the input's gradient, the weight's and bias's) run
+ * first on the device's direct convolution (its conv2d kernel: the CPU's
+ * is oneDNN's, one call for the batch; docs/cpu.md "Convolutions"); where
  * that has none for the case, per image, im2col then one GEMM per group on
  * the device's gemm kernel:
  *
@@ -65,20 +65,21 @@ static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gb, node->inputs[2]))
         return accel_last_status();
-    /* the direct convolution where dY is of the saved operands' dtype (f32,
-     * or bf16 where the GEMMs multiply bf16: accel__mm_grad); what it did
-     * not run (NULL below) is left to im2col */
+    /* the direct convolution (dX, and dW with db, in one call) where dY is
+     * of the saved operands' dtype (f32, or bf16 where the GEMMs multiply
+     * bf16: accel__mm_grad); what it did not run (NULL below: db where the
+     * weight needs no gradient) is left to im2col */
     accel_tensor *dx = gx.dst, *dw = gw.dst, *db = gb.dst;
     accel_status st = ACCEL_OK;
-    if (g->dtype == x->dtype && w->dtype == x->dtype) {
-        accel_k_conv2d k = {.out = dx, .w = w, .dy = g, .pass = ACCEL_K_CONV_BACKWARD_DATA, .G = s->G, .win = s->win,
-                            .beta = gx.beta};
-        if (dx) st = direct("accel_conv2d backward", x->device, &k);
-        if (k.ran) dx = NULL;
-        k = (accel_k_conv2d){.out = dw, .x = x, .dy = g, .db = db, .pass = ACCEL_K_CONV_BACKWARD_WEIGHTS, .G = s->G,
-                             .win = s->win, .beta = gw.beta, .db_beta = gb.beta};
-        if (st == ACCEL_OK && dw) st = direct("accel_conv2d backward", x->device, &k);
-        if (k.ran) dw = db = NULL;
+    if (g->dtype == x->dtype && w->dtype == x->dtype && (dx || dw)) {
+        accel_k_conv2d k = {.dx = dx, .dw = dw, .db = dw ? db : NULL, .x = x, .w = w, .dy = g,
+                            .pass = ACCEL_K_CONV_BACKWARD, .G = s->G, .win = s->win, .dx_beta = gx.beta,
+                            .dw_beta = gw.beta, .db_beta = gb.beta};
+        st = direct("accel_conv2d backward", x->device, &k);
+        if (k.ran) {
+            if (k.db) db = NULL;
+            dx = dw = NULL;
+        }
     }
     /* im2col's col2im and the direct case's GEMMs add into dx */
     if (st == ACCEL_OK && dx && gx.beta == 0.0f) {
@@ -251,7 +252,7 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
     accel_tensor *ub = b ? accel__mm_operand(b, (accel_dtype)dt) : NULL;
     if (!ux || !uw || (b && !ub)) return NULL;
-    accel_k_conv2d k = {.out = out, .x = ux, .w = uw, .b = ub, .pass = ACCEL_K_CONV_FORWARD, .G = groups, .win = s.win};
+    accel_k_conv2d k = {.y = out, .x = ux, .w = uw, .b = ub, .pass = ACCEL_K_CONV_FORWARD, .G = groups, .win = s.win};
     if (direct(OP, dev, &k) != ACCEL_OK || (!k.ran && !conv2d_im2col(&s, ux, uw, ub, out))) return NULL;
     accel_node *n = accel_tape_record("conv2d", conv_backward, out, 3, in);
     if (n) {

@@ -27,16 +27,19 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The key of c's pass on this many threads (the primitive's; a reorder's
+/* A primitive's pass (a key's conv.pass). */
+typedef enum conv_pass { PASS_FORWARD, PASS_BACKWARD_DATA, PASS_BACKWARD_WEIGHTS } conv_pass;
+
+/* The key of pass of c on this many threads (the primitive's; a reorder's
  * adds its argument). */
-static dnnl_key conv_key(const accel__conv_call *c) {
+static dnnl_key conv_key(const accel__conv_call *c, conv_pass pass) {
     dnnl_key k;
     memset(&k, 0, sizeof k);
     const accel_k_window2d *w = &c->win;
     k.conv = (dnnl_conv_key){.N = c->N, .C = c->C, .H = w->H, .W = w->W, .O = c->O, .G = c->G, .kh = w->kh,
                              .kw = w->kw, .sh = w->sh, .sw = w->sw, .ph = w->ph, .pw = w->pw, .dh = w->dh,
-                             .dw = w->dw, .pass = c->pass, .y_dtype = (int32_t)accel__onednn_dtype(c->y_dt),
-                             .bias = c->pass == ACCEL_K_CONV_FORWARD ? c->b != NULL : c->db != NULL};
+                             .dw = w->dw, .pass = pass, .y_dtype = (int32_t)accel__onednn_dtype(c->y_dt),
+                             .bias = pass == PASS_FORWARD ? c->b != NULL : pass == PASS_BACKWARD_WEIGHTS && c->db};
     k.threads = accel__onednn_threads();
     k.dtype = (int32_t)accel__onednn_dtype(c->dt);
     k.kind = KIND_CONV;
@@ -82,7 +85,7 @@ static dnnl_status_t conv_pd(const accel__conv_call *c, const dnnl_key *key, dnn
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t hint = NULL;
     dnnl_convolution_desc_t d;
-    bool fwd_pass = k->pass == ACCEL_K_CONV_FORWARD;
+    bool fwd_pass = k->pass == PASS_FORWARD;
     /* the forward's y in its own dtype: bf16 (rounded once from the f32
      * sums) or f32; dt in the backward's hint */
     *what = "convolution memory description";
@@ -99,12 +102,12 @@ static dnnl_status_t conv_pd(const accel__conv_call *c, const dnnl_key *key, dnn
         *what = fwd_pass ? "forward convolution primitive description"
                          : "forward convolution primitive description (the backward's hint)",
         s = dnnl_primitive_desc_create(fwd_pass ? pd : &hint, &d, fwd_pass ? attr : NULL, engine, NULL);
-    if (s == dnnl_success && k->pass != ACCEL_K_CONV_FORWARD) {
+    if (s == dnnl_success && k->pass != PASS_FORWARD) {
         /* the gradients in f32 (dx, dw, db), whatever dt */
         *what = "convolution memory description";
-        s = conv_describe(k, c->win.Ho, c->win.Wo, k->pass == ACCEL_K_CONV_BACKWARD_DATA ? dnnl_f32 : dt,
-                          k->pass == ACCEL_K_CONV_BACKWARD_WEIGHTS ? dnnl_f32 : dt, dt, dnnl_f32, blocked, &bwd);
-        if (s == dnnl_success && k->pass == ACCEL_K_CONV_BACKWARD_DATA)
+        s = conv_describe(k, c->win.Ho, c->win.Wo, k->pass == PASS_BACKWARD_DATA ? dnnl_f32 : dt,
+                          k->pass == PASS_BACKWARD_WEIGHTS ? dnnl_f32 : dt, dt, dnnl_f32, blocked, &bwd);
+        if (s == dnnl_success && k->pass == PASS_BACKWARD_DATA)
             *what = "backward-data convolution description",
             s = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &bwd.x, &bwd.w, &bwd.y,
                                                                  strides, dil, pad_l, pad_r);
@@ -145,8 +148,8 @@ static accel_status conv_create(const void *ctx, dnnl_entry *e) {
     if (s == dnnl_success) {
         const char *impl = "unknown";
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        bool src_diff = e->key.conv.pass == ACCEL_K_CONV_BACKWARD_DATA;
-        bool w_diff = e->key.conv.pass == ACCEL_K_CONV_BACKWARD_WEIGHTS, y_diff = e->key.conv.pass != ACCEL_K_CONV_FORWARD;
+        bool src_diff = e->key.conv.pass == PASS_BACKWARD_DATA;
+        bool w_diff = e->key.conv.pass == PASS_BACKWARD_WEIGHTS, y_diff = e->key.conv.pass != PASS_FORWARD;
         e->a_md = *dnnl_primitive_desc_query_md(pd, src_diff ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
         e->b_md = *dnnl_primitive_desc_query_md(pd, w_diff ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
         e->c_md = *dnnl_primitive_desc_query_md(pd, y_diff ? dnnl_query_diff_dst_md : dnnl_query_dst_md, 0);
@@ -211,50 +214,49 @@ static accel_status reorder(const dnnl_key *key, const conv_arg *a, const dnnl_m
     return st;
 }
 
-accel_status accel__onednn_conv(const accel__conv_call *c, bool *ran) {
-    *ran = false;
-    dnnl_key k = conv_key(c);
-    dnnl_entry local;
-    const dnnl_entry *e = accel__onednn_entry_get(&k, conv_create, c, &local);
-    if (!e) return accel_last_status();
-    if (!e->prim) return ACCEL_OK;
-    /* the plain descriptors of the pass's arguments */
-    dnnl_data_type_t dt = (dnnl_data_type_t)k.dtype;
-    bool fwd = c->pass == ACCEL_K_CONV_FORWARD, bwd_w = c->pass == ACCEL_K_CONV_BACKWARD_WEIGHTS;
+/* dy in a primitive's layout, made once for both backward passes where
+ * their layouts agree. */
+typedef struct shared_dy {
+    const dnnl_memory_desc_t *md;
+    const void *copy;
+} shared_dy;
+
+/* Runs e, the primitive of k's pass of c, on c's tensors: each argument in
+ * the primitive's layout, a copy in the step arena (the caller rewinds it)
+ * reordered in for an input where that differs from the plain one, or for
+ * an output where it does or where the output is to be added to its
+ * destination (the reorder back adds). */
+static accel_status run_pass(const accel__conv_call *c, const dnnl_key *k, const dnnl_entry *e, shared_dy *dy) {
+    dnnl_data_type_t dt = (dnnl_data_type_t)k->dtype;
+    conv_pass pass = (conv_pass)k->conv.pass;
     conv_mds plain;
-    dnnl_status_t s = conv_describe(&k.conv, c->win.Ho, c->win.Wo, c->pass == ACCEL_K_CONV_BACKWARD_DATA ? dnnl_f32 : dt,
-                                    bwd_w ? dnnl_f32 : dt, fwd ? (dnnl_data_type_t)k.conv.y_dtype : dt,
-                                    fwd ? dt : dnnl_f32, false, &plain);
-    if (s != dnnl_success) {
-        if (local.prim) dnnl_primitive_destroy(local.prim);
-        return accel__onednn_error("accel_conv2d", "convolution memory description", s);
-    }
+    dnnl_status_t s = conv_describe(&k->conv, c->win.Ho, c->win.Wo, pass == PASS_BACKWARD_DATA ? dnnl_f32 : dt,
+                                    pass == PASS_BACKWARD_WEIGHTS ? dnnl_f32 : dt,
+                                    pass == PASS_FORWARD ? (dnnl_data_type_t)k->conv.y_dtype : dt,
+                                    pass == PASS_FORWARD ? dt : dnnl_f32, false, &plain);
+    if (s != dnnl_success) return accel__onednn_error("accel_conv2d", "convolution memory description", s);
     conv_arg args[4];
     int n = 0;
-    switch (c->pass) {
-    case ACCEL_K_CONV_FORWARD:
+    switch (pass) {
+    case PASS_FORWARD:
         args[n++] = (conv_arg){DNNL_ARG_SRC, &e->a_md, plain.x, c->x, false, 0};
         args[n++] = (conv_arg){DNNL_ARG_WEIGHTS, &e->b_md, plain.w, c->w, false, 0};
         if (c->b) args[n++] = (conv_arg){DNNL_ARG_BIAS, &e->w_md, plain.b, c->b, false, 0};
         args[n++] = (conv_arg){DNNL_ARG_DST, &e->c_md, plain.y, c->y, true, 0};
         break;
-    case ACCEL_K_CONV_BACKWARD_DATA:
+    case PASS_BACKWARD_DATA:
         args[n++] = (conv_arg){DNNL_ARG_DIFF_DST, &e->c_md, plain.y, c->dy, false, 0};
         args[n++] = (conv_arg){DNNL_ARG_WEIGHTS, &e->b_md, plain.w, c->w, false, 0};
-        args[n++] = (conv_arg){DNNL_ARG_DIFF_SRC, &e->a_md, plain.x, c->dx, true, c->beta};
+        args[n++] = (conv_arg){DNNL_ARG_DIFF_SRC, &e->a_md, plain.x, c->dx, true, c->dx_beta};
         break;
-    case ACCEL_K_CONV_BACKWARD_WEIGHTS:
+    case PASS_BACKWARD_WEIGHTS:
         args[n++] = (conv_arg){DNNL_ARG_SRC, &e->a_md, plain.x, c->x, false, 0};
         args[n++] = (conv_arg){DNNL_ARG_DIFF_DST, &e->c_md, plain.y, c->dy, false, 0};
-        args[n++] = (conv_arg){DNNL_ARG_DIFF_WEIGHTS, &e->b_md, plain.w, c->dw, true, c->beta};
+        args[n++] = (conv_arg){DNNL_ARG_DIFF_WEIGHTS, &e->b_md, plain.w, c->dw, true, c->dw_beta};
         if (c->db) args[n++] = (conv_arg){DNNL_ARG_DIFF_BIAS, &e->w_md, plain.b, c->db, true, c->db_beta};
         break;
     }
-    /* each argument in the primitive's layout: a copy in the step arena
-     * (reordered in for an input) where that differs from the plain one,
-     * or where an output is to be added to its destination */
     accel_arena *arena = accel_step_arena();
-    accel_arena_mark mark = accel_arena_mark_now(arena);
     accel__onednn_arg run[4];
     const void *at[4];
     accel_status st = ACCEL_OK;
@@ -265,18 +267,49 @@ accel_status accel__onednn_conv(const accel__conv_call *c, bool *ran) {
             run[i] = (accel__onednn_arg){a->arg, a->conv_md, a->p};
             continue;
         }
-        void *copy = accel_arena_alloc(arena, dnnl_memory_desc_get_size(a->conv_md), 64);
+        bool reuse = a->arg == DNNL_ARG_DIFF_DST && dy->copy && dnnl_memory_desc_equal(dy->md, a->conv_md);
+        void *copy = reuse ? (void *)dy->copy : accel_arena_alloc(arena, dnnl_memory_desc_get_size(a->conv_md), 64);
         if (!copy) st = accel_last_status();
-        else if (!a->output) st = reorder(&k, a, &a->plain, a->p, a->conv_md, copy);
+        else if (!a->output && !reuse) st = reorder(k, a, &a->plain, a->p, a->conv_md, copy);
+        if (st == ACCEL_OK && a->arg == DNNL_ARG_DIFF_DST) *dy = (shared_dy){a->conv_md, copy};
         at[i] = copy;
         run[i] = (accel__onednn_arg){a->arg, a->conv_md, copy};
     }
     if (st == ACCEL_OK) st = accel__onednn_execute(e, n, run, "convolution execution");
     for (int i = 0; i < n && st == ACCEL_OK; i++)
         if (args[i].output && at[i] != args[i].p)
-            st = reorder(&k, &args[i], args[i].conv_md, at[i], &args[i].plain, args[i].p);
-    accel_arena_rewind(arena, mark);
-    if (local.prim) dnnl_primitive_destroy(local.prim);
-    if (st == ACCEL_OK) *ran = true;
+            st = reorder(k, &args[i], args[i].conv_md, at[i], &args[i].plain, args[i].p);
+    return st;
+}
+
+accel_status accel__onednn_conv(const accel__conv_call *c, bool *ran) {
+    *ran = false;
+    conv_pass passes[2];
+    int np = 0;
+    if (c->pass == ACCEL_K_CONV_FORWARD) passes[np++] = PASS_FORWARD;
+    if (c->pass == ACCEL_K_CONV_BACKWARD && c->dx) passes[np++] = PASS_BACKWARD_DATA;
+    if (c->pass == ACCEL_K_CONV_BACKWARD && c->dw) passes[np++] = PASS_BACKWARD_WEIGHTS;
+    /* every pass's primitive first: where one has none, nothing runs */
+    dnnl_key keys[2];
+    dnnl_entry local[2] = {{.prim = NULL}, {.prim = NULL}};
+    const dnnl_entry *e[2] = {NULL, NULL};
+    accel_status st = ACCEL_OK;
+    bool all = true;
+    for (int i = 0; i < np && st == ACCEL_OK; i++) {
+        keys[i] = conv_key(c, passes[i]);
+        e[i] = accel__onednn_entry_get(&keys[i], conv_create, c, &local[i]);
+        if (!e[i]) st = accel_last_status();
+        else all = all && e[i]->prim;
+    }
+    if (st == ACCEL_OK && all) {
+        accel_arena *arena = accel_step_arena();
+        accel_arena_mark mark = accel_arena_mark_now(arena);
+        shared_dy dy = {NULL, NULL};
+        for (int i = 0; i < np && st == ACCEL_OK; i++) st = run_pass(c, &keys[i], e[i], &dy);
+        accel_arena_rewind(arena, mark);
+        *ran = st == ACCEL_OK;
+    }
+    for (int i = 0; i < np; i++)
+        if (local[i].prim) dnnl_primitive_destroy(local[i].prim);
     return st;
 }

@@ -24,7 +24,7 @@ static pthread_once_t conv_env_once = PTHREAD_ONCE_INIT;
 static int conv_env_mode; /* accel__conv_mode, or -1 when ACCEL_CONV holds none */
 static char conv_env_value[48];
 static _Atomic int conv_set_mode = -1; /* accel__cpu_conv_set_mode's, or -1 */
-static _Atomic int64_t conv_direct_passes;
+static _Atomic int64_t conv_direct_calls;
 
 static void conv_env_read(void) {
     const char *v = getenv("ACCEL_CONV");
@@ -53,7 +53,7 @@ accel_status accel__cpu_conv_set_mode(accel__conv_mode mode) {
     return ACCEL_OK;
 }
 
-int64_t accel__cpu_conv_direct_passes(void) { return conv_direct_passes; }
+int64_t accel__cpu_conv_direct_calls(void) { return conv_direct_calls; }
 
 const char *accel__cpu_conv_describe(char *buf, size_t size) {
     int mode = conv_mode_now();
@@ -83,9 +83,8 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
                                "ACCEL_CONV=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
     /* auto: only where the plug-in loads (asking loads it) */
     if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
-    const accel_tensor *shape = k->pass == ACCEL_K_CONV_BACKWARD_DATA ? k->out : k->x; /* [N, C, H, W] */
-    const accel_tensor *wt = k->pass == ACCEL_K_CONV_BACKWARD_WEIGHTS ? k->out : k->w; /* [O, C / G, kh, kw] */
-    accel_dtype dt = k->pass == ACCEL_K_CONV_BACKWARD_DATA ? k->dy->dtype : k->x->dtype;
+    bool fwd = k->pass == ACCEL_K_CONV_FORWARD;
+    accel_dtype dt = fwd ? k->x->dtype : k->dy->dtype;
     /* operands of one dtype, f32 or bf16 (the op widens nothing for this) */
     const accel_tensor *ops[] = {k->x, k->w, k->b, k->dy};
     for (int i = 0; i < 4; i++)
@@ -94,25 +93,26 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
     accel__conv_call c = {
         .pass = k->pass,
         .dt = dt,
-        .y_dt = k->pass == ACCEL_K_CONV_FORWARD ? k->out->dtype : ACCEL_F32,
-        .N = shape->shape[0],
-        .C = shape->shape[1],
-        .O = wt->shape[0],
+        .y_dt = fwd ? k->y->dtype : ACCEL_F32,
+        .N = k->x->shape[0],
+        .C = k->x->shape[1],
+        .O = k->w->shape[0],
         .G = k->G,
         .win = k->win,
-        .x = k->x ? k->x->data : NULL,
-        .w = k->w ? k->w->data : NULL,
+        .x = k->x->data,
+        .w = k->w->data,
         .b = k->b ? k->b->data : NULL,
         .dy = k->dy ? k->dy->data : NULL,
-        .y = k->pass == ACCEL_K_CONV_FORWARD ? k->out->data : NULL,
-        .dx = k->pass == ACCEL_K_CONV_BACKWARD_DATA ? k->out->data : NULL,
-        .dw = k->pass == ACCEL_K_CONV_BACKWARD_WEIGHTS ? k->out->data : NULL,
+        .y = k->y ? k->y->data : NULL,
+        .dx = k->dx ? k->dx->data : NULL,
+        .dw = k->dw ? k->dw->data : NULL,
         .db = k->db ? k->db->data : NULL,
-        .beta = k->beta,
+        .dx_beta = k->dx_beta,
+        .dw_beta = k->dw_beta,
         .db_beta = k->db_beta,
     };
     accel_status st = accel__dnnl_conv(&c, &k->ran);
-    if (k->ran) conv_direct_passes++;
+    if (k->ran) conv_direct_calls++;
     return st;
 }
 

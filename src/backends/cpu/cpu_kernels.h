@@ -126,9 +126,10 @@ typedef enum accel__conv_mode { ACCEL__CONV_AUTO, ACCEL__CONV_IM2COL, ACCEL__CON
 /* Sets the mode for the process (overriding ACCEL_CONV; tests run both
  * paths in one process with it). */
 accel_status accel__cpu_conv_set_mode(accel__conv_mode mode);
-/* How many convolution passes oneDNN has run in this process (tests tell
- * from it which path ran). */
-int64_t accel__cpu_conv_direct_passes(void);
+/* How many convolution forwards and backwards (the latter one call for dX
+ * and dW) oneDNN has run in this process (tests tell from it which path
+ * ran). */
+int64_t accel__cpu_conv_direct_calls(void);
 /* "Conv: <what accel_conv2d runs>\n" (ACCEL_CONV, the oneDNN plug-in) into
  * buf (truncated to size); returns buf. */
 const char *accel__cpu_conv_describe(char *buf, size_t size);

@@ -443,15 +443,16 @@ bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size);
 
 /* ---- oneDNN's convolution (conv_dnnl.c, in the same plug-in)
  *
- * One pass of accel_conv2d over a whole batch, x [N, C, H, W] and w
- * [O, C / G, kh, kw] (G groups) plain contiguous NCHW / OIHW memory:
- *   FORWARD           y [N, O, Ho, Wo] (dtype y_dt: dt, or f32) = conv(x, w) + b
- *                     (b [O] of dt, or NULL)
- *   BACKWARD_DATA     dx [N, C, H, W] (f32) (beta: = or +=) conv^T(dy, w)
- *   BACKWARD_WEIGHTS  dw [O, C / G, kh, kw] (f32) (beta) from x and dy,
- *                     and db [O] (f32, db_beta) = sum of dy over N, Ho, Wo
- *                     when db is not NULL
- * x, w, b and dy [N, O, Ho, Wo] are of dt (f32 or bf16): f32 accumulation. */
+ * accel_conv2d's forward or backward over a whole batch, x [N, C, H, W] and
+ * w [O, C / G, kh, kw] (G groups) plain contiguous NCHW / OIHW memory:
+ *   FORWARD   y [N, O, Ho, Wo] (dtype y_dt: dt, or f32) = conv(x, w) + b
+ *             (b [O] of dt, or NULL)
+ *   BACKWARD  from dy [N, O, Ho, Wo], where not NULL (dx or dw):
+ *             dx [N, C, H, W] (f32) (dx_beta: 0 =, 1 +=) conv^T(dy, w);
+ *             dw [O, C / G, kh, kw] (f32, dw_beta) from x and dy, with
+ *             db [O] (f32, db_beta) = the sums of dy over N, Ho, Wo where
+ *             not NULL (the blocked copy of dy made once for both)
+ * x, w, b and dy are of dt (f32 or bf16): f32 accumulation. */
 typedef struct accel__conv_call {
     accel_k_conv_pass pass; /* core/kernels.h */
     accel_dtype dt, y_dt;
@@ -459,14 +460,14 @@ typedef struct accel__conv_call {
     accel_k_window2d win;
     const void *x, *w, *b, *dy;
     void *y, *dx, *dw, *db;
-    float beta, db_beta;
+    float dx_beta, dw_beta, db_beta;
 } accel__conv_call;
 
-/* Runs the pass on oneDNN's convolution primitive for it (cached by shape,
- * dtypes and thread count; tensors reordered into the layouts it picks and
- * back). *ran false (ACCEL_OK, nothing written) where oneDNN has only its
- * reference loop or no implementation for the case: the caller computes it
- * itself. An error names the failed step. */
+/* Runs the call on oneDNN's convolution primitives for its passes (cached
+ * by shape, dtypes and thread count; tensors reordered into the layouts
+ * they pick and back). *ran false (ACCEL_OK, nothing written) where oneDNN
+ * has only its reference loop or no implementation for one of them: the
+ * caller computes it all itself. An error names the failed step. */
 accel_status accel__dnnl_conv(const accel__conv_call *c, bool *ran);
 
 /* NULL when the oneDNN plug-in (libaccel-dnnl.so) is loaded, else why it did
