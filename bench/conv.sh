@@ -99,19 +99,18 @@ L = [
     + f"; **in CPU time per step {med([t / a for a, t in zip(a_c, t_c)]):.2f}** (per round: "
     + ", ".join(f"{t / a:.2f}" for a, t in zip(a_c, t_c)) + ").",
     "",
-    "How accel computes them (src/ops/conv.c): per image, im2col (the image's taps as a matrix "
-    "[C kh kw, Ho Wo]) and one GEMM per group on the library's GEMM (oneDNN's matmul here); the "
-    "backward recomputes im2col, two GEMMs and col2im per image. PyTorch runs oneDNN's direct "
-    "convolution (blocked layouts, no im2col). Where the 3x3 shapes are slower the im2col matrix "
-    "(9 x the input, written and read again per image) and the backward's col2im are the extra "
-    "memory traffic; a 1x1 stride-1 convolution needs none (x is read in place). "
-    "The small ResNet's step at batch 64 makes ~1,000 GEMM, im2col and col2im calls of one image "
-    "each, each an OpenMP parallel region that waits for both threads to be scheduled: here accel's "
+    "How accel computes them (src/ops/conv.c, docs/cpu.md \"Convolutions\"): each pass (forward, "
+    "backward-data, backward-weights with the bias's gradient) is one call of oneDNN's convolution "
+    "primitive for the whole batch, through accel's oneDNN plug-in (src/backends/cpu/conv_dnnl.c), as "
+    "PyTorch runs it: kernels above 1x1 on the blocked layouts oneDNN picks, accel's NCHW / OIHW tensors "
+    "reordered into them and the results back per call; 1x1 kernels on the plain layouts (oneDNN's "
+    "gemm:jit). accel runs Debian's oneDNN 2.6, PyTorch its bundled, newer oneDNN. The rest of the step (BatchNorm, ReLU, pooling, the "
+    "linear layer, Adam) is accel's own kernels. `ACCEL_CONV=im2col` runs the earlier path (per image "
+    "im2col and one GEMM per group, col2im in the backward: ~1,000 one-image calls per step, each an "
+    "OpenMP region). Here accel's "
     f"step took {med([a / c for a, c in zip(a_s, a_c)]):.1f}x its CPU time in wall time, PyTorch's "
     f"{med([t / c for t, c in zip(t_s, t_c)]):.1f}x (median of rounds); on a loaded machine the "
-    "CPU-time ratio is the steadier comparison. Putting several small images' columns side by side "
-    "(one GEMM per group for up to 8 MiB of columns, the output permuted back by a strided copy) was "
-    "tried in A/B runs on this machine: 15-40% more CPU per step, cause not isolated; not kept.",
+    "CPU-time ratio is the steadier comparison.",
     "",
     f"Machine load average (1/5/15 min) before: {lb}; after: {la} (a shared 2-vCPU machine: under load the "
     "absolute times are not claims, the per-round ratios are the figure).",

@@ -10,7 +10,7 @@
 
 option(ACCEL_BACKENDS_STATIC "Also link the backend plug-ins' code into the static library" OFF)
 set(ACCEL_PLUGIN_DIR ${CMAKE_BINARY_DIR}/lib/accel)
-set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl(_stage)?\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|dnnl_plugin)\\.c$|/src/backends/plugin_shims\\.c$")
+set(ACCEL_PLUGIN_SOURCE_REGEX "/src/backends/cuda/|/src/dist/nccl(_stage)?\\.c$|/src/dist/mpi(_plugin)?\\.c$|/src/backends/hostless/hostless\\.c$|/src/backends/cpu/(gemm_dnnl|conv_dnnl|dnnl_plugin)\\.c$|/src/backends/plugin_shims\\.c$")
 
 # The headers core and plug-ins share (every structure and table passed
 # between them): the hash of their text is part of ACCEL__PLUGIN_LAYOUT
@@ -119,10 +119,12 @@ if(MPI_C_FOUND)
   endif()
 endif()
 
-# dnnl: oneDNN's GEMM provider (src/backends/cpu/gemm_dnnl.c, dnnl_hooks.h),
+# dnnl: oneDNN's GEMM provider and convolution (src/backends/cpu/gemm_dnnl.c,
+# conv_dnnl.c, dnnl_hooks.h),
 # when oneDNN is found; the core's dnnl_client.c forwards to it.
 if(ACCEL_HAVE_DNNL)
   set(ACCEL_DNNL_SOURCES ${CMAKE_SOURCE_DIR}/src/backends/cpu/gemm_dnnl.c
+    ${CMAKE_SOURCE_DIR}/src/backends/cpu/conv_dnnl.c
     ${CMAKE_SOURCE_DIR}/src/backends/cpu/dnnl_plugin.c)
   accel_add_plugin(dnnl ${ACCEL_DNNL_SOURCES})
   target_include_directories(accel-dnnl PRIVATE ${DNNL_INCLUDE_DIR})

@@ -61,11 +61,12 @@ add_test(NAME plugin_planted COMMAND sh -c
   "d=$(mktemp -d) && mkdir \"$d/bin\" \"$d/bin/accel\" && cp \"$1\" \"$d/bin/\" && cp \"$2\" \"$d/bin/\" && cp \"$2\" \"$d/bin/accel/\" && \"$d/bin/test_plugin\" broken 'libaccel-hostless.so is not installed (looked in '; r=$?; rm -rf \"$d\"; exit $r"
   sh $<TARGET_FILE:test_plugin> ${_pdir}/no_init/libaccel-hostless.so)
 set_tests_properties(plugin_planted PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
-# `accel env` copied alone, away from its oneDNN plug-in: the GEMM lines say
-# the plug-in did not load and where it looked, not that the CPU lacks bf16.
+# `accel env` copied alone, away from its oneDNN plug-in: the GEMM and Conv
+# lines say the plug-in did not load and where it looked, not that the CPU
+# lacks bf16.
 if(ACCEL_HAVE_DNNL)
   add_test(NAME plugin_dnnl_missing_env COMMAND sh -c
-    "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/accel\" env > \"$d/out\" 2>&1; r=$?; grep -q '^- GEMM bf16: openblas on f32 operands (the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" && grep -q '^- GEMM f32: openblas (the oneDNN plug-in did not load' \"$d/out\" || { cat \"$d/out\"; r=1; }; rm -rf \"$d\"; exit $r"
+    "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/accel\" env > \"$d/out\" 2>&1; r=$?; grep -q '^- GEMM bf16: openblas on f32 operands (the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" && grep -q '^- GEMM f32: openblas (the oneDNN plug-in did not load' \"$d/out\" && grep -q '^- Conv: im2col + GEMM (the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" || { cat \"$d/out\"; r=1; }; rm -rf \"$d\"; exit $r"
     sh $<TARGET_FILE:accel_cli>)
   set_tests_properties(plugin_dnnl_missing_env PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_GEMM=auto")
 endif()

@@ -188,6 +188,30 @@ typedef struct conv_args {
     int64_t s[2], p[2], d[2], g;
 } conv_args;
 
+/* A second backward into an input's existing gradient adds to it (the
+ * kernel's dx_beta 1 path): twice the first's, in training and eval. */
+static void test_batch_norm_accumulates(void) {
+    accel_tensor *x = gc_randn(21, ACCEL_SHAPE(3, 4, 5, 6)), *w = gc_randn(22, ACCEL_SHAPE(4));
+    accel_tensor *rm = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), accel_default_device());
+    accel_tensor *rv = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(4), accel_default_device());
+    CHECK(rm && rv && accel_fill_(rm, 0.0) == ACCEL_OK && accel_fill_(rv, 1.0) == ACCEL_OK);
+    for (int t = 0; t < 2; t++) {
+        float first[360], second[360];
+        for (int pass = 0; pass < 2; pass++) {
+            accel_tensor *y = accel_batch_norm(x, rm, rv, w, NULL, t, 0.1, 1e-5);
+            CHECK(y && accel_backward(gc_weighted_sum(y)) == ACCEL_OK);
+            CHECK(x->grad && accel_to_floats(x->grad, pass ? second : first) == ACCEL_OK);
+            accel_step_reset();
+        }
+        int bad = 0;
+        for (int i = 0; i < 360; i++) bad += !(fabsf(second[i] - 2.0f * first[i]) <= 1e-5f + 1e-5f * fabsf(first[i]));
+        CHECK_MSG(!bad, "training %d: %d of 360 elements are not twice the first backward's", t, bad);
+        accel_zero_(x->grad);
+    }
+    accel_tensor *all[] = {x, w, rm, rv};
+    for (int i = 0; i < 4; i++) accel_tensor_free(all[i]);
+}
+
 static accel_tensor *loss_conv(accel_tensor *const *in, int n, void *ctx) {
     const conv_args *a = ctx;
     return gc_weighted_sum(accel_conv2d(in[0], in[1], n > 2 ? in[2] : NULL, a->s, a->p, a->d, a->g));
@@ -337,6 +361,7 @@ int main(void) {
     RUN(test_conv_vs_torch);
     RUN(test_pool_vs_torch);
     RUN(test_batch_norm_vs_torch);
+    RUN(test_batch_norm_accumulates);
     RUN(test_gradcheck);
     RUN(test_autocast_meta_flatten);
     RUN(test_errors);

@@ -178,6 +178,8 @@ int accel_cli_env(int argc, char **argv) {
     printf("- CPU kernels: %s\n", accel_cpu_kernels());
     char gemm[2048];
     print_lines(accel__gemm_describe(gemm, sizeof gemm), sizeof gemm); /* "GEMM f32: ...\n" per dtype */
+    char conv[512];
+    print_lines(accel__cpu_conv_describe(conv, sizeof conv), sizeof conv); /* "Conv: ...\n" */
     if (v[1]) measure_gemm();
     /* "GEMM choices: ...\n  <class>: ...\n": room for a full table (256
      * classes of ~100 characters) */

@@ -527,6 +527,31 @@ typedef struct accel_k_col2im {
     accel_k_window2d win;
 } accel_k_col2im;
 
+/* A convolution's forward or backward over the whole batch on a library's
+ * direct convolution where the device has one (the CPU: oneDNN's,
+ * backends/cpu/gemm.h accel__dnnl_conv, which says the dtypes), of x
+ * [N, C, H, W] by w [O, C / G, kh, kw] (both given in either pass), all
+ * tensors contiguous:
+ *   FORWARD   y [N, O, Ho, Wo] from x, w, b (or NULL)
+ *   BACKWARD  from dy [N, O, Ho, Wo]: dx (f32), and dw (f32) with db (f32,
+ *             or NULL), each where not NULL (dx or dw given; db with dw
+ *             only), overwritten for its beta 0, added to for 1
+ * ran: set false (nothing written) where the device has none for the
+ * case, or ACCEL_CONV=im2col: the op then runs im2col and its GEMMs. */
+typedef enum accel_k_conv_pass {
+    ACCEL_K_CONV_FORWARD,
+    ACCEL_K_CONV_BACKWARD,
+} accel_k_conv_pass;
+
+typedef struct accel_k_conv2d {
+    ACCEL_KERNEL_TENSORS(8, *y, *dx, *dw, *db, *x, *w, *b, *dy);
+    accel_k_conv_pass pass;
+    int64_t G;
+    accel_k_window2d win;
+    float dx_beta, dw_beta, db_beta;
+    bool ran;
+} accel_k_conv2d;
+
 typedef enum accel_k_pool_kind { ACCEL_K_POOL_MAX, ACCEL_K_POOL_AVG, ACCEL_K_POOL_ADAPTIVE_AVG } accel_k_pool_kind;
 
 /* y [P, Ho, Wo] (f32 contiguous) pooled from planes x [P, H, W] (f32
@@ -594,6 +619,7 @@ typedef struct accel_k_pool2d_backward {
     X(batch_norm_backward, accel_k_batch_norm_backward)   \
     X(im2col, accel_k_im2col)                             \
     X(col2im, accel_k_col2im)                             \
+    X(conv2d, accel_k_conv2d)                             \
     X(pool2d, accel_k_pool2d)                             \
     X(pool2d_backward, accel_k_pool2d_backward)           \
     X(cross_entropy, accel_k_cross_entropy)               \

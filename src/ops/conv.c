@@ -1,5 +1,9 @@
-/* accel_conv2d and accel_conv1d (torch.nn.functional's), NCHW: per image,
- * im2col then one GEMM per group on the device's gemm kernel:
+/* accel_conv2d and accel_conv1d (torch.nn.functional's), NCHW. The forward
+ * and the backward (the input's gradient, the weight's and bias's) run
+ * first on the device's direct convolution (its conv2d kernel: the CPU's
+ * is oneDNN's, one call for the batch; docs/cpu.md "Convolutions"); where
+ * that has none for the case, per image, im2col then one GEMM per group on
+ * the device's gemm kernel:
  *
  *   col [C kh kw, Ho Wo]   = im2col(x[n])          (x[n] itself for a 1x1
  *                                                     stride-1 unpadded one)
@@ -43,47 +47,77 @@ static accel_tensor *ones(const conv_saved *s, accel_dtype dt, accel_device dev)
     return t && accel_fill_(t, 1.0) == ACCEL_OK ? t : NULL;
 }
 
+/* Runs pass k on dev's direct convolution; k->ran false where dev has
+ * none (no conv2d kernel) or none for the case. */
+static accel_status direct(const char *op, accel_device dev, accel_k_conv2d *k) {
+    const accel_kernel_table *kt = accel__kernel_table_of(dev, op);
+    k->ran = false;
+    if (!kt) return accel_last_status();
+    return kt->conv2d ? kt->conv2d(k) : ACCEL_OK;
+}
+
 static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
     const conv_saved *s = node->ctx;
     accel_tensor *x = node->saved[0], *w = node->saved[1];
     accel_tensor *g = accel__mm_grad(grad_out, x, w);
     if (!g) return accel_last_status();
     accel__gbuf gx, gw, gb;
-    if (!accel__gbuf_begin_zeroed(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
+    if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin(&gw, node->inputs[1]) ||
         !accel__gbuf_begin(&gb, node->inputs[2]))
         return accel_last_status();
+    /* the direct convolution (dX, and dW with db, in one call) where dY is
+     * of the saved operands' dtype (f32, or bf16 where the GEMMs multiply
+     * bf16: accel__mm_grad); what it did not run (NULL below: db where the
+     * weight needs no gradient) is left to im2col */
+    accel_tensor *dx = gx.dst, *dw = gw.dst, *db = gb.dst;
+    accel_status st = ACCEL_OK;
+    if (g->dtype == x->dtype && w->dtype == x->dtype && (dx || dw)) {
+        accel_k_conv2d k = {.dx = dx, .dw = dw, .db = dw ? db : NULL, .x = x, .w = w, .dy = g,
+                            .pass = ACCEL_K_CONV_BACKWARD, .G = s->G, .win = s->win, .dx_beta = gx.beta,
+                            .dw_beta = gw.beta, .db_beta = gb.beta};
+        st = direct("accel_conv2d backward", x->device, &k);
+        if (k.ran) {
+            if (k.db) db = NULL;
+            dx = dw = NULL;
+        }
+    }
+    /* im2col's col2im and the direct case's GEMMs add into dx */
+    if (st == ACCEL_OK && dx && gx.beta == 0.0f) {
+        st = accel_zero_(dx);
+        gx.beta = 1.0f;
+    }
+    if (st != ACCEL_OK) return st;
     int64_t L = s->win.Ho * s->win.Wo, K = kdim(s), Og = s->O / s->G, Cg = s->C / s->G;
     int64_t HW = s->win.H * s->win.W;
-    accel_tensor *col = !s->direct && gw.dst ? accel_empty_on(x->dtype, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
-    accel_tensor *dcol = !s->direct && gx.dst ? accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
-    accel_tensor *one = gb.dst ? ones(s, g->dtype, g->device) : NULL;
-    if ((!s->direct && gw.dst && !col) || (!s->direct && gx.dst && !dcol) || (gb.dst && !one))
+    accel_tensor *col = !s->direct && dw ? accel_empty_on(x->dtype, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
+    accel_tensor *dcol = !s->direct && dx ? accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
+    accel_tensor *one = db ? ones(s, g->dtype, g->device) : NULL;
+    if ((!s->direct && dw && !col) || (!s->direct && dx && !dcol) || (db && !one))
         return accel_last_status();
-    accel_status st = ACCEL_OK;
-    for (int64_t n = 0; n < s->N && st == ACCEL_OK; n++) {
+    for (int64_t n = 0; n < s->N && st == ACCEL_OK && (dx || dw || db); n++) {
         int64_t goff = n * s->O * L;
-        if (gb.dst) /* db [O] (+)= dY[n] [O, L] ones [L] */
-            st = accel__gemm_at(false, false, s->O, 1, L, 1.0f, g, goff, L, one, 0, 1, n ? 1.0f : gb.beta, gb.dst,
+        if (db) /* db [O] (+)= dY[n] [O, L] ones [L] */
+            st = accel__gemm_at(false, false, s->O, 1, L, 1.0f, g, goff, L, one, 0, 1, n ? 1.0f : gb.beta, db,
                                 0, 1);
-        if (st == ACCEL_OK && gw.dst && !s->direct) st = im2col(s, x, n, col);
+        if (st == ACCEL_OK && dw && !s->direct) st = im2col(s, x, n, col);
         int64_t boff;
         accel_tensor *bm = operand_of(s, x, n, col, &boff);
         for (int64_t gi = 0; gi < s->G && st == ACCEL_OK; gi++) {
             int64_t go = goff + gi * Og * L, bo = boff + gi * K * L;
-            if (gw.dst) /* dW_g [Og, K] (+)= dY_g [Og, L] col_g^T [L, K] */
+            if (dw) /* dW_g [Og, K] (+)= dY_g [Og, L] col_g^T [L, K] */
                 st = accel__gemm_at(false, true, Og, K, L, 1.0f, g, go, L, bm, bo, L,
-                                    n ? 1.0f : gw.beta, gw.dst, gi * Og * K, K);
-            if (st == ACCEL_OK && gx.dst) { /* dcol_g [K, L] = W_g^T [K, Og] dY_g [Og, L] */
+                                    n ? 1.0f : gw.beta, dw, gi * Og * K, K);
+            if (st == ACCEL_OK && dx) { /* dcol_g [K, L] = W_g^T [K, Og] dY_g [Og, L] */
                 if (s->direct) /* dx[n]'s group planes are dcol itself */
-                    st = accel__gemm_at(true, false, K, L, Og, 1.0f, w, gi * Og * K, K, g, go, L, 1.0f, gx.dst,
+                    st = accel__gemm_at(true, false, K, L, Og, 1.0f, w, gi * Og * K, K, g, go, L, 1.0f, dx,
                                         n * s->C * HW + gi * Cg * HW, L);
                 else
                     st = accel__gemm_at(true, false, K, L, Og, 1.0f, w, gi * Og * K, K, g, go, L, 0.0f, dcol,
                                         gi * K * L, L);
             }
         }
-        if (st == ACCEL_OK && gx.dst && !s->direct) {
-            accel_k_col2im k = {.dx = gx.dst, .col = dcol, .C = s->C, .x_off = n * s->C * HW, .win = s->win};
+        if (st == ACCEL_OK && dx && !s->direct) {
+            accel_k_col2im k = {.dx = dx, .col = dcol, .C = s->C, .x_off = n * s->C * HW, .win = s->win};
             st = ACCEL_KERNEL("accel_conv2d backward", x->device, col2im, &k);
         }
     }
@@ -149,6 +183,34 @@ bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2
     return true;
 }
 
+/* y = out [N, O, Ho, Wo] of ux by uw (+ ub) by im2col and the GEMMs;
+ * false with the error set. */
+static bool conv2d_im2col(const conv_saved *s, accel_tensor *ux, accel_tensor *uw, accel_tensor *ub, accel_tensor *out) {
+    accel_device dev = out->device;
+    int64_t N = s->N, O = s->O, groups = s->G, C = s->C;
+    int64_t L = s->win.Ho * s->win.Wo, K = kdim(s), Og = O / groups;
+    /* a bf16/f16 result written by the gemm where it can (as accel_linear) */
+    accel_tensor *c = accel__gemm_writes_c(dev, out->dtype, ux->dtype, uw->dtype)
+                          ? out
+                          : accel_empty_on(ACCEL_F32, 4, out->shape, dev);
+    accel_tensor *col = s->direct ? NULL : accel_empty_on(ux->dtype, ACCEL_SHAPE(C * s->win.kh * s->win.kw, L), dev);
+    accel_tensor *one = ub ? ones(s, ub->dtype, dev) : NULL;
+    if (!c || (!s->direct && !col) || (ub && !one)) return false;
+    accel_status st = ACCEL_OK;
+    for (int64_t n = 0; n < N && st == ACCEL_OK; n++) {
+        int64_t coff = n * O * L, boff;
+        if (ub) /* y[n] [O, L] = b [O, 1] ones [1, L] */
+            st = accel__gemm_at(false, false, O, L, 1, 1.0f, ub, 0, 1, one, 0, L, 0.0f, c, coff, L);
+        if (st == ACCEL_OK && !s->direct) st = im2col(s, ux, n, col);
+        accel_tensor *bm = operand_of(s, ux, n, col, &boff);
+        for (int64_t gi = 0; gi < groups && st == ACCEL_OK; gi++) /* y[n, g] (+)= W_g col_g */
+            st = accel__gemm_at(false, false, Og, L, K, 1.0f, uw, gi * Og * K, K, bm, boff + gi * K * L, L,
+                                ub ? 1.0f : 0.0f, c, coff + gi * Og * L, L);
+    }
+    if (st != ACCEL_OK || (c != out && accel_copy_(out, c) != ACCEL_OK)) return false;
+    return true;
+}
+
 /* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]. */
 static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w, accel_tensor *b, const int64_t stride[2],
                                const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
@@ -185,30 +247,13 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
                              &s.win))
         return NULL;
     s.direct = s.win.kh == 1 && s.win.kw == 1 && s.win.sh == 1 && s.win.sw == 1 && s.win.ph == 0 && s.win.pw == 0;
-    int64_t L = s.win.Ho * s.win.Wo, K = kdim(&s), Og = O / groups;
     accel_tensor *out = accel__op_out((accel_dtype)dt, 4, (int64_t[]){N, O, s.win.Ho, s.win.Wo}, dev);
     if (!out || dev.type == ACCEL_DEV_META || accel_numel(out) == 0) return out;
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
-    if (!ux || !uw) return NULL;
-    /* a bf16/f16 result written by the gemm where it can (as accel_linear) */
-    accel_tensor *c = accel__gemm_writes_c(dev, out->dtype, ux->dtype, uw->dtype)
-                          ? out
-                          : accel_empty_on(ACCEL_F32, 4, out->shape, dev);
-    accel_tensor *col = s.direct ? NULL : accel_empty_on(ux->dtype, ACCEL_SHAPE(C * s.win.kh * s.win.kw, L), dev);
-    accel_tensor *ub = b ? accel__mm_operand(b, (accel_dtype)dt) : NULL, *one = b ? ones(&s, (accel_dtype)dt, dev) : NULL;
-    if (!c || (!s.direct && !col) || (b && (!ub || !one))) return NULL;
-    accel_status st = ACCEL_OK;
-    for (int64_t n = 0; n < N && st == ACCEL_OK; n++) {
-        int64_t coff = n * O * L, boff;
-        if (b) /* y[n] [O, L] = b [O, 1] ones [1, L] */
-            st = accel__gemm_at(false, false, O, L, 1, 1.0f, ub, 0, 1, one, 0, L, 0.0f, c, coff, L);
-        if (st == ACCEL_OK && !s.direct) st = im2col(&s, ux, n, col);
-        accel_tensor *bm = operand_of(&s, ux, n, col, &boff);
-        for (int64_t gi = 0; gi < groups && st == ACCEL_OK; gi++) /* y[n, g] (+)= W_g col_g */
-            st = accel__gemm_at(false, false, Og, L, K, 1.0f, uw, gi * Og * K, K, bm, boff + gi * K * L, L,
-                                b ? 1.0f : 0.0f, c, coff + gi * Og * L, L);
-    }
-    if (st != ACCEL_OK || (c != out && accel_copy_(out, c) != ACCEL_OK)) return NULL;
+    accel_tensor *ub = b ? accel__mm_operand(b, (accel_dtype)dt) : NULL;
+    if (!ux || !uw || (b && !ub)) return NULL;
+    accel_k_conv2d k = {.y = out, .x = ux, .w = uw, .b = ub, .pass = ACCEL_K_CONV_FORWARD, .G = groups, .win = s.win};
+    if (direct(OP, dev, &k) != ACCEL_OK || (!k.ran && !conv2d_im2col(&s, ux, uw, ub, out))) return NULL;
     accel_node *n = accel_tape_record("conv2d", conv_backward, out, 3, in);
     if (n) {
         conv_saved *sc = accel_arena_alloc(accel_step_arena(), sizeof *sc, 64);

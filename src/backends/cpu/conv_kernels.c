@@ -1,11 +1,120 @@
-/* The CPU kernels of the window ops (core/kernels.h): im2col and col2im,
- * which turn a convolution into the GEMMs of accel_conv2d (src/ops/conv.c),
- * and the 2-D poolings. Rows of the output are independent: the loops are
+/* The CPU kernels of the window ops (core/kernels.h): conv2d, a whole
+ * convolution pass on oneDNN's convolution (ACCEL_CONV, below); im2col and
+ * col2im, which turn a convolution into the GEMMs of accel_conv2d
+ * (src/ops/conv.c) where that does not run; and the 2-D poolings. Rows of the output are independent: the loops are
  * split over them with OpenMP. One path serves the reference kernels too:
  * each output element is computed one way only (no reordered sums). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/gemm.h"
 #include "cpu_kernels.h"
+
+/* ---- which convolution runs (docs/cpu.md "Convolutions")
+ *
+ * ACCEL_CONV, read at the first convolution: auto (the default) runs a pass
+ * on oneDNN's convolution where its plug-in loads and has a kernel that is
+ * no reference loop for the case (f32, bf16), else im2col and the GEMMs;
+ * im2col always the latter; dnnl as auto, but a convolution fails (naming
+ * why) where the plug-in does not load. The reference kernels
+ * (accel_set_reference_kernels) always run im2col. */
+static pthread_once_t conv_env_once = PTHREAD_ONCE_INIT;
+static int conv_env_mode; /* accel__conv_mode, or -1 when ACCEL_CONV holds none */
+static char conv_env_value[48];
+static _Atomic int conv_set_mode = -1; /* accel__cpu_conv_set_mode's, or -1 */
+static _Atomic int64_t conv_direct_calls;
+
+static void conv_env_read(void) {
+    const char *v = getenv("ACCEL_CONV");
+    snprintf(conv_env_value, sizeof conv_env_value, "%s", v ? v : "");
+    conv_env_mode = !v || !strcmp(v, "auto") ? ACCEL__CONV_AUTO
+                    : !strcmp(v, "im2col")   ? ACCEL__CONV_IM2COL
+                    : !strcmp(v, "dnnl")     ? ACCEL__CONV_DNNL
+                                             : -1;
+}
+
+/* The mode in force; -1 with the error set when ACCEL_CONV holds none. */
+static int conv_mode_now(void) {
+    int m = conv_set_mode;
+    if (m >= 0) return m;
+    pthread_once(&conv_env_once, conv_env_read);
+    if (conv_env_mode < 0)
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "ACCEL_CONV=%s: expected auto, im2col or dnnl", conv_env_value);
+    return conv_env_mode;
+}
+
+accel_status accel__cpu_conv_set_mode(accel__conv_mode mode) {
+    if (mode != ACCEL__CONV_AUTO && mode != ACCEL__CONV_IM2COL && mode != ACCEL__CONV_DNNL)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__cpu_conv_set_mode: %d is not a convolution mode",
+                               (int)mode);
+    conv_set_mode = mode;
+    return ACCEL_OK;
+}
+
+int64_t accel__cpu_conv_direct_calls(void) { return conv_direct_calls; }
+
+const char *accel__cpu_conv_describe(char *buf, size_t size) {
+    int mode = conv_mode_now();
+    const char *missing = accel__gemm_have_dnnl() ? accel__dnnl_unavailable() : "";
+    const char *pre = missing && *missing ? "the oneDNN plug-in did not load: " : "";
+    if (missing && !*missing) missing = "oneDNN not built in";
+    if (mode < 0) snprintf(buf, size, "Conv: none (%s)\n", accel_last_error());
+    else if (accel_reference_kernels()) snprintf(buf, size, "Conv: im2col + GEMM (accel_set_reference_kernels)\n");
+    else if (mode == ACCEL__CONV_IM2COL) snprintf(buf, size, "Conv: im2col + GEMM (ACCEL_CONV=im2col)\n");
+    else if (missing)
+        snprintf(buf, size, "Conv: %s (%s%s)\n",
+                 mode == ACCEL__CONV_DNNL ? "none, every convolution fails: ACCEL_CONV=dnnl" : "im2col + GEMM", pre,
+                 missing);
+    else
+        snprintf(buf, size, "Conv: dnnl (oneDNN's convolution, f32 and bf16 where it has a kernel that is no "
+                 "reference loop, im2col + GEMM otherwise%s)\n", mode == ACCEL__CONV_DNNL ? "; ACCEL_CONV=dnnl" : "");
+    return buf;
+}
+
+accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
+    k->ran = false;
+    int mode = conv_mode_now();
+    if (mode < 0) return accel_last_status();
+    if (mode == ACCEL__CONV_IM2COL || accel_reference_kernels()) return ACCEL_OK;
+    if (mode == ACCEL__CONV_DNNL && !accel__gemm_have_dnnl())
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED,
+                               "ACCEL_CONV=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
+    /* auto: only where the plug-in loads (asking loads it) */
+    if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
+    bool fwd = k->pass == ACCEL_K_CONV_FORWARD;
+    accel_dtype dt = fwd ? k->x->dtype : k->dy->dtype;
+    /* operands of one dtype, f32 or bf16 (the op widens nothing for this) */
+    const accel_tensor *ops[] = {k->x, k->w, k->b, k->dy};
+    for (int i = 0; i < 4; i++)
+        if (ops[i] && ops[i]->dtype != dt) return ACCEL_OK;
+    if (dt != ACCEL_F32 && dt != ACCEL_BF16) return ACCEL_OK;
+    accel__conv_call c = {
+        .pass = k->pass,
+        .dt = dt,
+        .y_dt = fwd ? k->y->dtype : ACCEL_F32,
+        .N = k->x->shape[0],
+        .C = k->x->shape[1],
+        .O = k->w->shape[0],
+        .G = k->G,
+        .win = k->win,
+        .x = k->x->data,
+        .w = k->w->data,
+        .b = k->b ? k->b->data : NULL,
+        .dy = k->dy ? k->dy->data : NULL,
+        .y = k->y ? k->y->data : NULL,
+        .dx = k->dx ? k->dx->data : NULL,
+        .dw = k->dw ? k->dw->data : NULL,
+        .db = k->db ? k->db->data : NULL,
+        .dx_beta = k->dx_beta,
+        .dw_beta = k->dw_beta,
+        .db_beta = k->db_beta,
+    };
+    accel_status st = accel__dnnl_conv(&c, &k->ran);
+    if (k->ran) conv_direct_calls++;
+    return st;
+}
 
 /* The first output index o in [0, n) whose input index o s + off is >= 0,
  * and the first whose index is >= lim: taps inside the input are o in

@@ -119,6 +119,21 @@ void accel__cpu_copy_rows(void *dst, const void *src, accel_dtype dt, int64_t ro
 /* accel__cpu_from_f32 of dense f32 rows of n at src into `rows` rows of dt,
  * `stride` elements apart, at dst. One thread. */
 void accel__cpu_from_f32_rows(void *dst, accel_dtype dt, const float *src, int64_t rows, int64_t n, int64_t stride);
+/* ---- which convolution runs (conv_kernels.c; docs/cpu.md "Convolutions") */
+
+/* ACCEL_CONV's values: auto | im2col | dnnl. */
+typedef enum accel__conv_mode { ACCEL__CONV_AUTO, ACCEL__CONV_IM2COL, ACCEL__CONV_DNNL } accel__conv_mode;
+/* Sets the mode for the process (overriding ACCEL_CONV; tests run both
+ * paths in one process with it). */
+accel_status accel__cpu_conv_set_mode(accel__conv_mode mode);
+/* How many convolution forwards and backwards (the latter one call for dX
+ * and dW) oneDNN has run in this process (tests tell from it which path
+ * ran). */
+int64_t accel__cpu_conv_direct_calls(void);
+/* "Conv: <what accel_conv2d runs>\n" (ACCEL_CONV, the oneDNN plug-in) into
+ * buf (truncated to size); returns buf. */
+const char *accel__cpu_conv_describe(char *buf, size_t size);
+
 /* accel_convert with vectorised bf16 <-> f32 (OpenMP threads when large). */
 void accel__cpu_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt, int64_t n);
 /* C[M, n] = alpha A[M, K] W[n, K]^T + beta C for a few rows M (decode): A

@@ -53,6 +53,12 @@ accel_status accel__dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, 
     return h ? h->scratchpad(dt, trans_a, trans_b, M, N, K, beta, c_dt, bytes) : missing("accel__dnnl_scratchpad");
 }
 
+accel_status accel__dnnl_conv(const accel__conv_call *c, bool *ran) {
+    const accel__dnnl_hooks *h = dnnl();
+    *ran = false;
+    return h ? h->conv(c, ran) : missing("accel__dnnl_conv");
+}
+
 void accel__dnnl_version(char *out, size_t n) {
     const accel__dnnl_hooks *h = dnnl();
     if (h) h->version(out, n);

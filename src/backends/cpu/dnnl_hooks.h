@@ -18,6 +18,7 @@ typedef struct accel__dnnl_hooks {
     __typeof__(accel__dnnl_scratchpad) *scratchpad;
     __typeof__(accel__dnnl_supports) *supports;
     __typeof__(accel__dnnl_version) *version;
+    __typeof__(accel__dnnl_conv) *conv;
 } accel__dnnl_hooks;
 
 /* The provider's functions (gemm_dnnl.c), the table's entries: named apart
@@ -31,5 +32,6 @@ extern __typeof__(accel__dnnl_impl) accel__onednn_impl;
 extern __typeof__(accel__dnnl_scratchpad) accel__onednn_scratchpad;
 extern __typeof__(accel__dnnl_supports) accel__onednn_supports;
 extern __typeof__(accel__dnnl_version) accel__onednn_version;
+extern __typeof__(accel__dnnl_conv) accel__onednn_conv; /* conv_dnnl.c */
 
 #endif

@@ -1,5 +1,5 @@
 /* The dnnl plug-in's entry (backends/plugin.h, dnnl_hooks.h): registers no
- * device; hands gemm_dnnl.c's functions to the core. */
+ * device; hands gemm_dnnl.c's and conv_dnnl.c's functions to the core. */
 #include "backends/cpu/dnnl_hooks.h"
 #include "backends/plugin.h"
 
@@ -12,6 +12,7 @@ static const accel__dnnl_hooks hooks = {
     .scratchpad = accel__onednn_scratchpad,
     .supports = accel__onednn_supports,
     .version = accel__onednn_version,
+    .conv = accel__onednn_conv,
 };
 
 ACCEL__PLUGIN_EXPORT const accel__plugin_abi accel_backend_dnnl_abi = {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "accel/core.h"
+#include "core/kernels.h"
 
 /* f32 GEMM; dispatches to OpenBLAS or to the reference loop. Sizes must fit
  * in an int (checked by accel__gemm; internal callers guarantee it). */
@@ -439,6 +440,35 @@ accel_status accel__dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, 
  * Sets no error (a missing implementation is an answer); gemm.c probes
  * once per dtype. */
 bool accel__dnnl_supports(accel_dtype dt, char *impl, size_t size);
+
+/* ---- oneDNN's convolution (conv_dnnl.c, in the same plug-in)
+ *
+ * accel_conv2d's forward or backward over a whole batch, x [N, C, H, W] and
+ * w [O, C / G, kh, kw] (G groups) plain contiguous NCHW / OIHW memory:
+ *   FORWARD   y [N, O, Ho, Wo] (dtype y_dt: dt, or f32) = conv(x, w) + b
+ *             (b [O] of dt, or NULL)
+ *   BACKWARD  from dy [N, O, Ho, Wo], where not NULL (dx or dw):
+ *             dx [N, C, H, W] (f32) (dx_beta: 0 =, 1 +=) conv^T(dy, w);
+ *             dw [O, C / G, kh, kw] (f32, dw_beta) from x and dy, with
+ *             db [O] (f32, db_beta) = the sums of dy over N, Ho, Wo where
+ *             not NULL (the blocked copy of dy made once for both)
+ * x, w, b and dy are of dt (f32 or bf16): f32 accumulation. */
+typedef struct accel__conv_call {
+    accel_k_conv_pass pass; /* core/kernels.h */
+    accel_dtype dt, y_dt;
+    int64_t N, C, O, G;
+    accel_k_window2d win;
+    const void *x, *w, *b, *dy;
+    void *y, *dx, *dw, *db;
+    float dx_beta, dw_beta, db_beta;
+} accel__conv_call;
+
+/* Runs the call on oneDNN's convolution primitives for its passes (cached
+ * by shape, dtypes and thread count; tensors reordered into the layouts
+ * they pick and back). *ran false (ACCEL_OK, nothing written) where oneDNN
+ * has only its reference loop or no implementation for one of them: the
+ * caller computes it all itself. An error names the failed step. */
+accel_status accel__dnnl_conv(const accel__conv_call *c, bool *ran);
 
 /* NULL when the oneDNN plug-in (libaccel-dnnl.so) is loaded, else why it did
  * not load (a static string of the plug-in loader): `accel env` names it

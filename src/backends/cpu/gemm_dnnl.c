@@ -20,10 +20,12 @@
  * packed (accel__dnnl_weight_pack, once per version of the weight: gemm.c):
  * the table then also holds, per weight shape, the layout oneDNN's matmul
  * picks for it (weights "format any"), the reorder into it, and per
- * signature a matmul primitive that reads its weights in that layout. */
-#include "backends/cpu/dnnl_hooks.h"
+ * signature a matmul primitive that reads its weights in that layout.
+ *
+ * The table (dnnl_internal.h) also holds conv_dnnl.c's convolution
+ * primitives and reorders, made by its own create functions. */
+#include "backends/cpu/dnnl_internal.h"
 
-#include <dnnl.h>
 #include <dnnl_debug.h>
 #include <omp.h>
 #include <pthread.h>
@@ -32,39 +34,6 @@
 #include <string.h>
 
 #include "core/cpuinfo.h"
-
-/* What a table entry holds. */
-typedef enum entry_kind {
-    KIND_MATMUL,        /* a matmul primitive, B plain */
-    KIND_MATMUL_PACKED, /* a matmul primitive reading B in the weight layout of its (dtype, trans_b, N, K) */
-    KIND_LAYOUT,        /* the weight layout of (dtype, trans_b, N, K); no primitive */
-    KIND_PACK,          /* the reorder of a plain B into that layout */
-} entry_kind;
-
-/* Everything an entry depends on. Compared with memcmp: always built
- * from a zeroed struct. */
-typedef struct dnnl_key {
-    int64_t M, N, K, lda, ldb, ldc;
-    uint32_t alpha_bits, beta_bits;
-    int32_t threads;
-    int32_t dtype;
-    int32_t c_dtype; /* C's: f32, or (a linear's bf16/f16 output) dtype's */
-    int32_t trans_a, trans_b;
-    int32_t kind; /* entry_kind */
-} dnnl_key;
-
-typedef struct dnnl_entry {
-    dnnl_key key;
-    /* NULL for a layout, and for a packed matmul that oneDNN would only
-     * run as its reference loop (the plain B is then used instead) */
-    dnnl_primitive_t prim;
-    dnnl_memory_desc_t a_md, b_md, c_md; /* op(A), op(B) as stored (plain), C */
-    dnnl_memory_desc_t w_md;             /* op(B) in the weight layout (all kinds but KIND_MATMUL) */
-    size_t layout_bytes;                 /* KIND_LAYOUT: w_md's size; 0 when w_md is b_md's layout */
-    accel__pair_layout pairs;            /* KIND_LAYOUT: w_md as a pair layout (gemm.h), or k_block 0 */
-    size_t scratch_bytes;
-    char impl[64]; /* oneDNN's implementation name, e.g. "brg:avx512_core_amx" */
-} dnnl_entry;
 
 /* Rows of op(A) of the matmul whose choice of weight layout a weight shape
  * keeps for every M: a fixed number (a training batch's tokens, in the
@@ -106,12 +75,23 @@ static void engine_create(void) {
     engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
 }
 
-static accel_status dnnl_error(const char *what, dnnl_status_t s) {
-    return accel_set_error(s == dnnl_out_of_memory ? ACCEL_ERR_OOM : ACCEL_ERR_UNSUPPORTED,
-                           "accel_gemm: oneDNN %s failed (%s)", what, dnnl_status2str(s));
+dnnl_engine_t accel__onednn_engine(const char *op) {
+    pthread_once(&engine_once, engine_create);
+    if (engine_status == dnnl_success) return engine;
+    accel__onednn_error(op, "engine creation", engine_status);
+    return NULL;
 }
 
-static dnnl_data_type_t dnnl_dtype(accel_dtype dt) {
+accel_status accel__onednn_error(const char *op, const char *what, dnnl_status_t s) {
+    return accel_set_error(s == dnnl_out_of_memory ? ACCEL_ERR_OOM : ACCEL_ERR_UNSUPPORTED, "%s: oneDNN %s failed (%s)",
+                           op, what, dnnl_status2str(s));
+}
+
+const char *accel__onednn_op(const dnnl_key *k) {
+    return k->kind == KIND_CONV || k->kind == KIND_CONV_REORDER ? "accel_conv2d" : "accel_gemm";
+}
+
+dnnl_data_type_t accel__onednn_dtype(accel_dtype dt) {
     return dt == ACCEL_BF16 ? dnnl_bf16 : dt == ACCEL_F16 ? dnnl_f16 : dnnl_f32;
 }
 
@@ -149,7 +129,7 @@ static dnnl_status_t matmul_desc(const dnnl_entry *e, const dnnl_memory_desc_t *
 
 /* alpha as the output scale, beta as a sum post-op (C = alpha AB + beta C),
  * and a scratchpad the caller passes in. */
-static dnnl_status_t attributes(float alpha, float beta, dnnl_primitive_attr_t *out) {
+dnnl_status_t accel__onednn_attributes(float alpha, float beta, dnnl_primitive_attr_t *out) {
     dnnl_primitive_attr_t attr;
     dnnl_status_t s = dnnl_primitive_attr_create(&attr);
     if (s != dnnl_success) return s;
@@ -187,7 +167,7 @@ static void signature_name(const dnnl_key *k, char *out, size_t n) {
 
 /* The primitive of pd into e (its implementation's name and scratchpad
  * size too). */
-static dnnl_status_t primitive_from(dnnl_primitive_desc_t pd, dnnl_entry *e) {
+dnnl_status_t accel__onednn_primitive_from(dnnl_primitive_desc_t pd, dnnl_entry *e) {
     const char *impl = "unknown";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(e->impl, sizeof e->impl, "%s", impl);
@@ -195,7 +175,7 @@ static dnnl_status_t primitive_from(dnnl_primitive_desc_t pd, dnnl_entry *e) {
     return dnnl_primitive_create(&e->prim, pd);
 }
 
-static bool reference_impl(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
+bool accel__onednn_reference_impl(const char *impl) { return strncmp(impl, "ref", 3) == 0; }
 
 /* A matmul primitive with weights w into e; *what names the step that failed. */
 static dnnl_status_t matmul_create(dnnl_entry *e, const dnnl_memory_desc_t *w, float alpha, float beta,
@@ -205,9 +185,9 @@ static dnnl_status_t matmul_create(dnnl_entry *e, const dnnl_memory_desc_t *w, f
     dnnl_matmul_desc_t md;
     dnnl_status_t s;
     *what = "matmul description", s = matmul_desc(e, w, &md);
-    if (s == dnnl_success) *what = "attributes", s = attributes(alpha, beta, &attr);
+    if (s == dnnl_success) *what = "attributes", s = accel__onednn_attributes(alpha, beta, &attr);
     if (s == dnnl_success) *what = "matmul primitive description", s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
-    if (s == dnnl_success) *what = "matmul primitive creation", s = primitive_from(pd, e);
+    if (s == dnnl_success) *what = "matmul primitive creation", s = accel__onednn_primitive_from(pd, e);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (attr) dnnl_primitive_attr_destroy(attr);
     return s;
@@ -250,7 +230,7 @@ static dnnl_status_t layout_create(dnnl_entry *e) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(e->impl, sizeof e->impl, "%s", impl);
     e->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    if (!reference_impl(impl) && !dnnl_memory_desc_equal(&e->w_md, &e->b_md)) {
+    if (!accel__onednn_reference_impl(impl) && !dnnl_memory_desc_equal(&e->w_md, &e->b_md)) {
         e->layout_bytes = dnnl_memory_desc_get_size(&e->w_md);
         e->pairs = pair_layout_of(&e->w_md, e->key.K, e->key.N);
     }
@@ -258,44 +238,47 @@ static dnnl_status_t layout_create(dnnl_entry *e) {
     return dnnl_success;
 }
 
-/* The reorder of the plain B (e->b_md) into the layout e->w_md. */
-static dnnl_status_t pack_create(dnnl_entry *e, const char **what) {
+dnnl_status_t accel__onednn_reorder_create(dnnl_entry *e, float beta, const char **what) {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t s;
-    *what = "attributes", s = attributes(1.0f, 0.0f, &attr);
+    *what = "attributes", s = accel__onednn_attributes(1.0f, beta, &attr);
     if (s == dnnl_success)
         *what = "reorder primitive description",
         s = dnnl_reorder_primitive_desc_create(&pd, &e->b_md, engine, &e->w_md, engine, attr);
-    if (s == dnnl_success) *what = "reorder primitive creation", s = primitive_from(pd, e);
+    if (s == dnnl_success) *what = "reorder primitive creation", s = accel__onednn_primitive_from(pd, e);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (attr) dnnl_primitive_attr_destroy(attr);
     return s;
 }
 
-/* Fills e with what k names (for a packed matmul or a reorder, layout is
- * the weight layout); ACCEL_OK or the error set. */
-static accel_status entry_create(const dnnl_key *k, float alpha, float beta, const dnnl_memory_desc_t *layout,
-                                 dnnl_entry *e) {
-    pthread_once(&engine_once, engine_create);
-    if (engine_status != dnnl_success) return dnnl_error("engine creation", engine_status);
-    memset(e, 0, sizeof *e);
-    e->key = *k;
-    if (layout) e->w_md = *layout;
+/* A GEMM entry's parameters besides its key (for a packed matmul or a
+ * reorder, layout is the weight layout). */
+typedef struct gemm_ctx {
+    float alpha, beta;
+    const dnnl_memory_desc_t *layout;
+} gemm_ctx;
+
+/* Fills e with what its GEMM key names (accel__onednn_create_fn). */
+static accel_status gemm_create(const void *ctx, dnnl_entry *e) {
+    const gemm_ctx *g = ctx;
+    const dnnl_key *k = &e->key;
+    if (g->layout) e->w_md = *g->layout;
     const char *what = "memory description";
     dnnl_status_t s = describe(k, e);
     if (s == dnnl_success) switch ((entry_kind)k->kind) {
-        case KIND_MATMUL: s = matmul_create(e, &e->b_md, alpha, beta, &what); break;
+        case KIND_MATMUL: s = matmul_create(e, &e->b_md, g->alpha, g->beta, &what); break;
         case KIND_MATMUL_PACKED:
-            s = matmul_create(e, &e->w_md, alpha, beta, &what);
+            s = matmul_create(e, &e->w_md, g->alpha, g->beta, &what);
             if (s == dnnl_unimplemented) s = dnnl_success; /* no matmul reads that layout at this M */
-            if (e->prim && reference_impl(e->impl)) {
+            if (e->prim && accel__onednn_reference_impl(e->impl)) {
                 dnnl_primitive_destroy(e->prim);
                 e->prim = NULL;
             }
             break;
         case KIND_LAYOUT: what = "weight layout query", s = layout_create(e); break;
-        case KIND_PACK: s = pack_create(e, &what); break;
+        case KIND_PACK: s = accel__onednn_reorder_create(e, 0.0f, &what); break;
+        default: s = dnnl_invalid_arguments; break; /* conv_dnnl.c's kinds come with their own create */
         }
     if (s == dnnl_success) return ACCEL_OK;
     if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -303,7 +286,7 @@ static accel_status entry_create(const dnnl_key *k, float alpha, float beta, con
     char sig[96], why[160];
     signature_name(k, sig, sizeof sig);
     snprintf(why, sizeof why, "%s (%s)", what, sig);
-    return dnnl_error(why, s);
+    return accel__onednn_error("accel_gemm", why, s);
 }
 
 /* The slot of k: its entry, or the empty slot where it goes. Under the lock. */
@@ -341,30 +324,29 @@ static const dnnl_entry *cache_insert(dnnl_entry *made) {
     return r;
 }
 
-/* The entry of k: the cached one (made at the first use), or *local with a
- * primitive of its own when the pool is full (the caller destroys
- * local->prim after the call). NULL with the error set. */
-static const dnnl_entry *entry_get(const dnnl_key *k, float alpha, float beta, const dnnl_memory_desc_t *layout,
-                                   dnnl_entry *local) {
+const dnnl_entry *accel__onednn_entry_get(const dnnl_key *k, accel__onednn_create_fn create, const void *ctx,
+                                          dnnl_entry *local) {
     local->prim = NULL;
     const dnnl_entry *e = cache_find(k);
     if (e) return e;
-    if (entry_create(k, alpha, beta, layout, local) != ACCEL_OK) return NULL;
+    if (!accel__onednn_engine(accel__onednn_op(k))) return NULL;
+    memset(local, 0, sizeof *local);
+    local->key = *k;
+    if (create(ctx, local) != ACCEL_OK) return NULL;
     e = cache_insert(local);
     return e ? e : local;
+}
+
+/* accel__onednn_entry_get of a GEMM's key. */
+static const dnnl_entry *entry_get(const dnnl_key *k, float alpha, float beta, const dnnl_memory_desc_t *layout,
+                                   dnnl_entry *local) {
+    gemm_ctx g = {alpha, beta, layout};
+    return accel__onednn_entry_get(k, gemm_create, &g, local);
 }
 
 static dnnl_status_t memory(dnnl_memory_t *m, const dnnl_memory_desc_t *md, const void *p) {
     return dnnl_memory_create(m, md, engine, (void *)p);
 }
-
-/* One argument of a primitive: its oneDNN argument index, descriptor and
- * memory. */
-typedef struct exec_arg {
-    int arg;
-    const dnnl_memory_desc_t *md;
-    const void *p;
-} exec_arg;
 
 /* ---- a thread's stream and memory objects
  *
@@ -377,7 +359,7 @@ typedef struct exec_arg {
  * pool) makes and destroys its own. A thread's state is freed when the
  * thread ends; the states are listed so that a leak checker at exit finds
  * them reachable. */
-enum { MAX_ARGS = 3 };
+enum { MAX_ARGS = 4 };
 
 typedef struct entry_mems {
     const dnnl_memory_desc_t *md[MAX_ARGS]; /* what m[i] was made for */
@@ -461,8 +443,7 @@ static dnnl_status_t scratch_memory(dnnl_memory_t *m, const dnnl_entry *e, void 
     return s == dnnl_success ? memory(m, &md, p) : s;
 }
 
-/* Runs e's primitive on n arguments and a scratchpad of its own. */
-static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, const char *what) {
+accel_status accel__onednn_execute(const dnnl_entry *e, int n, const accel__onednn_arg *in, const char *what) {
     /* The scratchpad lives for this call only (rewound below): kept until
      * the step's end, brgemm's per-call buffers (tens of KB a GEMM on
      * AVX-512) would pile up over a step's hundreds of GEMMs. */
@@ -499,16 +480,18 @@ static accel_status execute(const dnnl_entry *e, int n, const exec_arg *in, cons
         entry_mems_free(&own);
     }
     accel_arena_rewind(arena, mark);
-    return s == dnnl_success ? ACCEL_OK : dnnl_error(what, s);
+    return s == dnnl_success ? ACCEL_OK : accel__onednn_error(accel__onednn_op(&e->key), what, s);
 }
 
 /* C = alpha op(A) op(B) + beta C on the matmul entry e, op(B) in the
  * layout b. */
 static accel_status execute_matmul(const dnnl_entry *e, const dnnl_memory_desc_t *b, const void *A, const void *B,
                                    void *C) {
-    exec_arg args[3] = {{DNNL_ARG_SRC, &e->a_md, A}, {DNNL_ARG_WEIGHTS, b, B}, {DNNL_ARG_DST, &e->c_md, C}};
-    return execute(e, 3, args, "matmul execution");
+    accel__onednn_arg args[3] = {{DNNL_ARG_SRC, &e->a_md, A}, {DNNL_ARG_WEIGHTS, b, B}, {DNNL_ARG_DST, &e->c_md, C}};
+    return accel__onednn_execute(e, 3, args, "matmul execution");
 }
+
+int32_t accel__onednn_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                          float alpha, int64_t lda, int64_t ldb, float beta, int64_t ldc, accel_dtype c_dt) {
@@ -518,9 +501,9 @@ static dnnl_key make_key(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     k.alpha_bits = float_bits(alpha);
     k.beta_bits = float_bits(beta);
     /* oneDNN plans its blocking for the threads it will have. */
-    k.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    k.dtype = (int32_t)dnnl_dtype(dt);
-    k.c_dtype = (int32_t)dnnl_dtype(c_dt);
+    k.threads = accel__onednn_threads();
+    k.dtype = (int32_t)accel__onednn_dtype(dt);
+    k.c_dtype = (int32_t)accel__onednn_dtype(c_dt);
     k.trans_a = trans_a, k.trans_b = trans_b;
     k.kind = KIND_MATMUL;
     return k;
@@ -581,13 +564,13 @@ accel_status accel__onednn_weight_pack(accel_dtype dt, bool trans_b, int64_t N, 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_gemm: no oneDNN weight layout to pack a %lld x %lld weight into",
                                (long long)N, (long long)K);
     dnnl_key k = layout_key(dt, trans_b, N, K);
-    k.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    k.threads = accel__onednn_threads();
     k.kind = KIND_PACK;
     dnnl_entry local;
     const dnnl_entry *e = entry_get(&k, 1.0f, 0.0f, &lay->w_md, &local);
     if (!e) return accel_last_status();
-    exec_arg args[2] = {{DNNL_ARG_FROM, &e->b_md, B}, {DNNL_ARG_TO, &e->w_md, dst}};
-    st = execute(e, 2, args, "weight reorder");
+    accel__onednn_arg args[2] = {{DNNL_ARG_FROM, &e->b_md, B}, {DNNL_ARG_TO, &e->w_md, dst}};
+    st = accel__onednn_execute(e, 2, args, "weight reorder");
     if (local.prim) dnnl_primitive_destroy(local.prim);
     return st;
 }
@@ -628,7 +611,7 @@ accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b
     *bytes = 0;
     if (M <= 0 || N <= 0) return ACCEL_OK;
     pthread_once(&engine_once, engine_create);
-    if (engine_status != dnnl_success) return dnnl_error("engine creation", engine_status);
+    if (engine_status != dnnl_success) return accel__onednn_error("accel_gemm", "engine creation", engine_status);
     /* the key of accel__gemm's call on dense operands: a primitive already
      * made for it answers; else a primitive description only (no JIT code,
      * nothing run, nothing kept) */
@@ -646,7 +629,7 @@ accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b
     dnnl_matmul_desc_t md;
     dnnl_status_t s = describe(&k, &d);
     if (s == dnnl_success) s = matmul_desc(&d, &d.b_md, &md);
-    if (s == dnnl_success) s = attributes(1.0f, beta, &attr);
+    if (s == dnnl_success) s = accel__onednn_attributes(1.0f, beta, &attr);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
     if (s == dnnl_success)
         *bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
@@ -656,7 +639,7 @@ accel_status accel__onednn_scratchpad(accel_dtype dt, bool trans_a, bool trans_b
     char sig[96], why[160];
     signature_name(&k, sig, sizeof sig);
     snprintf(why, sizeof why, "scratchpad query (%s)", sig);
-    return dnnl_error(why, s);
+    return accel__onednn_error("accel_gemm", why, s);
 }
 
 bool accel__onednn_supports(accel_dtype dt, char *impl, size_t size) {

@@ -259,6 +259,7 @@ accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
         for (int64_t n = 0; n < N; n++) {
             const float *xr = x + (n * C + c) * S;
             float *yr = y + (n * C + c) * S;
+#pragma omp simd
             for (int64_t i = 0; i < S; i++) yr[i] = xr[i] * scale + shift;
         }
     }
@@ -295,9 +296,14 @@ accel_status accel__cpuk_batch_norm_backward(accel_k_batch_norm_backward *k) {
         for (int64_t n = 0; n < N; n++) {
             const float *xr = x + (n * C + c) * S, *gr = g + (n * C + c) * S;
             float *d = dx + (n * C + c) * S;
-            for (int64_t i = 0; i < S; i++) {
-                float v = ws * (gr[i] - mg - (xr[i] - mu) * is * mgx);
-                d[i] = k->dx_beta == 0.0f ? v : d[i] + v;
+            /* vectorised (each element as the scalar loop computed it):
+             * beta's test per element kept this loop scalar */
+            if (k->dx_beta == 0.0f) {
+#pragma omp simd
+                for (int64_t i = 0; i < S; i++) d[i] = ws * (gr[i] - mg - (xr[i] - mu) * is * mgx);
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < S; i++) d[i] += ws * (gr[i] - mg - (xr[i] - mu) * is * mgx);
             }
         }
     }
