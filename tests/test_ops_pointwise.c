@@ -72,6 +72,21 @@ static void test_unary_values(void) {
     check_values(accel_tanh(x), (float[]){-0.76159416f, 0.0f, 0.46211716f, 0.76159416f}, 4, 1e-6);
     check_values(accel_sigmoid(x), (float[]){0.26894142f, 0.5f, 0.62245933f, 0.73105858f}, 4, 1e-6);
     check_values(accel_relu(x), (float[]){0, 0, 0.5f, 1}, 4, 0);
+    /* torch.relu keeps NaN (a NaN activation must not turn into a clean 0), and its gradient
+     * passes there (threshold_backward on the result); long enough for the vector loop too */
+    {
+        float v[67];
+        for (int i = 0; i < 67; i++) v[i] = i % 3 == 0 ? NAN : (float)(i % 3) - 1.5f;
+        accel_tensor *xn = accel_from_floats(ACCEL_SHAPE(67), v);
+        CHECK(accel_requires_grad_(xn, true) == ACCEL_OK);
+        accel_tensor *yn = accel_relu(xn);
+        CHECK(yn && accel_backward(accel_sum_all(accel_mul_scalar(yn, 2.0))) == ACCEL_OK);
+        for (int64_t i = 0; yn && xn->grad && i < 67; i++) {
+            double y = accel_get(yn, &i), g = accel_get(xn->grad, &i);
+            CHECK_MSG(i % 3 == 0 ? isnan(y) && g == 2.0 : y == (v[i] > 0 ? v[i] : 0) && g == (v[i] > 0 ? 2.0 : 0.0),
+                      "relu(%g) = %g, grad %g", v[i], y, g);
+        }
+    }
     check_values(accel_silu(x), (float[]){-0.26894142f, 0.0f, 0.31122967f, 0.73105858f}, 4, 1e-6);
     /* torch.nn.functional.gelu(torch.tensor([-1., 0., .5, 1.])) and approximate='tanh' */
     check_values(accel_gelu(x, false), (float[]){-0.15865526f, 0.0f, 0.34573123f, 0.84134474f}, 4, 1e-6);

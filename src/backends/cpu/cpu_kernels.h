@@ -290,7 +290,7 @@ ACCEL__HD static inline float accel__unary_f(accel__unop op, float x, float p) {
     case ACCEL_U_RSQRT: return 1.0f / sqrtf(x);
     case ACCEL_U_TANH: return tanhf(x);
     case ACCEL_U_SIGMOID: return accel__sigmoidf(x);
-    case ACCEL_U_RELU: return x > 0.0f ? x : 0.0f;
+    case ACCEL_U_RELU: return !(x <= 0.0f) ? x : 0.0f; /* NaN stays NaN, as torch */
     case ACCEL_U_SILU: return x * accel__sigmoidf(x);
     case ACCEL_U_GELU: return accel__geluf(x);
     case ACCEL_U_GELU_TANH: return accel__gelu_tanhf(x);
@@ -311,7 +311,7 @@ ACCEL__HD static inline float accel__unary_df(accel__unop op, float x, float y, 
     case ACCEL_U_RSQRT: return -0.5f * y * y * y;
     case ACCEL_U_TANH: return 1.0f - y * y;
     case ACCEL_U_SIGMOID: return y * (1.0f - y);
-    case ACCEL_U_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case ACCEL_U_RELU: return !(x <= 0.0f) ? 1.0f : 0.0f; /* NaN passes the gradient, as torch */
     case ACCEL_U_SILU: {
         float s = accel__sigmoidf(x);
         return s * (1.0f + x * (1.0f - s));

@@ -156,12 +156,12 @@ ACCEL__VEC_MATH static void gelu_tanh_grad_f32(const float *g, const float *x, f
  * ResNet step's samples, bench/bench_conv.c). */
 static void relu_f32(const float *x, float *y, int64_t n) {
 #pragma omp parallel for simd if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) y[i] = !(x[i] <= 0.0f) ? x[i] : 0.0f;
 }
 
 static void relu_grad_f32(const float *g, const float *x, float *dx, int64_t n) {
 #pragma omp parallel for simd if (n > ACCEL_CPU_PAR_THRESHOLD) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = g[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
+    for (int64_t i = 0; i < n; i++) dx[i] = g[i] * (!(x[i] <= 0.0f) ? 1.0f : 0.0f);
 }
 
 #define UN_CASE(OP)                                                   \
