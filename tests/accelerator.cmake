@@ -146,6 +146,8 @@ if(TARGET accel_cli)
   # Another local step of prepare failing on one rank alone (the flat buffers, ZeRO's shards, the tp plan's cuts):
   # likewise.
   accel_launch2_test(prepare_rankfail_cpu_2 test_prepare_rankfail OFF)
+  # A ZeRO-3 model freed between its forward and the backward, on 2 processes.
+  accel_launch2_test(contract_tape_frees_2 test_contract_tape_frees OFF)
   # DDP's buffer broadcast (BatchNorm's stats and count, one message) staged through host memory.
   accel_launch2_test(accelerator_bn_hostless_2 test_accelerator_bn ON)
   # A pipeline whose stages hold different buffers, its weights' broadcast staged (hostless): the staged

@@ -3,11 +3,13 @@
  * the tensor, instead of reading freed memory; a tensor the graph does not
  * read, or one freed after the backward, changes nothing; after the error
  * the thread trains on. Meant for ASan too (a read of freed memory is its
- * report). */
+ * report); run plainly and under `accel launch --num_processes 2` (the
+ * ZeRO-3 case's collectives). */
 #include <math.h>
 #include <string.h>
 
 #include "accel/accel.h"
+#include "accel/accelerator.h"
 #include "accel/autograd.h"
 #include "check.h"
 
@@ -53,6 +55,40 @@ static void test_module_freed_before_backward(void) {
     }
 }
 
+/* A frozen checkpointed block behind a trainable layer: its node has no
+ * parameter to train, yet it replays the block, so freeing the block makes
+ * the backward fail (it would replay a freed module). */
+static void test_frozen_checkpointed_block_freed(void) {
+    accel_module *first = accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32), *block = mlp(true);
+    accel_tensor **ps;
+    int np = accel_module_parameters(block, &ps);
+    for (int i = 0; i < np; i++) CHECK(accel_requires_grad_(ps[i], false) == ACCEL_OK);
+    accel_free(ps);
+    accel_tensor *loss = accel_mean_all(accel_module_call(block, accel_module_call(first, input())));
+    CHECK(loss != NULL);
+    accel_module_free(block);
+    CHECK(accel_backward(loss) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "'checkpoint' of this graph reads");
+    accel_module_free(first);
+    trains_after();
+}
+
+/* A model prepared under ZeRO-3 (its units' backward hooks) freed before the
+ * backward: refused, as the model's release says. */
+static void test_zero3_model_freed(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.zero_stage = 3;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *m = mlp(false);
+    CHECK_MSG(acc && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor *loss = accel_mean_all(accel_module_call(m, input()));
+    CHECK(loss != NULL);
+    accel_module_free(m);
+    CHECK(accel_backward(loss) == ACCEL_ERR_STATE);
+    accel_accelerator_free(acc);
+    trains_after();
+}
+
 /* One of two modules freed: the backward through the other alone runs. */
 static void test_other_module_freed(void) {
     accel_module *a = mlp(false), *b = mlp(false);
@@ -95,6 +131,8 @@ static void test_unrelated_frees(void) {
 
 int main(void) {
     RUN(test_module_freed_before_backward);
+    RUN(test_frozen_checkpointed_block_freed);
+    RUN(test_zero3_model_freed);
     RUN(test_other_module_freed);
     RUN(test_saved_input_freed);
     RUN(test_unrelated_frees);

@@ -193,6 +193,20 @@ static buffer_pack *buffer_pack_new(accel_module *m) {
  * where staged, as broadcast_agreed's). */
 static accel_status broadcast_buffers(accel_accelerator *acc, buffer_pack *p, const char *who) {
     if (!p->bytes || accel_pg_size(acc->dp_pg) == 1) return ACCEL_OK;
+    /* the list is the prepare's: a buffer since resized or moved would not fit the message (the same
+     * on every rank, which run the same program: each refuses before the collectives) */
+    size_t bytes = 0;
+    bool staged = false;
+    for (int i = 0; i < p->n; i++) {
+        bytes += accel_nbytes(p->t[i]);
+        staged |= accel__needs_staging(p->t[i]->device);
+    }
+    if (staged != p->staged)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the model's buffers moved to another kind of device since "
+                               "prepare (prepare the model again after moving it)", who);
+    if (bytes != p->bytes)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the model's buffers hold %zu bytes, %zu at prepare (a buffer "
+                               "was resized: prepare the model again)", who, bytes, p->bytes);
     const bool root = accel_pg_rank(acc->dp_pg) == 0;
     accel_status st = ACCEL_OK;
     size_t off = 0;

@@ -1042,7 +1042,12 @@ static accel_status hook_post(accel_module *m, accel_tensor **y, void *ctx) {
         if (!out) return accel_last_status();
         accel_node *node = accel_tape_record("zero3_pre_backward", pre_backward, out, 1, &in);
         if (node) {
-            node->ctx = c;
+            /* a copy of the step: the module freed before the backward
+             * frees c with its hooks, and its lookup then says released */
+            hook_ctx *step = accel_arena_alloc(accel_step_arena(), sizeof *step, 8);
+            if (!step) return accel_last_status();
+            *step = *c;
+            node->ctx = step;
             *y = out;
         }
         if (!u->is_root && c->acc->fsdp.reshard_after_forward) st = release(c->acc, pm, u);

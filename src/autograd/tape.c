@@ -153,9 +153,13 @@ static void poison(accel_node *n, const accel_tensor *t) {
     }
 }
 
+bool accel__tape_live(void) { return accel__step_arena_if_made() && current_tape()->n > 0; }
+
+void accel__tape_drop(void) { tl_tape = (tape){0}; }
+
 void accel__tape_forget(accel_tensor *const *ts, int n) {
+    if (n <= 0 || !accel__tape_live()) return; /* a free makes no step arena */
     tape *tp = current_tape();
-    if (!tp->n || n <= 0) return;
     accel_tensor *one[1], **sorted = n == 1 ? one : accel_malloc((size_t)n * sizeof *sorted);
     if (!sorted) { /* out of memory: one at a time */
         for (int i = 0; i < n; i++) accel__tape_forget(ts + i, 1);

@@ -312,6 +312,7 @@ void accel_thread_cleanup(void) {
     if (tl_step_arena) accel__prepared_sweep();
     accel_arena_destroy(tl_step_arena);
     tl_step_arena = NULL;
+    accel__tape_drop();
 }
 
 __attribute__((destructor)) static void free_live_arenas(void) {

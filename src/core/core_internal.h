@@ -72,6 +72,12 @@ void accel__tensor_free_member(accel_tensor *t, bool taped);
  * it and, if the backward reaches it, fails naming it instead of reading
  * freed memory (PyTorch's graph holds a reference; here the owner decides). */
 void accel__tape_forget(accel_tensor *const *ts, int n);
+/* Whether this thread's tape holds nodes (false without a step arena: it
+ * makes none). */
+bool accel__tape_live(void);
+/* Empties this thread's tape, whose arena accel_thread_cleanup destroys: a
+ * later arena restarts its generations, which the tape's would match. */
+void accel__tape_drop(void);
 /* The host address of a tensor's first element when its device's memory is
  * host memory (the cpu: file mappings, batch collation, writing files read
  * and fill CPU tensors in place); NULL with an error naming `op` otherwise. */

@@ -219,8 +219,9 @@ static void tensor_free(accel_tensor *t, bool taped) {
                         t->name ? t->name : "?", t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer");
         return;
     }
-    if (taped) accel__tape_forget(&t, 1);
-    if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
+    bool own_grad = t->grad && !(t->grad->flags & ACCEL_TF_ARENA);
+    if (taped) accel__tape_forget((accel_tensor *[]){t, t->grad}, own_grad ? 2 : 1); /* one pass for both */
+    if (own_grad) tensor_free(t->grad, false);
     free_owned(t);
     t->magic = 0;
     accel_free(t);

@@ -106,11 +106,13 @@ static void free_hook(accel_module *m) {
     m->hook = NULL;
 }
 
-/* The tensors the tree of m owns, appended to ts[*n..) (grown as needed);
- * false out of memory. */
+/* The tensors the tree of m owns and their gradients of their own (freed
+ * with them), appended to ts[*n..) (grown as needed); false out of memory. */
 static bool owned_tensors(const accel_module *m, accel_tensor ***ts, int *n, int *cap) {
-    for (int i = 0; i < m->n_tensors; i++) {
-        if (!m->tensors[i].owned) continue;
+    for (int i = 0; i < 2 * m->n_tensors; i++) {
+        const accel_named_tensor *e = &m->tensors[i / 2];
+        accel_tensor *t = !e->owned || !e->t ? NULL : i % 2 == 0 ? e->t : e->t->grad;
+        if (!t || (i % 2 && (t->flags & ACCEL_TF_ARENA))) continue;
         if (*n == *cap) {
             int nc = *cap ? 2 * *cap : 64;
             accel_tensor **g = accel_malloc((size_t)nc * sizeof *g);
@@ -120,7 +122,7 @@ static bool owned_tensors(const accel_module *m, accel_tensor ***ts, int *n, int
             *ts = g;
             *cap = nc;
         }
-        (*ts)[(*n)++] = m->tensors[i].t;
+        (*ts)[(*n)++] = t;
     }
     for (int i = 0; i < m->n_children; i++)
         if (!owned_tensors(m->children[i], ts, n, cap)) return false;
@@ -135,7 +137,7 @@ void accel_module_free(accel_module *m) {
     if (!m) return;
     accel_tensor **ts = NULL;
     int n = 0, cap = 0;
-    bool one_pass = accel_tape_size() == 0 || owned_tensors(m, &ts, &n, &cap);
+    bool one_pass = !accel__tape_live() || owned_tensors(m, &ts, &n, &cap);
     if (one_pass) accel__tape_forget(ts, n);
     accel_free(ts);
     module_free(m, !one_pass);
@@ -417,12 +419,16 @@ static int count_tensors(const accel_module *m) {
     return n;
 }
 
-/* Appends m's parameters requiring grad not in arr[0..n) yet (a tied one
- * once), m's own first, then its children's, as the state dict orders them. */
+/* Appends m's tensors not in arr[0..n) yet (a tied one once), m's own
+ * first, then its children's, as the state dict orders them: the checkpoint
+ * node's parameters. Frozen ones and buffers ride along, which the walk
+ * passes over (no gradient), so that the module freed before the backward
+ * makes the tape forget the node (accel__tape_forget) instead of replaying
+ * a freed module. */
 static int collect_params(const accel_module *m, accel_tensor **arr, int n) {
     for (int i = 0; i < m->n_tensors; i++) {
         accel_tensor *t = m->tensors[i].t;
-        if (m->tensors[i].is_buffer || !t || !t->requires_grad) continue;
+        if (!t) continue;
         bool seen = false;
         for (int k = 0; k < n && !seen; k++) seen = arr[k] == t;
         if (!seen) arr[n++] = t;
