@@ -101,9 +101,7 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
                                json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : "absent or not a string",
                                json_is_string(mt) ? "\"" : "");
     *c = accel_bert_config_default();
-    json_t *pad = json_object_get(root, "pad_token_id");
-    if (pad && json_is_null(pad)) c->pad_token_id = -1;
-    else if (accel__config_get_int(root, file, "pad_token_id", &c->pad_token_id, true)) return accel_last_status();
+    if (accel__config_get_token_id(root, file, "pad_token_id", &c->pad_token_id)) return accel_last_status();
     json_t *pruned = json_object_get(root, "pruned_heads");
     if (accel__config_get_int(root, file, "vocab_size", &c->vocab_size, false) ||
         accel__config_get_int(root, file, "hidden_size", &c->hidden_size, false) ||

@@ -204,8 +204,9 @@ static accel_module *new_layer(const accel_bert_config *c, accel_device dev) {
     return layer;
 }
 
-static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_device dev) {
-    return accel__embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range);
+/* n rows; the word embeddings' padding_idx is pad_token_id (-1 for the others) */
+static accel_module *embedding(const accel_bert_config *c, int64_t n, int64_t padding_idx, accel_device dev) {
+    return accel__padded_embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range, padding_idx);
 }
 
 /* BertModel over the root's config c; the pooler for sequence
@@ -213,17 +214,10 @@ static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_devi
 static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     accel_module *model = accel_module_new(&MODEL_OPS, c);
     accel_module *emb = add(model, "embeddings", accel_module_new(&EMB_OPS, NULL));
-    accel_module *word = add(emb, "word_embeddings", embedding(c, c->vocab_size, dev));
-    bool ok = word && add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, dev)) &&
-              add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, dev)) &&
+    bool ok = add(emb, "word_embeddings", embedding(c, c->vocab_size, c->pad_token_id, dev)) &&
+              add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, -1, dev)) &&
+              add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, -1, dev)) &&
               add(emb, "LayerNorm", layer_norm(c, dev));
-    /* nn.Embedding(padding_idx=pad_token_id): that row starts at zero */
-    accel_tensor *w = word ? accel__module_tensor(word, "weight") : NULL;
-    if (ok && c->pad_token_id >= 0 && w->device.type != ACCEL_DEV_META) { /* meta: no storage to zero */
-        int64_t C = c->hidden_size;
-        accel_tensor *row = accel_view_raw(w, 2, (int64_t[]){1, C}, w->stride, c->pad_token_id * C);
-        ok = row && accel_zero_(row) == ACCEL_OK;
-    }
     accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ENCODER_OPS, NULL)) : NULL;
     accel_module *layers = add(encoder, "layer", accel_module_new(&accel__module_list_ops, NULL));
     ok = layers != NULL;
@@ -329,36 +323,6 @@ static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tenso
     return *out ? ACCEL_OK : accel_last_status();
 }
 
-/* Gradient of the word rows with the keep mask [B, T, 1] (0 at pad ids). */
-static accel_status pad_rows_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *w = n->inputs[0];
-    accel_tensor *kept = w->requires_grad ? accel_mul(g, n->saved[0]) : NULL;
-    return !w->requires_grad ? ACCEL_OK : kept ? accel_grad_accumulate(w, kept) : accel_last_status();
-}
-
-/* nn.Embedding(padding_idx=pad_token_id): the rows looked up for pad ids
- * [B, T] pass no gradient back, so the padding row never trains (whatever
- * the attention mask says; a QA or token head reads every position). w: the
- * word rows [B, T, C]; returned as they are, tied to the mask. */
-static accel_tensor *pad_rows_frozen(accel_tensor *w, accel_tensor *ids, const accel_bert_config *c) {
-    if (c->pad_token_id < 0 || !w->requires_grad || !accel_is_grad_enabled()) return w;
-    int64_t B = ids->shape[0], T = ids->shape[1];
-    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *v, 64);
-    float *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *keep, 64);
-    if (!v || !keep || accel_to_int64s(ids, v) != ACCEL_OK) return NULL;
-    bool any = false;
-    for (int64_t i = 0; i < B * T; i++) {
-        keep[i] = v[i] == c->pad_token_id ? 0.0f : 1.0f;
-        any |= v[i] == c->pad_token_id;
-    }
-    if (!any) return w;
-    accel_tensor *k = accel_from_data(ACCEL_F32, 3, (int64_t[]){B, T, 1}, keep);
-    accel_tensor *mask = k ? accel_to_device(k, w->device) : NULL, *y = mask ? accel_alias(w) : NULL;
-    accel_node *n = y ? accel_tape_record("bert_padding_idx", pad_rows_backward, y, 1, &w) : NULL;
-    if (n) n->saved[0] = mask;
-    return y;
-}
-
 static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
                                         const accel_bert_config *c) {
     accel_module **p = emb->children;
@@ -366,7 +330,7 @@ static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, ac
     /* the ids and positions made here go where the word embedding ran (its
      * weight may be offloaded: on meta until its hook brings it in) */
     accel_tensor *w = accel_module_call(p[EMB_WORD], ids);
-    if (!w || !(w = pad_rows_frozen(w, ids, c))) return NULL;
+    if (!w) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
