@@ -17,7 +17,7 @@
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, the classifiers'; QA has none) while the module
- * is training; the word rows of pad ids pass no gradient (padding_idx).
+ * is training; the word embeddings' row pad_token_id gets no gradient (padding_idx).
  * accel_module_set_gradient_checkpointing on the root (or its "bert")
  * checkpoints every BertLayer (the recompute draws the same dropout masks);
  * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
