@@ -32,11 +32,14 @@ accel_bert_config accel_bert_config_default(void) {
     return c;
 }
 
-/* Elements of all the weights (the pooler counted for every head: a bound),
- * or -1 when that overflows int64 (the sizes come from a file). */
+/* Elements of all the weights (the pooler counted for every head, the masked
+ * LM's transform as a classifier of C labels and its bias as one more word
+ * row: a bound), or -1 when that overflows int64 (the sizes come from a file). */
 static int64_t weight_elems(const accel_bert_config *c) {
     int64_t C = c->hidden_size, I = c->intermediate_size, rows, emb, layer, t, head, total;
+    int64_t labels = c->num_labels > C ? c->num_labels : C;
     bool of = __builtin_add_overflow(c->vocab_size, c->max_position_embeddings, &rows) ||
+              __builtin_add_overflow(rows, c->vocab_size, &rows) ||
               __builtin_add_overflow(rows, c->type_vocab_size, &rows) || __builtin_add_overflow(rows, 2, &rows) ||
               __builtin_mul_overflow(rows, C, &emb) ||
               /* q, k, v, o with biases; two LayerNorms; the MLP's two linears */
@@ -46,7 +49,7 @@ static int64_t weight_elems(const accel_bert_config *c) {
               __builtin_add_overflow(layer, t, &layer) || __builtin_add_overflow(layer, I + C, &layer) ||
               __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
               __builtin_add_overflow(total, emb, &total) ||
-              __builtin_add_overflow(C, 1, &t) || __builtin_add_overflow(C, c->num_labels, &head) ||
+              __builtin_add_overflow(C, 1, &t) || __builtin_add_overflow(C, labels, &head) ||
               __builtin_mul_overflow(t, head, &head) || __builtin_add_overflow(total, head, &total) ||
               __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &t);
     return of ? -1 : total;
@@ -72,6 +75,9 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     /* transformers splits qa_outputs' outputs into exactly a start and an end */
     else if (c->head == ACCEL_BERT_QUESTION_ANSWERING && c->num_labels != 2)
         bad = "num_labels must be 2 (question answering: a start and an end logit per position)";
+    else if (c->head == ACCEL_BERT_MASKED_LM && c->untied_word_embeddings)
+        bad = "tie_word_embeddings is false: a masked-LM decoder of its own (not the word embeddings) is not "
+              "implemented";
     else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
         bad = "pad_token_id must be -1 (none) or below vocab_size";
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
@@ -109,7 +115,8 @@ static void borrowed_impl(accel_module *m) { (void)m; }
 /* The roots, one per accel_bert_head: their type names are transformers' classes. */
 static const accel_module_ops ROOT_OPS[ACCEL_BERT_HEADS] = {{"BertForSequenceClassification", root_forward, NULL},
                                                             {"BertForTokenClassification", root_forward, NULL},
-                                                            {"BertForQuestionAnswering", root_forward, NULL}};
+                                                            {"BertForQuestionAnswering", root_forward, NULL},
+                                                            {"BertForMaskedLM", root_forward, NULL}};
 
 const char *accel_bert_head_name(accel_bert_head head) {
     return (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[head].type_name : NULL;
@@ -124,9 +131,15 @@ static const accel_module_ops SELF_OUT_OPS = {"BertSelfOutput", NULL, NULL};
 static const accel_module_ops INTER_OPS = {"BertIntermediate", NULL, NULL};
 static const accel_module_ops OUT_OPS = {"BertOutput", NULL, NULL};
 static const accel_module_ops POOLER_OPS = {"BertPooler", NULL, NULL};
+/* the masked-LM head: cls (its impl the root's config, borrowed) > predictions > transform, decoder */
+static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h);
+static const accel_module_ops MLM_OPS = {"BertOnlyMLMHead", mlm_forward, borrowed_impl};
+static const accel_module_ops PREDICTIONS_OPS = {"BertLMPredictionHead", NULL, NULL};
+static const accel_module_ops TRANSFORM_OPS = {"BertPredictionHeadTransform", NULL, NULL};
 
 /* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier or qa_outputs */
+enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier, qa_outputs or cls */
+enum { PRED_TRANSFORM = 0, PRED_DECODER = 1 };
 enum { MODEL_EMB = 0, MODEL_ENCODER = 1, MODEL_POOLER = 2 };
 enum { EMB_WORD = 0, EMB_POS = 1, EMB_TYPE = 2, EMB_NORM = 3 };
 enum { LAYER_ATTN = 0, LAYER_INTER = 1, LAYER_OUT = 2 };
@@ -235,6 +248,22 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     return model;
 }
 
+/* BertOnlyMLMHead: predictions.transform (dense C -> C, then the activation,
+ * then LayerNorm), predictions.bias [V] (zeros) and predictions.decoder
+ * (C -> V), built on meta: accel_bert_new ties its weight to the word
+ * embeddings and its bias to predictions.bias, as transformers does. */
+static accel_module *mlm_head(accel_bert_config *c, accel_device dev) {
+    accel_module *cls = accel_module_new(&MLM_OPS, c);
+    accel_module *pred = add(cls, "predictions", accel_module_new(&PREDICTIONS_OPS, NULL));
+    if (!add(pred, "transform", dense_norm(&TRANSFORM_OPS, c, c->hidden_size, dev)) ||
+        !accel__new_param(pred, "bias", c->torch_dtype, 1, &c->vocab_size, dev) ||
+        !add(pred, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE))) {
+        accel_module_free(cls);
+        return NULL;
+    }
+    return cls;
+}
+
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     if (accel_bert_config_check(cfg, "accel_bert_new")) return NULL;
     accel_bert_config *c = accel_malloc(sizeof *c);
@@ -245,9 +274,13 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
         accel_free(c);
         return NULL;
     }
+    bool mlm = c->head == ACCEL_BERT_MASKED_LM;
     if (!add(root, "bert", new_model(c, dev)) ||
-        !add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
-             linear(c, c->hidden_size, c->num_labels, dev))) {
+        !(mlm ? add(root, "cls", mlm_head(c, dev)) != NULL
+              : add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
+                    linear(c, c->hidden_size, c->num_labels, dev)) != NULL) ||
+        (mlm && (accel_module_tie(root, "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight") ||
+                 accel_module_tie(root, "cls.predictions.decoder.bias", "cls.predictions.bias")))) {
         accel_module_free(root);
         return NULL;
     }
@@ -488,9 +521,9 @@ static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_t
     accel_tensor *pooled = NULL;
     accel_tensor *h = x ? encode(m->children[ROOT_BERT], x, tt, am, seq ? &pooled : NULL, fn) : NULL;
     accel_tensor *y = seq ? (h ? pooled : NULL) : h;
-    /* the classifiers' dropout (BertForQuestionAnswering has none) */
+    /* the classifiers' dropout (question answering and the masked LM have none) */
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    if (y && want != ACCEL_BERT_QUESTION_ANSWERING) y = accel_dropout(y, p, m->training, NULL);
+    if (y && want <= ACCEL_BERT_TOKEN_CLASSIFICATION) y = accel_dropout(y, p, m->training, NULL);
     if (y) y = accel_module_call(m->children[ROOT_HEAD], y);
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
@@ -531,15 +564,32 @@ accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, acce
                         "accel_bert_token_classify");
 }
 
+/* The token classifier's or the masked LM's loss: CrossEntropyLoss over
+ * every position ([B T, L] against labels [B T]), -100 ignored. */
+static accel_tensor *position_loss(accel_module *m, accel_bert_head head, accel_tensor *ids, accel_tensor *tt,
+                                   accel_tensor *am, accel_tensor *labels, accel_tensor **logits, const char *fn) {
+    if (logits) *logits = NULL;
+    if (!check_labels(fn, "labels", labels, ids, true)) return NULL;
+    accel_tensor *y = head_forward(m, head, ids, tt, am, fn);
+    if (logits) *logits = y;
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
 accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                     accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    if (logits) *logits = NULL;
-    if (!check_labels("accel_bert_token_loss", "labels", labels, ids, true)) return NULL;
-    accel_tensor *y = head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask,
-                                   "accel_bert_token_loss");
-    if (logits) *logits = y;
-    /* CrossEntropyLoss over every position ([B T, L] against [B T]), -100 ignored */
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return position_loss(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask, labels, logits,
+                         "accel_bert_token_loss");
+}
+
+accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask) {
+    return head_forward(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, "accel_bert_mlm_logits");
+}
+
+accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
+    return position_loss(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, labels, logits,
+                         "accel_bert_mlm_loss");
 }
 
 /* qa_outputs' [B, T, 2] split into the start and end logits [B, T], each
@@ -607,4 +657,16 @@ static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
     return encode(m, ids, NULL, NULL, NULL, "BertModel");
+}
+
+/* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
+ * embeddings' rows plus predictions.bias), predictions inside its hooks (it
+ * holds the bias: a ZeRO-3 unit of its own, say). */
+static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
+    const accel_bert_config *c = cls->impl;
+    accel_module *pred = cls->children[0], *t = pred->children[PRED_TRANSFORM];
+    if (accel_module_enter(pred, &h) != ACCEL_OK) return NULL;
+    accel_tensor *x = h ? accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh) : NULL;
+    accel_tensor *y = accel_module_call(pred->children[PRED_DECODER], accel_module_call(t->children[OUT_NORM], x));
+    return accel_module_exit(pred, &y) == ACCEL_OK ? y : NULL;
 }
