@@ -1070,8 +1070,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
  * The head's loss (accel_bert_loss, _token_loss, _qa_loss; src/nn/bert.c)
  * on a padded batch (the additive mask exists: a batch without padding
  * makes none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its
- * dropouts act (a training step). The pad ids' gradient mask (their word
- * rows pass none) is not counted: it moved the measured peak by 64 bytes. */
+ * dropouts act (a training step). */
 
 /* One BertLayer: self-attention over explicit scores, BertSelfOutput, the
  * intermediate gelu, BertOutput. */
