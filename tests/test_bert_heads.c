@@ -451,10 +451,10 @@ static void test_config_per_head(void) {
     c.num_labels = 3;
     CHECK(accel_bert_new(&c, ACCEL_CPU_DEVICE) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "num_labels must be 2 (question answering");
-    c.head = (accel_bert_head)3;
+    c.head = ACCEL_BERT_HEADS;
     CHECK(accel_bert_config_check(&c, "x") != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "x: head must be one of accel_bert_head's");
-    CHECK(accel_bert_head_name((accel_bert_head)3) == NULL &&
+    CHECK(accel_bert_head_name(ACCEL_BERT_HEADS) == NULL &&
           !strcmp(accel_bert_head_name(ACCEL_BERT_QUESTION_ANSWERING), "BertForQuestionAnswering"));
     static const struct {
         const char *extra;

@@ -1,7 +1,8 @@
 /* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls,
- * and the token classifier tests/data/hf_bert_tok after a step of its loss):
+ * and the token classifier tests/data/hf_bert_tok and masked LM
+ * tests/data/hf_bert_mlm, whose decoder is tied, after a step of their loss):
  * the directory gets BERT's config.json beside the weights and loads by
- * itself through accel_bert_from_pretrained to the fixture's logits (within
+ * itself through accel_bert_from_pretrained(_head) to the fixture's logits (within
  * 1e-5). Run plainly (one process) and by tests/bert.cmake under
  * `accel launch` with FSDP FULL_SHARD on 2 processes: there each process
  * holds only its pieces of the parameters, save_model writes the gathered
@@ -18,12 +19,18 @@
 #include "accel/bert.h"
 #include "nn_fixture.h"
 
-/* One model of dir (its head from its config.json) prepared, a training
- * step of its head's loss run through the Accelerator (the fixture's
- * inputs; eval mode, dropout off), saved with save_model to out, loaded
- * back to the fixture's logits. */
-static void save_and_load(accel_accelerator *acc, int n, const char *dir, const char *out) {
-    accel_module *m = accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+/* dir's model with its config's head, or the masked LM (which a config
+ * never picks: accel_bert_config_load). */
+static accel_module *load(const char *dir, bool mlm) {
+    return mlm ? accel_bert_from_pretrained_head(dir, ACCEL_BERT_MASKED_LM, 0, ACCEL_CPU_DEVICE)
+               : accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+}
+
+/* One model of dir (load) prepared, a training step of its head's loss run
+ * through the Accelerator (the fixture's inputs; eval mode, dropout off),
+ * saved with save_model to out, loaded back to the fixture's logits. */
+static void save_and_load(accel_accelerator *acc, int n, const char *dir, const char *out, bool mlm) {
+    accel_module *m = load(dir, mlm);
     CHECK_MSG(m != NULL, "%s", accel_last_error());
     CHECK_MSG(m && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
     if (!m) return;
@@ -37,9 +44,10 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
                  *tt = st ? accel_safetensors_tensor(st, "token_type_ids", -1) : NULL,
                  *mask = st ? accel_safetensors_tensor(st, "attention_mask", -1) : NULL,
                  *labels = st ? accel_safetensors_tensor(st, "labels", -1) : NULL;
-    if (tok && labels) { /* the head's loss through the prepared (sharded) model: the fixture's */
+    if ((tok || mlm) && labels) { /* the head's loss through the prepared (sharded) model: the fixture's */
         accel_module_train(m, false);
-        accel_tensor *loss = accel_bert_token_loss(m, ids, tt, mask, labels, NULL);
+        accel_tensor *loss = mlm ? accel_bert_mlm_loss(m, ids, tt, mask, labels, NULL)
+                                 : accel_bert_token_loss(m, ids, tt, mask, labels, NULL);
         CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
         if (loss) check_tensor_close(st, "loss", loss, 1e-5, 0);
         accel_step_reset();
@@ -52,13 +60,15 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
 
     accel_bert_config c;
     CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(c.head == mc.head && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
+    CHECK(c.head == (mlm ? ACCEL_BERT_SEQUENCE_CLASSIFICATION : mc.head) && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
           c.num_hidden_layers == mc.num_hidden_layers && c.torch_dtype == ACCEL_F32);
-    accel_module *back = accel_bert_from_pretrained(out, ACCEL_CPU_DEVICE);
+    accel_module *back = load(out, mlm);
     CHECK_MSG(back != NULL, "%s", accel_last_error());
     if (back && ids && tt && mask) {
         accel_module_train(back, false);
-        accel_tensor *y = tok ? accel_bert_token_classify(back, ids, tt, mask) : accel_bert_classify(back, ids, tt, mask);
+        accel_tensor *y = mlm   ? accel_bert_mlm_logits(back, ids, tt, mask)
+                          : tok ? accel_bert_token_classify(back, ids, tt, mask)
+                                : accel_bert_classify(back, ids, tt, mask);
         CHECK_MSG(y != NULL, "%s", accel_last_error());
         if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
         accel_step_reset();
@@ -80,11 +90,13 @@ int main(int argc, char **argv) {
     char tmp[64] = "/tmp/accel_bert_save_model_XXXXXX", out[4200];
     CHECK_MSG(argc > 1 || n == 1, "%d processes need the shared directory as argv[1]", n);
     if (argc <= 1 && n == 1) CHECK(mkdtemp(tmp) != NULL);
-    /* a sequence classifier and a token classifier (no pooler) */
+    /* a sequence classifier, a token classifier (no pooler) and a masked LM (tied) */
     snprintf(out, sizeof out, "%s/saved", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_bert_cls", out);
+    save_and_load(acc, n, "data/hf_bert_cls", out, false);
     snprintf(out, sizeof out, "%s/saved_token", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_bert_tok", out);
+    save_and_load(acc, n, "data/hf_bert_tok", out, false);
+    snprintf(out, sizeof out, "%s/saved_mlm", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_bert_mlm", out, true);
     accel_accelerator_free(acc);
     if (argc <= 1 && n == 1) {
         char cmd[128];

@@ -946,8 +946,8 @@ static void test_embedding(void) {
         KRUN("embedding", embedding, accel_k_embedding, e, 0.0);
     }
     pair *gw = mk2(ACCEL_F32, V, D, CONTIG, ACC), *g = mk2(ACCEL_F32, n, D, CONTIG, IN), *ids = mk1(ACCEL_I64, n, IN);
-    for (int64_t k = 0; k < n; k++) set_elem(ids, k, (double)(k % 5)); /* repeated ids */
-    accel_k_embedding_backward eb = {.gw = &gw->c, .g = &g->c, .ids = &ids->c, .n = n, .D = D};
+    for (int64_t k = 0; k < n; k++) set_elem(ids, k, (double)(k % 5)); /* repeated ids, 3 the padding_idx */
+    accel_k_embedding_backward eb = {.gw = &gw->c, .g = &g->c, .ids = &ids->c, .n = n, .D = D, .pad = 3};
     KRUN("embedding_backward", embedding_backward, accel_k_embedding_backward, eb, 1e-5);
 
     /* An id out of range is an error naming it. */
@@ -962,7 +962,7 @@ static void test_embedding(void) {
         CHECK(g_cuda->async.synchronize(0) == ACCEL_OK);
         pair *gw = mk2(ACCEL_F32, V, D, CONTIG, OUT), *g = mk2(ACCEL_F32, 4, D, CONTIG, IN);
         CHECK(g_cuda->mem.memset(0, gw->gbase, 0, gw->bytes) == ACCEL_OK);
-        accel_k_embedding_backward eb = {.gw = &gw->g, .g = &g->g, .ids = &bad->g, .n = 4, .D = D};
+        accel_k_embedding_backward eb = {.gw = &gw->g, .g = &g->g, .ids = &bad->g, .n = 4, .D = D, .pad = -1};
         CHECK(g_cuda->kernels.embedding_backward(&eb) == ACCEL_OK && g_cuda->async.synchronize(0) == ACCEL_OK);
     }
     pairs_free();

@@ -5,10 +5,11 @@ that examples/nlp_example.c trains in its test.
 
     python3 tools/gen_hf_bert_fixtures.py [OUT_DIR]     # default tests/data
     python3 tools/gen_hf_bert_fixtures.py --heads [OUT_DIR]   # hf_bert_tok and hf_bert_qa only
+    python3 tools/gen_hf_bert_fixtures.py --mlm [OUT_DIR]     # hf_bert_mlm only
     python3 tools/gen_hf_bert_fixtures.py --check-saved DIR
 
 --check-saved loads DIR (written by accel's save_pretrained from
-tests/data/hf_bert_cls, hf_bert_tok or hf_bert_qa: the class its config.json's
+tests/data/hf_bert_cls, hf_bert_tok, hf_bert_qa or hf_bert_mlm: the class its config.json's
 "architectures" names picks the fixture) with transformers' AutoModelFor<task>
 and compares its logits with the fixture's; exit status 0 when within 1e-5.
 
@@ -50,14 +51,21 @@ expected.safetensors:
          to 0), past the input (10 and 99: ignored)
          start_logits, end_logits [3, 10] f32
     loss [] f32, g.<param> f32: that loss's gradient of every parameter
+OUT_DIR/hf_bert_mlm/ (--mlm, or with the rest): a tiny BertForMaskedLM of
+TOK's sizes (decoder tied to the word embeddings, its bias to
+cls.predictions.bias: save_pretrained drops both), save_pretrained, and
+expected.safetensors: hf_bert_tok's inputs with five kept positions set to
+MASK_ID, labels [3, 10] i64 their ids there and -100 elsewhere, logits
+[3, 10, 40] f32, loss [] f32 and g.<param> f32 (the word embeddings' pad row
+0 gets the decoder's share only: padding_idx).
 """
 import os
 import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
-                          AutoModelForTokenClassification, BertConfig, BertForQuestionAnswering,
+from transformers import (AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+                          AutoModelForTokenClassification, BertConfig, BertForMaskedLM, BertForQuestionAnswering,
                           BertForSequenceClassification, BertForTokenClassification)
 
 CLS = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -163,6 +171,36 @@ def head_expected(model, seed):
     return {k: t.contiguous() for k, t in out.items()}
 
 
+MASK_ID = 39
+MASKED = [(0, 2), (0, 6), (1, 1), (1, 5), (2, 3)]  # (row, position), all kept by the attention mask
+
+
+def write_mlm(out_dir):
+    """hf_bert_mlm (module docstring); returns its directory."""
+    d = os.path.join(out_dir, "hf_bert_mlm")
+    os.makedirs(d, exist_ok=True)
+    model = build(4321, BertForMaskedLM, TOK)
+    model.save_pretrained(d, safe_serialization=True)
+    out = head_inputs(77)
+    labels = torch.full_like(out["ids"], -100)
+    for b, t in MASKED:
+        assert out["attention_mask"][b, t] == 1
+        labels[b, t] = out["ids"][b, t]
+        out["ids"][b, t] = MASK_ID
+    out["labels"] = labels
+    kw = dict(input_ids=out["ids"], token_type_ids=out["token_type_ids"], attention_mask=out["attention_mask"])
+    with torch.no_grad():
+        out["logits"] = model(**kw).logits
+    model.zero_grad()
+    loss = model(**kw, labels=labels).loss
+    loss.backward()
+    out["loss"] = loss.detach()
+    for name, p in model.named_parameters():
+        out["g." + name] = p.grad.detach()
+    save_file({k: t.contiguous() for k, t in out.items()}, os.path.join(d, "expected.safetensors"))
+    return d
+
+
 def write_heads(out_dir):
     """hf_bert_tok and hf_bert_qa (module docstring); returns their directories."""
     dirs = []
@@ -185,6 +223,7 @@ def check_saved(path):
         "BertForSequenceClassification": ("hf_bert_cls", AutoModelForSequenceClassification, ["logits"]),
         "BertForTokenClassification": ("hf_bert_tok", AutoModelForTokenClassification, ["logits"]),
         "BertForQuestionAnswering": ("hf_bert_qa", AutoModelForQuestionAnswering, ["start_logits", "end_logits"]),
+        "BertForMaskedLM": ("hf_bert_mlm", AutoModelForMaskedLM, ["logits"]),
     }[arch]
     data = os.path.join(os.path.dirname(__file__), "..", "tests", "data", fixture)
     model = auto.from_pretrained(path, dtype=torch.float32).eval()
@@ -232,11 +271,11 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
         check_saved(sys.argv[2])
         return
-    heads_only = len(sys.argv) > 1 and sys.argv[1] == "--heads"
+    heads_only = len(sys.argv) > 1 and sys.argv[1] in ("--heads", "--mlm")
     args = sys.argv[2:] if heads_only else sys.argv[1:]
     out_dir = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
     if heads_only:
-        for x in write_heads(out_dir):
+        for x in write_heads(out_dir) if sys.argv[1] == "--heads" else [write_mlm(out_dir)]:
             print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
         return
     d = os.path.join(out_dir, "hf_bert_cls")
@@ -246,7 +285,7 @@ def main():
     save_file(expected(model, 99), os.path.join(d, "expected.safetensors"))
     nlp = os.path.join(out_dir, "hf_bert_nlp")
     BertConfig(**NLP).save_pretrained(nlp)
-    for x in (d, nlp) + user_checkpoints(model, out_dir, d) + tuple(write_heads(out_dir)):
+    for x in (d, nlp) + user_checkpoints(model, out_dir, d) + tuple(write_heads(out_dir)) + (write_mlm(out_dir),):
         print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")
 
 

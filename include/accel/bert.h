@@ -1,8 +1,8 @@
 /*
  * accel/bert.h — BERT (config.json model_type "bert"): transformers' BertModel,
  * a bidirectional encoder, and a task head on top of it (accel_bert_head):
- * BertForSequenceClassification, BertForTokenClassification (NER) or
- * BertForQuestionAnswering (extractive QA, SQuAD).
+ * BertForSequenceClassification, BertForTokenClassification (NER),
+ * BertForQuestionAnswering (extractive QA, SQuAD) or BertForMaskedLM.
  *
  *     BertFor<Head>
  *       bert (BertModel)
@@ -12,21 +12,23 @@
  *         pooler.dense              (sequence classification only)
  *       classifier                  (sequence and token classification: Linear(C -> num_labels))
  *       qa_outputs                  (question answering: Linear(C -> 2))
+ *       cls.predictions             (masked LM: bias [V], transform.{dense,LayerNorm}, decoder: Linear(C -> V)
+ *                                    whose weight is the word embeddings' and bias is predictions.bias)
  *
  * Names, state_dict order, init and numerics are transformers': absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, the classifiers'; QA has none) while the module
- * is training; the word rows of pad ids pass no gradient (padding_idx).
+ * is training; the word embeddings' row pad_token_id gets no gradient (padding_idx).
  * accel_module_set_gradient_checkpointing on the root (or its "bert")
  * checkpoints every BertLayer (the recompute draws the same dropout masks);
  * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
  * A config field that changes the model and accel does not implement is
  * refused naming it (position_embedding_type other than "absolute",
  * is_decoder, add_cross_attention, a sequence classifier's problem_type
- * other than single_label_classification, ...). The masked-LM and
- * pre-training heads are not implemented: their checkpoints load into these
- * heads (accel_bert_config_load).
+ * other than single_label_classification, ...). The pre-training heads
+ * (BertForPreTraining, ...) are not implemented: their checkpoints load into
+ * these heads (accel_bert_config_load).
  *
  * Ownership: accel_bert_new returns a module freed by accel_module_free.
  */
@@ -46,6 +48,7 @@ typedef enum accel_bert_head {
     ACCEL_BERT_SEQUENCE_CLASSIFICATION = 0, /* BertForSequenceClassification: logits [B, num_labels] */
     ACCEL_BERT_TOKEN_CLASSIFICATION,        /* BertForTokenClassification: logits [B, T, num_labels] */
     ACCEL_BERT_QUESTION_ANSWERING,          /* BertForQuestionAnswering: start/end logits [B, T] each */
+    ACCEL_BERT_MASKED_LM,                   /* BertForMaskedLM: logits [B, T, vocab_size] */
     ACCEL_BERT_HEADS
 } accel_bert_head;
 
@@ -69,6 +72,8 @@ typedef struct accel_bert_config {
     double attention_probs_dropout_prob;
     double classifier_dropout;        /* < 0: hidden_dropout_prob (config null) */
     bool gelu_tanh;                   /* hidden_act "gelu_new"/"gelu_pytorch_tanh"; else "gelu" (erf) */
+    bool untied_word_embeddings;      /* tie_word_embeddings false: refused for the masked LM (its decoder
+                                       * is the word embeddings; an untied one is not implemented) */
     accel_dtype torch_dtype;
     accel_bert_head head;             /* config.json's "architectures" when it names one of the three */
 } accel_bert_config;
@@ -81,9 +86,10 @@ accel_bert_config accel_bert_config_default(void);
  * ACCEL_ERR_INVALID_ARG with a message starting with who. */
 accel_status accel_bert_config_check(const accel_bert_config *cfg, const char *who);
 /* config.json (a file or a directory holding one) of model_type "bert". The
- * head: the first of "architectures" that names one of accel_bert_head's
- * classes, else sequence classification (bert-base-uncased's config says
- * BertForMaskedLM, and users load it into any head). problem_type is read
+ * head: the first of "architectures" that names one of the classifiers
+ * (sequence, token, QA), else sequence classification (bert-base-uncased's
+ * config says BertForMaskedLM, and users load it into any head: the masked
+ * LM is built only when asked for, accel_bert_from_pretrained_head). problem_type is read
  * for sequence classification only (the other heads' losses ignore it, as
  * transformers' do). */
 accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *out);
@@ -142,6 +148,20 @@ accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tenso
                                  accel_tensor *attention_mask, accel_tensor *start_positions,
                                  accel_tensor *end_positions, accel_tensor **start_logits, accel_tensor **end_logits);
 
+/* BertForMaskedLM: the vocabulary's logits [B, T, vocab_size] of every
+ * position: cls.predictions (dense, the activation, LayerNorm, then the
+ * decoder, whose weight is the word embeddings' and bias predictions.bias:
+ * tied, as transformers) on the last hidden state. No pooler, no dropout in
+ * the head. */
+accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask);
+/* Mean cross-entropy of every position's logits against labels [B, T]
+ * (i64/i32; -100 ignored: the positions not masked out for prediction);
+ * every label -100: NaN, as transformers. *logits (when not NULL) gets the
+ * logits. */
+accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
+
 /* save_pretrained: config.json + model.safetensors (sharded with an index
  * past max_shard_bytes; <= 0: 5 GB), loadable by transformers'
  * BertFor<head>.from_pretrained (and its AutoModelFor<task>). */
@@ -151,7 +171,7 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
  * has them, by name (a bare BertModel's names, without "bert.", too). The
  * head is the config's (accel_bert_config_load). A weight of the model the
  * checkpoint lacks keeps its initialisation only when it is the head's (the
- * pooler, classifier or qa_outputs: a pre-trained encoder gets a new head,
+ * pooler, classifier, qa_outputs or cls: a pre-trained encoder gets a new head,
  * as transformers does, and says so on stderr); any other missing weight is
  * an error naming it. Checkpoint weights the model has no place for (another
  * head's: a sequence classifier's pooler loaded into a token classifier) are

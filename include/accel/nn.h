@@ -360,9 +360,10 @@ typedef struct accel_llama_config {
     int n_eos_token_ids;
     bool eos_is_list;
     /* pad_token_id (-1: null or absent): what accel_generate_batch's callers
-     * (the CLI) pad finished rows with. Read and written back; accel's
-     * embedding has no padding_idx (transformers' zeroes that row at init
-     * and masks its gradient). */
+     * (the CLI) pad finished rows with, and embed_tokens' padding_idx as
+     * transformers' (every family but GPT-2): that row zeroed at init and
+     * given no gradient by the lookup (a tied lm_head's still reaches it).
+     * Read and written back; outside [-1, vocab_size) refused (GPT-2: any). */
     int64_t pad_token_id;
     /* Mixture of experts ("mixtral", "qwen3_moe", "qwen2_moe"; docs/nn.md "Mixtures of
      * experts"). num_local_experts (Qwen's num_experts; 0: every MLP dense)

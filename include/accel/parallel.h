@@ -93,7 +93,8 @@ typedef enum accel_tp_style {
     ACCEL_TP_ROWWISE,
     /* Embedding: rows (the vocabulary) split; ids of the full vocabulary in,
      * each rank looks up the ids its rows hold, zeros for the others, and
-     * the sum over the ranks is the replicated output. */
+     * the sum over the ranks is the replicated output. A padding_idx (BERT's,
+     * the decoders' pad_token_id) stays the rank's that holds its row. */
     ACCEL_TP_VOCAB_EMBEDDING,
 } accel_tp_style;
 

@@ -29,17 +29,19 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
     accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
     accel_status st = names && ts ? ACCEL_OK : accel_last_status();
+    int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
+        if (e->is_tied_alias) continue; /* the masked LM's decoder: transformers ties it on load */
         if (e->t->device.type == ACCEL_DEV_META)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
                                  "loaded); save needs every weight materialised", e->name);
         if (accel_dtype_is_float(e->t->dtype)) cfg.torch_dtype = e->t->dtype;
-        names[i] = e->name;
-        ts[i] = e->t;
+        names[n] = e->name;
+        ts[n++] = e->t;
     }
     if (st == ACCEL_OK)
-        st = accel_save_sharded(dir, sd->n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
+        st = accel_save_sharded(dir, n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
     if (st == ACCEL_OK) st = accel_bert_config_save(dir, &cfg);
     accel_free(names);
     accel_free(ts);
@@ -65,7 +67,8 @@ static bool has_weights(const char *dir) {
  * not been trained with (transformers initialises it and warns). A model
  * has only its own head's names. */
 static bool is_head(const char *name) {
-    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11) || !strncmp(name, "qa_outputs.", 11);
+    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11) || !strncmp(name, "qa_outputs.", 11) ||
+           !strncmp(name, "cls.", 4);
 }
 
 /* ck's name for the model's weight name, or NULL: the name itself, else
@@ -98,9 +101,12 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
         const char *name = sd->entries[i].name;
         char buf[512];
         const char *in_ck = name_in(ck, name, buf, sizeof buf);
-        if (in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
-        else if (is_head(name)) new_head++;
-        else
+        /* a tied alias (the masked LM's decoder) is loaded as what it is tied to; a file that has it
+         * too (a ZeRO-3 save_model's, an old checkpoint's) has it used */
+        bool own = !sd->entries[i].is_tied_alias;
+        if (own && in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
+        else if (own && is_head(name)) new_head++;
+        else if (own)
             st = accel_set_error(ACCEL_ERR_FORMAT, "accel_bert_from_pretrained: %s has no weight %s", dir, name);
         for (int k = 0; in_ck && k < nck; k++)
             if (!strcmp(accel_checkpoint_name(ck, k), in_ck)) used[k] = true;
@@ -121,13 +127,15 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
 /* The dispatched load's init_missing (bigmodel_internal.h): a head tensor
  * the checkpoint lacks (a BertModel's, a pre-training checkpoint's) is
  * materialised on dev and initialised as accel_bert_new's Linear does and
- * transformers' _init_weights: weight N(0, initializer_range), bias 0. */
+ * transformers' _init_weights: weight N(0, initializer_range), bias 0 (the
+ * masked LM's LayerNorm weight 1). */
 static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_dtype dt, void *ctx) {
     const accel_bert_config *c = ctx;
     if (!is_head(name)) return 0;
     if (accel_tensor_materialize(t, dev, dt) != ACCEL_OK) return -1;
     size_t n = strlen(name);
     bool weight = n > 7 && !strcmp(name + n - 7, ".weight");
+    if (weight && strstr(name, "LayerNorm.")) return accel_fill_(t, 1.0) == ACCEL_OK ? 1 : -1;
     return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
 }
 

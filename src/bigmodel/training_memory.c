@@ -1070,8 +1070,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
  * The head's loss (accel_bert_loss, _token_loss, _qa_loss; src/nn/bert.c)
  * on a padded batch (the additive mask exists: a batch without padding
  * makes none, 4 B*H*T*T bytes a layer fewer), token_type_ids given; its
- * dropouts act (a training step). The pad ids' gradient mask (their word
- * rows pass none) is not counted: it moved the measured peak by 64 bytes. */
+ * dropouts act (a training step). */
 
 /* One BertLayer: self-attention over explicit scores, BertSelfOutput, the
  * intermediate gelu, BertOutput. */
@@ -1318,6 +1317,9 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     if (o->cp_size > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: BERT does not run context-parallel (only the "
                                "decoder families: accel_llama_context_parallelize)", FN, o->cp_size);
+    if (cfg->head == ACCEL_BERT_MASKED_LM)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of BertForMaskedLM's training step are not "
+                               "implemented (its weights are counted as any model's)", FN);
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};

@@ -280,10 +280,12 @@ typedef struct accel_k_embedding {
     int64_t n, D, V;
 } accel_k_embedding;
 
-/* gw [V, D] += scatter of g [n, D] rows to ids (f32 contiguous; ids repeat). */
+/* gw [V, D] += scatter of g [n, D] rows to ids (f32 contiguous; ids repeat),
+ * but for the rows of ids equal to pad (nn.Embedding's padding_idx: that row
+ * gets no gradient; -1: none). */
 typedef struct accel_k_embedding_backward {
     ACCEL_KERNEL_TENSORS(3, *gw, *g, *ids);
-    int64_t n, D;
+    int64_t n, D, pad;
 } accel_k_embedding_backward;
 
 /* RMSNorm over rows [R, D] (f32 contiguous; w optional [D]):

@@ -51,8 +51,12 @@ static accel_status parse_act(json_t *root, const char *file, accel_bert_config 
 }
 
 /* The head: the first entry of "architectures" that names one of
- * accel_bert_head's classes; none (BertForMaskedLM, BertModel, ...):
- * sequence classification, the head accel builds when asked nothing else. */
+ * accel_bert_head's classifiers (sequence, token, QA); none (BertModel,
+ * BertForMaskedLM, ...): sequence classification, the head accel builds
+ * when asked nothing else. The masked LM is only built when asked for
+ * (accel_bert_from_pretrained_head): every pre-trained encoder's config
+ * (bert-base-uncased's) says BertForMaskedLM, and is loaded to be
+ * fine-tuned into a classifier. */
 static accel_status parse_head(json_t *root, const char *file, accel_bert_config *c) {
     json_t *arch = json_object_get(root, "architectures");
     if (!arch || json_is_null(arch)) return ACCEL_OK;
@@ -60,7 +64,7 @@ static accel_status parse_head(json_t *root, const char *file, accel_bert_config
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: 'architectures' must be a list of class names", file);
     for (size_t i = 0; i < json_array_size(arch); i++) {
         const char *name = json_string_value(json_array_get(arch, i)); /* NULL: not a string, named by none */
-        for (int h = 0; name && h < ACCEL_BERT_HEADS; h++)
+        for (int h = 0; name && h < ACCEL_BERT_MASKED_LM; h++)
             if (!strcmp(name, accel_bert_head_name((accel_bert_head)h))) {
                 c->head = (accel_bert_head)h;
                 return ACCEL_OK;
@@ -101,9 +105,7 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
                                json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : "absent or not a string",
                                json_is_string(mt) ? "\"" : "");
     *c = accel_bert_config_default();
-    json_t *pad = json_object_get(root, "pad_token_id");
-    if (pad && json_is_null(pad)) c->pad_token_id = -1;
-    else if (accel__config_get_int(root, file, "pad_token_id", &c->pad_token_id, true)) return accel_last_status();
+    if (accel__config_get_token_id(root, file, "pad_token_id", &c->pad_token_id)) return accel_last_status();
     json_t *pruned = json_object_get(root, "pruned_heads");
     if (accel__config_get_int(root, file, "vocab_size", &c->vocab_size, false) ||
         accel__config_get_int(root, file, "hidden_size", &c->hidden_size, false) ||
@@ -125,6 +127,9 @@ static accel_status parse(json_t *root, const char *file, accel_bert_config *c) 
         want_false(root, file, "is_decoder", "a causal (decoder) BERT is not implemented") ||
         want_false(root, file, "add_cross_attention", "cross-attention is not implemented"))
         return accel_last_status();
+    bool tie = true;
+    if (accel__config_get_bool(root, file, "tie_word_embeddings", &tie)) return accel_last_status();
+    c->untied_word_embeddings = !tie;
     if (pruned && !json_is_null(pruned) && (!json_is_object(pruned) || json_object_size(pruned) != 0))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pruned_heads is not empty: pruned attention heads are "
                                "not implemented", file);
@@ -187,6 +192,7 @@ static json_t *to_json(const accel_bert_config *c) {
     json_object_set_new(j, "max_position_embeddings", json_integer(c->max_position_embeddings));
     json_object_set_new(j, "type_vocab_size", json_integer(c->type_vocab_size));
     json_object_set_new(j, "pad_token_id", c->pad_token_id >= 0 ? json_integer(c->pad_token_id) : json_null());
+    json_object_set_new(j, "tie_word_embeddings", json_boolean(!c->untied_word_embeddings));
     json_object_set_new(j, "layer_norm_eps", json_real(c->layer_norm_eps));
     json_object_set_new(j, "initializer_range", json_real(c->initializer_range));
     json_object_set_new(j, "hidden_dropout_prob", json_real(c->hidden_dropout_prob));

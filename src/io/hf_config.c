@@ -534,15 +534,10 @@ static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch
 /* bos_token_id, pad_token_id: a non-negative integer or null; eos_token_id: that, or a
  * list of 1 to ACCEL_MAX_EOS_TOKEN_IDS of them. Absent keeps the family's. */
 static accel_status parse_token_ids(json_t *root, const char *file, accel_llama_config *c) {
-    json_t *v = json_object_get(root, "bos_token_id");
-    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
-        return bad_type(file, "bos_token_id", "a non-negative integer or null");
-    if (v) c->bos_token_id = json_is_null(v) ? -1 : json_integer_value(v);
-    v = json_object_get(root, "pad_token_id");
-    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
-        return bad_type(file, "pad_token_id", "a non-negative integer or null");
-    if (v) c->pad_token_id = json_is_null(v) ? -1 : json_integer_value(v);
-    v = json_object_get(root, "eos_token_id");
+    if (accel__config_get_token_id(root, file, "bos_token_id", &c->bos_token_id) ||
+        accel__config_get_token_id(root, file, "pad_token_id", &c->pad_token_id))
+        return accel_last_status();
+    json_t *v = json_object_get(root, "eos_token_id");
     if (!v) return ACCEL_OK;
     json_t *one = json_is_array(v) ? NULL : v;
     size_t n = one ? !json_is_null(v) : json_array_size(v);
@@ -1004,4 +999,11 @@ accel_status accel__config_get_bool(json_t *root, const char *file, const char *
 }
 accel_status accel__config_get_dtype(json_t *root, const char *file, const char *key, accel_dtype *out) {
     return get_dtype(root, file, key, out);
+}
+accel_status accel__config_get_token_id(json_t *root, const char *file, const char *key, int64_t *out) {
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
+        return bad_type(file, key, "a non-negative integer or null");
+    if (v) *out = json_is_null(v) ? -1 : json_integer_value(v);
+    return ACCEL_OK;
 }

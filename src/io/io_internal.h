@@ -99,6 +99,9 @@ accel_status accel__config_get_int(json_t *root, const char *file, const char *k
 accel_status accel__config_get_real(json_t *root, const char *file, const char *key, double *out);
 accel_status accel__config_get_bool(json_t *root, const char *file, const char *key, bool *out);
 accel_status accel__config_get_dtype(json_t *root, const char *file, const char *key, accel_dtype *out);
+/* A token id (bos_token_id, pad_token_id): a non-negative integer, or null
+ * for none (*out -1); absent keeps *out. */
+accel_status accel__config_get_token_id(json_t *root, const char *file, const char *key, int64_t *out);
 
 /* "dir/name" in accel_malloc'd memory (dir "" -> name). */
 char *accel__path_join(const char *dir, const char *name);

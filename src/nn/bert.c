@@ -32,11 +32,14 @@ accel_bert_config accel_bert_config_default(void) {
     return c;
 }
 
-/* Elements of all the weights (the pooler counted for every head: a bound),
- * or -1 when that overflows int64 (the sizes come from a file). */
+/* Elements of all the weights (the pooler counted for every head, the masked
+ * LM's transform as a classifier of C labels and its bias as one more word
+ * row: a bound), or -1 when that overflows int64 (the sizes come from a file). */
 static int64_t weight_elems(const accel_bert_config *c) {
     int64_t C = c->hidden_size, I = c->intermediate_size, rows, emb, layer, t, head, total;
+    int64_t labels = c->num_labels > C ? c->num_labels : C;
     bool of = __builtin_add_overflow(c->vocab_size, c->max_position_embeddings, &rows) ||
+              __builtin_add_overflow(rows, c->vocab_size, &rows) ||
               __builtin_add_overflow(rows, c->type_vocab_size, &rows) || __builtin_add_overflow(rows, 2, &rows) ||
               __builtin_mul_overflow(rows, C, &emb) ||
               /* q, k, v, o with biases; two LayerNorms; the MLP's two linears */
@@ -46,7 +49,7 @@ static int64_t weight_elems(const accel_bert_config *c) {
               __builtin_add_overflow(layer, t, &layer) || __builtin_add_overflow(layer, I + C, &layer) ||
               __builtin_mul_overflow(layer, c->num_hidden_layers, &total) ||
               __builtin_add_overflow(total, emb, &total) ||
-              __builtin_add_overflow(C, 1, &t) || __builtin_add_overflow(C, c->num_labels, &head) ||
+              __builtin_add_overflow(C, 1, &t) || __builtin_add_overflow(C, labels, &head) ||
               __builtin_mul_overflow(t, head, &head) || __builtin_add_overflow(total, head, &total) ||
               __builtin_mul_overflow(total, (int64_t)accel_dtype_size(c->torch_dtype), &t);
     return of ? -1 : total;
@@ -72,6 +75,9 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     /* transformers splits qa_outputs' outputs into exactly a start and an end */
     else if (c->head == ACCEL_BERT_QUESTION_ANSWERING && c->num_labels != 2)
         bad = "num_labels must be 2 (question answering: a start and an end logit per position)";
+    else if (c->head == ACCEL_BERT_MASKED_LM && c->untied_word_embeddings)
+        bad = "tie_word_embeddings is false: a masked-LM decoder of its own (not the word embeddings) is not "
+              "implemented";
     else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
         bad = "pad_token_id must be -1 (none) or below vocab_size";
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
@@ -109,7 +115,8 @@ static void borrowed_impl(accel_module *m) { (void)m; }
 /* The roots, one per accel_bert_head: their type names are transformers' classes. */
 static const accel_module_ops ROOT_OPS[ACCEL_BERT_HEADS] = {{"BertForSequenceClassification", root_forward, NULL},
                                                             {"BertForTokenClassification", root_forward, NULL},
-                                                            {"BertForQuestionAnswering", root_forward, NULL}};
+                                                            {"BertForQuestionAnswering", root_forward, NULL},
+                                                            {"BertForMaskedLM", root_forward, NULL}};
 
 const char *accel_bert_head_name(accel_bert_head head) {
     return (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[head].type_name : NULL;
@@ -124,9 +131,15 @@ static const accel_module_ops SELF_OUT_OPS = {"BertSelfOutput", NULL, NULL};
 static const accel_module_ops INTER_OPS = {"BertIntermediate", NULL, NULL};
 static const accel_module_ops OUT_OPS = {"BertOutput", NULL, NULL};
 static const accel_module_ops POOLER_OPS = {"BertPooler", NULL, NULL};
+/* the masked-LM head: cls (its impl the root's config, borrowed) > predictions > transform, decoder */
+static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h);
+static const accel_module_ops MLM_OPS = {"BertOnlyMLMHead", mlm_forward, borrowed_impl};
+static const accel_module_ops PREDICTIONS_OPS = {"BertLMPredictionHead", NULL, NULL};
+static const accel_module_ops TRANSFORM_OPS = {"BertPredictionHeadTransform", NULL, NULL};
 
 /* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier or qa_outputs */
+enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier, qa_outputs or cls */
+enum { PRED_TRANSFORM = 0, PRED_DECODER = 1 };
 enum { MODEL_EMB = 0, MODEL_ENCODER = 1, MODEL_POOLER = 2 };
 enum { EMB_WORD = 0, EMB_POS = 1, EMB_TYPE = 2, EMB_NORM = 3 };
 enum { LAYER_ATTN = 0, LAYER_INTER = 1, LAYER_OUT = 2 };
@@ -204,8 +217,9 @@ static accel_module *new_layer(const accel_bert_config *c, accel_device dev) {
     return layer;
 }
 
-static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_device dev) {
-    return accel__embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range);
+/* n rows; the word embeddings' padding_idx is pad_token_id (-1 for the others) */
+static accel_module *embedding(const accel_bert_config *c, int64_t n, int64_t padding_idx, accel_device dev) {
+    return accel__padded_embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range, padding_idx);
 }
 
 /* BertModel over the root's config c; the pooler for sequence
@@ -213,17 +227,10 @@ static accel_module *embedding(const accel_bert_config *c, int64_t n, accel_devi
 static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     accel_module *model = accel_module_new(&MODEL_OPS, c);
     accel_module *emb = add(model, "embeddings", accel_module_new(&EMB_OPS, NULL));
-    accel_module *word = add(emb, "word_embeddings", embedding(c, c->vocab_size, dev));
-    bool ok = word && add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, dev)) &&
-              add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, dev)) &&
+    bool ok = add(emb, "word_embeddings", embedding(c, c->vocab_size, c->pad_token_id, dev)) &&
+              add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, -1, dev)) &&
+              add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, -1, dev)) &&
               add(emb, "LayerNorm", layer_norm(c, dev));
-    /* nn.Embedding(padding_idx=pad_token_id): that row starts at zero */
-    accel_tensor *w = word ? accel__module_tensor(word, "weight") : NULL;
-    if (ok && c->pad_token_id >= 0 && w->device.type != ACCEL_DEV_META) { /* meta: no storage to zero */
-        int64_t C = c->hidden_size;
-        accel_tensor *row = accel_view_raw(w, 2, (int64_t[]){1, C}, w->stride, c->pad_token_id * C);
-        ok = row && accel_zero_(row) == ACCEL_OK;
-    }
     accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ENCODER_OPS, NULL)) : NULL;
     accel_module *layers = add(encoder, "layer", accel_module_new(&accel__module_list_ops, NULL));
     ok = layers != NULL;
@@ -241,6 +248,22 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     return model;
 }
 
+/* BertOnlyMLMHead: predictions.transform (dense C -> C, then the activation,
+ * then LayerNorm), predictions.bias [V] (zeros) and predictions.decoder
+ * (C -> V), built on meta: accel_bert_new ties its weight to the word
+ * embeddings and its bias to predictions.bias, as transformers does. */
+static accel_module *mlm_head(accel_bert_config *c, accel_device dev) {
+    accel_module *cls = accel_module_new(&MLM_OPS, c);
+    accel_module *pred = add(cls, "predictions", accel_module_new(&PREDICTIONS_OPS, NULL));
+    if (!add(pred, "transform", dense_norm(&TRANSFORM_OPS, c, c->hidden_size, dev)) ||
+        !accel__new_param(pred, "bias", c->torch_dtype, 1, &c->vocab_size, dev) ||
+        !add(pred, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE))) {
+        accel_module_free(cls);
+        return NULL;
+    }
+    return cls;
+}
+
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     if (accel_bert_config_check(cfg, "accel_bert_new")) return NULL;
     accel_bert_config *c = accel_malloc(sizeof *c);
@@ -251,9 +274,13 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
         accel_free(c);
         return NULL;
     }
+    bool mlm = c->head == ACCEL_BERT_MASKED_LM;
     if (!add(root, "bert", new_model(c, dev)) ||
-        !add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
-             linear(c, c->hidden_size, c->num_labels, dev))) {
+        !(mlm ? add(root, "cls", mlm_head(c, dev)) != NULL
+              : add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
+                    linear(c, c->hidden_size, c->num_labels, dev)) != NULL) ||
+        (mlm && (accel_module_tie(root, "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight") ||
+                 accel_module_tie(root, "cls.predictions.decoder.bias", "cls.predictions.bias")))) {
         accel_module_free(root);
         return NULL;
     }
@@ -329,36 +356,6 @@ static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tenso
     return *out ? ACCEL_OK : accel_last_status();
 }
 
-/* Gradient of the word rows with the keep mask [B, T, 1] (0 at pad ids). */
-static accel_status pad_rows_backward(accel_node *n, accel_tensor *g) {
-    accel_tensor *w = n->inputs[0];
-    accel_tensor *kept = w->requires_grad ? accel_mul(g, n->saved[0]) : NULL;
-    return !w->requires_grad ? ACCEL_OK : kept ? accel_grad_accumulate(w, kept) : accel_last_status();
-}
-
-/* nn.Embedding(padding_idx=pad_token_id): the rows looked up for pad ids
- * [B, T] pass no gradient back, so the padding row never trains (whatever
- * the attention mask says; a QA or token head reads every position). w: the
- * word rows [B, T, C]; returned as they are, tied to the mask. */
-static accel_tensor *pad_rows_frozen(accel_tensor *w, accel_tensor *ids, const accel_bert_config *c) {
-    if (c->pad_token_id < 0 || !w->requires_grad || !accel_is_grad_enabled()) return w;
-    int64_t B = ids->shape[0], T = ids->shape[1];
-    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *v, 64);
-    float *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *keep, 64);
-    if (!v || !keep || accel_to_int64s(ids, v) != ACCEL_OK) return NULL;
-    bool any = false;
-    for (int64_t i = 0; i < B * T; i++) {
-        keep[i] = v[i] == c->pad_token_id ? 0.0f : 1.0f;
-        any |= v[i] == c->pad_token_id;
-    }
-    if (!any) return w;
-    accel_tensor *k = accel_from_data(ACCEL_F32, 3, (int64_t[]){B, T, 1}, keep);
-    accel_tensor *mask = k ? accel_to_device(k, w->device) : NULL, *y = mask ? accel_alias(w) : NULL;
-    accel_node *n = y ? accel_tape_record("bert_padding_idx", pad_rows_backward, y, 1, &w) : NULL;
-    if (n) n->saved[0] = mask;
-    return y;
-}
-
 static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
                                         const accel_bert_config *c) {
     accel_module **p = emb->children;
@@ -366,7 +363,7 @@ static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, ac
     /* the ids and positions made here go where the word embedding ran (its
      * weight may be offloaded: on meta until its hook brings it in) */
     accel_tensor *w = accel_module_call(p[EMB_WORD], ids);
-    if (!w || !(w = pad_rows_frozen(w, ids, c))) return NULL;
+    if (!w) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
@@ -524,9 +521,9 @@ static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_t
     accel_tensor *pooled = NULL;
     accel_tensor *h = x ? encode(m->children[ROOT_BERT], x, tt, am, seq ? &pooled : NULL, fn) : NULL;
     accel_tensor *y = seq ? (h ? pooled : NULL) : h;
-    /* the classifiers' dropout (BertForQuestionAnswering has none) */
+    /* the classifiers' dropout (question answering and the masked LM have none) */
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    if (y && want != ACCEL_BERT_QUESTION_ANSWERING) y = accel_dropout(y, p, m->training, NULL);
+    if (y && want <= ACCEL_BERT_TOKEN_CLASSIFICATION) y = accel_dropout(y, p, m->training, NULL);
     if (y) y = accel_module_call(m->children[ROOT_HEAD], y);
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
@@ -567,15 +564,32 @@ accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, acce
                         "accel_bert_token_classify");
 }
 
+/* The token classifier's or the masked LM's loss: CrossEntropyLoss over
+ * every position ([B T, L] against labels [B T]), -100 ignored. */
+static accel_tensor *position_loss(accel_module *m, accel_bert_head head, accel_tensor *ids, accel_tensor *tt,
+                                   accel_tensor *am, accel_tensor *labels, accel_tensor **logits, const char *fn) {
+    if (logits) *logits = NULL;
+    if (!check_labels(fn, "labels", labels, ids, true)) return NULL;
+    accel_tensor *y = head_forward(m, head, ids, tt, am, fn);
+    if (logits) *logits = y;
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
 accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                     accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    if (logits) *logits = NULL;
-    if (!check_labels("accel_bert_token_loss", "labels", labels, ids, true)) return NULL;
-    accel_tensor *y = head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask,
-                                   "accel_bert_token_loss");
-    if (logits) *logits = y;
-    /* CrossEntropyLoss over every position ([B T, L] against [B T]), -100 ignored */
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return position_loss(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask, labels, logits,
+                         "accel_bert_token_loss");
+}
+
+accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask) {
+    return head_forward(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, "accel_bert_mlm_logits");
+}
+
+accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
+    return position_loss(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, labels, logits,
+                         "accel_bert_mlm_loss");
 }
 
 /* qa_outputs' [B, T, 2] split into the start and end logits [B, T], each
@@ -643,4 +657,16 @@ static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
     return encode(m, ids, NULL, NULL, NULL, "BertModel");
+}
+
+/* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
+ * embeddings' rows plus predictions.bias), predictions inside its hooks (it
+ * holds the bias: a ZeRO-3 unit of its own, say). */
+static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
+    const accel_bert_config *c = cls->impl;
+    accel_module *pred = cls->children[0], *t = pred->children[PRED_TRANSFORM];
+    if (accel_module_enter(pred, &h) != ACCEL_OK) return NULL;
+    accel_tensor *x = h ? accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh) : NULL;
+    accel_tensor *y = accel_module_call(pred->children[PRED_DECODER], accel_module_call(t->children[OUT_NORM], x));
+    return accel_module_exit(pred, &y) == ACCEL_OK ? y : NULL;
 }

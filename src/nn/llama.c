@@ -180,6 +180,12 @@ static accel_status resolve_layer_types(const accel__arch *a, accel_llama_config
     return ACCEL_OK;
 }
 
+/* embed_tokens' padding_idx: pad_token_id (-1: none), the family's (none) in
+ * a config whose token ids are not set (a zeroed struct) */
+static int64_t padding_idx(const accel__arch *a, const accel_llama_config *c) {
+    return (c->token_ids_set ? c : &a->defaults)->pad_token_id;
+}
+
 /* The config with defaults resolved (kv heads, head_dim), checked. */
 static accel_status resolve_config(const accel_llama_config *in, accel_llama_config *c, const char *who) {
     *c = *in;
@@ -252,6 +258,10 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                                who, (long long)c->sliding_window, (long long)c->max_window_layers);
+    int64_t pad = padding_idx(a, c);
+    if (a->blocks != ACCEL__BLOCKS_GPT2 && (pad < -1 || pad >= c->vocab_size)) /* GPT-2's wte has no padding_idx */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: pad_token_id %lld (the embedding's padding_idx) must be -1 "
+                               "(none) or below vocab_size %lld", who, (long long)pad, (long long)c->vocab_size);
     if (accel__rope_check(c, who)) return accel_last_status();
     if (resolve_moe(a, c, who)) return accel_last_status();
     if (weight_bytes(a, c, a->sandwich_norms ? 4 : 2) < 0)
@@ -873,9 +883,9 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     }
     accel_module *model = accel_module_add_child(root, "model", accel_module_new(&a->model, NULL));
     bool ok = model &&
-              accel_module_add_child(model, "embed_tokens",
-                                     accel__embedding_create(c->vocab_size, c->hidden_size, dev,
-                                                             c->torch_dtype, c->initializer_range));
+              accel_module_add_child(model, "embed_tokens", /* nn.Embedding(padding_idx=pad_token_id) */
+                                     accel__padded_embedding_create(c->vocab_size, c->hidden_size, dev, c->torch_dtype,
+                                                                    c->initializer_range, padding_idx(a, c)));
     accel_module *layers = ok ? accel_module_add_child(model, "layers", accel_module_new(&accel__module_list_ops, NULL))
                               : NULL;
     ok = ok && layers;

@@ -44,6 +44,13 @@ accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, ac
 /* Embedding with normal(0, std) init. */
 accel_module *accel__embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt,
                                       double std);
+/* nn.Embedding(num, dim, padding_idx) (padded_embedding.c): that one with
+ * row padding_idx zeroed at init and given no gradient (-1: none, the plain
+ * one; at least num refused naming it). */
+accel_module *accel__padded_embedding_create(int64_t num, int64_t dim, accel_device dev, accel_dtype dt, double std,
+                                             int64_t padding_idx);
+/* The padding_idx of an Embedding module m (-1: none). */
+int64_t accel__embedding_padding_idx(const accel_module *m);
 
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */

@@ -9,6 +9,7 @@
 
 #include "core/core_internal.h"
 #include "nn_internal.h"
+#include "ops/embedding.h"
 #include "tp_internal.h"
 
 typedef struct tp_impl {
@@ -19,6 +20,7 @@ typedef struct tp_impl {
     bool sp;          /* sequence parallelism: activations outside split along dim 1 */
     bool inner;       /* inside a region its caller entered and leaves (a sparse block's router
                        * and experts: accel__tp_enter, accel__tp_leave): no entry or exit of its own */
+    int64_t pad;      /* a vocab embedding's padding_idx in the whole vocabulary (-1: none) */
     /* a replicated norm's */
     double eps;
     int64_t width;    /* over the whole width (0: per head, the whole weight) */
@@ -194,7 +196,10 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
     accel_tensor *mine = lo && hi ? accel_where(lo, hi, lo) : NULL;
     accel_tensor *off = id_scalar(ids, start), *zero = id_scalar(ids, 0);
     accel_tensor *local = mine && off && zero ? accel_where(mine, accel_sub(ids, off), zero) : NULL;
-    accel_tensor *e = local ? accel_embedding(local, w) : NULL;
+    /* the padding row, where this rank holds it (the others look up row 0 for nothing: their
+     * rows are masked, so row 0 gets zeros from them whether or not it is the pad) */
+    int64_t pad = t->pad >= start && t->pad < end ? t->pad - start : -1;
+    accel_tensor *e = local ? accel__embedding_padded(local, w, pad) : NULL;
     accel_tensor *mask = mine ? accel_to_dtype(accel_unsqueeze(mine, ids->ndim), w->dtype) : NULL;
     return e && mask ? leave(t, accel_mul(e, mask)) : NULL;
 }
@@ -331,7 +336,9 @@ static accel_status check_one(accel_module *m, accel_tp_style style, const accel
                                m->ops->type_name);
     bool type_ok = embedding ? !strcmp(m->ops->type_name, "Embedding")
                              : !strcmp(m->ops->type_name, "Linear") || is_conv1d(m);
-    if (!type_ok || m->impl || !w || w->ndim != 2)
+    /* impl: a module's own state, which the tp one would drop (an Embedding's padding_idx it keeps) */
+    bool own = m->impl && !(embedding && accel__embedding_padding_idx(m) >= 0);
+    if (!type_ok || own || !w || w->ndim != 2)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parallelize: %s is a %s: %s takes a %s", path,
                                m->ops->type_name, sn, want);
     if (w->device.type == ACCEL_DEV_META || (b && b->device.type == ACCEL_DEV_META))
@@ -365,7 +372,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
     *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
-                   .sp = sp, .inner = inner};
+                   .sp = sp, .inner = inner, .pad = style == ACCEL_TP_VOCAB_EMBEDDING ? accel__embedding_padding_idx(m) : -1};
     if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
@@ -383,6 +390,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
              : style == ACCEL_TP_ROWWISE              ? &ROWWISE_OPS
              : style == ACCEL_TP_VOCAB_EMBEDDING      ? &VOCAB_OPS
                                                       : &REPLICA_OPS;
+    accel_free(m->impl); /* a padded Embedding's padding_idx, now t->pad */
     m->impl = t;
     return ACCEL_OK;
 }

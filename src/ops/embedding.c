@@ -1,6 +1,7 @@
 /* accel_embedding: rows of weight [V, D] picked by integer ids of any shape. */
 #include <string.h>
 
+#include "embedding.h"
 #include "nn_internal.h"
 
 static accel_status embedding_backward(accel_node *node, accel_tensor *grad_out) {
@@ -10,12 +11,16 @@ static accel_status embedding_backward(accel_node *node, accel_tensor *grad_out)
     if (!accel__gbuf_begin_zeroed(&gw, node->inputs[1])) return accel_last_status();
     if (!gw.dst) return ACCEL_OK;
     accel_k_embedding_backward k = {.gw = gw.dst, .g = gt, .ids = node->saved[0], .n = node->iarg[0],
-                                    .D = node->iarg[1]};
+                                    .D = node->iarg[1], .pad = node->iarg[2]};
     accel_status st = ACCEL_KERNEL("embedding backward", gt->device, embedding_backward, &k);
     return st == ACCEL_OK ? accel__gbuf_end(&gw) : st;
 }
 
 accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight) {
+    return accel__embedding_padded(ids, weight, -1);
+}
+
+accel_tensor *accel__embedding_padded(accel_tensor *ids, accel_tensor *weight, int64_t padding_idx) {
     static const char *OP = "accel_embedding";
     accel_tensor *in[2] = {ids, weight};
     accel_device dev;
@@ -30,6 +35,11 @@ accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight) {
         return NULL;
     }
     int64_t V = weight->shape[0], D = weight->shape[1];
+    if (padding_idx < -1 || padding_idx >= V) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: padding_idx %lld is not below the %lld embeddings (-1: none)", OP,
+                        (long long)padding_idx, (long long)V);
+        return NULL;
+    }
     int64_t oshape[ACCEL_MAX_DIMS];
     memcpy(oshape, ids->shape, sizeof(int64_t) * (size_t)ids->ndim);
     oshape[ids->ndim] = D;
@@ -46,6 +56,7 @@ accel_tensor *accel_embedding(accel_tensor *ids, accel_tensor *weight) {
         nd->saved[0] = idt;
         nd->iarg[0] = n;
         nd->iarg[1] = D;
+        nd->iarg[2] = padding_idx;
     }
     return out;
 }

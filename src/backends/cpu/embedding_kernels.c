@@ -38,6 +38,7 @@ accel_status accel__cpuk_embedding_backward(accel_k_embedding_backward *k) {
         int nt = omp_get_num_threads(), me = omp_get_thread_num();
         int64_t c0 = D * me / nt, c1 = D * (me + 1) / nt;
         for (int64_t i = 0; i < n; i++) {
+            if (ids[i] == k->pad) continue; /* padding_idx: no gradient */
             float *dst = gw + ids[i] * D;
             const float *src = g + i * D;
             for (int64_t j = c0; j < c1; j++) dst[j] += src[j];

@@ -126,11 +126,13 @@ extern "C" accel_status accel__cudak_embedding(accel_k_embedding *k) {
 }
 
 /* Scatter-add with atomics: ids repeat. An id out of [0, V) adds nothing
- * (the forward reported it; its report may not have been read yet). */
-__global__ void embedding_backward_k(float *gw, const float *g, const int64_t *ids, int64_t n, int64_t D, int64_t V) {
+ * (the forward reported it; its report may not have been read yet), nor
+ * does pad (padding_idx; -1: none). */
+__global__ void embedding_backward_k(float *gw, const float *g, const int64_t *ids, int64_t n, int64_t D, int64_t V,
+                                     int64_t pad) {
     GRID_STRIDE(e, n * D) {
         int64_t id = ids[e / D];
-        if (id >= 0 && id < V) atomicAdd(&gw[id * D + e % D], g[e]);
+        if (id >= 0 && id < V && id != pad) atomicAdd(&gw[id * D + e % D], g[e]);
     }
 }
 
@@ -140,7 +142,7 @@ extern "C" accel_status accel__cudak_embedding_backward(accel_k_embedding_backwa
     cudaStream_t s = accel__cuda_enter(index);
     embedding_backward_k<<<blocks_for(k->n * k->D), KTHREADS, 0, s>>>((float *)k->gw->data, (const float *)k->g->data,
                                                                       (const int64_t *)k->ids->data, k->n, k->D,
-                                                                      k->gw->shape[0]);
+                                                                      k->gw->shape[0], k->pad);
     return launched(index, "embedding_backward");
 }
 
