@@ -372,6 +372,7 @@ static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos)
  * the host: the layers' masks and RoPE, GPT-2's positions. */
 typedef struct pad_state {
     const uint8_t *keep;        /* [B, S] (S = cache length + T): 1 where the mask is 1; NULL: no 0 in it */
+    const int64_t *key_range;   /* [B, 2]: row b keeps keys [lo, hi) only; NULL: some row keeps another pattern */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
 } pad_state;
@@ -527,12 +528,17 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
      * that sees no key (a left pad) gets 0 as in transformers' default SDPA
      * attention, Gemma 2's the mean of the values as in its eager one */
     const uint8_t *keep = pad ? pad->keep : NULL;
-    bool expl = (W || cap > 0 || drop > 0 || keep) && x->device.type != ACCEL_DEV_META;
+    /* one run of kept keys a row (left or right padding), where the device's
+     * fused kernel reads key ranges, is its key range: that kernel's rule
+     * for a query that sees no key is the SDPA's */
+    bool ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(x->device);
+    bool expl = (W || cap > 0 || drop > 0 || (keep && !ranged)) && x->device.type != ACCEL_DEV_META;
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
-    accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : expl ? accel__masked_attention(q, k, v, pos, W, keep, !a->score_softcap, scale, cap, drop)
-                             : accel__sdpa_heads_last(q, k, v, true, scale);
+    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+                      : expl   ? accel__masked_attention(q, k, v, pos, W, keep, !a->score_softcap, scale, cap, drop)
+                      : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
+                               : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
@@ -926,6 +932,23 @@ static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *wha
     return h && accel_tensor_to_host(w, h) == ACCEL_OK ? h : NULL;
 }
 
+/* The key range [B, 2] of keep [B, S] (step arena): row b's one run of
+ * ones [lo, hi) ([0, 0) for a row of zeros); NULL where some row has a 0
+ * between ones (or on error). */
+static const int64_t *key_ranges(const uint8_t *keep, int64_t B, int64_t S) {
+    int64_t *r = accel_arena_alloc(accel_step_arena(), (size_t)(2 * B + 1) * sizeof *r, 64);
+    for (int64_t b = 0; r && b < B; b++) {
+        const uint8_t *row = keep + b * S;
+        int64_t lo = 0, hi = S;
+        while (lo < S && !row[lo]) lo++;
+        while (hi > lo && !row[hi - 1]) hi--;
+        for (int64_t j = lo; j < hi; j++)
+            if (!row[j]) return NULL;
+        r[2 * b] = hi > lo ? lo : 0, r[2 * b + 1] = hi > lo ? hi : 0;
+    }
+    return r;
+}
+
 /* in's attention_mask and position_ids read into *pad; *padded false when
  * neither changes the forward (no mask, or one of ones only, and no
  * position ids: today's forward, bit for bit). pos: the cache's length. */
@@ -949,6 +972,7 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
             zero |= !m[i];
         }
         pad->keep = zero ? keep : NULL;
+        pad->key_range = zero ? key_ranges(keep, B, S) : NULL;
     }
     if (in->position_ids) {
         int64_t *p = host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:");

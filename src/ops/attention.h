@@ -12,6 +12,19 @@
  * the transposed copy of accel_sdpa's. Differentiable. */
 accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale);
 
+/* Whether dev's sdpa kernels read key ranges (accel__sdpa_padded runs there). */
+bool accel__sdpa_key_range_on(accel_device dev);
+
+/* accel__sdpa_heads_last, causal, with batch row b's keys limited to
+ * [key_range[2 b], key_range[2 b + 1]) (host int64 [B, 2]: a padded batch's
+ * valid keys, 0 <= lo <= hi <= Tk, copied): a query row that then sees no
+ * key (a left pad's) gets 0, and passes no gradient, as torch's SDPA gives
+ * it under a boolean mask that hides every key. On a backend whose sdpa
+ * kernels read key ranges (backend.h: sdpa_key_range; the CPU's), refused
+ * elsewhere. Differentiable. */
+accel_tensor *accel__sdpa_padded(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_range,
+                                 double scale);
+
 /* (rope.c) accel_rope_freqs over x [B, H, T, D] whose row b's position t is
  * pos[b T + t] (host, >= 0; position ids that differ between the rows of a
  * padded batch). */
