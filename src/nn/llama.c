@@ -949,16 +949,18 @@ static const int64_t *key_ranges(const uint8_t *keep, int64_t B, int64_t S) {
     return r;
 }
 
-/* in's attention_mask and position_ids read into *pad; *padded false when
- * neither changes the forward (no mask, or one of ones only, and no
- * position ids: today's forward, bit for bit). pos: the cache's length. */
-static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_config *c, int64_t pos,
-                             pad_state *pad, bool *padded) {
+/* in's attention_mask and position_ids (or hp's, on the host: then in's
+ * are NULL) read into *pad; *padded false when neither changes the forward
+ * (no mask, or one of ones only, and no position ids: today's forward, bit
+ * for bit). pos: the cache's length. */
+static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host *hp, const accel_llama_config *c,
+                             int64_t pos, pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
     *pad = (pad_state){0};
-    if (in->attention_mask) {
-        const int64_t *m = host_ints(in->attention_mask, B, S, "attention_mask",
-                                     "[B, T] of ids, or with a KV cache [B, cache length + T]:");
+    if (in->attention_mask || hp->mask) {
+        const int64_t *m = hp->mask ? hp->mask
+                                    : host_ints(in->attention_mask, B, S, "attention_mask",
+                                                "[B, T] of ids, or with a KV cache [B, cache length + T]:");
         if (!m) return accel_last_status();
         uint8_t *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * S > 0 ? B * S : 1), 64);
         if (!keep) return accel_last_status();
@@ -974,8 +976,9 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
         pad->keep = zero ? keep : NULL;
         pad->key_range = zero ? key_ranges(keep, B, S) : NULL;
     }
-    if (in->position_ids) {
-        int64_t *p = host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:");
+    if (in->position_ids || hp->positions) {
+        const int64_t *p = hp->positions ? hp->positions : host_ints(in->position_ids, B, T, "position_ids",
+                                                                      "[B, T] as ids:");
         if (!p) return accel_last_status();
         /* GPT-2's learned positions have rows up to n_positions only */
         bool gpt2 = accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2;
@@ -999,8 +1002,9 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
     return ACCEL_OK;
 }
 
-/* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]. */
-static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last) {
+/* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]; hp: the attention_mask
+ * and position ids on the host (in's NULL), or none. */
+static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
     if (!in) {
@@ -1018,7 +1022,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
     /* (position ids: pad_read checks them; a padded row's positions lag its indices) */
-    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids &&
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids && !hp->positions &&
         pos + T > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE,
                         "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
@@ -1044,17 +1048,16 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
         return NULL;
     }
     if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
-    if ((in->attention_mask || in->position_ids) && accel__decoder_cp_of(c)->pg) {
+    bool given = in->attention_mask || in->position_ids || hp->mask || hp->positions;
+    if (given && accel__decoder_cp_of(c)->pg) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: attention_mask and position_ids under context "
                         "parallelism are not implemented (the sharded attention has no padding mask)");
         return NULL;
     }
     /* in the step arena: a checkpointed layer's recompute reads it in the backward */
-    pad_state *pad = in->attention_mask || in->position_ids ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8)
-                                                            : NULL;
+    pad_state *pad = given ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8) : NULL;
     bool padded = false;
-    if ((in->attention_mask || in->position_ids) && (!pad || pad_read(in, c, pos, pad, &padded) != ACCEL_OK))
-        return NULL;
+    if (given && (!pad || pad_read(in, hp, c, pos, pad, &padded) != ACCEL_OK)) return NULL;
     /* Generating under sequence parallelism: a decoding step's one position
      * cannot be split over the ranks, so the tp regions run whole on every
      * rank, without the sequence's scatter and gather (Megatron and vLLM
@@ -1083,16 +1086,23 @@ static bool vocab_parallel(accel_module *llama, accel_pg **tp, int64_t *v0) {
     return accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, tp, v0, NULL);
 }
 
+static const accel__pad_host NO_HOST_PAD;
+
 accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
-    return forward(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, false);
+    return forward(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, false, &NO_HOST_PAD);
 }
 
 accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in) {
-    return forward(llama, in, false);
+    return forward(llama, in, false, &NO_HOST_PAD);
 }
 
-accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in) {
-    return forward(llama, in, true);
+accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in, const accel__pad_host *hp) {
+    if (in && hp && (in->attention_mask || in->position_ids)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: attention_mask and position_ids given twice "
+                        "(as tensors and on the host)");
+        return NULL;
+    }
+    return forward(llama, in, true, hp ? hp : &NO_HOST_PAD);
 }
 
 /* The labels of a padded batch: ids [B, T] shifted left, -100 where the
