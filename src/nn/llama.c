@@ -375,6 +375,10 @@ typedef struct pad_state {
     const int64_t *key_range;   /* [B, 2]: row b keeps keys [lo, hi) only; NULL: some row keeps another pattern */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
+    /* RoPE's cos/sin [B, T, rotary_dim / 2] of the positions, [local]: the
+     * full layers' and Gemma 3's sliding layers' (rope_tables_once); NULL:
+     * each layer builds its own (no positions, or a device of its own) */
+    accel_tensor *rope_cos[2], *rope_sin[2];
 } pad_state;
 
 /* ---- modules */
@@ -438,7 +442,9 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
 /* RoPE of x [B, H, T, D] at positions pos.. or, under context parallelism
  * over cp, of this rank's two chunks at their global positions (accel/cp.h). */
 static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling,
-                              const pad_state *pad) {
+                              const pad_state *pad, bool local) {
+    if (x && pad && pad->positions && pad->rope_cos[local] && accel_device_eq(pad->rope_cos[local]->device, x->device))
+        return accel__rope_with_tables(x, pad->rope_cos[local], pad->rope_sin[local]);
     if (pad && pad->positions) return accel__rope_positions(x, pad->positions, inv, scaling);
     return cp ? accel_cp_rope_freqs(x, accel_pg_size(cp), accel_pg_rank(cp), inv, scaling)
               : accel_rope_freqs(x, pos, inv, scaling);
@@ -447,9 +453,9 @@ static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const 
 /* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
  * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
 static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd,
-                          const pad_state *pad) {
-    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling, pad);
-    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling, pad);
+                          const pad_state *pad, bool local) {
+    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling, pad, local);
+    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling, pad, local);
     accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
     return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
 }
@@ -506,8 +512,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, li->local_rope, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
-        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad); /* q, k [B, H(kv), T, D] */
-        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad);
+        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
@@ -1002,6 +1008,29 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
     return ACCEL_OK;
 }
 
+/* pad's RoPE tables (pad_state) for the positions' seq_len-long sequence,
+ * each kind of layer's once, on dev (the ids'; a layer elsewhere builds
+ * its own): in the step arena before any layer runs, where a checkpointed
+ * layer's recompute finds them (its own allocations are given back). */
+static accel_status rope_tables_once(accel_module *llama, const accel_llama_config *c, int64_t B, int64_t T,
+                                     int64_t seq_len, accel_device dev, pad_state *pad) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!pad->positions || !layers || root_arch(llama)->blocks == ACCEL__BLOCKS_GPT2) return ACCEL_OK;
+    int64_t rd = accel__rotary_dim(c);
+    for (int i = 0; i < layers->n_children; i++) {
+        bool local = ((const layer_impl *)layers->children[i]->impl)->local_rope;
+        if (pad->rope_cos[local]) continue;
+        float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2 + 1) * sizeof *inv, 64);
+        if (!inv) return accel_last_status();
+        double scaling = accel__rope_inv_freq(c, local, seq_len, inv);
+        accel_status st = accel__rope_tables(pad->positions, B, T, rd / 2, inv, scaling, dev, &pad->rope_cos[local],
+                                             &pad->rope_sin[local]);
+        if (st != ACCEL_OK) return st;
+        if (!pad->rope_cos[local]) return ACCEL_OK; /* meta: none */
+    }
+    return ACCEL_OK;
+}
+
 /* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]; hp: the attention_mask
  * and position ids on the host (in's NULL), or none. */
 static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
@@ -1058,6 +1087,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     pad_state *pad = given ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8) : NULL;
     bool padded = false;
     if (given && (!pad || pad_read(in, hp, c, pos, pad, &padded) != ACCEL_OK)) return NULL;
+    if (padded && rope_tables_once(llama, c, ids->shape[0], T, pos + T, ids->device, pad) != ACCEL_OK) return NULL;
     /* Generating under sequence parallelism: a decoding step's one position
      * cannot be split over the ranks, so the tp regions run whole on every
      * rank, without the sequence's scatter and gather (Megatron and vLLM

@@ -30,5 +30,14 @@ accel_tensor *accel__sdpa_padded(accel_tensor *q, accel_tensor *k, accel_tensor 
  * padded batch). */
 accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const float *inv_freq,
                                     double attention_scaling);
+/* (rope.c) accel__rope_positions' tables cos, sin [B, T, half] (f32 on dev;
+ * NULL on meta) of positions pos [B T] (host, >= 0): built once, they serve
+ * every x of those positions (a padded forward's q and k of every layer
+ * whose RoPE has the same inv_freq [half] and scaling). */
+accel_status accel__rope_tables(const int64_t *pos, int64_t B, int64_t T, int64_t half, const float *inv_freq,
+                                double attention_scaling, accel_device dev, accel_tensor **cos, accel_tensor **sin);
+/* RoPE of x [B, H, T, 2 half] by accel__rope_tables' cos and sin (on x's
+ * device), as accel__rope_positions; differentiable. */
+accel_tensor *accel__rope_with_tables(accel_tensor *x, accel_tensor *cos, accel_tensor *sin);
 
 #endif
