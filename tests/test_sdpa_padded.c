@@ -7,8 +7,9 @@
  * with no key at all (0 out, no gradient: the rule of the explicit path's
  * unseen_zero), bf16 on the native tiles. Then the explicit path's causal
  * + window + padding mask against the reference and finite differences, the
- * eager rule (the mean of the values) for a row that sees no key, and bad
- * key ranges refused by name. */
+ * eager rule (the mean of the values) for a row that sees no key, a mask
+ * made once for every layer (accel__pad_mask) the same as one made a call,
+ * and bad key ranges refused by name. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,30 @@ static void test_window_padding(void) {
     accel_tensor_free(q), accel_tensor_free(k), accel_tensor_free(v);
 }
 
+/* A padding mask made once (accel__pad_mask_make) is the one each call
+ * makes from keep, bit for bit; one made for another window, position or
+ * grouping refused. */
+static void test_shared_mask(void) {
+    pcase c = {2, 4, 2, 5, 8, 4, {3, 8, 0, 6}};
+    accel_tensor *q = gc_randn(61, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)), *k = gc_randn(62, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
+                 *v = gc_randn(63, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
+    uint8_t *keep = keep_of(&c);
+    accel__pad_mask pm;
+    CHECK(accel__pad_mask_make(&pm, keep, c.B, 2, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
+    accel_tensor *a = accel__masked_attention_pad(q, k, v, 3, 4, &pm, true, 0.0, 0.0, 0.0),
+                 *b = accel__masked_attention(q, k, v, 3, 4, keep, true, 0.0, 0.0, 0.0);
+    CHECK(a && b && fx_compare("shared mask", a, b, 0.0, 0.0) == 0);
+    CHECK(!accel__masked_attention_pad(q, k, v, 3, 0, &pm, true, 0.0, 0.0, 0.0));
+    CHECK_STR_CONTAINS(accel_last_error(), "made for another window");
+    CHECK(!accel__masked_attention_pad(q, k, v, 2, 4, &pm, true, 0.0, 0.0, 0.0));
+    accel_tensor *k1 = accel_slice(k, 1, 0, 1, 1), *v1 = accel_slice(v, 1, 0, 1, 1); /* G 4, not 2 */
+    CHECK(!accel__masked_attention_pad(q, k1, v1, 3, 4, &pm, true, 0.0, 0.0, 0.0));
+    accel_clear_error();
+    accel_step_reset();
+    free(keep);
+    accel_tensor_free(q), accel_tensor_free(k), accel_tensor_free(v);
+}
+
 static void test_refusals(void) {
     accel_tensor *q = gc_randn(51, ACCEL_SHAPE(2, 2, 3, 4)), *k = gc_randn(52, ACCEL_SHAPE(2, 2, 5, 4)),
                  *v = gc_randn(53, ACCEL_SHAPE(2, 2, 5, 4));
@@ -250,6 +275,7 @@ int main(void) {
     RUN(test_full_range_is_unpadded);
     RUN(test_gradcheck);
     RUN(test_window_padding);
+    RUN(test_shared_mask);
     RUN(test_refusals);
     return check_summary();
 }

@@ -379,6 +379,9 @@ typedef struct pad_state {
      * full layers' and Gemma 3's sliding layers' (rope_tables_once); NULL:
      * each layer builds its own (no positions, or a device of its own) */
     accel_tensor *rope_cos[2], *rope_sin[2];
+    /* the explicit scores' padding masks, [W != 0]: the full layers' and the
+     * windowed ones' (rope_and_masks_once); mask NULL: each layer makes its own */
+    accel__pad_mask masks[2];
 } pad_state;
 
 /* ---- modules */
@@ -479,6 +482,29 @@ static void project_qkv(accel_module **p, const layer_impl *li, accel_tensor *x,
     *v = qkv ? accel_contiguous(accel_slice(qkv, 2, qd + kvd, qd + 2 * kvd, 1)) : NULL;
 }
 
+/* The window of li's attention over a sequence of `end` positions (0:
+ * none): it only bites once some query is W or more positions past a key. */
+static int64_t layer_window(const layer_impl *li, int64_t end) {
+    return li->windowed && end > li->cfg->sliding_window ? li->cfg->sliding_window : 0;
+}
+
+/* Whether attention module attn of li takes the explicit scores
+ * (attention_masked.h) on dev with window W: for the window, soft-capping,
+ * GPT-2's dropout while training, and a padded batch the fused kernel does
+ * not take (*ranged false). *ranged: a padded batch whose rows each keep one
+ * run of keys (left or right padding), on a device whose fused kernel reads
+ * key ranges, with the SDPA's rule for a query that sees no key (a left
+ * pad's 0; Gemma 2's eager attention gives the mean of the values). */
+static bool explicit_scores(const accel_module *attn, const layer_impl *li, const pad_state *pad, int64_t W,
+                            accel_device dev, bool *ranged) {
+    const accel__arch *a = li->arch;
+    const uint8_t *keep = pad ? pad->keep : NULL;
+    bool drop = a->blocks == ACCEL__BLOCKS_GPT2 && attn->training && li->cfg->attn_pdrop > 0;
+    bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
+    *ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(dev);
+    return (W || cap || drop || (keep && !*ranged)) && dev.type != ACCEL_DEV_META;
+}
+
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
                                     accel_kv_cache *cache, const pad_state *pad) {
     const accel_llama_config *c = li->cfg;
@@ -523,26 +549,23 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
      * (under cp: of the whole sequence, T being this rank's chunks);
      * soft-capping needs the scores (on meta, shapes only: the fused op) */
     int64_t end = cp ? accel__decoder_cp_seq_len(cp, T) : pos + T;
-    int64_t W = li->windowed && end > c->sliding_window ? c->sliding_window : 0;
+    int64_t W = layer_window(li, end);
     double scale = a->multipliers                                 ? c->attention_multiplier
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
-    /* a padded batch: the mask of its keys over explicit scores too; a query
-     * that sees no key (a left pad) gets 0 as in transformers' default SDPA
-     * attention, Gemma 2's the mean of the values as in its eager one */
-    const uint8_t *keep = pad ? pad->keep : NULL;
-    /* one run of kept keys a row (left or right padding), where the device's
-     * fused kernel reads key ranges, is its key range: that kernel's rule
-     * for a query that sees no key is the SDPA's */
-    bool ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(x->device);
-    bool expl = (W || cap > 0 || drop > 0 || (keep && !ranged)) && x->device.type != ACCEL_DEV_META;
+    bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
+    /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
+    const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
+    bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W);
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : expl   ? accel__masked_attention(q, k, v, pos, W, keep, !a->score_softcap, scale, cap, drop)
+                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, !a->score_softcap, scale, cap, drop)
+                      : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, !a->score_softcap,
+                                                         scale, cap, drop)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
@@ -1031,6 +1054,33 @@ static accel_status rope_tables_once(accel_module *llama, const accel_llama_conf
     return ACCEL_OK;
 }
 
+/* pad's padding masks (pad_state) for the layers that take the explicit
+ * scores, one a window, made as rope_tables_once's tables are: on dev (the
+ * ids'), in the dtype the layers compute in (the autocast's, else the
+ * weights': the embedding's stands for them); a layer that computes
+ * elsewhere or otherwise makes its own. After llama's hooks have begun
+ * (autocast). */
+static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, int64_t pos, accel_device dev,
+                                   pad_state *pad) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!pad->keep || !layers) return ACCEL_OK;
+    accel_dtype dt = accel_autocast_dtype() != ACCEL_F32
+                         ? accel_autocast_dtype()
+                         : accel__module_tensor(llama->children[ROOT_MODEL]->children[MODEL_EMBED], "weight")->dtype;
+    for (int i = 0; i < layers->n_children; i++) {
+        const layer_impl *li = layers->children[i]->impl;
+        int64_t W = layer_window(li, pos + T);
+        bool ranged;
+        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged) ||
+            pad->masks[W != 0].mask)
+            continue;
+        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, B, li->heads / li->kv_heads, T, pos + T,
+                                               pos, W, dt, dev);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
 /* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]; hp: the attention_mask
  * and position ids on the host (in's NULL), or none. */
 static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
@@ -1098,7 +1148,9 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     accel_tensor *h = ids, *logits = NULL;
     if (accel_module_enter(llama, &h) == ACCEL_OK) {
         const accel__arch *a = root_arch(llama);
-        h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache, padded ? pad : NULL);
+        h = padded && pad_masks_once(llama, ids->shape[0], T, pos, ids->device, pad) != ACCEL_OK
+                ? NULL
+                : model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache, padded ? pad : NULL);
         if (last && h && h->shape[1] > 1) h = accel_slice(h, 1, h->shape[1] - 1, h->shape[1], 1);
         logits = lm_head(llama, c, a, h);
         /* generating under tp: every rank gets the whole vocabulary's logits */
