@@ -375,6 +375,7 @@ typedef struct pad_state {
     const int64_t *key_range;   /* [B, 2]: row b keeps keys [lo, hi) only; NULL: some row keeps another pattern */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
+    int64_t pos;                /* the first position's index: the cache's length */
     /* RoPE's cos/sin [B, T, rotary_dim / 2] of the positions, [local]: the
      * full layers' and Gemma 3's sliding layers' (rope_tables_once); NULL:
      * each layer builds its own (no positions, or a device of its own) */
@@ -692,7 +693,14 @@ static int layers_index(const accel__arch *a) {
  * h; a padded batch's position ids: [B, T, C]. */
 static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T,
                                          const pad_state *pad) {
-    if (pad && pad->positions) return h ? accel_module_call(wpe, pad->position_ids) : NULL;
+    /* a padded batch's ids of positions [pos, pos + T): this rank's columns
+     * under sequence parallelism (pos past the cache's length) */
+    if (pad && pad->positions) {
+        accel_tensor *p = pad->position_ids;
+        int64_t c0 = pos - pad->pos;
+        if (p && T != p->shape[1]) p = accel_slice(p, 1, c0, c0 + T, 1);
+        return h && p ? accel_module_call(wpe, p) : NULL;
+    }
     accel_tensor *p = h ? accel_arange(ACCEL_I64, pos, pos + T) : NULL;
     if (p && !accel_device_eq(p->device, h->device)) p = accel_to_device(p, h->device);
     return p ? accel_module_call(wpe, p) : NULL;
@@ -707,11 +715,6 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
     accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    if (pad && h && h->shape[1] != T) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: an attention_mask with zeros or position_ids "
-                        "under sequence parallelism is not implemented (each rank holds a part of the positions)");
-        return NULL;
-    }
     if (a->blocks == ACCEL__BLOCKS_GPT2 && h) {
         /* under sequence parallelism h holds this rank's T / tp of the positions */
         int64_t Tl = h->shape[1], first = pos;
@@ -985,7 +988,7 @@ static const int64_t *key_ranges(const uint8_t *keep, int64_t B, int64_t S) {
 static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host *hp, const accel_llama_config *c,
                              int64_t pos, pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
-    *pad = (pad_state){0};
+    *pad = (pad_state){.pos = pos};
     if (in->attention_mask || hp->mask) {
         const int64_t *m = hp->mask ? hp->mask
                                     : host_ints(in->attention_mask, B, S, "attention_mask",
