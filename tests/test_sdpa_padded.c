@@ -147,8 +147,11 @@ static void check_case(const pcase *c, const char *what) {
     accel_tensor *ob = fused(accel_to_dtype(q, ACCEL_BF16), accel_to_dtype(k, ACCEL_BF16),
                              accel_to_dtype(v, ACCEL_BF16), c);
     CHECK_MSG(fx_compare(what, ob, wt, 3e-2, 3e-2) == 0, "%s: bf16", what);
+    accel_tensor *gb[3];
+    grads_of(ob, in, gb);
+    for (int i = 0; i < 3; i++) CHECK_MSG(fx_compare(what, gb[i], ge[i], 5e-2, 5e-2) == 0, "%s: bf16 grad %d", what, i);
     accel_step_reset();
-    free3(g), free3(ge), free3(gr);
+    free3(g), free3(ge), free3(gr), free3(gb);
     free(fq), free(fk), free(fv), free(want), free(keep);
     free3(in);
 }
