@@ -1,7 +1,8 @@
 /* bench_padded_step: what a padded batch's attention_mask costs a training
  * step's forward + backward (accel_llama_loss_ex, accel_backward, the step
- * reset; no optimizer, the gradients adding up as accumulation does): the same ids [B, T] three ways, interleaved over N
- * rounds after warm-up, medians:
+ * reset; no optimizer, the gradients adding up as accumulation does): the
+ * same ids [B, T] three ways, interleaved over N rounds after warm-up,
+ * medians:
  *   - plain:  no mask (accel_llama_loss);
  *   - padded: left padding, row b's first b T / (2 B) positions masked (one
  *             run of kept keys a row: the fused attention's key range);
@@ -57,7 +58,8 @@ int main(int argc, char **argv) {
         for (int k = 0; k < KINDS; k++) {
             long f;
             double c0 = bench_cpu_seconds(&f), t0 = accel_now_seconds();
-            accel_tensor *loss = accel_llama_loss_ex(model, &(accel_llama_inputs){.ids = ids, .attention_mask = mask[k]});
+            accel_llama_inputs in = {.ids = ids, .attention_mask = mask[k]};
+            accel_tensor *loss = accel_llama_loss_ex(model, &in);
             if (!loss || accel_backward(loss) != ACCEL_OK) {
                 fprintf(stderr, "bench_padded_step: %s: %s\n", KIND[k], accel_last_error());
                 return 1;

@@ -239,7 +239,8 @@ static void test_host_pad(void) {
     if (!m) return;
     int64_t id[2 * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, mask[2 * 4] = {0, 0, 1, 1, 1, 1, 1, 1},
             pos[2 * 4] = {0, 0, 0, 1, 0, 1, 2, 3}, bad[2 * 4] = {0, 0, 1, 3, 1, 1, 1, 1};
-    accel_llama_inputs in = {.ids = ints(2, 4, id), .attention_mask = ints(2, 4, mask), .position_ids = ints(2, 4, pos)};
+    accel_llama_inputs in = {.ids = ints(2, 4, id), .attention_mask = ints(2, 4, mask),
+                             .position_ids = ints(2, 4, pos)};
     accel_tensor *want = accel__llama_forward_last(m, &in, NULL);
     accel_llama_inputs ids_only = {.ids = in.ids};
     CHECK(same_bits(want, accel__llama_forward_last(m, &ids_only, &(accel__pad_host){mask, pos})));

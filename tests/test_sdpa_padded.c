@@ -178,7 +178,8 @@ static void test_vs_explicit_and_reference(void) {
 /* A full range is the unpadded attention, bit for bit. */
 static void test_full_range_is_unpadded(void) {
     pcase c = {2, 4, 2, 7, 7, 8, {0, 7, 0, 7}};
-    accel_tensor *q = gc_randn(21, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)), *k = gc_randn(22, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
+    accel_tensor *q = gc_randn(21, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)),
+                 *k = gc_randn(22, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
                  *v = gc_randn(23, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
     accel_tensor *a = accel__sdpa_padded(q, k, v, c.range, 0.0), *b = accel__sdpa_heads_last(q, k, v, true, 0.0);
     CHECK(a && b && fx_compare("full range", a, b, 0.0, 0.0) == 0);
@@ -206,7 +207,8 @@ static accel_tensor *loss_window(accel_tensor *const *in, int n, void *ctx) {
 
 static void test_gradcheck(void) {
     pcase c = {2, 2, 1, 4, 6, 4, {2, 6, 0, 5}};
-    accel_tensor *in[3] = {gc_randn(31, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)), gc_randn(32, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
+    accel_tensor *in[3] = {gc_randn(31, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)),
+                           gc_randn(32, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
                            gc_randn(33, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D))};
     CHECK(gradcheck("sdpa padded", loss_padded, &c, 3, in, NULL) == 0);
     /* the explicit path's causal + window + padding mask */
@@ -222,10 +224,12 @@ static void test_gradcheck(void) {
  * and its two rules for a row that sees no key. */
 static void test_window_padding(void) {
     pcase c = {2, 2, 2, 8, 8, 4, {3, 8, 0, 8}};
-    accel_tensor *q = gc_randn(41, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)), *k = gc_randn(42, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
+    accel_tensor *q = gc_randn(41, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)),
+                 *k = gc_randn(42, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
                  *v = gc_randn(43, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
     uint8_t *keep = keep_of(&c);
-    float *fq = floats_of(q), *fk = floats_of(k), *fv = floats_of(v), *want = malloc(sizeof(float) * (size_t)accel_numel(q));
+    float *fq = floats_of(q), *fk = floats_of(k), *fv = floats_of(v);
+    float *want = malloc(sizeof(float) * (size_t)accel_numel(q));
     for (int zero = 0; zero < 2; zero++) {
         reference(&c, fq, fk, fv, keep, 3, zero, want);
         accel_tensor *o = accel__masked_attention(q, k, v, 0, 3, keep, zero, 0.0, 0.0, 0.0);
@@ -242,7 +246,8 @@ static void test_window_padding(void) {
  * grouping refused. */
 static void test_shared_mask(void) {
     pcase c = {2, 4, 2, 5, 8, 4, {3, 8, 0, 6}};
-    accel_tensor *q = gc_randn(61, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)), *k = gc_randn(62, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
+    accel_tensor *q = gc_randn(61, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)),
+                 *k = gc_randn(62, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D)),
                  *v = gc_randn(63, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
     uint8_t *keep = keep_of(&c);
     accel__pad_mask pm;

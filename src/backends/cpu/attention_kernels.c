@@ -50,7 +50,9 @@ static inline int64_t last_key(const accel_k_sdpa_dims *d, int64_t i) {
 }
 
 /* The first key batch row b sees (dims' key_range: its padding's end). */
-static inline int64_t first_key(const accel_k_sdpa_dims *d, int64_t b) { return d->key_range ? d->key_range[2 * b] : 0; }
+static inline int64_t first_key(const accel_k_sdpa_dims *d, int64_t b) {
+    return d->key_range ? d->key_range[2 * b] : 0;
+}
 
 /* Keys the query block starting at i0 (nq rows) of batch row b needs:
  * [0, kend), kend no further than the row's key_range; 0 when no query of
