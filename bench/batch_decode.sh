@@ -9,7 +9,9 @@
 #     bash bench/batch_decode.sh [BUILD_DIR] [ROUNDS]     (defaults build, 2)
 #
 # Checkpoint: examples/save_fake_llama --layers LAYERS (default 2; hidden 512,
-# vocab 32000), f32. Env: THREADS (2), LAYERS, NEW (16). Writes
+# vocab 32000), f32. Env: THREADS (2), LAYERS, NEW (16). Then what the mask
+# costs a training step's forward + backward (bench_padded_step: batch 4 x 256,
+# the same LAYERS, left-padded vs unpadded vs a mask with a hole). Writes
 # OUT (default bench/results/batch_decode.md; bench/results/<kind>/batch_decode.md on a
 # CPU kind of its own, as the other scripts). About 2 minutes.
 set -euo pipefail
@@ -21,7 +23,7 @@ THREADS=${THREADS:-2}
 LAYERS=${LAYERS:-2}
 NEW=${NEW:-16}
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
-if [ "$B" = build ]; then cmake --build build -j2 --target generate save_fake_llama accel_cli >/dev/null; fi
+if [ "$B" = build ]; then cmake --build build -j2 --target generate save_fake_llama accel_cli bench_padded_step >/dev/null; fi
 BIN=$B/bin
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -60,6 +62,8 @@ for r in $(seq "$ROUNDS"); do
     echo "$same" >> "$T/same$n"
   done
 done
+# the mask's cost to a training step (its own interleaved rounds)
+"$BIN/bench_padded_step" --steps $((ROUNDS + 1)) --warmup 1 --batch 4 --seq 256 --layers "$LAYERS" --vocab 8192 > "$T/step"
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 OUT=${OUT:-bench/results/batch_decode.md}
 {
@@ -91,5 +95,18 @@ OUT=${OUT:-bench/results/batch_decode.md}
   for n in 1 4 8; do
     echo "- batch $n: $(paste -d/ "$T/a$n.tps" "$T/p$n.tps" | tr '\n' ' '); $(paste -d/ "$T/a$n.cps" "$T/p$n.cps" | tr '\n' ' ')"
   done
+  echo
+  echo "## A training step's forward + backward with the mask (bench_padded_step)"
+  echo
+  echo "accel_llama_loss_ex + backward, no optimizer: $(sed -n 's/^shape //p' "$T/step") (hidden 512, f32);"
+  echo "plain: no mask; padded: row b's first b T / 8 positions masked (left padding: the fused attention's"
+  echo "key range); holed: as many zeros a row with one kept key before them (explicit scores). Medians of"
+  echo "interleaved rounds; the ratios are medians of same-round ratios to plain."
+  echo
+  echo "| kind | fwd + bwd ms | CPU ms |"
+  echo "|---|---|---|"
+  sed -n 's/^kind=\([a-z]*\) fwd_bwd_ms_median=\([0-9.]*\) cpu_ms_median=\([0-9.]*\)/| \1 | \2 | \3 |/p' "$T/step"
+  echo
+  echo "$(sed -n 's/^padded_over_plain=\([0-9.]*\) holed_over_plain=\([0-9.]*\)/padded \/ plain \1x, holed \/ plain \2x./p' "$T/step")"
 } > "$OUT"
 cat "$OUT"

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "accel/bigmodel.h"
+#include "nn/arch.h"
 #include "gpt2_generate.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
@@ -229,6 +230,30 @@ static void test_refusals(void) {
     accel_module_free(m);
 }
 
+/* The forward generation runs (accel__llama_forward_last with the mask and
+ * position ids on the host) is the one with them as tensors, bit for bit;
+ * its mask checked as theirs; both at once refused. */
+static void test_host_pad(void) {
+    accel_module *m = load("data/hf_arch_mistral");
+    CHECK(m != NULL);
+    if (!m) return;
+    int64_t id[2 * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, mask[2 * 4] = {0, 0, 1, 1, 1, 1, 1, 1},
+            pos[2 * 4] = {0, 0, 0, 1, 0, 1, 2, 3}, bad[2 * 4] = {0, 0, 1, 3, 1, 1, 1, 1};
+    accel_llama_inputs in = {.ids = ints(2, 4, id), .attention_mask = ints(2, 4, mask),
+                             .position_ids = ints(2, 4, pos)};
+    accel_tensor *want = accel__llama_forward_last(m, &in, NULL);
+    accel_llama_inputs ids_only = {.ids = in.ids};
+    CHECK(same_bits(want, accel__llama_forward_last(m, &ids_only, &(accel__pad_host){mask, pos})));
+    CHECK(!accel__llama_forward_last(m, &ids_only, &(accel__pad_host){bad, pos}));
+    CHECK_STR_CONTAINS(accel_last_error(), "attention_mask[0][3] is 3");
+    accel_clear_error();
+    CHECK(!accel__llama_forward_last(m, &in, &(accel__pad_host){mask, pos}));
+    CHECK_STR_CONTAINS(accel_last_error(), "given twice");
+    accel_clear_error();
+    accel_step_reset();
+    accel_module_free(m);
+}
+
 /* accel_generate_batch's rules: left padding only, no empty row, the pad
  * defaulting to eos, sampling by seed (a batch of one: accel_generate's
  * draws); GPT-2's padded rows' positions, not indices, bound by n_positions. */
@@ -429,6 +454,7 @@ int main(void) {
     RUN(test_offload_bf16);
     RUN(test_example_batch);
     RUN(test_refusals);
+    RUN(test_host_pad);
     RUN(test_generate_rules);
     return check_summary();
 }

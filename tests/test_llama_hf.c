@@ -66,7 +66,7 @@ static double logits_err(accel_module *m, const expected *e) {
  * generation's forward (accel__llama_forward_last), logits [B, 1, V]; 1e30
  * when it fails or gives another shape. */
 static double last_logits_err(accel_module *m, const expected *e) {
-    accel_tensor *y = accel__llama_forward_last(m, &(accel_llama_inputs){.ids = accel_alias(e->ids)});
+    accel_tensor *y = accel__llama_forward_last(m, &(accel_llama_inputs){.ids = accel_alias(e->ids)}, NULL);
     int64_t B = e->logits->shape[0], T = e->logits->shape[1], V = e->logits->shape[2];
     double err = 1e30;
     if (y && y->ndim == 3 && y->shape[0] == B && y->shape[1] == 1 && y->shape[2] == V) {

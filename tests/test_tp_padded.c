@@ -5,8 +5,10 @@
  * Qwen2-MoE with the routers' load-balancing loss (its means over the kept
  * tokens): the loss with a left-padded mask and every gradient within 1e-5
  * of one process, then
- * accel_generate_batch's greedy tokens identical; under sequence and
- * context parallelism the mask is refused by name. */
+ * accel_generate_batch's greedy tokens identical; all of it again under
+ * sequence parallelism (each rank's T / tp positions between the tp regions:
+ * the mask and position ids are the whole sequence's, as attention sees it);
+ * under context parallelism the mask is refused by name. */
 #include "accel/cp.h"
 #include "check.h"
 #include "dist_group.h"
@@ -25,9 +27,9 @@ static accel_module *model_of(const char *family, bool balance) {
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
-static void family_matches(accel_pg *pg, const char *family, bool balance) {
+static void family_matches(accel_pg *pg, const char *family, bool balance, bool sp) {
     accel_module *ref = model_of(family, balance), *tp = model_of(family, balance);
-    CHECK_MSG(accel_llama_parallelize(tp, pg, false) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    CHECK_MSG(accel_llama_parallelize(tp, pg, sp) == ACCEL_OK, "%s: %s", family, accel_last_error());
     int64_t idv[B * T], pos[B * T];
     for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
     for (int b = 0; b < B; b++)
@@ -40,10 +42,11 @@ static void family_matches(accel_pg *pg, const char *family, bool balance) {
     double want = lr ? accel_item(lr) : NAN;
     accel_step_reset();
     accel_tensor *lt = accel_llama_loss_ex(tp, &in);
-    CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s (sp %d): %s", family, sp, accel_last_error());
+    if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK); /* the norms' partial gradients */
     if (lt)
-        CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s: loss %.9g, want %.9g", family,
-                  accel_item(lt), want);
+        CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s (sp %d): loss %.9g, want %.9g",
+                  family, sp, accel_item(lt), want);
     grads_match(tp, ref);
     accel_step_reset();
     int64_t a[B * (T + NEW)], b[B * (T + NEW)], ca = 0, cb = 0;
@@ -70,20 +73,6 @@ static void context_parallel_refused(accel_pg *pg) {
     accel_module_free(cp);
 }
 
-/* Under sequence parallelism each rank holds T / tp positions: refused. */
-static void sequence_parallel_refused(accel_pg *pg) {
-    accel_module *tp = tiny_family(11, "llama");
-    CHECK(accel_llama_parallelize(tp, pg, true) == ACCEL_OK);
-    int64_t idv[B * T] = {0};
-    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK);
-    CHECK(!accel_llama_loss_ex(tp, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}));
-    CHECK_STR_CONTAINS(accel_last_error(), "under sequence parallelism is not implemented");
-    accel_clear_error();
-    accel_step_reset();
-    accel_tensor_free(ids), accel_tensor_free(mask);
-    accel_module_free(tp);
-}
-
 static int body(int rank, int world) {
     (void)world;
     if (accel_dist_init() != ACCEL_OK) {
@@ -92,10 +81,11 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe"};
-    for (int f = 0; f < 4; f++) family_matches(pg, families[f], false);
-    family_matches(pg, "mixtral", true);
-    family_matches(pg, "qwen2_moe", true);
-    sequence_parallel_refused(pg);
+    for (int sp = 0; sp < 2; sp++) {
+        for (int f = 0; f < 4; f++) family_matches(pg, families[f], false, sp);
+        family_matches(pg, "mixtral", true, sp);
+        family_matches(pg, "qwen2_moe", true, sp);
+    }
     context_parallel_refused(pg);
     accel_dist_finalize();
     return check_summary();

@@ -474,10 +474,12 @@ typedef struct accel_llama_inputs {
 } accel_llama_inputs;
 
 /* accel_llama_forward with in's attention_mask and position_ids (docs/nn.md
- * "Padded batches"): logits [B, T, V]; a padded batch's masked keys go
- * through explicit scores (the sliding-window path), an unpadded one takes
- * the fused attention as accel_llama_forward. Refused: under context or
- * sequence parallelism (ACCEL_ERR_UNSUPPORTED naming attention_mask); a
+ * "Padded batches"): logits [B, T, V]; a padded batch whose rows each keep
+ * one run of keys takes the fused attention with a key range a row (on the
+ * CPU), other masks, windows and soft-capping the explicit scores (the
+ * sliding-window path); an unpadded one is accel_llama_forward; under
+ * tensor parallelism with sequence parallelism too. Refused: under context
+ * parallelism (ACCEL_ERR_UNSUPPORTED naming attention_mask); a
  * mask of another shape or dtype, of values other than 0/1, position ids
  * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them). */
 accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in);

@@ -187,7 +187,8 @@ static accel_tensor *ids_tensor(const int64_t *ids, int64_t n, accel_device dev)
  * opts->prompt_logits on the first step). */
 static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache, int64_t vocab,
                                 const accel_generate_opts *opts, bool first, float *buf) {
-    accel_tensor *y = ids ? accel__llama_forward_last(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}) : NULL;
+    accel_tensor *y = ids ? accel__llama_forward_last(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, NULL)
+                          : NULL;
     accel_tensor *row = y ? last_logits(y, vocab) : NULL;
     if (!row) return accel_last_status();
     if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)
@@ -274,24 +275,27 @@ typedef struct batch_run {
     int64_t *ids, *mask, *pos; /* [B, W] each: tokens, attention_mask, position ids */
 } batch_run;
 
-/* Columns [c0, len) of `from` [B, W] as a [B, len - c0] i64 tensor on dev. */
-static accel_tensor *columns(const batch_run *r, const int64_t *from, int64_t c0, accel_device dev) {
+/* Columns [c0, len) of `from` [B, W] as host [B, len - c0] (step arena). */
+static int64_t *columns(const batch_run *r, const int64_t *from, int64_t c0) {
     int64_t n = r->len - c0;
     int64_t *h = accel_arena_alloc(accel_step_arena(), (size_t)(r->B * n) * sizeof *h, 64);
-    if (!h) return NULL;
-    for (int64_t b = 0; b < r->B; b++) memcpy(h + b * n, from + b * r->W + c0, (size_t)n * sizeof *h);
-    accel_tensor *t = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(r->B, n), dev);
-    return t && accel_tensor_from_host(t, h) == ACCEL_OK ? t : NULL;
+    for (int64_t b = 0; h && b < r->B; b++) memcpy(h + b * n, from + b * r->W + c0, (size_t)n * sizeof *h);
+    return h;
 }
 
 /* One forward of the columns [c0, len) (the whole mask), the last
- * position's logits of every row into buf [B, vocab]. */
+ * position's logits of every row into buf [B, vocab]. The ids go to dev;
+ * the mask and positions stay on the host (accel__pad_host), where the
+ * forward reads them. */
 static accel_status batch_step(accel_module *llama, const batch_run *r, int64_t c0, accel_kv_cache *cache,
                                int64_t vocab, accel_device dev, float *buf) {
-    accel_llama_inputs in = {.ids = columns(r, r->ids, c0, dev), .attention_mask = columns(r, r->mask, 0, dev),
-                             .position_ids = columns(r, r->pos, c0, dev), .cache = cache};
-    if (!in.ids || !in.attention_mask || !in.position_ids) return accel_last_status();
-    accel_tensor *y = accel__llama_forward_last(llama, &in);
+    const int64_t *ids = columns(r, r->ids, c0);
+    accel__pad_host hp = {.mask = columns(r, r->mask, 0), .positions = columns(r, r->pos, c0)};
+    accel_llama_inputs in = {.ids = ids ? accel_empty_on(ACCEL_I64, ACCEL_SHAPE(r->B, r->len - c0), dev) : NULL,
+                             .cache = cache};
+    if (!in.ids || !hp.mask || !hp.positions || accel_tensor_from_host(in.ids, ids) != ACCEL_OK)
+        return accel_last_status();
+    accel_tensor *y = accel__llama_forward_last(llama, &in, &hp);
     if (!y) return accel_last_status();
     if (y->ndim != 3 || y->shape[0] != r->B || y->shape[1] != 1 || y->shape[2] != vocab) {
         char b[64];

@@ -159,6 +159,10 @@ typedef struct accel_backend {
      * dv and the backward's k, v must be dense, only the forward's k and v
      * strided (accel_sdpa then hands it dense tensors). */
     bool sdpa_strided;
+    /* True when the sdpa kernels honour dims' key_range (a padded batch's
+     * valid keys); false: accel__sdpa_padded refuses, and the decoders take
+     * the explicit scores for a padded batch. */
+    bool sdpa_key_range;
     accel_gemm_c16 gemm_c16; /* the bf16/f16 C its gemm writes (0: none, f32 only) */
     /* mixed_precision='fp8' (backends/fp8.h); NULL: the device has none. */
     const struct accel__fp8_ops *fp8;

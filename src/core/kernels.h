@@ -399,6 +399,10 @@ typedef struct accel_k_mse_backward {
 
 /* Scaled dot-product attention dims: q [B, H, Tq, D], k [B, Hkv, Tk, D],
  * v [B, Hkv, Tk, Dv], o [B, H, Tq, Dv]; bottom-right aligned causal mask.
+ * key_range [B, 2] (host memory; NULL: none): batch row b sees keys
+ * [lo, hi) = [key_range[2 b], key_range[2 b + 1]) only, beside the causal
+ * mask (a padded batch's valid keys); only a backend with sdpa_key_range
+ * (backend.h) reads it.
  * qs, ks, vs, os: element strides of q, k, v and o over batch, head and row
  * (each row's D or Dv elements contiguous, rows at least a row apart), so
  * the kernels read q, k, v as the projections left them ([B, T, H, D] seen
@@ -408,6 +412,7 @@ typedef struct accel_k_sdpa_dims {
     int64_t B, H, Hkv, Tq, Tk, D, Dv;
     float scale;
     bool causal;
+    const int64_t *key_range;
     int64_t qs[3], ks[3], vs[3], os[3];
 } accel_k_sdpa_dims;
 

@@ -144,10 +144,19 @@ double accel__rope_inv_freq(const accel_llama_config *c, bool local, int64_t seq
 /* ACCEL_OK when c's rope_scaling fields are usable, else an error naming the field. */
 accel_status accel__rope_check(const accel_llama_config *c, const char *who);
 
+/* A padded batch's attention_mask [B, cache length + T] and position ids
+ * [B, T] as host int64 (either NULL: none), checked as accel_llama_forward_ex
+ * checks the tensors: generation keeps them on the host, and a decode step
+ * then neither uploads them nor reads them back. */
+typedef struct accel__pad_host {
+    const int64_t *mask, *positions;
+} accel__pad_host;
+
 /* accel_llama_forward with the head on the last position only: logits
  * [B, 1, V] (transformers' generate, logits_to_keep=1): a prompt's forward
- * for its next token multiplies one row by lm_head, not T. */
-accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in);
+ * for its next token multiplies one row by lm_head, not T. hp (NULL: none):
+ * the pad state on the host, in's attention_mask and position_ids then NULL. */
+accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in, const accel__pad_host *hp);
 
 /* The forwards the rows' module ops point at (llama.c, layers.c). */
 accel_tensor *accel__decoder_no_forward(accel_module *m, accel_tensor *ids);

@@ -382,8 +382,17 @@ static accel_tensor *cache_append(accel_tensor *c, accel_tensor *x, int64_t pos)
  * the host: the layers' masks and RoPE, GPT-2's positions. */
 typedef struct pad_state {
     const uint8_t *keep;        /* [B, S] (S = cache length + T): 1 where the mask is 1; NULL: no 0 in it */
+    const int64_t *key_range;   /* [B, 2]: row b keeps keys [lo, hi) only; NULL: some row keeps another pattern */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
+    int64_t pos;                /* the first position's index: the cache's length */
+    /* RoPE's cos/sin [B, T, rotary_dim / 2] of the positions, [local]: the
+     * full layers' and Gemma 3's sliding layers' (rope_tables_once); NULL:
+     * each layer builds its own (no positions, or a device of its own) */
+    accel_tensor *rope_cos[2], *rope_sin[2];
+    /* the explicit scores' padding masks, [W != 0]: the full layers' and the
+     * windowed ones' (rope_and_masks_once); mask NULL: each layer makes its own */
+    accel__pad_mask masks[2];
 } pad_state;
 
 /* ---- modules */
@@ -447,7 +456,9 @@ static accel_tensor *split_heads(accel_tensor *x, int64_t n, int64_t d, accel_mo
 /* RoPE of x [B, H, T, D] at positions pos.. or, under context parallelism
  * over cp, of this rank's two chunks at their global positions (accel/cp.h). */
 static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling,
-                              const pad_state *pad) {
+                              const pad_state *pad, bool local) {
+    if (x && pad && pad->positions && pad->rope_cos[local] && accel_device_eq(pad->rope_cos[local]->device, x->device))
+        return accel__rope_with_tables(x, pad->rope_cos[local], pad->rope_sin[local]);
     if (pad && pad->positions) return accel__rope_positions(x, pad->positions, inv, scaling);
     return cp ? accel_cp_rope_freqs(x, accel_pg_size(cp), accel_pg_rank(cp), inv, scaling)
               : accel_rope_freqs(x, pos, inv, scaling);
@@ -456,9 +467,9 @@ static accel_tensor *rope_all(accel_tensor *x, int64_t pos, accel_pg *cp, const 
 /* RoPE on the first rd dims of x [B, H, T, D], the rest passed through
  * (transformers' apply_rotary_pos_emb with a partial rotary_dim). */
 static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const float *inv, double scaling, int64_t rd,
-                          const pad_state *pad) {
-    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling, pad);
-    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling, pad);
+                          const pad_state *pad, bool local) {
+    if (!x || rd == x->shape[3]) return rope_all(x, pos, cp, inv, scaling, pad, local);
+    accel_tensor *rot = rope_all(accel_contiguous(accel_slice(x, 3, 0, rd, 1)), pos, cp, inv, scaling, pad, local);
     accel_tensor *pass = accel_slice(x, 3, rd, x->shape[3], 1);
     return rot && pass ? accel_concat(2, (accel_tensor *[]){rot, pass}, 3) : NULL;
 }
@@ -480,6 +491,29 @@ static void project_qkv(accel_module **p, const layer_impl *li, accel_tensor *x,
     *q = qkv ? accel_contiguous(accel_slice(qkv, 2, 0, qd, 1)) : NULL;
     *k = qkv ? accel_contiguous(accel_slice(qkv, 2, qd, qd + kvd, 1)) : NULL;
     *v = qkv ? accel_contiguous(accel_slice(qkv, 2, qd + kvd, qd + 2 * kvd, 1)) : NULL;
+}
+
+/* The window of li's attention over a sequence of `end` positions (0:
+ * none): it only bites once some query is W or more positions past a key. */
+static int64_t layer_window(const layer_impl *li, int64_t end) {
+    return li->windowed && end > li->cfg->sliding_window ? li->cfg->sliding_window : 0;
+}
+
+/* Whether attention module attn of li takes the explicit scores
+ * (attention_masked.h) on dev with window W: for the window, soft-capping,
+ * GPT-2's dropout while training, and a padded batch the fused kernel does
+ * not take (*ranged false). *ranged: a padded batch whose rows each keep one
+ * run of keys (left or right padding), on a device whose fused kernel reads
+ * key ranges, with the SDPA's rule for a query that sees no key (a left
+ * pad's 0; Gemma 2's eager attention gives the mean of the values). */
+static bool explicit_scores(const accel_module *attn, const layer_impl *li, const pad_state *pad, int64_t W,
+                            accel_device dev, bool *ranged) {
+    const accel__arch *a = li->arch;
+    const uint8_t *keep = pad ? pad->keep : NULL;
+    bool drop = a->blocks == ACCEL__BLOCKS_GPT2 && attn->training && li->cfg->attn_pdrop > 0;
+    bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
+    *ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(dev);
+    return (W || cap || drop || (keep && !*ranged)) && dev.type != ACCEL_DEV_META;
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
@@ -515,8 +549,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
         double scaling = accel__rope_inv_freq(c, li->local_rope, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
-        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad); /* q, k [B, H(kv), T, D] */
-        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad);
+        q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope); /* q, k [B, H(kv), T, D] */
+        k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope);
     }
     if (cache && x->device.type != ACCEL_DEV_META) {
         k = cache_append(cache->k[li->index], k, pos);
@@ -526,23 +560,25 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
      * (under cp: of the whole sequence, T being this rank's chunks);
      * soft-capping needs the scores (on meta, shapes only: the fused op) */
     int64_t end = cp ? accel__decoder_cp_seq_len(cp, T) : pos + T;
-    int64_t W = li->windowed && end > c->sliding_window ? c->sliding_window : 0;
+    int64_t W = layer_window(li, end);
     double scale = a->multipliers                                 ? c->attention_multiplier
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
-    /* a padded batch: the mask of its keys over explicit scores too; a query
-     * that sees no key (a left pad) gets 0 as in transformers' default SDPA
-     * attention, Gemma 2's the mean of the values as in its eager one */
-    const uint8_t *keep = pad ? pad->keep : NULL;
-    bool expl = (W || cap > 0 || drop > 0 || keep) && x->device.type != ACCEL_DEV_META;
+    bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
+    /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
+    const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
+    bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W);
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
-    accel_tensor *o = cp     ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : expl ? accel__masked_attention(q, k, v, pos, W, keep, !a->score_softcap, scale, cap, drop)
-                             : accel__sdpa_heads_last(q, k, v, true, scale);
+    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, !a->score_softcap, scale, cap, drop)
+                      : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, !a->score_softcap,
+                                                         scale, cap, drop)
+                      : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
+                               : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
@@ -667,7 +703,14 @@ static int layers_index(const accel__arch *a) {
  * h; a padded batch's position ids: [B, T, C]. */
 static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int64_t pos, int64_t T,
                                          const pad_state *pad) {
-    if (pad && pad->positions) return h ? accel_module_call(wpe, pad->position_ids) : NULL;
+    /* a padded batch's ids of positions [pos, pos + T): this rank's columns
+     * under sequence parallelism (pos past the cache's length) */
+    if (pad && pad->positions) {
+        accel_tensor *p = pad->position_ids;
+        int64_t c0 = pos - pad->pos;
+        if (p && T != p->shape[1]) p = accel_slice(p, 1, c0, c0 + T, 1);
+        return h && p ? accel_module_call(wpe, p) : NULL;
+    }
     accel_tensor *p = h ? accel_arange(ACCEL_I64, pos, pos + T) : NULL;
     if (p && !accel_device_eq(p->device, h->device)) p = accel_to_device(p, h->device);
     return p ? accel_module_call(wpe, p) : NULL;
@@ -682,11 +725,6 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
     accel_tensor *h = accel_module_call(mp[MODEL_EMBED], ids); /* [B, T, C] */
     if (a->gemma_blocks) h = accel_mul_scalar(h, gemma_embed_scale(c, mp[MODEL_EMBED]));
     if (a->multipliers) h = accel_mul_scalar(h, c->embedding_multiplier);
-    if (pad && h && h->shape[1] != T) {
-        accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: an attention_mask with zeros or position_ids "
-                        "under sequence parallelism is not implemented (each rank holds a part of the positions)");
-        return NULL;
-    }
     if (a->blocks == ACCEL__BLOCKS_GPT2 && h) {
         /* under sequence parallelism h holds this rank's T / tp of the positions */
         int64_t Tl = h->shape[1], first = pos;
@@ -936,16 +974,35 @@ static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *wha
     return h && accel_tensor_to_host(w, h) == ACCEL_OK ? h : NULL;
 }
 
-/* in's attention_mask and position_ids read into *pad; *padded false when
- * neither changes the forward (no mask, or one of ones only, and no
- * position ids: today's forward, bit for bit). pos: the cache's length. */
-static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_config *c, int64_t pos,
-                             pad_state *pad, bool *padded) {
+/* The key range [B, 2] of keep [B, S] (step arena): row b's one run of
+ * ones [lo, hi) ([0, 0) for a row of zeros); NULL where some row has a 0
+ * between ones (or on error). */
+static const int64_t *key_ranges(const uint8_t *keep, int64_t B, int64_t S) {
+    int64_t *r = accel_arena_alloc(accel_step_arena(), (size_t)(2 * B + 1) * sizeof *r, 64);
+    for (int64_t b = 0; r && b < B; b++) {
+        const uint8_t *row = keep + b * S;
+        int64_t lo = 0, hi = S;
+        while (lo < S && !row[lo]) lo++;
+        while (hi > lo && !row[hi - 1]) hi--;
+        for (int64_t j = lo; j < hi; j++)
+            if (!row[j]) return NULL;
+        r[2 * b] = hi > lo ? lo : 0, r[2 * b + 1] = hi > lo ? hi : 0;
+    }
+    return r;
+}
+
+/* in's attention_mask and position_ids (or hp's, on the host: then in's
+ * are NULL) read into *pad; *padded false when neither changes the forward
+ * (no mask, or one of ones only, and no position ids: today's forward, bit
+ * for bit). pos: the cache's length. */
+static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host *hp, const accel_llama_config *c,
+                             int64_t pos, pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
-    *pad = (pad_state){0};
-    if (in->attention_mask) {
-        const int64_t *m = host_ints(in->attention_mask, B, S, "attention_mask",
-                                     "[B, T] of ids, or with a KV cache [B, cache length + T]:");
+    *pad = (pad_state){.pos = pos};
+    if (in->attention_mask || hp->mask) {
+        const int64_t *m = hp->mask ? hp->mask
+                                    : host_ints(in->attention_mask, B, S, "attention_mask",
+                                                "[B, T] of ids, or with a KV cache [B, cache length + T]:");
         if (!m) return accel_last_status();
         uint8_t *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * S > 0 ? B * S : 1), 64);
         if (!keep) return accel_last_status();
@@ -959,9 +1016,11 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
             zero |= !m[i];
         }
         pad->keep = zero ? keep : NULL;
+        pad->key_range = zero ? key_ranges(keep, B, S) : NULL;
     }
-    if (in->position_ids) {
-        int64_t *p = host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:");
+    if (in->position_ids || hp->positions) {
+        const int64_t *p = hp->positions ? hp->positions : host_ints(in->position_ids, B, T, "position_ids",
+                                                                      "[B, T] as ids:");
         if (!p) return accel_last_status();
         /* GPT-2's learned positions have rows up to n_positions only */
         bool gpt2 = accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2;
@@ -985,8 +1044,59 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel_llama_con
     return ACCEL_OK;
 }
 
-/* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]. */
-static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last) {
+/* pad's RoPE tables (pad_state) for the positions' seq_len-long sequence,
+ * each kind of layer's once, on dev (the ids'; a layer elsewhere builds
+ * its own): in the step arena before any layer runs, where a checkpointed
+ * layer's recompute finds them (its own allocations are given back). */
+static accel_status rope_tables_once(accel_module *llama, const accel_llama_config *c, int64_t B, int64_t T,
+                                     int64_t seq_len, accel_device dev, pad_state *pad) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!pad->positions || !layers || root_arch(llama)->blocks == ACCEL__BLOCKS_GPT2) return ACCEL_OK;
+    int64_t rd = accel__rotary_dim(c);
+    for (int i = 0; i < layers->n_children; i++) {
+        bool local = ((const layer_impl *)layers->children[i]->impl)->local_rope;
+        if (pad->rope_cos[local]) continue;
+        float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2 + 1) * sizeof *inv, 64);
+        if (!inv) return accel_last_status();
+        double scaling = accel__rope_inv_freq(c, local, seq_len, inv);
+        accel_status st = accel__rope_tables(pad->positions, B, T, rd / 2, inv, scaling, dev, &pad->rope_cos[local],
+                                             &pad->rope_sin[local]);
+        if (st != ACCEL_OK) return st;
+        if (!pad->rope_cos[local]) return ACCEL_OK; /* meta: none */
+    }
+    return ACCEL_OK;
+}
+
+/* pad's padding masks (pad_state) for the layers that take the explicit
+ * scores, one a window, made as rope_tables_once's tables are: on dev (the
+ * ids'), in the dtype the layers compute in (the autocast's, else the
+ * weights': the embedding's stands for them); a layer that computes
+ * elsewhere or otherwise makes its own. After llama's hooks have begun
+ * (autocast). */
+static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, int64_t pos, accel_device dev,
+                                   pad_state *pad) {
+    accel_module *layers = accel__decoder_layers(llama);
+    if (!pad->keep || !layers) return ACCEL_OK;
+    accel_dtype dt = accel_autocast_dtype() != ACCEL_F32
+                         ? accel_autocast_dtype()
+                         : accel__module_tensor(llama->children[ROOT_MODEL]->children[MODEL_EMBED], "weight")->dtype;
+    for (int i = 0; i < layers->n_children; i++) {
+        const layer_impl *li = layers->children[i]->impl;
+        int64_t W = layer_window(li, pos + T);
+        bool ranged;
+        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged) ||
+            pad->masks[W != 0].mask)
+            continue;
+        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, B, li->heads / li->kv_heads, T, pos + T,
+                                               pos, W, dt, dev);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
+/* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]; hp: the attention_mask
+ * and position ids on the host (in's NULL), or none. */
+static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
     if (!in) {
@@ -1004,7 +1114,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
     /* (position ids: pad_read checks them; a padded row's positions lag its indices) */
-    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids &&
+    if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids && !hp->positions &&
         pos + T > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE,
                         "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
@@ -1030,17 +1140,17 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
         return NULL;
     }
     if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
-    if ((in->attention_mask || in->position_ids) && accel__decoder_cp_of(c)->pg) {
+    bool given = in->attention_mask || in->position_ids || hp->mask || hp->positions;
+    if (given && accel__decoder_cp_of(c)->pg) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: attention_mask and position_ids under context "
                         "parallelism are not implemented (the sharded attention has no padding mask)");
         return NULL;
     }
     /* in the step arena: a checkpointed layer's recompute reads it in the backward */
-    pad_state *pad = in->attention_mask || in->position_ids ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8)
-                                                            : NULL;
+    pad_state *pad = given ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8) : NULL;
     bool padded = false;
-    if ((in->attention_mask || in->position_ids) && (!pad || pad_read(in, c, pos, pad, &padded) != ACCEL_OK))
-        return NULL;
+    if (given && (!pad || pad_read(in, hp, c, pos, pad, &padded) != ACCEL_OK)) return NULL;
+    if (padded && rope_tables_once(llama, c, ids->shape[0], T, pos + T, ids->device, pad) != ACCEL_OK) return NULL;
     /* Generating under sequence parallelism: a decoding step's one position
      * cannot be split over the ranks, so the tp regions run whole on every
      * rank, without the sequence's scatter and gather (Megatron and vLLM
@@ -1051,7 +1161,9 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     accel_tensor *h = ids, *logits = NULL;
     if (accel_module_enter(llama, &h) == ACCEL_OK) {
         const accel__arch *a = root_arch(llama);
-        h = model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache, padded ? pad : NULL);
+        h = padded && pad_masks_once(llama, ids->shape[0], T, pos, ids->device, pad) != ACCEL_OK
+                ? NULL
+                : model_forward(llama->children[ROOT_MODEL], c, a, h, pos, cache, padded ? pad : NULL);
         if (last && h && h->shape[1] > 1) h = accel_slice(h, 1, h->shape[1] - 1, h->shape[1], 1);
         logits = lm_head(llama, c, a, h);
         /* generating under tp: every rank gets the whole vocabulary's logits */
@@ -1069,16 +1181,23 @@ static bool vocab_parallel(accel_module *llama, accel_pg **tp, int64_t *v0) {
     return accel_module_tp_info(llama->children[ROOT_LM_HEAD], NULL, tp, v0, NULL);
 }
 
+static const accel__pad_host NO_HOST_PAD;
+
 accel_tensor *accel_llama_forward(accel_module *llama, accel_tensor *ids, accel_kv_cache *cache) {
-    return forward(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, false);
+    return forward(llama, &(accel_llama_inputs){.ids = ids, .cache = cache}, false, &NO_HOST_PAD);
 }
 
 accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in) {
-    return forward(llama, in, false);
+    return forward(llama, in, false, &NO_HOST_PAD);
 }
 
-accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in) {
-    return forward(llama, in, true);
+accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in, const accel__pad_host *hp) {
+    if (in && hp && (in->attention_mask || in->position_ids)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: attention_mask and position_ids given twice "
+                        "(as tensors and on the host)");
+        return NULL;
+    }
+    return forward(llama, in, true, hp ? hp : &NO_HOST_PAD);
 }
 
 /* The labels of a padded batch: ids [B, T] shifted left, -100 where the

@@ -132,10 +132,42 @@ static bool sdpa_shapes(accel_tensor *q, accel_tensor *k, accel_tensor *v, sdpa_
     return true;
 }
 
+bool accel__sdpa_key_range_on(accel_device dev) {
+    const accel_backend *be = accel__backend_of(dev);
+    return dev.type == ACCEL_DEV_META || (be && be->sdpa_key_range);
+}
+
+/* key_range [B, 2] checked (0 <= lo <= hi <= Tk each row) and copied to
+ * the step arena, where the backward reads it; *out NULL for none. */
+static bool key_range_of(const char *OP, const int64_t *key_range, const sdpa_dims *d, accel_device dev,
+                         const int64_t **out) {
+    *out = NULL;
+    if (!key_range) return true;
+    if (!accel__sdpa_key_range_on(dev)) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a key range (a padded batch's keys) is not implemented on %s",
+                        OP, accel_device_type_name(dev.type));
+        return false;
+    }
+    int64_t *r = accel_arena_alloc(accel_step_arena(), (size_t)(2 * d->B + 1) * sizeof *r, 64);
+    if (!r) return false;
+    for (int64_t b = 0; b < d->B; b++) {
+        int64_t lo = key_range[2 * b], hi = key_range[2 * b + 1];
+        if (lo < 0 || lo > hi || hi > d->Tk) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: key_range of batch row %lld is [%lld, %lld): it must lie "
+                            "within the %lld keys, first <= end", OP, (long long)b, (long long)lo, (long long)hi,
+                            (long long)d->Tk);
+            return false;
+        }
+        r[2 * b] = lo, r[2 * b + 1] = hi;
+    }
+    *out = r;
+    return true;
+}
+
 /* accel_sdpa, its output [B, H, Tq, Dv], or with heads_last [B, Tq, H, Dv]
- * (accel__sdpa_heads_last). */
+ * (accel__sdpa_heads_last); key_range as accel__sdpa_padded's (NULL: none). */
 static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale,
-                          bool heads_last) {
+                          bool heads_last, const int64_t *key_range) {
     static const char *OP = "accel_sdpa";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -144,7 +176,7 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
     if (idt < 0) return NULL;
     accel_dtype dt = (accel_dtype)idt;
     sdpa_dims dims;
-    if (!sdpa_shapes(q, k, v, &dims)) return NULL;
+    if (!sdpa_shapes(q, k, v, &dims) || !key_range_of(OP, key_range, &dims, dev, &dims.key_range)) return NULL;
     dims.causal = causal;
     dims.scale = (float)(scale > 0.0 ? scale : 1.0 / sqrt((double)(dims.D ? dims.D : 1)));
     int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv}, bthd[4] = {dims.B, dims.Tq, dims.H, dims.Dv};
@@ -197,9 +229,14 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
 }
 
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
-    return sdpa(q, k, v, causal, scale, false);
+    return sdpa(q, k, v, causal, scale, false, NULL);
 }
 
 accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
-    return sdpa(q, k, v, causal, scale, true);
+    return sdpa(q, k, v, causal, scale, true, NULL);
+}
+
+accel_tensor *accel__sdpa_padded(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_range,
+                                 double scale) {
+    return sdpa(q, k, v, true, scale, true, key_range);
 }

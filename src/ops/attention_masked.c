@@ -17,13 +17,21 @@ accel_tensor *accel__window_mask(int64_t rows, int64_t T, int64_t S, int64_t pos
     return accel_from_data(ACCEL_F32, 2, (int64_t[]){rows, S}, m);
 }
 
+/* t as dt on dev. */
+static accel_tensor *as(accel_tensor *t, accel_dtype dt, accel_device dev) {
+    if (t && t->dtype != dt) t = accel_to_dtype(t, dt);
+    if (t && !accel_device_eq(t->device, dev)) t = accel_to_device(t, dev);
+    return t;
+}
+
 /* The additive mask [B, 1, rows, S] of accel__window_mask's rows with the
  * keys row b does not keep (keep[b S + j] 0) masked too, every masked entry
  * at half the lowest finite value of dt, not -inf: a query that sees no
  * key at all (a left pad's) gets finite probabilities (equal over all S
  * keys, as transformers' eager attention) where -inf made them NaN, and a
  * masked score plus it stays finite in dt. *live: [B, 1, rows, 1] of 1 for
- * the rows that see a key, 0 for the others, or NULL when every row does. */
+ * the rows that see a key, 0 for the others, or NULL when every row does.
+ * Both f32 on the cpu. */
 static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int64_t pos, int64_t W,
                               const uint8_t *keep, accel_dtype dt, accel_tensor **live) {
     float low = dt == ACCEL_F16 ? -65504.0f / 2 : dt == ACCEL_BF16 ? -3.38953139e38f / 2 : -FLT_MAX / 2;
@@ -48,24 +56,49 @@ static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int
     return !dead || *live ? accel_from_data(ACCEL_F32, 4, (int64_t[]){B, 1, rows, S}, m) : NULL;
 }
 
-/* t as x's dtype on x's device. */
-static accel_tensor *like(accel_tensor *t, const accel_tensor *x) {
-    if (t && t->dtype != x->dtype) t = accel_to_dtype(t, x->dtype);
-    if (t && !accel_device_eq(t->device, x->device)) t = accel_to_device(t, x->device);
-    return t;
+static accel_tensor *like(accel_tensor *t, const accel_tensor *x) { return x ? as(t, x->dtype, x->device) : NULL; }
+
+accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int64_t B, int64_t G, int64_t T, int64_t S,
+                                  int64_t pos, int64_t W, accel_dtype dt, accel_device dev) {
+    accel_tensor *live = NULL, *mask = pad_mask(B, G * T, T, S, pos, W, keep, dt, &live);
+    *pm = (accel__pad_mask){.W = W, .G = G, .pos = pos, .dt = dt, .dev = dev, .mask = as(mask, dt, dev),
+                            .live = live ? as(live, dt, dev) : NULL};
+    return pm->mask && (!live || pm->live) ? ACCEL_OK : accel_last_status();
+}
+
+bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,
+                          int64_t W) {
+    return pm && pm->mask && q && k && pm->W == W && pm->pos == pos && pm->dt == q->dtype &&
+           accel_device_eq(pm->dev, q->device) && pm->G * k->shape[1] == q->shape[1] &&
+           pm->mask->shape[0] == q->shape[0] && pm->mask->shape[2] == pm->G * q->shape[2] &&
+           pm->mask->shape[3] == k->shape[2];
 }
 
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                       const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop) {
     if (!q || !k || !v) return NULL;
+    accel__pad_mask pm = {0};
+    if (keep && accel__pad_mask_make(&pm, keep, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2], pos,
+                                     W, q->dtype, q->device) != ACCEL_OK)
+        return NULL;
+    return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop);
+}
+
+accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
+                                          const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
+                                          double drop) {
+    if (!q || !k || !v) return NULL;
+    if (pm && !accel__pad_mask_fits(pm, q, k, pos, W)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__masked_attention: the padding mask was made for another "
+                        "window, shape, dtype or device");
+        return NULL;
+    }
     int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], S = k->shape[2];
     int64_t G = H / Hkv;
     /* query head h uses kv head h / G: rows of one kv head's G query heads together */
     accel_tensor *qg = accel_reshape(accel_contiguous(q), 4, (int64_t[]){B, Hkv, G * T, D});
-    accel_tensor *live = NULL;
-    accel_tensor *mask = like(!qg  ? NULL
-                              : keep ? pad_mask(B, G * T, T, S, pos, W, keep, qg->dtype, &live)
-                                     : accel__window_mask(G * T, T, S, pos, 0, W), qg);
+    accel_tensor *live = pm ? pm->live : NULL;
+    accel_tensor *mask = like(!qg ? NULL : pm ? pm->mask : accel__window_mask(G * T, T, S, pos, 0, W), qg);
     accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
                                             scale > 0 ? scale : 1.0 / sqrt((double)D));
     if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);

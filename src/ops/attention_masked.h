@@ -24,6 +24,31 @@
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                       const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop);
 
+/* A padded batch's additive mask for accel__masked_attention_pad, made
+ * once for every layer of the same window W, grouped-query factor G
+ * (heads / kv heads), first query position pos, dtype and device (a
+ * forward's layers share it; each made its own, on the host, and uploaded
+ * it): mask [B, 1, G T, S] and live [B, 1, G T, 1] (NULL when every query
+ * row sees a key), as accel__masked_attention's keep gives them. */
+typedef struct accel__pad_mask {
+    int64_t W, G, pos;
+    accel_dtype dt;
+    accel_device dev;
+    accel_tensor *mask, *live;
+} accel__pad_mask;
+
+/* *pm for keep [B, S] (host), queries at pos .. pos + T - 1 (step tensors). */
+accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int64_t B, int64_t G, int64_t T, int64_t S,
+                                  int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
+/* Whether pm was made for q [B, H, T, D] and k [B, Hkv, S, D] at pos and W. */
+bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,
+                          int64_t W);
+/* accel__masked_attention with the padding mask pm (made for these
+ * operands: refused otherwise; NULL: no padding). */
+accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
+                                          const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
+                                          double drop);
+
 /* The additive mask [rows, S] (f32, a step tensor on the cpu) of query row
  * r, at position pos + r % T (rows: T positions of one or more heads), over
  * the keys at positions k0 .. k0 + S - 1: 0 where it sees the key (at or

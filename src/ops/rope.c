@@ -138,31 +138,55 @@ accel_tensor *accel__rope_runs(accel_tensor *x, int n, const int64_t *pos0, cons
     return rope_apply(x, out, cst, snt, 1);
 }
 
-accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const float *inv_freq,
-                                    double attention_scaling) {
-    accel_device dev;
-    accel_tensor *out;
-    if (!rope_begin(x, 1, &dev, &out) || !freqs_ok(inv_freq, attention_scaling)) return NULL;
-    int64_t B = x->shape[0], T = x->shape[2], half = x->shape[3] / 2;
+accel_status accel__rope_tables(const int64_t *pos, int64_t B, int64_t T, int64_t half, const float *inv_freq,
+                                double attention_scaling, accel_device dev, accel_tensor **cos, accel_tensor **sin) {
+    *cos = *sin = NULL;
+    if (!freqs_ok(inv_freq, attention_scaling)) return accel_last_status();
     for (int64_t i = 0; i < B * T; i++)
-        if (pos[i] < 0) {
-            accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: position %lld (row %lld, index %lld) is negative",
-                            (long long)pos[i], (long long)(i / T), (long long)(i % T));
-            return NULL;
-        }
-    if (dev.type == ACCEL_DEV_META) return out;
+        if (pos[i] < 0)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_rope: position %lld (row %lld, index %lld) is "
+                                   "negative", (long long)pos[i], (long long)(i / T), (long long)(i % T));
+    if (dev.type == ACCEL_DEV_META) return ACCEL_OK;
     accel_tensor *freq = freqs_on(inv_freq, half, dev);
     accel_tensor *cst = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
     accel_tensor *snt = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(B, T, half), dev);
-    if (!freq || !cst || !snt) return NULL;
+    if (!freq || !cst || !snt) return accel_last_status();
     /* the tables [B T, half] a run of consecutive positions at a time (a
      * left-padded row: its pads one by one, then its tokens in one run; a
      * run may go on into the next row, whose table rows follow) */
     for (int64_t i = 0, j; i < B * T; i = j) {
         for (j = i + 1; j < B * T && pos[j] - 1 == pos[j - 1];) j++; /* pos[j] >= 0: no wrap at INT64_MAX */
-        if (tables_run(cst, snt, freq, i, j - i, pos[i], attention_scaling) != ACCEL_OK) return NULL;
+        accel_status st = tables_run(cst, snt, freq, i, j - i, pos[i], attention_scaling);
+        if (st != ACCEL_OK) return st;
     }
-    return rope_apply(x, out, cst, snt, B);
+    *cos = cst, *sin = snt;
+    return ACCEL_OK;
+}
+
+accel_tensor *accel__rope_with_tables(accel_tensor *x, accel_tensor *cos, accel_tensor *sin) {
+    accel_device dev;
+    accel_tensor *out;
+    if (!rope_begin(x, 1, &dev, &out) || dev.type == ACCEL_DEV_META) return out;
+    int64_t B = x->shape[0], T = x->shape[2], half = x->shape[3] / 2;
+    if (!cos || !sin || cos->ndim != 3 || cos->shape[0] != B || cos->shape[1] != T || cos->shape[2] != half ||
+        !accel_device_eq(cos->device, dev)) {
+        char b[64];
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: tables for [%lld, %lld, %lld] on the device of x %s expected",
+                        (long long)B, (long long)T, (long long)half, accel_shape_str(x, b, sizeof b));
+        return NULL;
+    }
+    return rope_apply(x, out, cos, sin, B);
+}
+
+accel_tensor *accel__rope_positions(accel_tensor *x, const int64_t *pos, const float *inv_freq,
+                                    double attention_scaling) {
+    accel_device dev;
+    accel_tensor *out, *cst, *snt;
+    if (!rope_begin(x, 1, &dev, &out)) return NULL;
+    if (accel__rope_tables(pos, x->shape[0], x->shape[2], x->shape[3] / 2, inv_freq, attention_scaling, dev, &cst,
+                           &snt) != ACCEL_OK)
+        return NULL;
+    return dev.type == ACCEL_DEV_META ? out : rope_apply(x, out, cst, snt, x->shape[0]);
 }
 
 accel_tensor *accel_rope_freqs(accel_tensor *x, int64_t pos_offset, const float *inv_freq,

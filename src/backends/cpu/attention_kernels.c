@@ -49,9 +49,18 @@ static inline int64_t last_key(const accel_k_sdpa_dims *d, int64_t i) {
     return l < -1 ? -1 : l < d->Tk - 1 ? l : d->Tk - 1;
 }
 
-/* Keys the query block starting at i0 (nq rows) needs: [0, kend). */
-static inline int64_t block_keys(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq) {
-    return last_key(d, i0 + nq - 1) + 1;
+/* The first key batch row b sees (dims' key_range: its padding's end). */
+static inline int64_t first_key(const accel_k_sdpa_dims *d, int64_t b) {
+    return d->key_range ? d->key_range[2 * b] : 0;
+}
+
+/* Keys the query block starting at i0 (nq rows) of batch row b needs:
+ * [0, kend), kend no further than the row's key_range; 0 when no query of
+ * the block sees a key (all of them below the row's first). */
+static inline int64_t block_keys(const accel_k_sdpa_dims *d, int64_t b, int64_t i0, int64_t nq) {
+    int64_t kend = last_key(d, i0 + nq - 1) + 1;
+    if (d->key_range && kend > d->key_range[2 * b + 1]) kend = d->key_range[2 * b + 1];
+    return kend > first_key(d, b) ? kend : 0;
 }
 
 /* ---- tiles: rows of a tensor as f32 */
@@ -382,11 +391,12 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
 /* ---- forward */
 
 /* The rows' block (attention_rows.c) of the nq score rows of query block
- * i0 over keys [0, kend), scaled by scale; with lp their rounding to dt. */
-static accel__score_block score_block(const accel_k_sdpa_dims *d, int64_t i0, int64_t nq, int64_t kend, float scale,
-                                      void *lp, accel_dtype dt) {
-    return (accel__score_block){.rows = nq, .kend = kend, .n0 = i0 + d->Tk - d->Tq + 1, .causal = d->causal,
-                                .scale = scale, .lp = lp, .dt = dt, .chunk = KC};
+ * i0 of batch row b over keys [0, kend), scaled by scale; with lp their
+ * rounding to dt. */
+static accel__score_block score_block(const accel_k_sdpa_dims *d, int64_t b, int64_t i0, int64_t nq, int64_t kend,
+                                      float scale, void *lp, accel_dtype dt) {
+    return (accel__score_block){.rows = nq, .kend = kend, .n0 = i0 + d->Tk - d->Tq + 1, .k0 = first_key(d, b),
+                                .causal = d->causal, .scale = scale, .lp = lp, .dt = dt, .chunk = KC};
 }
 
 /* `floats` floats of a thread's scratch at base (64-byte pieces), the
@@ -471,7 +481,8 @@ static kv_head kv_load(tiles t, const accel_tensor *k, int64_t koff, int64_t ks,
  * GEMM on the same operands giving the forward's S). On the native path P
  * also rounded to t.dt, chunk-major, into lp for the GEMMs that take it
  * (the forward's pr rows then hold the unnormalised exponentials). */
-static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t i0, int64_t nq, int64_t kend, operand q,
+static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t b, int64_t i0, int64_t nq, int64_t kend,
+                                operand q,
                                 const kv_head *kv, float *sc, float *pr, void *lp, float *lse, bool recompute) {
     float *rows = pr, scale = 1.0f;
     accel_status st;
@@ -485,19 +496,19 @@ static accel_status block_probs(const accel_k_sdpa_dims *d, tiles t, int64_t i0,
         st = tiles_gemm(t, KEYS_N, nq, kend, d->D, d->scale, q.p, q.ld, kv->k, kv->ldk, 0.0f, pr, kend);
         if (st != ACCEL_OK) return st;
     }
-    accel__score_block sb = score_block(d, i0, nq, kend, scale, native(t) ? lp : NULL, t.dt);
+    accel__score_block sb = score_block(d, b, i0, nq, kend, scale, native(t) ? lp : NULL, t.dt);
     if (recompute) accel__cpu_probs_rows(&sb, pr, kend, rows, kend, lse);
     else accel__cpu_softmax_rows(&sb, pr, kend, rows, kend, lse);
     return ACCEL_OK;
 }
 
 /* P = softmax(s Q K^T) with its lse (nq rows from lse) and O = P V for the
- * query block at element qoff of q, nq rows, keys [0, kend). */
-static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t i0, int64_t nq, int64_t kend, int64_t qoff,
-                                  const kv_head *kv, float *lse, tile ob, fwd_scratch s) {
+ * query block at element qoff of q (batch row b), nq rows, keys [0, kend). */
+static accel_status block_forward(const accel_k_sdpa *a, tiles t, int64_t b, int64_t i0, int64_t nq, int64_t kend,
+                                  int64_t qoff, const kv_head *kv, float *lse, tile ob, fwd_scratch s) {
     const accel_k_sdpa_dims *d = &a->dims;
     operand q = tile_operand(t, a->q, qoff, nq, d->D, d->qs[2], s.q);
-    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s.sc, s.pr, s.pl, lse, false);
+    accel_status st = block_probs(d, t, b, i0, nq, kend, q, kv, s.sc, s.pr, s.pl, lse, false);
     if (st != ACCEL_OK) return st;
     return tiles_gemm(t, KEYS_K, nq, kend, d->Dv, 1.0f, native(t) ? s.pl : s.pr, kend, kv->v, kv->ldv, 0.0f, ob.p,
                       ob.ld);
@@ -509,7 +520,7 @@ static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, con
     float *lh = (float *)a->lse->data + bh * d->Tq;
     int64_t b = bh / d->H, h = bh % d->H;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += QB) {
-        int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, i0, nq);
+        int64_t nq = d->Tq - i0 < QB ? d->Tq - i0 : QB, kend = block_keys(d, b, i0, nq);
         int64_t qoff = row_at(d->qs, b, h, i0), ooff = row_at(d->os, b, h, i0);
         if (kend <= 0) { /* no query of the block sees a key */
             rows_zero(a->o, ooff, nq, d->Dv, d->os[2]);
@@ -517,7 +528,7 @@ static accel_status head_forward(const accel_k_sdpa *a, tiles t, int64_t bh, con
             continue;
         }
         tile ob = tile_at(a->o, ooff, d->os[2], s.o, d->Dv, native(t));
-        accel_status st = block_forward(a, t, i0, nq, kend, qoff, kv, lh + i0, ob, s);
+        accel_status st = block_forward(a, t, b, i0, nq, kend, qoff, kv, lh + i0, ob, s);
         if (st != ACCEL_OK) return st;
         tile_store(a->o, ooff, nq, d->Dv, d->os[2], ob);
     }
@@ -555,23 +566,24 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
         for (int64_t i = 0; i < d->Tq; i++) {
             const float *qi = q + (bh * d->Tq + i) * d->D;
             float *oi = o + (bh * d->Tq + i) * d->Dv;
-            int64_t L = last_key(d, i);
+            int64_t L = last_key(d, i), j0 = first_key(d, b);
+            if (d->key_range && L >= d->key_range[2 * b + 1]) L = d->key_range[2 * b + 1] - 1;
             double m = -INFINITY, s = 0.0;
-            for (int64_t j = 0; j <= L; j++) {
+            for (int64_t j = j0; j <= L; j++) {
                 const float *kj = k + (kvh * d->Tk + j) * d->D;
                 double dot = 0.0;
                 for (int64_t e = 0; e < d->D; e++) dot += (double)qi[e] * kj[e];
                 sc[j] = dot * d->scale;
                 m = fmax(m, sc[j]);
             }
-            for (int64_t j = 0; j <= L; j++) s += exp(sc[j] - m);
-            for (int64_t j = 0; j <= L; j++) sc[j] = exp(sc[j] - m) / s;
+            for (int64_t j = j0; j <= L; j++) s += exp(sc[j] - m);
+            for (int64_t j = j0; j <= L; j++) sc[j] = exp(sc[j] - m) / s;
             for (int64_t e = 0; e < d->Dv; e++) {
                 double acc = 0.0;
-                for (int64_t j = 0; j <= L; j++) acc += sc[j] * v[(kvh * d->Tk + j) * d->Dv + e];
+                for (int64_t j = j0; j <= L; j++) acc += sc[j] * v[(kvh * d->Tk + j) * d->Dv + e];
                 oi[e] = (float)acc;
             }
-            lse[bh * d->Tq + i] = L < 0 ? -INFINITY : (float)(m + log(s));
+            lse[bh * d->Tq + i] = L < j0 ? -INFINITY : (float)(m + log(s));
         }
     }
 }
@@ -659,7 +671,7 @@ typedef struct kv_grads {
 static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
                                    const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
-    int64_t b = bh / d->H, h = bh % d->H, kend = block_keys(d, i0, nq), dqoff = row_at(a->dqs, b, h, i0);
+    int64_t b = bh / d->H, h = bh % d->H, kend = block_keys(d, b, i0, nq), dqoff = row_at(a->dqs, b, h, i0);
     if (kend <= 0) { /* no key: dQ is zero, nothing reaches dK, dV */
         if (a->dq && a->dq_beta == 0.0f) rows_zero(a->dq, dqoff, nq, d->D, a->dqs[2]);
         return ACCEL_OK;
@@ -673,7 +685,7 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     }
     operand q = tile_operand(t, a->q, row_at(d->qs, b, h, i0), nq, d->D, d->qs[2], s->q);
     /* P rounded (native path) only for dV's GEMM */
-    accel_status st = block_probs(d, t, i0, nq, kend, q, kv, s->sc, s->pr, a->dv ? s->pl : NULL,
+    accel_status st = block_probs(d, t, b, i0, nq, kend, q, kv, s->sc, s->pr, a->dv ? s->pl : NULL,
                                   (float *)a->lse->data + bh * d->Tq + i0, true);
     if (st != ACCEL_OK) return st;
     const float *pb = s->pr;
@@ -698,7 +710,8 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     float alpha = native(t) ? 1.0f : d->scale;
     row_deltas(a, t, go, ooff, nq, s->delta);
     /* dS = scale P (dP - delta) in dP's rows, rounded (native path) for dQ's and dK's GEMMs */
-    accel__score_block sb = score_block(d, i0, nq, kend, native(t) ? d->scale : 1.0f, native(t) ? s->pl : NULL, t.dt);
+    accel__score_block sb =
+        score_block(d, b, i0, nq, kend, native(t) ? d->scale : 1.0f, native(t) ? s->pl : NULL, t.dt);
     accel__cpu_softmax_grad_rows(&sb, pb, kend, dp, ldp, s->delta);
     const void *ds = native(t) ? s->pl : dp;
     if (a->dq) { /* dQ = s dS K (+ dQ) */

@@ -161,6 +161,7 @@ const accel_backend accel__cpu_backend = {
     .device_count = cpu_count,
     .host_addressable = true,
     .sdpa_strided = true,
+    .sdpa_key_range = true,
     .gemm_c16 = ACCEL_GEMM_C16_ANY,
     .mem = {
         .alloc = cpu_alloc,

@@ -214,15 +214,16 @@ int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
 /* A block of attention's score rows (one query block's), for the row
  * kernels below, compiled per ISA variant (attention_rows.c): `rows` rows
  * of kend columns; row r sees its first min(kend, max(0, n0 + r)) keys
- * under the causal mask (`causal`), all kend otherwise (n0 unused); the
- * scores are multiplied by scale > 0. Each row is computed over its keys
+ * under the causal mask (`causal`), all kend otherwise (n0 unused), less
+ * its first k0 (a padded row's masked keys: a row whose keys all lie below
+ * k0 sees none); the scores are multiplied by scale > 0. Each row is computed over its keys
  * rounded up to 16 (the masked scores among them set to -inf in the score
  * rows), and its columns past those are zeros. With lp each finished row is
  * also rounded to dt (bf16 or f16) into lp, chunk-major: chunk j holds keys
  * [j, j + c), c = min(chunk, kend - j), as a dense [rows, c] matrix at
  * element rows j (the layout the tile GEMMs read). */
 typedef struct accel__score_block {
-    int64_t rows, kend, n0;
+    int64_t rows, kend, n0, k0;
     bool causal;
     float scale;
     void *lp;
