@@ -125,9 +125,13 @@ if(TARGET accel_cli)
 endif()
 
 # TEST under `accel launch --num_processes 2`, 60 s, with ENV (one process group's settings);
-# HOSTLESS: on the hostless test device (ACCEL_DEFAULT_DEVICE=hostless:0), else on the cpu.
+# HOSTLESS: on the hostless test device (ACCEL_DEFAULT_DEVICE=hostless:0), else on the cpu;
+# further arguments: more VAR=value settings.
 function(accel_launch2_test name bin hostless)
   set(env "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=30")
+  if(ARGN)
+    set(env "${env};${ARGN}")
+  endif()
   if(hostless)
     set(env "${env};ACCEL_TEST_DEVICES=1;ACCEL_DEFAULT_DEVICE=hostless:0")
   endif()
@@ -148,8 +152,10 @@ if(TARGET accel_cli)
   accel_launch2_test(prepare_rankfail_cpu_2 test_prepare_rankfail OFF)
   # A ZeRO-3 model freed between its forward and the backward, on 2 processes.
   accel_launch2_test(contract_tape_frees_2 test_contract_tape_frees OFF)
-  # DDP's buffer broadcast (BatchNorm's stats and count, one message) staged through host memory.
-  accel_launch2_test(accelerator_bn_hostless_2 test_accelerator_bn ON)
+  # DDP's buffer broadcast (BatchNorm's stats and count, one message) staged through host memory; the
+  # convolution on im2col + GEMM, the path a GPU without a direct convolution takes (hostless wraps the
+  # cpu's kernels, the cpu's oneDNN convolution among them).
+  accel_launch2_test(accelerator_bn_hostless_2 test_accelerator_bn ON "ACCEL_CONV=im2col")
   # A pipeline whose stages hold different buffers, its weights' broadcast staged (hostless): the staged
   # broadcast's agreements are each data-parallel group's, so prepare succeeds and a step runs.
   add_test(NAME pipeline_staged_hostless_4

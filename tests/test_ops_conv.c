@@ -312,6 +312,26 @@ static void expect_error(const accel_tensor *y, const char *needle) {
     accel_clear_error();
 }
 
+/* No input channels, or no images: the output is the bias alone (or empty), its gradient the
+ * output gradient's sums, as torch gives; whichever convolution path the machine chose (oneDNN
+ * refuses such descriptions: the im2col path takes them). */
+static void test_empty_convolutions(void) {
+    const int64_t one[2] = {1, 1};
+    accel_tensor *b = accel_from_floats(ACCEL_SHAPE(4), (float[]){1, 2, 3, 4});
+    CHECK(accel_requires_grad_(b, true) == ACCEL_OK);
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 0, 5, 5)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 0, 3, 3));
+    accel_tensor *y = accel_conv2d(x, w, b, one, one, one, 1);
+    CHECK_MSG(y && y->shape[0] == 2 && y->shape[1] == 4 && y->shape[2] == 5 && y->shape[3] == 5, "%s",
+              accel_last_error());
+    for (int64_t c = 0; y && c < 4; c++) CHECK(accel_get(y, (int64_t[]){1, c, 4, 0}) == (double)(c + 1));
+    CHECK(y && accel_backward(accel_sum_all(y)) == ACCEL_OK);
+    for (int64_t c = 0; b->grad && c < 4; c++) CHECK(accel_get(b->grad, &c) == 50.0); /* 2 images x 25 */
+    accel_tensor *none = accel_conv2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 3, 5, 5)),
+                                      accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 3, 3, 3)), NULL, one, one, one, 1);
+    CHECK_MSG(none && none->shape[0] == 0 && none->shape[1] == 4, "%s", accel_last_error());
+    accel_step_reset();
+}
+
 static void test_errors(void) {
     accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 6, 6)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(6, 2, 3, 3));
     const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
@@ -364,6 +384,7 @@ int main(void) {
     RUN(test_batch_norm_accumulates);
     RUN(test_gradcheck);
     RUN(test_autocast_meta_flatten);
+    RUN(test_empty_convolutions);
     RUN(test_errors);
     accel_thread_cleanup();
     return check_summary();

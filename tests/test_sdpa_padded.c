@@ -278,6 +278,18 @@ static void test_refusals(void) {
     accel_tensor_free(q), accel_tensor_free(k), accel_tensor_free(v);
 }
 
+/* On meta the op gives shapes only: a decode step's range reaches past the
+ * keys a meta cache (which never grows) holds, and is not checked there. */
+static void test_meta_shapes(void) {
+    accel_tensor *q = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(2, 2, 1, 4), ACCEL_META_DEVICE);
+    accel_tensor *k = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(2, 2, 1, 4), ACCEL_META_DEVICE);
+    accel_clear_error();
+    accel_tensor *y = accel__sdpa_padded(q, k, k, (const int64_t[]){2, 5, 0, 5}, 0.0);
+    /* [B, Tq, H, Dv] */
+    CHECK_MSG(y && y->device.type == ACCEL_DEV_META && y->shape[1] == 1 && y->shape[3] == 4, "%s", accel_last_error());
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_vs_explicit_and_reference);
     RUN(test_full_range_is_unpadded);
@@ -285,5 +297,6 @@ int main(void) {
     RUN(test_window_padding);
     RUN(test_shared_mask);
     RUN(test_refusals);
+    RUN(test_meta_shapes);
     return check_summary();
 }

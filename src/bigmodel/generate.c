@@ -289,6 +289,11 @@ static int64_t *columns(const batch_run *r, const int64_t *from, int64_t c0) {
  * forward reads them. */
 static accel_status batch_step(accel_module *llama, const batch_run *r, int64_t c0, accel_kv_cache *cache,
                                int64_t vocab, accel_device dev, float *buf) {
+    /* the forward reads B x (cache length + columns) mask entries from the host, unchecked: they are
+     * r->mask's [0, len) only where the cache holds exactly the columns before c0 */
+    if ((cache ? accel_kv_cache_len(cache) : 0) != c0)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_generate_batch: the cache holds %lld positions, the step "
+                               "starts at %lld", (long long)(cache ? accel_kv_cache_len(cache) : 0), (long long)c0);
     const int64_t *ids = columns(r, r->ids, c0);
     accel__pad_host hp = {.mask = columns(r, r->mask, 0), .positions = columns(r, r->pos, c0)};
     accel_llama_inputs in = {.ids = ids ? accel_empty_on(ACCEL_I64, ACCEL_SHAPE(r->B, r->len - c0), dev) : NULL,

@@ -155,7 +155,9 @@ typedef struct accel__pad_host {
 /* accel_llama_forward with the head on the last position only: logits
  * [B, 1, V] (transformers' generate, logits_to_keep=1): a prompt's forward
  * for its next token multiplies one row by lm_head, not T. hp (NULL: none):
- * the pad state on the host, in's attention_mask and position_ids then NULL. */
+ * the pad state on the host, in's attention_mask and position_ids then NULL:
+ * mask [B, cache length + T] and positions [B, T], read unchecked (the
+ * caller holds them of those sizes). */
 accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_inputs *in, const accel__pad_host *hp);
 
 /* The forwards the rows' module ops point at (llama.c, layers.c). */

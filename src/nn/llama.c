@@ -974,21 +974,24 @@ static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *wha
     return h && accel_tensor_to_host(w, h) == ACCEL_OK ? h : NULL;
 }
 
-/* The key range [B, 2] of keep [B, S] (step arena): row b's one run of
- * ones [lo, hi) ([0, 0) for a row of zeros); NULL where some row has a 0
- * between ones (or on error). */
-static const int64_t *key_ranges(const uint8_t *keep, int64_t B, int64_t S) {
+/* *out: the key range [B, 2] of keep [B, S] (step arena): row b's one run
+ * of ones [lo, hi) ([0, 0) for a row of zeros); NULL where some row has a 0
+ * between ones. An error only out of memory. */
+static accel_status key_ranges(const uint8_t *keep, int64_t B, int64_t S, const int64_t **out) {
+    *out = NULL;
     int64_t *r = accel_arena_alloc(accel_step_arena(), (size_t)(2 * B + 1) * sizeof *r, 64);
-    for (int64_t b = 0; r && b < B; b++) {
+    if (!r) return accel_last_status();
+    for (int64_t b = 0; b < B; b++) {
         const uint8_t *row = keep + b * S;
         int64_t lo = 0, hi = S;
         while (lo < S && !row[lo]) lo++;
         while (hi > lo && !row[hi - 1]) hi--;
         for (int64_t j = lo; j < hi; j++)
-            if (!row[j]) return NULL;
+            if (!row[j]) return ACCEL_OK; /* a hole: no ranges */
         r[2 * b] = hi > lo ? lo : 0, r[2 * b + 1] = hi > lo ? hi : 0;
     }
-    return r;
+    *out = r;
+    return ACCEL_OK;
 }
 
 /* in's attention_mask and position_ids (or hp's, on the host: then in's
@@ -1016,7 +1019,7 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
             zero |= !m[i];
         }
         pad->keep = zero ? keep : NULL;
-        pad->key_range = zero ? key_ranges(keep, B, S) : NULL;
+        if (zero && key_ranges(keep, B, S, &pad->key_range)) return accel_last_status();
     }
     if (in->position_ids || hp->positions) {
         const int64_t *p = hp->positions ? hp->positions : host_ints(in->position_ids, B, T, "position_ids",

@@ -142,7 +142,7 @@ bool accel__sdpa_key_range_on(accel_device dev) {
 static bool key_range_of(const char *OP, const int64_t *key_range, const sdpa_dims *d, accel_device dev,
                          const int64_t **out) {
     *out = NULL;
-    if (!key_range) return true;
+    if (!key_range || dev.type == ACCEL_DEV_META) return true; /* meta: shapes only (no cache grew there) */
     if (!accel__sdpa_key_range_on(dev)) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a key range (a padded batch's keys) is not implemented on %s",
                         OP, accel_device_type_name(dev.type));

@@ -168,13 +168,16 @@ accel_tensor *accel__rope_with_tables(accel_tensor *x, accel_tensor *cos, accel_
     accel_tensor *out;
     if (!rope_begin(x, 1, &dev, &out) || dev.type == ACCEL_DEV_META) return out;
     int64_t B = x->shape[0], T = x->shape[2], half = x->shape[3] / 2;
-    if (!cos || !sin || cos->ndim != 3 || cos->shape[0] != B || cos->shape[1] != T || cos->shape[2] != half ||
-        !accel_device_eq(cos->device, dev)) {
-        char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: tables for [%lld, %lld, %lld] on the device of x %s expected",
-                        (long long)B, (long long)T, (long long)half, accel_shape_str(x, b, sizeof b));
-        return NULL;
-    }
+    const accel_tensor *tab[2] = {cos, sin};
+    for (int i = 0; i < 2; i++)
+        if (!tab[i] || tab[i]->dtype != ACCEL_F32 || tab[i]->ndim != 3 || tab[i]->shape[0] != B ||
+            tab[i]->shape[1] != T || tab[i]->shape[2] != half || !accel_device_eq(tab[i]->device, dev)) {
+            char b[64];
+            accel_set_error(ACCEL_ERR_SHAPE, "accel_rope: f32 %s tables [%lld, %lld, %lld] on the device of x %s "
+                            "expected", i ? "sin" : "cos", (long long)B, (long long)T, (long long)half,
+                            accel_shape_str(x, b, sizeof b));
+            return NULL;
+        }
     return rope_apply(x, out, cos, sin, B);
 }
 

@@ -83,6 +83,8 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
                                "ACCEL_CONV=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
     /* auto: only where the plug-in loads (asking loads it) */
     if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
+    /* no channels or no images: oneDNN refuses the description; im2col gives the bias alone */
+    if (accel_numel(k->x) == 0 || accel_numel(k->w) == 0) return ACCEL_OK;
     bool fwd = k->pass == ACCEL_K_CONV_FORWARD;
     accel_dtype dt = fwd ? k->x->dtype : k->dy->dtype;
     /* operands of one dtype, f32 or bf16 (the op widens nothing for this) */
