@@ -20,6 +20,7 @@
 
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
+#include "bert_batch.h"
 #include "nn_fixture.h"
 #include "refuse_huge.h"
 
@@ -31,24 +32,6 @@ static accel_safetensors *open_expected(void) {
     accel_safetensors *st = accel_safetensors_open(DIR "/expected.safetensors");
     CHECK_MSG(st != NULL, "%s", accel_last_error());
     return st;
-}
-
-typedef struct batch {
-    accel_tensor *ids, *tt, *mask, *labels;
-} batch;
-
-static batch load_batch(accel_safetensors *st) {
-    batch b = {accel_safetensors_tensor(st, "ids", -1), accel_safetensors_tensor(st, "token_type_ids", -1),
-               accel_safetensors_tensor(st, "attention_mask", -1), accel_safetensors_tensor(st, "labels", -1)};
-    CHECK(b.ids && b.tt && b.mask && b.labels);
-    return b;
-}
-
-static void free_batch(batch *b) {
-    accel_tensor_free(b->ids);
-    accel_tensor_free(b->tt);
-    accel_tensor_free(b->mask);
-    accel_tensor_free(b->labels);
 }
 
 static void check_logits(accel_module *m, accel_safetensors *st, const batch *b, const char *what) {

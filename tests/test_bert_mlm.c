@@ -17,29 +17,12 @@
 
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
+#include "bert_batch.h"
 #include "nn_fixture.h"
 
 #define MLM "data/hf_bert_mlm"
 
 static char g_tmp[64];
-
-typedef struct batch {
-    accel_tensor *ids, *tt, *mask, *labels;
-} batch;
-
-static batch load_batch(accel_safetensors *st) {
-    batch b = {accel_safetensors_tensor(st, "ids", -1), accel_safetensors_tensor(st, "token_type_ids", -1),
-               accel_safetensors_tensor(st, "attention_mask", -1), accel_safetensors_tensor(st, "labels", -1)};
-    CHECK(b.ids && b.tt && b.mask && b.labels);
-    return b;
-}
-
-static void free_batch(batch *b) {
-    accel_tensor_free(b->ids);
-    accel_tensor_free(b->tt);
-    accel_tensor_free(b->mask);
-    accel_tensor_free(b->labels);
-}
 
 static void check_logits(accel_module *m, accel_safetensors *st, const batch *b, const char *what) {
     accel_tensor *y = accel_bert_mlm_logits(m, b->ids, b->tt, b->mask);
