@@ -153,6 +153,15 @@ static void test_eval_no_collective(void) {
             if (t) accel_to_floats(t, y[k]);
         }
         CHECK(!memcmp(y[0], y[1], sizeof y[0]));
+        /* the functional form in eval as well */
+        accel_tensor *t = accel_sync_batch_norm(accel_from_floats(ACCEL_SHAPE(2, 2, 2, 2), x),
+                                                accel_module_get_tensor(sync, "running_mean"),
+                                                accel_module_get_tensor(sync, "running_var"),
+                                                accel_module_get_tensor(sync, "weight"),
+                                                accel_module_get_tensor(sync, "bias"), false, 0.1, 1e-5, pg);
+        CHECK_MSG(t, "%s", accel_last_error());
+        if (t) accel_to_floats(t, y[1]);
+        CHECK(!memcmp(y[0], y[1], sizeof y[0]));
     }
     CHECK(accel_pg_barrier(pg) == ACCEL_OK);
     accel_module_free(ref);
