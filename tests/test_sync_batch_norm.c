@@ -294,6 +294,25 @@ static void test_errors(void) {
     accel_step_reset();
 }
 
+/* a peer gone before the collective: an error on the others (the group's
+ * timeout, ACCEL_DIST_TIMEOUT), not a hang. Last: the group is unusable after. */
+static void test_dead_peer(void) {
+    if (world == 1) return;
+    if (rank == 1) {
+        fprintf(stderr, "ok   test_dead_peer (rank 1 leaves)\n");
+        fflush(stderr);
+        _exit(check_failures_ != 0);
+    }
+    accel_module *m = bn_new(2, 2);
+    CHECK(accel_convert_sync_batchnorm(m, NULL) == ACCEL_OK);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK(!accel_module_call(m, accel_from_floats(ACCEL_SHAPE(4, 2), x)));
+    fprintf(stderr, "dead peer: %s\n", accel_last_error());
+    CHECK(accel_last_status() != ACCEL_OK);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
 int main(void) {
     if (accel_dist_init() != ACCEL_OK) {
         fprintf(stderr, "accel_dist_init: %s\n", accel_last_error());
@@ -312,6 +331,7 @@ int main(void) {
     RUN(test_convert);
     RUN(test_bf16);
     RUN(test_errors);
+    RUN(test_dead_peer);
     accel_dist_finalize();
     accel_thread_cleanup();
     return check_summary();
