@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
     int batch = argc > 3 ? atoi(argv[3]) : 32;
     long long seed = argc > 4 ? atoll(argv[4]) : 42;
     if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
-        fprintf(stderr, "usage: cv_example [--sync_bn] [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]: EPOCHS and BATCH >= 1, LR > 0, "
-                        "SEED >= 0\n");
+        fprintf(stderr, "usage: cv_example [--sync_bn] [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]: EPOCHS and BATCH >= 1, "
+                        "LR > 0, SEED >= 0\n");
         return 2;
     }
     accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */

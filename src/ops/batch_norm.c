@@ -238,7 +238,8 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
     }
     /* eval, or a group of one: BatchNorm itself, no collective */
     int n = accel_pg_size(pg);
-    if (!training || n == 1) return accel_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+    if (!training || n == 1)
+        return accel_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
     accel_device dev;
     bn_saved s;
     if (!bn_check(OP, x, running_mean, running_var, weight, bias, training, momentum, eps, &dev, &s)) return NULL;
