@@ -284,7 +284,10 @@ static void test_errors(void) {
     accel_module *m = bn_new(2, 2);
     CHECK(accel_convert_sync_batchnorm(m, NULL) == ACCEL_OK);
     CHECK(!accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2), (float[]){1, 2})));
-    CHECK_STR_CONTAINS(accel_last_error(), "SyncBatchNorm: expected at least 2D input (got 1D input)");
+    CHECK_STR_CONTAINS(accel_last_error(), "SyncBatchNorm: expected at least 2D input with a non-zero number of "
+                                           "channels (got 1D input");
+    CHECK(!accel_module_call(m, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 0))));
+    CHECK_STR_CONTAINS(accel_last_error(), "(got 2D input, 0 channels)");
     /* one value per channel over the whole group (rank 0's one row, the
      * others' none) is refused on every rank */
     float one[2] = {1, 2};

@@ -115,8 +115,10 @@ static accel_tensor *bn_forward(accel_module *m, accel_tensor *x) {
     const bn_impl *b = m->impl;
     bool two_d = b->two_d, sync = m->ops == &SYNCBN_OPS;
     if (!accel_tensor_check(x, m->ops->type_name, "x")) return NULL;
-    if (sync && x->ndim < 2) {
-        accel_set_error(ACCEL_ERR_SHAPE, "%s: expected at least 2D input (got %dD input)", m->ops->type_name, x->ndim);
+    if (sync && (x->ndim < 2 || x->shape[1] == 0)) { /* torch's two checks */
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: expected at least 2D input with a non-zero number of channels (got "
+                        "%dD input, %lld channels)", m->ops->type_name, x->ndim,
+                        x->ndim < 2 ? 0LL : (long long)x->shape[1]);
         return NULL;
     } else if (!sync && (two_d ? x->ndim != 4 : x->ndim != 2 && x->ndim != 3)) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: expected %s input (got %dD input)", m->ops->type_name,
