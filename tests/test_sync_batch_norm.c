@@ -169,6 +169,29 @@ static void test_eval_no_collective(void) {
     accel_step_reset();
 }
 
+/* the accelerator's data-parallel group: every rank without parallelism,
+ * the one SyncBatchNorm's NULL group stands for (as the default group) */
+static void test_accelerator_dp_group(void) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_pg *dp = accel_accelerator_dp_group(acc);
+    CHECK_MSG(dp && accel_pg_size(dp) == world && accel_pg_rank(dp) == rank, "%s", accel_last_error());
+    accel_module *ref = bn_new(2, 3), *sync = bn_new(2, 3);
+    CHECK(accel_convert_sync_batchnorm(sync, dp) == ACCEL_OK);
+    result a = {0}, b = {0};
+    step(ref, 2, (int64_t[]){4 * world, 3, 1, 1}, 0, &a);
+    step(sync, 2, (int64_t[]){4, 3, 1, 1}, 4 * rank, &b);
+    CHECK_MSG(maxdiff(b.y, a.y + 12 * rank, 12) <= 1e-5f && maxdiff(b.rv, a.rv, 3) <= 1e-5f, "%g %g",
+              maxdiff(b.y, a.y + 12 * rank, 12), maxdiff(b.rv, a.rv, 3));
+    free(a.y);
+    free(a.dx);
+    free(b.y);
+    free(b.dx);
+    accel_module_free(ref);
+    accel_module_free(sync);
+    accel_accelerator_free(acc);
+    CHECK(!accel_accelerator_dp_group(NULL));
+}
+
 /* a group of one (this rank alone): the rank's own batch statistics */
 static void test_group_of_one(void) {
     accel_pg *self = accel_pg_split(pg, rank, 0);
@@ -331,6 +354,7 @@ int main(void) {
     RUN(test_matches_whole_batch);
     RUN(test_eval_no_collective);
     RUN(test_group_of_one);
+    RUN(test_accelerator_dp_group);
     RUN(test_convert);
     RUN(test_bf16);
     RUN(test_errors);
