@@ -187,7 +187,7 @@ accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, acce
 }
 
 /* The group's mean and biased variance per channel from every rank's
- * (mean, m2 = sum of squared deviations, count), combined pairwise-free in
+ * (mean, m2 = sum of squared deviations, count), combined in
  * double (Chan et al.): m2 = sum over ranks of m2_r + n_r (mean_r - mean)^2,
  * which keeps the precision a sum of squares minus a squared sum loses.
  * all: n rows of [C means, C m2s, count]. Returns the group's count. */
