@@ -4,7 +4,7 @@
  * each epoch.
  *
  *     accel launch --num_processes 2 [--mixed_precision bf16]
- *                  build/bin/cv_example [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]
+ *                  build/bin/cv_example [--sync_bn] [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]
  *
  * The model is a small ResNet with torchvision's names and blocks
  * (cv_resnet.h): a 3x3 stem (conv1, bn1, relu), layer1 (a BasicBlock of 16
@@ -12,7 +12,10 @@
  * downsample, a 1x1 strided conv + BatchNorm on the shortcut), adaptive
  * average pooling, fc. The
  * BatchNorms' running stats are the ones of rank 0 before each training
- * forward, as torch's DDP broadcasts them (docs/guide/cv.md).
+ * forward, as torch's DDP broadcasts them (docs/guide/cv.md). --sync_bn
+ * converts them to SyncBatchNorm before prepare, as a PyTorch script calls
+ * torch.nn.SyncBatchNorm.convert_sync_batchnorm: every process then
+ * normalises with the statistics of the whole global batch.
  *
  * The data set is generated, deterministically: 16x16 RGB images of one of
  * four patterns (horizontal, vertical or diagonal stripes, a checkerboard;
@@ -107,13 +110,18 @@ static double evaluate(accel_accelerator *acc, accel_module *model, accel_datalo
 }
 
 int main(int argc, char **argv) {
+    bool sync_bn = argc > 1 && !strcmp(argv[1], "--sync_bn");
+    if (sync_bn) { /* the positional arguments follow it */
+        argc--;
+        argv++;
+    }
     int epochs = argc > 1 ? atoi(argv[1]) : 3;
     double lr = argc > 2 ? atof(argv[2]) : 3e-3;
     int batch = argc > 3 ? atoi(argv[3]) : 32;
     long long seed = argc > 4 ? atoll(argv[4]) : 42;
     if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
-        fprintf(stderr, "usage: cv_example [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]: EPOCHS and BATCH >= 1, LR > 0, "
-                        "SEED >= 0\n");
+        fprintf(stderr, "usage: cv_example [--sync_bn] [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]: EPOCHS and BATCH >= 1, "
+                        "LR > 0, SEED >= 0\n");
         return 2;
     }
     accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */
@@ -123,6 +131,11 @@ int main(int argc, char **argv) {
     }
     accel_set_seed(acc, (uint64_t)seed, false); /* the same initial weights on every process */
     accel_module *model = cv_resnet(CLASSES);
+    /* the default group at each forward: DDP's, every process */
+    if (model && sync_bn && accel_convert_sync_batchnorm(model, NULL) != ACCEL_OK) {
+        accel_module_free(model);
+        model = NULL;
+    }
     accel_dataset *train_ds = model ? make_split(1, N_TRAIN) : NULL, *eval_ds = train_ds ? make_split(2, N_EVAL) : NULL;
     accel_dataloader *train_dl =
         eval_ds ? accel_dataloader_new(train_ds, &(accel_dataloader_opts){.batch_size = batch, .shuffle = true,

@@ -36,6 +36,7 @@ static void test_accelerator_null(void) {
     CHECK(accel_accelerator_loss_scale(NULL) == 1.0 && invalid("accel_accelerator_loss_scale"));
     CHECK(accel_accelerator_zero_stage(NULL) == 0 && invalid("accel_accelerator_zero_stage"));
     CHECK(accel_accelerator_gradient_clipping(NULL) == 0.0 && invalid("accel_accelerator_gradient_clipping"));
+    CHECK(!accel_accelerator_dp_group(NULL) && invalid("accel_accelerator_dp_group"));
     char buf[64];
     CHECK(accel_accelerator_describe(NULL, buf, sizeof buf) == NULL && invalid("accel_accelerator_describe"));
     CHECK(accel_accelerator_wait_for_everyone(NULL) == ACCEL_ERR_INVALID_ARG && invalid("accel_accelerator_wait_for_everyone"));

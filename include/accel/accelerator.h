@@ -274,6 +274,14 @@ int accel_accelerator_zero_stage(const accel_accelerator *acc);
  * accel_accelerator_tp_group(acc)) (accel/parallel.h); the decoder families
  * get their own plan at prepare. NULL + error for a NULL accelerator. */
 accel_pg *accel_accelerator_tp_group(accel_accelerator *acc);
+/* The data-parallel group of this rank: the ranks that hold different
+ * batches (data-parallel replicas and shards, and context-parallel ranks;
+ * not tensor- or pipeline-parallel ones), owned by the accelerator and made
+ * at accel_accelerator_new; every rank without parallelism. The group a
+ * SyncBatchNorm takes under tp or pp: accel_convert_sync_batchnorm(model,
+ * accel_accelerator_dp_group(acc)) before prepare (accel/parallel.h). NULL +
+ * error for a NULL accelerator. */
+accel_pg *accel_accelerator_dp_group(accel_accelerator *acc);
 double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
 /* This rank's shard [*lo, *hi) of the prepared model's flat f32 parameter
  * buffer (*padded: its padded length). Without ZeRO the whole buffer; under

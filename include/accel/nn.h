@@ -231,8 +231,9 @@ accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t 
  * statistics, adds 1 to num_batches_tracked and updates the running stats
  * with momentum, or with 1 / num_batches_tracked (a cumulative average) when
  * momentum < 0 (torch's momentum=None); in eval mode it uses the running
- * stats (the batch's without them). SyncBatchNorm is not provided: under
- * DDP each rank normalises with its own batch (as torch's BatchNorm). */
+ * stats (the batch's without them). Under DDP each rank normalises with its
+ * own batch (as torch's BatchNorm); accel_convert_sync_batchnorm
+ * (accel/parallel.h) makes them SyncBatchNorm (the global batch's). */
 accel_module *accel_batch_norm1d_new(int64_t C, double eps, double momentum, bool affine, bool track_running_stats,
                                      accel_device dev, accel_dtype dt);
 accel_module *accel_batch_norm2d_new(int64_t C, double eps, double momentum, bool affine, bool track_running_stats,

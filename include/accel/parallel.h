@@ -39,6 +39,35 @@ extern "C" {
 /* ---------------------------------------------------------------- collectives as ops
  * Differentiable; the result is a step tensor. */
 
+/* torch.nn.SyncBatchNorm's functional form: accel_batch_norm whose training
+ * statistics are the group's. Training over 2 ranks or more: every rank's
+ * per-channel mean, sum of squared deviations and count are all-gathered
+ * (one collective; ranks may hold different batch sizes, an empty one too),
+ * x is normalised with the group's mean and biased variance and the running
+ * stats take the group's mean and unbiased variance (over the group's
+ * count); the backward all-reduces the per-channel sums of g and g * xhat
+ * once and gives dx over the group's count, dweight and dbias this rank's
+ * sums (DDP averages them as any gradient). Eval, or a group of one:
+ * accel_batch_norm itself, no collective. Every rank calls it (and its
+ * backward) in the same order; a dead peer gives the group's timeout error.
+ * cpu tensors; pg NULL is an error. */
+accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
+                                    accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
+                                    double eps, accel_pg *pg);
+/* torch.nn.SyncBatchNorm.convert_sync_batchnorm, in place: every
+ * BatchNorm1d/2d in m's tree becomes a "SyncBatchNorm" module keeping its
+ * tensors (weight, bias, running_mean, running_var, num_batches_tracked: the
+ * same names, so state dicts load either way), eps, momentum and training
+ * mode; a tree without BatchNorm is left as it is. It takes any input of 2
+ * dims or more and synchronises training batches over pg (not owned: it
+ * outlives the model). pg NULL: the default group (accel_dist_default_group)
+ * at each forward, the data-parallel group of a DDP run, what a script that
+ * converts before accel_accelerator_prepare expects; not distributed (no
+ * accel_dist_init), plain BatchNorm. Under tensor or pipeline parallelism
+ * pass the ranks that hold different batches: accel_accelerator_dp_group.
+ * Call it before prepare, as torch. NULL m: an error. */
+accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg);
+
 /* Megatron's copy_to_tensor_model_parallel_region: x itself forward (a view),
  * and the sum over pg of the gradient backward (x's consumers on the other
  * ranks used it too). */

@@ -706,3 +706,8 @@ accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_
     accel_autocast_end(previous);
     return accel_autocast_dtype() == previous ? ACCEL_OK : accel_last_status(); /* refused: not an autocast dtype */
 }
+
+accel_pg *accel_accelerator_dp_group(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return NULL;
+    return acc->dp_pg;
+}

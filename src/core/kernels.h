@@ -332,8 +332,12 @@ typedef struct accel_k_layer_norm_backward {
  * (var * NS / (NS - 1), NS = N * S > 1). Eval: mean = running_mean and
  * invstd = 1/sqrt(running_var + eps) (both required then). Both: y [N, C, S]
  * (f32 contiguous) = (x - mean) invstd w + b (w, b optional f32 [C]). */
+/* SyncBatchNorm's local pass: training with y NULL writes mean[c] and m2[c]
+ * (f32 [C]: the sum of (x - mean)^2 over the channel) and nothing else; the
+ * group's statistics are combined from every rank's, then applied in eval
+ * form (running_mean, running_var: the group's mean and biased var). */
 typedef struct accel_k_batch_norm {
-    ACCEL_KERNEL_TENSORS(8, *y, *mean, *invstd, *x, *w, *b, *running_mean, *running_var);
+    ACCEL_KERNEL_TENSORS(9, *y, *mean, *invstd, *x, *w, *b, *running_mean, *running_var, *m2);
     int64_t N, C, S;
     float eps, momentum;
     bool training;
@@ -343,9 +347,12 @@ typedef struct accel_k_batch_norm {
  * accumulated) of batch_norm given g [N, C, S] and the forward's mean and
  * invstd: through the batch statistics when training, else through the
  * affine map of the running ones alone. */
+/* sums (optional, SyncBatchNorm: f32 [2, C]): the group's sums of g and of
+ * g * xhat over its count values per channel, used (training) in place of
+ * this batch's for dx. */
 typedef struct accel_k_batch_norm_backward {
-    ACCEL_KERNEL_TENSORS(8, *dx, *dw, *db, *g, *x, *w, *mean, *invstd);
-    int64_t N, C, S;
+    ACCEL_KERNEL_TENSORS(9, *dx, *dw, *db, *g, *x, *w, *mean, *invstd, *sums);
+    int64_t N, C, S, count;
     float dx_beta;
     bool training;
 } accel_k_batch_norm_backward;

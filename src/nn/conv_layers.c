@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
+#include "accel/parallel.h"
 #include "nn_internal.h"
 
 /* A per-dim argument, or its default when NULL. */
@@ -105,13 +106,21 @@ accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t 
 typedef struct bn_impl {
     double eps, momentum; /* momentum < 0: torch's None */
     bool two_d;           /* BatchNorm2d: [N, C, H, W]; BatchNorm1d: [N, C] or [N, C, L] */
+    accel_pg *pg;         /* SyncBatchNorm's group (not owned); NULL: the default group */
 } bn_impl;
+
+static const accel_module_ops SYNCBN_OPS;
 
 static accel_tensor *bn_forward(accel_module *m, accel_tensor *x) {
     const bn_impl *b = m->impl;
-    bool two_d = b->two_d;
+    bool two_d = b->two_d, sync = m->ops == &SYNCBN_OPS;
     if (!accel_tensor_check(x, m->ops->type_name, "x")) return NULL;
-    if (two_d ? x->ndim != 4 : x->ndim != 2 && x->ndim != 3) {
+    if (sync && (x->ndim < 2 || x->shape[1] == 0)) { /* torch's two checks */
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: expected at least 2D input with a non-zero number of channels (got "
+                        "%dD input, %lld channels)", m->ops->type_name, x->ndim,
+                        x->ndim < 2 ? 0LL : (long long)x->shape[1]);
+        return NULL;
+    } else if (!sync && (two_d ? x->ndim != 4 : x->ndim != 2 && x->ndim != 3)) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: expected %s input (got %dD input)", m->ops->type_name,
                         two_d ? "4D" : "2D or 3D", x->ndim);
         return NULL;
@@ -126,15 +135,22 @@ static accel_tensor *bn_forward(accel_module *m, accel_tensor *x) {
         batches++;
         if (b->momentum < 0) factor = 1.0 / (double)batches;
     }
+    /* SyncBatchNorm synchronises training only (eval without running stats
+     * normalises with this rank's batch, as torch), and plain BatchNorm it is
+     * without a process group: not distributed, as torch */
+    accel_pg *pg = sync && m->training ? b->pg : NULL;
+    if (sync && m->training && !pg && accel_dist_is_initialized()) pg = accel_dist_default_group();
+    accel_tensor *w = accel__module_tensor(m, "weight"), *bias = accel__module_tensor(m, "bias");
     /* eval without running stats: the batch's (track_running_stats=False) */
-    accel_tensor *y = accel_batch_norm(x, rm, rv, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"),
-                                       m->training || !rm, factor, b->eps);
+    accel_tensor *y = pg ? accel_sync_batch_norm(x, rm, rv, w, bias, true, factor, b->eps, pg)
+                         : accel_batch_norm(x, rm, rv, w, bias, m->training || !rm, factor, b->eps);
     if (y && count && accel_tensor_from_host(nbt, &batches) != ACCEL_OK) return NULL;
     return y;
 }
 
 static const accel_module_ops BN1D_OPS = {"BatchNorm1d", bn_forward, NULL};
 static const accel_module_ops BN2D_OPS = {"BatchNorm2d", bn_forward, NULL};
+static const accel_module_ops SYNCBN_OPS = {"SyncBatchNorm", bn_forward, NULL};
 
 static accel_module *bn_create(const char *fn, const accel_module_ops *ops, int64_t C, double eps, double momentum,
                                bool affine, bool track, accel_device dev, accel_dtype dt) {
@@ -144,7 +160,7 @@ static accel_module *bn_create(const char *fn, const accel_module_ops *ops, int6
                         (long long)C, eps, momentum);
         return NULL;
     }
-    bn_impl args = {eps, momentum, ops == &BN2D_OPS};
+    bn_impl args = {eps, momentum, ops == &BN2D_OPS, NULL};
     accel_module *m = with_args(ops, &args, sizeof args);
     accel_status st = m ? ACCEL_OK : accel_last_status();
     if (st == ACCEL_OK && affine) {
@@ -182,6 +198,22 @@ accel_module *accel_batch_norm1d_new(int64_t C, double eps, double momentum, boo
 accel_module *accel_batch_norm2d_new(int64_t C, double eps, double momentum, bool affine, bool track_running_stats,
                                      accel_device dev, accel_dtype dt) {
     return bn_create("accel_batch_norm2d_new", &BN2D_OPS, C, eps, momentum, affine, track_running_stats, dev, dt);
+}
+
+/* Every BatchNorm1d/2d under m becomes a SyncBatchNorm in place: the same
+ * impl (eps, momentum) and tensors, only the type and the group change. */
+static void convert_tree(accel_module *m, accel_pg *pg) {
+    if (m->ops == &BN1D_OPS || m->ops == &BN2D_OPS) {
+        m->ops = &SYNCBN_OPS;
+        ((bn_impl *)m->impl)->pg = pg;
+    }
+    for (int i = 0; i < m->n_children; i++) convert_tree(m->children[i], pg);
+}
+
+accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg) {
+    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_convert_sync_batchnorm: module is NULL");
+    convert_tree(m, pg);
+    return ACCEL_OK;
 }
 
 /* ---- pooling, Flatten */

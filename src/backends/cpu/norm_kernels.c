@@ -235,7 +235,7 @@ static inline float run_sq(const float *r, int64_t S, float m) {
 accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
     int64_t N = k->N, C = k->C, S = k->S, M = N * S;
     const float *x = k->x->data, *w = k->w ? k->w->data : NULL, *b = k->b ? k->b->data : NULL;
-    float *y = k->y->data, *mean = k->mean->data, *invstd = k->invstd->data;
+    float *y = k->y ? k->y->data : NULL, *mean = k->mean->data, *invstd = k->invstd ? k->invstd->data : NULL;
     float *rm = k->running_mean ? k->running_mean->data : NULL, *rv = k->running_var ? k->running_var->data : NULL;
 #pragma omp parallel for if (M * C > 16384) schedule(static)
     for (int64_t c = 0; c < C; c++) {
@@ -243,9 +243,14 @@ accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
         if (k->training) {
             double s = 0.0, v = 0.0;
             for (int64_t n = 0; n < N; n++) s += run_sum(x + (n * C + c) * S, S);
-            double m = s / (double)M;
+            double m = M ? s / (double)M : 0.0;
             for (int64_t n = 0; n < N; n++) v += run_sq(x + (n * C + c) * S, S, (float)m);
             mu = (float)m;
+            if (!y) { /* SyncBatchNorm's local statistics */
+                mean[c] = mu;
+                ((float *)k->m2->data)[c] = (float)v;
+                continue;
+            }
             is = (float)(1.0 / sqrt(v / (double)M + k->eps));
             if (rm) rm[c] = (1.0f - k->momentum) * rm[c] + k->momentum * mu;
             if (rv) rv[c] = (1.0f - k->momentum) * rv[c] + k->momentum * (float)(v / (double)(M - 1));
@@ -275,7 +280,11 @@ accel_status accel__cpuk_batch_norm_backward(accel_k_batch_norm_backward *k) {
     for (int64_t c = 0; c < C; c++) {
         float mu = mean[c], is = invstd[c];
         double sg = 0.0, sgx = 0.0; /* sums of g and of g * xhat */
-        for (int64_t n = 0; n < N; n++) {
+        if (k->sums) { /* the group's (dw, db: none asked) */
+            sg = ((const float *)k->sums->data)[c];
+            sgx = ((const float *)k->sums->data)[C + c];
+        }
+        for (int64_t n = 0; n < N && !k->sums; n++) {
             const float *xr = x + (n * C + c) * S, *gr = g + (n * C + c) * S;
             float a = 0.0f, b = 0.0f;
 #pragma omp simd reduction(+ : a, b)
@@ -292,7 +301,8 @@ accel_status accel__cpuk_batch_norm_backward(accel_k_batch_norm_backward *k) {
         float ws = (w ? w[c] : 1.0f) * is;
         /* training: xhat depends on the batch's mean and var, which take
          * their share of every gradient (the two means subtracted) */
-        float mg = k->training ? (float)(sg / (double)M) : 0.0f, mgx = k->training ? (float)(sgx / (double)M) : 0.0f;
+        double cnt = (double)(k->sums ? k->count : M);
+        float mg = k->training ? (float)(sg / cnt) : 0.0f, mgx = k->training ? (float)(sgx / cnt) : 0.0f;
         for (int64_t n = 0; n < N; n++) {
             const float *xr = x + (n * C + c) * S, *gr = g + (n * C + c) * S;
             float *d = dx + (n * C + c) * S;
