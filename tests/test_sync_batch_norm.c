@@ -132,6 +132,57 @@ static void test_matches_whole_batch(void) {
     compare_case("1d [N, C, L], one empty", 3, (int64_t[]){3, 0}, 2, (int64_t[]){4, 1}, tol);
 }
 
+/* Activations whose mean is large beside their spread, the ranks' means
+ * 0.006 apart: the group's variance is made of small differences of large
+ * means. The running stats (momentum 1: the batch's) against the whole
+ * batch's in double (in f32 sums the running variance was 13% off here;
+ * plain BatchNorm, whose own f32 sums lose digits too, is 2.6e-4 off over
+ * the 2 processes' whole batch: on one process the test allows that). */
+static void test_large_mean(void) {
+    enum { C = 2, S = 1000 };
+    int64_t N = 2 * world, half = N / 2;
+    float *x = malloc((size_t)(N * C * S) * sizeof *x);
+    for (int64_t i = 0; i < N * C * S; i++)
+        x[i] = 1000.0f + (i / (C * S) < half ? -0.003f : 0.003f) + 0.01f * sinf(0.37f * (float)i);
+    accel_tensor *all = accel_from_floats(ACCEL_SHAPE(N, C, S), x);
+    accel_tensor *mine = accel_contiguous(accel_slice(all, 0, 2 * rank, 2 * rank + 2, 1));
+    accel_tensor *rm = accel_zeros(ACCEL_F32, ACCEL_SHAPE(C)), *rv = accel_ones(ACCEL_F32, ACCEL_SHAPE(C));
+    CHECK_MSG(accel_sync_batch_norm(mine, rm, rv, NULL, NULL, true, 1.0, 1e-5, pg) != NULL, "%s",
+              accel_last_error());
+    for (int64_t c = 0; c < C; c++) {
+        double m = 0.0, v = 0.0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < S; j++) m += x[(n * C + c) * S + j];
+        m /= (double)(N * S);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < S; j++) v += (x[(n * C + c) * S + j] - m) * (x[(n * C + c) * S + j] - m);
+        v /= (double)(N * S - 1);
+        double got = accel_get(rv, &c), tol = world == 1 ? 2e-3 : 1e-5; /* 1 process: plain BatchNorm's f32 sums */
+        CHECK_MSG(fabs(got - v) <= tol * v, "channel %lld: running_var %.9g, the batch's %.9g", (long long)c, got, v);
+        CHECK_MSG(fabs(accel_get(rm, &c) - m) <= 1e-4, "channel %lld: running_mean %.9g, the batch's %.9g",
+                  (long long)c, accel_get(rm, &c), m);
+    }
+    free(x);
+    accel_step_reset();
+}
+
+/* A second conversion binds the new group (torch converts a SyncBatchNorm
+ * again): converted with the world's, then with a group of one, a step
+ * uses the rank's own batch. */
+static void test_convert_again(void) {
+    accel_pg *self = accel_pg_split(pg, rank, 0);
+    accel_module *ref = bn_new(2, 3), *sync = bn_new(2, 3);
+    CHECK(accel_convert_sync_batchnorm(sync, NULL) == ACCEL_OK && accel_convert_sync_batchnorm(sync, self) == ACCEL_OK);
+    result a = {0}, b = {0};
+    step(ref, 2, (int64_t[]){4, 3, 1, 1}, 4 * rank, &a);
+    step(sync, 2, (int64_t[]){4, 3, 1, 1}, 4 * rank, &b);
+    CHECK(!memcmp(a.rm, b.rm, 3 * sizeof *a.rm) && !memcmp(a.rv, b.rv, 3 * sizeof *a.rv));
+    free(a.y), free(a.dx), free(b.y), free(b.dx);
+    accel_module_free(ref);
+    accel_module_free(sync);
+    accel_pg_free(self);
+}
+
 /* eval: the running stats, no collective (rank 0 alone calls it: a
  * collective would wait for the others until the group's timeout) */
 static void test_eval_no_collective(void) {
@@ -355,6 +406,8 @@ int main(void) {
     RUN(test_group_of_one);
     RUN(test_accelerator_dp_group);
     RUN(test_convert);
+    RUN(test_convert_again);
+    RUN(test_large_mean);
     RUN(test_bf16);
     RUN(test_errors);
     RUN(test_dead_peer);

@@ -64,8 +64,10 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
  * at each forward, the data-parallel group of a DDP run, what a script that
  * converts before accel_accelerator_prepare expects; not distributed (no
  * accel_dist_init), plain BatchNorm. Under tensor or pipeline parallelism
- * pass the ranks that hold different batches: accel_accelerator_dp_group.
- * Call it before prepare, as torch. NULL m: an error. */
+ * pass the ranks that hold different batches: accel_accelerator_dp_group
+ * (it must outlive every training forward: the accelerator frees it).
+ * Converting again binds the new group. Call it before prepare, as torch.
+ * NULL m: an error. */
 accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg);
 
 /* Megatron's copy_to_tensor_model_parallel_region: x itself forward (a view),

@@ -333,7 +333,7 @@ typedef struct accel_k_layer_norm_backward {
  * invstd = 1/sqrt(running_var + eps) (both required then). Both: y [N, C, S]
  * (f32 contiguous) = (x - mean) invstd w + b (w, b optional f32 [C]). */
 /* SyncBatchNorm's local pass: training with y NULL writes mean[c] and m2[c]
- * (f32 [C]: the sum of (x - mean)^2 over the channel) and nothing else; the
+ * (f64 [C]: the sum of (x - mean)^2 over the channel) and nothing else; the
  * group's statistics are combined from every rank's, then applied in eval
  * form (running_mean, running_var: the group's mean and biased var). */
 typedef struct accel_k_batch_norm {

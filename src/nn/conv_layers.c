@@ -201,9 +201,10 @@ accel_module *accel_batch_norm2d_new(int64_t C, double eps, double momentum, boo
 }
 
 /* Every BatchNorm1d/2d under m becomes a SyncBatchNorm in place: the same
- * impl (eps, momentum) and tensors, only the type and the group change. */
+ * impl (eps, momentum) and tensors, only the type and the group change; a
+ * SyncBatchNorm already takes the new group (torch converts it again). */
 static void convert_tree(accel_module *m, accel_pg *pg) {
-    if (m->ops == &BN1D_OPS || m->ops == &BN2D_OPS) {
+    if (m->ops == &BN1D_OPS || m->ops == &BN2D_OPS || m->ops == &SYNCBN_OPS) {
         m->ops = &SYNCBN_OPS;
         ((bn_impl *)m->impl)->pg = pg;
     }

@@ -252,23 +252,24 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
     accel_tensor *out = accel__op_out(bn_out_dtype(x, weight, bias), x->ndim, x->shape, dev);
     if (!out || dev.type == ACCEL_DEV_META) return out;
     int64_t C = s.C;
-    accel_tensor *xf = accel__f32_contig(x), *lmean = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
-    accel_tensor *lm2 = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
+    /* the local mean and m2 in f64: the ranks' means differ by little where the activations' mean is large
+     * beside their spread, and the group's variance is made of those differences */
+    accel_tensor *xf = accel__f32_contig(x), *lmean = accel_empty_on(ACCEL_F64, ACCEL_SHAPE(C), dev);
+    accel_tensor *lm2 = accel_empty_on(ACCEL_F64, ACCEL_SHAPE(C), dev);
     accel_tensor *gmean_t = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
     accel_tensor *gvar_t = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
     size_t L = 2 * (size_t)C + 1;
     /* all: n rows [C means, C m2s, count] gathered, then mine; f: host f32
-     * scratch [2, C] (the local stats, then the group's mean and var) */
+     * scratch [2, C] (the group's mean and var) */
     double *all = accel_malloc((size_t)(n + 1) * L * sizeof *all + (size_t)C * sizeof(double));
     float *f = accel_malloc(2 * (size_t)C * sizeof *f);
     accel_status st = xf && lmean && lm2 && gmean_t && gvar_t && all && f ? ACCEL_OK : accel_last_status();
     double *mine = all ? all + (size_t)n * L : NULL, *gm2 = mine ? mine + L : NULL;
     accel_k_batch_norm k = {.mean = lmean, .m2 = lm2, .x = xf, .N = s.N, .C = C, .S = s.S, .training = true};
     if (st == ACCEL_OK) st = ACCEL_KERNEL(OP, dev, batch_norm, &k);
-    if (st == ACCEL_OK) st = accel_tensor_to_host(lmean, f);
-    if (st == ACCEL_OK) st = accel_tensor_to_host(lm2, f + C);
+    if (st == ACCEL_OK) st = accel_tensor_to_host(lmean, mine);
+    if (st == ACCEL_OK) st = accel_tensor_to_host(lm2, mine + C);
     if (st == ACCEL_OK) {
-        for (size_t i = 0; i < 2 * (size_t)C; i++) mine[i] = f[i];
         mine[2 * C] = (double)(s.N * s.S);
         /* counts gathered as torch does: ranks may hold different batch sizes */
         st = accel_pg_all_gather(pg, mine, all, L, ACCEL_F64);

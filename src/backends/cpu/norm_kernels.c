@@ -225,6 +225,13 @@ static inline float run_sum(const float *r, int64_t S) {
     return a;
 }
 
+static inline float run_dev(const float *r, int64_t S, float m) {
+    float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < S; i++) a += r[i] - m;
+    return a;
+}
+
 static inline float run_sq(const float *r, int64_t S, float m) {
     float a = 0.0f;
 #pragma omp simd reduction(+ : a)
@@ -246,9 +253,16 @@ accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
             double m = M ? s / (double)M : 0.0;
             for (int64_t n = 0; n < N; n++) v += run_sq(x + (n * C + c) * S, S, (float)m);
             mu = (float)m;
-            if (!y) { /* SyncBatchNorm's local statistics */
-                mean[c] = mu;
-                ((float *)k->m2->data)[c] = (float)v;
+            if (!y) {
+                /* SyncBatchNorm's local statistics, f64: the f32 sums of a large mean lose digits the
+                 * group's variance is made of (the ranks' means differ by little), so the mean is mu plus
+                 * the mean deviation from it (small numbers: exact enough), and v, taken about mu, moves
+                 * to that mean (sum (x - a)^2 = sum (x - m)^2 + M (m - a)^2) */
+                double d = 0.0;
+                for (int64_t n = 0; n < N; n++) d += run_dev(x + (n * C + c) * S, S, mu);
+                double mt = mu + (M ? d / (double)M : 0.0);
+                ((double *)k->mean->data)[c] = mt;
+                ((double *)k->m2->data)[c] = v - (double)M * (mt - mu) * (mt - mu);
                 continue;
             }
             is = (float)(1.0 / sqrt(v / (double)M + k->eps));
