@@ -4,6 +4,10 @@
 #include "accel/parallel.h"
 #include "nn_internal.h"
 
+/* Host scratch of a SyncBatchNorm pass in the step arena: a training step
+ * allocates nothing from the system after the first. */
+static void *step_scratch(size_t bytes) { return accel_arena_alloc(accel_step_arena(), bytes ? bytes : 1, 64); }
+
 typedef struct bn_saved {
     int64_t N, C, S;
     bool training;
@@ -26,7 +30,7 @@ static accel_status sync_bn_backward(accel_node *node, const bn_saved *s, accel_
     accel_tensor *lw = gw.dst ? gw.dst : accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
     accel_tensor *lb = gb.dst ? gb.dst : accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
     accel_tensor *sums = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(2, C), dev);
-    float *h = accel_malloc(2 * (size_t)C * sizeof *h);
+    float *h = step_scratch(2 * (size_t)C * sizeof *h);
     accel_status st = lw && lb && sums && h ? ACCEL_OK : accel_last_status();
     if (st == ACCEL_OK && !gw.dst) st = accel_fill_(lw, 0.0);
     if (st == ACCEL_OK && !gb.dst) st = accel_fill_(lb, 0.0);
@@ -38,7 +42,6 @@ static accel_status sync_bn_backward(accel_node *node, const bn_saved *s, accel_
     if (st == ACCEL_OK) st = accel_tensor_to_host(lw, h + C);
     if (st == ACCEL_OK) st = accel_pg_all_reduce(s->pg, h, 2 * (size_t)C, ACCEL_F32, ACCEL_REDUCE_SUM);
     if (st == ACCEL_OK) st = accel_tensor_from_host(sums, h);
-    accel_free(h);
     if (st == ACCEL_OK && gx.dst) {
         k = (accel_k_batch_norm_backward){.dx = gx.dst, .g = g, .x = node->saved[0], .w = node->saved[1],
                                           .mean = node->saved[2], .invstd = node->saved[3], .sums = sums,
@@ -215,7 +218,7 @@ static int64_t group_stats(const double *all, int n, int64_t C, float *gmean, fl
  * batch_norm kernel. */
 static accel_status update_running(accel_tensor *rm, accel_tensor *rv, const float *gmean, const double *gm2,
                                    int64_t C, int64_t count, float momentum) {
-    float *h = accel_malloc(2 * (size_t)C * sizeof *h);
+    float *h = step_scratch(2 * (size_t)C * sizeof *h);
     accel_status st = h ? accel_tensor_to_host(rm, h) : accel_last_status();
     if (st == ACCEL_OK) st = accel_tensor_to_host(rv, h + C);
     for (int64_t c = 0; st == ACCEL_OK && c < C; c++) {
@@ -224,7 +227,6 @@ static accel_status update_running(accel_tensor *rm, accel_tensor *rv, const flo
     }
     if (st == ACCEL_OK) st = accel_tensor_from_host(rm, h);
     if (st == ACCEL_OK) st = accel_tensor_from_host(rv, h + C);
-    accel_free(h);
     return st;
 }
 
@@ -261,8 +263,8 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
     size_t L = 2 * (size_t)C + 1;
     /* all: n rows [C means, C m2s, count] gathered, then mine; f: host f32
      * scratch [2, C] (the group's mean and var) */
-    double *all = accel_malloc((size_t)(n + 1) * L * sizeof *all + (size_t)C * sizeof(double));
-    float *f = accel_malloc(2 * (size_t)C * sizeof *f);
+    double *all = step_scratch((size_t)(n + 1) * L * sizeof *all + (size_t)C * sizeof(double));
+    float *f = step_scratch(2 * (size_t)C * sizeof *f);
     accel_status st = xf && lmean && lm2 && gmean_t && gvar_t && all && f ? ACCEL_OK : accel_last_status();
     double *mine = all ? all + (size_t)n * L : NULL, *gm2 = mine ? mine + L : NULL;
     accel_k_batch_norm k = {.mean = lmean, .m2 = lm2, .x = xf, .N = s.N, .C = C, .S = s.S, .training = true};
@@ -287,8 +289,6 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
         st = update_running(running_mean, running_var, f, gm2, C, s.count, (float)momentum);
     if (st == ACCEL_OK) st = accel_tensor_from_host(gmean_t, f);
     if (st == ACCEL_OK) st = accel_tensor_from_host(gvar_t, f + C);
-    accel_free(all);
-    accel_free(f);
     if (st != ACCEL_OK) return NULL;
     /* normalised in eval form with the group's statistics */
     k = (accel_k_batch_norm){.running_mean = gmean_t, .running_var = gvar_t, .N = s.N, .C = C, .S = s.S,
