@@ -166,6 +166,29 @@ static void test_large_mean(void) {
     accel_step_reset();
 }
 
+/* Gradient accumulation: a second backward without zero_grad adds to the
+ * weight's and bias's gradients, and its dx is the first's (the same batch):
+ * the sums all-reduced are this backward's alone, not the gradient the
+ * parameters already hold. */
+static void test_accumulates(void) {
+    accel_module *sync = bn_new(4, 3);
+    CHECK(accel_convert_sync_batchnorm(sync, NULL) == ACCEL_OK);
+    const int64_t shape[4] = {2, 3, 3, 2};
+    result a = {0}, b = {0};
+    step(sync, 4, shape, 2 * rank, &a);
+    step(sync, 4, shape, 2 * rank, &b);
+    int64_t n = 2 * 3 * 3 * 2;
+    CHECK_MSG(maxdiff(b.dx, a.dx, n) <= 1e-6f, "dx of the second backward: %g", maxdiff(b.dx, a.dx, n));
+    for (int c = 0; c < 3; c++) {
+        CHECK_MSG(fabsf(b.dw[c] - 2 * a.dw[c]) <= 1e-5f * (1 + fabsf(a.dw[c])), "dweight[%d] %g, first %g", c, b.dw[c],
+                  a.dw[c]);
+        CHECK_MSG(fabsf(b.db[c] - 2 * a.db[c]) <= 1e-5f * (1 + fabsf(a.db[c])), "dbias[%d] %g, first %g", c, b.db[c],
+                  a.db[c]);
+    }
+    free(a.y), free(a.dx), free(b.y), free(b.dx);
+    accel_module_free(sync);
+}
+
 /* A second conversion binds the new group (torch converts a SyncBatchNorm
  * again): converted with the world's, then with a group of one, a step
  * uses the rank's own batch. */
@@ -407,6 +430,7 @@ int main(void) {
     RUN(test_accelerator_dp_group);
     RUN(test_convert);
     RUN(test_convert_again);
+    RUN(test_accumulates);
     RUN(test_large_mean);
     RUN(test_bf16);
     RUN(test_errors);

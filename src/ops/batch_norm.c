@@ -26,14 +26,16 @@ static accel_status sync_bn_backward(accel_node *node, const bn_saved *s, accel_
     if (!accel__gbuf_begin(&gx, node->inputs[0]) || !accel__gbuf_begin_zeroed(&gw, node->inputs[1]) ||
         !accel__gbuf_begin_zeroed(&gb, node->inputs[2]))
         return accel_last_status();
-    /* dw, db (zeroed: the local sums alone) or scratch when not asked */
-    accel_tensor *lw = gw.dst ? gw.dst : accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
-    accel_tensor *lb = gb.dst ? gb.dst : accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
+    /* the local sums in zeroed scratch of their own: dw / db may already hold
+     * an earlier micro-batch's gradient (accumulation), which is no part of
+     * this rank's sums; they are added to it after the all-reduce */
+    accel_tensor *lw = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
+    accel_tensor *lb = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(C), dev);
     accel_tensor *sums = accel_empty_on(ACCEL_F32, ACCEL_SHAPE(2, C), dev);
     float *h = step_scratch(2 * (size_t)C * sizeof *h);
     accel_status st = lw && lb && sums && h ? ACCEL_OK : accel_last_status();
-    if (st == ACCEL_OK && !gw.dst) st = accel_fill_(lw, 0.0);
-    if (st == ACCEL_OK && !gb.dst) st = accel_fill_(lb, 0.0);
+    if (st == ACCEL_OK) st = accel_fill_(lw, 0.0);
+    if (st == ACCEL_OK) st = accel_fill_(lb, 0.0);
     accel_k_batch_norm_backward k = {.dw = lw, .db = lb, .g = g, .x = node->saved[0], .w = node->saved[1],
                                      .mean = node->saved[2], .invstd = node->saved[3], .N = s->N, .C = C,
                                      .S = s->S, .training = true};
@@ -42,6 +44,9 @@ static accel_status sync_bn_backward(accel_node *node, const bn_saved *s, accel_
     if (st == ACCEL_OK) st = accel_tensor_to_host(lw, h + C);
     if (st == ACCEL_OK) st = accel_pg_all_reduce(s->pg, h, 2 * (size_t)C, ACCEL_F32, ACCEL_REDUCE_SUM);
     if (st == ACCEL_OK) st = accel_tensor_from_host(sums, h);
+    accel_k_accumulate aw = {.out = gw.dst, .in = lw}, ab = {.out = gb.dst, .in = lb};
+    if (st == ACCEL_OK && gw.dst) st = ACCEL_KERNEL("sync_batch_norm backward", dev, accumulate, &aw);
+    if (st == ACCEL_OK && gb.dst) st = ACCEL_KERNEL("sync_batch_norm backward", dev, accumulate, &ab);
     if (st == ACCEL_OK && gx.dst) {
         k = (accel_k_batch_norm_backward){.dx = gx.dst, .g = g, .x = node->saved[0], .w = node->saved[1],
                                           .mean = node->saved[2], .invstd = node->saved[3], .sums = sums,
