@@ -487,8 +487,8 @@ accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inpu
 /* accel_llama_loss of in->ids [B, T>=2] (no cache) with in's attention_mask
  * [B, T] and position_ids: the labels at masked positions are ignored
  * (transformers' labels -100 there), the mean over the others. With
- * output_router_logits and an attention_mask: ACCEL_ERR_UNSUPPORTED (the
- * balance without the masked tokens is not implemented). */
+ * output_router_logits the load-balancing loss's statistics leave the
+ * masked tokens out (transformers' masked means). */
 accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs *in);
 
 #ifdef __cplusplus

@@ -1267,8 +1267,11 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     accel__moe_aux *outer = balance ? accel__moe_aux_collect(aux) : NULL;
     accel_tensor *loss = cp && cp->pg && !in->attention_mask && !in->position_ids
                              ? accel__decoder_cp_loss(llama, cp, ids) /* else the forward's refusal */
-                         : in->attention_mask
-                             ? labels_loss(llama, accel_llama_forward_ex(llama, in), masked_labels(ids, m))
+                         : in->attention_mask /* the forward reads the host copy m, not the tensor again */
+                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids,
+                                                                                      .position_ids = in->position_ids},
+                                                          false, &(accel__pad_host){.mask = m}),
+                                           masked_labels(ids, m))
                              : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
     if (balance) {
         accel__moe_aux_collect(outer);

@@ -107,37 +107,28 @@ static void free_hook(accel_module *m) {
 }
 
 /* The tensors the tree of m owns and their gradients of their own (freed
- * with them), appended to ts[*n..) (grown as needed); false out of memory. */
-static bool owned_tensors(const accel_module *m, accel_tensor ***ts, int *n, int *cap) {
+ * with them), appended to ts[*n..) (room for 2 count_tensors(m)). */
+static void owned_tensors(const accel_module *m, accel_tensor **ts, int *n) {
     for (int i = 0; i < 2 * m->n_tensors; i++) {
         const accel_named_tensor *e = &m->tensors[i / 2];
         accel_tensor *t = !e->owned || !e->t ? NULL : i % 2 == 0 ? e->t : e->t->grad;
-        if (!t || (i % 2 && (t->flags & ACCEL_TF_ARENA))) continue;
-        if (*n == *cap) {
-            int nc = *cap ? 2 * *cap : 64;
-            accel_tensor **g = accel_malloc((size_t)nc * sizeof *g);
-            if (!g) return false;
-            if (*n) memcpy(g, *ts, (size_t)*n * sizeof *g);
-            accel_free(*ts);
-            *ts = g;
-            *cap = nc;
-        }
-        (*ts)[(*n)++] = t;
+        if (t && !(i % 2 && (t->flags & ACCEL_TF_ARENA))) ts[(*n)++] = t;
     }
-    for (int i = 0; i < m->n_children; i++)
-        if (!owned_tensors(m->children[i], ts, n, cap)) return false;
-    return true;
+    for (int i = 0; i < m->n_children; i++) owned_tensors(m->children[i], ts, n);
 }
 
+static int count_tensors(const accel_module *m);
 static void module_free(accel_module *m, bool taped);
 
 /* A module freed between a forward and its backward: the tape forgets its
  * tensors (accel__tape_forget), all in one pass over the tape. */
 void accel_module_free(accel_module *m) {
     if (!m) return;
-    accel_tensor **ts = NULL;
-    int n = 0, cap = 0;
-    bool one_pass = !accel__tape_live() || owned_tensors(m, &ts, &n, &cap);
+    bool live = accel__tape_live();
+    accel_tensor **ts = live ? accel_malloc(2 * (size_t)count_tensors(m) * sizeof *ts + sizeof *ts) : NULL;
+    int n = 0;
+    if (ts) owned_tensors(m, ts, &n);
+    bool one_pass = !live || ts;
     if (one_pass) accel__tape_forget(ts, n);
     accel_free(ts);
     module_free(m, !one_pass);
