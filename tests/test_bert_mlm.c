@@ -19,6 +19,7 @@
 #include "accel/bigmodel.h"
 #include "bert_batch.h"
 #include "nn_fixture.h"
+#include "test_files.h"
 
 #define MLM "data/hf_bert_mlm"
 
@@ -182,8 +183,6 @@ int main(void) {
     RUN(test_save_round_trip);
     RUN(test_base_checkpoint);
     RUN(test_refusals);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-    CHECK(system(cmd) == 0);
+    rm_rf(g_tmp);
     return check_summary();
 }

@@ -220,6 +220,9 @@ int main(void) {
         RUN(test_env_bogus);
         return check_summary();
     }
+    /* a build with oneDNN whose plug-in does not load (stale, missing) would compare im2col with itself */
+    CHECK_MSG(!accel__gemm_have_dnnl() || !accel__dnnl_unavailable(), "the oneDNN plug-in did not load: %s",
+              accel__gemm_have_dnnl() ? accel__dnnl_unavailable() : "");
     RUN(test_f32);
     RUN(test_bf16);
     return check_summary();

@@ -7,6 +7,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "test_files.h"
 #include "ops_fixture.h"
 
 static void test_conv_init_and_names(void) {
@@ -149,9 +150,7 @@ static void test_save_load_buffers(void) {
     accel_state_dict_free(a);
     accel_state_dict_free(b);
     accel_checkpoint_close(ck);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    rm_rf(dir);
     accel_module_free(m[0]);
     accel_module_free(m[1]);
     accel_step_reset();

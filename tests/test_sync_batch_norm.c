@@ -15,6 +15,7 @@
 #include "accel/accel.h"
 #include "accel/parallel.h"
 #include "check.h"
+#include "test_files.h"
 
 static accel_pg *pg;
 static int rank, world;
@@ -338,9 +339,7 @@ static void test_convert(void) {
         CHECK(accel_item(accel_module_get_tensor(conv, "1.num_batches_tracked")) == 1);
         accel_state_dict_free(want);
         accel_checkpoint_close(ck);
-        char cmd[64];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        CHECK(system(cmd) == 0);
+        rm_rf(dir);
     }
     accel_state_dict_free(after);
     accel_module *none = accel_sequential_new(1, (accel_module *[]){accel_flatten_new(1, -1)});
@@ -408,6 +407,7 @@ static void test_dead_peer(void) {
     CHECK(!accel_module_call(m, accel_from_floats(ACCEL_SHAPE(4, 2), x)));
     fprintf(stderr, "dead peer: %s\n", accel_last_error());
     CHECK(accel_last_status() != ACCEL_OK);
+    CHECK_STR_CONTAINS(accel_last_error(), "rank 1"); /* the peer that left, by name */
     accel_module_free(m);
     accel_step_reset();
 }

@@ -8,10 +8,10 @@ Writes tests/data/hf_padded/<name>.safetensors:
     ids        [3, 20] i64   three prompts of 20, 13 and 9 tokens, left-padded
                              with PAD_ID (past the windows of 8)
     mask       [3, 20] i64   their attention_mask (tokenizer(padding_side="left"))
-    rows       [43] i64      the flat indices (b 20 + t) of the mask's ones
-    logits     [43, V] f32   model(ids, attention_mask=mask).logits at those rows
+    rows       [42] i64      the flat indices (b 20 + t) of the mask's ones
+    logits     [42, V] f32   model(ids, attention_mask=mask).logits at those rows
                              (transformers' forward: positions 0..19 in every row)
-    logits_pos [43, V] f32   the same with position_ids = mask.cumsum(-1) - 1,
+    logits_pos [42, V] f32   the same with position_ids = mask.cumsum(-1) - 1,
                              0 at the pads (what its generate passes)
     loss, g.<param>          model(ids, attention_mask=mask, labels=ids with -100
                              at the pads).loss and every gradient (mixtral,
