@@ -275,6 +275,14 @@ static void test_generate_rules(void) {
     CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 2, 4, &bad_pad, out, &cols) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "pad_token_id 64 is outside the vocabulary");
     accel_clear_error();
+    /* one prompt's logits: refused for a batch (it would be left unwritten) */
+    accel_tensor *pl = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
+    accel_generate_opts with_logits = {.max_new_tokens = 2, .prompt_logits = pl};
+    CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 2, 4, &with_logits, out, &cols) ==
+          ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits takes one prompt's logits");
+    accel_tensor_free(pl);
+    accel_clear_error();
     /* eos = row 0's first greedy token: it ends at once, then eos (the pad) */
     int64_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     CHECK(accel_generate_batch(m, id, ones, 2, 4, &o, out, &cols) == ACCEL_OK && cols == 12);

@@ -449,7 +449,8 @@ typedef struct accel_generate_opts {
     bool has_pad;
     int64_t pad_token_id;
     accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device,
-                                  * float dtype): gets the logits at the prompt's last position */
+                                  * float dtype): gets the logits at the prompt's last position
+                                  * (accel_generate only: accel_generate_batch refuses it) */
 } accel_generate_opts;
 
 /* A zero-initialised struct (and NULL options) is greedy decoding; with do_sample, plain draws

@@ -349,6 +349,9 @@ accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %lld rows of %lld ids and "
                                "`max_new_tokens` (=%lld): out would not fit in memory", (long long)B, (long long)T,
                                (long long)opts->max_new_tokens);
+    if (opts->prompt_logits) /* one prompt's row: the option would be ignored for a batch */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: prompt_logits takes one prompt's logits "
+                               "(accel_generate); a batch has no such option");
     const accel_llama_config *cfg = accel_llama_config_of(llama);
     if (!cfg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: the model is not a Llama model");
     int64_t vocab = cfg->vocab_size;
