@@ -382,14 +382,13 @@ static accel_status balance_loss_backward(accel_node *n, accel_tensor *g) {
     float v = 1;
     if (!accel__grad_is_implicit_one(g) && accel_tensor_to_host(accel_to_dtype(g, ACCEL_F32), &v) != ACCEL_OK)
         return accel_last_status();
-    x->grad = v;
     x->grad_rows = NULL;
     int64_t N = x->block_rows, E = x->experts;
-    if (x->grad == 0 || !x->rows || !N) return ACCEL_OK;
+    if (v == 0 || !x->rows || !N) return ACCEL_OK;
     float *G = accel_arena_alloc(accel_step_arena(), (size_t)(N * E) * sizeof *G, 64);
     if (!G) return accel_last_status();
     double rows = (double)x->rows;
-    for (int64_t e = 0; e < E; e++) G[e] = (float)(x->grad * (double)E * x->counts[e] / rows / rows);
+    for (int64_t e = 0; e < E; e++) G[e] = (float)((double)v * (double)E * x->counts[e] / rows / rows);
     for (int64_t i = 1; i < N; i++) memcpy(G + i * E, G, (size_t)E * sizeof *G);
     for (int64_t i = 0; x->keep && i < N; i++)
         if (!x->keep[i]) memset(G + i * E, 0, (size_t)E * sizeof *G);

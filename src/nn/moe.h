@@ -31,9 +31,9 @@ typedef struct accel__moe_aux {
     double *prob_sum;      /* [experts]: the f32 router probabilities summed over rows */
     bool with_grad;        /* grad mode was on when it began */
     bool counted;          /* the forward is over (accel__moe_aux_loss): recomputes add nothing */
-    double grad;           /* the gradient that reached the balancing loss (its backward sets it) */
-    accel_tensor *grad_rows; /* [block_rows, experts] f32: each block's probabilities' share of it, made
-                              * once by that backward (NULL: none to hand) */
+    accel_tensor *grad_rows; /* [block_rows, experts] f32: each block's probabilities' share of the
+                              * gradient that reached the balancing loss, made once by its backward
+                              * (NULL: none to hand) */
     const accel_llama_config *cfg; /* the model's (its root's resolved config) */
 } accel__moe_aux;
 
@@ -47,8 +47,8 @@ accel__moe_aux *accel__moe_aux_collect(accel__moe_aux *x);
 /* transformers' load_balancing_loss_func of what x collected: a 0-dim f32
  * tensor on the device of loss (the loss it is added to), sum_e (counts_e /
  * rows) (prob_sum_e / rows) * experts (0 when no sparse layer ran). Ends
- * the counting; with grad, its node keeps the gradient that reaches it for
- * the blocks' backward. */
+ * the counting; with grad, its node's backward makes grad_rows for the
+ * blocks' backward. */
 accel_tensor *accel__moe_aux_loss(accel__moe_aux *x, accel_tensor *loss);
 
 #endif
