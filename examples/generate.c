@@ -125,13 +125,14 @@ static int write_npy(const char *path, const float *x, int64_t n) {
     return fclose(f) == 0 && w == (size_t)n ? 0 : -1;
 }
 
-/* "1,2,3" into ids[max]: the count, or -1 when it is not such a list. */
+/* "1,2,3" into ids[max]: the count, -1 when it is not such a list, -2 when
+ * it holds more than max. */
 static int64_t parse_ids(const char *s, int64_t *ids, int64_t max) {
     int64_t n = 0;
     for (const char *p = s; *p;) {
         char *end;
         errno = 0;
-        if (n == max) return -1;
+        if (n == max) return -2;
         ids[n++] = strtoll(p, &end, 10);
         if (end == p || errno || (*end && *end != ',')) return -1;
         p = *end == ',' ? end + 1 : end;
@@ -334,18 +335,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     enum { MAX_PROMPT = 256 };
-    int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = 0;
-    for (const char *p = ids_s; *p;) {
-        char *end;
-        if (n_prompt == MAX_PROMPT) {
-            fprintf(stderr, "generate: --ids: more than %d ids\n", MAX_PROMPT);
-            return 2;
-        }
-        errno = 0;
-        prompt[n_prompt++] = strtoll(p, &end, 10);
-        if (end == p || errno || (*end && *end != ',')) return usage();
-        p = *end == ',' ? end + 1 : end;
+    int64_t prompt_ids[MAX_PROMPT], *prompt = prompt_ids, n_prompt = parse_ids(ids_s, prompt_ids, MAX_PROMPT);
+    if (n_prompt == -2) {
+        fprintf(stderr, "generate: --ids: more than %d ids\n", MAX_PROMPT);
+        return 2;
     }
+    if (n_prompt < 0) return usage();
     if (accel_generate_opts_check(&o, n_prompt) != ACCEL_OK) { /* before the (slow) load */
         fprintf(stderr, "generate: %s\n", accel_last_error());
         return 2;
