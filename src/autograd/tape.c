@@ -145,7 +145,7 @@ static bool in_sorted(accel_tensor *const *sorted, int n, const accel_tensor *t)
 /* Node n loses t (NULL where it was) and its backward becomes freed_backward. */
 static void poison(accel_node *n, const accel_tensor *t) {
     if (n->backward != freed_backward) {
-        const char *name = t->name ? t->name : NULL;
+        const char *name = t->name;
         char *copy = name ? accel_arena_alloc(accel_step_arena(), strlen(name) + 1, 1) : NULL;
         if (copy) memcpy(copy, name, strlen(name) + 1);
         n->backward = freed_backward;

@@ -24,7 +24,7 @@
 typedef struct conv_saved {
     accel_k_window2d win;
     int64_t N, C, O, G;
-    bool direct; /* 1x1, stride 1, no padding: col is x[n] itself */
+    bool x_is_col; /* 1x1, stride 1, no padding: col is x[n] itself */
 } conv_saved;
 
 static int64_t kdim(const conv_saved *s) { return s->C / s->G * s->win.kh * s->win.kw; }
@@ -37,8 +37,8 @@ static accel_status im2col(const conv_saved *s, accel_tensor *x, int64_t n, acce
 
 /* The B operand of image n's group GEMMs: col, or x at image n. */
 static accel_tensor *operand_of(const conv_saved *s, accel_tensor *x, int64_t n, accel_tensor *col, int64_t *off) {
-    *off = s->direct ? n * s->C * s->win.H * s->win.W : 0;
-    return s->direct ? x : col;
+    *off = s->x_is_col ? n * s->C * s->win.H * s->win.W : 0;
+    return s->x_is_col ? x : col;
 }
 
 /* ones [Ho Wo] in dtype dt: the bias's rank-1 GEMMs' other factor. */
@@ -81,7 +81,7 @@ static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
             dx = dw = NULL;
         }
     }
-    /* im2col's col2im and the direct case's GEMMs add into dx */
+    /* im2col's col2im and the x_is_col case's GEMMs add into dx */
     if (st == ACCEL_OK && dx && gx.beta == 0.0f) {
         st = accel_zero_(dx);
         gx.beta = 1.0f;
@@ -89,17 +89,17 @@ static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
     if (st != ACCEL_OK) return st;
     int64_t L = s->win.Ho * s->win.Wo, K = kdim(s), Og = s->O / s->G, Cg = s->C / s->G;
     int64_t HW = s->win.H * s->win.W;
-    accel_tensor *col = !s->direct && dw ? accel_empty_on(x->dtype, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
-    accel_tensor *dcol = !s->direct && dx ? accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
+    accel_tensor *col = !s->x_is_col && dw ? accel_empty_on(x->dtype, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
+    accel_tensor *dcol = !s->x_is_col && dx ? accel_empty_on(ACCEL_F32, ACCEL_SHAPE(s->C * s->win.kh * s->win.kw, L), x->device) : NULL;
     accel_tensor *one = db ? ones(s, g->dtype, g->device) : NULL;
-    if ((!s->direct && dw && !col) || (!s->direct && dx && !dcol) || (db && !one))
+    if ((!s->x_is_col && dw && !col) || (!s->x_is_col && dx && !dcol) || (db && !one))
         return accel_last_status();
     for (int64_t n = 0; n < s->N && st == ACCEL_OK && (dx || dw || db); n++) {
         int64_t goff = n * s->O * L;
         if (db) /* db [O] (+)= dY[n] [O, L] ones [L] */
             st = accel__gemm_at(false, false, s->O, 1, L, 1.0f, g, goff, L, one, 0, 1, n ? 1.0f : gb.beta, db,
                                 0, 1);
-        if (st == ACCEL_OK && dw && !s->direct) st = im2col(s, x, n, col);
+        if (st == ACCEL_OK && dw && !s->x_is_col) st = im2col(s, x, n, col);
         int64_t boff;
         accel_tensor *bm = operand_of(s, x, n, col, &boff);
         for (int64_t gi = 0; gi < s->G && st == ACCEL_OK; gi++) {
@@ -108,7 +108,7 @@ static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
                 st = accel__gemm_at(false, true, Og, K, L, 1.0f, g, go, L, bm, bo, L,
                                     n ? 1.0f : gw.beta, dw, gi * Og * K, K);
             if (st == ACCEL_OK && dx) { /* dcol_g [K, L] = W_g^T [K, Og] dY_g [Og, L] */
-                if (s->direct) /* dx[n]'s group planes are dcol itself */
+                if (s->x_is_col) /* dx[n]'s group planes are dcol itself */
                     st = accel__gemm_at(true, false, K, L, Og, 1.0f, w, gi * Og * K, K, g, go, L, 1.0f, dx,
                                         n * s->C * HW + gi * Cg * HW, L);
                 else
@@ -116,7 +116,7 @@ static accel_status conv_backward(accel_node *node, accel_tensor *grad_out) {
                                         gi * K * L, L);
             }
         }
-        if (st == ACCEL_OK && dx && !s->direct) {
+        if (st == ACCEL_OK && dx && !s->x_is_col) {
             accel_k_col2im k = {.dx = dx, .col = dcol, .C = s->C, .x_off = n * s->C * HW, .win = s->win};
             st = ACCEL_KERNEL("accel_conv2d backward", x->device, col2im, &k);
         }
@@ -193,15 +193,15 @@ static bool conv2d_im2col(const conv_saved *s, accel_tensor *ux, accel_tensor *u
     accel_tensor *c = accel__gemm_writes_c(dev, out->dtype, ux->dtype, uw->dtype)
                           ? out
                           : accel_empty_on(ACCEL_F32, 4, out->shape, dev);
-    accel_tensor *col = s->direct ? NULL : accel_empty_on(ux->dtype, ACCEL_SHAPE(C * s->win.kh * s->win.kw, L), dev);
+    accel_tensor *col = s->x_is_col ? NULL : accel_empty_on(ux->dtype, ACCEL_SHAPE(C * s->win.kh * s->win.kw, L), dev);
     accel_tensor *one = ub ? ones(s, ub->dtype, dev) : NULL;
-    if (!c || (!s->direct && !col) || (ub && !one)) return false;
+    if (!c || (!s->x_is_col && !col) || (ub && !one)) return false;
     accel_status st = ACCEL_OK;
     for (int64_t n = 0; n < N && st == ACCEL_OK; n++) {
         int64_t coff = n * O * L, boff;
         if (ub) /* y[n] [O, L] = b [O, 1] ones [1, L] */
             st = accel__gemm_at(false, false, O, L, 1, 1.0f, ub, 0, 1, one, 0, L, 0.0f, c, coff, L);
-        if (st == ACCEL_OK && !s->direct) st = im2col(s, ux, n, col);
+        if (st == ACCEL_OK && !s->x_is_col) st = im2col(s, ux, n, col);
         accel_tensor *bm = operand_of(s, ux, n, col, &boff);
         for (int64_t gi = 0; gi < groups && st == ACCEL_OK; gi++) /* y[n, g] (+)= W_g col_g */
             st = accel__gemm_at(false, false, Og, L, K, 1.0f, uw, gi * Og * K, K, bm, boff + gi * K * L, L,
@@ -246,7 +246,7 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
     if (!accel__window_check(OP, x->shape[2], x->shape[3], w->shape + 2, stride, padding, dilation, false,
                              &s.win))
         return NULL;
-    s.direct = s.win.kh == 1 && s.win.kw == 1 && s.win.sh == 1 && s.win.sw == 1 && s.win.ph == 0 && s.win.pw == 0;
+    s.x_is_col = s.win.kh == 1 && s.win.kw == 1 && s.win.sh == 1 && s.win.sw == 1 && s.win.ph == 0 && s.win.pw == 0;
     accel_tensor *out = accel__op_out((accel_dtype)dt, 4, (int64_t[]){N, O, s.win.Ho, s.win.Wo}, dev);
     if (!out || dev.type == ACCEL_DEV_META || accel_numel(out) == 0) return out;
     accel_tensor *ux = accel__mm_operand(x, (accel_dtype)dt), *uw = accel__mm_operand(w, (accel_dtype)dt);
