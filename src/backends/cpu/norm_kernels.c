@@ -217,7 +217,7 @@ accel_status accel__cpuk_layer_norm_backward(accel_k_layer_norm_backward *k) {
  * is a chain of dependent adds, 4 cycles each, which made BatchNorm a
  * sixth of a small ResNet's step) and the runs' sums are added in double. */
 
-/* sum of r[i] and of (r[i] - m)^2 over a run of S */
+/* sum of r[i] over a run of S */
 static inline float run_sum(const float *r, int64_t S) {
     float a = 0.0f;
 #pragma omp simd reduction(+ : a)
@@ -225,18 +225,26 @@ static inline float run_sum(const float *r, int64_t S) {
     return a;
 }
 
-static inline float run_dev(const float *r, int64_t S, float m) {
-    float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-    for (int64_t i = 0; i < S; i++) a += r[i] - m;
-    return a;
-}
-
+/* sum of (r[i] - m)^2 over a run of S */
 static inline float run_sq(const float *r, int64_t S, float m) {
     float a = 0.0f;
 #pragma omp simd reduction(+ : a)
     for (int64_t i = 0; i < S; i++) a += (r[i] - m) * (r[i] - m);
     return a;
+}
+
+/* sum of r[i] - m into *dev and of (r[i] - m)^2 into *sq over a run of S:
+ * one read of the run for both */
+static inline void run_dev_sq(const float *r, int64_t S, float m, double *dev, double *sq) {
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < S; i++) {
+        float d = r[i] - m;
+        a += d;
+        b += d * d;
+    }
+    *dev += a;
+    *sq += b;
 }
 
 accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
@@ -251,7 +259,6 @@ accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
             double s = 0.0, v = 0.0;
             for (int64_t n = 0; n < N; n++) s += run_sum(x + (n * C + c) * S, S);
             double m = M ? s / (double)M : 0.0;
-            for (int64_t n = 0; n < N; n++) v += run_sq(x + (n * C + c) * S, S, (float)m);
             mu = (float)m;
             if (!y) {
                 /* SyncBatchNorm's local statistics, f64: the f32 sums of a large mean lose digits the
@@ -259,12 +266,13 @@ accel_status accel__cpuk_batch_norm(accel_k_batch_norm *k) {
                  * the mean deviation from it (small numbers: exact enough), and v, taken about mu, moves
                  * to that mean (sum (x - a)^2 = sum (x - m)^2 + M (m - a)^2) */
                 double d = 0.0;
-                for (int64_t n = 0; n < N; n++) d += run_dev(x + (n * C + c) * S, S, mu);
+                for (int64_t n = 0; n < N; n++) run_dev_sq(x + (n * C + c) * S, S, mu, &d, &v);
                 double mt = mu + (M ? d / (double)M : 0.0);
                 ((double *)k->mean->data)[c] = mt;
                 ((double *)k->m2->data)[c] = v - (double)M * (mt - mu) * (mt - mu);
                 continue;
             }
+            for (int64_t n = 0; n < N; n++) v += run_sq(x + (n * C + c) * S, S, mu);
             is = (float)(1.0 / sqrt(v / (double)M + k->eps));
             if (rm) rm[c] = (1.0f - k->momentum) * rm[c] + k->momentum * mu;
             if (rv) rv[c] = (1.0f - k->momentum) * rv[c] + k->momentum * (float)(v / (double)(M - 1));
