@@ -3,13 +3,14 @@
 # median [FORMAT] (default %.1f) of the numbers on stdin
 median() { sort -n | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {if (NR % 2) printf f, a[(NR+1)/2]; else printf f, (a[NR/2]+a[NR/2+1])/2}'; }
 
-# machine_lines BUILD_DIR THREADS: the report's machine lines (markdown line
-# breaks): the CPU model and cores, the GEMM paths the library chose (a binary
-# copied without its plug-ins falls back: visible here), the peer's versions.
+# machine_lines BUILD_DIR THREADS [KEYS]: the report's machine lines (markdown
+# line breaks): the CPU model and cores, the paths the library chose (KEYS,
+# default its CPU kernels and GEMMs; a binary copied without its plug-ins
+# falls back: visible here), the OpenMP wait policy in force, the peer's versions.
 machine_lines() {
   echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores); $2 threads each"
-  accel_env_lines "$1/bin" 'CPU kernels|GEMM f32|GEMM bf16'
-  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=PASSIVE). torch $(python3 -c 'import torch; print(torch.__version__)'),"
+  accel_env_lines "$1/bin" "${3:-CPU kernels|GEMM f32|GEMM bf16}"
+  echo "(OMP_NUM_THREADS, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}). torch $(python3 -c 'import torch; print(torch.__version__)'),"
   echo "transformers $(python3 -c 'import transformers; print(transformers.__version__)')."
 }
 

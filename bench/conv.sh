@@ -37,7 +37,7 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-machine=$(machine_lines "$BUILD_DIR" "$THREADS")
+machine=$(machine_lines "$BUILD_DIR" "$THREADS" "CPU kernels|GEMM f32|GEMM bf16|Conv")
 
 python3 - "$LOG" "$ROUNDS" "$REPS" "$THREADS" "$OUT" "$load_before" "$load_after" "$machine" <<'PY'
 import datetime, glob, os, re, statistics, sys
