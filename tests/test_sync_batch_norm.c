@@ -266,6 +266,49 @@ static void test_accelerator_dp_group(void) {
     accel_accelerator_free(acc);
 }
 
+/* running_var of BatchNorm1d(4) (module "0" of m) after a training
+ * forward and backward of m on 8 rows of x, the same on every rank */
+static void running_var_after(accel_module *m, const char *name, float *rv) {
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = xval(i, 4, 1);
+    accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(8, 4), x));
+    CHECK_MSG(y && accel_backward(accel_sum_all(y)) == ACCEL_OK, "%s", accel_last_error());
+    accel_to_floats(accel_module_get_tensor(m, name), rv);
+    accel_step_reset();
+}
+
+/* A SyncBatchNorm converted with a NULL group synchronises over the data-
+ * parallel group of the accelerator that prepared it: under tp (one batch
+ * per tp group, tp = every rank here) that is this rank alone, BatchNorm bit
+ * for bit (the default group counted the batch once per rank: n / (2n - 1)
+ * in the running variance). The model outlives the accelerator: the default
+ * group again, the two ranks' (equal) batches as one. */
+static void test_prepare_binds_dp_group(void) {
+    accel_accelerator *acc = accel_accelerator_new(&(accel_accelerator_opts){.parallelism = {.tp_size = world}});
+    CHECK_MSG(acc, "%s", accel_last_error());
+    accel_module *m = accel_sequential_new(
+        3, (accel_module *[]){bn_new(2, 4), accel_linear_new(4, 8, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                              accel_linear_new(8, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32)});
+    accel_tp_plan_entry plan[] = {{"1", ACCEL_TP_COLWISE, false}, {"2", ACCEL_TP_ROWWISE, false}};
+    CHECK(m && accel_convert_sync_batchnorm(m, NULL) == ACCEL_OK);
+    CHECK(world == 1 || accel_module_parallelize(m, plan, 2, accel_accelerator_tp_group(acc)) == ACCEL_OK);
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    accel_module_train(m, true);
+    accel_module *ref = bn_new(2, 4);
+    float want[4], got[4], whole[4];
+    running_var_after(ref, "running_var", want);
+    running_var_after(m, "0.running_var", got);
+    CHECK_MSG(!memcmp(want, got, sizeof want), "running_var[0] %.9g, BatchNorm on the rank's batch %.9g", got[0],
+              want[0]);
+    accel_accelerator_free(acc);
+    running_var_after(m, "0.running_var", whole); /* the default group (freed dp group: ASan) */
+    float n = 8.0f * (float)world, v = (whole[0] - 0.9f * got[0]) / 0.1f, local = (got[0] - 0.9f) / 0.1f;
+    CHECK_MSG(fabsf(v - local * 7.0f / 8.0f * n / (n - 1.0f)) <= 1e-4f * v, "after the accelerator: batch variance "
+              "%g, the rank's unbiased %g", v, local);
+    accel_module_free(ref);
+    accel_module_free(m);
+}
+
 /* a group of one (this rank alone): the rank's own batch statistics */
 static void test_group_of_one(void) {
     accel_pg *self = accel_pg_split(pg, rank, 0);
@@ -428,6 +471,7 @@ int main(void) {
     RUN(test_eval_no_collective);
     RUN(test_group_of_one);
     RUN(test_accelerator_dp_group);
+    RUN(test_prepare_binds_dp_group);
     RUN(test_convert);
     RUN(test_convert_again);
     RUN(test_accumulates);

@@ -278,9 +278,8 @@ accel_pg *accel_accelerator_tp_group(accel_accelerator *acc);
  * batches (data-parallel replicas and shards, and context-parallel ranks;
  * not tensor- or pipeline-parallel ones), owned by the accelerator and made
  * at accel_accelerator_new; every rank without parallelism. The group a
- * SyncBatchNorm takes under tp or pp: accel_convert_sync_batchnorm(model,
- * accel_accelerator_dp_group(acc)) before prepare (accel/parallel.h). NULL +
- * error for a NULL accelerator. */
+ * SyncBatchNorm converted with a NULL group takes at prepare
+ * (accel/parallel.h). NULL + error for a NULL accelerator. */
 accel_pg *accel_accelerator_dp_group(accel_accelerator *acc);
 double accel_accelerator_gradient_clipping(const accel_accelerator *acc);
 /* This rank's shard [*lo, *hi) of the prepared model's flat f32 parameter

@@ -60,12 +60,11 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
  * same names, so state dicts load either way), eps, momentum and training
  * mode; a tree without BatchNorm is left as it is. It takes any input of 2
  * dims or more and synchronises training batches over pg (not owned: it
- * outlives the model). pg NULL: the default group (accel_dist_default_group)
- * at each forward, the data-parallel group of a DDP run, what a script that
- * converts before accel_accelerator_prepare expects; not distributed (no
- * accel_dist_init), plain BatchNorm. Under tensor or pipeline parallelism
- * pass the ranks that hold different batches: accel_accelerator_dp_group
- * (it must outlive every training forward: the accelerator frees it).
+ * outlives the model). pg NULL: the data-parallel group of the accelerator
+ * that prepares the model (accel_accelerator_dp_group: also right under tp
+ * or pp), from prepare until the model is unprepared or the accelerator
+ * freed; before prepare the default group (accel_dist_default_group) at
+ * each forward; not distributed (no accel_dist_init), plain BatchNorm.
  * Converting again binds the new group. Call it before prepare, as torch.
  * NULL m: an error. */
 accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg);

@@ -320,6 +320,7 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
         st = accel__prepare_agree(acc, accel__tp_prepare(acc, pm->m), "slice the model for tensor parallelism");
     if (!st && acc->cp_pg)
         st = accel__prepare_agree(acc, accel__cp_prepare(acc, pm->m), "give the model its context-parallel group");
+    if (!st) accel__sync_batchnorm_bind(pm->m, acc->dp_pg);
     if (!st && pm->pp_split)
         st = accel__prepare_agree(acc, accel__pipeline_keep_stage(acc, pm),
                                   "release the other pipeline stages' parameters");
@@ -355,6 +356,7 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
     accel__cp_release(acc, pm->m);
+    accel__sync_batchnorm_bind(pm->m, NULL);
     if (!pm->fp) return ACCEL_OK;
     accel_status st = pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */
     if (pm->hooked) (void)accel_module_set_hook(pm->m, NULL); /* a removal, of a module: cannot fail */

@@ -107,6 +107,7 @@ typedef struct bn_impl {
     double eps, momentum; /* momentum < 0: torch's None */
     bool two_d;           /* BatchNorm2d: [N, C, H, W]; BatchNorm1d: [N, C] or [N, C, L] */
     accel_pg *pg;         /* SyncBatchNorm's group (not owned); NULL: the default group */
+    bool bound;           /* pg is the preparing accelerator's (accel__sync_batchnorm_bind), not the user's */
 } bn_impl;
 
 static const accel_module_ops SYNCBN_OPS;
@@ -160,7 +161,7 @@ static accel_module *bn_create(const char *fn, const accel_module_ops *ops, int6
                         (long long)C, eps, momentum);
         return NULL;
     }
-    bn_impl args = {eps, momentum, ops == &BN2D_OPS, NULL};
+    bn_impl args = {eps, momentum, ops == &BN2D_OPS, NULL, false};
     accel_module *m = with_args(ops, &args, sizeof args);
     accel_status st = m ? ACCEL_OK : accel_last_status();
     if (st == ACCEL_OK && affine) {
@@ -206,9 +207,22 @@ accel_module *accel_batch_norm2d_new(int64_t C, double eps, double momentum, boo
 static void convert_tree(accel_module *m, accel_pg *pg) {
     if (m->ops == &BN1D_OPS || m->ops == &BN2D_OPS || m->ops == &SYNCBN_OPS) {
         m->ops = &SYNCBN_OPS;
-        ((bn_impl *)m->impl)->pg = pg;
+        bn_impl *b = m->impl;
+        b->pg = pg;
+        b->bound = false;
     }
     for (int i = 0; i < m->n_children; i++) convert_tree(m->children[i], pg);
+}
+
+void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp) {
+    if (m->ops == &SYNCBN_OPS) {
+        bn_impl *b = m->impl;
+        if (!b->pg || b->bound) {
+            b->pg = dp;
+            b->bound = dp != NULL;
+        }
+    }
+    for (int i = 0; i < m->n_children; i++) accel__sync_batchnorm_bind(m->children[i], dp);
 }
 
 accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg) {

@@ -3,6 +3,7 @@
 #define ACCEL_NN_INTERNAL_H
 
 #include "accel/autograd.h"
+#include "accel/dist.h"
 #include "accel/nn.h"
 
 /* Unique tensors of the tree in state_dict order (tied aliases once);
@@ -51,6 +52,14 @@ accel_module *accel__padded_embedding_create(int64_t num, int64_t dim, accel_dev
                                              int64_t padding_idx);
 /* The padding_idx of an Embedding module m (-1: none). */
 int64_t accel__embedding_padding_idx(const accel_module *m);
+
+/* The SyncBatchNorms under m converted with a NULL group take dp, the
+ * preparing accelerator's data-parallel group (the default group counts a
+ * tp group's one batch once per rank, and spans pipeline stages that never
+ * meet in the collective); dp NULL at the model's release gives them back
+ * the default group (the accelerator frees dp, the model may outlive it).
+ * An explicitly converted group is never touched. */
+void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp);
 
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
