@@ -24,7 +24,7 @@ static pthread_once_t conv_env_once = PTHREAD_ONCE_INIT;
 static int conv_env_mode; /* accel__conv_mode, or -1 when ACCEL_CONV holds none */
 static char conv_env_value[48];
 static _Atomic int conv_set_mode = -1; /* accel__cpu_conv_set_mode's, or -1 */
-static _Atomic int64_t conv_direct_calls;
+static _Atomic int64_t conv_direct_calls, conv_direct_declined;
 
 static void conv_env_read(void) {
     const char *v = getenv("ACCEL_CONV");
@@ -54,6 +54,7 @@ accel_status accel__cpu_conv_set_mode(accel__conv_mode mode) {
 }
 
 int64_t accel__cpu_conv_direct_calls(void) { return conv_direct_calls; }
+int64_t accel__cpu_conv_direct_declined(void) { return conv_direct_declined; }
 
 const char *accel__cpu_conv_describe(char *buf, size_t size) {
     int mode = conv_mode_now();
@@ -115,6 +116,7 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
     };
     accel_status st = accel__dnnl_conv(&c, &k->ran);
     if (k->ran) conv_direct_calls++;
+    else if (st == ACCEL_OK) conv_direct_declined++;
     return st;
 }
 

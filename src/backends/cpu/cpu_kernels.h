@@ -127,9 +127,11 @@ typedef enum accel__conv_mode { ACCEL__CONV_AUTO, ACCEL__CONV_IM2COL, ACCEL__CON
  * paths in one process with it). */
 accel_status accel__cpu_conv_set_mode(accel__conv_mode mode);
 /* How many convolution forwards and backwards (the latter one call for dX
- * and dW) oneDNN has run in this process (tests tell from it which path
- * ran). */
+ * and dW) oneDNN has run in this process, and how many it declined (it has
+ * only its reference loop for them: im2col ran instead). Tests tell from
+ * them which path ran. */
 int64_t accel__cpu_conv_direct_calls(void);
+int64_t accel__cpu_conv_direct_declined(void);
 /* "Conv: <what accel_conv2d runs>\n" (ACCEL_CONV, the oneDNN plug-in) into
  * buf (truncated to size); returns buf. */
 const char *accel__cpu_conv_describe(char *buf, size_t size);
