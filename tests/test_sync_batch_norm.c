@@ -431,6 +431,10 @@ static void test_errors(void) {
     float one[2] = {1, 2};
     CHECK(!accel_module_call(m, accel_from_floats(2, (int64_t[]){rank == 0, 2}, one)));
     CHECK_STR_CONTAINS(accel_last_error(), "expected more than 1 value per channel when training");
+    /* eval (and a group of one) runs BatchNorm, still under the op's name */
+    accel_tensor *rm = accel_module_get_tensor(m, "running_mean"), *rv = accel_module_get_tensor(m, "running_var");
+    CHECK(!accel_sync_batch_norm(x, rm, rv, NULL, NULL, false, 0.1, -1.0, pg));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_sync_batch_norm: eps = -1 must be >= 0");
     accel_module_free(m);
     accel_step_reset();
 }

@@ -171,10 +171,11 @@ static accel_tensor *bn_apply(const char *OP, accel_tensor *out, accel_tensor *x
     return out;
 }
 
-accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
-                               accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
-                               double eps) {
-    static const char *OP = "accel_batch_norm";
+/* accel_batch_norm, its errors naming OP (SyncBatchNorm's eval and group
+ * of one are BatchNorm under its own name) */
+static accel_tensor *batch_norm_as(const char *OP, accel_tensor *x, accel_tensor *running_mean,
+                                   accel_tensor *running_var, accel_tensor *weight, accel_tensor *bias, bool training,
+                                   double momentum, double eps) {
     accel_device dev;
     bn_saved s;
     if (!bn_check(OP, x, running_mean, running_var, weight, bias, training, momentum, eps, &dev, &s)) return NULL;
@@ -192,6 +193,12 @@ accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, acce
                             .running_var = training && s.N * s.S == 0 ? NULL : running_var, .N = s.N, .C = s.C,
                             .S = s.S, .eps = (float)eps, .momentum = (float)momentum, .training = training};
     return xf ? bn_apply(OP, out, x, xf, weight, bias, &k, &s) : NULL;
+}
+
+accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
+                               accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
+                               double eps) {
+    return batch_norm_as("accel_batch_norm", x, running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
 /* The group's mean and biased variance per channel from every rank's
@@ -246,7 +253,7 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
     /* eval, or a group of one: BatchNorm itself, no collective */
     int n = accel_pg_size(pg);
     if (!training || n == 1)
-        return accel_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+        return batch_norm_as(OP, x, running_mean, running_var, weight, bias, training, momentum, eps);
     accel_device dev;
     bn_saved s;
     if (!bn_check(OP, x, running_mean, running_var, weight, bias, training, momentum, eps, &dev, &s)) return NULL;
