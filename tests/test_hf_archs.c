@@ -17,7 +17,10 @@
  * Conv1D; tied, and untied with unscaled attention and inputs up to
  * n_positions exactly, and one with room for 32 new tokens), Mixtral,
  * Qwen3-MoE and Qwen2-MoE (its shared expert, a dense layer by
- * mlp_only_layers, the load-balancing loss in the loss). Inputs run past
+ * mlp_only_layers, the load-balancing loss in the loss), Phi (attention and
+ * MLP in parallel from one LayerNorm, biases on every projection and on
+ * lm_head, half of each head rotated, grouped kv heads; and tied with its
+ * own head bias, linear RoPE on 6 of 8 dims). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 32
@@ -66,6 +69,8 @@ static const struct {
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
+    {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
+    {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -178,7 +183,8 @@ static void run_fixture(int k) {
     if (m) {
         CHECK_MSG(!strcmp(m->ops->type_name, FIXTURES[k].root_type), "%s: root is %s", name, m->ops->type_name);
         bool gpt2 = !strcmp(FIXTURES[k].root_type, "GPT2LMHeadModel"); /* transformers' names of its tree */
-        const char *norm = gpt2 ? "transformer.ln_f" : "model.norm";
+        bool phi = !strcmp(FIXTURES[k].root_type, "PhiForCausalLM");
+        const char *norm = gpt2 ? "transformer.ln_f" : phi ? "model.final_layernorm" : "model.norm";
         const char *layer1 = gpt2 ? "transformer.h.1" : "model.layers.1";
         const char *cls = accel_module_decoder_layer_class(accel_module_find(m, norm));
         CHECK_MSG(cls && !strcmp(cls, FIXTURES[k].layer_type), "%s: layer class %s", name, cls ? cls : "NULL");
@@ -410,7 +416,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 14);
+    CHECK(n == 15);
     accel__arch bad[8];
     for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
@@ -432,6 +438,13 @@ static void test_arch_rows_supported(void) {
     accel__arch l = *accel__arch_find("llama");
     l.experts_alias = true;
     CHECK(accel__arch_unsupported(&l) && strstr(accel__arch_unsupported(&l), "experts_alias"));
+    /* parallel_residual's one norm; Phi's own projections, norms and MLP */
+    accel__arch p = *accel__arch_find("phi");
+    p.sandwich_norms = true;
+    CHECK(accel__arch_unsupported(&p) && strstr(accel__arch_unsupported(&p), "parallel_residual"));
+    p = *accel__arch_find("phi");
+    p.fused_qkv = true;
+    CHECK(accel__arch_unsupported(&p) && strstr(accel__arch_unsupported(&p), "phi_blocks"));
     /* which MoE rows read the expert count under both names: transformers' attribute maps */
     CHECK(accel__arch_find("mixtral")->experts_alias && accel__arch_find("qwen3_moe")->experts_alias &&
           !accel__arch_find("qwen2_moe")->experts_alias);

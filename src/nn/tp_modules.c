@@ -362,9 +362,10 @@ static accel_status check_one(accel_module *m, accel_tp_style style, const accel
     return ACCEL_OK;
 }
 
-/* Makes m (checked) the style's module; cut: its weight (and a COLWISE
- * bias) are replaced by this rank's slice, else they already are that slice
- * (a tied tensor cut by another module) or stay whole (replicated rows). */
+/* Makes m (checked) the style's module; cut_w: its weight is replaced by
+ * this rank's slice, else it already is that slice (a tied tensor cut by
+ * another module); a COLWISE bias is cut either way; replicated rows stay
+ * whole. */
 static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, const accel__tp_parts *parts,
                               bool cut_w, bool sp, bool inner) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
@@ -373,17 +374,20 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     if (!t) return accel_last_status();
     *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
                    .sp = sp, .inner = inner, .pad = style == ACCEL_TP_VOCAB_EMBEDDING ? accel__embedding_padding_idx(m) : -1};
-    if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
+    if (style != ACCEL__TP_REPLICA_ROWS) {
+        /* a COLWISE bias is the module's own: cut also where its weight, tied,
+         * was cut by another module (Phi's lm_head beside embed_tokens) */
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
         bs.dim = 0;
-        accel_tensor *nw = accel__tp_cut(w, &t->w), *nb = nw && cut_b ? accel__tp_cut(b, &bs) : NULL;
-        if (!nw || (cut_b && !nb)) {
+        accel_tensor *nw = cut_w ? accel__tp_cut(w, &t->w) : NULL;
+        accel_tensor *nb = (nw || !cut_w) && cut_b ? accel__tp_cut(b, &bs) : NULL;
+        if ((cut_w && !nw) || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
             return accel_last_status();
         }
-        replace_tensor(m, w, nw);
+        if (nw) replace_tensor(m, w, nw);
         if (nb) replace_tensor(m, b, nb);
     }
     m->ops = style == ACCEL_TP_COLWISE                ? &COLWISE_OPS
