@@ -530,6 +530,43 @@ static void test_gemma3_dispatch_bf16_meta(void) {
     accel_clear_error();
 }
 
+/* Phi's dropouts act while training only: in train mode each of
+ * resid_pdrop (both branches), embd_pdrop and attention_dropout changes the
+ * loss from eval's (the fixture's), the same seed draws the same loss, and
+ * with all three 0 the training loss is eval's bit for bit. */
+static void test_phi_dropouts(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_phi", &c) == ACCEL_OK && c.resid_pdrop == 0.1);
+    accel_safetensors *st = open_expected("data/hf_arch_phi");
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_phi/model.safetensors");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *want = st ? accel_safetensors_tensor(st, "loss", -1) : NULL;
+    double eval_loss = want ? accel_item(want) : NAN;
+    for (int k = 0; k < 4 && ids && w; k++) { /* k: none, resid, embd, attention */
+        accel_llama_config ck = c;
+        ck.resid_pdrop = k == 1 ? 0.1 : 0, ck.embd_pdrop = k == 2 ? 0.1 : 0, ck.attn_pdrop = k == 3 ? 0.1 : 0;
+        accel_module *m = accel_llama_new(&ck, ACCEL_CPU_DEVICE);
+        accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
+        for (int i = 0; sd && i < sd->n; i++)
+            CHECK(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK);
+        accel_state_dict_free(sd);
+        accel_module_train(m, true);
+        double loss[2] = {NAN, NAN};
+        for (int run = 0; run < 2 && m; run++) {
+            accel_manual_seed(5);
+            accel_tensor *l = accel_llama_loss(m, ids);
+            CHECK_MSG(l != NULL, "%s", accel_last_error());
+            loss[run] = l ? accel_item(l) : NAN;
+            accel_step_reset();
+        }
+        CHECK_MSG(loss[0] == loss[1], "phi dropout %d: the same seed gave losses %.9g and %.9g", k, loss[0], loss[1]);
+        CHECK_MSG(k ? fabs(loss[0] - eval_loss) > 1e-4 : fabs(loss[0] - eval_loss) <= 1e-5 * fabs(eval_loss),
+                  "phi dropout %d: training loss %.9g, eval's %.9g", k, loss[0], eval_loss);
+        accel_module_free(m);
+    }
+    accel_tensor_free(ids), accel_tensor_free(want);
+    accel_safetensors_close(w), accel_safetensors_close(st);
+}
+
 /* Mixtral's router_jitter_noise: none in eval (the fixture's logits), the
  * MoE input scaled by U(1 - j, 1 + j) while training (another loss, the
  * same for the same seed), redrawn as it was when a checkpointed layer
@@ -723,5 +760,6 @@ int main(void) {
     RUN(test_moe_meta);
     RUN(test_moe_balance_checkpointed_block);
     RUN(test_qwen2_moe_bf16_block);
+    RUN(test_phi_dropouts);
     return check_summary();
 }

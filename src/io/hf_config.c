@@ -909,8 +909,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
             "  \"initializer_range\": %s,\n"
             "  \"intermediate_size\": %lld,\n",
             (long long)c->hidden_size, init, (long long)c->intermediate_size);
-    /* the list (transformers >= 4.53 reads it first) where accel reads it back */
     if (a->phi_blocks) fprintf(m, "  \"layer_norm_eps\": %s,\n", eps);
+    /* the list (transformers >= 4.53 reads it first) where accel reads it back */
     if (a->window == ACCEL__WINDOW_TYPES && (c->n_layer_types > 0 || c->num_hidden_layers <= ACCEL_MAX_LAYER_TYPES))
         write_layer_types(m, a, c);
     if (a->multipliers) write_real(m, "logits_scaling", nonzero(c->logits_scaling, 1.0));
