@@ -20,7 +20,8 @@
  * mlp_only_layers, the load-balancing loss in the loss), Phi (attention and
  * MLP in parallel from one LayerNorm, biases on every projection and on
  * lm_head, half of each head rotated, grouped kv heads; and tied with its
- * own head bias, linear RoPE on 6 of 8 dims). Inputs run past
+ * own head bias, linear RoPE on 6 of 8 dims; and with qk_layernorm's per-head
+ * LayerNorms of q and k). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 32
@@ -71,6 +72,7 @@ static const struct {
     {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
     {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
+    {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {

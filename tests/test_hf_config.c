@@ -523,8 +523,9 @@ static void test_gemma_granite_fields(void) {
  * original_max_position_embeddings save writes; what each family lacks refused. */
 /* Phi: PhiConfig's defaults and keys (layer_norm_eps, not rms_norm_eps;
  * its dropouts; every rope type with partial_rotary_factor inside
- * rope_parameters as transformers 5 writes it), what it refuses by name,
- * and what it writes (PhiConfig's keys: no head_dim, rms_norm_eps). */
+ * rope_parameters as transformers 5 writes it; qk_layernorm), what it
+ * refuses by name, and what it writes (PhiConfig's keys: no head_dim,
+ * rms_norm_eps). */
 static void test_phi_fields(void) {
     accel_llama_config c;
     CHECK(accel_llama_config_load(write_cfg("phid.json", "{\"model_type\": \"phi\"}"), &c) == ACCEL_OK);
@@ -560,8 +561,20 @@ static void test_phi_fields(void) {
     CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
     accel_llama_config back;
     CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.head_dim == 8);
-    expect_error("phiq.json", "{\"model_type\": \"phi\", \"qk_layernorm\": true}", ACCEL_ERR_UNSUPPORTED,
-                 "qk_layernorm true is not implemented for phi models");
+    /* qk_layernorm read and written back; its LayerNorms are hidden_size / heads wide (transformers'):
+     * another head_dim refused, as the key on another family through the C API */
+    CHECK(accel_llama_config_load(write_cfg("phiq.json", "{\"model_type\": \"phi\", \"qk_layernorm\": true}"),
+                                  &c) == ACCEL_OK && c.qk_layernorm);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK && accel_llama_config_load(path, &back) == ACCEL_OK &&
+          back.qk_layernorm);
+    expect_error("phiqh.json", "{\"model_type\": \"phi\", \"qk_layernorm\": true, \"head_dim\": 32}",
+                 ACCEL_ERR_FORMAT, "qk_layernorm is only implemented with head_dim = hidden_size / num_attention_heads");
+    expect_error("phiqn.json", "{\"model_type\": \"phi\", \"qk_layernorm\": null}", ACCEL_ERR_FORMAT,
+                 "'qk_layernorm' must be true or false");
+    accel_llama_config l = accel_llama_config_default();
+    l.qk_layernorm = true;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm is Phi's: the model has no q/k LayerNorms");
     expect_error("phia.json", "{\"model_type\": \"phi\", \"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
                  "hidden_act must be \"gelu_new\" (the only activation of phi models");
     expect_error("phir.json", "{\"model_type\": \"phi\", \"resid_pdrop\": 1.5}", ACCEL_ERR_FORMAT,

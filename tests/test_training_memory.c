@@ -309,6 +309,10 @@ static void test_families(void) {
         accel_llama_config c = family_config(a->model_type);
         step_pair est = check_config(&c, a->model_type);
         if (a->partial_rotary) check_partial_rotary(a->model_type);
+        if (a->phi_blocks) { /* Phi's per-head q/k LayerNorms (f32 outputs: RoPE runs in f32 after them) */
+            c.qk_layernorm = true;
+            check_config(&c, "phi qk_layernorm");
+        }
         if (a->moe == ACCEL__MOE_QWEN) check_sparse_step(a->model_type, est.est);
         if (a->moe == ACCEL__MOE_MIXTRAL) check_jitter(a->model_type, est);
     }

@@ -141,6 +141,8 @@ FIXTURES = {
     "phi_linear": ("phi", dict(tie_word_embeddings=True, num_key_value_heads=4, partial_rotary_factor=0.75,
                                layer_norm_eps=1e-3, rope_scaling={"rope_type": "linear", "factor": 2.0}),
                    dict(seed=21)),
+    # qk_layernorm: a LayerNorm over each head of q and k before RoPE
+    "phi_qk": ("phi", dict(qk_layernorm=True), dict(seed=22)),
 }
 
 # fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)

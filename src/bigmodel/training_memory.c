@@ -1055,7 +1055,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
     bool phi = a->phi_blocks, drops = a->dropouts;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || phi, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
-               .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
+               .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,

@@ -502,13 +502,12 @@ static accel_status get_prob(json_t *root, const char *file, const char *key, do
 }
 
 /* PhiConfig's own keys: layer_norm_eps (its LayerNorms', not rms_norm_eps),
- * the dropouts, qk_layernorm (only false: the per-head LayerNorms of q and
- * k are not implemented). */
-static accel_status parse_phi(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
+ * the dropouts, qk_layernorm. */
+static accel_status parse_phi(json_t *root, const char *file, accel_llama_config *c) {
     if (get_real(root, file, "layer_norm_eps", &c->rms_norm_eps) ||
         get_prob(root, file, "attention_dropout", &c->attn_pdrop) ||
         get_prob(root, file, "resid_pdrop", &c->resid_pdrop) || get_prob(root, file, "embd_pdrop", &c->embd_pdrop) ||
-        want_bool(root, file, a, "qk_layernorm", false))
+        not_null(root, file, "qk_layernorm", "true or false") || get_bool(root, file, "qk_layernorm", &c->qk_layernorm))
         return accel_last_status();
     if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
     return ACCEL_OK;
@@ -599,7 +598,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
         get_int(root, file, "original_max_position_embeddings",
                 &c->rope_scaling.original_max_position_embeddings, false, true) ||
-        (a->phi_blocks ? parse_phi(root, file, a, c) : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
+        (a->phi_blocks ? parse_phi(root, file, c) : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
         get_real(root, file, "rope_theta", &c->rope_theta) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
@@ -955,7 +954,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         fprintf(m, "  \"partial_rotary_factor\": %s,\n", prf);
     }
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
-    if (a->phi_blocks) fprintf(m, "  \"qk_layernorm\": false,\n");
+    if (a->phi_blocks) fprintf(m, "  \"qk_layernorm\": %s,\n", c->qk_layernorm ? "true" : "false");
     /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
     double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);
     if (a->softcap && qpas == floor(qpas) && qpas < 0x1p53)

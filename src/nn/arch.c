@@ -203,6 +203,10 @@ const char *accel__arch_names(void) {
            "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\"";
 }
 
+bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c) {
+    return a->qk_norm || (a->phi_blocks && c->qk_layernorm);
+}
+
 const char *accel__arch_o_proj(const accel__arch *a) { return a->phi_blocks ? "dense" : "o_proj"; }
 
 const char *accel__arch_final_norm(const accel__arch *a) { return a->phi_blocks ? "final_layernorm" : "norm"; }

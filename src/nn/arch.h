@@ -146,6 +146,10 @@ bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, 
 /* Whether layer i of a model of row a and resolved config c has the sparse
  * block (a mixture of experts) in place of the MLP. */
 bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i);
+/* Whether the layers of row a and config c have a norm over each head of q
+ * and k before RoPE: the row's qk_norm (Qwen3, Gemma 3), Phi's with the
+ * config's qk_layernorm (q_layernorm / k_layernorm, LayerNorms). */
+bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c);
 /* The names of the attention's output projection ("o_proj"; Phi: "dense")
  * and of the model's final norm ("norm"; Phi: "final_layernorm"). */
 const char *accel__arch_o_proj(const accel__arch *a);

@@ -10,7 +10,7 @@
  * fewer key/value heads than ranks each key/value head is replicated on
  * tp / kv_heads ranks, as Megatron does: k_proj and v_proj (Phi-3: the
  * whole qkv_proj) stay whole and each rank uses its head's rows
- * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's and Gemma 3's per head,
+ * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's, Gemma 3's and Phi's per head,
  * OLMo 2's over every head with the mean square summed over the group.
  * Mixtral's, Qwen3-MoE's and Qwen2-MoE's sparse blocks: the router whole,
  * each expert's MLP cut as a dense one (Qwen2-MoE's shared expert too, its
@@ -200,8 +200,10 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
         if (!block) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
         if (parallelize_sparse(block, path, a, c, pg, sp)) return accel_last_status();
     }
-    for (int kq = 0; (a->qk_norm || a->qk_norm_full) && kq < 2; kq++) {
-        accel_module *norm = accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm");
+    for (int kq = 0; (accel__arch_qk_norm_heads(a, c) || a->qk_norm_full) && kq < 2; kq++) {
+        static const char *const NAMES[2][2] = {{"self_attn.q_norm", "self_attn.k_norm"},
+                                                {"self_attn.q_layernorm", "self_attn.k_layernorm"}};
+        accel_module *norm = accel_module_find(layer, NAMES[a->phi_blocks][kq]);
         /* Qwen3's per-head norms: whole on every rank, each normalizing its
          * heads; OLMo 2's over every head: this rank's rows of the weight,
          * the mean square over the group (each key/value head counted once) */

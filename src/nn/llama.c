@@ -218,6 +218,12 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
+    if (c->qk_layernorm && (!a->phi_blocks || (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm is %s", who,
+                               a->phi_blocks ? "only implemented with head_dim = hidden_size / num_attention_heads "
+                                               "(transformers' q/k LayerNorms are that wide)"
+                                             : "Phi's: the model has no q/k LayerNorms");
     if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
                                "but %s models always scale", who, a->model_type);
@@ -543,8 +549,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
             q = accel_module_call(p[ATTN_Q_NORM], q);
             k = accel_module_call(p[ATTN_K_NORM], k);
         }
-        q = split_heads(q, li->heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
-        k = split_heads(k, li->kv_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
+        bool heads_norm = accel__arch_qk_norm_heads(a, c);
+        q = split_heads(q, li->heads, c->head_dim, heads_norm ? p[ATTN_Q_NORM] : NULL);
+        k = split_heads(k, li->kv_heads, c->head_dim, heads_norm ? p[ATTN_K_NORM] : NULL);
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
@@ -864,7 +871,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                                sparse ? accel__moe_block_create(a, c, dev)
                                                       : accel_module_new(&a->mlp, NULL));
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
-    int64_t qn = a->qk_norm ? D : qd, kn = a->qk_norm ? D : kvd;
+    /* Phi's qk_layernorm: q_layernorm / k_layernorm */
+    bool heads_norm = accel__arch_qk_norm_heads(a, c);
+    int64_t qn = heads_norm ? D : qd, kn = heads_norm ? D : kvd;
     /* the input norm's input: the embeddings in the first layer */
     unsigned in_sum = index > 0 ? branch_sums(a) : 0;
     bool ok = attn && mlp &&
@@ -874,9 +883,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                   accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
                                   accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
                                   accel_module_add_child(attn, accel__arch_o_proj(a), linear(c, qd, C, ob, dev))) &&
-              (!(a->qk_norm || a->qk_norm_full) ||
-               (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev, 0)) &&
-                accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
+              (!(heads_norm || a->qk_norm_full) ||
+               (accel_module_add_child(attn, a->phi_blocks ? "q_layernorm" : "q_norm", rms_norm(a, c, qn, dev, 0)) &&
+                accel_module_add_child(attn, a->phi_blocks ? "k_layernorm" : "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
               (sparse ||
                (a->phi_blocks /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward) */
                     ? accel_module_add_child(mlp, "fc1", linear(c, C, I, mb, dev)) &&

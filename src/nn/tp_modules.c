@@ -26,6 +26,7 @@ typedef struct tp_impl {
     int64_t width;    /* over the whole width (0: per head, the whole weight) */
     int rep;          /* ranks holding each of its rows */
     bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
+    bool layer_norm;  /* a LayerNorm with bias (Phi's q/k_layernorm; per head only) */
 } tp_impl;
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
@@ -210,6 +211,9 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
+    if (t->layer_norm) /* its weight and bias through the region's copy: their gradients summed */
+        return accel_layer_norm(x, accel_tp_copy_to_region(w, t->pg),
+                                accel_tp_copy_to_region(accel__module_tensor(m, "bias"), t->pg), t->eps);
     if (!t->width && !t->plus_one) return accel_rms_norm(x, accel_tp_copy_to_region(w, t->pg), t->eps);
     if (!t->width) { /* as accel__rms_norm_plus_one_forward: in f32, rounded once to x's dtype */
         accel_tensor *w1 = accel_add_scalar(accel_to_dtype(accel_tp_copy_to_region(w, t->pg), ACCEL_F32), 1.0);
@@ -421,9 +425,12 @@ accel_pg *accel__tp_group(const accel_module *m) {
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
                                     bool plus_one) {
     ACCEL_ASSERT(!(rows && plus_one)); /* no row has such norms: accel__arch_unsupported */
+    /* a LayerNorm (its bias): Phi's per-head q/k_layernorm */
+    bool layer_norm = accel__module_tensor(m, "bias") != NULL;
+    ACCEL_ASSERT(!(layer_norm && (rows || plus_one)));
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one};
+    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one, .layer_norm = layer_norm};
     if (rows) {
         t->w = slice_from(0, rows);
         t->width = rows->size[0];
