@@ -128,6 +128,18 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_phi3 PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   24.25 KB  │ 56.64 KB │     226.56 KB     │")
+  # microsoft/phi-2 (PhiModel, tools/gen_moe_memory_fixture.py phi2_config): `accelerate estimate-memory`'s
+  # own table (2779683840 parameters in the causal LM, as transformers counts them); per rank under tp 2:
+  # q/k/v, fc1 and the vocabulary (lm_head's bias too) halved, dense and fc2 by their inputs (biases
+  # whole), LayerNorms whole: 1390008320 f32 parameters, 5.18 GiB (summed by hand from the config)
+  add_test(NAME bigmodel_estimate_memory_phi2 COMMAND accel_cli estimate-memory data/phi2_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_phi2 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   500.0 MB  │ 9.87 GB  │      39.47 GB     │\n│float16│   250.0 MB  │ 4.93 GB  │      19.73 GB     │\n│  int8 │   125.0 MB  │ 2.47 GB  │        N/A        │\n│  int4 │   62.5 MB   │ 1.23 GB  │        N/A        │")
+  add_test(NAME bigmodel_estimate_memory_phi2_tp COMMAND accel_cli estimate-memory data/phi2_config
+           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_phi2_tp PROPERTIES PASS_REGULAR_EXPRESSION
+    "DDP \\(NO_SHARD\\)    │5.18 GB│ 5.18 GB │ 10.36 GB│")
   add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION

@@ -19,7 +19,9 @@ typedef struct pipeline_model {
      * keys on its even layers, attention and final logit soft-capping;
      * "gemma3_text": Gemma 3 with that window and a local RoPE base of 100 on
      * its even layers, linear RoPE scaling 2 on the odd ones, final logit
-     * soft-capping */
+     * soft-capping; "phi": Phi (parallel attention and MLP, biases, a head
+     * bias beside a tied embedding) rotating half of each head, with
+     * qk_layernorm */
     const char *family;
 } pipeline_model;
 
@@ -40,6 +42,7 @@ static inline accel_module *pipeline_llama(pipeline_model p) {
     if (p.family && !strcmp(p.family, "gemma3_text"))
         c.sliding_window = 4, c.sliding_window_pattern = 2, c.rope_local_base_freq = 100, c.final_logit_softcapping = 10,
         c.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LINEAR, .factor = 2};
+    if (p.family && !strcmp(p.family, "phi")) c.partial_rotary_factor = 0.5, c.qk_layernorm = true;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }

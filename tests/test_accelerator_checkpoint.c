@@ -433,7 +433,7 @@ static void test_save_model_writes_config(void) {
  * back by itself to the same family. */
 static void test_save_model_config_every_family(void) {
     static const char *const FAMILIES[] = {"mistral", "qwen2", "qwen3", "gemma", "gemma2",
-                                           "granite", "phi3", "olmo2", "gpt2", "mixtral", "qwen3_moe"};
+                                           "granite", "phi3", "olmo2", "gpt2", "mixtral", "qwen3_moe", "phi"};
     for (size_t i = 0; i < sizeof FAMILIES / sizeof *FAMILIES; i++) {
         accel_module *m = tiny_family(5, FAMILIES[i]);
         CHECK_MSG(m, "%s: %s", FAMILIES[i], accel_last_error());

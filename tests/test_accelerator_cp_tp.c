@@ -186,6 +186,9 @@ int main(void) {
     /* Phi-3's fused projections cut per part */
     run("phi3", 2, 0, "alltoall", true, 0);
     run("phi3", 2, 0, "allgather", false, 0);
+    /* Phi's parallel attention and MLP from one LayerNorm, biases (lm_head's cut with the vocabulary), partial RoPE */
+    run("phi", 2, 0, "allgather", true, 0);
+    run("phi", 0, 2, NULL, false, 0);
     /* experts: each rank routes its sequence chunks' tokens, its tp group the same ones */
     run("mixtral", 2, 0, "allgather", true, 0);
     run("qwen3_moe", 0, 2, NULL, false, 0);

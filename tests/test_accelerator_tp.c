@@ -180,6 +180,7 @@ static int body(int rank, int world) {
     bool mixtral = !strcmp(CFG.family, "mixtral"), qwen_moe = !strcmp(CFG.family, "qwen3_moe");
     accel_tensor *up = accel_module_get_tensor(tp, gpt2       ? "transformer.h.0.mlp.c_fc.weight"
                                                    : phi3     ? "model.layers.0.mlp.gate_up_proj.weight"
+                                                   : !strcmp(CFG.family, "phi") ? "model.layers.0.mlp.fc1.weight"
                                                    : mixtral  ? "model.layers.0.block_sparse_moe.experts.5.w3.weight"
                                                    : qwen_moe ? "model.layers.0.mlp.experts.9.up_proj.weight"
                                                               : "model.layers.0.mlp.up_proj.weight");
@@ -268,6 +269,7 @@ static void run(int world, int tp, int dp_shard, int zero_stage, double clip, bo
 int main(void) {
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);
     run_family("phi3", 2, 2, 1, 0, 0.05, false);
+    run_family("phi", 2, 2, 1, 0, 0.05, false); /* fc1 / fc2, dense, lm_head's bias cut with the vocabulary */
     /* experts: each one's features split, the router whole; under sp routing the gathered sequence */
     run_family("mixtral", 2, 2, 1, 0, 0.05, false);
     run_family("qwen3_moe", 2, 2, 1, 0, 0.05, false);

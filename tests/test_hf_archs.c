@@ -17,7 +17,11 @@
  * Conv1D; tied, and untied with unscaled attention and inputs up to
  * n_positions exactly, and one with room for 32 new tokens), Mixtral,
  * Qwen3-MoE and Qwen2-MoE (its shared expert, a dense layer by
- * mlp_only_layers, the load-balancing loss in the loss). Inputs run past
+ * mlp_only_layers, the load-balancing loss in the loss), Phi (attention and
+ * MLP in parallel from one LayerNorm, biases on every projection and on
+ * lm_head, half of each head rotated, grouped kv heads; and tied with its
+ * own head bias, linear RoPE on 6 of 8 dims; and with qk_layernorm's per-head
+ * LayerNorms of q and k). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 32
@@ -66,6 +70,9 @@ static const struct {
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
+    {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
+    {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
+    {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -178,7 +185,8 @@ static void run_fixture(int k) {
     if (m) {
         CHECK_MSG(!strcmp(m->ops->type_name, FIXTURES[k].root_type), "%s: root is %s", name, m->ops->type_name);
         bool gpt2 = !strcmp(FIXTURES[k].root_type, "GPT2LMHeadModel"); /* transformers' names of its tree */
-        const char *norm = gpt2 ? "transformer.ln_f" : "model.norm";
+        bool phi = !strcmp(FIXTURES[k].root_type, "PhiForCausalLM");
+        const char *norm = gpt2 ? "transformer.ln_f" : phi ? "model.final_layernorm" : "model.norm";
         const char *layer1 = gpt2 ? "transformer.h.1" : "model.layers.1";
         const char *cls = accel_module_decoder_layer_class(accel_module_find(m, norm));
         CHECK_MSG(cls && !strcmp(cls, FIXTURES[k].layer_type), "%s: layer class %s", name, cls ? cls : "NULL");
@@ -410,7 +418,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 14);
+    CHECK(n == 15);
     accel__arch bad[8];
     for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
@@ -432,6 +440,13 @@ static void test_arch_rows_supported(void) {
     accel__arch l = *accel__arch_find("llama");
     l.experts_alias = true;
     CHECK(accel__arch_unsupported(&l) && strstr(accel__arch_unsupported(&l), "experts_alias"));
+    /* parallel_residual's one norm; Phi's own projections, norms and MLP */
+    accel__arch p = *accel__arch_find("phi");
+    p.sandwich_norms = true;
+    CHECK(accel__arch_unsupported(&p) && strstr(accel__arch_unsupported(&p), "parallel_residual"));
+    p = *accel__arch_find("phi");
+    p.fused_qkv = true;
+    CHECK(accel__arch_unsupported(&p) && strstr(accel__arch_unsupported(&p), "phi_blocks"));
     /* which MoE rows read the expert count under both names: transformers' attribute maps */
     CHECK(accel__arch_find("mixtral")->experts_alias && accel__arch_find("qwen3_moe")->experts_alias &&
           !accel__arch_find("qwen2_moe")->experts_alias);
@@ -515,6 +530,43 @@ static void test_gemma3_dispatch_bf16_meta(void) {
     accel_module_free(m);
     accel_safetensors_close(st);
     accel_clear_error();
+}
+
+/* Phi's dropouts act while training only: in train mode each of
+ * resid_pdrop (both branches), embd_pdrop and attention_dropout changes the
+ * loss from eval's (the fixture's), the same seed draws the same loss, and
+ * with all three 0 the training loss is eval's bit for bit. */
+static void test_phi_dropouts(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_phi", &c) == ACCEL_OK && c.resid_pdrop == 0.1);
+    accel_safetensors *st = open_expected("data/hf_arch_phi");
+    accel_safetensors *w = accel_safetensors_open("data/hf_arch_phi/model.safetensors");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *want = st ? accel_safetensors_tensor(st, "loss", -1) : NULL;
+    double eval_loss = want ? accel_item(want) : NAN;
+    for (int k = 0; k < 4 && ids && w; k++) { /* k: none, resid, embd, attention */
+        accel_llama_config ck = c;
+        ck.resid_pdrop = k == 1 ? 0.1 : 0, ck.embd_pdrop = k == 2 ? 0.1 : 0, ck.attn_pdrop = k == 3 ? 0.1 : 0;
+        accel_module *m = accel_llama_new(&ck, ACCEL_CPU_DEVICE);
+        accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
+        for (int i = 0; sd && i < sd->n; i++)
+            CHECK(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK);
+        accel_state_dict_free(sd);
+        accel_module_train(m, true);
+        double loss[2] = {NAN, NAN};
+        for (int run = 0; run < 2 && m; run++) {
+            accel_manual_seed(5);
+            accel_tensor *l = accel_llama_loss(m, ids);
+            CHECK_MSG(l != NULL, "%s", accel_last_error());
+            loss[run] = l ? accel_item(l) : NAN;
+            accel_step_reset();
+        }
+        CHECK_MSG(loss[0] == loss[1], "phi dropout %d: the same seed gave losses %.9g and %.9g", k, loss[0], loss[1]);
+        CHECK_MSG(k ? fabs(loss[0] - eval_loss) > 1e-4 : fabs(loss[0] - eval_loss) <= 1e-5 * fabs(eval_loss),
+                  "phi dropout %d: training loss %.9g, eval's %.9g", k, loss[0], eval_loss);
+        accel_module_free(m);
+    }
+    accel_tensor_free(ids), accel_tensor_free(want);
+    accel_safetensors_close(w), accel_safetensors_close(st);
 }
 
 /* Mixtral's router_jitter_noise: none in eval (the fixture's logits), the
@@ -710,5 +762,6 @@ int main(void) {
     RUN(test_moe_meta);
     RUN(test_moe_balance_checkpointed_block);
     RUN(test_qwen2_moe_bf16_block);
+    RUN(test_phi_dropouts);
     return check_summary();
 }

@@ -235,8 +235,8 @@ static void test_save_families(void) {
                             .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
                             .initializer_range = 0.02, .torch_dtype = ACCEL_F32};
     const char *types[] = {"llama", "mistral", "qwen2", "qwen3",  "gemma", "gemma2",
-                           "granite", "phi3", "olmo2", "gpt2", "gemma3_text"};
-    for (int k = 0; k < 11; k++)
+                           "granite", "phi3", "olmo2", "gpt2", "gemma3_text", "phi"};
+    for (int k = 0; k < 12; k++)
         for (int rt = 0; rt <= ACCEL_ROPE_LLAMA3; rt++) {
             accel_llama_config w = c;
             snprintf(w.model_type, sizeof w.model_type, "%s", types[k]);
@@ -249,6 +249,9 @@ static void test_save_families(void) {
             if (k == 10) /* Gemma 3: its layer types by pattern (layer 1 full), another local base */
                 w.sliding_window = 32, w.sliding_window_pattern = 2, w.rope_local_base_freq = 500,
                 w.query_pre_attn_scalar = 256;
+            if (k == 11) /* Phi: its own rotary share, dropouts and LayerNorm eps (every rope type) */
+                w.partial_rotary_factor = 0.4, w.attn_pdrop = 0.2, w.resid_pdrop = 0.1, w.embd_pdrop = 0.05,
+                w.rms_norm_eps = 1e-3;
             if (k == 6)
                 w.embedding_multiplier = 12, w.attention_multiplier = 0.015625, w.residual_multiplier = 0.22,
                 w.logits_scaling = 8;
@@ -261,6 +264,7 @@ static void test_save_families(void) {
                 for (int i = 0; i < 8; i++) w.rope_scaling.short_factor[i] = 1.0f + 0.1f * (float)i,
                                             w.rope_scaling.long_factor[i] = 2.0f + 0.3f * (float)i;
             }
+            if (rt == ACCEL_ROPE_LONGROPE && k == 11) w.rope_scaling.n_factors = 3; /* Phi: int(16 * 0.4) / 2 */
             if (rt == ACCEL_ROPE_DEFAULT) w.rope_scaling = (accel_rope_scaling){0};
             if (rt != ACCEL_ROPE_LLAMA3) w.rope_scaling.low_freq_factor = w.rope_scaling.high_freq_factor = 0;
             if (rt == ACCEL_ROPE_LINEAR || rt == ACCEL_ROPE_DYNAMIC) w.rope_scaling.original_max_position_embeddings = 0;
@@ -282,8 +286,11 @@ static void test_save_families(void) {
             CHECK_MSG(accel_llama_config_load(path, &back) == ACCEL_OK, "%s %d: %s", types[k], rt, accel_last_error());
             CHECK_MSG(same_rope(&back.rope_scaling, &w.rope_scaling), "%s rope %d", types[k], rt);
             CHECK_MSG(!strcmp(back.model_type, types[k]) && back.sliding_window == w.sliding_window &&
-                          back.max_window_layers == w.max_window_layers && back.head_dim == (k == 9 ? 0 : 16) &&
-                          back.partial_rotary_factor == (k == 7 ? 0.5 : back.partial_rotary_factor),
+                          back.max_window_layers == w.max_window_layers &&
+                          back.head_dim == (k == 9 || k == 11 ? 0 : 16) && back.rms_norm_eps == w.rms_norm_eps &&
+                          back.partial_rotary_factor == (k == 7 ? 0.5 : k == 11 ? 0.4 : back.partial_rotary_factor) &&
+                          back.attn_pdrop == w.attn_pdrop && back.resid_pdrop == w.resid_pdrop &&
+                          back.embd_pdrop == w.embd_pdrop,
                       "%s: fields differ", types[k]);
             CHECK_MSG(back.attn_logit_softcapping == w.attn_logit_softcapping &&
                           back.final_logit_softcapping == w.final_logit_softcapping &&
@@ -514,6 +521,72 @@ static void test_gemma_granite_fields(void) {
 /* Phi-3 and OLMo 2: their defaults, Phi-3's partial rotary (top level and
  * rope_parameters), its earlier rope type "su", the top-level
  * original_max_position_embeddings save writes; what each family lacks refused. */
+/* Phi: PhiConfig's defaults and keys (layer_norm_eps, not rms_norm_eps;
+ * its dropouts; every rope type with partial_rotary_factor inside
+ * rope_parameters as transformers 5 writes it; qk_layernorm), what it
+ * refuses by name, and what it writes (PhiConfig's keys: no head_dim,
+ * rms_norm_eps). */
+static void test_phi_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("phid.json", "{\"model_type\": \"phi\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 51200 && c.hidden_size == 2048 && c.intermediate_size == 8192 && c.num_hidden_layers == 24);
+    CHECK(c.num_attention_heads == 32 && c.num_key_value_heads == 32 && c.rms_norm_eps == 1e-5);
+    CHECK(c.partial_rotary_factor == 0.5 && !c.tie_word_embeddings && c.attn_pdrop == 0 && c.resid_pdrop == 0);
+    CHECK(c.bos_token_id == 1 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 2 && c.pad_token_id == -1);
+    const char *phi = "{\"model_type\": \"phi\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                      "\"layer_norm_eps\": 0.001, \"rms_norm_eps\": 0.5, \"resid_pdrop\": 0.1, \"embd_pdrop\": 0.2, "
+                      "\"attention_dropout\": 0.3, \"hidden_act\": \"gelu_new\", \"qk_layernorm\": false, "
+                      "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0, \"rope_theta\": 500.0, "
+                      "\"partial_rotary_factor\": 0.75}}";
+    CHECK_MSG(accel_llama_config_load(write_cfg("phi.json", phi), &c) == ACCEL_OK, "%s", accel_last_error());
+    /* rms_norm_eps is not PhiConfig's: unread; yarn is yarn (not Phi-3's longrope) */
+    CHECK(c.rms_norm_eps == 0.001 && c.resid_pdrop == 0.1 && c.embd_pdrop == 0.2 && c.attn_pdrop == 0.3);
+    CHECK(c.rope_scaling.type == ACCEL_ROPE_YARN && c.rope_theta == 500 && c.partial_rotary_factor == 0.75);
+    char path[160];
+    snprintf(path, sizeof path, "%s/phi_saved", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    char file[200], text[4096] = {0};
+    snprintf(file, sizeof file, "%s/config.json", path);
+    FILE *f = fopen(file, "r");
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    CHECK_STR_CONTAINS(text, "\n  \"attention_dropout\": 0.3,\n  \"bos_token_id\": 1,\n  \"embd_pdrop\": 0.2,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"hidden_act\": \"gelu_new\",\n");
+    CHECK_STR_CONTAINS(text, "\n  \"layer_norm_eps\": 0.001,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"partial_rotary_factor\": 0.75,\n  \"qk_layernorm\": false,\n  \"resid_pdrop\": 0.1,\n"
+                             "  \"rope_scaling\": {");
+    CHECK(!strstr(text, "head_dim") && !strstr(text, "rms_norm_eps") && !strstr(text, "attention_bias"));
+    /* a head_dim other than hidden_size / heads: written (PhiAttention reads it) */
+    c.head_dim = 8;
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    accel_llama_config back;
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.head_dim == 8);
+    /* qk_layernorm read and written back; its LayerNorms are hidden_size / heads wide (transformers'):
+     * another head_dim refused, as the key on another family through the C API */
+    CHECK(accel_llama_config_load(write_cfg("phiq.json", "{\"model_type\": \"phi\", \"qk_layernorm\": true}"),
+                                  &c) == ACCEL_OK && c.qk_layernorm);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK && accel_llama_config_load(path, &back) == ACCEL_OK &&
+          back.qk_layernorm);
+    expect_error("phiqh.json", "{\"model_type\": \"phi\", \"qk_layernorm\": true, \"head_dim\": 32}",
+                 ACCEL_ERR_FORMAT, "qk_layernorm is only implemented with head_dim = hidden_size / num_attention_heads");
+    expect_error("phiqn.json", "{\"model_type\": \"phi\", \"qk_layernorm\": null}", ACCEL_ERR_FORMAT,
+                 "'qk_layernorm' must be true or false");
+    accel_llama_config l = accel_llama_config_default();
+    l.qk_layernorm = true;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm is Phi's: the model has no q/k LayerNorms");
+    expect_error("phia.json", "{\"model_type\": \"phi\", \"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"gelu_new\" (the only activation of phi models");
+    expect_error("phir.json", "{\"model_type\": \"phi\", \"resid_pdrop\": 1.5}", ACCEL_ERR_FORMAT,
+                 "'resid_pdrop' must be a number in [0, 1]");
+    expect_error("phie.json", "{\"model_type\": \"phi\", \"layer_norm_eps\": 0}", ACCEL_ERR_FORMAT,
+                 "'layer_norm_eps' must be a number > 0");
+    expect_error("phiw.json", "{\"model_type\": \"phi\", \"sliding_window\": 8}", ACCEL_ERR_UNSUPPORTED,
+                 "sliding_window is set, but phi models have none");
+    expect_error("phib.json", "{\"model_type\": \"phi\", \"attention_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "attention_bias is true, but phi models have no such bias");
+}
+
 static void test_phi3_olmo2(void) {
     accel_llama_config c;
     CHECK(accel_llama_config_load(write_cfg("phi3d.json", "{\"model_type\": \"phi3\"}"), &c) == ACCEL_OK);
@@ -909,6 +982,7 @@ int main(void) {
     RUN(test_gemma3_fields);
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
+    RUN(test_phi_fields);
     RUN(test_token_ids);
     RUN(test_moe_fields);
     char cmd[128];

@@ -72,6 +72,13 @@ static void slices_cut(accel_module *tp, const char *family, int world) {
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.shared_expert.down_proj.weight")->shape[1] == 8 / world);
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.shared_expert_gate.weight")->shape[0] == 1);
         CHECK(accel_module_get_tensor(tp, "model.layers.0.mlp.down_proj.weight")->shape[1] == 24 / world);
+    } else if (!strcmp(family, "phi")) { /* fc1 and the head's bias by their outputs, dense and fc2 by their inputs */
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.fc1.weight")->shape[0] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.fc1.bias")->shape[0] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.fc2.weight")->shape[1] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.fc2.bias")->shape[0] == 16);
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.dense.weight")->shape[1] == 16 / world);
+        CHECK(accel_module_get_tensor(tp, "lm_head.bias")->shape[0] == 40 / world);
     } else
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
 }
@@ -318,7 +325,7 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
-                              "qwen2_moe", "gemma3_text"};
+                              "qwen2_moe", "gemma3_text", "phi"};
     for (int sp = 0; sp < 2; sp++) {
         for (int f = 0; f < (int)(sizeof families / sizeof *families); f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */

@@ -1,7 +1,8 @@
 /* Padded batches under tensor parallelism (accel_llama_parallelize) on 2
  * forked processes: the heads are split, the attention_mask is every rank's
  * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
- * GPT-2 (learned positions from position_ids), Qwen3-MoE, and Mixtral and
+ * GPT-2 (learned positions from position_ids), Qwen3-MoE, Phi (its head's
+ * bias cut with the vocabulary), and Mixtral and
  * Qwen2-MoE with the routers' load-balancing loss (its means over the kept
  * tokens): the loss with a left-padded mask and every gradient within 1e-5
  * of one process, then
@@ -80,9 +81,9 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe"};
+    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi"};
     for (int sp = 0; sp < 2; sp++) {
-        for (int f = 0; f < 4; f++) family_matches(pg, families[f], false, sp);
+        for (size_t f = 0; f < sizeof families / sizeof *families; f++) family_matches(pg, families[f], false, sp);
         family_matches(pg, "mixtral", true, sp);
         family_matches(pg, "qwen2_moe", true, sp);
     }

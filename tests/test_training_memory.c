@@ -166,6 +166,7 @@ static accel_llama_config family_config(const char *type) {
     if (a->moe) c.num_local_experts = 4, c.num_experts_per_tok = 2;
     if (a->moe == ACCEL__MOE_QWEN) c.moe_intermediate_size = FFN / 2;
     if (a->shared_expert) c.shared_expert_intermediate_size = FFN;
+    if (a->dropouts) c.attn_pdrop = c.resid_pdrop = c.embd_pdrop = 0.1; /* GPT-2's defaults; Phi's on too */
     return c;
 }
 
@@ -187,8 +188,8 @@ static size_t family_peak(const accel_llama_config *c, bool checkpointing, accel
  * Llama's above. */
 static size_t g_rows[2];
 
-/* A family with partial rotary (Phi-3's partial_rotary_factor; rows with
- * arch.h's partial_rotary): factor 0.5 against the row's default 1. The
+/* A family with partial rotary (Phi-3's and Phi's partial_rotary_factor;
+ * rows with arch.h's partial_rotary): factor 0.5 against 1. The
  * partial rotation's ops (the rotated slice made contiguous, rotated,
  * concatenated with the rest: src/nn/llama.c rope()) cost more than a whole
  * rotation, not less: the estimate's extra bytes over the default's within
@@ -197,6 +198,7 @@ static size_t g_rows[2];
  * 4% (f32) / 8% (bf16) of its peak. */
 static void check_partial_rotary(const char *type) {
     accel_llama_config full = family_config(type), part = full;
+    full.partial_rotary_factor = 1.0; /* Phi's default is 0.5 */
     part.partial_rotary_factor = 0.5;
     for (int x = 0; x < 4; x++) {
         bool ck = x & 1;
@@ -307,6 +309,10 @@ static void test_families(void) {
         accel_llama_config c = family_config(a->model_type);
         step_pair est = check_config(&c, a->model_type);
         if (a->partial_rotary) check_partial_rotary(a->model_type);
+        if (a->phi_blocks) { /* Phi's per-head q/k LayerNorms (f32 outputs: RoPE runs in f32 after them) */
+            c.qk_layernorm = true;
+            check_config(&c, "phi qk_layernorm");
+        }
         if (a->moe == ACCEL__MOE_QWEN) check_sparse_step(a->model_type, est.est);
         if (a->moe == ACCEL__MOE_MIXTRAL) check_jitter(a->model_type, est);
     }

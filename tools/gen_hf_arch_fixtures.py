@@ -55,6 +55,9 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_laye
             rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None, pad_token_id=None,
             tie_word_embeddings=False)
 
+# PhiConfig has no head_dim (hidden_size / heads) nor rms_norm_eps (its LayerNorms' is layer_norm_eps)
+PHI_BASE = {k: v for k, v in BASE.items() if k not in ("head_dim", "rms_norm_eps")}
+
 # GPT2Config's own keys (n_embd, n_layer, ...); vocab 900: tests/data/tokenizers/gpt2's vocabulary
 GPT2_BASE = dict(vocab_size=900, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=None,
                  eos_token_id=None, pad_token_id=None)
@@ -129,6 +132,17 @@ FIXTURES = {
                                     mlp_only_layers=[1], output_router_logits=True, router_aux_loss_coef=0.05,
                                     use_sliding_window=True, sliding_window=8, max_window_layers=2),
                   dict(seed=18)),
+    # Phi: parallel attention and MLP from one LayerNorm, biases (lm_head's
+    # too), half of each head rotated (PhiConfig's default), grouped kv heads,
+    # phi-2's resid_pdrop (no effect in eval and the loss's gradients: eval mode)
+    "phi": ("phi", dict(resid_pdrop=0.1), dict(seed=20)),
+    # a tied head (its bias its own), linear RoPE over 6 of 8 dims, as many
+    # kv heads as heads, another eps
+    "phi_linear": ("phi", dict(tie_word_embeddings=True, num_key_value_heads=4, partial_rotary_factor=0.75,
+                               layer_norm_eps=1e-3, rope_scaling={"rope_type": "linear", "factor": 2.0}),
+                   dict(seed=21)),
+    # qk_layernorm: a LayerNorm over each head of q and k before RoPE
+    "phi_qk": ("phi", dict(qk_layernorm=True), dict(seed=22)),
 }
 
 # fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)
@@ -147,7 +161,8 @@ def options(i, spec):
 
 
 def build(model_type, extra, seed):
-    cfg = AutoConfig.for_model(model_type, **{**(GPT2_BASE if model_type == "gpt2" else BASE), **extra})
+    base = {"gpt2": GPT2_BASE, "phi": PHI_BASE}.get(model_type, BASE)
+    cfg = AutoConfig.for_model(model_type, **{**base, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     # Gemma's norms scale by 1 + weight

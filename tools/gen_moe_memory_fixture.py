@@ -18,7 +18,10 @@ the Hub, which this machine cannot reach), and infer_auto_device_map of the
 causal LM in bfloat16 over 30 GB + 30 GB + 200 GB of cpu (it warns that
 devices 0 and 1 are absent here: the map is the budgets').
 
-    python3 tools/gen_moe_memory_fixture.py [--write]
+    python3 tools/gen_moe_memory_fixture.py [--write] [NAME...]
+
+NAMEs (keys of CONFIGS) limit the run to those configs. Also writes
+tests/data/phi2_config (microsoft/phi-2's, a dense model) the same way.
 """
 import argparse
 import json
@@ -57,6 +60,13 @@ CONFIGS = {
         rope_theta=1e6, num_experts=60, num_experts_per_tok=4, norm_topk_prob=False, decoder_sparse_step=1,
         router_aux_loss_coef=0.001, tie_word_embeddings=False, use_sliding_window=False, sliding_window=32768,
         bos_token_id=151643, eos_token_id=151643, torch_dtype="bfloat16"),
+    # microsoft/phi-2 config.json (PhiModel: a dense model, measured by the same tools)
+    "phi2_config": lambda: transformers.PhiConfig(
+        vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=2048, layer_norm_eps=1e-5,
+        partial_rotary_factor=0.4, rope_theta=10000.0, resid_pdrop=0.1, embd_pdrop=0.0, attention_dropout=0.0,
+        hidden_act="gelu_new", qk_layernorm=False, tie_word_embeddings=False, bos_token_id=50256,
+        eos_token_id=50256, torch_dtype="float16"),
 }
 
 
@@ -86,8 +96,11 @@ def report(name, config):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the config.json files under tests/data")
+    ap.add_argument("names", nargs="*", help="configs to run (default: all)")
     args = ap.parse_args()
     for name, make in CONFIGS.items():
+        if args.names and name not in args.names:
+            continue
         config = make()
         if args.write:
             os.makedirs(os.path.join(DATA, name), exist_ok=True)

@@ -339,7 +339,7 @@ typedef struct accel_llama_config {
      * divided by logits_scaling. */
     double embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling;
     /* RoPE rotates the first int(head_dim * partial_rotary_factor) dims of
-     * each head, the rest pass through (0 or 1: all; "phi3" only). */
+     * each head, the rest pass through (0 or 1: all; "phi3" and "phi" only). */
     double partial_rotary_factor;
     /* GPT-2 ("gpt2": learned positions up to max_position_embeddings =
      * n_positions, LayerNorm of epsilon rms_norm_eps = layer_norm_epsilon).
@@ -347,9 +347,16 @@ typedef struct accel_llama_config {
      * (accel_module_train; none in eval): embd_pdrop on the embeddings plus
      * positions, attn_pdrop on the attention probabilities, resid_pdrop on
      * each block's attention and MLP outputs; masks from the default
-     * generator (accel_manual_seed). Set on another family: refused. */
+     * generator (accel_manual_seed). Phi ("phi") has them too (its
+     * attention_dropout is attn_pdrop; embd_pdrop on the embeddings; its
+     * LayerNorms' layer_norm_eps is rms_norm_eps). Set on another family:
+     * refused. */
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
+    /* Phi's qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each
+     * head of q and k (eps rms_norm_eps) before RoPE; set on another family:
+     * refused. */
+    bool qk_layernorm;
     /* The special token ids config.json has, written back by
      * accel_llama_config_save: bos_token_id (-1: null), eos_token_ids[0 ..
      * n_eos_token_ids) (0: null; a list when eos_is_list, else one number).

@@ -58,6 +58,12 @@ static const char *conv1d_as(const char *mod) {
                                                                                                            : NULL;
 }
 
+/* Phi's Linear projections as the plan cuts them: dense as o_proj, fc1 as
+ * an up projection, fc2 as a down one; NULL for another. */
+static const char *phi_as(const char *mod) {
+    return !strcmp(mod, "dense") ? "o_proj" : !strcmp(mod, "fc1") ? "up_proj" : !strcmp(mod, "fc2") ? "down_proj" : NULL;
+}
+
 /* Bytes of one entry on a rank of tp, or -1 (error set) for a 2-D weight of a
  * layer it does not know how to split. */
 static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *c, int tp, bool in_layer) {
@@ -70,6 +76,7 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     /* a weight's output dimension: a Linear's rows, a Conv1D's columns */
     const char *as = conv1d_as(mod);
     int out = as && t->ndim == 2 ? 1 : 0;
+    if (!as) as = phi_as(mod);
     if (as) snprintf(mod, sizeof mod, "%s", as);
     /* w1, w3, w2: Mixtral's experts' gate, up and down (Qwen's are named as an MLP's) */
     static const char *const COLUMN[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj",

@@ -12,7 +12,9 @@
  *   head's rows; Megatron would keep the one head); every split rounds up.
  *   GPT-2's Conv1D weights [in, out] as the plan cuts them: c_attn (per
  *   q | k | v part) and c_fc along their columns, their biases too; the two
- *   c_proj along their rows, their biases whole; wpe whole.
+ *   c_proj along their rows, their biases whole; wpe whole. Phi's dense as
+ *   o_proj, fc1 and fc2 as up_proj and down_proj; its lm_head's bias split
+ *   with the vocabulary.
  * - pipeline parallelism: the stages' layers as the runtime splits them
  *   (accel__decoder_stage_split, nn/decoder_pipeline.h: contiguous ranges
  *   minimising the largest stage's parameter count, the embedding counted on

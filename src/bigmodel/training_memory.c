@@ -136,6 +136,8 @@ typedef struct fam {
     bool final_cap;     /* Gemma2's final_logit_softcapping */
     double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
     bool qkv_bias, o_bias, mlp_bias; /* the Linears with a bias */
+    bool gelu_mlp;      /* Phi: the MLP fc1 -> gelu_new -> fc2 (Linears with biases) */
+    bool parallel;      /* Phi's parallel_residual: the MLP reads the attention's input norm, x + attn + mlp */
     bool moe_f32_weights; /* Mixtral: the routing weights stay f32 (Qwen: the logits' dtype) */
     bool renorm;          /* the chosen experts' weights renormalised (Mixtral; Qwen's norm_topk_prob) */
     bool jitter;          /* Mixtral's router_jitter_noise: the block's input times uniform noise */
@@ -594,7 +596,7 @@ static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
     const fam *f = fwd->f;
     double eI = d->n * d->I;
     accel_dtype g = ACCEL_F32, u = ACCEL_F32, h; /* the MLP's hidden [n, I] */
-    if (f->gpt2) { /* c_fc, gelu_new */
+    if (f->gpt2 || f->gelu_mlp) { /* c_fc / fc1, gelu_new */
         g = proj_fwd(fwd, d->C, d->I, n2, false);
         h = unary_fwd(fwd, eI, g);
     } else if (f->fused_gate_up) { /* gate_up_proj [n, 2I], each half made contiguous, SwiGLU */
@@ -608,10 +610,10 @@ static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
         else fwd->bytes += eI * esz(g), h = g; /* accel_swiglu: one fused output, its inputs kept as they are */
     }
     accel_dtype m = row_fwd(fwd, d->I, h, f->mlp_bias);
-    row_bwd(bwd, d->I, m, h, f->mlp_bias); /* down_proj / c_proj */
-    if (f->gpt2) {
+    row_bwd(bwd, d->I, m, h, f->mlp_bias); /* down_proj / c_proj / fc2 */
+    if (f->gpt2 || f->gelu_mlp) {
         unary_bwd(bwd, eI, g);
-        proj_bwd(bwd, d->C, d->I, g, n2, false, false);
+        proj_bwd(bwd, d->C, d->I, g, n2, false, f->mlp_bias && !f->gpt2);
     } else if (f->fused_gate_up) {
         /* SwiGLU's output gradient and its inputs'; each contiguous half's
          * gradient taken by its slice view, which makes a zeroed [n, 2I]
@@ -823,9 +825,12 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     accel_dtype a = o; /* the attention branch */
     if (f->sandwich || f->norm_outputs) a = norm_fwd(fwd, eC, d->ns, o);
     if (f->multipliers) a = unary_fwd(fwd, eC, a);
-    add_fwd(fwd, a);
-    accel_dtype n2 = f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
-    enter_fwd(fwd);
+    /* Phi's parallel branches: the MLP reads the attention's input norm
+     * through q/k/v's region entry (tp_modules.c shares it: one gather, one
+     * gradient), the sum follows it */
+    if (!f->parallel) add_fwd(fwd, a);
+    accel_dtype n2 = f->parallel ? n1 : f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
+    if (!f->parallel) enter_fwd(fwd);
     /* the MLP (or the sparse block), its backward added in its place below */
     ledger mfwd = {fwd->k, d, f, 0, 0}, mbwd = mfwd;
     accel_dtype m = sparse ? moe_step(&mfwd, &mbwd) : mlp_step(&mfwd, &mbwd, n2);
@@ -835,20 +840,22 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     accel_dtype mb = m; /* the MLP branch */
     if (f->sandwich || f->norm_outputs) mb = norm_fwd(fwd, eC, d->ns, m);
     if (f->multipliers) mb = unary_fwd(fwd, eC, mb);
-    add_fwd(fwd, mb);
+    accel_dtype sum = f->parallel ? binary_fwd(fwd, eC, a, mb) : mb; /* Phi: attn + mlp, then + x */
+    add_fwd(fwd, sum);
 
     /* backward, in reverse. The output's gradient came from above. */
-    bwd->bytes += add_bwd(eC, mb); /* add: h, the MLP branch */
+    bwd->bytes += add_bwd(eC, sum); /* add: h, the MLP branch (Phi: the branches' sum) */
+    if (f->parallel) bwd->bytes += add_bwd(eC, a) + add_bwd(eC, mb); /* attn + mlp */
     if (f->multipliers) unary_bwd(bwd, eC, mb);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, m, false);
     if (drop) dropout_bwd(bwd, eC, m);
     scratch(bwd, mbwd.top);
     bwd->bytes += mbwd.bytes;
-    enter_bwd(bwd, f->norm_outputs);
+    if (!f->parallel) enter_bwd(bwd, f->norm_outputs);
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
-    if (!f->norm_outputs) norm_bwd(bwd, eC, ACCEL_F32, true);
+    if (!f->norm_outputs && !f->parallel) norm_bwd(bwd, eC, ACCEL_F32, true);
     /* add: the layer input's, the attention branch's */
-    bwd->bytes += add_bwd(eC, a);
+    if (!f->parallel) bwd->bytes += add_bwd(eC, a);
     if (f->multipliers) unary_bwd(bwd, eC, a);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
     if (drop) dropout_bwd(bwd, eC, o);
@@ -883,8 +890,8 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
         double e3 = eQ + 2 * eK;
         bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false);
         proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs && !d->tp, f->qkv_bias);
-    } else { /* v_proj: the norm's output (the region's input) gets its gradient */
-        proj_bwd(bwd, d->C, d->K, v, n1, f->norm_outputs && !d->tp, f->qkv_bias);
+    } else { /* v_proj: the norm's output (the region's input) gets its gradient (Phi's has the MLP's) */
+        proj_bwd(bwd, d->C, d->K, v, n1, (f->norm_outputs && !d->tp) || f->parallel, f->qkv_bias);
         proj_bwd(bwd, d->C, d->K, kk, n1, true, f->qkv_bias);
         proj_bwd(bwd, d->C, d->Q, q, n1, true, f->qkv_bias);
     }
@@ -918,8 +925,8 @@ static void outer_step(ledger *l) {
         /* positions [T] i64, wpe's rows [T, C], their broadcast add, and in
          * backward: both inputs' gradients (the positions' summed over B) */
         l->bytes += 8 * d->T + 4 * d->T * d->C + 4 * eC + 2 * 4 * d->T * d->C; /* the tokens' takes the add's */
-        if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32);
     }
+    if (f->embd_pdrop > 0) dropout_fwd(l, eC, ACCEL_F32), dropout_bwd(l, eC, ACCEL_F32); /* GPT-2, Phi */
     accel_dtype hn = norm_fwd(l, eC, d->ns, ACCEL_F32); /* model.norm / ln_f */
     enter_fwd(l);                                      /* lm_head's region (its vocabulary columns) */
     accel_dtype lo = linear_fwd(l, d->C, d->V, hn);
@@ -961,7 +968,7 @@ static void outer_step(ledger *l) {
  * are soft-capped, or GPT-2's attention dropout acts. */
 static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
     return (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) || (a->score_softcap && c->attn_logit_softcapping > 0) ||
-           (a->blocks == ACCEL__BLOCKS_GPT2 && c->attn_pdrop > 0);
+           (a->dropouts && c->attn_pdrop > 0);
 }
 
 /* Context parallelism's ranks into d (after tp's): this rank's 2c = T / cp
@@ -1046,15 +1053,17 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     d->cp = 1, d->Tg = d->T;
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
-    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
-               .qk_norm = a->qk_norm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
+    bool phi = a->phi_blocks, drops = a->dropouts;
+    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || phi, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
+               .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
-               .attn_pdrop = gpt2 ? cfg->attn_pdrop : 0, .resid_pdrop = gpt2 ? cfg->resid_pdrop : 0,
-               .embd_pdrop = gpt2 ? cfg->embd_pdrop : 0,
-               .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias),
-               .o_bias = a->attention_bias && cfg->attention_bias, .mlp_bias = a->mlp_bias && cfg->mlp_bias,
+               .attn_pdrop = drops ? cfg->attn_pdrop : 0, .resid_pdrop = drops ? cfg->resid_pdrop : 0,
+               .embd_pdrop = drops ? cfg->embd_pdrop : 0,
+               .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias) || phi,
+               .o_bias = (a->attention_bias && cfg->attention_bias) || phi,
+               .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi, .gelu_mlp = phi, .parallel = a->parallel_residual,
                .moe_f32_weights = a->moe == ACCEL__MOE_MIXTRAL,
                .renorm = a->moe == ACCEL__MOE_MIXTRAL || cfg->norm_topk_prob,
                .jitter = a->moe == ACCEL__MOE_MIXTRAL && cfg->router_jitter_noise > 0};

@@ -1,7 +1,7 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
  * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe,
- * qwen2_moe.
+ * qwen2_moe, phi.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -110,7 +110,7 @@ static accel_status parse_rope(json_t *root, json_t *v, const char *file, const 
     if (t && !json_is_string(t)) return bad_type(file, key, "an object with a string rope_type");
     const char *name = t ? json_string_value(t) : "default";
     /* Phi3Config reads its earlier names "su" and "yarn" as longrope */
-    if (a->partial_rotary && (!strcmp(name, "su") || !strcmp(name, "yarn"))) name = "longrope";
+    if (a->longrope_only && (!strcmp(name, "su") || !strcmp(name, "yarn"))) name = "longrope";
     accel_rope_scaling *r = &c->rope_scaling;
     int type = -1;
     for (int i = 0; i < (int)(sizeof ROPE_NAMES / sizeof *ROPE_NAMES); i++)
@@ -243,10 +243,11 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     bool bad_act, bad_activation;
     const char *act = string_or_null(root, "hidden_act", &bad_act);
     const char *activation = string_or_null(root, "hidden_activation", &bad_activation);
-    if (!a->gemma_blocks) {
-        if (bad_act || (act && strcmp(act, "silu") != 0))
-            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\" (the only activation of "
-                                   "%s models accel implements)", file, a->model_type);
+    if (!a->gemma_blocks) { /* Phi's MLP: gelu_new */
+        const char *want = a->phi_blocks ? "gelu_new" : "silu";
+        if (bad_act || (act && strcmp(act, want) != 0))
+            return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"%s\" (the only activation of "
+                                   "%s models accel implements)", file, want, a->model_type);
         return ACCEL_OK;
     }
     if (bad_act || (act && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu") != 0))
@@ -273,7 +274,7 @@ static accel_status check_fixed(json_t *root, const char *file, const accel__arc
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention is not implemented (accel's "
                                "decoders are causal)", file);
     static const char *const DROPOUTS[] = {"attention_dropout", "resid_pdrop", "embd_pdrop"};
-    for (size_t i = 0; i < sizeof DROPOUTS / sizeof *DROPOUTS; i++) {
+    for (size_t i = 0; !a->dropouts && i < sizeof DROPOUTS / sizeof *DROPOUTS; i++) {
         v = json_object_get(root, DROPOUTS[i]);
         if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) != 0.0))
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s other than 0.0 is not implemented (it would change "
@@ -493,10 +494,22 @@ static accel_status parse_scalings(json_t *root, const char *file, const accel__
     return ACCEL_OK;
 }
 
-/* A probability key (GPT-2's dropouts): a number in [0, 1]. */
+/* A probability key (GPT-2's and Phi's dropouts): a number in [0, 1]. */
 static accel_status get_prob(json_t *root, const char *file, const char *key, double *out) {
     if (get_real(root, file, key, out)) return accel_last_status();
     if (!(*out >= 0 && *out <= 1)) return bad_type(file, key, "a number in [0, 1]");
+    return ACCEL_OK;
+}
+
+/* PhiConfig's own keys: layer_norm_eps (its LayerNorms', not rms_norm_eps),
+ * the dropouts, qk_layernorm. */
+static accel_status parse_phi(json_t *root, const char *file, accel_llama_config *c) {
+    if (get_real(root, file, "layer_norm_eps", &c->rms_norm_eps) ||
+        get_prob(root, file, "attention_dropout", &c->attn_pdrop) ||
+        get_prob(root, file, "resid_pdrop", &c->resid_pdrop) || get_prob(root, file, "embd_pdrop", &c->embd_pdrop) ||
+        not_null(root, file, "qk_layernorm", "true or false") || get_bool(root, file, "qk_layernorm", &c->qk_layernorm))
+        return accel_last_status();
+    if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
     return ACCEL_OK;
 }
 
@@ -585,7 +598,7 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
         get_int(root, file, "original_max_position_embeddings",
                 &c->rope_scaling.original_max_position_embeddings, false, true) ||
-        get_real(root, file, "rms_norm_eps", &c->rms_norm_eps) ||
+        (a->phi_blocks ? parse_phi(root, file, c) : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
         get_real(root, file, "rope_theta", &c->rope_theta) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
@@ -873,25 +886,29 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
     if (a->attention_bias) fprintf(m, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");
-    fprintf(m, "  \"attention_dropout\": 0.0,\n");
+    write_float(m, "attention_dropout", c->attn_pdrop); /* 0 but for Phi's */
     /* Granite's multipliers: 0 is 1.0; Gemma2's query_pre_attn_scalar: 0 is head_dim */
     if (a->multipliers) write_real(m, "attention_multiplier", nonzero(c->attention_multiplier, 1.0));
     if (a->softcap) write_real(m, "attn_logit_softcapping", c->attn_logit_softcapping);
     write_token_id(m, a, c, false);
+    if (a->dropouts) write_float(m, "embd_pdrop", c->embd_pdrop);
     bool qwen_moe = a->moe == ACCEL__MOE_QWEN;
     if (qwen_moe) fprintf(m, "  \"decoder_sparse_step\": %lld,\n", (long long)(c->decoder_sparse_step ? c->decoder_sparse_step : 1));
     if (a->multipliers) write_real(m, "embedding_multiplier", nonzero(c->embedding_multiplier, 1.0));
     write_token_id(m, a, c, true);
     if (a->softcap) write_real(m, "final_logit_softcapping", c->final_logit_softcapping);
     /* Gemma's activation under both names: transformers 4 reads hidden_activation, 5 hidden_act (Gemma) */
-    const char *act = a->gemma_blocks ? "gelu_pytorch_tanh" : "silu";
-    fprintf(m, "  \"head_dim\": %lld,\n  \"hidden_act\": \"%s\",\n", (long long)hd, act);
+    const char *act = a->gemma_blocks ? "gelu_pytorch_tanh" : a->phi_blocks ? "gelu_new" : "silu";
+    /* PhiConfig has no head_dim: written only where it is not hidden_size / heads (its attention reads it) */
+    if (!a->phi_blocks || hd * c->num_attention_heads != c->hidden_size) fprintf(m, "  \"head_dim\": %lld,\n", (long long)hd);
+    fprintf(m, "  \"hidden_act\": \"%s\",\n", act);
     if (a->gemma_blocks) fprintf(m, "  \"hidden_activation\": \"%s\",\n", act);
     fprintf(m,
             "  \"hidden_size\": %lld,\n"
             "  \"initializer_range\": %s,\n"
             "  \"intermediate_size\": %lld,\n",
             (long long)c->hidden_size, init, (long long)c->intermediate_size);
+    if (a->phi_blocks) fprintf(m, "  \"layer_norm_eps\": %s,\n", eps);
     /* the list (transformers >= 4.53 reads it first) where accel reads it back */
     if (a->window == ACCEL__WINDOW_TYPES && (c->n_layer_types > 0 || c->num_hidden_layers <= ACCEL_MAX_LAYER_TYPES))
         write_layer_types(m, a, c);
@@ -937,13 +954,15 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         fprintf(m, "  \"partial_rotary_factor\": %s,\n", prf);
     }
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
+    if (a->phi_blocks) fprintf(m, "  \"qk_layernorm\": %s,\n", c->qk_layernorm ? "true" : "false");
     /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
     double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);
     if (a->softcap && qpas == floor(qpas) && qpas < 0x1p53)
         fprintf(m, "  \"query_pre_attn_scalar\": %lld,\n", (long long)qpas);
     else if (a->softcap) write_real(m, "query_pre_attn_scalar", qpas);
     if (a->multipliers) write_real(m, "residual_multiplier", nonzero(c->residual_multiplier, 1.0));
-    fprintf(m, "  \"rms_norm_eps\": %s,\n", eps);
+    if (a->dropouts) write_float(m, "resid_pdrop", c->resid_pdrop);
+    if (!a->phi_blocks) fprintf(m, "  \"rms_norm_eps\": %s,\n", eps);
     if (a->window == ACCEL__WINDOW_TYPES)
         write_float(m, "rope_local_base_freq", nonzero(c->rope_local_base_freq, a->defaults.rope_local_base_freq));
     fprintf(m, "  \"rope_scaling\": ");

@@ -75,7 +75,7 @@ static const accel__arch ARCHS[] = {
     /* Phi-3 (and Phi-4-mini, model_type phi3): fused projections, partial
      * rotary, longrope; hidden 3072 and eps 1e-5 by default */
     {.model_type = "phi3", ARCH_OPS("Phi3"), .fused_qkv = true, .fused_gate_up = true, .partial_rotary = true,
-     .longrope_regenerate = true, .window = ACCEL__WINDOW_ALL,
+     .longrope_only = true, .longrope_regenerate = true, .window = ACCEL__WINDOW_ALL,
      .defaults = {.vocab_size = 32064, .hidden_size = 3072, .intermediate_size = 8192, .num_hidden_layers = 32,
                   .num_attention_heads = 32, .max_position_embeddings = 4096, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi3",
@@ -112,7 +112,7 @@ static const accel__arch ARCHS[] = {
      .model = {"GPT2Model", accel__decoder_no_forward, NULL}, .layer = {"GPT2Block", accel__decoder_layer_call, NULL},
      .attn = {"GPT2Attention", NULL, NULL}, .mlp = {"GPT2MLP", accel__gelu_mlp_forward, NULL},
      .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE,
-     .blocks = ACCEL__BLOCKS_GPT2,
+     .blocks = ACCEL__BLOCKS_GPT2, .dropouts = true,
      .defaults = {.vocab_size = 50257, .hidden_size = 768, .intermediate_size = 3072, .num_hidden_layers = 12,
                   .num_attention_heads = 12, .max_position_embeddings = 1024, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .tie_word_embeddings = true,
@@ -129,6 +129,19 @@ static const accel__arch ARCHS[] = {
                   .num_local_experts = 60, .num_experts_per_tok = 4, .moe_intermediate_size = 1408,
                   .shared_expert_intermediate_size = 5632, .decoder_sparse_step = 1, .router_aux_loss_coef = 0.001,
                   TOKENS(-1, -1)}},
+    /* Phi (phi-1, phi-1.5, phi-2): LayerNorm, parallel attention and MLP
+     * from one norm, biases everywhere (lm_head too), half of each head
+     * rotated by default; PhiConfig() defaults (hidden 2048, 24 layers, eps
+     * 1e-5, dropouts 0) */
+    {.model_type = "phi", .causal_lm = {"PhiForCausalLM", accel__decoder_no_forward, NULL},
+     .model = {"PhiModel", accel__decoder_no_forward, NULL}, .layer = {"PhiDecoderLayer", accel__decoder_layer_call, NULL},
+     .attn = {"PhiAttention", NULL, NULL}, .mlp = {"PhiMLP", accel__gelu_mlp_forward, NULL},
+     .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE, .partial_rotary = true,
+     .parallel_residual = true, .phi_blocks = true, .dropouts = true,
+     .defaults = {.vocab_size = 51200, .hidden_size = 2048, .intermediate_size = 8192, .num_hidden_layers = 24,
+                  .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi",
+                  .partial_rotary_factor = 0.5, LLAMA_TOKENS}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -167,6 +180,12 @@ const char *accel__arch_unsupported(const accel__arch *a) {
         return "moe with fused_gate_up or GPT-2 blocks (the experts have separate SiLU-gated projections)";
     if (a->moe == ACCEL__MOE_MIXTRAL && a->gemma_blocks) return "Mixtral's experts with gemma_blocks (they are SiLU)";
     if (a->experts_alias && !a->moe) return "experts_alias without experts";
+    if (a->parallel_residual && (a->norm_outputs || a->sandwich_norms))
+        return "parallel_residual with norm_outputs or sandwich_norms (its layer has one norm, before both branches)";
+    if (a->phi_blocks && (a->gemma_blocks || a->fused_qkv || a->fused_gate_up || a->qk_norm || a->qk_norm_full ||
+                          a->qkv_bias || a->moe || a->blocks != ACCEL__BLOCKS_LLAMA))
+        return "phi_blocks with gemma_blocks, fused projections, q/k norms, qkv_bias, experts or GPT-2 blocks (its "
+               "projections, norms and MLP are its own)";
     if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
         return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;
@@ -174,15 +193,23 @@ const char *accel__arch_unsupported(const accel__arch *a) {
 
 accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key) {
     static const char *const NAMES[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
-    if (!a->partial_rotary || type == ACCEL_ROPE_DEFAULT || type == ACCEL_ROPE_LONGROPE) return ACCEL_OK;
+    if (!a->longrope_only || type == ACCEL_ROPE_DEFAULT || type == ACCEL_ROPE_LONGROPE) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s of type \"%s\" is not one %s models take (default, longrope)",
                            who, key, (unsigned)type < 6 ? NAMES[type] : "(invalid)", a->model_type);
 }
 
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"granite\", \"phi3\", "
-           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\"";
+           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\"";
 }
+
+bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c) {
+    return a->qk_norm || (a->phi_blocks && c->qk_layernorm);
+}
+
+const char *accel__arch_o_proj(const accel__arch *a) { return a->phi_blocks ? "dense" : "o_proj"; }
+
+const char *accel__arch_final_norm(const accel__arch *a) { return a->phi_blocks ? "final_layernorm" : "norm"; }
 
 bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i) {
     if (a->window != ACCEL__WINDOW_TYPES) return false;

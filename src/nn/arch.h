@@ -36,7 +36,7 @@ typedef enum accel__blocks {
 /* Child indices of GPT-2's modules (construction order, transformers'). */
 enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_LN_F = 3 };
 enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
-enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP */
+enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP (PhiMLP: fc1, fc2) */
 
 /* What a family's sparse layers put in place of the MLP (docs/nn.md
  * "Mixtures of experts"; moe.c). */
@@ -80,8 +80,12 @@ typedef struct accel__arch {
      * normalize the attention and MLP inputs. */
     bool norm_outputs;
     /* The config's partial_rotary_factor is honoured (RoPE on the first dims of
-     * a head), and rope types "su" and "yarn" read as longrope (Phi3Config). */
+     * a head: Phi-3, Phi). */
     bool partial_rotary;
+    /* RoPE of types default and longrope only, "su" and "yarn" read as
+     * longrope (Phi3Config's validation; a config.json of another type would
+     * not load back). */
+    bool longrope_only;
     /* Generation re-runs the whole sequence without the cache when it first
      * passes longrope's original_max_position_embeddings, so every key gets the
      * long factors (Phi-3's prepare_inputs_for_generation). */
@@ -101,6 +105,20 @@ typedef struct accel__arch {
      * (Gemma2; Gemma 3's config has the key, its attention never applies it) */
     bool score_softcap;
     bool multipliers;    /* the config's embedding/attention/residual_multiplier and logits_scaling (Granite) */
+    /* One input_layernorm whose output feeds the attention and the MLP side
+     * by side: x + attn(ln(x)) + mlp(ln(x)), no post_attention_layernorm
+     * (Phi; GPT-NeoX's and StableLM's use_parallel_residual). */
+    bool parallel_residual;
+    /* Phi's blocks: LayerNorm with bias (eps: the config's layer_norm_eps),
+     * a bias on q/k/v_proj, on the attention's output `dense` and on
+     * lm_head, the MLP fc1 -> gelu_new -> fc2 (biases), the final norm
+     * `final_layernorm`. */
+    bool phi_blocks;
+    /* The config's dropouts act while training (attn_pdrop: the attention
+     * probabilities; resid_pdrop: each branch's output; embd_pdrop: the
+     * embeddings): GPT-2's, and Phi's attention_dropout, resid_pdrop,
+     * embd_pdrop. Else the family has none. */
+    bool dropouts;
     accel__blocks blocks;
     accel_llama_config defaults; /* the family's XConfig() defaults */
 } accel__arch;
@@ -116,8 +134,7 @@ const accel__arch *accel__arch_at(size_t i);
  * the table, so a row adding one fails there, not in a model). */
 const char *accel__arch_unsupported(const accel__arch *a);
 /* ACCEL_OK when row a takes RoPE of this type, else an error "who: key of type
- * ..." (Phi3Config.validate_rope: default and longrope only, after "su" and
- * "yarn" are read as longrope; a config.json of another would not load back). */
+ * ..." (longrope_only rows: default and longrope). */
 accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key);
 /* Whether layer i of a model of row a and resolved config c attends to the
  * last c->sliding_window keys only. */
@@ -129,6 +146,14 @@ bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, 
 /* Whether layer i of a model of row a and resolved config c has the sparse
  * block (a mixture of experts) in place of the MLP. */
 bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i);
+/* Whether the layers of row a and config c have a norm over each head of q
+ * and k before RoPE: the row's qk_norm (Qwen3, Gemma 3), Phi's with the
+ * config's qk_layernorm (q_layernorm / k_layernorm, LayerNorms). */
+bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c);
+/* The names of the attention's output projection ("o_proj"; Phi: "dense")
+ * and of the model's final norm ("norm"; Phi: "final_layernorm"). */
+const char *accel__arch_o_proj(const accel__arch *a);
+const char *accel__arch_final_norm(const accel__arch *a);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 
@@ -169,6 +194,7 @@ accel_tensor *accel__rms_norm_forward(accel_module *m, accel_tensor *x);
 /* Gemma's RMSNorm: x / rms(x) * (1 + weight). */
 accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x);
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
+/* GPT2MLP's c_proj(gelu_new(c_fc(x))), PhiMLP's fc2(gelu_new(fc1(x))) */
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
 /* The sparse block of a's family (moe.c): [B, T, C] -> [B, T, C]. */
 accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x);

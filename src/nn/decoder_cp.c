@@ -15,6 +15,9 @@ accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, 
     if (a->blocks == ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: context parallelism does not run %s models (learned "
                                "position embeddings)", who, a->model_type);
+    if (a->dropouts && c->attn_pdrop > 0) /* the sharded attention has no dropout */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attention dropout (attention_dropout %g) under context "
+                               "parallelism is not implemented", who, c->attn_pdrop);
     /* Ulysses gives each cp rank a group of this rank's heads */
     int64_t heads = c->num_attention_heads / tp;
     if (strategy == ACCEL_CP_ALLTOALL && heads % cp)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "accel/core.h"
+#include "nn/arch.h"
 #include "nn/decoder_pipeline.h"
 
 /* Parameters of the module at path (0 when it has none or is absent). */
@@ -62,7 +63,9 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
     }
     /* the head's own parameters: the root's beyond the model's (a tied head has none) */
     int64_t first_extra = params_at(llama, "model.embed_tokens");
-    int64_t last_extra = params_at(llama, "model.norm") + accel_module_num_params(llama) - params_at(llama, "model");
+    char norm[40]; /* model.norm (Phi's model.final_layernorm) */
+    snprintf(norm, sizeof norm, "model.%s", accel__arch_final_norm(accel__arch_of_module(llama)));
+    int64_t last_extra = params_at(llama, norm) + accel_module_num_params(llama) - params_at(llama, "model");
     pre[0] = 0;
     for (int i = 0; i < L; i++)
         pre[i + 1] = pre[i] + accel_module_num_params(layers->children[i]) + (i == 0 ? first_extra : 0) +

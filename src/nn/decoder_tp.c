@@ -4,11 +4,13 @@
  * (whose logits accel_llama_loss takes through the vocab-parallel
  * cross-entropy). Fused projections (Phi-3's qkv_proj and gate_up_proj,
  * GPT-2's c_attn) are cut per part, each part as its own projection would
- * be; GPT-2's Conv1D weights [in, out] are cut along their columns. With
+ * be; GPT-2's Conv1D weights [in, out] are cut along their columns. Phi's
+ * dense is its o_proj, fc1 and fc2 its MLP's up and down; its lm_head's
+ * bias is cut with the head's columns. With
  * fewer key/value heads than ranks each key/value head is replicated on
  * tp / kv_heads ranks, as Megatron does: k_proj and v_proj (Phi-3: the
  * whole qkv_proj) stay whole and each rank uses its head's rows
- * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's and Gemma 3's per head,
+ * (tp_internal.h). q/k norms stay whole on every rank: Qwen3's, Gemma 3's and Phi's per head,
  * OLMo 2's over every head with the mean square summed over the group.
  * Mixtral's, Qwen3-MoE's and Qwen2-MoE's sparse blocks: the router whole,
  * each expert's MLP cut as a dense one (Qwen2-MoE's shared expert too, its
@@ -84,12 +86,17 @@ static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool 
                 plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.v_proj", ACCEL_TP_COLWISE, sp};
             }
         }
-        if (layers) plan[n++] = (accel_tp_plan_entry){"model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, sp};
-        if (dense && !a->fused_gate_up) {
+        if (layers)
+            plan[n++] = (accel_tp_plan_entry){a->phi_blocks ? "model.layers.*.self_attn.dense"
+                                                            : "model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, sp};
+        if (layers && a->phi_blocks) { /* PhiMLP: fc1 as an up projection, fc2 as a down one */
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.fc1", ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.fc2", ACCEL_TP_ROWWISE, sp};
+        } else if (dense && !a->fused_gate_up) {
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, sp};
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, sp};
         }
-        if (dense) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
+        if (dense && !a->phi_blocks) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
     }
     plan[n++] = (accel_tp_plan_entry){"lm_head", ACCEL_TP_COLWISE, sp};
     return n;
@@ -193,8 +200,10 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
         if (!block) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
         if (parallelize_sparse(block, path, a, c, pg, sp)) return accel_last_status();
     }
-    for (int kq = 0; (a->qk_norm || a->qk_norm_full) && kq < 2; kq++) {
-        accel_module *norm = accel_module_find(layer, kq ? "self_attn.k_norm" : "self_attn.q_norm");
+    for (int kq = 0; (accel__arch_qk_norm_heads(a, c) || a->qk_norm_full) && kq < 2; kq++) {
+        static const char *const NAMES[2][2] = {{"self_attn.q_norm", "self_attn.k_norm"},
+                                                {"self_attn.q_layernorm", "self_attn.k_layernorm"}};
+        accel_module *norm = accel_module_find(layer, NAMES[a->phi_blocks][kq]);
         /* Qwen3's per-head norms: whole on every rank, each normalizing its
          * heads; OLMo 2's over every head: this rank's rows of the weight,
          * the mean square over the group (each key/value head counted once) */

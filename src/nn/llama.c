@@ -1,5 +1,5 @@
 /* The decoder-only causal LMs of the architecture table (arch.h): Llama,
- * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Granite, Phi-3, OLMo 2, with transformers'
+ * Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Granite, Phi-3, OLMo 2, Phi, with transformers'
  * module tree, names, init and forward. One graph; the table's row says what differs. */
 #include <math.h>
 #include <string.h>
@@ -218,6 +218,12 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
+    if (c->qk_layernorm && (!a->phi_blocks || (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm is %s", who,
+                               a->phi_blocks ? "only implemented with head_dim = hidden_size / num_attention_heads "
+                                               "(transformers' q/k LayerNorms are that wide)"
+                                             : "Phi's: the model has no q/k LayerNorms");
     if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
                                "but %s models always scale", who, a->model_type);
@@ -232,9 +238,9 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         !(c->embd_pdrop >= 0 && c->embd_pdrop <= 1))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
                                who);
-    if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && a->blocks != ACCEL__BLOCKS_GPT2)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's "
-                               "dropouts: %s models have none", who, a->model_type);
+    if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && !a->dropouts)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's and "
+                               "Phi's dropouts: %s models have none", who, a->model_type);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -510,7 +516,7 @@ static bool explicit_scores(const accel_module *attn, const layer_impl *li, cons
                             accel_device dev, bool *ranged) {
     const accel__arch *a = li->arch;
     const uint8_t *keep = pad ? pad->keep : NULL;
-    bool drop = a->blocks == ACCEL__BLOCKS_GPT2 && attn->training && li->cfg->attn_pdrop > 0;
+    bool drop = a->dropouts && attn->training && li->cfg->attn_pdrop > 0;
     bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
     *ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(dev);
     return (W || cap || drop || (keep && !*ranged)) && dev.type != ACCEL_DEV_META;
@@ -543,8 +549,9 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
             q = accel_module_call(p[ATTN_Q_NORM], q);
             k = accel_module_call(p[ATTN_K_NORM], k);
         }
-        q = split_heads(q, li->heads, c->head_dim, a->qk_norm ? p[ATTN_Q_NORM] : NULL);
-        k = split_heads(k, li->kv_heads, c->head_dim, a->qk_norm ? p[ATTN_K_NORM] : NULL);
+        bool heads_norm = accel__arch_qk_norm_heads(a, c);
+        q = split_heads(q, li->heads, c->head_dim, heads_norm ? p[ATTN_Q_NORM] : NULL);
+        k = split_heads(k, li->kv_heads, c->head_dim, heads_norm ? p[ATTN_K_NORM] : NULL);
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
@@ -566,7 +573,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
-    double drop = gpt2 && attn->training ? c->attn_pdrop : 0.0; /* GPT2Attention's attn_dropout */
+    double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
     bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
     /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
     const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
@@ -622,10 +629,10 @@ static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tenso
     return accel_add(x, branch);
 }
 
-/* GPT-2's resid_dropout of a branch's output (its attention's and its MLP's
- * c_proj) while the layer trains; the other families have none. */
+/* GPT-2's and Phi's resid_dropout of a branch's output (the attention's and
+ * the MLP's) while the layer trains; the other families have none. */
 static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, accel_tensor *branch) {
-    if (li->arch->blocks != ACCEL__BLOCKS_GPT2) return branch;
+    if (!li->arch->dropouts) return branch;
     return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, NULL);
 }
 
@@ -640,6 +647,11 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
         return accel_add(h, accel_module_call(p[LAYER_POST_NORM], accel_module_call(p[LAYER_MLP], h)));
     }
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
+    if (li->arch->parallel_residual) { /* Phi: x + attn(ln(x)) + mlp(ln(x)), transformers' order of the sums */
+        accel_tensor *n = accel_module_call(p[LAYER_IN_NORM], x);
+        accel_tensor *a = resid_dropout(layer, li, attention_forward(p[LAYER_ATTN], li, n, pos, cache, pad));
+        return accel_add(accel_add(a, resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], n))), x);
+    }
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache, pad);
     a = resid_dropout(layer, li, a);
@@ -717,7 +729,8 @@ static accel_tensor *position_embeddings(accel_module *wpe, accel_tensor *h, int
 }
 
 /* The embeddings of ids [B, T] (scaled: Gemma, Granite; GPT-2: plus learned
- * positions, then its embd_pdrop dropout while the model trains): [B, T, C]. */
+ * positions), then the embd_pdrop dropout while the model trains (GPT-2,
+ * Phi): [B, T, C]. */
 static accel_tensor *embed(accel_module *model, const accel_llama_config *c, const accel__arch *a,
                            accel_tensor *ids, int64_t pos, const pad_state *pad) {
     accel_module **mp = model->children;
@@ -730,10 +743,9 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
         int64_t Tl = h->shape[1], first = pos;
         accel_pg *tp;
         if (Tl != T && accel_module_tp_info(mp[MODEL_EMBED], NULL, &tp, NULL, NULL)) first += accel_pg_rank(tp) * Tl;
-        h = accel_dropout(accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl, pad)), c->embd_pdrop,
-                          model->training, NULL);
+        h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl, pad));
     }
-    return h;
+    return a->dropouts && h ? accel_dropout(h, c->embd_pdrop, model->training, NULL) : h;
 }
 
 /* Layers [lo, hi) of the stack, then the final norm when `norm`. */
@@ -805,9 +817,12 @@ static unsigned branch_sums(const accel__arch *a) {
     return a->norm_outputs || a->sandwich_norms ? 0 : ACCEL__NORM_IN_RESIDUAL;
 }
 
-/* roles: what the norm's output and input are to the layer (ops/norm.h) */
+/* The family's norm over dim: RMSNorm, Phi's LayerNorm with bias (of eps
+ * layer_norm_eps, held in rms_norm_eps). roles: what an RMSNorm's output and
+ * input are to the layer (ops/norm.h). */
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev,
                               unsigned roles) {
+    if (a->phi_blocks) return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
     accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, roles);
     /* Gemma's norms scale by 1 + weight: their weights start at 0 */
     accel_tensor *w = m && a->gemma_blocks ? accel__module_tensor(m, "weight") : NULL;
@@ -846,7 +861,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     if (!layer) return NULL;
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
-    bool qkvb = a->qkv_bias || c->attention_bias, ob = !a->qkv_bias && c->attention_bias, mb = c->mlp_bias;
+    /* Phi: every projection has a bias */
+    bool qkvb = a->qkv_bias || c->attention_bias || a->phi_blocks, ob = (!a->qkv_bias && c->attention_bias) || a->phi_blocks;
+    bool mb = c->mlp_bias || a->phi_blocks;
     accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&a->attn, NULL));
     /* a sparse layer's block in the MLP's place (Mixtral's named block_sparse_moe) */
     bool sparse = accel__arch_layer_sparse(a, c, index);
@@ -854,7 +871,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                                sparse ? accel__moe_block_create(a, c, dev)
                                                       : accel_module_new(&a->mlp, NULL));
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
-    int64_t qn = a->qk_norm ? D : qd, kn = a->qk_norm ? D : kvd;
+    /* Phi's qk_layernorm: q_layernorm / k_layernorm */
+    bool heads_norm = accel__arch_qk_norm_heads(a, c);
+    int64_t qn = heads_norm ? D : qd, kn = heads_norm ? D : kvd;
     /* the input norm's input: the embeddings in the first layer */
     unsigned in_sum = index > 0 ? branch_sums(a) : 0;
     bool ok = attn && mlp &&
@@ -863,12 +882,15 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                             : accel_module_add_child(attn, "q_proj", linear(c, C, qd, qkvb, dev)) &&
                                   accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
                                   accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
-                                  accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev))) &&
-              (!(a->qk_norm || a->qk_norm_full) ||
-               (accel_module_add_child(attn, "q_norm", rms_norm(a, c, qn, dev, 0)) &&
-                accel_module_add_child(attn, "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
+                                  accel_module_add_child(attn, accel__arch_o_proj(a), linear(c, qd, C, ob, dev))) &&
+              (!(heads_norm || a->qk_norm_full) ||
+               (accel_module_add_child(attn, a->phi_blocks ? "q_layernorm" : "q_norm", rms_norm(a, c, qn, dev, 0)) &&
+                accel_module_add_child(attn, a->phi_blocks ? "k_layernorm" : "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
               (sparse ||
-               ((a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
+               (a->phi_blocks /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward) */
+                    ? accel_module_add_child(mlp, "fc1", linear(c, C, I, mb, dev)) &&
+                          accel_module_add_child(mlp, "fc2", linear(c, I, C, mb, dev))
+                    : (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
                                   : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
                                         accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
                 accel_module_add_child(mlp, "down_proj", linear(c, I, C, mb, dev)))) &&
@@ -876,12 +898,14 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                * attention, the second norm the MLP, unless the branches'
                * outputs are normalised (OLMo 2's outputs; Gemma 2's sandwich,
                * where pre_feedforward_layernorm feeds the MLP); a norm's
-               * input is a sum with a projection's output where they are not */
+               * input is a sum with a projection's output where they are
+               * not; with parallel_residual the input norm feeds both */
               accel_module_add_child(layer, a->norm_outputs ? "post_attention_layernorm" : "input_layernorm",
                                      rms_norm(a, c, C, dev, a->norm_outputs ? 0 : ACCEL__NORM_OUT_TO_GEMMS | in_sum)) &&
-              accel_module_add_child(layer, a->norm_outputs ? "post_feedforward_layernorm" : "post_attention_layernorm",
-                                     rms_norm(a, c, C, dev, a->norm_outputs || a->sandwich_norms
-                                                                ? 0 : ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
+              (a->parallel_residual ||
+               accel_module_add_child(layer, a->norm_outputs ? "post_feedforward_layernorm" : "post_attention_layernorm",
+                                      rms_norm(a, c, C, dev, a->norm_outputs || a->sandwich_norms
+                                                                 ? 0 : ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a)))) &&
               (!a->sandwich_norms ||
                (accel_module_add_child(layer, "pre_feedforward_layernorm", rms_norm(a, c, C, dev, ACCEL__NORM_OUT_TO_GEMMS)) &&
                 accel_module_add_child(layer, "post_feedforward_layernorm", rms_norm(a, c, C, dev, 0))));
@@ -932,12 +956,14 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         snprintf(name, sizeof name, "%d", i);
         ok = accel_module_add_child(layers, name, new_layer(a, c, i, dev)) != NULL;
     }
-    /* A tied head gets its weight from embed_tokens: build it on meta. */
+    /* A tied head gets its weight from embed_tokens: build it on meta (Phi's
+     * where it is: its bias is its own). */
     ok = ok &&
-         accel_module_add_child(model, "norm", rms_norm(a, c, c->hidden_size, dev, ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
+         accel_module_add_child(model, accel__arch_final_norm(a),
+                                rms_norm(a, c, c->hidden_size, dev, ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
          accel_module_add_child(root, "lm_head",
-                                linear(c, c->hidden_size, c->vocab_size, false,
-                                       c->tie_word_embeddings ? ACCEL_META_DEVICE : dev));
+                                linear(c, c->hidden_size, c->vocab_size, a->phi_blocks,
+                                       c->tie_word_embeddings && !a->phi_blocks ? ACCEL_META_DEVICE : dev));
     if (ok && c->tie_word_embeddings)
         ok = accel_module_tie(root, "lm_head.weight", "model.embed_tokens.weight") == ACCEL_OK;
     if (!ok) {

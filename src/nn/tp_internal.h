@@ -22,7 +22,8 @@ typedef struct accel__tp_parts {
     int index[ACCEL_TP_MAX_PARTS], count[ACCEL_TP_MAX_PARTS];
 } accel__tp_parts;
 
-/* An RMSNorm whose weight, whole on every rank, normalizes this rank's
+/* An RMSNorm (or a LayerNorm, per head: Phi's q_layernorm / k_layernorm,
+ * weight and bias) whose weight, whole on every rank, normalizes this rank's
  * part of the activations: rows NULL, each head's own (Qwen3's q_norm /
  * k_norm over head_dim); else this rank's rows of a norm over the whole
  * width rows->size[0] (OLMo 2's q_norm / k_norm over every head), the sum

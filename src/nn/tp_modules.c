@@ -26,6 +26,7 @@ typedef struct tp_impl {
     int64_t width;    /* over the whole width (0: per head, the whole weight) */
     int rep;          /* ranks holding each of its rows */
     bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
+    bool layer_norm;  /* a LayerNorm with bias (Phi's q/k_layernorm; per head only) */
 } tp_impl;
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
@@ -210,6 +211,9 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
+    if (t->layer_norm) /* its weight and bias through the region's copy: their gradients summed */
+        return accel_layer_norm(x, accel_tp_copy_to_region(w, t->pg),
+                                accel_tp_copy_to_region(accel__module_tensor(m, "bias"), t->pg), t->eps);
     if (!t->width && !t->plus_one) return accel_rms_norm(x, accel_tp_copy_to_region(w, t->pg), t->eps);
     if (!t->width) { /* as accel__rms_norm_plus_one_forward: in f32, rounded once to x's dtype */
         accel_tensor *w1 = accel_add_scalar(accel_to_dtype(accel_tp_copy_to_region(w, t->pg), ACCEL_F32), 1.0);
@@ -362,9 +366,10 @@ static accel_status check_one(accel_module *m, accel_tp_style style, const accel
     return ACCEL_OK;
 }
 
-/* Makes m (checked) the style's module; cut: its weight (and a COLWISE
- * bias) are replaced by this rank's slice, else they already are that slice
- * (a tied tensor cut by another module) or stay whole (replicated rows). */
+/* Makes m (checked) the style's module; cut_w: its weight is replaced by
+ * this rank's slice, else it already is that slice (a tied tensor cut by
+ * another module); a COLWISE bias is cut either way; replicated rows stay
+ * whole. */
 static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, const accel__tp_parts *parts,
                               bool cut_w, bool sp, bool inner) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
@@ -373,17 +378,20 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     if (!t) return accel_last_status();
     *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
                    .sp = sp, .inner = inner, .pad = style == ACCEL_TP_VOCAB_EMBEDDING ? accel__embedding_padding_idx(m) : -1};
-    if (cut_w && style != ACCEL__TP_REPLICA_ROWS) {
+    if (style != ACCEL__TP_REPLICA_ROWS) {
+        /* a COLWISE bias is the module's own: cut also where its weight, tied,
+         * was cut by another module (Phi's lm_head beside embed_tokens) */
         bool cut_b = b && style == ACCEL_TP_COLWISE;
         accel_tp_slice bs = t->w;
         bs.dim = 0;
-        accel_tensor *nw = accel__tp_cut(w, &t->w), *nb = nw && cut_b ? accel__tp_cut(b, &bs) : NULL;
-        if (!nw || (cut_b && !nb)) {
+        accel_tensor *nw = cut_w ? accel__tp_cut(w, &t->w) : NULL;
+        accel_tensor *nb = (nw || !cut_w) && cut_b ? accel__tp_cut(b, &bs) : NULL;
+        if ((cut_w && !nw) || (cut_b && !nb)) {
             accel_tensor_free(nw);
             accel_free(t);
             return accel_last_status();
         }
-        replace_tensor(m, w, nw);
+        if (nw) replace_tensor(m, w, nw);
         if (nb) replace_tensor(m, b, nb);
     }
     m->ops = style == ACCEL_TP_COLWISE                ? &COLWISE_OPS
@@ -417,9 +425,12 @@ accel_pg *accel__tp_group(const accel_module *m) {
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
                                     bool plus_one) {
     ACCEL_ASSERT(!(rows && plus_one)); /* no row has such norms: accel__arch_unsupported */
+    /* a LayerNorm (its bias): Phi's per-head q/k_layernorm */
+    bool layer_norm = accel__module_tensor(m, "bias") != NULL;
+    ACCEL_ASSERT(!(layer_norm && (rows || plus_one)));
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one};
+    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one, .layer_norm = layer_norm};
     if (rows) {
         t->w = slice_from(0, rows);
         t->width = rows->size[0];
