@@ -16,9 +16,9 @@
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
     if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
     const accel_bert_config *c0 = accel_bert_config_of(m);
-    if (!c0 || strcmp(m->ops->type_name, accel_bert_head_name(c0->head)) != 0)
+    if (!c0 || strcmp(m->ops->type_name, accel_bert_class_name(c0->model_type, c0->head)) != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
-                               "BertFor<head> built by accel_bert_new (%s)", m->ops->type_name);
+                               "BertFor<head> (or RoBERTa's) built by accel_bert_new (%s)", m->ops->type_name);
     if (accel__module_params_sharded(m))
         return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
                                "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
@@ -65,18 +65,22 @@ static bool has_weights(const char *dir) {
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has
  * not been trained with (transformers initialises it and warns). A model
- * has only its own head's names. */
+ * has only its own head's names (BERT's cls, RoBERTa's lm_head). */
 static bool is_head(const char *name) {
-    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11) || !strncmp(name, "qa_outputs.", 11) ||
-           !strncmp(name, "cls.", 4);
+    static const char *const HEADS[] = {"bert.pooler.", "classifier.", "qa_outputs.", "cls.", "lm_head."};
+    for (size_t i = 0; i < sizeof HEADS / sizeof *HEADS; i++)
+        if (!strncmp(name, HEADS[i], strlen(HEADS[i]))) return true;
+    return false;
 }
 
 /* ck's name for the model's weight name, or NULL: the name itself, else
- * without "bert." (a bare BertModel's checkpoint); each also with a
- * LayerNorm's weight/bias as gamma/beta, the names of the original Google
- * BERT checkpoints (transformers renames them on load). buf holds a rename. */
-static const char *name_in(accel_checkpoint *ck, const char *name, char *buf, size_t n) {
-    const char *forms[2] = {name, strncmp(name, "bert.", 5) ? NULL : name + 5};
+ * without the base model's prefix, "bert." or "roberta." (a bare
+ * BertModel's or RobertaModel's checkpoint); each also with a LayerNorm's
+ * weight/bias as gamma/beta, the names of the original Google BERT
+ * checkpoints (transformers renames them on load). buf holds a rename. */
+static const char *name_in(accel_checkpoint *ck, const char *name, const char *base, char *buf, size_t n) {
+    size_t k = strlen(base);
+    const char *forms[2] = {name, strncmp(name, base, k) || name[k] != '.' ? NULL : name + k + 1};
     for (int i = 0; i < 2 && forms[i]; i++) {
         const char *s = forms[i], *ln = strstr(s, "LayerNorm.");
         if (accel_checkpoint_shard_of(ck, s) >= 0) return s;
@@ -100,7 +104,7 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
     for (int i = 0; sd && i < sd->n && st == ACCEL_OK; i++) {
         const char *name = sd->entries[i].name;
         char buf[512];
-        const char *in_ck = name_in(ck, name, buf, sizeof buf);
+        const char *in_ck = name_in(ck, name, m->children[0]->name, buf, sizeof buf);
         /* a tied alias (the masked LM's decoder) is loaded as what it is tied to; a file that has it
          * too (a ZeRO-3 save_model's, an old checkpoint's) has it used */
         bool own = !sd->entries[i].is_tied_alias;
@@ -135,7 +139,8 @@ static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_
     if (accel_tensor_materialize(t, dev, dt) != ACCEL_OK) return -1;
     size_t n = strlen(name);
     bool weight = n > 7 && !strcmp(name + n - 7, ".weight");
-    if (weight && strstr(name, "LayerNorm.")) return accel_fill_(t, 1.0) == ACCEL_OK ? 1 : -1;
+    if (weight && (strstr(name, "LayerNorm.") || strstr(name, "layer_norm.")))
+        return accel_fill_(t, 1.0) == ACCEL_OK ? 1 : -1;
     return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
 }
 
