@@ -14,6 +14,7 @@
  * ids past max_position_embeddings and bad configs refused by name. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/bert.h"
@@ -289,6 +290,64 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
+/* A bare RobertaModel's checkpoint (names without "roberta.", as
+ * RobertaModel.save_pretrained writes them): hf_roberta_tok's encoder, into
+ * every head of its config, through both loaders: the encoder's weights
+ * loaded, the head new (the masked LM's initialised as transformers does). */
+static void test_bare_encoder_checkpoint(void) {
+    char dir[128], cfg[160], file[160];
+    snprintf(dir, sizeof dir, "%s/bare", g_tmp);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    char *text = slurp("data/hf_roberta_tok/config.json");
+    CHECK(mkdir(dir, 0755) == 0 && text);
+    write_file(cfg, text ? text : "");
+    free(text);
+    accel_safetensors *src = accel_safetensors_open("data/hf_roberta_tok/model.safetensors");
+    CHECK_MSG(src != NULL, "%s", accel_last_error());
+    if (!src) return;
+    const char *names[64];
+    accel_tensor *ts[64];
+    int n = 0;
+    for (int i = 0; i < accel_safetensors_count(src) && n < 64; i++) {
+        const char *name = accel_safetensors_at(src, i)->name;
+        if (strncmp(name, "roberta.", 8)) continue; /* the classifier */
+        names[n] = name + 8;
+        ts[n++] = accel_safetensors_tensor(src, name, -1);
+    }
+    CHECK_MSG(accel_safetensors_save(file, n, names, ts, 0, NULL) == ACCEL_OK, "%s", accel_last_error());
+    for (int h = 0; h < ACCEL_BERT_HEADS * 2; h++) {
+        accel_dispatched *d = NULL;
+        int64_t labels = h / 2 == ACCEL_BERT_QUESTION_ANSWERING ? 2 : 0; /* the config's 5 elsewhere */
+        accel_module *m = h % 2 ? accel_bert_from_pretrained_head_dispatched(dir, h / 2, labels, NULL, NULL, NULL,
+                                                                            NULL, &d)
+                                : accel_bert_from_pretrained_head(dir, h / 2, labels, ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "head %d: %s", h / 2, accel_last_error());
+        if (!m) continue;
+        accel_tensor *v = accel_module_get_tensor(m, "roberta.encoder.layer.0.attention.self.value.bias"),
+                     *want = accel_safetensors_tensor(src, "roberta.encoder.layer.0.attention.self.value.bias", -1);
+        float a[16], w[16];
+        CHECK(v && want && accel_numel(v) == 16 && accel_to_floats(v, a) == ACCEL_OK &&
+              accel_to_floats(want, w) == ACCEL_OK && !memcmp(a, w, sizeof a));
+        accel_tensor_free(want);
+        if (h / 2 == ACCEL_BERT_MASKED_LM) { /* a new lm_head as transformers': layer_norm weight 1, bias 0 */
+            accel_tensor *ln = accel_module_get_tensor(m, "lm_head.layer_norm.weight"),
+                         *bias = accel_module_get_tensor(m, "lm_head.bias");
+            float one[16], zero[40];
+            CHECK(ln && accel_numel(ln) == 16 && accel_to_floats(ln, one) == ACCEL_OK);
+            CHECK(bias && accel_numel(bias) == 40 && accel_to_floats(bias, zero) == ACCEL_OK);
+            bool ok = true;
+            for (int i = 0; i < 16; i++) ok &= one[i] == 1.0f;
+            for (int i = 0; i < 40; i++) ok &= zero[i] == 0.0f;
+            CHECK_MSG(ok, "dispatched %d: the new lm_head's layer_norm weight is not 1 or its bias not 0", h % 2);
+        }
+        accel_module_free(m);
+        accel_dispatched_free(d);
+    }
+    for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
+    accel_safetensors_close(src);
+}
+
 /* Position ids past the table: refused naming the row; a row of pads
  * counts only its tokens (left padding fits where the tokens do). */
 static void test_positions_past_the_table(void) {
@@ -360,6 +419,12 @@ static void test_configs(void) {
     CHECK_MSG(accel_bert_config_load(path, &c) == ACCEL_OK, "%s", accel_last_error());
     CHECK(c.model_type == ACCEL_BERT_MODEL_ROBERTA && c.head == ACCEL_BERT_SEQUENCE_CLASSIFICATION &&
           c.max_position_embeddings == 514 && c.type_vocab_size == 1 && c.layer_norm_eps == 1e-5);
+    /* absent keys: RobertaConfig's and XLMRobertaConfig's defaults */
+    write_file(path, "{\"model_type\": \"roberta\"}");
+    CHECK(accel_bert_config_load(path, &c) == ACCEL_OK && c.vocab_size == 50265 && c.pad_token_id == 1);
+    write_file(path, "{\"model_type\": \"xlm-roberta\"}");
+    CHECK(accel_bert_config_load(path, &c) == ACCEL_OK && c.vocab_size == 30522 && c.pad_token_id == 1 &&
+          c.model_type == ACCEL_BERT_MODEL_XLM_ROBERTA);
     /* a RoBERTa architecture in a bert config is not BERT's head */
     write_file(path, "{\"model_type\": \"bert\", \"architectures\": [\"RobertaForTokenClassification\"]}");
     CHECK(accel_bert_config_load(path, &c) == ACCEL_OK && c.head == ACCEL_BERT_SEQUENCE_CLASSIFICATION);
@@ -378,6 +443,7 @@ int main(void) {
     RUN(test_against_transformers);
     RUN(test_save_round_trip);
     RUN(test_hub_checkpoint);
+    RUN(test_bare_encoder_checkpoint);
     RUN(test_positions_past_the_table);
     RUN(test_configs);
     rm_rf(g_tmp);
