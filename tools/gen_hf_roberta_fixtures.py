@@ -39,6 +39,8 @@ lm_head.decoder.weight and lm_head.decoder.bias written out, and the
 roberta.embeddings.position_ids buffer; config.json names
 RobertaForMaskedLM. Checked here: transformers' RobertaForMaskedLM loads it to
 hf_roberta_mlm's logits.
+OUT_DIR/hf_roberta_nlp/config.json: the tiny RoBERTa of the nlp_example test
+(the vocabulary of tests/data/tokenizers/bert, 2 labels, type_vocab_size 1).
 """
 import json
 import os
@@ -184,7 +186,10 @@ def main():
         check_saved(sys.argv[2])
         return
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
-    dirs = []
+    nlp = os.path.join(out_dir, "hf_roberta_nlp")
+    RobertaConfig(vocab_size=1200, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=40, type_vocab_size=1, num_labels=2, layer_norm_eps=1e-5).save_pretrained(nlp)
+    dirs = [nlp]
     for typ in TYPES:
         for head in HEADS:
             d, model = write(out_dir, typ, head)
