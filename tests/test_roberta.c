@@ -433,7 +433,8 @@ static void test_configs(void) {
     accel_activation_opts o = {.batch_size = 2, .seq_len = 8, .autocast = ACCEL_F32};
     x.vocab_size = 16, x.hidden_size = 8, x.num_attention_heads = 2, x.intermediate_size = 8;
     CHECK(accel_bert_activation_bytes(&x, &o, &ab) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "activations of RoBERTa's (roberta, xlm-roberta) training step are not implemented");
+    CHECK_STR_CONTAINS(accel_last_error(),
+                       "activations of RoBERTa's (roberta, xlm-roberta) training step are not implemented");
     accel_clear_error();
 }
 

@@ -28,7 +28,9 @@
  *       lm_head                     (masked LM: bias [V], dense, layer_norm, decoder: Linear(C -> V) whose
  *                                    weight is the word embeddings' and bias is lm_head.bias)
  *
- * Names, state_dict order, init and numerics are transformers': absolute
+ * Names, state_dict order, init and numerics are transformers' (but
+ * XLM-RoBERTa's order: transformers registers its head before "roberta",
+ * accel after, as RoBERTa's): absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, the classifiers'; QA has none) while the module
@@ -150,9 +152,9 @@ const accel_bert_config *accel_bert_config_of(const accel_module *m);
 /* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings; RoBERTa:
  * its largest position id, pad_token_id + the tokens of a row, below it);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
- * 0 = padding) or NULL (all 1). m: the root or its "bert" child. Returns the
+ * 0 = padding) or NULL (all 1). m: the root or its "bert" ("roberta") child. Returns the
  * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
- * output [B, C] (the token and QA heads have no pooler: pooled must be
+ * output [B, C] (the token and QA heads, and every RoBERTa head, have no pooler: pooled must be
  * NULL there, else an error says so). */
 accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                 accel_tensor *attention_mask, accel_tensor **pooled);
@@ -211,10 +213,11 @@ accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tens
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, then the weights of its safetensors
  * (model.safetensors or the shards of model.safetensors.index.json) when it
- * has them, by name (a bare BertModel's names, without "bert.", too). The
+ * has them, by name (a bare BertModel's names, without "bert.", too;
+ * RoBERTa's without "roberta."). The
  * head is the config's (accel_bert_config_load). A weight of the model the
  * checkpoint lacks keeps its initialisation only when it is the head's (the
- * pooler, classifier, qa_outputs or cls: a pre-trained encoder gets a new head,
+ * pooler, classifier, qa_outputs, cls or lm_head: a pre-trained encoder gets a new head,
  * as transformers does, and says so on stderr); any other missing weight is
  * an error naming it. Checkpoint weights the model has no place for (another
  * head's: a sequence classifier's pooler loaded into a token classifier) are

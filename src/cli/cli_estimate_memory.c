@@ -635,7 +635,8 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1 || q.mesh[MESH_CP] > 1)) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s: tensor, pipeline and context parallelism of bert models "
-                        "(and roberta, xlm-roberta) are not implemented (--tp_size / --pp_size / --cp_size above 1)\n", model);
+                        "are not implemented (nor of roberta and xlm-roberta: --tp_size / --pp_size / --cp_size "
+                        "above 1)\n", model);
         return 2;
     }
     accel_llama_config cfg = {0};

@@ -122,11 +122,12 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "num_hidden_layers is over accel's limit of 65536";
     else if (weight_elems(c) < 0)
         bad = "the weights would take more than 2^63 bytes";
+    const char *cls = accel_bert_class_name(c->model_type, c->head);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: %s (%s: vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
-                               "labels %lld)", who, bad, accel_bert_class_name(c->model_type, c->head)
-                               ? accel_bert_class_name(c->model_type, c->head) : "head ?", (long long)c->vocab_size, (long long)c->hidden_size,
+                               "labels %lld)", who, bad, cls ? cls : "head ?", (long long)c->vocab_size,
+                               (long long)c->hidden_size,
                                (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
                                (long long)c->intermediate_size, (long long)c->num_labels);
     return ACCEL_OK;
