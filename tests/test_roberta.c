@@ -10,8 +10,10 @@
  * (ACCEL_ROBERTA_SAVED=PREFIX keeps PREFIX_<fixture> for
  * `tools/gen_hf_roberta_fixtures.py --check-saved`); the Hub's checkpoint
  * layout (pooler and lm_head together, the tied decoder written out, the
- * position_ids buffer) into the masked LM and a new classifier; position
- * ids past max_position_embeddings and bad configs refused by name. */
+ * position_ids buffer) into the masked LM and a new classifier; gradient
+ * checkpointing and the classification head's dropout in training mode;
+ * position ids past max_position_embeddings and bad configs refused by
+ * name. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -282,6 +284,69 @@ static void test_hub_checkpoint(void) {
     accel_safetensors_close(st);
 }
 
+/* The sequence loss's gradients of m (training or not) after seeding the default generator. */
+static float *grads_of(accel_module *m, const batch *b, bool training, int64_t *n_out) {
+    accel_module_train(m, training);
+    accel_manual_seed(7);
+    accel_tensor *loss = accel_bert_loss(m, b->ids, b->tt, b->mask, b->labels, NULL);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s", accel_last_error());
+    float *g = loss ? take_grads(m, n_out) : NULL;
+    accel_step_reset();
+    return g;
+}
+
+/* Training mode: gradient checkpointing on the root sets every
+ * RobertaLayer and gives bit-identical gradients (the recompute draws the
+ * same dropout masks); the classification head's own dropout acts while
+ * training (classifier_dropout alone: the logits differ from eval's). */
+static void test_training_mode(void) {
+    accel_safetensors *st = open_expected(FIXTURES[0].dir);
+    accel_module *m = accel_bert_from_pretrained(FIXTURES[0].dir, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && st, "%s", accel_last_error());
+    if (m && st) {
+        batch b = load_batch(st);
+        int64_t n = 0, n2 = 0;
+        float *plain = grads_of(m, &b, true, &n);
+        CHECK(accel_module_set_gradient_checkpointing(m, true) == ACCEL_OK &&
+              accel_module_find(m, "roberta.encoder.layer.0")->gradient_checkpointing);
+        float *ckpt = grads_of(m, &b, true, &n2);
+        CHECK(plain && ckpt && n == n2 && memcmp(plain, ckpt, (size_t)n * sizeof *plain) == 0);
+        accel_free(plain);
+        accel_free(ckpt);
+        free_batch(&b);
+    }
+    accel_module_free(m);
+    accel_safetensors_close(st);
+    accel_bert_config c = accel_bert_config_default_for(ACCEL_BERT_MODEL_XLM_ROBERTA);
+    c.vocab_size = 16, c.hidden_size = 8, c.num_attention_heads = 2, c.intermediate_size = 8, c.num_hidden_layers = 1;
+    c.hidden_dropout_prob = 0, c.attention_probs_dropout_prob = 0, c.classifier_dropout = 0.5, c.num_labels = 3;
+    m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (!m) return;
+    float y[3][6];
+    for (int train = 0; train < 2; train++) {
+        accel_module_train(m, train);
+        accel_manual_seed(11);
+        accel_tensor *ids = accel_from_data(ACCEL_I64, 2, (int64_t[]){2, 4}, (int64_t[]){3, 4, 5, 6, 7, 8, 9, 1});
+        accel_tensor *out = accel_bert_classify(m, ids, NULL, NULL);
+        CHECK_MSG(out && accel_to_floats(out, y[train]) == ACCEL_OK, "%s", accel_last_error());
+        if (train) { /* the head by hand from the same draws: dropout, dense, tanh, dropout, out_proj */
+            accel_manual_seed(11);
+            accel_tensor *h = accel_bert_encode(m, ids, NULL, NULL, NULL); /* no dropout of p 0: no draws */
+            accel_tensor *x = accel_dropout(accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1), 0.5, true, NULL);
+            x = accel_dropout(accel_tanh(accel_module_call(accel_module_find(m, "classifier.dense"), x)), 0.5, true,
+                              NULL);
+            x = accel_module_call(accel_module_find(m, "classifier.out_proj"), x);
+            CHECK_MSG(x && accel_to_floats(x, y[2]) == ACCEL_OK, "%s", accel_last_error());
+        }
+        accel_step_reset();
+    }
+    CHECK_MSG(memcmp(y[0], y[1], sizeof y[0]) != 0, "the classification head's dropout did not act in training");
+    CHECK_MSG(memcmp(y[1], y[2], sizeof y[0]) == 0, "the classification head is not dropout, dense, tanh, dropout, "
+              "out_proj");
+    accel_module_free(m);
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
@@ -445,6 +510,7 @@ int main(void) {
     RUN(test_save_round_trip);
     RUN(test_hub_checkpoint);
     RUN(test_bare_encoder_checkpoint);
+    RUN(test_training_mode);
     RUN(test_positions_past_the_table);
     RUN(test_configs);
     rm_rf(g_tmp);
