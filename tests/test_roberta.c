@@ -453,7 +453,7 @@ static void test_configs(void) {
     r.pad_token_id = -1;
     CHECK(accel_bert_config_check(&r, "t") == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "t: pad_token_id must be in [0, max_position_embeddings - 1)");
-    r.model_type = ACCEL_BERT_MODEL_TYPES;
+    r = accel_bert_config_default_for(ACCEL_BERT_MODEL_TYPES);
     CHECK(accel_bert_config_check(&r, "t") == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "model_type must be one of accel_bert_model_type's");
     static const struct {

@@ -37,9 +37,8 @@ accel_bert_config accel_bert_config_default(void) {
 
 accel_bert_config accel_bert_config_default_for(accel_bert_model_type t) {
     accel_bert_config c = accel_bert_config_default();
-    if (t == ACCEL_BERT_MODEL_BERT || (unsigned)t >= ACCEL_BERT_MODEL_TYPES) return c; /* the check names a bad t */
-    c.model_type = t;
-    c.pad_token_id = 1;
+    c.model_type = t; /* one outside accel_bert_model_type: accel_bert_config_check names it */
+    if (t == ACCEL_BERT_MODEL_ROBERTA || t == ACCEL_BERT_MODEL_XLM_ROBERTA) c.pad_token_id = 1;
     if (t == ACCEL_BERT_MODEL_ROBERTA) c.vocab_size = 50265;
     return c;
 }
