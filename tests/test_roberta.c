@@ -177,6 +177,13 @@ static void test_against_transformers(void) {
         batch b = load_batch(st);
         check_logits(m, f, st, &b, "loaded");
         check_loss_and_grads(m, f, st, &b);
+        /* the head from config.json's architectures (the masked LM's: the sequence classifier) */
+        accel_module *own = accel_bert_from_pretrained(f->dir, ACCEL_CPU_DEVICE);
+        const char *want = f->head == ACCEL_BERT_MASKED_LM
+                               ? accel_bert_class_name(f->type, ACCEL_BERT_SEQUENCE_CLASSIFICATION) : f->cls;
+        CHECK_MSG(own && !strcmp(own->ops->type_name, want), "%s: %s", f->dir, own ? own->ops->type_name
+                                                                               : accel_last_error());
+        accel_module_free(own);
         free_batch(&b);
         accel_module_free(m);
         accel_safetensors_close(st);
@@ -257,6 +264,13 @@ static void test_hub_checkpoint(void) {
     check_tree(m, mlm);
     accel_module_train(m, false);
     check_logits(m, mlm, st, &b, "hub checkpoint");
+    accel_dispatched *dm = NULL;
+    accel_module *disp = accel_bert_from_pretrained_head_dispatched("data/hf_roberta_hub", ACCEL_BERT_MASKED_LM, 0,
+                                                                    NULL, NULL, NULL, NULL, &dm);
+    CHECK_MSG(disp != NULL, "%s", accel_last_error());
+    if (disp) check_logits(disp, mlm, st, &b, "hub checkpoint, dispatched");
+    accel_module_free(disp);
+    accel_dispatched_free(dm);
     accel_safetensors *hub = accel_safetensors_open("data/hf_roberta_hub/model.safetensors");
     for (int dispatched = 0; dispatched < 2; dispatched++) {
         accel_dispatched *d = NULL;
