@@ -796,7 +796,7 @@ static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
 }
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
-    return encode(m, ids, NULL, NULL, NULL, "BertModel");
+    return encode(m, ids, NULL, NULL, NULL, m->ops->type_name); /* "BertModel", "RobertaModel", ... */
 }
 
 /* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
