@@ -120,11 +120,8 @@ static void check_loss_and_grads(accel_module *m, const fixture *f, accel_safete
     int n = 0, want = 0;
     for (int i = 0; i < sd->n; i++) {
         if (sd->entries[i].is_tied_alias) continue;
-        /* a tied tensor's gradient is under its first name in transformers' order: XLM-RoBERTa registers
-         * lm_head before roberta (g.lm_head.decoder.weight) */
-        char g[200] = "";
-        for (int j = i; j < sd->n && (!*g || !accel_safetensors_find(st, g)); j++)
-            if (sd->entries[j].t == sd->entries[i].t) snprintf(g, sizeof g, "g.%s", sd->entries[j].name);
+        char g[200];
+        snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
         check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
         n++;
     }
@@ -134,8 +131,11 @@ static void check_loss_and_grads(accel_module *m, const fixture *f, accel_safete
     accel_step_reset();
 }
 
-/* transformers' RobertaEmbeddings registers token types and LayerNorm before the positions. */
-static void check_tree(accel_module *m, const fixture *f) {
+/* The class, config, layer class and ties; the state_dict's names in
+ * transformers' order (the fixture's state_dict_names: RobertaEmbeddings
+ * registers token types and LayerNorm before the positions, XLMRoberta<Head>
+ * its head before roberta). */
+static void check_tree(accel_module *m, const fixture *f, accel_safetensors *st) {
     CHECK_MSG(!strcmp(m->ops->type_name, f->cls), "%s: %s", f->dir, m->ops->type_name);
     const accel_bert_config *c = accel_bert_config_of(m);
     CHECK(c && c->model_type == f->type && c->head == f->head);
@@ -143,15 +143,20 @@ static void check_tree(accel_module *m, const fixture *f) {
     const char *layer = accel_module_decoder_layer_class(m);
     CHECK_MSG(layer && !strcmp(layer, f->type == ACCEL_BERT_MODEL_ROBERTA ? "RobertaLayer" : "XLMRobertaLayer"),
               "%s", layer ? layer : accel_last_error());
-    static const char *const EMB[] = {"word_embeddings.weight", "token_type_embeddings.weight", "LayerNorm.weight",
-                                      "LayerNorm.bias", "position_embeddings.weight"};
+    const accel_st_info *names = accel_safetensors_find(st, "state_dict_names");
     accel_state_dict *sd = accel_module_state_dict(m);
-    for (int i = 0; i < 5; i++) {
-        char want[96];
-        snprintf(want, sizeof want, "roberta.embeddings.%s", EMB[i]);
-        CHECK_MSG(!strcmp(sd->entries[i].name, want), "%s: entry %d is %s, not %s", f->dir, i, sd->entries[i].name,
-                  want);
+    CHECK(names && sd);
+    size_t at = 0;
+    for (int i = 0; names && sd && i < sd->n; i++) { /* names: "a\nb\n...z" */
+        size_t len = strlen(sd->entries[i].name);
+        bool same = at + len <= names->nbytes && !memcmp((const char *)names->bytes + at, sd->entries[i].name, len) &&
+                    (at + len == names->nbytes || ((const char *)names->bytes)[at + len] == '\n');
+        CHECK_MSG(same, "%s: state_dict entry %d is %s, not transformers' %.*s", f->dir, i, sd->entries[i].name,
+                  (int)(names->nbytes - at < 60 ? names->nbytes - at : 60), (const char *)names->bytes + at);
+        if (!same) break;
+        at += len + 1;
     }
+    CHECK_MSG(!names || at == names->nbytes + 1, "%s: transformers' state_dict has more entries", f->dir);
     accel_state_dict_free(sd);
     if (f->head == ACCEL_BERT_MASKED_LM) { /* the decoder is the word embeddings and lm_head.bias */
         accel_tensor *dw = accel_module_get_tensor(m, "lm_head.decoder.weight"),
@@ -172,7 +177,7 @@ static void test_against_transformers(void) {
             accel_safetensors_close(st);
             continue;
         }
-        check_tree(m, f);
+        check_tree(m, f, st);
         accel_module_train(m, false);
         batch b = load_batch(st);
         check_logits(m, f, st, &b, "loaded");
@@ -261,7 +266,7 @@ static void test_hub_checkpoint(void) {
         return;
     }
     batch b = load_batch(st);
-    check_tree(m, mlm);
+    check_tree(m, mlm, st);
     accel_module_train(m, false);
     check_logits(m, mlm, st, &b, "hub checkpoint");
     accel_dispatched *dm = NULL;
@@ -370,19 +375,23 @@ static void write_file(const char *path, const char *text) {
 }
 
 /* A bare RobertaModel's checkpoint (names without "roberta.", as
- * RobertaModel.save_pretrained writes them): hf_roberta_tok's encoder, into
- * every head of its config, through both loaders: the encoder's weights
- * loaded, the head new (the masked LM's initialised as transformers does). */
-static void test_bare_encoder_checkpoint(void) {
-    char dir[128], cfg[160], file[160];
-    snprintf(dir, sizeof dir, "%s/bare", g_tmp);
+ * RobertaModel.save_pretrained writes them): fixture's encoder (tokdir:
+ * hf_roberta_tok's, hf_xlm_roberta_tok's: its root lists the head first),
+ * into every head of its config, through both loaders: the encoder's
+ * weights loaded, the head new (the masked LM's initialised as transformers
+ * does). */
+static void check_bare_encoder(const char *tokdir, int k) {
+    char dir[128], cfg[160], file[160], path[160];
+    snprintf(dir, sizeof dir, "%s/bare%d", g_tmp, k);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
-    char *text = slurp("data/hf_roberta_tok/config.json");
+    snprintf(path, sizeof path, "%s/config.json", tokdir);
+    char *text = slurp(path);
     CHECK(mkdir(dir, 0755) == 0 && text);
     write_file(cfg, text ? text : "");
     free(text);
-    accel_safetensors *src = accel_safetensors_open("data/hf_roberta_tok/model.safetensors");
+    snprintf(path, sizeof path, "%s/model.safetensors", tokdir);
+    accel_safetensors *src = accel_safetensors_open(path);
     CHECK_MSG(src != NULL, "%s", accel_last_error());
     if (!src) return;
     const char *names[64];
@@ -401,30 +410,37 @@ static void test_bare_encoder_checkpoint(void) {
         accel_module *m = h % 2 ? accel_bert_from_pretrained_head_dispatched(dir, h / 2, labels, NULL, NULL, NULL,
                                                                             NULL, &d)
                                 : accel_bert_from_pretrained_head(dir, h / 2, labels, ACCEL_CPU_DEVICE);
-        CHECK_MSG(m != NULL, "head %d: %s", h / 2, accel_last_error());
+        CHECK_MSG(m != NULL, "%s head %d: %s", tokdir, h / 2, accel_last_error());
         if (!m) continue;
+        int64_t C = accel_bert_config_of(m)->hidden_size, V = accel_bert_config_of(m)->vocab_size;
         accel_tensor *v = accel_module_get_tensor(m, "roberta.encoder.layer.0.attention.self.value.bias"),
                      *want = accel_safetensors_tensor(src, "roberta.encoder.layer.0.attention.self.value.bias", -1);
-        float a[16], w[16];
-        CHECK(v && want && accel_numel(v) == 16 && accel_to_floats(v, a) == ACCEL_OK &&
-              accel_to_floats(want, w) == ACCEL_OK && !memcmp(a, w, sizeof a));
+        float a[64], w[64];
+        CHECK(C <= 64 && V <= 64 && v && want && accel_numel(v) == C && accel_to_floats(v, a) == ACCEL_OK &&
+              accel_to_floats(want, w) == ACCEL_OK && !memcmp(a, w, (size_t)C * sizeof *a));
         accel_tensor_free(want);
         if (h / 2 == ACCEL_BERT_MASKED_LM) { /* a new lm_head as transformers': layer_norm weight 1, bias 0 */
             accel_tensor *ln = accel_module_get_tensor(m, "lm_head.layer_norm.weight"),
                          *bias = accel_module_get_tensor(m, "lm_head.bias");
-            float one[16], zero[40];
-            CHECK(ln && accel_numel(ln) == 16 && accel_to_floats(ln, one) == ACCEL_OK);
-            CHECK(bias && accel_numel(bias) == 40 && accel_to_floats(bias, zero) == ACCEL_OK);
+            float one[64], zero[64];
+            CHECK(ln && accel_numel(ln) == C && accel_to_floats(ln, one) == ACCEL_OK);
+            CHECK(bias && accel_numel(bias) == V && accel_to_floats(bias, zero) == ACCEL_OK);
             bool ok = true;
-            for (int i = 0; i < 16; i++) ok &= one[i] == 1.0f;
-            for (int i = 0; i < 40; i++) ok &= zero[i] == 0.0f;
-            CHECK_MSG(ok, "dispatched %d: the new lm_head's layer_norm weight is not 1 or its bias not 0", h % 2);
+            for (int i = 0; i < C; i++) ok &= one[i] == 1.0f;
+            for (int i = 0; i < V; i++) ok &= zero[i] == 0.0f;
+            CHECK_MSG(ok, "%s dispatched %d: the new lm_head's layer_norm weight is not 1 or its bias not 0", tokdir,
+                      h % 2);
         }
         accel_module_free(m);
         accel_dispatched_free(d);
     }
     for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
     accel_safetensors_close(src);
+}
+
+static void test_bare_encoder_checkpoint(void) {
+    check_bare_encoder("data/hf_roberta_tok", 0);
+    check_bare_encoder("data/hf_xlm_roberta_tok", 1);
 }
 
 /* Position ids past the table: refused naming the row; a row of pads

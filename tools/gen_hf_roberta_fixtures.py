@@ -27,6 +27,8 @@ masked LM without its tied decoder) and expected.safetensors:
     mlm: ids with four attended positions set to MASK_ID, labels [3, 10] i64
          (their ids there, -100 elsewhere), logits [3, 10, vocab] f32
     loss [] f32, g.<param> f32: that loss's gradient of every parameter
+    state_dict_names [n] u8: the model's state_dict keys in order, joined by
+                     newlines (XLMRoberta<Head> lists its head first)
 The models run in eval mode (dropout off) with eager attention; weights as
 tools/gen_hf_bert_fixtures.py's (std 0.15, LayerNorms near 1 and 0).
 roberta: vocab 40, hidden 16, 1 layer, pad_token_id 1 (position ids from 2),
@@ -137,6 +139,7 @@ def write(out_dir, typ, head):
     out["loss"] = loss.detach()
     for name, p in model.named_parameters():
         out["g." + name] = p.grad.detach()
+    out["state_dict_names"] = torch.tensor(list("\n".join(model.state_dict()).encode()), dtype=torch.uint8)
     save_file({k: t.contiguous() for k, t in out.items()}, os.path.join(d, "expected.safetensors"))
     return d, model
 

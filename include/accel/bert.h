@@ -18,7 +18,7 @@
  *       cls.predictions             (masked LM: bias [V], transform.{dense,LayerNorm}, decoder: Linear(C -> V)
  *                                    whose weight is the word embeddings' and bias is predictions.bias)
  *
- *     RobertaFor<Head> (XLMRobertaFor<Head>: the same tree and names)
+ *     RobertaFor<Head> (XLMRobertaFor<Head>: the same names, the head first)
  *       roberta (RobertaModel, never a pooler)
  *         embeddings: word_embeddings, token_type_embeddings, LayerNorm, position_embeddings
  *         encoder.layer.N (RobertaLayer): as BertLayer
@@ -28,9 +28,8 @@
  *       lm_head                     (masked LM: bias [V], dense, layer_norm, decoder: Linear(C -> V) whose
  *                                    weight is the word embeddings' and bias is lm_head.bias)
  *
- * Names, state_dict order, init and numerics are transformers' (but
- * XLM-RoBERTa's order: transformers registers its head before "roberta",
- * accel after, as RoBERTa's): absolute
+ * Names, state_dict order, init and numerics are transformers' (XLM-RoBERTa
+ * registers its head before "roberta", and so does accel): absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, the classifiers'; QA has none) while the module
@@ -88,6 +87,9 @@ const char *accel_bert_head_name(accel_bert_head head);
 const char *accel_bert_class_name(accel_bert_model_type t, accel_bert_head head);
 /* config.json's model_type of t ("bert", "roberta", "xlm-roberta"), or NULL. */
 const char *accel_bert_model_type_name(accel_bert_model_type t);
+/* The base model's name in t's tree, transformers' base_model_prefix
+ * ("bert"; "roberta" for both RoBERTa families), or NULL. */
+const char *accel_bert_base_model_prefix(accel_bert_model_type t);
 
 typedef struct accel_bert_config {
     int64_t vocab_size;

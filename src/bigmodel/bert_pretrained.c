@@ -13,6 +13,14 @@
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
+/* The masked LM's decoder, tied to the word embeddings and the head's
+ * bias: the names transformers' save_pretrained leaves out
+ * (_tied_weights_keys), whichever of a tied pair the tree lists first
+ * (XLM-RoBERTa's head comes before its word embeddings). */
+static bool is_tied_decoder(const char *name) {
+    return !strncmp(name, "cls.predictions.decoder.", 24) || !strncmp(name, "lm_head.decoder.", 16);
+}
+
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
     if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
     const accel_bert_config *c0 = accel_bert_config_of(m);
@@ -32,7 +40,7 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        if (e->is_tied_alias) continue; /* the masked LM's decoder: transformers ties it on load */
+        if (is_tied_decoder(e->name)) continue; /* transformers ties it on load */
         if (e->t->device.type == ACCEL_DEV_META)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
                                  "loaded); save needs every weight materialised", e->name);
@@ -101,13 +109,19 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
     bool *used = sd ? accel_calloc((size_t)nck + 1, sizeof *used) : NULL;
     accel_status st = used ? ACCEL_OK : accel_last_status();
     int new_head = 0, unused = 0;
+    const char *base = accel_bert_base_model_prefix(accel_bert_config_of(m)->model_type);
     for (int i = 0; sd && i < sd->n && st == ACCEL_OK; i++) {
         const char *name = sd->entries[i].name;
         char buf[512];
-        const char *in_ck = name_in(ck, name, m->children[0]->name, buf, sizeof buf);
+        const char *in_ck = name_in(ck, name, base, buf, sizeof buf);
         /* a tied alias (the masked LM's decoder) is loaded as what it is tied to; a file that has it
          * too (a ZeRO-3 save_model's, an old checkpoint's) has it used */
         bool own = !sd->entries[i].is_tied_alias;
+        /* a tied tensor the file holds under another of its names: XLM-RoBERTa's tree lists
+         * lm_head.decoder.weight first, transformers' file has the word embeddings' name */
+        for (int j = 0; own && !in_ck && j < sd->n; j++)
+            if (j != i && sd->entries[j].t == sd->entries[i].t) in_ck = name_in(ck, sd->entries[j].name, base, buf,
+                                                                                  sizeof buf);
         if (own && in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
         else if (own && is_head(name)) new_head++;
         else if (own)
@@ -207,7 +221,10 @@ static accel_module *dispatched(const char *dir, int head, int64_t num_labels, c
     accel_init_empty_weights_end();
     /* the config lives in the root (accel_bert_config_of) for as long as the load */
     accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
-    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, &pl, out);
+    /* a bare base model's names: XLM-RoBERTa's root has its head first, not the base model */
+    accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
+    if (!lo.base_model_prefix) lo.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type);
+    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, &lo, &pl, out);
 }
 
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,

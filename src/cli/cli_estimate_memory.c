@@ -664,15 +664,17 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     /* Accelerate builds AutoModel, Llama's body without lm_head (its table's
      * weights), BertModel without the classifier; training (the per-rank
      * table) also holds the head (an untied lm_head, the classifier). */
+    /* the body: model, transformer (the root's first child); bert, roberta (XLM-RoBERTa's comes second) */
+    accel_module *base = !m ? NULL : bert ? accel_module_find(m, accel_bert_base_model_prefix(bcfg.model_type))
+                                          : m->children[0];
     /* transformers' _no_split_modules: the block class, and BertModel's BertEmbeddings (RobertaEmbeddings, ...) */
-    accel_module *embeddings = bert && m ? accel_module_find(m->children[0], "embeddings") : NULL;
+    accel_module *embeddings = bert && base ? accel_module_find(base, "embeddings") : NULL;
     const char *no_split[] = {accel_module_decoder_layer_class(m), embeddings ? embeddings->ops->type_name : ""};
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
     accel_module_sizes *body_sizes = NULL;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
-        accel_calculate_maximum_sizes(m->children[0] /* the body: model, transformer, bert */, no_split,
-                                      bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
-        (bert && !(body_sizes = accel_compute_module_sizes(m->children[0], NULL, false)))) {
+        accel_calculate_maximum_sizes(base, no_split, bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
+        (bert && !(body_sizes = accel_compute_module_sizes(base, NULL, false)))) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);
         return 1;
@@ -710,7 +712,7 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     /* Accelerate's AutoModel is a BertModel (RobertaModel) with its pooler, which the body of the token and QA
      * heads (and of every RoBERTa head) lacks */
     int64_t pooler = 0;
-    if (bert && !accel_module_find(m->children[0], "pooler"))
+    if (bert && !accel_module_find(base, "pooler"))
         wraps = wraps || __builtin_mul_overflow(bcfg.hidden_size + 1, bcfg.hidden_size, &pooler) ||
                 __builtin_mul_overflow(pooler, (int64_t)accel_dtype_size(bcfg.torch_dtype), &pooler) ||
                 __builtin_add_overflow(body, pooler, &body);

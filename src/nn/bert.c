@@ -49,8 +49,17 @@ const char *accel_bert_model_type_name(accel_bert_model_type t) {
     return (unsigned)t < ACCEL_BERT_MODEL_TYPES ? MODEL_TYPE_NAMES[t] : NULL;
 }
 
+const char *accel_bert_base_model_prefix(accel_bert_model_type t) {
+    return (unsigned)t >= ACCEL_BERT_MODEL_TYPES ? NULL : t == ACCEL_BERT_MODEL_BERT ? "bert" : "roberta";
+}
+
 /* RoBERTa and XLM-RoBERTa: positions from the ids, no pooler, their own heads. */
 static bool is_roberta(const accel_bert_config *c) { return c->model_type != ACCEL_BERT_MODEL_BERT; }
+
+/* The root's children in transformers' order: the base model ("bert",
+ * "roberta") then the head, but XLM-RoBERTa's classes register the head
+ * first. The index of the base model; the head is the other. */
+static int base_index(const accel_bert_config *c) { return c->model_type == ACCEL_BERT_MODEL_XLM_ROBERTA; }
 
 /* Elements of all the weights (the pooler counted for every head, the masked
  * LM's transform as a classifier of C labels and its bias as one more word
@@ -192,8 +201,6 @@ static bool is_root(const accel_module *m) { return type_of(m, -1) >= 0; }
 static bool is_model(const accel_module *m) { return type_of(m, K_MODEL) >= 0; }
 
 /* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the base model ("bert", "roberta"); the head: classifier, qa_outputs,
-                                        * cls or lm_head */
 enum { PRED_TRANSFORM = 0, PRED_DECODER = 1 };
 enum { LM_DENSE = 0, LM_NORM = 1, LM_DECODER = 2 };    /* RobertaLMHead */
 enum { CLS_DENSE = 0, CLS_OUT_PROJ = 1 };              /* RobertaClassificationHead */
@@ -390,8 +397,11 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
                *db = rob ? "lm_head.decoder.bias" : "cls.predictions.decoder.bias",
                *word = rob ? "roberta.embeddings.word_embeddings.weight" : "bert.embeddings.word_embeddings.weight",
                *bias = rob ? "lm_head.bias" : "cls.predictions.bias";
-    if (!add(root, rob ? "roberta" : "bert", new_model(c, dev)) || !add(root, head_child_name(c), new_head(c, dev)) ||
-        (mlm && (accel_module_tie(root, dw, word) || accel_module_tie(root, db, bias)))) {
+    bool ok = true; /* the base model and the head in base_index's order */
+    for (int i = 0; ok && i < 2; i++)
+        ok = i == base_index(c) ? add(root, accel_bert_base_model_prefix(c->model_type), new_model(c, dev)) != NULL
+                                : add(root, head_child_name(c), new_head(c, dev)) != NULL;
+    if (!ok || (mlm && (accel_module_tie(root, dw, word) || accel_module_tie(root, db, bias)))) {
         accel_module_free(root);
         return NULL;
     }
@@ -576,7 +586,7 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
 
 static bool checkpoint_layers(accel_module *m, bool enable) {
     if (!is_root(m) && !is_model(m)) return false;
-    if (is_root(m)) m = m->children[ROOT_BERT];
+    if (is_root(m)) m = m->children[base_index(m->impl)];
     accel_module *layers = m->children[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
@@ -585,7 +595,7 @@ static bool checkpoint_layers(accel_module *m, bool enable) {
 const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype, NULL};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
-    if (is_root(m)) return m->children[ROOT_BERT];
+    if (is_root(m)) return m->children[base_index(m->impl)];
     if (is_model(m)) return m;
     accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a model built by accel_bert_new (%s)", fn,
                     m ? m->ops->type_name : "NULL");
@@ -658,13 +668,13 @@ static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_t
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
     bool pooled_head = want == ACCEL_BERT_SEQUENCE_CLASSIFICATION && !is_roberta(c);
     accel_tensor *pooled = NULL;
-    accel_tensor *h = x ? encode(m->children[ROOT_BERT], x, tt, am, pooled_head ? &pooled : NULL, fn) : NULL;
+    accel_tensor *h = x ? encode(m->children[base_index(c)], x, tt, am, pooled_head ? &pooled : NULL, fn) : NULL;
     accel_tensor *y = pooled_head ? (h ? pooled : NULL) : h;
     /* the classifiers' dropout (question answering and the masked LM have none; RoBERTa's sequence classifier
      * has its own) */
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
     if (y && (pooled_head || want == ACCEL_BERT_TOKEN_CLASSIFICATION)) y = accel_dropout(y, p, m->training, NULL);
-    if (y) y = accel_module_call(m->children[ROOT_HEAD], y);
+    if (y) y = accel_module_call(m->children[1 - base_index(c)], y);
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
