@@ -7,7 +7,9 @@
  *                  build/bin/nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]
  *
  * TOKENIZER_JSON: a WordPiece tokenizer.json (BERT's; a directory holding one
- * will do). MODEL_DIR: a BERT config.json, with the weights of a checkpoint
+ * will do). MODEL_DIR: a BERT config.json (or RoBERTa's, XLM-RoBERTa's: the
+ * same pairs, padded with its pad_token_id, and no token types where its
+ * type_vocab_size is 1), with the weights of a checkpoint
  * (model.safetensors or shards) when it has them, else the model is randomly
  * initialised from the config (SEED on every process; it also seeds the
  * shuffling and dropout, not the data set, which is fixed). A pre-trained
@@ -17,7 +19,8 @@
  * fixed lexicon; a paraphrase (label 1) is A's words in another order, a
  * non-paraphrase (label 0) a sentence of words of another topic (make_pair). Each
  * pair is tokenized as BERT's pair template, [CLS] A [SEP] B [SEP] with token
- * types 0 then 1, padded to SEQ with attention_mask 0.
+ * types 0 then 1 (all 0 for a model of one token type), padded to SEQ with
+ * the model's pad_token_id (0 when it has none) and attention_mask 0.
  * As nlp_example.py: AdamW, a linear schedule with warm-up (10% of the
  * steps here; the script's 100 steps are most of this small run), the
  * scheduler sized by the unsharded loader's length. Prints on the main
@@ -106,8 +109,14 @@ static void split_free(split *d) {
     free(d->labels);
 }
 
+/* What the model takes of the pairs: its padding id, whether it has token types. */
+typedef struct pair_format {
+    int64_t sep, pad;
+    bool types;
+} pair_format;
+
 /* [CLS] A [SEP] B [SEP] as the pair template; 0 or 1 + a message. */
-static int encode_pair(const accel_tokenizer *tok, const char *a, const char *b, int64_t sep, int64_t *ids,
+static int encode_pair(const accel_tokenizer *tok, const char *a, const char *b, const pair_format *pf, int64_t *ids,
                        int64_t *tt, int64_t *mask) {
     int64_t *ea = NULL, *eb = NULL, na = 0, nb = 0;
     if (accel_tokenizer_encode(tok, a, strlen(a), true, &ea, &na) ||
@@ -124,8 +133,8 @@ static int encode_pair(const accel_tokenizer *tok, const char *a, const char *b,
     }
     for (int64_t i = 0; !rc && i < SEQ; i++) {
         bool in_a = i < na, in_b = !in_a && i < na + nb + 1;
-        ids[i] = in_a ? ea[i] : !in_b ? 0 : i < na + nb ? eb[i - na] : sep;
-        tt[i] = in_b;
+        ids[i] = in_a ? ea[i] : !in_b ? pf->pad : i < na + nb ? eb[i - na] : pf->sep;
+        tt[i] = in_b && pf->types;
         mask[i] = in_a || in_b;
     }
     free(ea);
@@ -133,22 +142,23 @@ static int encode_pair(const accel_tokenizer *tok, const char *a, const char *b,
     return rc;
 }
 
-static int make_split(const accel_tokenizer *tok, uint64_t seed, int64_t n, split *d) {
+static int make_split(const accel_tokenizer *tok, const accel_bert_config *c, uint64_t seed, int64_t n, split *d) {
     d->n = n;
     d->ids = malloc((size_t)(n * SEQ) * sizeof(int64_t));
     d->tt = malloc((size_t)(n * SEQ) * sizeof(int64_t));
     d->mask = malloc((size_t)(n * SEQ) * sizeof(int64_t));
     d->labels = malloc((size_t)n * sizeof(int64_t));
-    int64_t sep = accel_tokenizer_token_to_id(tok, "[SEP]");
-    if (!d->ids || !d->tt || !d->mask || !d->labels || sep < 0) {
-        fprintf(stderr, "nlp_example: %s\n", sep < 0 ? "the tokenizer has no [SEP] token" : "out of memory");
+    pair_format pf = {accel_tokenizer_token_to_id(tok, "[SEP]"), c->pad_token_id >= 0 ? c->pad_token_id : 0,
+                      c->type_vocab_size > 1};
+    if (!d->ids || !d->tt || !d->mask || !d->labels || pf.sep < 0) {
+        fprintf(stderr, "nlp_example: %s\n", pf.sep < 0 ? "the tokenizer has no [SEP] token" : "out of memory");
         return 1;
     }
     uint64_t s = seed;
     char a[128], b[128];
     for (int64_t i = 0; i < n; i++) {
         d->labels[i] = make_pair(&s, a, b, sizeof a);
-        if (encode_pair(tok, a, b, sep, d->ids + i * SEQ, d->tt + i * SEQ, d->mask + i * SEQ)) return 1;
+        if (encode_pair(tok, a, b, &pf, d->ids + i * SEQ, d->tt + i * SEQ, d->mask + i * SEQ)) return 1;
     }
     return 0;
 }
@@ -232,7 +242,9 @@ int main(int argc, char **argv) {
     }
     if (rc) fprintf(stderr, "nlp_example: %s\n", accel_last_error());
     split train = {0}, eval = {0};
-    if (!rc) rc = make_split(tok, 1, N_TRAIN, &train) || make_split(tok, 2, N_EVAL, &eval);
+    if (!rc)
+        rc = make_split(tok, accel_bert_config_of(model), 1, N_TRAIN, &train) ||
+             make_split(tok, accel_bert_config_of(model), 2, N_EVAL, &eval);
     accel_dataset *train_ds = rc ? NULL : dataset(&train), *eval_ds = rc ? NULL : dataset(&eval);
     accel_dataloader *train_dl =
         train_ds ? accel_dataloader_new(train_ds, &(accel_dataloader_opts){.batch_size = batch, .shuffle = true,

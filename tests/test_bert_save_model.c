@@ -1,7 +1,9 @@
 /* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls,
  * and the token classifier tests/data/hf_bert_tok and masked LM
- * tests/data/hf_bert_mlm, whose decoder is tied, after a step of their loss):
- * the directory gets BERT's config.json beside the weights and loads by
+ * tests/data/hf_bert_mlm, whose decoder is tied, after a step of their loss),
+ * RoBERTa's sequence classifier (hf_roberta_seq) and XLM-RoBERTa's masked LM
+ * (hf_xlm_roberta_mlm): the directory gets the model's config.json (its
+ * model_type and class) beside the weights and loads by
  * itself through accel_bert_from_pretrained(_head) to the fixture's logits (within
  * 1e-5). Run plainly (one process) and by tests/bert.cmake under
  * `accel launch` with FSDP FULL_SHARD on 2 processes: there each process
@@ -41,7 +43,8 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
     accel_safetensors *st = accel_safetensors_open(path);
     CHECK_MSG(st != NULL, "%s", accel_last_error());
     accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL,
-                 *tt = st ? accel_safetensors_tensor(st, "token_type_ids", -1) : NULL,
+                 *tt = st && accel_safetensors_find(st, "token_type_ids") /* roberta's: none (zeros) */
+                           ? accel_safetensors_tensor(st, "token_type_ids", -1) : NULL,
                  *mask = st ? accel_safetensors_tensor(st, "attention_mask", -1) : NULL,
                  *labels = st ? accel_safetensors_tensor(st, "labels", -1) : NULL;
     if ((tok || mlm) && labels) { /* the head's loss through the prepared (sharded) model: the fixture's */
@@ -60,11 +63,12 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
 
     accel_bert_config c;
     CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(c.head == (mlm ? ACCEL_BERT_SEQUENCE_CLASSIFICATION : mc.head) && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
+    CHECK(c.head == (mlm ? ACCEL_BERT_SEQUENCE_CLASSIFICATION : mc.head) && c.model_type == mc.model_type &&
+          c.pad_token_id == mc.pad_token_id && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
           c.num_hidden_layers == mc.num_hidden_layers && c.torch_dtype == ACCEL_F32);
     accel_module *back = load(out, mlm);
     CHECK_MSG(back != NULL, "%s", accel_last_error());
-    if (back && ids && tt && mask) {
+    if (back && ids && mask) {
         accel_module_train(back, false);
         accel_tensor *y = mlm   ? accel_bert_mlm_logits(back, ids, tt, mask)
                           : tok ? accel_bert_token_classify(back, ids, tt, mask)
@@ -97,6 +101,10 @@ int main(int argc, char **argv) {
     save_and_load(acc, n, "data/hf_bert_tok", out, false);
     snprintf(out, sizeof out, "%s/saved_mlm", argc > 1 ? argv[1] : tmp);
     save_and_load(acc, n, "data/hf_bert_mlm", out, true);
+    snprintf(out, sizeof out, "%s/saved_roberta", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_roberta_seq", out, false);
+    snprintf(out, sizeof out, "%s/saved_xlm_roberta_mlm", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_xlm_roberta_mlm", out, true);
     accel_accelerator_free(acc);
     if (argc <= 1 && n == 1) {
         char cmd[128];

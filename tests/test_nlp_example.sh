@@ -5,8 +5,9 @@
 # global batch and steps), each reaching at least 70% accuracy and F1 on the
 # gathered eval split after 3 epochs (chance is 50%; the part of the task that
 # sentence B alone tells gives 77% from the first epoch on every seed tried,
-# the rest, learnt on about half the seeds, 100%); a config whose vocabulary is
-# smaller than the tokenizer's is named.
+# the rest, learnt on about half the seeds, 100%); the tiny RoBERTa of
+# tests/data/hf_roberta_nlp (no token types, pad_token_id 1) on 1 process, the
+# same; a config whose vocabulary is smaller than the tokenizer's is named.
 # usage: test_nlp_example.sh ACCEL NLP_EXAMPLE DATA_DIR
 set -eu
 accel=$1 example=$2 data=$3
@@ -22,6 +23,10 @@ out=$("$accel" launch --quiet --main_process_port 0 --num_processes 2 "$example"
 echo "2 processes:"; echo "$out"
 test "$(echo "$out" | grep -c '^epoch ')" = 3 || { echo "FAIL: not one line per epoch from the main process"; exit 1; }
 learned "$out" || { echo "FAIL: 2 processes did not learn the task"; exit 1; }
+# a RoBERTa of one token type (tests/data/hf_roberta_nlp, type_vocab_size 1, pad_token_id 1) on 1 process
+out=$("$accel" launch --quiet --main_process_port 0 --num_processes 1 "$example" "$tok" "$data/hf_roberta_nlp" 3 3e-3 16)
+echo "RoBERTa, 1 process:"; echo "$out"
+learned "$out" || { echo "FAIL: the RoBERTa did not learn the task"; exit 1; }
 if err=$("$example" "$tok" "$data/hf_bert_cls" 2>&1); then echo "FAIL: a 64-word model took a 1200-id tokenizer"; exit 1; fi
 echo "$err" | grep -q 'vocab_size 64 is smaller than the tokenizer' || { echo "FAIL: unclear error: $err"; exit 1; }
 echo nlp-example-ok

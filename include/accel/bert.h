@@ -3,6 +3,9 @@
  * a bidirectional encoder, and a task head on top of it (accel_bert_head):
  * BertForSequenceClassification, BertForTokenClassification (NER),
  * BertForQuestionAnswering (extractive QA, SQuAD) or BertForMaskedLM.
+ * RoBERTa and XLM-RoBERTa (model_type "roberta", "xlm-roberta") are the same
+ * encoder with the same functions: the config's model_type
+ * (accel_bert_model_type) says which, and from_pretrained reads it.
  *
  *     BertFor<Head>
  *       bert (BertModel)
@@ -15,11 +18,28 @@
  *       cls.predictions             (masked LM: bias [V], transform.{dense,LayerNorm}, decoder: Linear(C -> V)
  *                                    whose weight is the word embeddings' and bias is predictions.bias)
  *
- * Names, state_dict order, init and numerics are transformers': absolute
+ *     RobertaFor<Head> (XLMRobertaFor<Head>: the same names, the head first)
+ *       roberta (RobertaModel, never a pooler)
+ *         embeddings: word_embeddings, token_type_embeddings, LayerNorm, position_embeddings
+ *         encoder.layer.N (RobertaLayer): as BertLayer
+ *       classifier                  (sequence classification: RobertaClassificationHead, dense (C -> C) and
+ *                                    out_proj (C -> num_labels) on the <s> token; token classification: Linear)
+ *       qa_outputs                  (question answering: Linear(C -> 2))
+ *       lm_head                     (masked LM: bias [V], dense, layer_norm, decoder: Linear(C -> V) whose
+ *                                    weight is the word embeddings' and bias is lm_head.bias)
+ *
+ * Names, state_dict order, init and numerics are transformers' (XLM-RoBERTa
+ * registers its head before "roberta", and so does accel): absolute
  * positions, LayerNorm with bias after each residual (post-LN), GELU, padding
  * masked by attention_mask, pooler = tanh(dense(h[:, 0])), dropout (hidden,
  * attention probabilities, the classifiers'; QA has none) while the module
  * is training; the word embeddings' row pad_token_id gets no gradient (padding_idx).
+ * RoBERTa's differences: position ids counted from the ids, pad_token_id + 1
+ * onwards over the tokens that are not pad_token_id, pad_token_id at a pad
+ * (whatever attention_mask says), and its position embeddings' row
+ * pad_token_id gets no gradient; the sequence classifier is
+ * out_proj(dropout(tanh(dense(dropout(h[:, 0]))))); the masked LM's
+ * activation is GELU (erf) whatever hidden_act says.
  * accel_module_set_gradient_checkpointing on the root (or its "bert")
  * checkpoints every BertLayer (the recompute draws the same dropout masks);
  * BertLayer is the model's accel_module_decoder_layer_class (FSDP, ZeRO-3).
@@ -52,8 +72,24 @@ typedef enum accel_bert_head {
     ACCEL_BERT_HEADS
 } accel_bert_head;
 
-/* transformers' class name of head ("BertForTokenClassification"), or NULL. */
+/* Which encoder (config.json's model_type). Zero is BERT, so that a config
+ * written field by field keeps the model it always had. */
+typedef enum accel_bert_model_type {
+    ACCEL_BERT_MODEL_BERT = 0,    /* "bert": BertFor<head> */
+    ACCEL_BERT_MODEL_ROBERTA,     /* "roberta": RobertaFor<head> */
+    ACCEL_BERT_MODEL_XLM_ROBERTA, /* "xlm-roberta": XLMRobertaFor<head> */
+    ACCEL_BERT_MODEL_TYPES
+} accel_bert_model_type;
+
+/* transformers' BERT class name of head ("BertForTokenClassification"), or NULL. */
 const char *accel_bert_head_name(accel_bert_head head);
+/* The class name of head in model type t ("RobertaForMaskedLM"), or NULL. */
+const char *accel_bert_class_name(accel_bert_model_type t, accel_bert_head head);
+/* config.json's model_type of t ("bert", "roberta", "xlm-roberta"), or NULL. */
+const char *accel_bert_model_type_name(accel_bert_model_type t);
+/* The base model's name in t's tree, transformers' base_model_prefix
+ * ("bert"; "roberta" for both RoBERTa families), or NULL. */
+const char *accel_bert_base_model_prefix(accel_bert_model_type t);
 
 typedef struct accel_bert_config {
     int64_t vocab_size;
@@ -65,7 +101,8 @@ typedef struct accel_bert_config {
     int64_t type_vocab_size;
     int64_t num_labels;               /* head outputs: >= 2 for sequence classification (single-label),
                                        * >= 1 for token classification, 2 for question answering */
-    int64_t pad_token_id;             /* its word embedding row starts at zero; -1: none */
+    int64_t pad_token_id;             /* its word embedding row starts at zero; -1: none (BERT only: RoBERTa
+                                       * counts positions from it, 0 <= pad_token_id < max_position_embeddings - 1) */
     double layer_norm_eps;
     double initializer_range;
     double hidden_dropout_prob;
@@ -76,16 +113,25 @@ typedef struct accel_bert_config {
                                        * is the word embeddings; an untied one is not implemented) */
     accel_dtype torch_dtype;
     accel_bert_head head;             /* config.json's "architectures" when it names one of the three */
+    accel_bert_model_type model_type; /* config.json's model_type */
 } accel_bert_config;
 
 /* transformers' BertConfig defaults (bert-base: vocab 30522, hidden 768, 12
  * layers, 12 heads), num_labels 2, sequence classification. */
 accel_bert_config accel_bert_config_default(void);
+/* The defaults of t's config class, what a key config.json lacks gets:
+ * BertConfig's above; RobertaConfig's are BertConfig's with vocab_size 50265
+ * and pad_token_id 1, XLMRobertaConfig's BertConfig's with pad_token_id 1
+ * (max_position_embeddings 512 and type_vocab_size 2 in both: the released
+ * checkpoints' config.json say 514 and 1, layer_norm_eps 1e-5). */
+accel_bert_config accel_bert_config_default_for(accel_bert_model_type t);
 /* ACCEL_OK when accel_bert_new can build cfg (sizes positive, hidden a
  * multiple of heads, dropouts in [0, 1), weights' bytes within int64), else
  * ACCEL_ERR_INVALID_ARG with a message starting with who. */
 accel_status accel_bert_config_check(const accel_bert_config *cfg, const char *who);
-/* config.json (a file or a directory holding one) of model_type "bert". The
+/* config.json (a file or a directory holding one) of model_type "bert",
+ * "roberta" or "xlm-roberta" (out->model_type; absent keys get that class's
+ * defaults, accel_bert_config_default_for). The
  * head: the first of "architectures" that names one of the classifiers
  * (sequence, token, QA), else sequence classification (bert-base-uncased's
  * config says BertForMaskedLM, and users load it into any head: the masked
@@ -105,11 +151,12 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev);
  * its head says which head's functions take the model. */
 const accel_bert_config *accel_bert_config_of(const accel_module *m);
 
-/* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings);
+/* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings; RoBERTa:
+ * its largest position id, pad_token_id + the tokens of a row, below it);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
- * 0 = padding) or NULL (all 1). m: the root or its "bert" child. Returns the
+ * 0 = padding) or NULL (all 1). m: the root or its "bert" ("roberta") child. Returns the
  * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
- * output [B, C] (the token and QA heads have no pooler: pooled must be
+ * output [B, C] (the token and QA heads, and every RoBERTa head, have no pooler: pooled must be
  * NULL there, else an error says so). */
 accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                 accel_tensor *attention_mask, accel_tensor **pooled);
@@ -168,10 +215,11 @@ accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tens
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, then the weights of its safetensors
  * (model.safetensors or the shards of model.safetensors.index.json) when it
- * has them, by name (a bare BertModel's names, without "bert.", too). The
+ * has them, by name (a bare BertModel's names, without "bert.", too;
+ * RoBERTa's without "roberta."). The
  * head is the config's (accel_bert_config_load). A weight of the model the
  * checkpoint lacks keeps its initialisation only when it is the head's (the
- * pooler, classifier, qa_outputs or cls: a pre-trained encoder gets a new head,
+ * pooler, classifier, qa_outputs, cls or lm_head: a pre-trained encoder gets a new head,
  * as transformers does, and says so on stderr); any other missing weight is
  * an error naming it. Checkpoint weights the model has no place for (another
  * head's: a sequence classifier's pooler loaded into a token classifier) are

@@ -405,10 +405,11 @@ accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_ma
                                           const accel_load_opts *opts, accel_dispatched **out);
 
 /* BERT's (accel/bert.h) from_pretrained with a device map: dir's
- * config.json (model_type "bert"), the BertFor<head> of its head built on
- * meta, then accel_load_checkpoint_and_dispatch as above (no_split
- * BertLayer, base_model_prefix "bert": a bare BertModel checkpoint's names
- * load too). It takes what accel_bert_from_pretrained takes: the original
+ * config.json (model_type "bert", "roberta" or "xlm-roberta"), the
+ * BertFor<head> (RobertaFor<head>, ...) of its head built on meta, then
+ * accel_load_checkpoint_and_dispatch as above (no_split BertLayer /
+ * RobertaLayer, base_model_prefix "bert" / "roberta": a bare BertModel's or
+ * RobertaModel's checkpoint names load too). It takes what accel_bert_from_pretrained takes: the original
  * Google checkpoints' LayerNorm gamma/beta names (transformers' legacy
  * renames, which every from_pretrained applies), and a checkpoint without
  * the head (a BertModel's): the missing pooler / classifier / qa_outputs

@@ -13,12 +13,20 @@
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
+/* The masked LM's decoder, tied to the word embeddings and the head's
+ * bias: the names transformers' save_pretrained leaves out
+ * (_tied_weights_keys), whichever of a tied pair the tree lists first
+ * (XLM-RoBERTa's head comes before its word embeddings). */
+static bool is_tied_decoder(const char *name) {
+    return !strncmp(name, "cls.predictions.decoder.", 24) || !strncmp(name, "lm_head.decoder.", 16);
+}
+
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
     if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
     const accel_bert_config *c0 = accel_bert_config_of(m);
-    if (!c0 || strcmp(m->ops->type_name, accel_bert_head_name(c0->head)) != 0)
+    if (!c0 || strcmp(m->ops->type_name, accel_bert_class_name(c0->model_type, c0->head)) != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
-                               "BertFor<head> built by accel_bert_new (%s)", m->ops->type_name);
+                               "BertFor<head> (or RoBERTa's) built by accel_bert_new (%s)", m->ops->type_name);
     if (accel__module_params_sharded(m))
         return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
                                "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
@@ -32,7 +40,7 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        if (e->is_tied_alias) continue; /* the masked LM's decoder: transformers ties it on load */
+        if (is_tied_decoder(e->name)) continue; /* transformers ties it on load */
         if (e->t->device.type == ACCEL_DEV_META)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
                                  "loaded); save needs every weight materialised", e->name);
@@ -65,18 +73,22 @@ static bool has_weights(const char *dir) {
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has
  * not been trained with (transformers initialises it and warns). A model
- * has only its own head's names. */
+ * has only its own head's names (BERT's cls, RoBERTa's lm_head). */
 static bool is_head(const char *name) {
-    return !strncmp(name, "bert.pooler.", 12) || !strncmp(name, "classifier.", 11) || !strncmp(name, "qa_outputs.", 11) ||
-           !strncmp(name, "cls.", 4);
+    static const char *const HEADS[] = {"bert.pooler.", "classifier.", "qa_outputs.", "cls.", "lm_head."};
+    for (size_t i = 0; i < sizeof HEADS / sizeof *HEADS; i++)
+        if (!strncmp(name, HEADS[i], strlen(HEADS[i]))) return true;
+    return false;
 }
 
 /* ck's name for the model's weight name, or NULL: the name itself, else
- * without "bert." (a bare BertModel's checkpoint); each also with a
- * LayerNorm's weight/bias as gamma/beta, the names of the original Google
- * BERT checkpoints (transformers renames them on load). buf holds a rename. */
-static const char *name_in(accel_checkpoint *ck, const char *name, char *buf, size_t n) {
-    const char *forms[2] = {name, strncmp(name, "bert.", 5) ? NULL : name + 5};
+ * without the base model's prefix, "bert." or "roberta." (a bare
+ * BertModel's or RobertaModel's checkpoint); each also with a LayerNorm's
+ * weight/bias as gamma/beta, the names of the original Google BERT
+ * checkpoints (transformers renames them on load). buf holds a rename. */
+static const char *name_in(accel_checkpoint *ck, const char *name, const char *base, char *buf, size_t n) {
+    size_t k = strlen(base);
+    const char *forms[2] = {name, strncmp(name, base, k) || name[k] != '.' ? NULL : name + k + 1};
     for (int i = 0; i < 2 && forms[i]; i++) {
         const char *s = forms[i], *ln = strstr(s, "LayerNorm.");
         if (accel_checkpoint_shard_of(ck, s) >= 0) return s;
@@ -97,13 +109,19 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
     bool *used = sd ? accel_calloc((size_t)nck + 1, sizeof *used) : NULL;
     accel_status st = used ? ACCEL_OK : accel_last_status();
     int new_head = 0, unused = 0;
+    const char *base = accel_bert_base_model_prefix(accel_bert_config_of(m)->model_type);
     for (int i = 0; sd && i < sd->n && st == ACCEL_OK; i++) {
         const char *name = sd->entries[i].name;
         char buf[512];
-        const char *in_ck = name_in(ck, name, buf, sizeof buf);
+        const char *in_ck = name_in(ck, name, base, buf, sizeof buf);
         /* a tied alias (the masked LM's decoder) is loaded as what it is tied to; a file that has it
          * too (a ZeRO-3 save_model's, an old checkpoint's) has it used */
         bool own = !sd->entries[i].is_tied_alias;
+        /* a tied tensor the file holds under another of its names: XLM-RoBERTa's tree lists
+         * lm_head.decoder.weight first, transformers' file has the word embeddings' name */
+        for (int j = 0; own && !in_ck && j < sd->n; j++)
+            if (j != i && sd->entries[j].t == sd->entries[i].t) in_ck = name_in(ck, sd->entries[j].name, base, buf,
+                                                                                  sizeof buf);
         if (own && in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
         else if (own && is_head(name)) new_head++;
         else if (own)
@@ -135,7 +153,8 @@ static int init_head(accel_tensor *t, const char *name, accel_device dev, accel_
     if (accel_tensor_materialize(t, dev, dt) != ACCEL_OK) return -1;
     size_t n = strlen(name);
     bool weight = n > 7 && !strcmp(name + n - 7, ".weight");
-    if (weight && strstr(name, "LayerNorm.")) return accel_fill_(t, 1.0) == ACCEL_OK ? 1 : -1;
+    if (weight && (strstr(name, "LayerNorm.") || strstr(name, "layer_norm.")))
+        return accel_fill_(t, 1.0) == ACCEL_OK ? 1 : -1;
     return !weight || accel_rng_normal_(accel_default_rng(), t, 0.0, c->initializer_range) == ACCEL_OK ? 1 : -1;
 }
 
@@ -202,7 +221,10 @@ static accel_module *dispatched(const char *dir, int head, int64_t num_labels, c
     accel_init_empty_weights_end();
     /* the config lives in the root (accel_bert_config_of) for as long as the load */
     accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
-    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, opts, &pl, out);
+    /* a bare base model's names: XLM-RoBERTa's root has its head first, not the base model */
+    accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
+    if (!lo.base_model_prefix) lo.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type);
+    return accel__dispatch_pretrained(m, dir, map, strategy, max_memory, &lo, &pl, out);
 }
 
 accel_module *accel_bert_from_pretrained_dispatched(const char *dir, const accel_device_map *map,

@@ -1326,9 +1326,11 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     if (o->cp_size > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: BERT does not run context-parallel (only the "
                                "decoder families: accel_llama_context_parallelize)", FN, o->cp_size);
-    if (cfg->head == ACCEL_BERT_MASKED_LM)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of BertForMaskedLM's training step are not "
-                               "implemented (its weights are counted as any model's)", FN);
+    if (cfg->head == ACCEL_BERT_MASKED_LM || cfg->model_type != ACCEL_BERT_MODEL_BERT)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of %s training step are not "
+                               "implemented (its weights are counted as any model's)", FN,
+                               cfg->model_type != ACCEL_BERT_MODEL_BERT ? "RoBERTa's (roberta, xlm-roberta)"
+                                                                         : "BertForMaskedLM's");
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};

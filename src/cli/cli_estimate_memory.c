@@ -268,14 +268,16 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     return 0;
 }
 
-/* Whether model's config.json says model_type "bert" (its own config and
- * model: accel/bert.h); false when it cannot be read, and the decoders'
- * loader then says why. */
+/* Whether model's config.json says model_type "bert", "roberta" or
+ * "xlm-roberta" (their own config and model: accel/bert.h); false when it
+ * cannot be read, and the decoders' loader then says why. */
 static bool is_bert(const char *model) {
     char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
     json_t *root = file ? accel__json_load_file(file) : NULL;
     json_t *mt = root ? json_object_get(root, "model_type") : NULL;
-    bool bert = json_is_string(mt) && !strcmp(json_string_value(mt), "bert");
+    bool bert = false;
+    for (int t = 0; t < ACCEL_BERT_MODEL_TYPES && json_is_string(mt); t++)
+        bert |= !strcmp(json_string_value(mt), accel_bert_model_type_name((accel_bert_model_type)t));
     json_decref(root);
     accel_free(file);
     accel_clear_error();
@@ -633,7 +635,8 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1 || q.mesh[MESH_CP] > 1)) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s: tensor, pipeline and context parallelism of bert models "
-                        "are not implemented (--tp_size / --pp_size / --cp_size above 1)\n", model);
+                        "are not implemented (nor of roberta and xlm-roberta: --tp_size / --pp_size / --cp_size "
+                        "above 1)\n", model);
         return 2;
     }
     accel_llama_config cfg = {0};
@@ -661,14 +664,17 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     /* Accelerate builds AutoModel, Llama's body without lm_head (its table's
      * weights), BertModel without the classifier; training (the per-rank
      * table) also holds the head (an untied lm_head, the classifier). */
-    /* transformers' _no_split_modules: the block class, and BertModel's BertEmbeddings */
-    const char *no_split[] = {accel_module_decoder_layer_class(m), "BertEmbeddings"};
+    /* the body: model, transformer (the root's first child); bert, roberta (XLM-RoBERTa's comes second) */
+    accel_module *base = !m ? NULL : bert ? accel_module_find(m, accel_bert_base_model_prefix(bcfg.model_type))
+                                          : m->children[0];
+    /* transformers' _no_split_modules: the block class, and BertModel's BertEmbeddings (RobertaEmbeddings, ...) */
+    accel_module *embeddings = bert && base ? accel_module_find(base, "embeddings") : NULL;
+    const char *no_split[] = {accel_module_decoder_layer_class(m), embeddings ? embeddings->ops->type_name : ""};
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
     accel_module_sizes *body_sizes = NULL;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
-        accel_calculate_maximum_sizes(m->children[0] /* the body: model, transformer, bert */, no_split,
-                                      bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
-        (bert && !(body_sizes = accel_compute_module_sizes(m->children[0], NULL, false)))) {
+        accel_calculate_maximum_sizes(base, no_split, bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
+        (bert && !(body_sizes = accel_compute_module_sizes(base, NULL, false)))) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);
         return 1;
@@ -703,9 +709,10 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (bert)
         wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
                 __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb);
-    /* Accelerate's AutoModel is a BertModel with its pooler, which the token and QA heads' body lacks */
+    /* Accelerate's AutoModel is a BertModel (RobertaModel) with its pooler, which the body of the token and QA
+     * heads (and of every RoBERTa head) lacks */
     int64_t pooler = 0;
-    if (bert && bcfg.head != ACCEL_BERT_SEQUENCE_CLASSIFICATION)
+    if (bert && !accel_module_find(base, "pooler"))
         wraps = wraps || __builtin_mul_overflow(bcfg.hidden_size + 1, bcfg.hidden_size, &pooler) ||
                 __builtin_mul_overflow(pooler, (int64_t)accel_dtype_size(bcfg.torch_dtype), &pooler) ||
                 __builtin_add_overflow(body, pooler, &body);

@@ -1,5 +1,6 @@
-/* src/io/bert_config.c — transformers' config.json of model_type "bert"
- * (BertConfig), read into and written from accel_bert_config (accel/bert.h).
+/* src/io/bert_config.c — transformers' config.json of model_type "bert",
+ * "roberta" or "xlm-roberta" (BertConfig, RobertaConfig, XLMRobertaConfig),
+ * read into and written from accel_bert_config (accel/bert.h).
  * Both the 4.x layout (torch_dtype, position_embedding_type) and the 5.x one
  * (dtype) are read. A key that changes the model and accel does not implement
  * is refused, naming it. */
@@ -51,7 +52,8 @@ static accel_status parse_act(json_t *root, const char *file, accel_bert_config 
 }
 
 /* The head: the first entry of "architectures" that names one of
- * accel_bert_head's classifiers (sequence, token, QA); none (BertModel,
+ * accel_bert_head's classifiers (sequence, token, QA) of the config's model
+ * type (RobertaForTokenClassification for "roberta"); none (BertModel,
  * BertForMaskedLM, ...): sequence classification, the head accel builds
  * when asked nothing else. The masked LM is only built when asked for
  * (accel_bert_from_pretrained_head): every pre-trained encoder's config
@@ -65,7 +67,7 @@ static accel_status parse_head(json_t *root, const char *file, accel_bert_config
     for (size_t i = 0; i < json_array_size(arch); i++) {
         const char *name = json_string_value(json_array_get(arch, i)); /* NULL: not a string, named by none */
         for (int h = 0; name && h < ACCEL_BERT_MASKED_LM; h++)
-            if (!strcmp(name, accel_bert_head_name((accel_bert_head)h))) {
+            if (!strcmp(name, accel_bert_class_name(c->model_type, (accel_bert_head)h))) {
                 c->head = (accel_bert_head)h;
                 return ACCEL_OK;
             }
@@ -100,11 +102,16 @@ static accel_status parse_labels(json_t *root, const char *file, accel_bert_conf
 static accel_status parse(json_t *root, const char *file, accel_bert_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
-    if (!json_is_string(mt) || strcmp(json_string_value(mt), "bert") != 0)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, not \"bert\"", file,
-                               json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : "absent or not a string",
+    int t = 0;
+    while (json_is_string(mt) && t < ACCEL_BERT_MODEL_TYPES &&
+           strcmp(json_string_value(mt), accel_bert_model_type_name((accel_bert_model_type)t)) != 0)
+        t++;
+    if (!json_is_string(mt) || t == ACCEL_BERT_MODEL_TYPES)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, not \"bert\", \"roberta\" or "
+                               "\"xlm-roberta\"", file, json_is_string(mt) ? "\"" : "",
+                               json_is_string(mt) ? json_string_value(mt) : "absent or not a string",
                                json_is_string(mt) ? "\"" : "");
-    *c = accel_bert_config_default();
+    *c = accel_bert_config_default_for((accel_bert_model_type)t); /* the class's defaults for absent keys */
     if (accel__config_get_token_id(root, file, "pad_token_id", &c->pad_token_id)) return accel_last_status();
     json_t *pruned = json_object_get(root, "pruned_heads");
     if (accel__config_get_int(root, file, "vocab_size", &c->vocab_size, false) ||
@@ -157,7 +164,7 @@ accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *
     return st;
 }
 
-/* The keys of transformers' BertFor<head> config.json;
+/* The keys of transformers' BertFor<head> (RobertaFor<head>, ...) config.json;
  * id2label names are LABEL_<i> (the names of a loaded config are not kept). */
 static json_t *to_json(const accel_bert_config *c) {
     json_t *j = json_object(), *arch = json_array(), *id2label = json_object(), *label2id = json_object();
@@ -168,7 +175,7 @@ static json_t *to_json(const accel_bert_config *c) {
         json_decref(label2id);
         return NULL;
     }
-    json_array_append_new(arch, json_string(accel_bert_head_name(c->head)));
+    json_array_append_new(arch, json_string(accel_bert_class_name(c->model_type, c->head)));
     for (int64_t i = 0; i < c->num_labels; i++) {
         char k[32], v[40];
         snprintf(k, sizeof k, "%lld", (long long)i);
@@ -179,7 +186,7 @@ static json_t *to_json(const accel_bert_config *c) {
     json_object_set_new(j, "architectures", arch);
     json_object_set_new(j, "id2label", id2label);
     json_object_set_new(j, "label2id", label2id);
-    json_object_set_new(j, "model_type", json_string("bert"));
+    json_object_set_new(j, "model_type", json_string(accel_bert_model_type_name(c->model_type)));
     json_object_set_new(j, "add_cross_attention", json_false());
     json_object_set_new(j, "is_decoder", json_false());
     json_object_set_new(j, "position_embedding_type", json_string("absolute"));

@@ -1,8 +1,11 @@
 /* BERT (accel/bert.h): transformers' BertModel and its heads
  * (BertForSequenceClassification, BertForTokenClassification,
- * BertForQuestionAnswering), with their module trees, names, init and
- * forward. A bidirectional encoder: attention over explicit scores with an
- * additive padding mask (no causal mask), post-LN blocks. */
+ * BertForQuestionAnswering, BertForMaskedLM), with their module trees, names,
+ * init and forward; RoBERTa and XLM-RoBERTa (the same encoder with positions
+ * counted from the ids, no pooler, their own sequence and masked-LM heads)
+ * from the same code, told apart by the config's model_type. A bidirectional
+ * encoder: attention over explicit scores with an additive padding mask (no
+ * causal mask), post-LN blocks. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -31,6 +34,32 @@ accel_bert_config accel_bert_config_default(void) {
     c.torch_dtype = ACCEL_F32;
     return c;
 }
+
+accel_bert_config accel_bert_config_default_for(accel_bert_model_type t) {
+    accel_bert_config c = accel_bert_config_default();
+    c.model_type = t; /* one outside accel_bert_model_type: accel_bert_config_check names it */
+    if (t == ACCEL_BERT_MODEL_ROBERTA || t == ACCEL_BERT_MODEL_XLM_ROBERTA) c.pad_token_id = 1;
+    if (t == ACCEL_BERT_MODEL_ROBERTA) c.vocab_size = 50265;
+    return c;
+}
+
+static const char *const MODEL_TYPE_NAMES[ACCEL_BERT_MODEL_TYPES] = {"bert", "roberta", "xlm-roberta"};
+
+const char *accel_bert_model_type_name(accel_bert_model_type t) {
+    return (unsigned)t < ACCEL_BERT_MODEL_TYPES ? MODEL_TYPE_NAMES[t] : NULL;
+}
+
+const char *accel_bert_base_model_prefix(accel_bert_model_type t) {
+    return (unsigned)t >= ACCEL_BERT_MODEL_TYPES ? NULL : t == ACCEL_BERT_MODEL_BERT ? "bert" : "roberta";
+}
+
+/* RoBERTa and XLM-RoBERTa: positions from the ids, no pooler, their own heads. */
+static bool is_roberta(const accel_bert_config *c) { return c->model_type != ACCEL_BERT_MODEL_BERT; }
+
+/* The root's children in transformers' order: the base model ("bert",
+ * "roberta") then the head, but XLM-RoBERTa's classes register the head
+ * first. The index of the base model; the head is the other. */
+static int base_index(const accel_bert_config *c) { return c->model_type == ACCEL_BERT_MODEL_XLM_ROBERTA; }
 
 /* Elements of all the weights (the pooler counted for every head, the masked
  * LM's transform as a classifier of C labels and its bias as one more word
@@ -68,6 +97,8 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "hidden_size must be a multiple of num_attention_heads";
     else if ((unsigned)c->head >= ACCEL_BERT_HEADS)
         bad = "head must be one of accel_bert_head's";
+    else if ((unsigned)c->model_type >= ACCEL_BERT_MODEL_TYPES)
+        bad = "model_type must be one of accel_bert_model_type's";
     else if (c->head == ACCEL_BERT_SEQUENCE_CLASSIFICATION && c->num_labels < 2)
         bad = "num_labels must be at least 2 (single-label classification)";
     else if (c->head == ACCEL_BERT_TOKEN_CLASSIFICATION && c->num_labels < 1)
@@ -80,6 +111,10 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
               "implemented";
     else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
         bad = "pad_token_id must be -1 (none) or below vocab_size";
+    /* position ids count from pad_token_id + 1; its own row is the pads' */
+    else if (is_roberta(c) && (c->pad_token_id < 0 || c->pad_token_id >= c->max_position_embeddings - 1))
+        bad = "pad_token_id must be in [0, max_position_embeddings - 1) (RoBERTa's position ids count from "
+              "pad_token_id + 1)";
     else if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps) || !(c->initializer_range >= 0) ||
              !isfinite(c->initializer_range))
         bad = "layer_norm_eps must be > 0 and initializer_range >= 0 (finite)";
@@ -95,11 +130,12 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "num_hidden_layers is over accel's limit of 65536";
     else if (weight_elems(c) < 0)
         bad = "the weights would take more than 2^63 bytes";
+    const char *cls = accel_bert_class_name(c->model_type, c->head);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: %s (%s: vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
-                               "labels %lld)", who, bad, accel_bert_head_name(c->head) ? accel_bert_head_name(c->head)
-                               : "head ?", (long long)c->vocab_size, (long long)c->hidden_size,
+                               "labels %lld)", who, bad, cls ? cls : "head ?", (long long)c->vocab_size,
+                               (long long)c->hidden_size,
                                (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
                                (long long)c->intermediate_size, (long long)c->num_labels);
     return ACCEL_OK;
@@ -112,36 +148,68 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids);
 /* BertModel's impl is the root's config (borrowed). */
 static void borrowed_impl(accel_module *m) { (void)m; }
 
-/* The roots, one per accel_bert_head: their type names are transformers' classes. */
-static const accel_module_ops ROOT_OPS[ACCEL_BERT_HEADS] = {{"BertForSequenceClassification", root_forward, NULL},
-                                                            {"BertForTokenClassification", root_forward, NULL},
-                                                            {"BertForQuestionAnswering", root_forward, NULL},
-                                                            {"BertForMaskedLM", root_forward, NULL}};
+/* The roots, one per model type and accel_bert_head: their type names are transformers' classes. */
+#define ROOTS(P)                                                                                                     \
+    {{P "ForSequenceClassification", root_forward, NULL},                                                          \
+     {P "ForTokenClassification", root_forward, NULL},                                                             \
+     {P "ForQuestionAnswering", root_forward, NULL},                                                               \
+     {P "ForMaskedLM", root_forward, NULL}}
+static const accel_module_ops ROOT_OPS[ACCEL_BERT_MODEL_TYPES][ACCEL_BERT_HEADS] = {ROOTS("Bert"), ROOTS("Roberta"),
+                                                                                   ROOTS("XLMRoberta")};
 
-const char *accel_bert_head_name(accel_bert_head head) {
-    return (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[head].type_name : NULL;
+const char *accel_bert_class_name(accel_bert_model_type t, accel_bert_head head) {
+    return (unsigned)t < ACCEL_BERT_MODEL_TYPES && (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[t][head].type_name
+                                                                                      : NULL;
 }
-static const accel_module_ops MODEL_OPS = {"BertModel", model_forward, borrowed_impl};
-static const accel_module_ops EMB_OPS = {"BertEmbeddings", NULL, NULL};
-static const accel_module_ops ENCODER_OPS = {"BertEncoder", NULL, NULL};
-static const accel_module_ops LAYER_OPS = {"BertLayer", NULL, NULL};
-static const accel_module_ops ATTN_OPS = {"BertAttention", NULL, NULL};
-static const accel_module_ops SELF_OPS = {"BertSelfAttention", NULL, NULL};
-static const accel_module_ops SELF_OUT_OPS = {"BertSelfOutput", NULL, NULL};
-static const accel_module_ops INTER_OPS = {"BertIntermediate", NULL, NULL};
-static const accel_module_ops OUT_OPS = {"BertOutput", NULL, NULL};
-static const accel_module_ops POOLER_OPS = {"BertPooler", NULL, NULL};
-/* the masked-LM head: cls (its impl the root's config, borrowed) > predictions > transform, decoder */
-static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h);
-static const accel_module_ops MLM_OPS = {"BertOnlyMLMHead", mlm_forward, borrowed_impl};
-static const accel_module_ops PREDICTIONS_OPS = {"BertLMPredictionHead", NULL, NULL};
-static const accel_module_ops TRANSFORM_OPS = {"BertPredictionHeadTransform", NULL, NULL};
+
+const char *accel_bert_head_name(accel_bert_head head) { return accel_bert_class_name(ACCEL_BERT_MODEL_BERT, head); }
+
+/* The other classes of the tree, per model type (K_MODEL's, K_MLM's and
+ * K_CLS_HEAD's impl: the root's config, borrowed). The masked-LM head: BERT's
+ * cls > predictions > transform, decoder; RoBERTa's lm_head (dense,
+ * layer_norm, decoder). RobertaClassificationHead is RoBERTa's sequence
+ * classifier (BERT's is a Linear). */
+enum { K_MODEL, K_EMB, K_ENCODER, K_LAYER, K_ATTN, K_SELF, K_SELF_OUT, K_INTER, K_OUT, K_POOLER, K_MLM, K_PRED,
+       K_TRANSFORM, K_CLS_HEAD, K_KINDS };
+static accel_tensor *mlm_forward(accel_module *head, accel_tensor *h);
+static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h);
+#define BODY(P)                                                                                                      \
+    [K_MODEL] = {P "Model", model_forward, borrowed_impl}, [K_EMB] = {P "Embeddings", NULL, NULL},                 \
+    [K_ENCODER] = {P "Encoder", NULL, NULL}, [K_LAYER] = {P "Layer", NULL, NULL},                                  \
+    [K_ATTN] = {P "Attention", NULL, NULL}, [K_SELF] = {P "SelfAttention", NULL, NULL},                            \
+    [K_SELF_OUT] = {P "SelfOutput", NULL, NULL}, [K_INTER] = {P "Intermediate", NULL, NULL},                       \
+    [K_OUT] = {P "Output", NULL, NULL}, [K_POOLER] = {P "Pooler", NULL, NULL}
+#define ROBERTA_HEADS(P)                                                                                             \
+    [K_MLM] = {P "LMHead", mlm_forward, borrowed_impl},                                                            \
+    [K_CLS_HEAD] = {P "ClassificationHead", cls_head_forward, borrowed_impl}
+static const accel_module_ops OPS[ACCEL_BERT_MODEL_TYPES][K_KINDS] = {
+    {BODY("Bert"), [K_MLM] = {"BertOnlyMLMHead", mlm_forward, borrowed_impl},
+     [K_PRED] = {"BertLMPredictionHead", NULL, NULL}, [K_TRANSFORM] = {"BertPredictionHeadTransform", NULL, NULL}},
+    {BODY("Roberta"), ROBERTA_HEADS("Roberta")},
+    {BODY("XLMRoberta"), ROBERTA_HEADS("XLMRoberta")}};
+
+/* The model type of m when it is a module of class kind k (-1: a root of
+ * any head), else -1. */
+static int type_of(const accel_module *m, int k) {
+    for (int t = 0; m && t < ACCEL_BERT_MODEL_TYPES; t++)
+        for (int h = 0; h < (k < 0 ? ACCEL_BERT_HEADS : 1); h++)
+            if (m->ops == (k < 0 ? &ROOT_OPS[t][h] : &OPS[t][k])) return t;
+    return -1;
+}
+
+static bool is_root(const accel_module *m) { return type_of(m, -1) >= 0; }
+static bool is_model(const accel_module *m) { return type_of(m, K_MODEL) >= 0; }
 
 /* Child indices, fixed by construction order (transformers' order). */
-enum { ROOT_BERT = 0, ROOT_HEAD = 1 }; /* the head: classifier, qa_outputs or cls */
 enum { PRED_TRANSFORM = 0, PRED_DECODER = 1 };
+enum { LM_DENSE = 0, LM_NORM = 1, LM_DECODER = 2 };    /* RobertaLMHead */
+enum { CLS_DENSE = 0, CLS_OUT_PROJ = 1 };              /* RobertaClassificationHead */
 enum { MODEL_EMB = 0, MODEL_ENCODER = 1, MODEL_POOLER = 2 };
 enum { EMB_WORD = 0, EMB_POS = 1, EMB_TYPE = 2, EMB_NORM = 3 };
+/* The embeddings' children in transformers' order, [is_roberta][EMB_*]:
+ * BERT's word, position, token type, LayerNorm; RoBERTa's word, token type,
+ * LayerNorm, position. */
+static const int EMB_AT[2][4] = {{0, 1, 2, 3}, {0, 3, 1, 2}};
 enum { LAYER_ATTN = 0, LAYER_INTER = 1, LAYER_OUT = 2 };
 enum { ATTN_SELF = 0, ATTN_OUT = 1 };
 enum { SELF_Q = 0, SELF_K = 1, SELF_V = 2 };
@@ -189,9 +257,8 @@ static accel_module *layer_norm(const accel_bert_config *c, accel_device dev) {
 }
 
 /* BertSelfOutput / BertOutput: dense(in -> C) and LayerNorm. */
-static accel_module *dense_norm(const accel_module_ops *ops, const accel_bert_config *c, int64_t in,
-                                accel_device dev) {
-    accel_module *m = accel_module_new(ops, NULL);
+static accel_module *dense_norm(int kind, const accel_bert_config *c, int64_t in, accel_device dev) {
+    accel_module *m = accel_module_new(&OPS[c->model_type][kind], NULL);
     if (!add(m, "dense", linear(c, in, c->hidden_size, dev)) || !add(m, "LayerNorm", layer_norm(c, dev))) {
         accel_module_free(m);
         return NULL;
@@ -201,16 +268,17 @@ static accel_module *dense_norm(const accel_module_ops *ops, const accel_bert_co
 
 static accel_module *new_layer(const accel_bert_config *c, accel_device dev) {
     int64_t C = c->hidden_size;
-    accel_module *layer = accel_module_new(&LAYER_OPS, NULL);
-    accel_module *attn = add(layer, "attention", accel_module_new(&ATTN_OPS, NULL));
-    accel_module *self = add(attn, "self", accel_module_new(&SELF_OPS, NULL));
+    const accel_module_ops *ops = OPS[c->model_type];
+    accel_module *layer = accel_module_new(&ops[K_LAYER], NULL);
+    accel_module *attn = add(layer, "attention", accel_module_new(&ops[K_ATTN], NULL));
+    accel_module *self = add(attn, "self", accel_module_new(&ops[K_SELF], NULL));
     accel_module *inter = self && add(self, "query", linear(c, C, C, dev)) && add(self, "key", linear(c, C, C, dev)) &&
                                   add(self, "value", linear(c, C, C, dev)) &&
-                                  add(attn, "output", dense_norm(&SELF_OUT_OPS, c, C, dev))
-                              ? add(layer, "intermediate", accel_module_new(&INTER_OPS, NULL))
+                                  add(attn, "output", dense_norm(K_SELF_OUT, c, C, dev))
+                              ? add(layer, "intermediate", accel_module_new(&ops[K_INTER], NULL))
                               : NULL;
     if (!inter || !add(inter, "dense", linear(c, C, c->intermediate_size, dev)) ||
-        !add(layer, "output", dense_norm(&OUT_OPS, c, c->intermediate_size, dev))) {
+        !add(layer, "output", dense_norm(K_OUT, c, c->intermediate_size, dev))) {
         accel_module_free(layer);
         return NULL;
     }
@@ -222,16 +290,22 @@ static accel_module *embedding(const accel_bert_config *c, int64_t n, int64_t pa
     return accel__padded_embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range, padding_idx);
 }
 
-/* BertModel over the root's config c; the pooler for sequence
- * classification only (the other heads' add_pooling_layer=False). */
+/* BertModel over the root's config c; the pooler for BERT's sequence
+ * classification only (the other heads' add_pooling_layer=False, and every
+ * RoBERTa head's). RoBERTa's position embeddings have padding_idx
+ * pad_token_id (the pads' position). */
 static accel_module *new_model(accel_bert_config *c, accel_device dev) {
-    accel_module *model = accel_module_new(&MODEL_OPS, c);
-    accel_module *emb = add(model, "embeddings", accel_module_new(&EMB_OPS, NULL));
+    const accel_module_ops *ops = OPS[c->model_type];
+    accel_module *model = accel_module_new(&ops[K_MODEL], c);
+    accel_module *emb = add(model, "embeddings", accel_module_new(&ops[K_EMB], NULL));
+    bool rob = is_roberta(c); /* the children in EMB_AT's order */
     bool ok = add(emb, "word_embeddings", embedding(c, c->vocab_size, c->pad_token_id, dev)) &&
-              add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, -1, dev)) &&
+              (rob || add(emb, "position_embeddings", embedding(c, c->max_position_embeddings, -1, dev))) &&
               add(emb, "token_type_embeddings", embedding(c, c->type_vocab_size, -1, dev)) &&
-              add(emb, "LayerNorm", layer_norm(c, dev));
-    accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ENCODER_OPS, NULL)) : NULL;
+              add(emb, "LayerNorm", layer_norm(c, dev)) &&
+              (!rob || add(emb, "position_embeddings",
+                           embedding(c, c->max_position_embeddings, c->pad_token_id, dev)));
+    accel_module *encoder = ok ? add(model, "encoder", accel_module_new(&ops[K_ENCODER], NULL)) : NULL;
     accel_module *layers = add(encoder, "layer", accel_module_new(&accel__module_list_ops, NULL));
     ok = layers != NULL;
     for (int64_t i = 0; ok && i < c->num_hidden_layers; i++) {
@@ -239,8 +313,8 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
         snprintf(name, sizeof name, "%lld", (long long)i);
         ok = add(layers, name, new_layer(c, dev)) != NULL;
     }
-    if (ok && c->head != ACCEL_BERT_SEQUENCE_CLASSIFICATION) return model;
-    accel_module *pooler = ok ? add(model, "pooler", accel_module_new(&POOLER_OPS, NULL)) : NULL;
+    if (ok && (rob || c->head != ACCEL_BERT_SEQUENCE_CLASSIFICATION)) return model;
+    accel_module *pooler = ok ? add(model, "pooler", accel_module_new(&ops[K_POOLER], NULL)) : NULL;
     if (!pooler || !add(pooler, "dense", linear(c, c->hidden_size, c->hidden_size, dev))) {
         accel_module_free(model);
         return NULL;
@@ -253,9 +327,9 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
  * (C -> V), built on meta: accel_bert_new ties its weight to the word
  * embeddings and its bias to predictions.bias, as transformers does. */
 static accel_module *mlm_head(accel_bert_config *c, accel_device dev) {
-    accel_module *cls = accel_module_new(&MLM_OPS, c);
-    accel_module *pred = add(cls, "predictions", accel_module_new(&PREDICTIONS_OPS, NULL));
-    if (!add(pred, "transform", dense_norm(&TRANSFORM_OPS, c, c->hidden_size, dev)) ||
+    accel_module *cls = accel_module_new(&OPS[c->model_type][K_MLM], c);
+    accel_module *pred = add(cls, "predictions", accel_module_new(&OPS[c->model_type][K_PRED], NULL));
+    if (!add(pred, "transform", dense_norm(K_TRANSFORM, c, c->hidden_size, dev)) ||
         !accel__new_param(pred, "bias", c->torch_dtype, 1, &c->vocab_size, dev) ||
         !add(pred, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE))) {
         accel_module_free(cls);
@@ -264,37 +338,81 @@ static accel_module *mlm_head(accel_bert_config *c, accel_device dev) {
     return cls;
 }
 
+/* RobertaLMHead: bias [V] (zeros), dense (C -> C), layer_norm, decoder
+ * (C -> V, on meta: tied as mlm_head's). */
+static accel_module *lm_head(accel_bert_config *c, accel_device dev) {
+    accel_module *m = accel_module_new(&OPS[c->model_type][K_MLM], c);
+    if (!accel__new_param(m, "bias", c->torch_dtype, 1, &c->vocab_size, dev) ||
+        !add(m, "dense", linear(c, c->hidden_size, c->hidden_size, dev)) || !add(m, "layer_norm", layer_norm(c, dev)) ||
+        !add(m, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE))) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* RobertaClassificationHead: dense (C -> C), out_proj (C -> num_labels). */
+static accel_module *cls_head(accel_bert_config *c, accel_device dev) {
+    accel_module *m = accel_module_new(&OPS[c->model_type][K_CLS_HEAD], c);
+    if (!add(m, "dense", linear(c, c->hidden_size, c->hidden_size, dev)) ||
+        !add(m, "out_proj", linear(c, c->hidden_size, c->num_labels, dev))) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The root's head module (named by head_child_name) of c's head. */
+static accel_module *new_head(accel_bert_config *c, accel_device dev) {
+    bool rob = is_roberta(c);
+    switch (c->head) {
+    case ACCEL_BERT_MASKED_LM: return rob ? lm_head(c, dev) : mlm_head(c, dev);
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION:
+        if (rob) return cls_head(c, dev);
+        break;
+    default: break;
+    }
+    return linear(c, c->hidden_size, c->num_labels, dev);
+}
+
+static const char *head_child_name(const accel_bert_config *c) {
+    return c->head == ACCEL_BERT_MASKED_LM ? (is_roberta(c) ? "lm_head" : "cls")
+           : c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs"
+                                                      : "classifier";
+}
+
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     if (accel_bert_config_check(cfg, "accel_bert_new")) return NULL;
     accel_bert_config *c = accel_malloc(sizeof *c);
     if (!c) return NULL;
     *c = *cfg;
-    accel_module *root = accel_module_new(&ROOT_OPS[c->head], c);
+    accel_module *root = accel_module_new(&ROOT_OPS[c->model_type][c->head], c);
     if (!root) {
         accel_free(c);
         return NULL;
     }
-    bool mlm = c->head == ACCEL_BERT_MASKED_LM;
-    if (!add(root, "bert", new_model(c, dev)) ||
-        !(mlm ? add(root, "cls", mlm_head(c, dev)) != NULL
-              : add(root, c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs" : "classifier",
-                    linear(c, c->hidden_size, c->num_labels, dev)) != NULL) ||
-        (mlm && (accel_module_tie(root, "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight") ||
-                 accel_module_tie(root, "cls.predictions.decoder.bias", "cls.predictions.bias")))) {
+    bool mlm = c->head == ACCEL_BERT_MASKED_LM, rob = is_roberta(c);
+    /* the masked LM's decoder: the word embeddings' weight and the head's bias, as transformers ties them */
+    const char *dw = rob ? "lm_head.decoder.weight" : "cls.predictions.decoder.weight",
+               *db = rob ? "lm_head.decoder.bias" : "cls.predictions.decoder.bias",
+               *word = rob ? "roberta.embeddings.word_embeddings.weight" : "bert.embeddings.word_embeddings.weight",
+               *bias = rob ? "lm_head.bias" : "cls.predictions.bias";
+    bool ok = true; /* the base model and the head in base_index's order */
+    for (int i = 0; ok && i < 2; i++)
+        ok = i == base_index(c) ? add(root, accel_bert_base_model_prefix(c->model_type), new_model(c, dev)) != NULL
+                                : add(root, head_child_name(c), new_head(c, dev)) != NULL;
+    if (!ok || (mlm && (accel_module_tie(root, dw, word) || accel_module_tie(root, db, bias)))) {
         accel_module_free(root);
         return NULL;
     }
     return root;
 }
 
-static bool is_root(const accel_module *m) {
-    for (int h = 0; m && h < ACCEL_BERT_HEADS; h++)
-        if (m->ops == &ROOT_OPS[h]) return true;
-    return false;
-}
-
 static const char *layer_class(const accel_module *m) {
-    return m && (is_root(m) || m->ops == &MODEL_OPS || m->ops == &LAYER_OPS) ? LAYER_OPS.type_name : NULL;
+    int t = type_of(m, -1);
+    if (t < 0) t = type_of(m, K_MODEL);
+    if (t < 0) t = type_of(m, K_LAYER);
+    return t >= 0 ? OPS[t][K_LAYER].type_name : NULL;
 }
 
 /* The root (BertFor<head>) has the config.json. */
@@ -305,9 +423,9 @@ static bool config_dtype(const accel_module *m, accel_dtype *dt) {
 }
 
 const accel_bert_config *accel_bert_config_of(const accel_module *m) {
-    if (m && (is_root(m) || m->ops == &MODEL_OPS)) return m->impl;
-    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertFor<head> or its BertModel built by "
-                    "accel_bert_new (%s)", m ? m->ops->type_name : "NULL");
+    if (is_root(m) || is_model(m)) return m->impl;
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_config_of: not a BertFor<head> or its BertModel (or "
+                    "RoBERTa's) built by accel_bert_new (%s)", m ? m->ops->type_name : "NULL");
     return NULL;
 }
 
@@ -356,23 +474,49 @@ static accel_status padding_mask(accel_tensor *am, accel_device dev, accel_tenso
     return *out ? ACCEL_OK : accel_last_status();
 }
 
+/* RoBERTa's position ids of ids [B, T], on the host (step arena):
+ * pad_token_id + the number of tokens up to t that are not pad_token_id, and
+ * pad_token_id itself at a pad (whatever attention_mask says: a pad in the
+ * middle, left padding); each row's largest must be a row of the position
+ * embeddings. */
+static const int64_t *roberta_positions(accel_tensor *ids, const accel_bert_config *c, const char *fn) {
+    int64_t B = ids->shape[0], T = ids->shape[1], pad = c->pad_token_id;
+    int64_t *v = accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *v, 64);
+    if (!v || accel_to_int64s(ids, v) != ACCEL_OK) return NULL;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = 0, *row = v + b * T;
+        for (int64_t t = 0; t < T; t++) row[t] = row[t] == pad ? pad : pad + ++n;
+        if (pad + n >= c->max_position_embeddings) {
+            accel_set_error(ACCEL_ERR_SHAPE, "%s: row %lld of ids has %lld tokens that are not pad_token_id (%lld): "
+                            "its position ids reach %lld, past max_position_embeddings (%lld)", fn, (long long)b,
+                            (long long)n, (long long)pad, (long long)(pad + n), (long long)c->max_position_embeddings);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+/* word + token type + position embeddings, LayerNorm, dropout: [B, T, C].
+ * positions: RoBERTa's [B, T] (host), NULL for BERT's 0 .. T - 1. */
 static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
-                                        const accel_bert_config *c) {
+                                        const int64_t *positions, const accel_bert_config *c) {
     accel_module **p = emb->children;
+    const int *at = EMB_AT[is_roberta(c)];
     int64_t B = ids->shape[0], T = ids->shape[1];
     /* the ids and positions made here go where the word embedding ran (its
      * weight may be offloaded: on meta until its hook brings it in) */
-    accel_tensor *w = accel_module_call(p[EMB_WORD], ids);
+    accel_tensor *w = accel_module_call(p[at[EMB_WORD]], ids);
     if (!w) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
         if (!tt || accel_zero_(tt) != ACCEL_OK) return NULL;
     }
-    accel_tensor *pos = accel_to_device(accel_arange(ACCEL_I64, 0, T), dev); /* [T] */
-    accel_tensor *h = accel_add(w, accel_module_call(p[EMB_TYPE], tt));
-    h = accel_add(h, pos ? accel_module_call(p[EMB_POS], pos) : NULL); /* [B, T, C] + [T, C] */
-    h = accel_module_call(p[EMB_NORM], h);
+    accel_tensor *pos = accel_to_device(positions ? accel_from_data(ACCEL_I64, 2, (int64_t[]){B, T}, positions)
+                                                  : accel_arange(ACCEL_I64, 0, T), dev); /* [B, T] or [T] */
+    accel_tensor *h = accel_add(w, accel_module_call(p[at[EMB_TYPE]], tt));
+    h = accel_add(h, pos ? accel_module_call(p[at[EMB_POS]], pos) : NULL); /* [B, T, C] + [B, T, C] or [T, C] */
+    h = accel_module_call(p[at[EMB_NORM]], h);
     return accel_dropout(h, c->hidden_dropout_prob, emb->training, NULL);
 }
 
@@ -441,8 +585,8 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
 }
 
 static bool checkpoint_layers(accel_module *m, bool enable) {
-    if (!is_root(m) && (!m || m->ops != &MODEL_OPS)) return false;
-    if (is_root(m)) m = m->children[ROOT_BERT];
+    if (!is_root(m) && !is_model(m)) return false;
+    if (is_root(m)) m = m->children[base_index(m->impl)];
     accel_module *layers = m->children[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children; i++) layers->children[i]->gradient_checkpointing = enable;
     return true;
@@ -451,8 +595,8 @@ static bool checkpoint_layers(accel_module *m, bool enable) {
 const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype, NULL};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
-    if (is_root(m)) return m->children[ROOT_BERT];
-    if (m && m->ops == &MODEL_OPS) return m;
+    if (is_root(m)) return m->children[base_index(m->impl)];
+    if (is_model(m)) return m;
     accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: not a model built by accel_bert_new (%s)", fn,
                     m ? m->ops->type_name : "NULL");
     return NULL;
@@ -465,7 +609,10 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
     if (!check_ids(fn, "ids", ids, NULL) || (tt && !check_ids(fn, "token_type_ids", tt, ids)) ||
         (am && !check_ids(fn, "attention_mask", am, ids)))
         return NULL;
-    if (ids->shape[1] > c->max_position_embeddings) {
+    /* BERT's positions are 0 .. T - 1, RoBERTa's counted from the ids */
+    const int64_t *positions = is_roberta(c) ? roberta_positions(ids, c, fn) : NULL;
+    if (is_roberta(c) && !positions) return NULL;
+    if (!is_roberta(c) && ids->shape[1] > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: %lld positions, more than max_position_embeddings (%lld)", fn,
                         (long long)ids->shape[1], (long long)c->max_position_embeddings);
         return NULL;
@@ -478,12 +625,12 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
         return NULL;
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
-    h = h ? embeddings_forward(p[MODEL_EMB], h, tt, c) : NULL;
+    h = h ? embeddings_forward(p[MODEL_EMB], h, tt, positions, c) : NULL;
     accel_module *layers = p[MODEL_ENCODER]->children[0];
     for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
     if (h && pooled && model->n_children <= MODEL_POOLER) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model has no pooler (a %s is built without one): pass NULL "
-                        "for pooled", fn, accel_bert_head_name(c->head));
+                        "for pooled", fn, accel_bert_class_name(c->model_type, c->head));
         h = NULL;
     } else if (h && pooled) {
         /* tanh(dense(h[:, 0])): the [CLS] position */
@@ -503,28 +650,31 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
 
 /* The head of one of the public functions (fn) run on m's encoder, inside
  * the root's hooks (the Accelerator's autocast, a dispatch's return to the
- * ids' device): sequence classification's logits [B, L] from the pooler's
- * output, token classification's [B, T, L] from every position, question
- * answering's qa_outputs [B, T, 2] (split by the caller). A model of another
- * head is refused naming both. */
+ * ids' device): sequence classification's logits [B, L] from BERT's pooler's
+ * output (RoBERTa's classifier takes the hidden states), token
+ * classification's [B, T, L] from every position, question answering's
+ * qa_outputs [B, T, 2] (split by the caller). A model of another head is
+ * refused naming both. */
 static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_tensor *ids, accel_tensor *tt,
                                   accel_tensor *am, const char *fn) {
-    if (!is_root(m) || m->ops != &ROOT_OPS[want]) {
+    int t = type_of(m, -1);
+    if (t < 0 || m->ops != &ROOT_OPS[t][want]) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is %s%s, not a %s built by accel_bert_new", fn,
-                        is_root(m) ? "a " : "", m ? m->ops->type_name : "NULL", ROOT_OPS[want].type_name);
+                        t >= 0 ? "a " : "", m ? m->ops->type_name : "NULL", ROOT_OPS[t >= 0 ? t : 0][want].type_name);
         return NULL;
     }
     const accel_bert_config *c = m->impl;
     accel_tensor *x = ids;
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
-    bool seq = want == ACCEL_BERT_SEQUENCE_CLASSIFICATION;
+    bool pooled_head = want == ACCEL_BERT_SEQUENCE_CLASSIFICATION && !is_roberta(c);
     accel_tensor *pooled = NULL;
-    accel_tensor *h = x ? encode(m->children[ROOT_BERT], x, tt, am, seq ? &pooled : NULL, fn) : NULL;
-    accel_tensor *y = seq ? (h ? pooled : NULL) : h;
-    /* the classifiers' dropout (question answering and the masked LM have none) */
+    accel_tensor *h = x ? encode(m->children[base_index(c)], x, tt, am, pooled_head ? &pooled : NULL, fn) : NULL;
+    accel_tensor *y = pooled_head ? (h ? pooled : NULL) : h;
+    /* the classifiers' dropout (question answering and the masked LM have none; RoBERTa's sequence classifier
+     * has its own) */
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    if (y && want <= ACCEL_BERT_TOKEN_CLASSIFICATION) y = accel_dropout(y, p, m->training, NULL);
-    if (y) y = accel_module_call(m->children[ROOT_HEAD], y);
+    if (y && (pooled_head || want == ACCEL_BERT_TOKEN_CLASSIFICATION)) y = accel_dropout(y, p, m->training, NULL);
+    if (y) y = accel_module_call(m->children[1 - base_index(c)], y);
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
 }
 
@@ -652,21 +802,38 @@ accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tenso
  * [B, T, 2] for question answering. */
 static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
     const accel_bert_config *c = m->impl;
-    return head_forward(m, c->head, ids, NULL, NULL, ROOT_OPS[c->head].type_name);
+    return head_forward(m, c->head, ids, NULL, NULL, m->ops->type_name);
 }
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
-    return encode(m, ids, NULL, NULL, NULL, "BertModel");
+    return encode(m, ids, NULL, NULL, NULL, m->ops->type_name); /* "BertModel", "RobertaModel", ... */
 }
 
 /* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
  * embeddings' rows plus predictions.bias), predictions inside its hooks (it
- * holds the bias: a ZeRO-3 unit of its own, say). */
+ * holds the bias: a ZeRO-3 unit of its own, say). RobertaLMHead (its hooks
+ * ran: the root's module call): dense, GELU (erf, whatever hidden_act
+ * says), layer_norm, decoder (word embeddings' rows plus lm_head.bias). */
 static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
     const accel_bert_config *c = cls->impl;
+    accel_module **lm = cls->children;
+    if (is_roberta(c))
+        return accel_module_call(lm[LM_DECODER],
+                                 accel_module_call(lm[LM_NORM], accel_gelu(accel_module_call(lm[LM_DENSE], h), false)));
     accel_module *pred = cls->children[0], *t = pred->children[PRED_TRANSFORM];
     if (accel_module_enter(pred, &h) != ACCEL_OK) return NULL;
     accel_tensor *x = h ? accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh) : NULL;
     accel_tensor *y = accel_module_call(pred->children[PRED_DECODER], accel_module_call(t->children[OUT_NORM], x));
     return accel_module_exit(pred, &y) == ACCEL_OK ? y : NULL;
+}
+
+/* RobertaClassificationHead: h [B, T, C] -> logits [B, L]: the <s>
+ * position, dropout, dense, tanh, dropout, out_proj (the classifier
+ * dropout both times). */
+static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h) {
+    const accel_bert_config *c = head->impl;
+    double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+    accel_tensor *x = accel_dropout(accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1), p, head->training, NULL);
+    x = accel_dropout(accel_tanh(accel_module_call(head->children[CLS_DENSE], x)), p, head->training, NULL);
+    return accel_module_call(head->children[CLS_OUT_PROJ], x);
 }
