@@ -963,12 +963,15 @@ static void outer_step(ledger *l) {
     /* the embedding's backward adds into its weight's gradient */
 }
 
-/* Whether decoder layer i attends through explicit scores in a training step
- * of T positions (src/nn/llama.c attention_body): its window bites, scores
- * are soft-capped, or GPT-2's attention dropout acts. */
-static bool explicit_layer(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
-    return (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) || (a->score_softcap && c->attn_logit_softcapping > 0) ||
-           (a->dropouts && c->attn_pdrop > 0);
+/* Why decoder layer i attends through explicit scores in a training step of
+ * T positions (src/nn/llama.c attention_body): its window bites, scores are
+ * soft-capped, or GPT-2's or Phi's attention dropout acts; NULL where the
+ * fused attention runs it. */
+static const char *explicit_reason(const accel_llama_config *c, const accel__arch *a, int64_t i, int64_t T) {
+    if (a->score_softcap && c->attn_logit_softcapping > 0) return "attention soft-capping";
+    if (a->dropouts && c->attn_pdrop > 0) return "attention dropout";
+    if (accel__arch_layer_windowed(a, c, i) && T > c->sliding_window) return "a sliding window shorter than seq_len";
+    return NULL;
 }
 
 /* Context parallelism's ranks into d (after tp's): this rank's 2c = T / cp
@@ -991,13 +994,12 @@ static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const a
                         (long long)(o->seq_len / cp), (long long)o->seq_len, cp, tp);
         return false;
     }
+    const char *why;
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
-        if (explicit_layer(cfg, a, i, o->seq_len)) {
+        if ((why = explicit_reason(cfg, a, i, o->seq_len))) {
             accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: layer %lld attends through explicit scores (%s), "
-                            "whose memory under context parallelism is not modelled here (the runtime runs it: measure a step)", FN, cp,
-                            (long long)i, a->score_softcap && cfg->attn_logit_softcapping > 0
-                                              ? "attention soft-capping"
-                                              : "a sliding window shorter than seq_len");
+                            "whose memory under context parallelism is not modelled here (the runtime runs it: "
+                            "measure a step)", FN, cp, (long long)i, why);
             return false;
         }
     d->cp = cp, d->a2a = o->cp_alltoall;
@@ -1295,7 +1297,7 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     ledger lf[LAYER_KINDS], lb[LAYER_KINDS], outer = {&k, &d, &f, 0, 0};
     double count[LAYER_KINDS] = {0};
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
-        count[explicit_layer(cfg, a, i, o->seq_len) + 2 * accel__arch_layer_sparse(a, cfg, i)]++;
+        count[(explicit_reason(cfg, a, i, o->seq_len) != NULL) + 2 * accel__arch_layer_sparse(a, cfg, i)]++;
     for (int e = 0; e < LAYER_KINDS; e++) {
         lf[e] = lb[e] = (ledger){&k, &d, &f, 0, 0};
         if (count[e] > 0) layer_step(&lf[e], &lb[e], e & 1, e & 2);
