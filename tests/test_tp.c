@@ -341,6 +341,26 @@ static void test_tied(accel_pg *pg, int world) {
     accel_tensor_free(ids), accel_tensor_free(labels);
 }
 
+/* Two column-parallel Linears sharing weight and bias: both cut once, the
+ * same slices on both (the bias was cut a second time: "does not fit the
+ * slice", the model left half cut). */
+static void test_tied_bias(accel_pg *pg, int rank, int world) {
+    accel_module *m = accel_module_new(&MLP_OPS, NULL);
+    CHECK(accel_module_add_child(m, "a", accel_linear_new(4, 8, true, ACCEL_CPU_DEVICE, ACCEL_F32)) &&
+          accel_module_add_child(m, "b", accel_linear_new(4, 8, true, ACCEL_CPU_DEVICE, ACCEL_F32)));
+    CHECK(accel_module_tie(m, "b.weight", "a.weight") == ACCEL_OK && accel_module_tie(m, "b.bias", "a.bias") == ACCEL_OK);
+    float whole[8], got[8];
+    accel_to_floats(accel_module_get_tensor(m, "a.bias"), whole);
+    accel_tp_plan_entry plan[] = {{"a", ACCEL_TP_COLWISE, false}, {"b", ACCEL_TP_COLWISE, false}};
+    CHECK_MSG(accel_module_parallelize(m, plan, 2, pg) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor *ab = accel_module_get_tensor(m, "a.bias");
+    CHECK(ab == accel_module_get_tensor(m, "b.bias") && ab->shape[0] == 8 / world);
+    CHECK(accel_module_get_tensor(m, "a.weight")->shape[0] == 8 / world);
+    accel_to_floats(ab, got);
+    CHECK(!memcmp(got, whole + rank * (8 / world), sizeof(float) * (size_t)(8 / world)));
+    accel_module_free(m);
+}
+
 static int body(int rank, int world) {
     if (accel_dist_init() != ACCEL_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
@@ -352,6 +372,7 @@ static int body(int rank, int world) {
     test_step_memory(pg, rank, world);
     test_user_model(pg, rank, world);
     test_tied(pg, world);
+    test_tied_bias(pg, rank, world);
     accel_dist_finalize();
     return check_summary();
 }

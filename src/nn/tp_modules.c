@@ -368,10 +368,11 @@ static accel_status check_one(accel_module *m, accel_tp_style style, const accel
 
 /* Makes m (checked) the style's module; cut_w: its weight is replaced by
  * this rank's slice, else it already is that slice (a tied tensor cut by
- * another module); a COLWISE bias is cut either way; replicated rows stay
- * whole. */
+ * another module); cut_b: likewise a COLWISE bias, which may be whole where
+ * its weight is not (Phi's lm_head, tied to embed_tokens, has a bias of its
+ * own); replicated rows stay whole. */
 static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *pg, const accel__tp_parts *parts,
-                              bool cut_w, bool sp, bool inner) {
+                              bool cut_w, bool cut_bias, bool sp, bool inner) {
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     bool conv1d = is_conv1d(m);
     tp_impl *t = accel_malloc(sizeof *t);
@@ -379,9 +380,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
                    .sp = sp, .inner = inner, .pad = style == ACCEL_TP_VOCAB_EMBEDDING ? accel__embedding_padding_idx(m) : -1};
     if (style != ACCEL__TP_REPLICA_ROWS) {
-        /* a COLWISE bias is the module's own: cut also where its weight, tied,
-         * was cut by another module (Phi's lm_head beside embed_tokens) */
-        bool cut_b = b && style == ACCEL_TP_COLWISE;
+        bool cut_b = b && style == ACCEL_TP_COLWISE && cut_bias;
         accel_tp_slice bs = t->w;
         bs.dim = 0;
         accel_tensor *nw = cut_w ? accel__tp_cut(w, &t->w) : NULL;
@@ -411,7 +410,7 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
     if (inner && style == ACCEL_TP_ROWWISE && accel__module_tensor(m, "bias"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a row-parallel Linear with a bias inside a "
                                "tensor-parallel region is not implemented", path);
-    return apply_one(m, style, pg, parts, true, sp, inner);
+    return apply_one(m, style, pg, parts, true, true, sp, inner);
 }
 
 accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) { return enter(m->impl, x); }
@@ -546,18 +545,24 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
         accel_module_path(w.mods[k], path, sizeof path);
         st = check_one(w.mods[k], plan[w.entry[k]].style, NULL, parts, path);
     }
-    /* a tied tensor is cut once: its second module finds it already this rank's slice */
-    accel_tensor **done = st == ACCEL_OK ? accel_calloc((size_t)w.n_mods + 1, sizeof *done) : NULL;
+    /* a tied tensor is cut once: its second module finds it already this
+     * rank's slice (done: each module's weight and bias after its cut) */
+    accel_tensor **done = st == ACCEL_OK ? accel_calloc(2 * (size_t)w.n_mods + 1, sizeof *done) : NULL;
     if (st == ACCEL_OK && !done) st = accel_last_status();
     for (int k = 0; k < w.n_mods && st == ACCEL_OK; k++) {
-        accel_tensor *wt = accel__module_tensor(w.mods[k], "weight");
-        bool cut_before = false;
-        for (int j = 0; j < k; j++) cut_before = cut_before || done[j] == wt;
+        accel_tensor *wt = accel__module_tensor(w.mods[k], "weight"), *bt = accel__module_tensor(w.mods[k], "bias");
+        bool cut_before = false, bias_cut_before = false;
+        for (int j = 0; j < 2 * k; j++) {
+            cut_before = cut_before || done[j] == wt;
+            bias_cut_before = bias_cut_before || (bt && done[j] == bt);
+        }
         accel_tp_style style = plan[w.entry[k]].style;
         int64_t size = wt->shape[split_dim(style, is_conv1d(w.mods[k]))] * (cut_before ? parts : 1);
         accel__tp_parts one = one_part(size, rank, parts);
-        st = apply_one(w.mods[k], style, pg, &one, !cut_before, plan[w.entry[k]].sequence_parallel, false);
-        done[k] = accel__module_tensor(w.mods[k], "weight");
+        st = apply_one(w.mods[k], style, pg, &one, !cut_before, !bias_cut_before, plan[w.entry[k]].sequence_parallel,
+                       false);
+        done[2 * k] = accel__module_tensor(w.mods[k], "weight");
+        done[2 * k + 1] = style == ACCEL_TP_COLWISE ? accel__module_tensor(w.mods[k], "bias") : NULL;
     }
     accel_free(done);
     accel_free(w.hits);
