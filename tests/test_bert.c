@@ -292,14 +292,19 @@ static void test_out_of_memory_named(void) {
     accel_module_free(m);
 }
 
-/* Dropout only while training: two training forwards differ, eval matches the fixture. */
+/* Dropout only while training: from_pretrained gives eval mode (the
+ * fixture's logits, as transformers' from_pretrained), two training
+ * forwards differ, eval again matches the fixture. */
 static void test_dropout_in_training_only(void) {
     accel_safetensors *st = open_expected();
     accel_module *m = accel_bert_from_pretrained(DIR, ACCEL_CPU_DEVICE);
     if (!m || !st) return;
     batch b = load_batch(st);
+    CHECK(!m->training);
+    check_logits(m, st, &b, "as loaded");
+    accel_module_train(m, true);
     float y1[9], y2[9];
-    accel_tensor *a = accel_bert_classify(m, b.ids, b.tt, b.mask); /* training: the default */
+    accel_tensor *a = accel_bert_classify(m, b.ids, b.tt, b.mask);
     accel_tensor *c = accel_bert_classify(m, b.ids, b.tt, b.mask);
     CHECK(a && c && accel_to_floats(a, y1) == ACCEL_OK && accel_to_floats(c, y2) == ACCEL_OK);
     CHECK(memcmp(y1, y2, sizeof y1) != 0);

@@ -224,7 +224,9 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
  * an error naming it. Checkpoint weights the model has no place for (another
  * head's: a sequence classifier's pooler loaded into a token classifier) are
  * not used, with a note on stderr. dir without weights: a randomly
- * initialised model of its config. With a device map, cpu or disk offload:
+ * initialised model of its config. The model is in eval mode, as
+ * transformers returns it (dropout off: accel_module_train(m, true) before
+ * training). With a device map, cpu or disk offload:
  * accel_bert_from_pretrained_dispatched (accel/bigmodel.h). */
 accel_module *accel_bert_from_pretrained(const char *dir, accel_device dev);
 /* The same with the head chosen by the caller whatever the config says,

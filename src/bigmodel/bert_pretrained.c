@@ -180,6 +180,7 @@ static accel_module *from_pretrained(const char *dir, int head, int64_t num_labe
     accel_bert_config cfg;
     if (!load_config(dir, head, num_labels, &cfg, fn)) return NULL;
     accel_module *m = accel_bert_new(&cfg, dev);
+    if (m) accel_module_train(m, false); /* transformers' from_pretrained returns model.eval() */
     if (!m || !has_weights(dir)) return m;
     accel_checkpoint *ck = accel_checkpoint_open(dir);
     if (!ck || load_weights(m, ck, dir) != ACCEL_OK) {
