@@ -467,6 +467,26 @@ static void test_positions_past_the_table(void) {
     accel_module_free(m);
 }
 
+/* Sequences of no token: the classifiers (RoBERTa's head, BERT's pooler)
+ * read the first position and refuse them, as transformers' index error;
+ * token-level heads give their empty outputs. */
+static void test_empty_sequences(void) {
+    const char *dirs[2] = {"data/hf_roberta_seq", "data/hf_bert_cls"};
+    for (int i = 0; i < 2; i++) {
+        accel_module *m = accel_bert_from_pretrained(dirs[i], ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "%s: %s", dirs[i], accel_last_error());
+        if (!m) continue;
+        accel_tensor *none = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){2, 0}, ACCEL_CPU_DEVICE);
+        CHECK(accel_bert_classify(m, none, NULL, NULL) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "ids [2, 0]: the classification reads the first position");
+        accel_tensor *y = accel_bert_mlm_logits(m, none, NULL, NULL);
+        CHECK_MSG(!y || (y->ndim == 3 && y->shape[1] == 0), "%s", accel_last_error());
+        accel_step_reset();
+        accel_tensor_free(none);
+        accel_module_free(m);
+    }
+}
+
 /* The defaults of each config class; a pad_token_id RoBERTa cannot count
  * positions from, refused naming it (config.json and the struct). */
 static void test_configs(void) {
@@ -542,6 +562,7 @@ int main(void) {
     RUN(test_bare_encoder_checkpoint);
     RUN(test_training_mode);
     RUN(test_positions_past_the_table);
+    RUN(test_empty_sequences);
     RUN(test_configs);
     rm_rf(g_tmp);
     return check_summary();

@@ -238,6 +238,8 @@ struct accel_tensor {
 
 int64_t accel_numel(const accel_tensor *t);
 size_t accel_nbytes(const accel_tensor *t);
+/* Row-major with no gaps (dims of size 1 take any stride); a tensor of no
+ * element always is, as torch's is_contiguous. */
 bool accel_is_contiguous(const accel_tensor *t);
 bool accel_same_shape(const accel_tensor *a, const accel_tensor *b);
 /* "[2, 3, 4]" into buf. */

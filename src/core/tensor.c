@@ -35,6 +35,8 @@ void accel__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) 
 
 bool accel_is_contiguous(const accel_tensor *t) {
     if (!t) return false;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true; /* no element to be out of place (torch's rule) */
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s) return false;

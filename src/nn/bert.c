@@ -172,6 +172,18 @@ const char *accel_bert_head_name(accel_bert_head head) { return accel_bert_class
 enum { K_MODEL, K_EMB, K_ENCODER, K_LAYER, K_ATTN, K_SELF, K_SELF_OUT, K_INTER, K_OUT, K_POOLER, K_MLM, K_PRED,
        K_TRANSFORM, K_CLS_HEAD, K_KINDS };
 static accel_tensor *mlm_forward(accel_module *head, accel_tensor *h);
+/* h[:, 0] of h [B, T, C]: the [CLS] / <s> position the pooler and the
+ * classification head read; T 0 (no first token) refused naming who (a
+ * slice of nothing squeezed would keep its [B, 0, C] shape). */
+static accel_tensor *first_token(accel_tensor *h, const char *who) {
+    if (h && h->shape[1] == 0) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: ids [%lld, 0]: the classification reads the first position, and a "
+                        "sequence of 0 tokens has none", who, (long long)h->shape[0]);
+        return NULL;
+    }
+    return h ? accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1) : NULL;
+}
+
 static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h);
 #define BODY(P)                                                                                                      \
     [K_MODEL] = {P "Model", model_forward, borrowed_impl}, [K_EMB] = {P "Embeddings", NULL, NULL},                 \
@@ -634,8 +646,8 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
         h = NULL;
     } else if (h && pooled) {
         /* tanh(dense(h[:, 0])): the [CLS] position */
-        accel_tensor *first = accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1);
-        *pooled = accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first));
+        accel_tensor *first = first_token(h, fn);
+        *pooled = first ? accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first)) : NULL;
         if (!*pooled) h = NULL;
     }
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
@@ -833,7 +845,8 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
 static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h) {
     const accel_bert_config *c = head->impl;
     double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    accel_tensor *x = accel_dropout(accel_squeeze(accel_slice(h, 1, 0, 1, 1), 1), p, head->training, NULL);
+    accel_tensor *x = first_token(h, head->ops->type_name);
+    x = x ? accel_dropout(x, p, head->training, NULL) : NULL;
     x = accel_dropout(accel_tanh(accel_module_call(head->children[CLS_DENSE], x)), p, head->training, NULL);
     return accel_module_call(head->children[CLS_OUT_PROJ], x);
 }
