@@ -377,6 +377,28 @@ static void test_errors(void) {
     accel_step_reset();
 }
 
+/* NULL per-dim arguments are torch's defaults (stride 1, a pool's its kernel; padding 0; dilation 1): the
+ * same result as spelled out (they were read through: a crash); a NULL kernel or output size is refused. */
+static void test_null_arguments(void) {
+    const int64_t one[2] = {1, 1}, zero[2] = {0, 0}, k2[2] = {2, 2};
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 6, 6)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(6, 2, 3, 3));
+    CHECK(accel_rng_normal_(accel_default_rng(), x, 0, 1) == ACCEL_OK);
+    CHECK(accel_rng_normal_(accel_default_rng(), w, 0, 1) == ACCEL_OK);
+    accel_tensor *pairs[][2] = {
+        {accel_conv2d(x, w, NULL, NULL, NULL, NULL, 2), accel_conv2d(x, w, NULL, one, zero, one, 2)},
+        {accel_max_pool2d(x, k2, NULL, NULL, NULL, false), accel_max_pool2d(x, k2, k2, zero, one, false)},
+        {accel_avg_pool2d(x, k2, NULL, NULL, false, true), accel_avg_pool2d(x, k2, k2, zero, false, true)},
+    };
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(pairs[i][0] && pairs[i][1], "case %d: %s", i, accel_last_error());
+        if (pairs[i][0] && pairs[i][1]) CHECK_FX("null arguments", pairs[i][0], pairs[i][1], 0, 0);
+    }
+    expect_error(accel_max_pool2d(x, NULL, NULL, NULL, NULL, false), "kernel size is NULL");
+    expect_error(accel_avg_pool2d(x, NULL, k2, zero, false, true), "kernel size is NULL");
+    expect_error(accel_adaptive_avg_pool2d(x, NULL), "output_size is NULL");
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_conv_vs_torch);
     RUN(test_pool_vs_torch);
@@ -386,6 +408,7 @@ int main(void) {
     RUN(test_autocast_meta_flatten);
     RUN(test_empty_convolutions);
     RUN(test_errors);
+    RUN(test_null_arguments);
     accel_thread_cleanup();
     return check_summary();
 }

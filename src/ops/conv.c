@@ -140,6 +140,15 @@ static bool arg_ok(const char *op, const char *what, const int64_t v[2], int64_t
 
 bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
                          const int64_t p[2], const int64_t d[2], bool ceil_mode, accel_k_window2d *win) {
+    static const int64_t ZERO[2] = {0, 0}, ONE[2] = {1, 1};
+    if (!k) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: kernel size is NULL", op);
+        return false;
+    }
+    /* NULL: torch's default (a pool's stride NULL, the kernel, is its caller's) */
+    s = s ? s : ONE;
+    p = p ? p : ZERO;
+    d = d ? d : ONE;
     if (!arg_ok(op, "kernel size", k, 1) || !arg_ok(op, "stride", s, 1) || !arg_ok(op, "padding", p, 0) ||
         !arg_ok(op, "dilation", d, 1))
         return false;

@@ -71,10 +71,11 @@ static bool pool_window(const char *op, accel_tensor *x, const int64_t kernel[2]
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
     if (!accel__window_check(op, H, W, kernel, stride ? stride : kernel, padding, dilation, ceil_mode, win))
         return false;
+    const int64_t pad[2] = {win->ph, win->pw}, ker[2] = {win->kh, win->kw};
     for (int d = 0; d < 2; d++)
-        if (padding[d] > kernel[d] / 2) {
+        if (pad[d] > ker[d] / 2) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: padding[%d] = %lld must be at most half the kernel size (%lld)",
-                            op, d, (long long)padding[d], (long long)kernel[d]);
+                            op, d, (long long)pad[d], (long long)ker[d]);
             return false;
         }
     return true;
@@ -106,6 +107,10 @@ accel_tensor *accel_adaptive_avg_pool2d(accel_tensor *x, const int64_t output_si
     accel_device dev;
     if (!planes_ok(OP, x, &dev)) return NULL;
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
+    if (!output_size) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: output_size is NULL", OP);
+        return NULL;
+    }
     if (output_size[0] < 1 || output_size[1] < 1 || H < 1 || W < 1) {
         accel_set_error(ACCEL_ERR_INVALID_ARG,
                         "%s: output_size (%lld, %lld) and the input's planes (%lld, %lld) must be >= 1", OP,
