@@ -361,6 +361,16 @@ static void test_errors(void) {
     expect_error(accel_avg_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(6, 6)), (int64_t[]){2, 2}, NULL, zero, false, true),
                  "got 2 dims");
     expect_error(accel_adaptive_avg_pool2d(x, (int64_t[]){0, 2}), "output_size (0, 2)");
+    /* an empty plane padded: its windows held no value (max -inf, avg 0 / 0); torch refuses it */
+    accel_tensor *flat = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 0, 6));
+    expect_error(accel_max_pool2d(flat, (int64_t[]){2, 2}, NULL, one, one, false), "empty dim 2");
+    expect_error(accel_avg_pool2d(flat, (int64_t[]){2, 2}, NULL, one, false, false), "empty dim 2");
+    expect_error(accel_adaptive_avg_pool2d(flat, (int64_t[]){1, 1}), "empty dim 2");
+    expect_error(accel_max_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 6, 6)), (int64_t[]){2, 2}, NULL, one, one, false),
+                 "empty dim 0");
+    accel_tensor *none = accel_max_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 4, 6, 6)), (int64_t[]){2, 2}, NULL,
+                                          one, one, false);
+    CHECK_MSG(none && none->shape[0] == 0 && none->shape[2] == 4, "%s", accel_last_error());
     /* batch norm */
     accel_tensor *rm = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4)), *r3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(3));
     expect_error(accel_batch_norm(x, rm, NULL, NULL, NULL, true, 0.1, 1e-5), "given together");

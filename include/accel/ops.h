@@ -196,7 +196,8 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
 accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
                                accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
                                double eps);
-/* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W]; stride NULL
+/* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W] (only N may
+ * be 0, as torch: the pools refuse other empty dims); stride NULL
  * means kernel; padding (each <= half the kernel size, as torch checks it,
  * dilation aside) pads with -inf;
  * ceil_mode rounds the output size up (a last window must start inside the
