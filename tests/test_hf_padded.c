@@ -270,6 +270,18 @@ static void test_generate_rules(void) {
     CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 0, 7, 1, 1}, 2, 4, &o, out, &cols) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "attention_mask[1][1] is 7");
     accel_clear_error();
+    /* the options' errors name the option and the function (they were "out would not fit in memory") */
+    int64_t all1[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK(accel_generate_batch(m, id, all1, 2, 4, &(accel_generate_opts){.max_new_tokens = 2, .do_sample = true,
+                                                                        .temperature = NAN}, out, &cols) ==
+          ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: `temperature` (=nan)");
+    CHECK(accel_generate_batch(m, id, all1, 2, 4, &(accel_generate_opts){.max_new_tokens = -1}, out, &cols) ==
+          ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: `max_new_tokens` (=-1) has to be a non-negative");
+    CHECK(accel_generate_batch(m, id, all1, INT64_MAX, 4, &o, out, &cols) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "out would not fit in memory");
+    accel_clear_error();
     accel_generate_opts bad_pad = {.max_new_tokens = 2, .has_eos = true, .eos_token_id = 1, .has_pad = true,
                                    .pad_token_id = 64};
     CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 2, 4, &bad_pad, out, &cols) != ACCEL_OK);

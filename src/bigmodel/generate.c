@@ -53,14 +53,18 @@ static accel_status check_sampling(const accel_generate_opts *o, const char *op)
 /* What NULL options mean: the zeroed struct (greedy, no new token). */
 static const accel_generate_opts NULL_OPTS;
 
-accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
-    if (!o) o = &NULL_OPTS;
+/* accel_generate_opts_check's checks, the errors naming op. */
+static accel_status check_opts(const accel_generate_opts *o, int64_t n_prompt, const char *op) {
     if (o->max_new_tokens < 0 || o->max_new_tokens > INT64_MAX / 16 - (n_prompt > 0 ? n_prompt : 0))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_generate: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
+                               "%s: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
                                "output buffer fits in memory",
-                               (long long)o->max_new_tokens);
-    return check_sampling(o, "accel_generate");
+                               op, (long long)o->max_new_tokens);
+    return check_sampling(o, op);
+}
+
+accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
+    return check_opts(o ? o : &NULL_OPTS, n_prompt, "accel_generate");
 }
 
 /* One token from host logits[n] (modified in place by the warpers). */
@@ -344,8 +348,10 @@ accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const
     if (!llama || !ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: needs a model, ids and attention_mask "
                                "[B > 0, T > 0], out and n_cols");
-    if (B > INT64_MAX / 16 / T || accel_generate_opts_check(opts, B * T) ||
-        opts->max_new_tokens > (INT64_MAX / 16 - B * T) / B)
+    /* the options' own errors name the option (a NaN temperature is no size) */
+    bool fits = B <= INT64_MAX / 16 / T;
+    if (fits && check_opts(opts, B * T, "accel_generate_batch")) return accel_last_status();
+    if (!fits || opts->max_new_tokens > (INT64_MAX / 16 - B * T) / B)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %lld rows of %lld ids and "
                                "`max_new_tokens` (=%lld): out would not fit in memory", (long long)B, (long long)T,
                                (long long)opts->max_new_tokens);
