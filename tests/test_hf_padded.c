@@ -279,6 +279,10 @@ static void test_generate_rules(void) {
     CHECK(accel_generate_batch(m, id, all1, 2, 4, &(accel_generate_opts){.max_new_tokens = -1}, out, &cols) ==
           ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: `max_new_tokens` (=-1) has to be a non-negative");
+    /* a pad's id is embedded too: named here (it was the embedding's "id -1 at position 4") */
+    CHECK(accel_generate_batch(m, (int64_t[]){5, 6, 7, 8, -1, 10, 11, 12}, (int64_t[]){1, 1, 1, 1, 0, 1, 1, 1}, 2, 4,
+                               &o, out, &cols) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "ids[1][0] is -1, outside [0, 64) (a pad's id is embedded too");
     CHECK(accel_generate_batch(m, id, all1, INT64_MAX, 4, &o, out, &cols) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "out would not fit in memory");
     accel_clear_error();

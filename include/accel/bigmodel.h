@@ -472,7 +472,8 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
 /* transformers' generate on a batch: ids and attention_mask [B, T] (host,
  * row-major; left-padded, as decoder-only models need: a row whose last
  * column is a pad, a row of pads only, a mask value other than 0/1 or an id
- * outside the vocabulary is ACCEL_ERR_INVALID_ARG). Position ids from the
+ * outside the vocabulary, a pad's too (every column is embedded), is
+ * ACCEL_ERR_INVALID_ARG). Position ids from the
  * mask (its cumulative sum - 1, 0 at the pads), then one more a step; every
  * step's forward takes the whole mask (a new column of ones a step) and the
  * KV cache. A row that generated eos_token_id (opts->has_eos) is finished:

@@ -324,10 +324,10 @@ static accel_status check_batch(const int64_t *ids, const int64_t *mask, int64_t
             if (m != 0 && m != 1)
                 return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: attention_mask[%lld][%lld] is "
                                        "%lld: it must hold 0 (a pad) or 1", (long long)b, (long long)t, (long long)m);
-            if (m && (id < 0 || id >= vocab))
+            if (id < 0 || id >= vocab) /* a pad's too: every column goes through the embedding */
                 return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: ids[%lld][%lld] is %lld, "
-                                       "outside [0, %lld)", (long long)b, (long long)t, (long long)id,
-                                       (long long)vocab);
+                                       "outside [0, %lld)%s", (long long)b, (long long)t, (long long)id,
+                                       (long long)vocab, m ? "" : " (a pad's id is embedded too: give the pad's)");
             ones += m;
         }
         if (!ones)
