@@ -409,6 +409,40 @@ static void test_null_arguments(void) {
     accel_step_reset();
 }
 
+/* A stride or dilation past INT32_MAX (torch takes them): the result of a small one with the same windows,
+ * gradients too (oneDNN refused the description, "invalid_arguments"). */
+static void test_huge_strides(void) {
+    accel_tensor *x = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2, 4, 5, 5), ACCEL_CPU_DEVICE);
+    accel_tensor *w = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(6, 2, 3, 3), ACCEL_CPU_DEVICE);
+    CHECK(accel_rng_normal_(accel_default_rng(), x, 0, 1) == ACCEL_OK);
+    CHECK(accel_rng_normal_(accel_default_rng(), w, 0, 1) == ACCEL_OK);
+    CHECK(accel_requires_grad_(x, true) == ACCEL_OK && accel_requires_grad_(w, true) == ACCEL_OK);
+    const int64_t huge[2] = {INT64_C(1) << 32, INT64_C(1) << 32}, five[2] = {5, 5};
+    accel_tensor *wk1 = accel_slice(accel_slice(w, 2, 1, 2, 1), 3, 1, 2, 1); /* [6, 2, 1, 1] */
+    struct {
+        accel_tensor *w;
+        const int64_t *stride, *dilation;
+    } cases[][2] = {{{w, huge, NULL}, {w, five, NULL}}, {{wk1, NULL, huge}, {wk1, NULL, NULL}}};
+    for (int i = 0; i < 2; i++) {
+        accel_tensor *gx[2] = {NULL, NULL}, *gw[2] = {NULL, NULL}, *y[2];
+        for (int j = 0; j < 2; j++) {
+            if (x->grad) CHECK(accel_zero_(x->grad) == ACCEL_OK);
+            if (w->grad) CHECK(accel_zero_(w->grad) == ACCEL_OK);
+            y[j] = accel_conv2d(x, cases[i][j].w, NULL, cases[i][j].stride, NULL, cases[i][j].dilation, 2);
+            CHECK_MSG(y[j] && accel_backward(accel_sum_all(accel_mul(y[j], y[j]))) == ACCEL_OK, "case %d: %s", i,
+                      accel_last_error());
+            gx[j] = x->grad ? accel_mul_scalar(x->grad, 1.0) : NULL; /* copies: the next backward adds to them */
+            gw[j] = w->grad ? accel_mul_scalar(w->grad, 1.0) : NULL;
+        }
+        CHECK_FX("huge stride: y", y[0], y[1], 1e-5, 1e-5); /* im2col's sums beside oneDNN's */
+        CHECK_FX("huge stride: dx", gx[0], gx[1], 1e-5, 1e-5);
+        CHECK_FX("huge stride: dw", gw[0], gw[1], 1e-5, 1e-5);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(w);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_conv_vs_torch);
     RUN(test_pool_vs_torch);
@@ -419,6 +453,7 @@ int main(void) {
     RUN(test_empty_convolutions);
     RUN(test_errors);
     RUN(test_null_arguments);
+    RUN(test_huge_strides);
     accel_thread_cleanup();
     return check_summary();
 }
