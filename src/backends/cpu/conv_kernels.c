@@ -126,10 +126,11 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
 
 /* The first output index o in [0, n) whose input index o s + off is >= 0,
  * and the first whose index is >= lim: taps inside the input are o in
- * [*lo, *hi). */
+ * [*lo, *hi). The ceilings as (v - 1) / s + 1: v + s - 1 wraps for a
+ * stride near INT64_MAX. */
 static void inside_range(int64_t n, int64_t s, int64_t off, int64_t lim, int64_t *lo, int64_t *hi) {
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t b = lim - off <= 0 ? 0 : (lim - off + s - 1) / s;
+    int64_t a = off >= 0 ? 0 : (-off - 1) / s + 1;
+    int64_t b = lim - off <= 0 ? 0 : (lim - off - 1) / s + 1;
     *lo = a < n ? a : n;
     *hi = b < n ? b : n;
     if (*hi < *lo) *hi = *lo;
