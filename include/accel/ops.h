@@ -191,8 +191,9 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
  * variance unbiased (exactly one value per channel refused, as torch; an
  * empty batch gives an empty result, the running stats untouched). Eval:
  * normalises with the running stats. Computed in f32; the result has x's
- * dtype (f32 under autocast, as the other norms). Differentiable in x,
- * weight and bias; the running stats are not. */
+ * dtype promoted with weight's and bias's (a bf16 x with f32 weights: f32;
+ * torch keeps x's), f32 under autocast, as the other norms. Differentiable
+ * in x, weight and bias; the running stats are not. */
 accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
                                accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
                                double eps);
