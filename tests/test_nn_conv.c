@@ -41,6 +41,15 @@ static void test_conv_init_and_names(void) {
           strstr(accel_last_error(), "multiples of groups (4)"));
     CHECK(!accel_conv1d_new(4, 6, 0, 1, 0, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&
           strstr(accel_last_error(), "kernel size 0"));
+    /* a failed constructor chained into its call: the cause is the message (it was "module is NULL") */
+    accel_clear_error();
+    CHECK(!accel_module_call(accel_conv2d_new(6, 8, (int64_t[]){0, 3}, NULL, NULL, NULL, 1, true, ACCEL_CPU_DEVICE,
+                                              ACCEL_F32),
+                             x));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv2d_new: kernel size 0 must be >= 1");
+    accel_clear_error();
+    CHECK(!accel_module_call(NULL, x)); /* nothing pending: named */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_call: module is NULL");
     accel_step_reset();
 }
 

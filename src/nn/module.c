@@ -452,8 +452,8 @@ accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enabl
 }
 
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
-    if (!m) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
+    if (!m) { /* a failed constructor's NULL: its error is the cause (the chain rule, docs/contract.md) */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
         return NULL;
     }
     if (!m->ops->forward) {
