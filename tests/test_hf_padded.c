@@ -176,6 +176,34 @@ static accel_tensor *ints(int64_t rows, int64_t cols, const int64_t *v) {
     return accel_from_data(ACCEL_I64, 2, (int64_t[]){rows, cols}, v);
 }
 
+/* A failed accel_llama_new chained into the forward, the loss or generation: the cause is the message (it
+ * was "accel_llama_config_of: not a causal LM"; the chain rule, docs/contract.md); nothing pending: named. */
+static void test_null_model_chain(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_llama_linear", &c) == ACCEL_OK);
+    c.vocab_size = -3;
+    accel_tensor *ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 4));
+    int64_t out[8], n, mask[2] = {1, 1};
+    for (int i = 0; i < 4; i++) {
+        accel_clear_error();
+        accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+        bool failed = i == 0   ? !accel_llama_forward(m, ids, NULL)
+                      : i == 1 ? !accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids})
+                      : i == 2 ? accel_generate(m, (int64_t[]){1, 2}, 2, NULL, out, &n) != ACCEL_OK
+                               : accel_generate_batch(m, (int64_t[]){1, 2}, mask, 1, 2, NULL, out, &n) != ACCEL_OK;
+        CHECK_MSG(!m && failed && strstr(accel_last_error(), "accel_llama_new: sizes must be positive"), "case %d: %s", i,
+                  accel_last_error());
+    }
+    accel_clear_error();
+    CHECK(!accel_llama_forward(NULL, ids, NULL));
+    CHECK_STR_CONTAINS(accel_last_error(), "not a causal LM");
+    accel_clear_error();
+    CHECK(accel_generate_batch(NULL, (int64_t[]){1, 2}, mask, 1, 2, NULL, out, &n) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: the model is NULL");
+    accel_clear_error();
+    accel_step_reset();
+}
+
 /* Bad masks refused by name; NULL and all-ones masks are accel_llama_forward bit for bit. */
 static void test_refusals(void) {
     accel_module *m = load("data/hf_arch_mistral");
@@ -478,6 +506,7 @@ int main(void) {
     RUN(test_offload_bf16);
     RUN(test_example_batch);
     RUN(test_refusals);
+    RUN(test_null_model_chain);
     RUN(test_host_pad);
     RUN(test_generate_rules);
     return check_summary();

@@ -214,7 +214,9 @@ static bool regenerate_past(const accel_llama_config *c, const accel__arch *a, c
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
     if (!opts) opts = &NULL_OPTS;
-    if (!llama || !prompt || n_prompt <= 0 || !out || !n_out)
+    if (!llama) /* a failed load's NULL: its error is the cause */
+        return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_generate: the model is NULL");
+    if (!prompt || n_prompt <= 0 || !out || !n_out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_generate: needs a model, a non-empty prompt, out and n_out");
     if (accel_generate_opts_check(opts, n_prompt)) return accel_last_status();
@@ -345,7 +347,9 @@ static accel_status check_batch(const int64_t *ids, const int64_t *mask, int64_t
 accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const int64_t *attention_mask, int64_t B,
                                   int64_t T, const accel_generate_opts *opts, int64_t *out, int64_t *n_cols) {
     if (!opts) opts = &NULL_OPTS;
-    if (!llama || !ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
+    if (!llama) /* a failed load's NULL: its error is the cause */
+        return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: the model is NULL");
+    if (!ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: needs a model, ids and attention_mask "
                                "[B > 0, T > 0], out and n_cols");
     /* the options' own errors name the option (a NaN temperature is no size) */
