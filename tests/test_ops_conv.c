@@ -354,6 +354,15 @@ static void test_errors(void) {
                               NULL, 0, 0, 1, 1),
                  "stride[1] = 0");
     expect_error(accel_conv2d(NULL, w, NULL, one, zero, one, 2), "argument 1");
+    /* shapes as the caller gave them (they were the 4-D views: [2, 3, 1, 5] for a conv1d x [2, 3, 5]) */
+    expect_error(accel_conv1d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 5)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 2, 3)),
+                              NULL, 1, 0, 1, 1),
+                 "shapes [2, 3, 5] and [4, 2, 3] do not fit (x has 3 channels");
+    expect_error(accel_conv1d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 5)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 3, 3)),
+                              accel_zeros(ACCEL_F32, ACCEL_SHAPE(5)), 1, 0, 1, 1),
+                 "shapes [4, 3, 3] and [5] do not fit (bias");
+    expect_error(accel_conv2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 6, 6)), w, NULL, one, zero, one, 1),
+                 "shapes [4, 6, 6] and [6, 2, 3, 3] do not fit (x has 4 channels");
     /* pools */
     expect_error(accel_max_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){0, 2}, zero, one, false), "stride[0] = 0");
     expect_error(accel_max_pool2d(x, (int64_t[]){2, 2}, NULL, (int64_t[]){2, 0}, one, false), "at most half");

@@ -220,16 +220,18 @@ static bool conv2d_im2col(const conv_saved *s, accel_tensor *ux, accel_tensor *u
     return true;
 }
 
-/* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]. */
-static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w, accel_tensor *b, const int64_t stride[2],
-                               const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
+/* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]; shape errors show the caller's x and w, as
+ * given (shown: not the 4-D views conv1d and an unbatched x make). */
+static accel_tensor *conv2d_4d(const char *OP, accel_tensor *const shown[2], accel_tensor *x, accel_tensor *w,
+                               accel_tensor *b, const int64_t stride[2], const int64_t padding[2],
+                               const int64_t dilation[2], int64_t groups) {
     accel_tensor *in[3] = {x, w, b};
     accel_device dev;
     if (!accel__op_begin_opt(OP, 3, in, 4u, &dev)) return NULL;
     int dt = accel__mm_dtype(OP, 3, in);
     if (dt < 0) return NULL;
     if (w->ndim != 4) {
-        accel__shape_error2(OP, x, w, "do not fit (weight must be [out, in / groups, kh, kw])");
+        accel__shape_error2(OP, shown[0], shown[1], "do not fit (weight must be [out, in / groups, kh, kw])");
         return NULL;
     }
     int64_t N = x->shape[0], C = x->shape[1], O = w->shape[0];
@@ -244,11 +246,11 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
         char why[128];
         snprintf(why, sizeof why, "do not fit (x has %lld channels, weight expects %lld = %lld x %lld groups)",
                  (long long)C, (long long)(w->shape[1] * groups), (long long)w->shape[1], (long long)groups);
-        accel__shape_error2(OP, x, w, why);
+        accel__shape_error2(OP, shown[0], shown[1], why);
         return NULL;
     }
     if (b && (b->ndim != 1 || b->shape[0] != O)) {
-        accel__shape_error2(OP, w, b, "do not fit (bias must be [out])");
+        accel__shape_error2(OP, shown[1], b, "do not fit (bias must be [out])");
         return NULL;
     }
     conv_saved s = {.N = N, .C = C, .O = O, .G = groups};
@@ -285,8 +287,8 @@ accel_tensor *accel_conv2d(accel_tensor *x, accel_tensor *w, accel_tensor *b, co
         accel__shape_error2(OP, x, w, "do not fit (x must be [N, C, H, W] or [C, H, W])");
         return NULL;
     }
-    if (x->ndim == 4) return conv2d_4d(OP, x, w, b, stride, padding, dilation, groups);
-    return accel_squeeze(conv2d_4d(OP, accel_unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
+    if (x->ndim == 4) return conv2d_4d(OP, xw, x, w, b, stride, padding, dilation, groups);
+    return accel_squeeze(conv2d_4d(OP, xw, accel_unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
 }
 
 accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, int64_t stride, int64_t padding,
@@ -302,7 +304,7 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
     /* [N, C, L] as [N, C, 1, L]: a 1-row image, a 1-row kernel */
     bool batched = x->ndim == 3;
     accel_tensor *x4 = accel_unsqueeze(batched ? x : accel_unsqueeze(x, 0), 2);
-    accel_tensor *y = conv2d_4d(OP, x4, accel_unsqueeze(w, 2), b, (int64_t[]){1, stride}, (int64_t[]){0, padding},
+    accel_tensor *y = conv2d_4d(OP, xw, x4, accel_unsqueeze(w, 2), b, (int64_t[]){1, stride}, (int64_t[]){0, padding},
                                 (int64_t[]){1, dilation}, groups);
     y = accel_squeeze(y, 2);
     return batched ? y : accel_squeeze(y, 0);
