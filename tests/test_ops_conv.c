@@ -453,6 +453,25 @@ static void test_huge_strides(void) {
     accel_step_reset();
 }
 
+/* Under ceil_mode a window may overhang the padded input by less than the stride, as torch's output size
+ * (its ceil) allows: F.avg_pool2d / max_pool2d's values (they were refused as "larger than the padded input"). */
+static void test_ceil_mode_overhang(void) {
+    accel_tensor *row = accel_from_floats(ACCEL_SHAPE(1, 1, 1, 3), (float[]){1, 2, 3});
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 1, 2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    const int64_t k3[2] = {3, 3};
+    accel_tensor *got[3] = {accel_avg_pool2d(row, k3, k3, NULL, true, true),
+                            accel_max_pool2d(row, k3, k3, NULL, NULL, true),
+                            accel_max_pool2d(x, k3, (int64_t[]){4, 2}, (int64_t[]){1, 1}, (int64_t[]){2, 1}, true)};
+    accel_tensor *want[3] = {accel_from_floats(ACCEL_SHAPE(1, 1, 1, 1), (float[]){2}),
+                             accel_from_floats(ACCEL_SHAPE(1, 1, 1, 1), (float[]){3}),
+                             accel_from_floats(ACCEL_SHAPE(1, 1, 1, 2), (float[]){5, 6})};
+    for (int i = 0; i < 3; i++) CHECK_FX("ceil_mode overhang", got[i], want[i], 0, 0);
+    /* by the stride or more: torch's "Output size is too small"; without ceil_mode: any overhang */
+    expect_error(accel_max_pool2d(row, k3, (int64_t[]){2, 2}, NULL, NULL, true), "by the stride or more");
+    expect_error(accel_max_pool2d(row, k3, k3, NULL, NULL, false), "larger than the padded input");
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_conv_vs_torch);
     RUN(test_pool_vs_torch);
@@ -464,6 +483,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_null_arguments);
     RUN(test_huge_strides);
+    RUN(test_ceil_mode_overhang);
     accel_thread_cleanup();
     return check_summary();
 }

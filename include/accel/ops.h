@@ -166,10 +166,12 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
  * ({H, W}); NULL is torch's default (stride 1, a pool's its kernel; padding
  * 0; dilation 1; a NULL kernel or output size is refused); a bad one (stride
  * or dilation < 1, padding < 0, groups not dividing the channels, a kernel
- * larger than the padded input) is an error naming it. Implemented on the CPU (and the hostless test devices); on
- * another device they fail with "kernel <name> is not implemented on
- * <device>", except a 1x1, stride-1, unpadded convolution, which needs no
- * im2col: its GEMMs run on any device with them (not run on a GPU yet). */
+ * larger than the padded input: a pool's under ceil_mode by the stride or
+ * more, as torch) is an error naming it. Implemented on the CPU (and the
+ * hostless test devices); on another device they fail with "kernel <name>
+ * is not implemented on <device>", except a 1x1, stride-1, unpadded
+ * convolution, which needs no im2col: its GEMMs run on any device with them
+ * (not run on a GPU yet). */
 
 /* torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched [C, H, W]),
  * w [O, C / groups, kh, kw], b [O] or NULL -> [N, O, Ho, Wo] with

@@ -166,17 +166,21 @@ bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2
                             op, i, (long long)k[i], (long long)d[i], (long long)p[i], (long long)in[i]);
             return false;
         }
-        if (span > padded) {
+        /* ceil_mode: torch's ceil((padded - span) / s) + 1 windows, so one window that overhangs the padded
+         * input by less than the stride (the pooling kernels cut it there) */
+        bool overhang = span > padded && ceil_mode && span - padded < s[i];
+        if (span > padded && !overhang) {
             accel_set_error(ACCEL_ERR_SHAPE,
                             "%s: kernel size %lld (dilated: %lld) is larger than the padded input's dim %d "
-                            "(%lld + 2 * %lld)",
-                            op, (long long)k[i], (long long)span, i, (long long)in[i], (long long)p[i]);
+                            "(%lld + 2 * %lld)%s",
+                            op, (long long)k[i], (long long)span, i, (long long)in[i], (long long)p[i],
+                            ceil_mode ? " by the stride or more" : "");
             return false;
         }
-        int64_t o = (padded - span) / s[i] + 1, last;
+        int64_t o = overhang ? 1 : (padded - span) / s[i] + 1, last;
         /* ceil_mode: one more window where a part of the input is left,
          * unless it would start in the right padding */
-        if (ceil_mode && (padded - span) % s[i] &&
+        if (ceil_mode && !overhang && (padded - span) % s[i] &&
             !(__builtin_mul_overflow(o, s[i], &last) || last >= in[i] + p[i]))
             o++;
         out[i] = o;
