@@ -202,6 +202,15 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const batch
                   : o->has_eos        ? o->eos_token_id
                   : c.n_eos_token_ids ? c.eos_token_ids[0]
                                       : 0;
+    /* the pad is embedded (prompts' pads, finished rows' tokens): name where it came from */
+    if (!rc && (pad < 0 || pad >= c.vocab_size)) {
+        const char *from = c.pad_token_id >= 0 ? "pad_token_id"
+                           : o->has_eos        ? "--eos: the config has no pad_token_id"
+                                               : "eos_token_id";
+        fprintf(stderr, "generate: the pad id %lld (%s) is outside the vocabulary [0, %lld)\n", (long long)pad, from,
+                (long long)c.vocab_size);
+        rc = 2;
+    }
     int64_t cells = (int64_t)B * (T + o->max_new_tokens), cols = 0;
     int64_t *ids = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
             *mask = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),

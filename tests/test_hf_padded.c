@@ -430,6 +430,14 @@ static void test_example_batch(void) {
     out[got] = 0;
     CHECK(p && pclose(p) != 0);
     CHECK_STR_CONTAINS(out, "'nosuch'");
+    /* --eos is the pad where the config has none: an id outside the vocabulary is named as the user's (it read
+     * "pad_token_id -1 is outside the vocabulary") */
+    snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --ids 1,2 --ids 3 --eos -1 --new-tokens 2 2>&1", gen);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "the pad id -1 (--eos: the config has no pad_token_id) is outside the vocabulary");
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(g), accel_tensor_free(e);
     accel_safetensors_close(st);
 }
