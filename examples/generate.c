@@ -349,7 +349,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "generate: --ids: more than %d ids\n", MAX_PROMPT);
         return 2;
     }
-    if (n_prompt < 0) return usage();
+    if (n_prompt <= 0) { /* as a batch's: an empty list is no prompt (it read "accel_generate: needs a model...") */
+        fprintf(stderr, "generate: --ids '%s': not a list of 1 to %d ids\n", ids_s, MAX_PROMPT);
+        return 2;
+    }
     if (accel_generate_opts_check(&o, n_prompt) != ACCEL_OK) { /* before the (slow) load */
         fprintf(stderr, "generate: %s\n", accel_last_error());
         return 2;

@@ -438,6 +438,13 @@ static void test_example_batch(void) {
     out[got] = 0;
     CHECK(p && pclose(p) != 0);
     CHECK_STR_CONTAINS(out, "the pad id -1 (--eos: the config has no pad_token_id) is outside the vocabulary");
+    /* one empty --ids: named as a batch's (it read "accel_generate: needs a model, a non-empty prompt, ...") */
+    snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --ids '' --new-tokens 2 2>&1", gen);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "--ids '': not a list of 1 to 256 ids");
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(g), accel_tensor_free(e);
     accel_safetensors_close(st);
 }
