@@ -65,7 +65,8 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
  * converts before accel_accelerator_prepare expects; not distributed (no
  * accel_dist_init), plain BatchNorm. Under tensor or pipeline parallelism
  * pass the ranks that hold different batches: accel_accelerator_dp_group
- * (it must outlive every training forward: the accelerator frees it).
+ * (it must outlive every training forward and the backward through it, which
+ * all-reduces over it: the accelerator frees it).
  * Converting again binds the new group. Call it before prepare, as torch.
  * NULL m: an error. */
 accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg);
