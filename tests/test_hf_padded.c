@@ -204,6 +204,31 @@ static void test_null_model_chain(void) {
     accel_step_reset();
 }
 
+/* accel_generate's prompt_logits: any shape of vocab elements takes the logits (a [8, 8] failed in accel_copy_
+ * after the forward, "destination shape [8, 8] != source shape [64]"); an integer tensor is refused before (it
+ * took them truncated, silently). */
+static void test_prompt_logits(void) {
+    accel_module *m = load("data/hf_arch_llama_linear");
+    CHECK(m != NULL);
+    if (!m) return;
+    accel_tensor *flat = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
+    accel_tensor *square = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){8, 8}, ACCEL_CPU_DEVICE);
+    accel_tensor *ints64 = accel_tensor_new(ACCEL_I64, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
+    int64_t out[8], n;
+    accel_generate_opts o = {.max_new_tokens = 2, .prompt_logits = flat};
+    CHECK(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_OK);
+    o.prompt_logits = square;
+    CHECK_MSG(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(same_bits(flat, square));
+    o.prompt_logits = ints64;
+    CHECK(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits int64 [64]: expected a contiguous float tensor of 64");
+    accel_clear_error();
+    accel_tensor_free(flat), accel_tensor_free(square), accel_tensor_free(ints64);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
 /* Bad masks refused by name; NULL and all-ones masks are accel_llama_forward bit for bit. */
 static void test_refusals(void) {
     accel_module *m = load("data/hf_arch_mistral");
@@ -522,6 +547,7 @@ int main(void) {
     RUN(test_example_batch);
     RUN(test_refusals);
     RUN(test_null_model_chain);
+    RUN(test_prompt_logits);
     RUN(test_host_pad);
     RUN(test_generate_rules);
     return check_summary();

@@ -448,8 +448,9 @@ typedef struct accel_generate_opts {
      * pad_token_id); without it eos_token_id, as transformers pads */
     bool has_pad;
     int64_t pad_token_id;
-    accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device,
-                                  * float dtype): gets the logits at the prompt's last position
+    accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device and
+                                  * shape, float dtype, contiguous; else refused before the
+                                  * forward): gets the logits at the prompt's last position
                                   * (accel_generate only: accel_generate_batch refuses it) */
 } accel_generate_opts;
 

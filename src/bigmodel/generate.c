@@ -195,7 +195,8 @@ static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv
                           : NULL;
     accel_tensor *row = y ? last_logits(y, vocab) : NULL;
     if (!row) return accel_last_status();
-    if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)
+    /* [V] into the caller's tensor of V elements, any shape (checked contiguous: a view of it) */
+    if (first && opts->prompt_logits && accel_copy_(accel_reshape(opts->prompt_logits, 1, &vocab), row) != ACCEL_OK)
         return accel_last_status();
     return accel_to_floats(row, buf);
 }
@@ -229,12 +230,14 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
                                    (long long)prompt[i], (long long)i, (long long)vocab);
     memcpy(out, prompt, sizeof *out * (size_t)n_prompt);
     *n_out = n_prompt;
-    if (opts->prompt_logits && (!accel_tensor_check(opts->prompt_logits, "accel_generate", "prompt_logits") ||
-                                accel_numel(opts->prompt_logits) != vocab)) {
+    const accel_tensor *pl = opts->prompt_logits;
+    if (pl && !accel_tensor_check(pl, "accel_generate", "prompt_logits")) return accel_last_status();
+    /* an integer one took the logits truncated, silently; [8, 8] for 64 failed in accel_copy_ after the forward */
+    if (pl && (accel_numel(pl) != vocab || !accel_dtype_is_float(pl->dtype) || !accel_is_contiguous(pl))) {
         char b[64];
-        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: prompt_logits of shape %s, expected %lld elements",
-                               opts->prompt_logits ? accel_shape_str(opts->prompt_logits, b, sizeof b) : "?",
-                               (long long)vocab);
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: prompt_logits %s %s%s: expected a contiguous float "
+                               "tensor of %lld elements", accel_dtype_name(pl->dtype), accel_shape_str(pl, b, sizeof b),
+                               accel_is_contiguous(pl) ? "" : " (not contiguous)", (long long)vocab);
     }
     accel_device dev = ids_device(llama);
     accel_kv_cache *cache = accel_llama_kv_cache_new(llama, 1, n_prompt + opts->max_new_tokens, dev);
