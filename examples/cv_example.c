@@ -26,7 +26,9 @@
  * the main process, per epoch:
  *     epoch 0: 94.92 (this process's train loss 0.7903)
  */
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,17 +111,33 @@ static double evaluate(accel_accelerator *acc, accel_module *model, accel_datalo
     return accel_last_status() != ACCEL_OK ? -1 : total ? (double)right / (double)total : 0;
 }
 
+/* argv[i] (else dflt when i >= argc) read whole: false for "1e3" as an integer, "3e-3x", "" or a value out of
+ * range (atoi / atof took 1, 3e-3 and 0 silently). */
+static bool arg_int(int argc, char **argv, int i, long long dflt, long long *out) {
+    char *end;
+    errno = 0;
+    *out = i < argc ? strtoll(argv[i], &end, 10) : dflt;
+    return i >= argc || (end != argv[i] && !*end && !errno);
+}
+
+static bool arg_real(int argc, char **argv, int i, double dflt, double *out) {
+    char *end;
+    errno = 0;
+    *out = i < argc ? strtod(argv[i], &end) : dflt;
+    return i >= argc || (end != argv[i] && !*end && !errno);
+}
+
 int main(int argc, char **argv) {
     bool sync_bn = argc > 1 && !strcmp(argv[1], "--sync_bn");
     if (sync_bn) { /* the positional arguments follow it */
         argc--;
         argv++;
     }
-    int epochs = argc > 1 ? atoi(argv[1]) : 3;
-    double lr = argc > 2 ? atof(argv[2]) : 3e-3;
-    int batch = argc > 3 ? atoi(argv[3]) : 32;
-    long long seed = argc > 4 ? atoll(argv[4]) : 42;
-    if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
+    long long epochs = 0, batch = 0, seed = -1;
+    double lr = 0;
+    bool ok = arg_int(argc, argv, 1, 3, &epochs) && arg_real(argc, argv, 2, 3e-3, &lr) &&
+              arg_int(argc, argv, 3, 32, &batch) && arg_int(argc, argv, 4, 42, &seed) && argc <= 5;
+    if (!ok || epochs < 1 || epochs > INT32_MAX || !(lr > 0) || batch < 1 || batch > INT32_MAX || seed < 0) {
         fprintf(stderr, "usage: cv_example [--sync_bn] [EPOCHS=3] [LR=3e-3] [BATCH=32] [SEED=42]: EPOCHS and BATCH >= 1, "
                         "LR > 0, SEED >= 0\n");
         return 2;

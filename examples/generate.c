@@ -202,6 +202,15 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const batch
                   : o->has_eos        ? o->eos_token_id
                   : c.n_eos_token_ids ? c.eos_token_ids[0]
                                       : 0;
+    /* the pad is embedded (prompts' pads, finished rows' tokens): name where it came from */
+    if (!rc && (pad < 0 || pad >= c.vocab_size)) {
+        const char *from = c.pad_token_id >= 0 ? "pad_token_id"
+                           : o->has_eos        ? "--eos: the config has no pad_token_id"
+                                               : "eos_token_id";
+        fprintf(stderr, "generate: the pad id %lld (%s) is outside the vocabulary [0, %lld)\n", (long long)pad, from,
+                (long long)c.vocab_size);
+        rc = 2;
+    }
     int64_t cells = (int64_t)B * (T + o->max_new_tokens), cols = 0;
     int64_t *ids = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
             *mask = rc ? NULL : malloc(sizeof(int64_t) * (size_t)(B * T)),
@@ -340,7 +349,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "generate: --ids: more than %d ids\n", MAX_PROMPT);
         return 2;
     }
-    if (n_prompt < 0) return usage();
+    if (n_prompt <= 0) { /* as a batch's: an empty list is no prompt (it read "accel_generate: needs a model...") */
+        fprintf(stderr, "generate: --ids '%s': not a list of 1 to %d ids\n", ids_s, MAX_PROMPT);
+        return 2;
+    }
     if (accel_generate_opts_check(&o, n_prompt) != ACCEL_OK) { /* before the (slow) load */
         fprintf(stderr, "generate: %s\n", accel_last_error());
         return 2;

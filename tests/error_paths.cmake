@@ -24,3 +24,9 @@ add_test(NAME error_path_generate_max_memory_usage
                  ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --max-memory cpu)
 set_tests_properties(error_path_generate_max_memory_size error_path_generate_max_memory_usage PROPERTIES
                      ENVIRONMENT "${_lsan}")
+# cv_example's numbers read whole: atoi took "1e3" epochs as 1, atof "3e-3x" as 3e-3
+add_test(NAME error_path_cv_example_epochs
+         COMMAND ${_expect} 2 "usage: cv_example" $<TARGET_FILE:cv_example> 1e3)
+add_test(NAME error_path_cv_example_lr
+         COMMAND ${_expect} 2 "usage: cv_example" $<TARGET_FILE:cv_example> --sync_bn 1 3e-3x)
+set_tests_properties(error_path_cv_example_epochs error_path_cv_example_lr PROPERTIES ENVIRONMENT "${_lsan}")

@@ -168,7 +168,7 @@ static void test_generate_seeds_and_eos(void) {
     accel_clear_error();
     g.prompt_logits = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(5), ACCEL_CPU_DEVICE);
     CHECK(accel_generate(m, prompt, 3, &g, b, &n_b) == ACCEL_ERR_SHAPE);
-    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits of shape [5], expected 96 elements");
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits float32 [5]: expected a contiguous float tensor of 96 elements");
     accel_clear_error();
     accel_tensor_free(g.prompt_logits);
     accel_dispatched_free(d);

@@ -176,6 +176,59 @@ static accel_tensor *ints(int64_t rows, int64_t cols, const int64_t *v) {
     return accel_from_data(ACCEL_I64, 2, (int64_t[]){rows, cols}, v);
 }
 
+/* A failed accel_llama_new chained into the forward, the loss or generation: the cause is the message (it
+ * was "accel_llama_config_of: not a causal LM"; the chain rule, docs/contract.md); nothing pending: named. */
+static void test_null_model_chain(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_llama_linear", &c) == ACCEL_OK);
+    c.vocab_size = -3;
+    accel_tensor *ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 4));
+    int64_t out[8], n, mask[2] = {1, 1};
+    for (int i = 0; i < 4; i++) {
+        accel_clear_error();
+        accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+        bool failed = i == 0   ? !accel_llama_forward(m, ids, NULL)
+                      : i == 1 ? !accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids})
+                      : i == 2 ? accel_generate(m, (int64_t[]){1, 2}, 2, NULL, out, &n) != ACCEL_OK
+                               : accel_generate_batch(m, (int64_t[]){1, 2}, mask, 1, 2, NULL, out, &n) != ACCEL_OK;
+        CHECK_MSG(!m && failed && strstr(accel_last_error(), "accel_llama_new: sizes must be positive"), "case %d: %s", i,
+                  accel_last_error());
+    }
+    accel_clear_error();
+    CHECK(!accel_llama_forward(NULL, ids, NULL));
+    CHECK_STR_CONTAINS(accel_last_error(), "not a causal LM");
+    accel_clear_error();
+    CHECK(accel_generate_batch(NULL, (int64_t[]){1, 2}, mask, 1, 2, NULL, out, &n) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: the model is NULL");
+    accel_clear_error();
+    accel_step_reset();
+}
+
+/* accel_generate's prompt_logits: any shape of vocab elements takes the logits (a [8, 8] failed in accel_copy_
+ * after the forward, "destination shape [8, 8] != source shape [64]"); an integer tensor is refused before (it
+ * took them truncated, silently). */
+static void test_prompt_logits(void) {
+    accel_module *m = load("data/hf_arch_llama_linear");
+    CHECK(m != NULL);
+    if (!m) return;
+    accel_tensor *flat = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
+    accel_tensor *square = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){8, 8}, ACCEL_CPU_DEVICE);
+    accel_tensor *ints64 = accel_tensor_new(ACCEL_I64, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
+    int64_t out[8], n;
+    accel_generate_opts o = {.max_new_tokens = 2, .prompt_logits = flat};
+    CHECK(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_OK);
+    o.prompt_logits = square;
+    CHECK_MSG(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(same_bits(flat, square));
+    o.prompt_logits = ints64;
+    CHECK(accel_generate(m, (int64_t[]){5, 6, 7}, 3, &o, out, &n) == ACCEL_ERR_SHAPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "prompt_logits int64 [64]: expected a contiguous float tensor of 64");
+    accel_clear_error();
+    accel_tensor_free(flat), accel_tensor_free(square), accel_tensor_free(ints64);
+    accel_module_free(m);
+    accel_step_reset();
+}
+
 /* Bad masks refused by name; NULL and all-ones masks are accel_llama_forward bit for bit. */
 static void test_refusals(void) {
     accel_module *m = load("data/hf_arch_mistral");
@@ -269,6 +322,22 @@ static void test_generate_rules(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "row 1 of attention_mask has no 1");
     CHECK(accel_generate_batch(m, id, (int64_t[]){1, 1, 1, 1, 0, 7, 1, 1}, 2, 4, &o, out, &cols) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "attention_mask[1][1] is 7");
+    accel_clear_error();
+    /* the options' errors name the option and the function (they were "out would not fit in memory") */
+    int64_t all1[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK(accel_generate_batch(m, id, all1, 2, 4, &(accel_generate_opts){.max_new_tokens = 2, .do_sample = true,
+                                                                        .temperature = NAN}, out, &cols) ==
+          ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: `temperature` (=nan)");
+    CHECK(accel_generate_batch(m, id, all1, 2, 4, &(accel_generate_opts){.max_new_tokens = -1}, out, &cols) ==
+          ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_generate_batch: `max_new_tokens` (=-1) has to be a non-negative");
+    /* a pad's id is embedded too: named here (it was the embedding's "id -1 at position 4") */
+    CHECK(accel_generate_batch(m, (int64_t[]){5, 6, 7, 8, -1, 10, 11, 12}, (int64_t[]){1, 1, 1, 1, 0, 1, 1, 1}, 2, 4,
+                               &o, out, &cols) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "ids[1][0] is -1, outside [0, 64) (a pad's id is embedded too");
+    CHECK(accel_generate_batch(m, id, all1, INT64_MAX, 4, &o, out, &cols) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "out would not fit in memory");
     accel_clear_error();
     accel_generate_opts bad_pad = {.max_new_tokens = 2, .has_eos = true, .eos_token_id = 1, .has_pad = true,
                                    .pad_token_id = 64};
@@ -386,6 +455,21 @@ static void test_example_batch(void) {
     out[got] = 0;
     CHECK(p && pclose(p) != 0);
     CHECK_STR_CONTAINS(out, "'nosuch'");
+    /* --eos is the pad where the config has none: an id outside the vocabulary is named as the user's (it read
+     * "pad_token_id -1 is outside the vocabulary") */
+    snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --ids 1,2 --ids 3 --eos -1 --new-tokens 2 2>&1", gen);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "the pad id -1 (--eos: the config has no pad_token_id) is outside the vocabulary");
+    /* one empty --ids: named as a batch's (it read "accel_generate: needs a model, a non-empty prompt, ...") */
+    snprintf(cmd, sizeof cmd, "%s data/hf_arch_mistral --ids '' --new-tokens 2 2>&1", gen);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    CHECK(p && pclose(p) != 0);
+    CHECK_STR_CONTAINS(out, "--ids '': not a list of 1 to 256 ids");
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(g), accel_tensor_free(e);
     accel_safetensors_close(st);
 }
@@ -462,6 +546,8 @@ int main(void) {
     RUN(test_offload_bf16);
     RUN(test_example_batch);
     RUN(test_refusals);
+    RUN(test_null_model_chain);
+    RUN(test_prompt_logits);
     RUN(test_host_pad);
     RUN(test_generate_rules);
     return check_summary();

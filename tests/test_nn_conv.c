@@ -41,6 +41,31 @@ static void test_conv_init_and_names(void) {
           strstr(accel_last_error(), "multiples of groups (4)"));
     CHECK(!accel_conv1d_new(4, 6, 0, 1, 0, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&
           strstr(accel_last_error(), "kernel size 0"));
+    /* a failed constructor chained into its call: the cause is the message (it was "module is NULL") */
+    accel_clear_error();
+    CHECK(!accel_module_call(accel_conv2d_new(6, 8, (int64_t[]){0, 3}, NULL, NULL, NULL, 1, true, ACCEL_CPU_DEVICE,
+                                              ACCEL_F32),
+                             x));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv2d_new: kernel size 0 must be >= 1");
+    accel_clear_error();
+    CHECK(!accel_module_call(NULL, x)); /* nothing pending: named */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_call: module is NULL");
+    /* the same inside a Sequential and add_child (nn.h's own pattern), add_param: they read "child is NULL" and
+     * "is not a live persistent tensor" */
+    accel_clear_error();
+    accel_module *kids[2] = {accel_relu_module_new(), accel_conv2d_new(3, 4, (int64_t[]){3, 0}, NULL, NULL, NULL, 1,
+                                                                       true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    CHECK(!accel_sequential_new(2, kids)); /* frees the relu */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv2d_new: kernel size 0 must be >= 1");
+    accel_clear_error();
+    accel_module *parent = accel_sequential_new(0, NULL);
+    CHECK(!accel_module_add_param(parent, "w", accel_tensor_new(ACCEL_F32, 1, (int64_t[]){-1}, ACCEL_CPU_DEVICE)));
+    CHECK(strstr(accel_last_error(), "accel_tensor_new") && !strstr(accel_last_error(), "persistent"));
+    accel_clear_error();
+    CHECK(!accel_module_add_child(parent, "c", NULL)); /* nothing pending: named */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_add_child: child is NULL");
+    accel_clear_error();
+    accel_module_free(parent);
     accel_step_reset();
 }
 

@@ -354,6 +354,15 @@ static void test_errors(void) {
                               NULL, 0, 0, 1, 1),
                  "stride[1] = 0");
     expect_error(accel_conv2d(NULL, w, NULL, one, zero, one, 2), "argument 1");
+    /* shapes as the caller gave them (they were the 4-D views: [2, 3, 1, 5] for a conv1d x [2, 3, 5]) */
+    expect_error(accel_conv1d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 5)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 2, 3)),
+                              NULL, 1, 0, 1, 1),
+                 "shapes [2, 3, 5] and [4, 2, 3] do not fit (x has 3 channels");
+    expect_error(accel_conv1d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 5)), accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 3, 3)),
+                              accel_zeros(ACCEL_F32, ACCEL_SHAPE(5)), 1, 0, 1, 1),
+                 "shapes [4, 3, 3] and [5] do not fit (bias");
+    expect_error(accel_conv2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(4, 6, 6)), w, NULL, one, zero, one, 1),
+                 "shapes [4, 6, 6] and [6, 2, 3, 3] do not fit (x has 4 channels");
     /* pools */
     expect_error(accel_max_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){0, 2}, zero, one, false), "stride[0] = 0");
     expect_error(accel_max_pool2d(x, (int64_t[]){2, 2}, NULL, (int64_t[]){2, 0}, one, false), "at most half");
@@ -361,6 +370,16 @@ static void test_errors(void) {
     expect_error(accel_avg_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(6, 6)), (int64_t[]){2, 2}, NULL, zero, false, true),
                  "got 2 dims");
     expect_error(accel_adaptive_avg_pool2d(x, (int64_t[]){0, 2}), "output_size (0, 2)");
+    /* an empty plane padded: its windows held no value (max -inf, avg 0 / 0); torch refuses it */
+    accel_tensor *flat = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 0, 6));
+    expect_error(accel_max_pool2d(flat, (int64_t[]){2, 2}, NULL, one, one, false), "empty dim 2");
+    expect_error(accel_avg_pool2d(flat, (int64_t[]){2, 2}, NULL, one, false, false), "empty dim 2");
+    expect_error(accel_adaptive_avg_pool2d(flat, (int64_t[]){1, 1}), "empty dim 2");
+    expect_error(accel_max_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 6, 6)), (int64_t[]){2, 2}, NULL, one, one, false),
+                 "empty dim 0");
+    accel_tensor *none = accel_max_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 4, 6, 6)), (int64_t[]){2, 2}, NULL,
+                                          one, one, false);
+    CHECK_MSG(none && none->shape[0] == 0 && none->shape[2] == 4, "%s", accel_last_error());
     /* batch norm */
     accel_tensor *rm = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4)), *r3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(3));
     expect_error(accel_batch_norm(x, rm, NULL, NULL, NULL, true, 0.1, 1e-5), "given together");
@@ -377,6 +396,82 @@ static void test_errors(void) {
     accel_step_reset();
 }
 
+/* NULL per-dim arguments are torch's defaults (stride 1, a pool's its kernel; padding 0; dilation 1): the
+ * same result as spelled out (they were read through: a crash); a NULL kernel or output size is refused. */
+static void test_null_arguments(void) {
+    const int64_t one[2] = {1, 1}, zero[2] = {0, 0}, k2[2] = {2, 2};
+    accel_tensor *x = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 6, 6)), *w = accel_zeros(ACCEL_F32, ACCEL_SHAPE(6, 2, 3, 3));
+    CHECK(accel_rng_normal_(accel_default_rng(), x, 0, 1) == ACCEL_OK);
+    CHECK(accel_rng_normal_(accel_default_rng(), w, 0, 1) == ACCEL_OK);
+    accel_tensor *pairs[][2] = {
+        {accel_conv2d(x, w, NULL, NULL, NULL, NULL, 2), accel_conv2d(x, w, NULL, one, zero, one, 2)},
+        {accel_max_pool2d(x, k2, NULL, NULL, NULL, false), accel_max_pool2d(x, k2, k2, zero, one, false)},
+        {accel_avg_pool2d(x, k2, NULL, NULL, false, true), accel_avg_pool2d(x, k2, k2, zero, false, true)},
+    };
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(pairs[i][0] && pairs[i][1], "case %d: %s", i, accel_last_error());
+        if (pairs[i][0] && pairs[i][1]) CHECK_FX("null arguments", pairs[i][0], pairs[i][1], 0, 0);
+    }
+    expect_error(accel_max_pool2d(x, NULL, NULL, NULL, NULL, false), "kernel size is NULL");
+    expect_error(accel_avg_pool2d(x, NULL, k2, zero, false, true), "kernel size is NULL");
+    expect_error(accel_adaptive_avg_pool2d(x, NULL), "output_size is NULL");
+    accel_step_reset();
+}
+
+/* A stride or dilation past INT32_MAX (torch takes them): the result of a small one with the same windows,
+ * gradients too (oneDNN refused the description, "invalid_arguments"; im2col's tap range wrapped at a stride
+ * near INT64_MAX: zeros). */
+static void test_huge_strides(void) {
+    accel_tensor *x = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2, 4, 5, 5), ACCEL_CPU_DEVICE);
+    accel_tensor *w = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(6, 2, 3, 3), ACCEL_CPU_DEVICE);
+    CHECK(accel_rng_normal_(accel_default_rng(), x, 0, 1) == ACCEL_OK);
+    CHECK(accel_rng_normal_(accel_default_rng(), w, 0, 1) == ACCEL_OK);
+    CHECK(accel_requires_grad_(x, true) == ACCEL_OK && accel_requires_grad_(w, true) == ACCEL_OK);
+    const int64_t huge[2] = {INT64_C(1) << 32, INT64_MAX}, five[2] = {5, 5};
+    accel_tensor *wk1 = accel_slice(accel_slice(w, 2, 1, 2, 1), 3, 1, 2, 1); /* [6, 2, 1, 1] */
+    struct {
+        accel_tensor *w;
+        const int64_t *stride, *dilation;
+    } cases[][2] = {{{w, huge, NULL}, {w, five, NULL}}, {{wk1, NULL, huge}, {wk1, NULL, NULL}}};
+    for (int i = 0; i < 2; i++) {
+        accel_tensor *gx[2] = {NULL, NULL}, *gw[2] = {NULL, NULL}, *y[2];
+        for (int j = 0; j < 2; j++) {
+            if (x->grad) CHECK(accel_zero_(x->grad) == ACCEL_OK);
+            if (w->grad) CHECK(accel_zero_(w->grad) == ACCEL_OK);
+            y[j] = accel_conv2d(x, cases[i][j].w, NULL, cases[i][j].stride, NULL, cases[i][j].dilation, 2);
+            CHECK_MSG(y[j] && accel_backward(accel_sum_all(accel_mul(y[j], y[j]))) == ACCEL_OK, "case %d: %s", i,
+                      accel_last_error());
+            gx[j] = x->grad ? accel_mul_scalar(x->grad, 1.0) : NULL; /* copies: the next backward adds to them */
+            gw[j] = w->grad ? accel_mul_scalar(w->grad, 1.0) : NULL;
+        }
+        CHECK_FX("huge stride: y", y[0], y[1], 1e-5, 1e-5); /* im2col's sums beside oneDNN's */
+        CHECK_FX("huge stride: dx", gx[0], gx[1], 1e-5, 1e-5);
+        CHECK_FX("huge stride: dw", gw[0], gw[1], 1e-5, 1e-5);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(w);
+    accel_step_reset();
+}
+
+/* Under ceil_mode a window may overhang the padded input by less than the stride, as torch's output size
+ * (its ceil) allows: F.avg_pool2d / max_pool2d's values (they were refused as "larger than the padded input"). */
+static void test_ceil_mode_overhang(void) {
+    accel_tensor *row = accel_from_floats(ACCEL_SHAPE(1, 1, 1, 3), (float[]){1, 2, 3});
+    accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 1, 2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    const int64_t k3[2] = {3, 3};
+    accel_tensor *got[3] = {accel_avg_pool2d(row, k3, k3, NULL, true, true),
+                            accel_max_pool2d(row, k3, k3, NULL, NULL, true),
+                            accel_max_pool2d(x, k3, (int64_t[]){4, 2}, (int64_t[]){1, 1}, (int64_t[]){2, 1}, true)};
+    accel_tensor *want[3] = {accel_from_floats(ACCEL_SHAPE(1, 1, 1, 1), (float[]){2}),
+                             accel_from_floats(ACCEL_SHAPE(1, 1, 1, 1), (float[]){3}),
+                             accel_from_floats(ACCEL_SHAPE(1, 1, 1, 2), (float[]){5, 6})};
+    for (int i = 0; i < 3; i++) CHECK_FX("ceil_mode overhang", got[i], want[i], 0, 0);
+    /* by the stride or more: torch's "Output size is too small"; without ceil_mode: any overhang */
+    expect_error(accel_max_pool2d(row, k3, (int64_t[]){2, 2}, NULL, NULL, true), "by the stride or more");
+    expect_error(accel_max_pool2d(row, k3, k3, NULL, NULL, false), "larger than the padded input");
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_conv_vs_torch);
     RUN(test_pool_vs_torch);
@@ -386,6 +481,9 @@ int main(void) {
     RUN(test_autocast_meta_flatten);
     RUN(test_empty_convolutions);
     RUN(test_errors);
+    RUN(test_null_arguments);
+    RUN(test_huge_strides);
+    RUN(test_ceil_mode_overhang);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -414,8 +414,14 @@ static void test_bf16(void) {
 }
 
 static void test_errors(void) {
+    accel_clear_error();
     CHECK(accel_convert_sync_batchnorm(NULL, NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_convert_sync_batchnorm: module is NULL");
+    /* a failed constructor's NULL: its reason stays the message (it read "module is NULL") */
+    CHECK(accel_convert_sync_batchnorm(accel_batch_norm2d_new(0, 1e-5, 0.1, true, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                                       NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_batch_norm2d_new: num_features 0 must be >= 1");
+    accel_clear_error();
     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(2, 2), (float[]){1, 2, 3, 4});
     CHECK(!accel_sync_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, NULL));
     CHECK_STR_CONTAINS(accel_last_error(), "accel_sync_batch_norm: process group is NULL");

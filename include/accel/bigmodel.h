@@ -449,8 +449,9 @@ typedef struct accel_generate_opts {
      * pad_token_id); without it eos_token_id, as transformers pads */
     bool has_pad;
     int64_t pad_token_id;
-    accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device,
-                                  * float dtype): gets the logits at the prompt's last position
+    accel_tensor *prompt_logits; /* optional persistent tensor of vocab elements (any device and
+                                  * shape, float dtype, contiguous; else refused before the
+                                  * forward): gets the logits at the prompt's last position
                                   * (accel_generate only: accel_generate_batch refuses it) */
 } accel_generate_opts;
 
@@ -473,7 +474,8 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
 /* transformers' generate on a batch: ids and attention_mask [B, T] (host,
  * row-major; left-padded, as decoder-only models need: a row whose last
  * column is a pad, a row of pads only, a mask value other than 0/1 or an id
- * outside the vocabulary is ACCEL_ERR_INVALID_ARG). Position ids from the
+ * outside the vocabulary, a pad's too (every column is embedded), is
+ * ACCEL_ERR_INVALID_ARG). Position ids from the
  * mask (its cumulative sum - 1, 0 at the pads), then one more a step; every
  * step's forward takes the whole mask (a new column of ones a step) and the
  * KV cache. A row that generated eos_token_id (opts->has_eos) is finished:

@@ -163,12 +163,15 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
 
 /* ---------------------------------------------------------------- convolution, batch norm, pooling
  * As torch.nn.functional defines them, NCHW. Per-dim arguments are int64_t[2]
- * ({H, W}); a bad one (stride or dilation < 1, padding < 0, groups not
- * dividing the channels, a kernel larger than the padded input) is an error
- * naming it. Implemented on the CPU (and the hostless test devices); on
- * another device they fail with "kernel <name> is not implemented on
- * <device>", except a 1x1, stride-1, unpadded convolution, which needs no
- * im2col: its GEMMs run on any device with them (not run on a GPU yet). */
+ * ({H, W}); NULL is torch's default (stride 1, a pool's its kernel; padding
+ * 0; dilation 1; a NULL kernel or output size is refused); a bad one (stride
+ * or dilation < 1, padding < 0, groups not dividing the channels, a kernel
+ * larger than the padded input: a pool's under ceil_mode by the stride or
+ * more, as torch) is an error naming it. Implemented on the CPU (and the
+ * hostless test devices); on another device they fail with "kernel <name>
+ * is not implemented on <device>", except a 1x1, stride-1, unpadded
+ * convolution, which needs no im2col: its GEMMs run on any device with them
+ * (not run on a GPU yet). */
 
 /* torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched [C, H, W]),
  * w [O, C / groups, kh, kw], b [O] or NULL -> [N, O, Ho, Wo] with
@@ -190,12 +193,14 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
  * variance unbiased (exactly one value per channel refused, as torch; an
  * empty batch gives an empty result, the running stats untouched). Eval:
  * normalises with the running stats. Computed in f32; the result has x's
- * dtype (f32 under autocast, as the other norms). Differentiable in x,
- * weight and bias; the running stats are not. */
+ * dtype promoted with weight's and bias's (a bf16 x with f32 weights: f32;
+ * torch keeps x's), f32 under autocast, as the other norms. Differentiable
+ * in x, weight and bias; the running stats are not. */
 accel_tensor *accel_batch_norm(accel_tensor *x, accel_tensor *running_mean, accel_tensor *running_var,
                                accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
                                double eps);
-/* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W]; stride NULL
+/* torch.nn.functional.max_pool2d: x [N, C, H, W] or [C, H, W] (only N may
+ * be 0, as torch: the pools refuse other empty dims); stride NULL
  * means kernel; padding (each <= half the kernel size, as torch checks it,
  * dilation aside) pads with -inf;
  * ceil_mode rounds the output size up (a last window must start inside the

@@ -60,7 +60,8 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
  * same names, so state dicts load either way), eps, momentum and training
  * mode; a tree without BatchNorm is left as it is. It takes any input of 2
  * dims or more and synchronises training batches over pg (not owned: it
- * outlives the model). pg NULL: the data-parallel group of the accelerator
+ * outlives the model, its training forwards and the backward through them,
+ * which all-reduces over it). pg NULL: the data-parallel group of the accelerator
  * that prepares the model (accel_accelerator_dp_group: also right under tp
  * or pp), from prepare until the model is unprepared or the accelerator
  * freed; before prepare the default group (accel_dist_default_group) at

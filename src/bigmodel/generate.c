@@ -53,14 +53,18 @@ static accel_status check_sampling(const accel_generate_opts *o, const char *op)
 /* What NULL options mean: the zeroed struct (greedy, no new token). */
 static const accel_generate_opts NULL_OPTS;
 
-accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
-    if (!o) o = &NULL_OPTS;
+/* accel_generate_opts_check's checks, the errors naming op. */
+static accel_status check_opts(const accel_generate_opts *o, int64_t n_prompt, const char *op) {
     if (o->max_new_tokens < 0 || o->max_new_tokens > INT64_MAX / 16 - (n_prompt > 0 ? n_prompt : 0))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_generate: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
+                               "%s: `max_new_tokens` (=%lld) has to be a non-negative integer whose "
                                "output buffer fits in memory",
-                               (long long)o->max_new_tokens);
-    return check_sampling(o, "accel_generate");
+                               op, (long long)o->max_new_tokens);
+    return check_sampling(o, op);
+}
+
+accel_status accel_generate_opts_check(const accel_generate_opts *o, int64_t n_prompt) {
+    return check_opts(o ? o : &NULL_OPTS, n_prompt, "accel_generate");
 }
 
 /* One token from host logits[n] (modified in place by the warpers). */
@@ -191,7 +195,8 @@ static accel_status step_logits(accel_module *llama, accel_tensor *ids, accel_kv
                           : NULL;
     accel_tensor *row = y ? last_logits(y, vocab) : NULL;
     if (!row) return accel_last_status();
-    if (first && opts->prompt_logits && accel_copy_(opts->prompt_logits, row) != ACCEL_OK)
+    /* [V] into the caller's tensor of V elements, any shape (checked contiguous: a view of it) */
+    if (first && opts->prompt_logits && accel_copy_(accel_reshape(opts->prompt_logits, 1, &vocab), row) != ACCEL_OK)
         return accel_last_status();
     return accel_to_floats(row, buf);
 }
@@ -210,7 +215,9 @@ static bool regenerate_past(const accel_llama_config *c, const accel__arch *a, c
 accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t n_prompt,
                             const accel_generate_opts *opts, int64_t *out, int64_t *n_out) {
     if (!opts) opts = &NULL_OPTS;
-    if (!llama || !prompt || n_prompt <= 0 || !out || !n_out)
+    if (!llama) /* a failed load's NULL: its error is the cause */
+        return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_generate: the model is NULL");
+    if (!prompt || n_prompt <= 0 || !out || !n_out)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_generate: needs a model, a non-empty prompt, out and n_out");
     if (accel_generate_opts_check(opts, n_prompt)) return accel_last_status();
@@ -223,12 +230,14 @@ accel_status accel_generate(accel_module *llama, const int64_t *prompt, int64_t 
                                    (long long)prompt[i], (long long)i, (long long)vocab);
     memcpy(out, prompt, sizeof *out * (size_t)n_prompt);
     *n_out = n_prompt;
-    if (opts->prompt_logits && (!accel_tensor_check(opts->prompt_logits, "accel_generate", "prompt_logits") ||
-                                accel_numel(opts->prompt_logits) != vocab)) {
+    const accel_tensor *pl = opts->prompt_logits;
+    if (pl && !accel_tensor_check(pl, "accel_generate", "prompt_logits")) return accel_last_status();
+    /* an integer one took the logits truncated, silently; [8, 8] for 64 failed in accel_copy_ after the forward */
+    if (pl && (accel_numel(pl) != vocab || !accel_dtype_is_float(pl->dtype) || !accel_is_contiguous(pl))) {
         char b[64];
-        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: prompt_logits of shape %s, expected %lld elements",
-                               opts->prompt_logits ? accel_shape_str(opts->prompt_logits, b, sizeof b) : "?",
-                               (long long)vocab);
+        return accel_set_error(ACCEL_ERR_SHAPE, "accel_generate: prompt_logits %s %s%s: expected a contiguous float "
+                               "tensor of %lld elements", accel_dtype_name(pl->dtype), accel_shape_str(pl, b, sizeof b),
+                               accel_is_contiguous(pl) ? "" : " (not contiguous)", (long long)vocab);
     }
     accel_device dev = ids_device(llama);
     accel_kv_cache *cache = accel_llama_kv_cache_new(llama, 1, n_prompt + opts->max_new_tokens, dev);
@@ -320,10 +329,10 @@ static accel_status check_batch(const int64_t *ids, const int64_t *mask, int64_t
             if (m != 0 && m != 1)
                 return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: attention_mask[%lld][%lld] is "
                                        "%lld: it must hold 0 (a pad) or 1", (long long)b, (long long)t, (long long)m);
-            if (m && (id < 0 || id >= vocab))
+            if (id < 0 || id >= vocab) /* a pad's too: every column goes through the embedding */
                 return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: ids[%lld][%lld] is %lld, "
-                                       "outside [0, %lld)", (long long)b, (long long)t, (long long)id,
-                                       (long long)vocab);
+                                       "outside [0, %lld)%s", (long long)b, (long long)t, (long long)id,
+                                       (long long)vocab, m ? "" : " (a pad's id is embedded too: give the pad's)");
             ones += m;
         }
         if (!ones)
@@ -341,11 +350,15 @@ static accel_status check_batch(const int64_t *ids, const int64_t *mask, int64_t
 accel_status accel_generate_batch(accel_module *llama, const int64_t *ids, const int64_t *attention_mask, int64_t B,
                                   int64_t T, const accel_generate_opts *opts, int64_t *out, int64_t *n_cols) {
     if (!opts) opts = &NULL_OPTS;
-    if (!llama || !ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
+    if (!llama) /* a failed load's NULL: its error is the cause */
+        return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: the model is NULL");
+    if (!ids || !attention_mask || B <= 0 || T <= 0 || !out || !n_cols)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: needs a model, ids and attention_mask "
                                "[B > 0, T > 0], out and n_cols");
-    if (B > INT64_MAX / 16 / T || accel_generate_opts_check(opts, B * T) ||
-        opts->max_new_tokens > (INT64_MAX / 16 - B * T) / B)
+    /* the options' own errors name the option (a NaN temperature is no size) */
+    bool fits = B <= INT64_MAX / 16 / T;
+    if (fits && check_opts(opts, B * T, "accel_generate_batch")) return accel_last_status();
+    if (!fits || opts->max_new_tokens > (INT64_MAX / 16 - B * T) / B)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generate_batch: %lld rows of %lld ids and "
                                "`max_new_tokens` (=%lld): out would not fit in memory", (long long)B, (long long)T,
                                (long long)opts->max_new_tokens);

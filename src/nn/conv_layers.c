@@ -226,7 +226,8 @@ void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp) {
 }
 
 accel_status accel_convert_sync_batchnorm(accel_module *m, accel_pg *pg) {
-    if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_convert_sync_batchnorm: module is NULL");
+    if (!m) /* a failed constructor's NULL: its error is the cause */
+        return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_convert_sync_batchnorm: module is NULL");
     convert_tree(m, pg);
     return ACCEL_OK;
 }

@@ -975,7 +975,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
 
 const accel_llama_config *accel_llama_config_of(accel_module *llama) {
     if (!root_arch(llama)) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
+        (llama ? accel_set_error : accel_propagate_error)(ACCEL_ERR_INVALID_ARG,
                         "accel_llama_config_of: not a causal LM built by accel_llama_new (LlamaForCausalLM, ...)");
         return NULL;
     }

@@ -197,8 +197,8 @@ accel_module *accel_module_add_child(accel_module *m, const char *name, accel_mo
      * cycle that every recursive walk (free, forward, state dict) overflows. */
     bool in_tree = child && (child->parent || (m && is_self_or_ancestor(child, m)));
     bool ok = false;
-    if (!m || !child)
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "child" : "module");
+    if (!m || !child) /* a failed constructor's NULL: its error is the cause (docs/contract.md) */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "child" : "module");
     else if (child->parent)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module %s \"%s\" already has a parent (%s)", fn,
                         child->ops->type_name, child->name, child->parent->ops->type_name);
@@ -238,8 +238,10 @@ static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor 
      * refusal leaves it to its owner. */
     bool held = persistent && (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER));
     bool ok = false;
-    if (!m)
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: module is NULL", fn);
+    if (!m) /* a failed constructor's NULL (m or t): its error is the cause */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: module is NULL", fn);
+    else if (!t)
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is NULL", fn, name ? name : "(null)");
     else if (!persistent)
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is not a live persistent tensor "
                         "(NULL, freed, or a step tensor)", fn, name ? name : "(null)");
@@ -452,8 +454,8 @@ accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enabl
 }
 
 accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
-    if (!m) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
+    if (!m) { /* a failed constructor's NULL: its error is the cause (the chain rule, docs/contract.md) */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
         return NULL;
     }
     if (!m->ops->forward) {

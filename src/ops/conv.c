@@ -140,6 +140,15 @@ static bool arg_ok(const char *op, const char *what, const int64_t v[2], int64_t
 
 bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
                          const int64_t p[2], const int64_t d[2], bool ceil_mode, accel_k_window2d *win) {
+    static const int64_t ZERO[2] = {0, 0}, ONE[2] = {1, 1};
+    if (!k) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: kernel size is NULL", op);
+        return false;
+    }
+    /* NULL: torch's default (a pool's stride NULL, the kernel, is its caller's) */
+    s = s ? s : ONE;
+    p = p ? p : ZERO;
+    d = d ? d : ONE;
     if (!arg_ok(op, "kernel size", k, 1) || !arg_ok(op, "stride", s, 1) || !arg_ok(op, "padding", p, 0) ||
         !arg_ok(op, "dilation", d, 1))
         return false;
@@ -157,17 +166,21 @@ bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2
                             op, i, (long long)k[i], (long long)d[i], (long long)p[i], (long long)in[i]);
             return false;
         }
-        if (span > padded) {
+        /* ceil_mode: torch's ceil((padded - span) / s) + 1 windows, so one window that overhangs the padded
+         * input by less than the stride (the pooling kernels cut it there) */
+        bool overhang = span > padded && ceil_mode && span - padded < s[i];
+        if (span > padded && !overhang) {
             accel_set_error(ACCEL_ERR_SHAPE,
                             "%s: kernel size %lld (dilated: %lld) is larger than the padded input's dim %d "
-                            "(%lld + 2 * %lld)",
-                            op, (long long)k[i], (long long)span, i, (long long)in[i], (long long)p[i]);
+                            "(%lld + 2 * %lld)%s",
+                            op, (long long)k[i], (long long)span, i, (long long)in[i], (long long)p[i],
+                            ceil_mode ? " by the stride or more" : "");
             return false;
         }
-        int64_t o = (padded - span) / s[i] + 1, last;
+        int64_t o = overhang ? 1 : (padded - span) / s[i] + 1, last;
         /* ceil_mode: one more window where a part of the input is left,
          * unless it would start in the right padding */
-        if (ceil_mode && (padded - span) % s[i] &&
+        if (ceil_mode && !overhang && (padded - span) % s[i] &&
             !(__builtin_mul_overflow(o, s[i], &last) || last >= in[i] + p[i]))
             o++;
         out[i] = o;
@@ -211,16 +224,18 @@ static bool conv2d_im2col(const conv_saved *s, accel_tensor *ux, accel_tensor *u
     return true;
 }
 
-/* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]. */
-static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w, accel_tensor *b, const int64_t stride[2],
-                               const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
+/* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]; shape errors show the caller's x and w, as
+ * given (shown: not the 4-D views conv1d and an unbatched x make). */
+static accel_tensor *conv2d_4d(const char *OP, accel_tensor *const shown[2], accel_tensor *x, accel_tensor *w,
+                               accel_tensor *b, const int64_t stride[2], const int64_t padding[2],
+                               const int64_t dilation[2], int64_t groups) {
     accel_tensor *in[3] = {x, w, b};
     accel_device dev;
     if (!accel__op_begin_opt(OP, 3, in, 4u, &dev)) return NULL;
     int dt = accel__mm_dtype(OP, 3, in);
     if (dt < 0) return NULL;
     if (w->ndim != 4) {
-        accel__shape_error2(OP, x, w, "do not fit (weight must be [out, in / groups, kh, kw])");
+        accel__shape_error2(OP, shown[0], shown[1], "do not fit (weight must be [out, in / groups, kh, kw])");
         return NULL;
     }
     int64_t N = x->shape[0], C = x->shape[1], O = w->shape[0];
@@ -235,11 +250,11 @@ static accel_tensor *conv2d_4d(const char *OP, accel_tensor *x, accel_tensor *w,
         char why[128];
         snprintf(why, sizeof why, "do not fit (x has %lld channels, weight expects %lld = %lld x %lld groups)",
                  (long long)C, (long long)(w->shape[1] * groups), (long long)w->shape[1], (long long)groups);
-        accel__shape_error2(OP, x, w, why);
+        accel__shape_error2(OP, shown[0], shown[1], why);
         return NULL;
     }
     if (b && (b->ndim != 1 || b->shape[0] != O)) {
-        accel__shape_error2(OP, w, b, "do not fit (bias must be [out])");
+        accel__shape_error2(OP, shown[1], b, "do not fit (bias must be [out])");
         return NULL;
     }
     conv_saved s = {.N = N, .C = C, .O = O, .G = groups};
@@ -276,8 +291,8 @@ accel_tensor *accel_conv2d(accel_tensor *x, accel_tensor *w, accel_tensor *b, co
         accel__shape_error2(OP, x, w, "do not fit (x must be [N, C, H, W] or [C, H, W])");
         return NULL;
     }
-    if (x->ndim == 4) return conv2d_4d(OP, x, w, b, stride, padding, dilation, groups);
-    return accel_squeeze(conv2d_4d(OP, accel_unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
+    if (x->ndim == 4) return conv2d_4d(OP, xw, x, w, b, stride, padding, dilation, groups);
+    return accel_squeeze(conv2d_4d(OP, xw, accel_unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
 }
 
 accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, int64_t stride, int64_t padding,
@@ -293,7 +308,7 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
     /* [N, C, L] as [N, C, 1, L]: a 1-row image, a 1-row kernel */
     bool batched = x->ndim == 3;
     accel_tensor *x4 = accel_unsqueeze(batched ? x : accel_unsqueeze(x, 0), 2);
-    accel_tensor *y = conv2d_4d(OP, x4, accel_unsqueeze(w, 2), b, (int64_t[]){1, stride}, (int64_t[]){0, padding},
+    accel_tensor *y = conv2d_4d(OP, xw, x4, accel_unsqueeze(w, 2), b, (int64_t[]){1, stride}, (int64_t[]){0, padding},
                                 (int64_t[]){1, dilation}, groups);
     y = accel_squeeze(y, 2);
     return batched ? y : accel_squeeze(y, 0);

@@ -76,11 +76,13 @@ accel_status accel__gemm_at(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 
 /* The window of a conv or pool over planes [H, W] (conv.c): kernel k,
  * stride s, padding p, dilation d ({H, W} each) checked (k, s, d >= 1,
- * p >= 0, the dilated kernel no longer than the padded input: errors name
- * op and the argument; arithmetic past int64 refused) and written to
- * *win with the output size (H + 2 p - d (k - 1) - 1) / s + 1, rounded
- * down, or up under ceil_mode (a last window that would start in the right
- * padding dropped, as torch's pooling). */
+ * p >= 0, the dilated kernel no longer than the padded input, under
+ * ceil_mode longer by less than the stride: errors name op and the
+ * argument; arithmetic past int64 refused) and written to *win with the
+ * output size (H + 2 p - d (k - 1) - 1) / s + 1, rounded down, or up under
+ * ceil_mode (a last window that would start in the right padding dropped,
+ * as torch's pooling). s, p, d NULL: 1, 0, 1; k NULL is
+ * refused. */
 bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
                          const int64_t p[2], const int64_t d[2], bool ceil_mode, accel_k_window2d *win);
 

@@ -31,6 +31,14 @@ static bool planes_ok(const char *op, accel_tensor *x, accel_device *dev) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: x must be [N, C, H, W] or [C, H, W], got %d dims", op, x->ndim);
         return false;
     }
+    /* torch's rule: only the batch may be empty (an empty plane's padded windows held no value: -inf, 0 / 0) */
+    for (int d = x->ndim - 3; d < x->ndim; d++)
+        if (x->shape[d] == 0) {
+            char b[64];
+            accel_set_error(ACCEL_ERR_SHAPE, "%s: x %s has an empty dim %d: only the batch (N) may be empty", op,
+                            accel_shape_str(x, b, sizeof b), d);
+            return false;
+        }
     return true;
 }
 
@@ -71,10 +79,11 @@ static bool pool_window(const char *op, accel_tensor *x, const int64_t kernel[2]
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
     if (!accel__window_check(op, H, W, kernel, stride ? stride : kernel, padding, dilation, ceil_mode, win))
         return false;
+    const int64_t pad[2] = {win->ph, win->pw}, ker[2] = {win->kh, win->kw};
     for (int d = 0; d < 2; d++)
-        if (padding[d] > kernel[d] / 2) {
+        if (pad[d] > ker[d] / 2) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: padding[%d] = %lld must be at most half the kernel size (%lld)",
-                            op, d, (long long)padding[d], (long long)kernel[d]);
+                            op, d, (long long)pad[d], (long long)ker[d]);
             return false;
         }
     return true;
@@ -106,10 +115,13 @@ accel_tensor *accel_adaptive_avg_pool2d(accel_tensor *x, const int64_t output_si
     accel_device dev;
     if (!planes_ok(OP, x, &dev)) return NULL;
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
-    if (output_size[0] < 1 || output_size[1] < 1 || H < 1 || W < 1) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "%s: output_size (%lld, %lld) and the input's planes (%lld, %lld) must be >= 1", OP,
-                        (long long)output_size[0], (long long)output_size[1], (long long)H, (long long)W);
+    if (!output_size) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: output_size is NULL", OP);
+        return NULL;
+    }
+    if (output_size[0] < 1 || output_size[1] < 1) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: output_size (%lld, %lld) must be >= 1", OP,
+                        (long long)output_size[0], (long long)output_size[1]);
         return NULL;
     }
     accel_k_window2d win = {.H = H, .W = W, .Ho = output_size[0], .Wo = output_size[1]};

@@ -86,6 +86,12 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
     if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
     /* no channels or no images: oneDNN refuses the description; im2col gives the bias alone */
     if (accel_numel(k->x) == 0 || accel_numel(k->w) == 0) return ACCEL_OK;
+    /* a stride, padding or dilation past INT32_MAX: oneDNN refuses the description (invalid_arguments); im2col
+     * takes it (torch gives the result) */
+    const accel_k_window2d *wn = &k->win;
+    const int64_t args[6] = {wn->sh, wn->sw, wn->ph, wn->pw, wn->dh, wn->dw};
+    for (int i = 0; i < 6; i++)
+        if (args[i] > INT32_MAX) return ACCEL_OK;
     bool fwd = k->pass == ACCEL_K_CONV_FORWARD;
     accel_dtype dt = fwd ? k->x->dtype : k->dy->dtype;
     /* operands of one dtype, f32 or bf16 (the op widens nothing for this) */
@@ -122,10 +128,11 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
 
 /* The first output index o in [0, n) whose input index o s + off is >= 0,
  * and the first whose index is >= lim: taps inside the input are o in
- * [*lo, *hi). */
+ * [*lo, *hi). The ceilings as (v - 1) / s + 1: v + s - 1 wraps for a
+ * stride near INT64_MAX. */
 static void inside_range(int64_t n, int64_t s, int64_t off, int64_t lim, int64_t *lo, int64_t *hi) {
-    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t b = lim - off <= 0 ? 0 : (lim - off + s - 1) / s;
+    int64_t a = off >= 0 ? 0 : (-off - 1) / s + 1;
+    int64_t b = lim - off <= 0 ? 0 : (lim - off - 1) / s + 1;
     *lo = a < n ? a : n;
     *hi = b < n ? b : n;
     if (*hi < *lo) *hi = *lo;
