@@ -19,7 +19,7 @@ static int n_layers(accel_module *llama, const char *who) {
     if (!layers || !accel_module_find(llama, "model.embed_tokens")) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut a decoder model built by accel_llama_new "
                         "(llama-style: model.embed_tokens, model.layers, model.norm, lm_head); this model is not "
-                        "one (GPT-2's tree is not cut yet)", who);
+                        "one (GPT-2's and GPT-NeoX's trees are not cut yet)", who);
         return -1;
     }
     return layers->n_children;
