@@ -454,7 +454,8 @@ void accel_kv_cache_reset(accel_kv_cache *c);
 
 /* LlamaForCausalLM: children "model" (embed_tokens, layers.N, norm) and
  * "lm_head" (GPT2LMHeadModel: "transformer" (wte, wpe, h.N, ln_f) and
- * "lm_head"; docs/nn.md). Weights initialised as transformers does (normal(0, initializer_range),
+ * "lm_head"; GPTNeoXForCausalLM: "gpt_neox" (embed_in, layers.N,
+ * final_layer_norm) and "embed_out"; docs/nn.md). Weights initialised as transformers does (normal(0, initializer_range),
  * norms 1) from the default generator; inside init_empty_weights on meta. */
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);
