@@ -237,7 +237,8 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
                                (long long)c->num_attention_heads, (long long)c->head_dim);
     if (c->sequential_residual && !a->neox_blocks)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sequential_residual (GPT-NeoX's use_parallel_residual "
-                               "false) is set, but %s models have no parallel residual to turn off", who, a->model_type);
+                               "false) is set, but %s models have no parallel residual to turn off", who,
+                               a->model_type);
     /* GPT-NeoX's hidden_dropout is one value: the embeddings' and each branch's */
     if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: gpt_neox models have one hidden_dropout for the embeddings "
@@ -863,7 +864,8 @@ static unsigned branch_sums(const accel__arch *a) {
  * input are to the layer (ops/norm.h). */
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev,
                               unsigned roles) {
-    if (a->phi_blocks || a->neox_blocks) return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
+    if (a->phi_blocks || a->neox_blocks)
+        return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
     accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, roles);
     /* Gemma's norms scale by 1 + weight: their weights start at 0 */
     accel_tensor *w = m && a->gemma_blocks ? accel__module_tensor(m, "weight") : NULL;
