@@ -140,6 +140,19 @@ if(TARGET accel_cli)
            --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_phi2_tp PROPERTIES PASS_REGULAR_EXPRESSION
     "DDP \\(NO_SHARD\\)    │5.18 GB│ 5.18 GB │ 10.36 GB│")
+  # EleutherAI/pythia-1b (GPTNeoXModel, tools/gen_moe_memory_fixture.py pythia1b_config): `accelerate
+  # estimate-memory`'s own table (1011781632 parameters in the causal LM, as transformers counts them; embed_in
+  # the largest layer); per rank under tp 2: query_key_value (by heads), dense_h_to_4h and the vocabulary
+  # (embed_in, embed_out) halved, dense and dense_4h_to_h by their inputs (biases whole), LayerNorms whole:
+  # 505991168 f32 parameters, 1.88 GiB (summed by hand from the config)
+  add_test(NAME bigmodel_estimate_memory_pythia1b COMMAND accel_cli estimate-memory data/pythia1b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pythia1b PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   393.0 MB  │ 3.39 GB  │      13.54 GB     │\n│float16│   196.5 MB  │ 1.69 GB  │      6.77 GB      │\n│  int8 │   98.25 MB  │866.66 MB │        N/A        │\n│  int4 │   49.12 MB  │433.33 MB │        N/A        │")
+  add_test(NAME bigmodel_estimate_memory_pythia1b_tp COMMAND accel_cli estimate-memory data/pythia1b_config
+           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_pythia1b_tp PROPERTIES PASS_REGULAR_EXPRESSION
+    "DDP \\(NO_SHARD\\)    │1.88 GB│ 1.88 GB │ 3.77 GB │")
   add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION

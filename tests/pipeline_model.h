@@ -21,7 +21,10 @@ typedef struct pipeline_model {
      * its even layers, linear RoPE scaling 2 on the odd ones, final logit
      * soft-capping; "phi": Phi (parallel attention and MLP, biases, a head
      * bias beside a tied embedding) rotating half of each head, with
-     * qk_layernorm */
+     * qk_layernorm; "gpt_neox": GPT-NeoX (its own tree, per-head fused
+     * query_key_value, parallel attention and MLP from two LayerNorms,
+     * attention biases) with as many kv heads as heads, rotating half of
+     * each head */
     const char *family;
 } pipeline_model;
 
@@ -43,6 +46,8 @@ static inline accel_module *pipeline_llama(pipeline_model p) {
         c.sliding_window = 4, c.sliding_window_pattern = 2, c.rope_local_base_freq = 100, c.final_logit_softcapping = 10,
         c.rope_scaling = (accel_rope_scaling){.type = ACCEL_ROPE_LINEAR, .factor = 2};
     if (p.family && !strcmp(p.family, "phi")) c.partial_rotary_factor = 0.5, c.qk_layernorm = true;
+    if (p.family && !strcmp(p.family, "gpt_neox"))
+        c.num_key_value_heads = p.heads, c.partial_rotary_factor = 0.5, c.attention_bias = true;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }

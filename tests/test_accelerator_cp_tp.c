@@ -96,11 +96,12 @@ static int body(int rank, int world) {
     CHECK_MSG(st == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
     if (st != ACCEL_OK) goto out;
     /* both plans applied: this rank's heads (2 of 4 query heads, 1 of 2 key/value heads, of head_dim 4:
-     * Phi-3's fused q | k | v rows of them) and its cp group */
-    bool fused = !strcmp(CFG.family, "phi3");
-    accel_tensor *kw = accel_module_get_tensor(m, fused ? "model.layers.0.self_attn.qkv_proj.weight"
-                                                        : "model.layers.0.self_attn.k_proj.weight");
-    CHECK(kw && kw->shape[0] == (fused ? 2 + 1 + 1 : 1) * 4 && accel_llama_cp_group(m, NULL) != NULL);
+     * Phi-3's fused q | k | v rows of them; GPT-NeoX's q, k, v rows of its 2 of 4 heads) and its cp group */
+    bool fused = !strcmp(CFG.family, "phi3"), neox = !strcmp(CFG.family, "gpt_neox");
+    accel_tensor *kw = accel_module_get_tensor(m, fused  ? "model.layers.0.self_attn.qkv_proj.weight"
+                                                  : neox ? "gpt_neox.layers.0.attention.query_key_value.weight"
+                                                         : "model.layers.0.self_attn.k_proj.weight");
+    CHECK(kw && kw->shape[0] == (fused ? 2 + 1 + 1 : neox ? 2 * 3 : 1) * 4 && accel_llama_cp_group(m, NULL) != NULL);
     accel_tensor **ps;
     int n_ref = accel_module_parameters(ref, &ps);
     for (int s = 0; s < STEPS; s++) {
@@ -189,6 +190,9 @@ int main(void) {
     /* Phi's parallel attention and MLP from one LayerNorm, biases (lm_head's cut with the vocabulary), partial RoPE */
     run("phi", 2, 0, "allgather", true, 0);
     run("phi", 0, 2, NULL, false, 0);
+    /* GPT-NeoX's per-head query_key_value cut by heads, parallel attention and MLP from two LayerNorms */
+    run("gpt_neox", 2, 0, "allgather", true, 0);
+    run("gpt_neox", 0, 2, NULL, false, 0);
     /* experts: each rank routes its sequence chunks' tokens, its tp group the same ones */
     run("mixtral", 2, 0, "allgather", true, 0);
     run("qwen3_moe", 0, 2, NULL, false, 0);

@@ -16,8 +16,9 @@
  * succeeds under each. A model with no plan of its own is refused until the
  * user parallelizes it over accel_accelerator_tp_group; an optimizer made
  * over the whole model and prepared with it is re-targeted to the slices.
- * GPT-2 (Conv1D columns, c_attn's q | k | v parts) and Phi-3 (qkv_proj's
- * and gate_up_proj's parts) at tp 2 under DDP with clipping that bites: the
+ * GPT-2 (Conv1D columns, c_attn's q | k | v parts), Phi-3 (qkv_proj's
+ * and gate_up_proj's parts), Phi and GPT-NeoX (query_key_value by heads,
+ * its own names) at tp 2 under DDP with clipping that bites: the
  * same losses, weights and save_model, also when the user parallelized
  * them with accel_llama_parallelize before prepare. Mixtral and Qwen3-MoE
  * (experts' MLPs cut, routers whole) at tp 2 under DDP with clipping, with
@@ -181,6 +182,7 @@ static int body(int rank, int world) {
     accel_tensor *up = accel_module_get_tensor(tp, gpt2       ? "transformer.h.0.mlp.c_fc.weight"
                                                    : phi3     ? "model.layers.0.mlp.gate_up_proj.weight"
                                                    : !strcmp(CFG.family, "phi") ? "model.layers.0.mlp.fc1.weight"
+                                                   : !strcmp(CFG.family, "gpt_neox") ? "gpt_neox.layers.0.mlp.dense_h_to_4h.weight"
                                                    : mixtral  ? "model.layers.0.block_sparse_moe.experts.5.w3.weight"
                                                    : qwen_moe ? "model.layers.0.mlp.experts.9.up_proj.weight"
                                                               : "model.layers.0.mlp.up_proj.weight");
@@ -270,6 +272,7 @@ int main(void) {
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);
     run_family("phi3", 2, 2, 1, 0, 0.05, false);
     run_family("phi", 2, 2, 1, 0, 0.05, false); /* fc1 / fc2, dense, lm_head's bias cut with the vocabulary */
+    run_family("gpt_neox", 2, 2, 1, 0, 0.05, false); /* query_key_value by heads, its own names */
     /* experts: each one's features split, the router whole; under sp routing the gathered sequence */
     run_family("mixtral", 2, 2, 1, 0, 0.05, false);
     run_family("qwen3_moe", 2, 2, 1, 0, 0.05, false);

@@ -286,14 +286,16 @@ static void test_llama(void) {
 /* Gemma (1 + weight norms, gelu), Gemma2 (sandwich norms, soft-capping, a
  * window that bites on 6 positions), Gemma 3 (its q/k norms, layer types and
  * two RoPEs), Granite (multipliers), the mixtures of experts (Qwen2-MoE
- * with its shared expert) and Phi (parallel attention and MLP, biases, a
- * head bias beside the tied embedding) train as the
+ * with its shared expert), Phi (parallel attention and MLP, biases, a
+ * head bias beside the tied embedding) and GPT-NeoX (its own tree, the
+ * per-head query_key_value) train as the
  * Llama does: their decoder layers (the table's class) are the units, and
  * the steps equal DDP's. */
 static void test_other_families_train(void) {
     accel__fsdp_cfg saved = A->fsdp;
     A->fsdp.wrap_cls[0] = 0; /* a configured LlamaDecoderLayer: here the table's class of each family */
-    const char *families[] = {"gemma", "gemma2", "gemma3_text", "granite", "mixtral", "qwen3_moe", "qwen2_moe", "phi"};
+    const char *families[] = {"gemma", "gemma2", "gemma3_text", "granite", "mixtral", "qwen3_moe", "qwen2_moe", "phi",
+                              "gpt_neox"};
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
         FAMILY = families[i];
         check_equivalence(true, llama_units());

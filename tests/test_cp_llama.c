@@ -67,18 +67,19 @@ static const char *after_who(const char *e) {
 }
 
 /* GPT-2 (learned positions), 3 heads under all-to-all over 2 or 4 ranks,
- * and Phi's attention dropout (the sharded attention has none): refused by the runtime, and by the estimate in the same words
+ * and Phi's and GPT-NeoX's attention dropout (the sharded attention has none): refused by the runtime, and by the estimate in the same words
  * after the function's name. Returns the failures. */
 static int refusals_agree(accel_pg *pg, int world) {
     int bad = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         accel_llama_config c = tiny();
         if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
         else if (k == 1) c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
-        else snprintf(c.model_type, sizeof c.model_type, "phi"), c.attn_pdrop = 0.1;
+        else if (k == 2) snprintf(c.model_type, sizeof c.model_type, "phi"), c.attn_pdrop = 0.1;
+        else snprintf(c.model_type, sizeof c.model_type, "gpt_neox"), c.attn_pdrop = 0.1, c.num_key_value_heads = 4;
         accel_status want = k == 1 ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED;
         const char *words = k == 1 ? "the all-to-all strategy splits a rank's 3 query heads (num_attention_heads 3 / tp 1)"
-                            : k == 2 ? "attention dropout (attention_dropout 0.1) under context parallelism is not "
+                            : k >= 2 ? "attention dropout (attention_dropout 0.1) under context parallelism is not "
                                        "implemented"
                                      : "context parallelism does not run gpt2 models (learned position embeddings)";
         accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);

@@ -73,6 +73,8 @@ static const struct {
     {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
+    {"neox", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
+    {"neox_seq", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -186,8 +188,10 @@ static void run_fixture(int k) {
         CHECK_MSG(!strcmp(m->ops->type_name, FIXTURES[k].root_type), "%s: root is %s", name, m->ops->type_name);
         bool gpt2 = !strcmp(FIXTURES[k].root_type, "GPT2LMHeadModel"); /* transformers' names of its tree */
         bool phi = !strcmp(FIXTURES[k].root_type, "PhiForCausalLM");
-        const char *norm = gpt2 ? "transformer.ln_f" : phi ? "model.final_layernorm" : "model.norm";
-        const char *layer1 = gpt2 ? "transformer.h.1" : "model.layers.1";
+        bool neox = !strcmp(FIXTURES[k].root_type, "GPTNeoXForCausalLM");
+        const char *norm = gpt2 ? "transformer.ln_f" : phi ? "model.final_layernorm"
+                           : neox ? "gpt_neox.final_layer_norm" : "model.norm";
+        const char *layer1 = gpt2 ? "transformer.h.1" : neox ? "gpt_neox.layers.1" : "model.layers.1";
         const char *cls = accel_module_decoder_layer_class(accel_module_find(m, norm));
         CHECK_MSG(cls && !strcmp(cls, FIXTURES[k].layer_type), "%s: layer class %s", name, cls ? cls : "NULL");
         accel_module *l1 = accel_module_find(m, layer1);
@@ -418,7 +422,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 15);
+    CHECK(n == 16);
     accel__arch bad[8];
     for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
@@ -447,6 +451,13 @@ static void test_arch_rows_supported(void) {
     p = *accel__arch_find("phi");
     p.fused_qkv = true;
     CHECK(accel__arch_unsupported(&p) && strstr(accel__arch_unsupported(&p), "phi_blocks"));
+    /* GPT-NeoX's own tree: no other family's projections, and its parallel residual is the config's */
+    for (int i = 0; i < 2; i++) {
+        accel__arch x = *accel__arch_find("gpt_neox");
+        if (i) x.parallel_residual = true;
+        else x.fused_qkv = true;
+        CHECK_MSG(accel__arch_unsupported(&x) && strstr(accel__arch_unsupported(&x), "neox_blocks"), "neox %d", i);
+    }
     /* which MoE rows read the expert count under both names: transformers' attribute maps */
     CHECK(accel__arch_find("mixtral")->experts_alias && accel__arch_find("qwen3_moe")->experts_alias &&
           !accel__arch_find("qwen2_moe")->experts_alias);

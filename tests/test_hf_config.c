@@ -587,6 +587,74 @@ static void test_phi_fields(void) {
                  "attention_bias is true, but phi models have no such bias");
 }
 
+/* GPTNeoXConfig: its defaults; rotary_emb_base / rotary_pct as the RoPE's base
+ * and factor, rope_parameters' own winning, top-level rope_theta and
+ * partial_rotary_factor unread (not GPTNeoXConfig's keys); hidden_dropout as
+ * the embeddings' and branches' dropout; use_parallel_residual; keys written
+ * as the Hub's configs have them; what it does not take refused by name. */
+static void test_neox_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("neoxd.json", "{\"model_type\": \"gpt_neox\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 50432 && c.hidden_size == 6144 && c.intermediate_size == 24576 && c.num_hidden_layers == 44);
+    CHECK(c.num_attention_heads == 64 && c.num_key_value_heads == 64 && c.rms_norm_eps == 1e-5);
+    CHECK(c.partial_rotary_factor == 0.25 && c.rope_theta == 10000 && !c.tie_word_embeddings && c.attention_bias);
+    CHECK(!c.sequential_residual && c.attn_pdrop == 0 && c.resid_pdrop == 0 && c.embd_pdrop == 0);
+    CHECK(c.bos_token_id == 0 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 2 && c.pad_token_id == -1);
+    const char *neox = "{\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                       "\"layer_norm_eps\": 0.001, \"rms_norm_eps\": 0.5, \"hidden_dropout\": 0.1, "
+                       "\"attention_dropout\": 0.3, \"hidden_act\": \"gelu\", \"use_parallel_residual\": false, "
+                       "\"rotary_emb_base\": 500, \"rotary_pct\": 0.5, \"rope_theta\": 7, "
+                       "\"partial_rotary_factor\": 1.0, \"attention_bias\": false, \"tie_word_embeddings\": true}";
+    CHECK_MSG(accel_llama_config_load(write_cfg("neox.json", neox), &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.rms_norm_eps == 0.001 && c.resid_pdrop == 0.1 && c.embd_pdrop == 0.1 && c.attn_pdrop == 0.3);
+    CHECK(c.sequential_residual && c.rope_theta == 500 && c.partial_rotary_factor == 0.5 && !c.attention_bias);
+    char path[160];
+    snprintf(path, sizeof path, "%s/neox_saved", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    char file[200], text[4096] = {0};
+    snprintf(file, sizeof file, "%s/config.json", path);
+    FILE *f = fopen(file, "r");
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    CHECK_STR_CONTAINS(text, "\n  \"attention_bias\": false,\n  \"attention_dropout\": 0.3,\n  \"bos_token_id\": 0,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"hidden_act\": \"gelu\",\n  \"hidden_dropout\": 0.1,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"layer_norm_eps\": 0.001,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"rope_scaling\": null,\n  \"rotary_emb_base\": 500.0,\n  \"rotary_pct\": 0.5,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"use_parallel_residual\": false,\n");
+    CHECK(!strstr(text, "head_dim") && !strstr(text, "rms_norm_eps") && !strstr(text, "rope_theta") &&
+          !strstr(text, "partial_rotary_factor") && !strstr(text, "num_key_value_heads") && !strstr(text, "pdrop"));
+    accel_llama_config back;
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.sequential_residual && back.rope_theta == 500 &&
+          back.partial_rotary_factor == 0.5 && back.resid_pdrop == 0.1 && back.embd_pdrop == 0.1 &&
+          back.attn_pdrop == 0.3 && back.tie_word_embeddings && !back.attention_bias);
+    /* rope_parameters' own theta and factor win over rotary_emb_base / rotary_pct (GPTNeoXConfig's setdefault) */
+    CHECK(accel_llama_config_load(write_cfg("neoxr.json", "{\"model_type\": \"gpt_neox\", \"rotary_pct\": 0.5, "
+                                            "\"rotary_emb_base\": 500, \"rope_parameters\": {\"rope_type\": "
+                                            "\"linear\", \"factor\": 2.0, \"rope_theta\": 300.0, "
+                                            "\"partial_rotary_factor\": 0.75}}"), &c) == ACCEL_OK);
+    CHECK(c.rope_theta == 300 && c.partial_rotary_factor == 0.75 && c.rope_scaling.type == ACCEL_ROPE_LINEAR);
+    /* one hidden_dropout: embd_pdrop and resid_pdrop apart refused, in the check and the save */
+    c.embd_pdrop = 0.2;
+    CHECK(accel_llama_config_check(&c, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: gpt_neox models have one hidden_dropout");
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "embd_pdrop (0.2) must equal resid_pdrop (0)");
+    accel_llama_config l = accel_llama_config_default();
+    l.sequential_residual = true;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: sequential_residual (GPT-NeoX's use_parallel_residual false) is set");
+    expect_error("neoxn.json", "{\"model_type\": \"gpt_neox\", \"use_parallel_residual\": null}", ACCEL_ERR_FORMAT,
+                 "'use_parallel_residual' must be true or false");
+    expect_error("neoxa.json", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"gelu_new\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"gelu\" (the only activation of gpt_neox models");
+    expect_error("neoxp.json", "{\"model_type\": \"gpt_neox\", \"rotary_pct\": 0}", ACCEL_ERR_FORMAT,
+                 "'rotary_pct' must be a number in (0, 1]");
+    expect_error("neoxh.json", "{\"model_type\": \"gpt_neox\", \"hidden_dropout\": 2}", ACCEL_ERR_FORMAT,
+                 "'hidden_dropout' must be a number in [0, 1]");
+    expect_error("neoxk.json", "{\"model_type\": \"gpt_neox\", \"num_key_value_heads\": 8}", ACCEL_ERR_FORMAT,
+                 "gpt_neox models have num_key_value_heads = num_attention_heads");
+}
+
 static void test_phi3_olmo2(void) {
     accel_llama_config c;
     CHECK(accel_llama_config_load(write_cfg("phi3d.json", "{\"model_type\": \"phi3\"}"), &c) == ACCEL_OK);
@@ -983,6 +1051,7 @@ int main(void) {
     RUN(test_rope_window_edges);
     RUN(test_phi3_olmo2);
     RUN(test_phi_fields);
+    RUN(test_neox_fields);
     RUN(test_token_ids);
     RUN(test_moe_fields);
     char cmd[128];

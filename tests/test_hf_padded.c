@@ -25,7 +25,7 @@
 
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2",
                                     "gemma3", "granite", "phi3", "olmo2", "gpt2_long", "mixtral",
-                                    "qwen3_moe", "qwen2_moe", "phi"};
+                                    "qwen3_moe", "qwen2_moe", "phi", "neox"};
 enum { B = 3, T = 20, NEW = 12, PAD = 3 };
 
 /* dir's checkpoint built from its config.json, weights loaded by name, in eval. */

@@ -110,10 +110,30 @@ static void test_runtime_split(void) {
     accel_module_free(m);
 }
 
+/* GPT-NeoX (tiny_family: hidden 16, 4 heads of 4 = kv heads, ffn 24, 2 layers, vocab 40, attention biases,
+ * tied): query_key_value [48, 16] cut by its rows (per head: each rank its heads' q, k, v rows), its bias
+ * too; dense and dense_4h_to_h along their inputs (biases whole), dense_h_to_4h along its rows, its bias
+ * too; embed_in along the vocabulary, the LayerNorms whole; cut into pipeline stages as the runtime cuts it. */
+static void test_gpt_neox(void) {
+    accel_module *m = tiny_family(1, "gpt_neox");
+    accel_llama_config c = *accel_llama_config_of(m);
+    accel__mesh_bytes b;
+    int layer2 = (24 * 16 + 24 + 16 * 8 + 16 + 12 * 16 + 12 + 16 * 12 + 16 + 2 * 32) * 4;
+    CHECK_MSG(accel__mesh_param_bytes(m, &c, 2, 1, &b) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(b.param_bytes == 2 * layer2 + (20 * 16 + 32) * 4, "%lld", (long long)b.param_bytes);
+    CHECK(b.largest_unit == layer2);
+    /* pp 2: the split by parameters (its tied embedding on the first stage): a layer a stage, the last
+     * with the final norm and the tied head's copy */
+    CHECK_MSG(accel__mesh_param_bytes(m, &c, 1, 2, &b) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(b.n_layers == 1);
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_tensor_parallel);
     RUN(test_pipeline);
     RUN(test_gpt2);
+    RUN(test_gpt_neox);
     RUN(test_runtime_split);
     return check_summary();
 }

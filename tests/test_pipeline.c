@@ -61,7 +61,7 @@
 #define ROWS 16 /* per replica: 4 micro-batches of 4 rows */
 #define STEPS 5
 
-static const char *g_family; /* pipeline_model's family: NULL (Llama), "gemma2", "gemma3_text" or "phi" */
+static const char *g_family; /* pipeline_model's family: NULL (Llama), "gemma2", "gemma3_text", "phi" or "gpt_neox" */
 
 static accel_module *tiny_of(bool tied, int64_t vocab, int64_t hidden, int layers) {
     return pipeline_llama((pipeline_model){.seed = 7, .vocab = vocab, .hidden = hidden, .ffn = 2 * hidden,
@@ -85,14 +85,15 @@ static accel_tensor *batch(int s, int row0, int rows) { return pipeline_batch(s,
  * the chunk's layers apart. */
 static bool owned(const char *name, const accel_pipeline_report *rep, bool tied) {
     int layer, period = rep->stages * (rep->end_layer - rep->first_layer);
-    if (sscanf(name, "model.layers.%d.", &layer) == 1 && rep->virtual_stages == 1)
-        return layer >= rep->first_layer && layer < rep->end_layer;
-    if (sscanf(name, "model.layers.%d.", &layer) == 1)
+    bool is_layer = sscanf(name, "model.layers.%d.", &layer) == 1 || sscanf(name, "gpt_neox.layers.%d.", &layer) == 1;
+    if (is_layer && rep->virtual_stages == 1) return layer >= rep->first_layer && layer < rep->end_layer;
+    if (is_layer)
         return layer / period < rep->virtual_stages && layer % period >= rep->first_layer &&
                layer % period < rep->end_layer;
     bool first = rep->stage == 0, last = rep->stage == rep->stages - 1;
-    if (!strcmp(name, "model.embed_tokens.weight")) return first || (tied && last);
-    return last; /* model.norm.weight, lm_head.weight */
+    if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "gpt_neox.embed_in.weight"))
+        return first || (tied && last);
+    return last; /* model.norm.weight, lm_head.weight (GPT-NeoX's final_layer_norm, embed_out) */
 }
 
 static double max_abs_diff(const accel_tensor *a, const accel_tensor *b) {

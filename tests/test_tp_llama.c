@@ -36,10 +36,22 @@ enum { B = 2, T = 8, STEPS = 5 };
 /* Each rank holds its slices: the heads, the MLP's features (each part of a
  * fused projection), the vocabulary; tied embeddings stay tied. */
 static void slices_cut(accel_module *tp, const char *family, int world) {
-    bool gpt2 = !strcmp(family, "gpt2"), phi3 = !strcmp(family, "phi3");
-    const char *embed = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
-    CHECK(accel_module_get_tensor(tp, "lm_head.weight") == accel_module_get_tensor(tp, embed));
+    bool gpt2 = !strcmp(family, "gpt2"), phi3 = !strcmp(family, "phi3"), neox = !strcmp(family, "gpt_neox");
+    const char *embed = gpt2 ? "transformer.wte.weight" : neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight";
+    CHECK(accel_module_get_tensor(tp, neox ? "embed_out.weight" : "lm_head.weight") ==
+          accel_module_get_tensor(tp, embed));
     CHECK(accel_module_get_tensor(tp, embed)->shape[0] == 40 / world);
+    if (neox) { /* query_key_value: each rank its heads' q, k, v rows (3 x 4 a head); dense by its inputs */
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.0.attention.query_key_value.weight")->shape[0] ==
+              3 * 16 / world);
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.0.attention.query_key_value.bias")->shape[0] ==
+              3 * 16 / world);
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.1.attention.dense.weight")->shape[1] == 16 / world);
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.1.mlp.dense_h_to_4h.weight")->shape[0] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight")->shape[1] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "gpt_neox.layers.1.mlp.dense_4h_to_h.bias")->shape[0] == 16);
+        return;
+    }
     if (gpt2) { /* Conv1D [in, out]: q | k | v columns, 16 each */
         CHECK(accel_module_get_tensor(tp, "transformer.h.0.attn.c_attn.weight")->shape[1] == 3 * 16 / world);
         CHECK(accel_module_get_tensor(tp, "transformer.h.0.attn.c_attn.bias")->shape[0] == 3 * 16 / world);
@@ -124,13 +136,13 @@ static void generation_matches(accel_module *tp, accel_module *ref, const char *
     accel_tensor_free(l_ref), accel_tensor_free(l_tp);
 }
 
-/* The model's own cache holds this rank's key/value heads: 2 (GPT-2 4) over
+/* The model's own cache holds this rank's key/value heads: 2 (GPT-2, GPT-NeoX 4) over
  * the ranks, or over 4 ranks of 2 the one replicated head; a whole model's
  * cache is bigger (the rank uses its first heads), and a rank's cache is
  * refused by the whole model. */
 static void cache_sized(accel_module *tp, accel_module *ref, const char *family, int world) {
     enum { LEN = 16, D = 4, LAYERS = 2 };
-    int64_t kv = strcmp(family, "gpt2") ? 2 : 4, mine = kv >= world ? kv / world : 1;
+    int64_t kv = strcmp(family, "gpt2") && strcmp(family, "gpt_neox") ? 2 : 4, mine = kv >= world ? kv / world : 1;
     accel_kv_cache *kc = accel_llama_kv_cache_new(tp, 1, LEN, ACCEL_CPU_DEVICE);
     accel_kv_cache *whole = accel_kv_cache_new(accel_llama_config_of(ref), 1, LEN, ACCEL_CPU_DEVICE);
     CHECK_MSG(kc && accel_kv_cache_bytes(kc) == LAYERS * 2 * mine * LEN * D * 4, "%s: a rank's cache of %lld bytes",
@@ -325,7 +337,7 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
-                              "qwen2_moe", "gemma3_text", "phi"};
+                              "qwen2_moe", "gemma3_text", "phi", "gpt_neox"};
     for (int sp = 0; sp < 2; sp++) {
         for (int f = 0; f < (int)(sizeof families / sizeof *families); f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */

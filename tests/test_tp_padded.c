@@ -2,7 +2,7 @@
  * forked processes: the heads are split, the attention_mask is every rank's
  * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
  * GPT-2 (learned positions from position_ids), Qwen3-MoE, Phi (its head's
- * bias cut with the vocabulary), and Mixtral and
+ * bias cut with the vocabulary), GPT-NeoX (query_key_value by heads), and Mixtral and
  * Qwen2-MoE with the routers' load-balancing loss (its means over the kept
  * tokens): the loss with a left-padded mask and every gradient within 1e-5
  * of one process, then
@@ -81,7 +81,7 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi"};
+    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi", "gpt_neox"};
     for (int sp = 0; sp < 2; sp++) {
         for (size_t f = 0; f < sizeof families / sizeof *families; f++) family_matches(pg, families[f], false, sp);
         family_matches(pg, "mixtral", true, sp);

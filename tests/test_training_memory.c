@@ -158,7 +158,7 @@ static accel_llama_config family_config(const char *type) {
     c.intermediate_size = FFN;
     c.num_hidden_layers = LAYERS;
     c.num_attention_heads = 4;
-    c.num_key_value_heads = a->blocks == ACCEL__BLOCKS_GPT2 ? 0 : 2;
+    c.num_key_value_heads = a->blocks == ACCEL__BLOCKS_GPT2 || a->neox_blocks ? 0 : 2; /* GPT-2, GPT-NeoX: as many as heads */
     c.head_dim = 0;
     c.max_position_embeddings = SEQ;
     if (a->window == ACCEL__WINDOW_ALL || a->window == ACCEL__WINDOW_EVEN) c.sliding_window = 16;

@@ -57,6 +57,8 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_laye
 
 # PhiConfig has no head_dim (hidden_size / heads) nor rms_norm_eps (its LayerNorms' is layer_norm_eps)
 PHI_BASE = {k: v for k, v in BASE.items() if k not in ("head_dim", "rms_norm_eps")}
+# GPTNeoXConfig has no kv heads (as many as heads) either
+NEOX_BASE = {k: v for k, v in PHI_BASE.items() if k != "num_key_value_heads"}
 
 # GPT2Config's own keys (n_embd, n_layer, ...); vocab 900: tests/data/tokenizers/gpt2's vocabulary
 GPT2_BASE = dict(vocab_size=900, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=None,
@@ -143,6 +145,15 @@ FIXTURES = {
                    dict(seed=21)),
     # qk_layernorm: a LayerNorm over each head of q and k before RoPE
     "phi_qk": ("phi", dict(qk_layernorm=True), dict(seed=22)),
+    # GPT-NeoX: parallel residual from two LayerNorms, per-head fused qkv,
+    # rotary_pct 0.25 (2 of 8 dims), untied embed_out; hidden_dropout 0.1
+    # (no effect in eval and the loss's gradients: eval mode)
+    "neox": ("gpt_neox", dict(hidden_dropout=0.1), dict(seed=23)),
+    # sequential residual, tied head, no attention biases, linear RoPE of base
+    # 500 on half of each head, eps 1e-3
+    "neox_seq": ("gpt_neox", dict(use_parallel_residual=False, tie_word_embeddings=True, attention_bias=False,
+                                  rotary_pct=0.5, rotary_emb_base=500.0, layer_norm_eps=1e-3,
+                                  rope_scaling=dict(rope_type="linear", factor=2.0)), dict(seed=24)),
 }
 
 # fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)
@@ -161,7 +172,7 @@ def options(i, spec):
 
 
 def build(model_type, extra, seed):
-    base = {"gpt2": GPT2_BASE, "phi": PHI_BASE}.get(model_type, BASE)
+    base = {"gpt2": GPT2_BASE, "phi": PHI_BASE, "gpt_neox": NEOX_BASE}.get(model_type, BASE)
     cfg = AutoConfig.for_model(model_type, **{**base, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()

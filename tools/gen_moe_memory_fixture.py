@@ -21,7 +21,8 @@ devices 0 and 1 are absent here: the map is the budgets').
     python3 tools/gen_moe_memory_fixture.py [--write] [NAME...]
 
 NAMEs (keys of CONFIGS) limit the run to those configs. Also writes
-tests/data/phi2_config (microsoft/phi-2's, a dense model) the same way.
+tests/data/phi2_config (microsoft/phi-2's, a dense model) and
+tests/data/pythia1b_config (EleutherAI/pythia-1b's) the same way.
 """
 import argparse
 import json
@@ -67,6 +68,13 @@ CONFIGS = {
         partial_rotary_factor=0.4, rope_theta=10000.0, resid_pdrop=0.1, embd_pdrop=0.0, attention_dropout=0.0,
         hidden_act="gelu_new", qk_layernorm=False, tie_word_embeddings=False, bos_token_id=50256,
         eos_token_id=50256, torch_dtype="float16"),
+    # EleutherAI/pythia-1b config.json (GPTNeoXModel: a dense model; the Hub's keys rotary_pct and
+    # rotary_emb_base, which GPTNeoXConfig reads into rope_parameters)
+    "pythia1b_config": lambda: transformers.GPTNeoXConfig(
+        vocab_size=50304, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=8, max_position_embeddings=2048, layer_norm_eps=1e-5, rotary_pct=0.25,
+        rotary_emb_base=10000, hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False,
+        bos_token_id=0, eos_token_id=0, torch_dtype="float16"),
 }
 
 

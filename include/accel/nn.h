@@ -307,7 +307,8 @@ typedef struct accel_llama_config {
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
      * "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "olmo2",
-     * "gpt2", "mixtral", "qwen3_moe", "qwen2_moe" (docs/nn.md: what each changes). */
+     * "gpt2", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "gpt_neox" (docs/nn.md:
+     * what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -357,6 +358,14 @@ typedef struct accel_llama_config {
      * head of q and k (eps rms_norm_eps) before RoPE; set on another family:
      * refused. */
     bool qk_layernorm;
+    /* GPT-NeoX's use_parallel_residual false: the MLP reads
+     * post_attention_layernorm(x + attn(input_layernorm(x))) and adds to that
+     * sum, where the default adds both branches to x side by side. GPT-NeoX
+     * ("gpt_neox") reads its attention_dropout as attn_pdrop and its
+     * hidden_dropout as both resid_pdrop (each branch's output) and
+     * embd_pdrop (the embeddings), its layer_norm_eps as rms_norm_eps, its
+     * rotary_pct as partial_rotary_factor. Set on another family: refused. */
+    bool sequential_residual;
     /* The special token ids config.json has, written back by
      * accel_llama_config_save: bos_token_id (-1: null), eos_token_ids[0 ..
      * n_eos_token_ids) (0: null; a list when eos_is_list, else one number).
@@ -445,7 +454,8 @@ void accel_kv_cache_reset(accel_kv_cache *c);
 
 /* LlamaForCausalLM: children "model" (embed_tokens, layers.N, norm) and
  * "lm_head" (GPT2LMHeadModel: "transformer" (wte, wpe, h.N, ln_f) and
- * "lm_head"; docs/nn.md). Weights initialised as transformers does (normal(0, initializer_range),
+ * "lm_head"; GPTNeoXForCausalLM: "gpt_neox" (embed_in, layers.N,
+ * final_layer_norm) and "embed_out"; docs/nn.md). Weights initialised as transformers does (normal(0, initializer_range),
  * norms 1) from the default generator; inside init_empty_weights on meta. */
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);

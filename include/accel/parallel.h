@@ -222,7 +222,10 @@ accel_tensor *accel_tp_slice_of(accel_tensor *whole, const accel_tp_slice *s);
  * summed over pg; Phi-3's fused qkv_proj and gate_up_proj are cut per part
  * (q, k, v; gate, up), qkv_proj kept whole when kv heads are replicated;
  * GPT-2's Conv1D c_attn (per q/k/v part) and c_fc column-parallel, the
- * c_projs row-parallel, wte vocab-parallel. With a KV cache
+ * c_projs row-parallel, wte vocab-parallel; GPT-NeoX's query_key_value
+ * column-parallel (its rows are per head: each rank its heads' q, k and v),
+ * dense and dense_4h_to_h row-parallel, dense_h_to_4h column-parallel,
+ * embed_in / embed_out by vocabulary. With a KV cache
  * (accel_llama_forward, accel_generate) the logits are gathered: [B, T, V]
  * on every rank, each caching its own key/value heads.
  * sequence_parallel: Megatron's sequence parallelism on top (every entry of

@@ -58,11 +58,25 @@ static const char *conv1d_as(const char *mod) {
                                                                                                            : NULL;
 }
 
-/* Phi's Linear projections as the plan cuts them: dense as o_proj, fc1 as
- * an up projection, fc2 as a down one; NULL for another. */
-static const char *phi_as(const char *mod) {
-    return !strcmp(mod, "dense") ? "o_proj" : !strcmp(mod, "fc1") ? "up_proj" : !strcmp(mod, "fc2") ? "down_proj" : NULL;
+/* Phi's and GPT-NeoX's Linear projections as the plan cuts them: dense as
+ * o_proj, fc1 / dense_h_to_4h as an up projection, fc2 / dense_4h_to_h as a
+ * down one, GPT-NeoX's query_key_value (rows per head [H, 3, D], as many kv
+ * heads as heads) by rows as an up projection is; NULL for another. */
+static const char *linear_as(const char *mod) {
+    static const char *const AS[][2] = {{"dense", "o_proj"}, {"fc1", "up_proj"}, {"fc2", "down_proj"},
+                                        {"dense_h_to_4h", "up_proj"}, {"dense_4h_to_h", "down_proj"},
+                                        {"query_key_value", "up_proj"}};
+    for (size_t i = 0; i < sizeof AS / sizeof *AS; i++)
+        if (!strcmp(mod, AS[i][0])) return AS[i][1];
+    return NULL;
 }
+
+/* The vocabulary-split embedding (Llama's embed_tokens, GPT-2's wte,
+ * GPT-NeoX's embed_in) and head (lm_head, GPT-NeoX's embed_out). */
+static bool is_embedding(const char *mod) {
+    return !strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "embed_in");
+}
+static bool is_head(const char *mod) { return !strcmp(mod, "lm_head") || !strcmp(mod, "embed_out"); }
 
 /* Bytes of one entry on a rank of tp, or -1 (error set) for a 2-D weight of a
  * layer it does not know how to split. */
@@ -76,7 +90,7 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     /* a weight's output dimension: a Linear's rows, a Conv1D's columns */
     const char *as = conv1d_as(mod);
     int out = as && t->ndim == 2 ? 1 : 0;
-    if (!as) as = phi_as(mod);
+    if (!as) as = linear_as(mod);
     if (as) snprintf(mod, sizeof mod, "%s", as);
     /* w1, w3, w2: Mixtral's experts' gate, up and down (Qwen's are named as an MLP's) */
     static const char *const COLUMN[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj",
@@ -88,7 +102,7 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
         }
     if (!strcmp(mod, "o_proj") || !strcmp(mod, "down_proj") || !strcmp(mod, "w2")) /* split along the inputs */
         return bias ? numel * el : numel / t->shape[1 - out] * ceil_div(t->shape[1 - out], tp) * el;
-    if (!strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "lm_head"))
+    if (is_embedding(mod) || is_head(mod))
         return ceil_div(t->shape[0], tp) * (t->ndim > 1 ? t->shape[1] : 1) * el;
     /* a sparse block's router and Qwen2-MoE's shared expert's gate: whole on every rank */
     if (!strcmp(mod, "gate") || !strcmp(mod, "shared_expert_gate")) return numel * el;
@@ -127,17 +141,17 @@ accel_status accel__mesh_param_bytes(accel_module *m, const accel_llama_config *
         const accel_state_entry *e = &sd->entries[i];
         char mod[64];
         module_of(e->name, mod, sizeof mod);
-        bool is_head = !strcmp(mod, "lm_head");
-        bool is_embed = !strcmp(mod, "embed_tokens") || !strcmp(mod, "wte") || !strcmp(mod, "wpe");
+        bool head_entry = is_head(mod);
+        bool is_embed = is_embedding(mod) || !strcmp(mod, "wpe");
         /* a tied lm_head is the embedding: its own copy on the last stage only when that is another stage */
-        if (e->is_tied_alias && !(is_head && pp > 1)) continue;
+        if (e->is_tied_alias && !(head_entry && pp > 1)) continue;
         int li = layer_of(e->name);
         if (li >= L) li = (int)L - 1; /* not a config the model was built from: counted on the last layer */
         int64_t b = rank_bytes(e, cfg, tp, li >= 0);
         if (b < 0) st = ACCEL_ERR_UNSUPPORTED;
         else if (li >= 0) layer[li] += b, stage[stage_of(split, pp, li)] += b;
         else if (is_embed) embed += b, stage[0] += b;
-        else if (is_head) head += b, stage[pp - 1] += b;
+        else if (head_entry) head += b, stage[pp - 1] += b;
         else stage[pp - 1] += b; /* the final norm */
     }
     if (!st) {

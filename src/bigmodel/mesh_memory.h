@@ -14,7 +14,9 @@
  *   q | k | v part) and c_fc along their columns, their biases too; the two
  *   c_proj along their rows, their biases whole; wpe whole. Phi's dense as
  *   o_proj, fc1 and fc2 as up_proj and down_proj; its lm_head's bias split
- *   with the vocabulary.
+ *   with the vocabulary. GPT-NeoX's query_key_value (rows per head) along
+ *   its outputs by heads, dense_h_to_4h and dense_4h_to_h as up_proj and
+ *   down_proj, embed_in and embed_out along the vocabulary.
  * - pipeline parallelism: the stages' layers as the runtime splits them
  *   (accel__decoder_stage_split, nn/decoder_pipeline.h: contiguous ranges
  *   minimising the largest stage's parameter count, the embedding counted on

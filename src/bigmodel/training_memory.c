@@ -130,14 +130,15 @@ typedef struct fam {
     bool norm_outputs;  /* OLMo 2: the two norms on the branches' outputs, none before them */
     bool qk_norm;       /* Qwen3: RMSNorm over each head of q and k */
     bool qk_norm_full;  /* OLMo 2: RMSNorm over the whole q and k projections */
-    bool fused_qkv, fused_gate_up; /* Phi-3: one projection each, sliced */
+    bool fused_qkv, fused_gate_up; /* Phi-3 (GPT-NeoX: its per-head query_key_value): one projection each, sliced */
     bool multipliers;   /* Granite: embedding, residual branches and logits scaled */
     double cap;         /* Gemma2's attn_logit_softcapping (0: none) */
     bool final_cap;     /* Gemma2's final_logit_softcapping */
     double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
     bool qkv_bias, o_bias, mlp_bias; /* the Linears with a bias */
-    bool gelu_mlp;      /* Phi: the MLP fc1 -> gelu_new -> fc2 (Linears with biases) */
+    bool gelu_mlp;      /* Phi, GPT-NeoX: the MLP fc1 -> gelu -> fc2 (Linears with biases) */
     bool parallel;      /* Phi's parallel_residual: the MLP reads the attention's input norm, x + attn + mlp */
+    bool norm2;         /* GPT-NeoX's parallel layer: the MLP reads its own norm of x (a second region entry) */
     bool moe_f32_weights; /* Mixtral: the routing weights stay f32 (Qwen: the logits' dtype) */
     bool renorm;          /* the chosen experts' weights renormalised (Mixtral; Qwen's norm_topk_prob) */
     bool jitter;          /* Mixtral's router_jitter_noise: the block's input times uniform noise */
@@ -827,10 +828,12 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     if (f->multipliers) a = unary_fwd(fwd, eC, a);
     /* Phi's parallel branches: the MLP reads the attention's input norm
      * through q/k/v's region entry (tp_modules.c shares it: one gather, one
-     * gradient), the sum follows it */
+     * gradient), the sum follows it; GPT-NeoX's MLP its own norm of x,
+     * through its own entry */
     if (!f->parallel) add_fwd(fwd, a);
-    accel_dtype n2 = f->parallel ? n1 : f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
-    if (!f->parallel) enter_fwd(fwd);
+    bool own_norm = !f->parallel || f->norm2; /* the MLP's input norm and region entry */
+    accel_dtype n2 = !own_norm ? n1 : f->norm_outputs ? ACCEL_F32 : norm_fwd(fwd, eC, d->ns, ACCEL_F32);
+    if (own_norm) enter_fwd(fwd);
     /* the MLP (or the sparse block), its backward added in its place below */
     ledger mfwd = {fwd->k, d, f, 0, 0}, mbwd = mfwd;
     accel_dtype m = sparse ? moe_step(&mfwd, &mbwd) : mlp_step(&mfwd, &mbwd, n2);
@@ -851,9 +854,9 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     if (drop) dropout_bwd(bwd, eC, m);
     scratch(bwd, mbwd.top);
     bwd->bytes += mbwd.bytes;
-    if (!f->parallel) enter_bwd(bwd, f->norm_outputs);
+    if (own_norm) enter_bwd(bwd, f->norm_outputs);
     /* the MLP's input norm into h's gradient (Llama's adds: nothing new) */
-    if (!f->norm_outputs && !f->parallel) norm_bwd(bwd, eC, ACCEL_F32, true);
+    if (!f->norm_outputs && own_norm) norm_bwd(bwd, eC, ACCEL_F32, true);
     /* add: the layer input's, the attention branch's */
     if (!f->parallel) bwd->bytes += add_bwd(eC, a);
     if (f->multipliers) unary_bwd(bwd, eC, a);
@@ -1055,9 +1058,9 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     bool gpt2 = a->blocks == ACCEL__BLOCKS_GPT2;
     d->cp = 1, d->Tg = d->T;
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
-    bool phi = a->phi_blocks, drops = a->dropouts;
-    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || phi, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
-               .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv,
+    bool phi = a->phi_blocks, neox = a->neox_blocks, drops = a->dropouts;
+    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || phi || neox, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
+               .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv || neox,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
@@ -1065,7 +1068,8 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                .embd_pdrop = drops ? cfg->embd_pdrop : 0,
                .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias) || phi,
                .o_bias = (a->attention_bias && cfg->attention_bias) || phi,
-               .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi, .gelu_mlp = phi, .parallel = a->parallel_residual,
+               .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi || neox, .gelu_mlp = phi || neox,
+               .parallel = accel__arch_parallel(a, cfg), .norm2 = neox,
                .moe_f32_weights = a->moe == ACCEL__MOE_MIXTRAL,
                .renorm = a->moe == ACCEL__MOE_MIXTRAL || cfg->norm_topk_prob,
                .jitter = a->moe == ACCEL__MOE_MIXTRAL && cfg->router_jitter_noise > 0};

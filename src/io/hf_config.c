@@ -1,7 +1,7 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
  * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe,
- * qwen2_moe, phi.
+ * qwen2_moe, phi, gpt_neox.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -243,8 +243,8 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     bool bad_act, bad_activation;
     const char *act = string_or_null(root, "hidden_act", &bad_act);
     const char *activation = string_or_null(root, "hidden_activation", &bad_activation);
-    if (!a->gemma_blocks) { /* Phi's MLP: gelu_new */
-        const char *want = a->phi_blocks ? "gelu_new" : "silu";
+    if (!a->gemma_blocks) { /* Phi's MLP: gelu_new; GPT-NeoX's: gelu (exact) */
+        const char *want = a->phi_blocks ? "gelu_new" : a->neox_blocks ? "gelu" : "silu";
         if (bad_act || (act && strcmp(act, want) != 0))
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"%s\" (the only activation of "
                                    "%s models accel implements)", file, want, a->model_type);
@@ -513,6 +513,32 @@ static accel_status parse_phi(json_t *root, const char *file, accel_llama_config
     return ACCEL_OK;
 }
 
+/* GPTNeoXConfig's own keys: layer_norm_eps, attention_dropout,
+ * hidden_dropout (the embeddings' and each branch's: embd_pdrop and
+ * resid_pdrop), use_parallel_residual (null is false to transformers:
+ * refused), rotary_emb_base and rotary_pct (the RoPE's base and partial
+ * factor; rope_scaling / rope_parameters' own rope_theta and
+ * partial_rotary_factor, read after, win; top-level rope_theta and
+ * partial_rotary_factor are not GPTNeoXConfig's and stay unread, as there). */
+static accel_status parse_neox(json_t *root, const char *file, accel_llama_config *c) {
+    double hidden = 0;
+    bool parallel = true;
+    if (get_real(root, file, "layer_norm_eps", &c->rms_norm_eps) ||
+        get_prob(root, file, "attention_dropout", &c->attn_pdrop) || get_prob(root, file, "hidden_dropout", &hidden) ||
+        not_null(root, file, "use_parallel_residual", "true or false") ||
+        get_bool(root, file, "use_parallel_residual", &parallel) ||
+        get_real(root, file, "rotary_emb_base", &c->rope_theta) ||
+        get_real(root, file, "rotary_pct", &c->partial_rotary_factor))
+        return accel_last_status();
+    if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
+    /* the struct's 0 is "unset" (1.0): transformers would rotate no dims */
+    if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
+        return bad_type(file, "rotary_pct", "a number in (0, 1]");
+    c->resid_pdrop = c->embd_pdrop = hidden;
+    c->sequential_residual = !parallel;
+    return ACCEL_OK;
+}
+
 /* GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions,
  * layer_norm_epsilon, activation_function, ...) into the shared fields. */
 static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
@@ -598,11 +624,13 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
         get_int(root, file, "original_max_position_embeddings",
                 &c->rope_scaling.original_max_position_embeddings, false, true) ||
-        (a->phi_blocks ? parse_phi(root, file, c) : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
-        get_real(root, file, "rope_theta", &c->rope_theta) ||
+        (a->phi_blocks    ? parse_phi(root, file, c)
+         : a->neox_blocks ? parse_neox(root, file, c)
+                          : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
+        (!a->neox_blocks && get_real(root, file, "rope_theta", &c->rope_theta)) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
-        get_real(root, file, "partial_rotary_factor", &c->partial_rotary_factor) ||
+        (!a->neox_blocks && get_real(root, file, "partial_rotary_factor", &c->partial_rotary_factor)) ||
         get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
         get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
@@ -851,6 +879,48 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             (long long)c->vocab_size);
 }
 
+/* GPTNeoXConfig's keys, sorted as transformers writes them; the RoPE's base
+ * and factor under the Hub's names rotary_emb_base and rotary_pct, which
+ * transformers 4 and 5 both read. */
+static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps,
+                       const char *theta) {
+    char prf[40];
+    py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+    fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n  \"attention_bias\": %s,\n", a->causal_lm.type_name,
+            c->attention_bias ? "true" : "false");
+    write_float(m, "attention_dropout", c->attn_pdrop);
+    write_token_id(m, a, c, false);
+    write_token_id(m, a, c, true);
+    fprintf(m, "  \"hidden_act\": \"gelu\",\n");
+    write_float(m, "hidden_dropout", c->resid_pdrop); /* = embd_pdrop (resolve_config) */
+    fprintf(m,
+            "  \"hidden_size\": %lld,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"intermediate_size\": %lld,\n"
+            "  \"layer_norm_eps\": %s,\n"
+            "  \"max_position_embeddings\": %lld,\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"num_attention_heads\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n",
+            (long long)c->hidden_size, init, (long long)c->intermediate_size, eps,
+            (long long)c->max_position_embeddings, a->model_type, (long long)c->num_attention_heads,
+            (long long)c->num_hidden_layers);
+    write_pad_token_id(m, a, c);
+    fprintf(m, "  \"rope_scaling\": ");
+    write_rope(m, &c->rope_scaling);
+    fprintf(m,
+            ",\n  \"rotary_emb_base\": %s,\n"
+            "  \"rotary_pct\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"torch_dtype\": \"%s\",\n"
+            "  \"transformers_version\": \"%s\",\n"
+            "  \"use_cache\": true,\n"
+            "  \"use_parallel_residual\": %s,\n"
+            "  \"vocab_size\": %lld\n}\n",
+            theta, prf, c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype),
+            TRANSFORMERS_VERSION, c->sequential_residual ? "false" : "true", (long long)c->vocab_size);
+}
+
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
     if (check_reals(c)) return accel_last_status();
@@ -860,6 +930,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
     if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
         return accel_last_status();
+    if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop) /* one hidden_dropout */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: gpt_neox models have one "
+                               "hidden_dropout: embd_pdrop (%g) must equal resid_pdrop (%g)", c->embd_pdrop,
+                               c->resid_pdrop);
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
@@ -881,6 +955,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     }
     if (a->blocks == ACCEL__BLOCKS_GPT2) {
         write_gpt2(m, a, c, init, eps);
+        goto written;
+    }
+    if (a->neox_blocks) {
+        write_neox(m, a, c, init, eps, theta);
         goto written;
     }
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */

@@ -142,6 +142,20 @@ static const accel__arch ARCHS[] = {
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi",
                   .partial_rotary_factor = 0.5, LLAMA_TOKENS}},
+    /* GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorm, one fused per-head qkv,
+     * a quarter of each head rotated, parallel attention and MLP from two
+     * norms, an untied embed_out; GPTNeoXConfig() defaults (NeoX-20B's
+     * sizes, eps 1e-5, attention_bias true, bos 0, eos 2) */
+    {.model_type = "gpt_neox", .causal_lm = {"GPTNeoXForCausalLM", accel__decoder_no_forward, NULL},
+     .model = {"GPTNeoXModel", accel__decoder_no_forward, NULL},
+     .layer = {"GPTNeoXLayer", accel__decoder_layer_call, NULL}, .attn = {"GPTNeoXAttention", NULL, NULL},
+     .mlp = {"GPTNeoXMLP", accel__gelu_exact_mlp_forward, NULL},
+     .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE, .partial_rotary = true,
+     .attention_bias = true, .neox_blocks = true, .dropouts = true,
+     .defaults = {.vocab_size = 50432, .hidden_size = 6144, .intermediate_size = 24576, .num_hidden_layers = 44,
+                  .num_attention_heads = 64, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
+                  .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "gpt_neox", .attention_bias = true, .partial_rotary_factor = 0.25, TOKENS(0, 2)}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -186,6 +200,11 @@ const char *accel__arch_unsupported(const accel__arch *a) {
                           a->qkv_bias || a->moe || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "phi_blocks with gemma_blocks, fused projections, q/k norms, qkv_bias, experts or GPT-2 blocks (its "
                "projections, norms and MLP are its own)";
+    if (a->neox_blocks && (a->gemma_blocks || a->phi_blocks || a->fused_qkv || a->fused_gate_up || a->qk_norm ||
+                           a->qk_norm_full || a->qkv_bias || a->moe || a->parallel_residual || a->norm_outputs ||
+                           a->sandwich_norms || a->blocks != ACCEL__BLOCKS_LLAMA))
+        return "neox_blocks with another family's blocks, projections, norms or experts (its tree is its own; its "
+               "parallel residual is the config's)";
     if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
         return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;
@@ -200,16 +219,28 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"granite\", \"phi3\", "
-           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\"";
+           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\", \"gpt_neox\"";
 }
 
 bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c) {
     return a->qk_norm || (a->phi_blocks && c->qk_layernorm);
 }
 
-const char *accel__arch_o_proj(const accel__arch *a) { return a->phi_blocks ? "dense" : "o_proj"; }
+const char *accel__arch_o_proj(const accel__arch *a) { return a->phi_blocks || a->neox_blocks ? "dense" : "o_proj"; }
 
-const char *accel__arch_final_norm(const accel__arch *a) { return a->phi_blocks ? "final_layernorm" : "norm"; }
+const char *accel__arch_final_norm(const accel__arch *a) {
+    return a->phi_blocks ? "final_layernorm" : a->neox_blocks ? "final_layer_norm" : "norm";
+}
+
+const char *accel__arch_base(const accel__arch *a) { return a->neox_blocks ? "gpt_neox" : "model"; }
+
+const char *accel__arch_embed(const accel__arch *a) { return a->neox_blocks ? "embed_in" : "embed_tokens"; }
+
+const char *accel__arch_head(const accel__arch *a) { return a->neox_blocks ? "embed_out" : "lm_head"; }
+
+bool accel__arch_parallel(const accel__arch *a, const accel_llama_config *c) {
+    return a->parallel_residual || (a->neox_blocks && !c->sequential_residual);
+}
 
 bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i) {
     if (a->window != ACCEL__WINDOW_TYPES) return false;

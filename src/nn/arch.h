@@ -36,7 +36,7 @@ typedef enum accel__blocks {
 /* Child indices of GPT-2's modules (construction order, transformers'). */
 enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_LN_F = 3 };
 enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
-enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 };                  /* GPT2MLP (PhiMLP: fc1, fc2) */
+enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 }; /* GPT2MLP (PhiMLP: fc1, fc2; GPTNeoXMLP) */
 
 /* What a family's sparse layers put in place of the MLP (docs/nn.md
  * "Mixtures of experts"; moe.c). */
@@ -114,6 +114,16 @@ typedef struct accel__arch {
      * lm_head, the MLP fc1 -> gelu_new -> fc2 (biases), the final norm
      * `final_layernorm`. */
     bool phi_blocks;
+    /* GPT-NeoX's tree and blocks (GPTNeoXForCausalLM): gpt_neox.embed_in
+     * (no padding_idx), gpt_neox.layers.N.{input_layernorm,
+     * post_attention_layernorm} (LayerNorm with bias, eps layer_norm_eps),
+     * attention.query_key_value (one Linear whose output is per head
+     * [H, 3, D]: q, k, v of head 0, then of head 1, ...) and attention.dense
+     * (biases: attention_bias), mlp.dense_h_to_4h -> exact (erf) gelu ->
+     * mlp.dense_4h_to_h (biases always), gpt_neox.final_layer_norm,
+     * embed_out (no bias). The layer is parallel, x + attn(ln1(x)) +
+     * mlp(ln2(x)), unless the config's sequential_residual. */
+    bool neox_blocks;
     /* The config's dropouts act while training (attn_pdrop: the attention
      * probabilities; resid_pdrop: each branch's output; embd_pdrop: the
      * embeddings): GPT-2's, and Phi's attention_dropout, resid_pdrop,
@@ -150,10 +160,20 @@ bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c,
  * and k before RoPE: the row's qk_norm (Qwen3, Gemma 3), Phi's with the
  * config's qk_layernorm (q_layernorm / k_layernorm, LayerNorms). */
 bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c);
-/* The names of the attention's output projection ("o_proj"; Phi: "dense")
- * and of the model's final norm ("norm"; Phi: "final_layernorm"). */
+/* The names of the attention's output projection ("o_proj"; Phi, GPT-NeoX:
+ * "dense"), of the model's final norm ("norm"; Phi: "final_layernorm";
+ * GPT-NeoX: "final_layer_norm"), of the base model ("model"; GPT-NeoX:
+ * "gpt_neox"), of its token embedding ("embed_tokens"; GPT-NeoX: "embed_in")
+ * and of the head ("lm_head"; GPT-NeoX: "embed_out"). */
 const char *accel__arch_o_proj(const accel__arch *a);
 const char *accel__arch_final_norm(const accel__arch *a);
+const char *accel__arch_base(const accel__arch *a);
+const char *accel__arch_embed(const accel__arch *a);
+const char *accel__arch_head(const accel__arch *a);
+/* Whether the layers of a model of row a and resolved config c add the
+ * attention and the MLP side by side (Phi; GPT-NeoX unless
+ * sequential_residual). */
+bool accel__arch_parallel(const accel__arch *a, const accel_llama_config *c);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 
@@ -196,6 +216,8 @@ accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x)
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
 /* GPT2MLP's c_proj(gelu_new(c_fc(x))), PhiMLP's fc2(gelu_new(fc1(x))) */
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
+/* GPTNeoXMLP's dense_4h_to_h(gelu(dense_h_to_4h(x))), the exact (erf) gelu */
+accel_tensor *accel__gelu_exact_mlp_forward(accel_module *mlp, accel_tensor *x);
 /* The sparse block of a's family (moe.c): [B, T, C] -> [B, T, C]. */
 accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x);
 /* Mixtral's expert: w2(silu(w1 x) * w3 x). */

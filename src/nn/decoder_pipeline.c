@@ -14,12 +14,21 @@ static int64_t params_at(accel_module *root, const char *path) {
     return m ? accel_module_num_params(m) : 0;
 }
 
+/* The path of the model's token embedding, "model.embed_tokens" (GPT-NeoX:
+ * "gpt_neox.embed_in"), then `suffix`. */
+static void embed_path(accel_module *llama, const char *suffix, char *out, size_t n) {
+    const accel__arch *a = accel__arch_of_module(llama);
+    snprintf(out, n, "%s.%s%s", accel__arch_base(a), accel__arch_embed(a), suffix);
+}
+
 static int n_layers(accel_module *llama, const char *who) {
     accel_module *layers = accel__decoder_layers(llama);
-    if (!layers || !accel_module_find(llama, "model.embed_tokens")) {
+    char embed[40] = "";
+    if (layers) embed_path(llama, "", embed, sizeof embed);
+    if (!layers || !accel_module_find(llama, embed)) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: pipeline stages cut a decoder model built by accel_llama_new "
-                        "(llama-style: model.embed_tokens, model.layers, model.norm, lm_head); this model is not "
-                        "one (GPT-2's tree is not cut yet)", who);
+                        "(llama-style: model.embed_tokens, model.layers, model.norm, lm_head; GPT-NeoX's "
+                        "gpt_neox.*); this model is not one (GPT-2's tree is not cut yet)", who);
         return -1;
     }
     return layers->n_children;
@@ -62,10 +71,13 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
         return accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", who);
     }
     /* the head's own parameters: the root's beyond the model's (a tied head has none) */
-    int64_t first_extra = params_at(llama, "model.embed_tokens");
-    char norm[40]; /* model.norm (Phi's model.final_layernorm) */
-    snprintf(norm, sizeof norm, "model.%s", accel__arch_final_norm(accel__arch_of_module(llama)));
-    int64_t last_extra = params_at(llama, norm) + accel_module_num_params(llama) - params_at(llama, "model");
+    const accel__arch *a = accel__arch_of_module(llama);
+    char embed[40], norm[48]; /* model.norm (Phi's model.final_layernorm, GPT-NeoX's gpt_neox.final_layer_norm) */
+    embed_path(llama, "", embed, sizeof embed);
+    snprintf(norm, sizeof norm, "%s.%s", accel__arch_base(a), accel__arch_final_norm(a));
+    int64_t first_extra = params_at(llama, embed);
+    int64_t last_extra =
+        params_at(llama, norm) + accel_module_num_params(llama) - params_at(llama, accel__arch_base(a));
     pre[0] = 0;
     for (int i = 0; i < L; i++)
         pre[i + 1] = pre[i] + accel_module_num_params(layers->children[i]) + (i == 0 ? first_extra : 0) +
@@ -92,22 +104,31 @@ accel_status accel__decoder_stage_split(accel_module *llama, int stages, const i
 
 static void hidden(accel_module *llama, int64_t *C, accel_dtype *dt) {
     *C = accel_llama_config_of(llama)->hidden_size;
-    *dt = accel_module_get_tensor(llama, "model.embed_tokens.weight")->dtype;
+    char embed[48];
+    embed_path(llama, ".weight", embed, sizeof embed);
+    *dt = accel_module_get_tensor(llama, embed)->dtype;
 }
 
+/* name's stage: a layer's by first_layer, the embedding's the first, the
+ * final norm's and the head's the last. The names are the model tree's:
+ * "model." or GPT-NeoX's "gpt_neox." (a name that is neither: the last). */
 static int owner(const char *name, const int *first_layer, int stages) {
-    int layer;
-    if (sscanf(name, "model.layers.%d.", &layer) == 1) {
+    int layer, at = 0;
+    const char *rest = !strncmp(name, "model.", 6) ? name + 6 : !strncmp(name, "gpt_neox.", 9) ? name + 9 : NULL;
+    if (rest && sscanf(rest, "layers.%d.%n", &layer, &at) == 1 && at > 0) {
         int s = 0;
         while (s + 1 < stages && layer >= first_layer[s + 1]) s++;
         return s;
     }
-    return strncmp(name, "model.embed_tokens.", 19) ? stages - 1 : 0; /* the norm, lm_head: the last */
+    bool embed = rest && (!strncmp(rest, "embed_tokens.", 13) || !strncmp(rest, "embed_in.", 9));
+    return embed ? 0 : stages - 1; /* the norm, lm_head: the last */
 }
 
 static accel_tensor *tied_embedding(accel_module *llama) {
     const accel_llama_config *c = accel_llama_config_of(llama);
-    return c && c->tie_word_embeddings ? accel_module_get_tensor(llama, "model.embed_tokens.weight") : NULL;
+    char embed[48];
+    if (c && c->tie_word_embeddings) embed_path(llama, ".weight", embed, sizeof embed);
+    return c && c->tie_word_embeddings ? accel_module_get_tensor(llama, embed) : NULL;
 }
 
 const accel__family_stages accel__decoder_stages = {n_layers,         accel__decoder_stage_split,

@@ -70,7 +70,16 @@ static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool 
     bool dense, sparse; /* nor do the MLP's without a dense layer (a sparse block is cut per layer) */
     layer_kinds(a, c, &dense, &sparse);
     int n = 0;
-    if (a->blocks == ACCEL__BLOCKS_GPT2) { /* c_attn, fused, is cut per layer */
+    if (a->neox_blocks) { /* query_key_value's rows are per head [H, 3, D]: cut colwise, each rank gets its
+                           * heads' q, k and v rows */
+        plan[n++] = (accel_tp_plan_entry){"gpt_neox.embed_in", ACCEL_TP_VOCAB_EMBEDDING, sp};
+        if (layers) {
+            plan[n++] = (accel_tp_plan_entry){"gpt_neox.layers.*.attention.query_key_value", ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"gpt_neox.layers.*.attention.dense", ACCEL_TP_ROWWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"gpt_neox.layers.*.mlp.dense_h_to_4h", ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){"gpt_neox.layers.*.mlp.dense_4h_to_h", ACCEL_TP_ROWWISE, sp};
+        }
+    } else if (a->blocks == ACCEL__BLOCKS_GPT2) { /* c_attn, fused, is cut per layer */
         plan[n++] = (accel_tp_plan_entry){"transformer.wte", ACCEL_TP_VOCAB_EMBEDDING, sp};
         if (layers) {
             plan[n++] = (accel_tp_plan_entry){"transformer.h.*.attn.c_proj", ACCEL_TP_ROWWISE, sp};
@@ -98,7 +107,7 @@ static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool 
         }
         if (dense && !a->phi_blocks) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
     }
-    plan[n++] = (accel_tp_plan_entry){"lm_head", ACCEL_TP_COLWISE, sp};
+    plan[n++] = (accel_tp_plan_entry){accel__arch_head(a), ACCEL_TP_COLWISE, sp};
     return n;
 }
 
@@ -171,7 +180,8 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
     /* this rank's key/value heads: its slice of tp, or (replicated) the one
      * head of Hkv that its query heads all read, rank / (tp / Hkv) */
     int kv_index = replicate_kv ? rank / (tp / (int)Hkv) : rank, kv_count = replicate_kv ? (int)Hkv : tp;
-    const char *prefix = a->blocks == ACCEL__BLOCKS_GPT2 ? "transformer.h" : "model.layers";
+    const char *prefix = a->blocks == ACCEL__BLOCKS_GPT2 ? "transformer.h" : a->neox_blocks ? "gpt_neox.layers"
+                                                                                           : "model.layers";
     char path[96];
     layer_cut cut[3];
     int n = 0;

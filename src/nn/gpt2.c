@@ -9,11 +9,17 @@
 #include "nn_internal.h"
 
 
-/* GPT2MLP: c_proj(gelu_new(c_fc(x))); gelu_new is the tanh approximation. */
-accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x) {
+/* An MLP of two projections (children ACCEL__GPT2_C_FC, ACCEL__GPT2_MLP_C_PROJ)
+ * around gelu, the tanh approximation where `tanh`. */
+static accel_tensor *gelu_mlp(accel_module *mlp, accel_tensor *x, bool tanh) {
     accel_module **p = mlp->children;
-    return accel_module_call(p[ACCEL__GPT2_MLP_C_PROJ], accel_gelu(accel_module_call(p[ACCEL__GPT2_C_FC], x), true));
+    return accel_module_call(p[ACCEL__GPT2_MLP_C_PROJ], accel_gelu(accel_module_call(p[ACCEL__GPT2_C_FC], x), tanh));
 }
+
+/* GPT2MLP: c_proj(gelu_new(c_fc(x))); gelu_new is the tanh approximation. */
+accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x) { return gelu_mlp(mlp, x, true); }
+
+accel_tensor *accel__gelu_exact_mlp_forward(accel_module *mlp, accel_tensor *x) { return gelu_mlp(mlp, x, false); }
 
 static accel_module *layer_norm(const accel__arch *a, const accel_llama_config *c, accel_device dev) {
     return accel__layer_norm_create(&a->norm, c->hidden_size, c->rms_norm_eps, dev, c->torch_dtype);

@@ -180,10 +180,14 @@ static accel_status resolve_layer_types(const accel__arch *a, accel_llama_config
     return ACCEL_OK;
 }
 
+/* Whether the family's embedding has transformers' padding_idx (GPT-2's wte
+ * and GPT-NeoX's embed_in have none). */
+static bool has_padding_idx(const accel__arch *a) { return a->blocks != ACCEL__BLOCKS_GPT2 && !a->neox_blocks; }
+
 /* embed_tokens' padding_idx: pad_token_id (-1: none), the family's (none) in
  * a config whose token ids are not set (a zeroed struct) */
 static int64_t padding_idx(const accel__arch *a, const accel_llama_config *c) {
-    return (c->token_ids_set ? c : &a->defaults)->pad_token_id;
+    return has_padding_idx(a) ? (c->token_ids_set ? c : &a->defaults)->pad_token_id : -1;
 }
 
 /* The config with defaults resolved (kv heads, head_dim), checked. */
@@ -224,6 +228,22 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
                                a->phi_blocks ? "only implemented with head_dim = hidden_size / num_attention_heads "
                                                "(transformers' q/k LayerNorms are that wide)"
                                              : "Phi's: the model has no q/k LayerNorms");
+    /* GPTNeoXAttention: hidden_size / heads per head, as many kv heads as heads */
+    if (a->neox_blocks && (c->num_key_value_heads != c->num_attention_heads ||
+                           c->head_dim * c->num_attention_heads != c->hidden_size))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: gpt_neox models have num_key_value_heads = "
+                               "num_attention_heads and head_dim = hidden_size / num_attention_heads (got %lld kv "
+                               "heads of %lld heads, head_dim %lld)", who, (long long)c->num_key_value_heads,
+                               (long long)c->num_attention_heads, (long long)c->head_dim);
+    if (c->sequential_residual && !a->neox_blocks)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sequential_residual (GPT-NeoX's use_parallel_residual "
+                               "false) is set, but %s models have no parallel residual to turn off", who,
+                               a->model_type);
+    /* GPT-NeoX's hidden_dropout is one value: the embeddings' and each branch's */
+    if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: gpt_neox models have one hidden_dropout for the embeddings "
+                               "and the branches: embd_pdrop (%g) must equal resid_pdrop (%g)", who, c->embd_pdrop,
+                               c->resid_pdrop);
     if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
                                "but %s models always scale", who, a->model_type);
@@ -239,8 +259,8 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: attn_pdrop, resid_pdrop and embd_pdrop must be in [0, 1]",
                                who);
     if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && !a->dropouts)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's and "
-                               "Phi's dropouts: %s models have none", who, a->model_type);
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's, "
+                               "Phi's and GPT-NeoX's dropouts: %s models have none", who, a->model_type);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -265,7 +285,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                                who, (long long)c->sliding_window, (long long)c->max_window_layers);
     int64_t pad = padding_idx(a, c);
-    if (a->blocks != ACCEL__BLOCKS_GPT2 && (pad < -1 || pad >= c->vocab_size)) /* GPT-2's wte has no padding_idx */
+    if (has_padding_idx(a) && (pad < -1 || pad >= c->vocab_size))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: pad_token_id %lld (the embedding's padding_idx) must be -1 "
                                "(none) or below vocab_size %lld", who, (long long)pad, (long long)c->vocab_size);
     if (accel__rope_check(c, who)) return accel_last_status();
@@ -446,6 +466,7 @@ enum { LAYER_ATTN = 0, LAYER_MLP = 1, LAYER_IN_NORM = 2, LAYER_POST_NORM = 3, LA
        LAYER_POST_FF_NORM = 5 };
 enum { ATTN_Q = 0, ATTN_K = 1, ATTN_V = 2, ATTN_O = 3, ATTN_Q_NORM = 4, ATTN_K_NORM = 5 };
 enum { ATTN_FUSED_O = 0, ATTN_QKV = 1 }; /* fused_qkv: transformers' Phi3Attention order */
+enum { ATTN_NEOX_QKV = 0, ATTN_NEOX_DENSE = 1 }; /* neox_blocks: GPTNeoXAttention's order */
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
 enum { MLP_GATE_UP = 0, MLP_FUSED_DOWN = 1 }; /* fused_gate_up */
 
@@ -481,12 +502,27 @@ static accel_tensor *rope(accel_tensor *x, int64_t pos, accel_pg *cp, const floa
 }
 
 /* x [B, T, C] -> q [B, T, H D], k and v [B, T, Hkv D] (the layer's heads:
- * this rank's under tp): one projection each, or slices of the fused
- * qkv_proj's [q | k | v]. */
+ * this rank's under tp): one projection each, slices of the fused
+ * qkv_proj's [q | k | v], or of GPT-NeoX's query_key_value per head. */
 static void project_qkv(accel_module **p, const layer_impl *li, accel_tensor *x, accel_tensor **q, accel_tensor **k,
                         accel_tensor **v) {
     int64_t qd = li->heads * li->cfg->head_dim, kvd = li->kv_heads * li->cfg->head_dim;
     const accel__arch *a = li->arch;
+    if (a->neox_blocks) { /* query_key_value: [B, T, H, 3, D] per head, viewed [B, T, H, 3 D] and cut in three */
+        accel_tensor *qkv = accel_module_call(p[ATTN_NEOX_QKV], x), *part[3] = {NULL, NULL, NULL};
+        int64_t D = li->cfg->head_dim, sizes[3] = {D, D, D};
+        int64_t shape[4] = {qkv ? qkv->shape[0] : 0, qkv ? qkv->shape[1] : 0, li->heads, 3 * D};
+        accel_tensor *h = qkv ? accel_reshape(qkv, 4, shape) : NULL;
+        if (!h || accel_split(h, 3, 3, sizes, part) != ACCEL_OK) {
+            *q = *k = *v = NULL;
+            return;
+        }
+        int64_t flat[3] = {shape[0], shape[1], qd}; /* each [B, T, H, D] as [B, T, H D], the others' layout */
+        *q = accel_reshape(accel_contiguous(part[0]), 3, flat);
+        *k = accel_reshape(accel_contiguous(part[1]), 3, flat);
+        *v = accel_reshape(accel_contiguous(part[2]), 3, flat);
+        return;
+    }
     if (!a->fused_qkv) {
         *q = accel_module_call(p[ATTN_Q], x);
         *k = accel_module_call(p[ATTN_K], x);
@@ -590,7 +626,10 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     if (!o) return NULL;
     int64_t shape[3] = {x->shape[0], T, li->heads * c->head_dim};
     o = accel_reshape(o, 3, shape);
-    return accel_module_call(p[gpt2 ? ACCEL__GPT2_C_PROJ : a->fused_qkv ? ATTN_FUSED_O : ATTN_O], o);
+    return accel_module_call(p[gpt2            ? ACCEL__GPT2_C_PROJ
+                               : a->fused_qkv   ? ATTN_FUSED_O
+                               : a->neox_blocks ? ATTN_NEOX_DENSE
+                                                : ATTN_O], o);
 }
 
 /* The hooks of attn around its body; exit runs after a failure too (nn.h). */
@@ -647,10 +686,13 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
         return accel_add(h, accel_module_call(p[LAYER_POST_NORM], accel_module_call(p[LAYER_MLP], h)));
     }
     bool sandwich = li->arch->sandwich_norms; /* Gemma2: the branches' outputs normalised too */
-    if (li->arch->parallel_residual) { /* Phi: x + attn(ln(x)) + mlp(ln(x)), transformers' order of the sums */
+    /* Phi: x + attn(ln(x)) + mlp(ln(x)); GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+     * (transformers' order of the sums: a + m and m + a are the same floats) */
+    if (accel__arch_parallel(li->arch, li->cfg)) {
         accel_tensor *n = accel_module_call(p[LAYER_IN_NORM], x);
         accel_tensor *a = resid_dropout(layer, li, attention_forward(p[LAYER_ATTN], li, n, pos, cache, pad));
-        return accel_add(accel_add(a, resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], n))), x);
+        accel_tensor *n2 = li->arch->parallel_residual ? n : accel_module_call(p[LAYER_POST_NORM], x);
+        return accel_add(accel_add(a, resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], n2))), x);
     }
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache, pad);
@@ -817,12 +859,13 @@ static unsigned branch_sums(const accel__arch *a) {
     return a->norm_outputs || a->sandwich_norms ? 0 : ACCEL__NORM_IN_RESIDUAL;
 }
 
-/* The family's norm over dim: RMSNorm, Phi's LayerNorm with bias (of eps
+/* The family's norm over dim: RMSNorm, Phi's and GPT-NeoX's LayerNorm with bias (of eps
  * layer_norm_eps, held in rms_norm_eps). roles: what an RMSNorm's output and
  * input are to the layer (ops/norm.h). */
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev,
                               unsigned roles) {
-    if (a->phi_blocks) return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
+    if (a->phi_blocks || a->neox_blocks)
+        return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
     accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, roles);
     /* Gemma's norms scale by 1 + weight: their weights start at 0 */
     accel_tensor *w = m && a->gemma_blocks ? accel__module_tensor(m, "weight") : NULL;
@@ -861,10 +904,11 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     if (!layer) return NULL;
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
-    /* Phi: every projection has a bias */
+    /* Phi: every projection has a bias; GPT-NeoX: the MLP's always */
     bool qkvb = a->qkv_bias || c->attention_bias || a->phi_blocks, ob = (!a->qkv_bias && c->attention_bias) || a->phi_blocks;
-    bool mb = c->mlp_bias || a->phi_blocks;
-    accel_module *attn = accel_module_add_child(layer, "self_attn", accel_module_new(&a->attn, NULL));
+    bool mb = c->mlp_bias || a->phi_blocks || a->neox_blocks;
+    accel_module *attn = accel_module_add_child(layer, a->neox_blocks ? "attention" : "self_attn",
+                                                accel_module_new(&a->attn, NULL));
     /* a sparse layer's block in the MLP's place (Mixtral's named block_sparse_moe) */
     bool sparse = accel__arch_layer_sparse(a, c, index);
     accel_module *mlp = accel_module_add_child(layer, sparse && a->moe == ACCEL__MOE_MIXTRAL ? "block_sparse_moe" : "mlp",
@@ -877,7 +921,10 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     /* the input norm's input: the embeddings in the first layer */
     unsigned in_sum = index > 0 ? branch_sums(a) : 0;
     bool ok = attn && mlp &&
-              (a->fused_qkv ? accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
+              (a->neox_blocks /* query_key_value [3 H D, C], per head q, k, v; dense */
+                   ? accel_module_add_child(attn, "query_key_value", linear(c, C, 3 * qd, qkvb, dev)) &&
+                         accel_module_add_child(attn, "dense", linear(c, qd, C, ob, dev))
+               : a->fused_qkv ? accel_module_add_child(attn, "o_proj", linear(c, qd, C, ob, dev)) &&
                                   accel_module_add_child(attn, "qkv_proj", linear(c, C, qd + 2 * kvd, qkvb, dev))
                             : accel_module_add_child(attn, "q_proj", linear(c, C, qd, qkvb, dev)) &&
                                   accel_module_add_child(attn, "k_proj", linear(c, C, kvd, qkvb, dev)) &&
@@ -887,9 +934,11 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                (accel_module_add_child(attn, a->phi_blocks ? "q_layernorm" : "q_norm", rms_norm(a, c, qn, dev, 0)) &&
                 accel_module_add_child(attn, a->phi_blocks ? "k_layernorm" : "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
               (sparse ||
-               (a->phi_blocks /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward) */
-                    ? accel_module_add_child(mlp, "fc1", linear(c, C, I, mb, dev)) &&
-                          accel_module_add_child(mlp, "fc2", linear(c, I, C, mb, dev))
+               /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward); GPTNeoXMLP:
+                * dense_h_to_4h, gelu, dense_4h_to_h (accel__gelu_exact_mlp_forward) */
+               (a->phi_blocks || a->neox_blocks
+                    ? accel_module_add_child(mlp, a->phi_blocks ? "fc1" : "dense_h_to_4h", linear(c, C, I, mb, dev)) &&
+                          accel_module_add_child(mlp, a->phi_blocks ? "fc2" : "dense_4h_to_h", linear(c, I, C, mb, dev))
                     : (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
                                   : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
                                         accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
@@ -943,9 +992,10 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         accel_module_free(root);
         return NULL;
     }
-    accel_module *model = accel_module_add_child(root, "model", accel_module_new(&a->model, NULL));
+    /* GPT-NeoX's names: gpt_neox, embed_in, final_layer_norm, embed_out (arch.h) */
+    accel_module *model = accel_module_add_child(root, accel__arch_base(a), accel_module_new(&a->model, NULL));
     bool ok = model &&
-              accel_module_add_child(model, "embed_tokens", /* nn.Embedding(padding_idx=pad_token_id) */
+              accel_module_add_child(model, accel__arch_embed(a), /* nn.Embedding(padding_idx=pad_token_id) */
                                      accel__padded_embedding_create(c->vocab_size, c->hidden_size, dev, c->torch_dtype,
                                                                     c->initializer_range, padding_idx(a, c)));
     accel_module *layers = ok ? accel_module_add_child(model, "layers", accel_module_new(&accel__module_list_ops, NULL))
@@ -961,11 +1011,15 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     ok = ok &&
          accel_module_add_child(model, accel__arch_final_norm(a),
                                 rms_norm(a, c, c->hidden_size, dev, ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a))) &&
-         accel_module_add_child(root, "lm_head",
+         accel_module_add_child(root, accel__arch_head(a),
                                 linear(c, c->hidden_size, c->vocab_size, a->phi_blocks,
                                        c->tie_word_embeddings && !a->phi_blocks ? ACCEL_META_DEVICE : dev));
-    if (ok && c->tie_word_embeddings)
-        ok = accel_module_tie(root, "lm_head.weight", "model.embed_tokens.weight") == ACCEL_OK;
+    if (ok && c->tie_word_embeddings) {
+        char head[24], embed[40];
+        snprintf(head, sizeof head, "%s.weight", accel__arch_head(a));
+        snprintf(embed, sizeof embed, "%s.%s.weight", accel__arch_base(a), accel__arch_embed(a));
+        ok = accel_module_tie(root, head, embed) == ACCEL_OK;
+    }
     if (!ok) {
         accel_module_free(root);
         return NULL;
