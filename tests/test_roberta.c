@@ -477,6 +477,13 @@ static void test_empty_sequences(void) {
         CHECK_MSG(m != NULL, "%s: %s", dirs[i], accel_last_error());
         if (!m) continue;
         accel_tensor *none = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){2, 0}, ACCEL_CPU_DEVICE);
+        /* a failed load chained into the call keeps its cause; a NULL of the caller's own is named */
+        CHECK(accel_bert_classify(accel_bert_from_pretrained("data/no_such_model", ACCEL_CPU_DEVICE), none, NULL,
+                                  NULL) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "data/no_such_model");
+        accel_clear_error();
+        CHECK(accel_bert_classify(NULL, none, NULL, NULL) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_bert_classify: the model is NULL");
         CHECK(accel_bert_classify(m, none, NULL, NULL) == NULL);
         CHECK_STR_CONTAINS(accel_last_error(), "ids [2, 0]: the classification reads the first position");
         accel_tensor *y = accel_bert_mlm_logits(m, none, NULL, NULL);

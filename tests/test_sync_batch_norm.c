@@ -423,8 +423,12 @@ static void test_errors(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "accel_batch_norm2d_new: num_features 0 must be >= 1");
     accel_clear_error();
     accel_tensor *x = accel_from_floats(ACCEL_SHAPE(2, 2), (float[]){1, 2, 3, 4});
+    accel_clear_error();
     CHECK(!accel_sync_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, NULL));
     CHECK_STR_CONTAINS(accel_last_error(), "accel_sync_batch_norm: process group is NULL");
+    /* a failed split chained into the call keeps its cause */
+    CHECK(!accel_sync_batch_norm(x, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, accel_pg_split(NULL, 0, 0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_pg_split: process group is NULL");
     accel_module *m = bn_new(2, 2);
     CHECK(accel_convert_sync_batchnorm(m, NULL) == ACCEL_OK);
     CHECK(!accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2), (float[]){1, 2})));

@@ -670,9 +670,13 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
 static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_tensor *ids, accel_tensor *tt,
                                   accel_tensor *am, const char *fn) {
     int t = type_of(m, -1);
+    if (!m) { /* a failed from_pretrained's NULL: its error is the cause (docs/contract.md's chain rule) */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: the model is NULL", fn);
+        return NULL;
+    }
     if (t < 0 || m->ops != &ROOT_OPS[t][want]) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is %s%s, not a %s built by accel_bert_new", fn,
-                        t >= 0 ? "a " : "", m ? m->ops->type_name : "NULL", ROOT_OPS[t >= 0 ? t : 0][want].type_name);
+                        t >= 0 ? "a " : "", m->ops->type_name, ROOT_OPS[t >= 0 ? t : 0][want].type_name);
         return NULL;
     }
     const accel_bert_config *c = m->impl;

@@ -246,8 +246,8 @@ accel_tensor *accel_sync_batch_norm(accel_tensor *x, accel_tensor *running_mean,
                                     accel_tensor *weight, accel_tensor *bias, bool training, double momentum,
                                     double eps, accel_pg *pg) {
     static const char *OP = "accel_sync_batch_norm";
-    if (!pg) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", OP);
+    if (!pg) { /* a failed accel_pg_split's NULL: its error is the cause (the chain rule) */
+        accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", OP);
         return NULL;
     }
     /* eval, or a group of one: BatchNorm itself, no collective */
