@@ -380,6 +380,11 @@ static void test_errors(void) {
     accel_tensor *none = accel_max_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 4, 6, 6)), (int64_t[]){2, 2}, NULL,
                                           one, one, false);
     CHECK_MSG(none && none->shape[0] == 0 && none->shape[2] == 4, "%s", accel_last_error());
+    /* the adaptive pool takes empty channels too, as torch's ([2, 0, 4, 4] -> [2, 0, 2, 2]; [0, 4, 4] -> [0, 2, 2]) */
+    accel_tensor *no_c = accel_adaptive_avg_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 0, 4, 4)), (int64_t[]){2, 2});
+    CHECK_MSG(no_c && no_c->shape[1] == 0 && no_c->shape[2] == 2, "%s", accel_last_error());
+    no_c = accel_adaptive_avg_pool2d(accel_zeros(ACCEL_F32, ACCEL_SHAPE(0, 4, 4)), (int64_t[]){2, 2});
+    CHECK_MSG(no_c && no_c->shape[0] == 0 && no_c->shape[1] == 2, "%s", accel_last_error());
     /* batch norm */
     accel_tensor *rm = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4)), *r3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(3));
     expect_error(accel_batch_norm(x, rm, NULL, NULL, NULL, true, 0.1, 1e-5), "given together");
@@ -448,6 +453,12 @@ static void test_huge_strides(void) {
         CHECK_FX("huge stride: dx", gx[0], gx[1], 1e-5, 1e-5);
         CHECK_FX("huge stride: dw", gw[0], gw[1], 1e-5, 1e-5);
     }
+    /* each argument within INT32_MAX, the padded plane (5 + 2 p) past it: oneDNN refuses the description,
+     * im2col runs it; both windows lie in the padding (torch: zeros) */
+    const int64_t s31[2] = {INT32_MAX, INT32_MAX}, p30[2] = {INT64_C(1) << 30, INT64_C(1) << 30};
+    accel_tensor *pad = accel_conv2d(x, w, NULL, s31, p30, NULL, 2);
+    CHECK_MSG(pad && pad->shape[2] == 2 && pad->shape[3] == 2, "%s", pad ? "shape" : accel_last_error());
+    if (pad) CHECK_FX("padded plane past INT32_MAX", pad, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 6, 2, 2)), 0, 0);
     accel_tensor_free(x);
     accel_tensor_free(w);
     accel_step_reset();

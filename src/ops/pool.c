@@ -24,19 +24,21 @@ static accel_status pool_backward(accel_node *node, accel_tensor *grad_out) {
     return st == ACCEL_OK ? accel__gbuf_end(&gx) : st;
 }
 
-/* x [.., H, W] must be [N, C, H, W] or [C, H, W] of a float dtype. */
-static bool planes_ok(const char *op, accel_tensor *x, accel_device *dev) {
+/* x [.., H, W] must be [N, C, H, W] or [C, H, W] of a float dtype; empty
+ * channels allowed where any_channels (the adaptive pool's: torch's rule). */
+static bool planes_ok(const char *op, accel_tensor *x, bool any_channels, accel_device *dev) {
     if (!accel__op_begin(op, 1, &x, dev) || !accel__op_check_float(op, x, "x")) return false;
     if (x->ndim != 3 && x->ndim != 4) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: x must be [N, C, H, W] or [C, H, W], got %d dims", op, x->ndim);
         return false;
     }
-    /* torch's rule: only the batch may be empty (an empty plane's padded windows held no value: -inf, 0 / 0) */
-    for (int d = x->ndim - 3; d < x->ndim; d++)
+    /* torch's rule: only the batch may be empty (an empty plane's padded windows held no value: -inf, 0 / 0),
+     * and the channels for the adaptive pool */
+    for (int d = x->ndim - (any_channels ? 2 : 3); d < x->ndim; d++)
         if (x->shape[d] == 0) {
             char b[64];
-            accel_set_error(ACCEL_ERR_SHAPE, "%s: x %s has an empty dim %d: only the batch (N) may be empty", op,
-                            accel_shape_str(x, b, sizeof b), d);
+            accel_set_error(ACCEL_ERR_SHAPE, "%s: x %s has an empty dim %d: only the batch (N)%s may be empty", op,
+                            accel_shape_str(x, b, sizeof b), d, any_channels ? " and the channels (C)" : "");
             return false;
         }
     return true;
@@ -94,7 +96,7 @@ accel_tensor *accel_max_pool2d(accel_tensor *x, const int64_t kernel[2], const i
     static const char *OP = "accel_max_pool2d";
     accel_device dev;
     accel_k_window2d win;
-    if (!planes_ok(OP, x, &dev) || !pool_window(OP, x, kernel, stride, padding, dilation, ceil_mode, &win))
+    if (!planes_ok(OP, x, false, &dev) || !pool_window(OP, x, kernel, stride, padding, dilation, ceil_mode, &win))
         return NULL;
     return pool(OP, x, dev, &win, ACCEL_K_POOL_MAX, false);
 }
@@ -104,7 +106,7 @@ accel_tensor *accel_avg_pool2d(accel_tensor *x, const int64_t kernel[2], const i
     static const char *OP = "accel_avg_pool2d";
     accel_device dev;
     accel_k_window2d win;
-    if (!planes_ok(OP, x, &dev) ||
+    if (!planes_ok(OP, x, false, &dev) ||
         !pool_window(OP, x, kernel, stride, padding, (const int64_t[]){1, 1}, ceil_mode, &win))
         return NULL;
     return pool(OP, x, dev, &win, ACCEL_K_POOL_AVG, count_include_pad);
@@ -113,7 +115,7 @@ accel_tensor *accel_avg_pool2d(accel_tensor *x, const int64_t kernel[2], const i
 accel_tensor *accel_adaptive_avg_pool2d(accel_tensor *x, const int64_t output_size[2]) {
     static const char *OP = "accel_adaptive_avg_pool2d";
     accel_device dev;
-    if (!planes_ok(OP, x, &dev)) return NULL;
+    if (!planes_ok(OP, x, true, &dev)) return NULL;
     int64_t H = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
     if (!output_size) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: output_size is NULL", OP);

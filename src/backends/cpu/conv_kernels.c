@@ -86,12 +86,15 @@ accel_status accel__cpuk_conv2d(accel_k_conv2d *k) {
     if (mode == ACCEL__CONV_AUTO && (!accel__gemm_have_dnnl() || accel__dnnl_unavailable())) return ACCEL_OK;
     /* no channels or no images: oneDNN refuses the description; im2col gives the bias alone */
     if (accel_numel(k->x) == 0 || accel_numel(k->w) == 0) return ACCEL_OK;
-    /* a stride, padding or dilation past INT32_MAX: oneDNN refuses the description (invalid_arguments); im2col
-     * takes it (torch gives the result) */
+    /* a stride, padding or dilation past INT32_MAX, or a padded plane or dilated kernel reaching past it:
+     * oneDNN refuses the description (invalid_arguments); im2col takes it (torch gives the result) */
     const accel_k_window2d *wn = &k->win;
     const int64_t args[6] = {wn->sh, wn->sw, wn->ph, wn->pw, wn->dh, wn->dw};
     for (int i = 0; i < 6; i++)
         if (args[i] > INT32_MAX) return ACCEL_OK;
+    if (wn->H + 2 * wn->ph > INT32_MAX || wn->W + 2 * wn->pw > INT32_MAX ||
+        (wn->kh > 1 && wn->dh > (INT32_MAX - 1) / (wn->kh - 1)) || (wn->kw > 1 && wn->dw > (INT32_MAX - 1) / (wn->kw - 1)))
+        return ACCEL_OK;
     bool fwd = k->pass == ACCEL_K_CONV_FORWARD;
     accel_dtype dt = fwd ? k->x->dtype : k->dy->dtype;
     /* operands of one dtype, f32 or bf16 (the op widens nothing for this) */
