@@ -340,7 +340,8 @@ typedef struct accel_llama_config {
      * divided by logits_scaling. */
     double embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling;
     /* RoPE rotates the first int(head_dim * partial_rotary_factor) dims of
-     * each head, the rest pass through (0 or 1: all; "phi3" and "phi" only). */
+     * each head, the rest pass through (0 or 1: all; "phi3", "phi" and
+     * "gpt_neox", whose config.json says rotary_pct). */
     double partial_rotary_factor;
     /* GPT-2 ("gpt2": learned positions up to max_position_embeddings =
      * n_positions, LayerNorm of epsilon rms_norm_eps = layer_norm_epsilon).
@@ -459,7 +460,7 @@ void accel_kv_cache_reset(accel_kv_cache *c);
  * norms 1) from the default generator; inside init_empty_weights on meta. */
 accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev);
 const accel_llama_config *accel_llama_config_of(accel_module *llama);
-/* ids [B, T] (i64) -> logits [B, T, V] (f32 unless autocast). cache may be NULL;
+/* ids [B, T] (i64) -> logits [B, T, V] (in the model's dtype; f32 under autocast). cache may be NULL;
  * with a cache, positions continue from accel_kv_cache_len and the cache grows.
  * Tensor-parallel (accel_llama_parallelize), the logits are this rank's
  * vocabulary columns without a cache, the whole vocabulary's with one (every
