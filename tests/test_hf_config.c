@@ -645,8 +645,25 @@ static void test_neox_fields(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "t: sequential_residual (GPT-NeoX's use_parallel_residual false) is set");
     expect_error("neoxn.json", "{\"model_type\": \"gpt_neox\", \"use_parallel_residual\": null}", ACCEL_ERR_FORMAT,
                  "'use_parallel_residual' must be true or false");
-    expect_error("neoxa.json", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"gelu_new\"}", ACCEL_ERR_UNSUPPORTED,
-                 "hidden_act must be \"gelu\" (the only activation of gpt_neox models");
+    expect_error("neoxa.json", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"relu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"gelu\" or the tanh GELU \"gelu_fast\", \"gelu_new\" or \"gelu_pytorch_tanh\"");
+    /* GPT-NeoX-20B's gelu_fast (the tanh GELU) read and written back under its name; on another family refused */
+    accel_llama_config fast;
+    CHECK_MSG(accel_llama_config_load(write_cfg("neoxf.json", "{\"model_type\": \"gpt_neox\", \"hidden_act\": "
+                                                "\"gelu_fast\"}"), &fast) == ACCEL_OK && fast.neox_hidden_act == 1,
+              "%s", accel_last_error());
+    snprintf(path, sizeof path, "%s/neox_fast", g_dir);
+    CHECK(accel_llama_config_save(path, &fast) == ACCEL_OK);
+    snprintf(file, sizeof file, "%s/config.json", path);
+    memset(text, 0, sizeof text);
+    f = fopen(file, "r");
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    CHECK_STR_CONTAINS(text, "\n  \"hidden_act\": \"gelu_fast\",\n");
+    accel_llama_config other = accel_llama_config_default();
+    other.neox_hidden_act = 2;
+    CHECK(accel_llama_config_save(path, &other) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "neox_hidden_act 2: 0 to 3, and gpt_neox models only (llama here)");
     expect_error("neoxp.json", "{\"model_type\": \"gpt_neox\", \"rotary_pct\": 0}", ACCEL_ERR_FORMAT,
                  "'rotary_pct' must be a number in (0, 1]");
     expect_error("neoxh.json", "{\"model_type\": \"gpt_neox\", \"hidden_dropout\": 2}", ACCEL_ERR_FORMAT,

@@ -150,8 +150,9 @@ FIXTURES = {
     # (no effect in eval and the loss's gradients: eval mode)
     "neox": ("gpt_neox", dict(hidden_dropout=0.1), dict(seed=23)),
     # sequential residual, tied head, no attention biases, linear RoPE of base
-    # 500 on half of each head, eps 1e-3
+    # 500 on half of each head, eps 1e-3, GPT-NeoX-20B's tanh GELU (gelu_fast)
     "neox_seq": ("gpt_neox", dict(use_parallel_residual=False, tie_word_embeddings=True, attention_bias=False,
+                                  hidden_act="gelu_fast",
                                   rotary_pct=0.5, rotary_emb_base=500.0, layer_norm_eps=1e-3,
                                   rope_scaling=dict(rope_type="linear", factor=2.0)), dict(seed=24)),
 }

@@ -367,6 +367,11 @@ typedef struct accel_llama_config {
      * embd_pdrop (the embeddings), its layer_norm_eps as rms_norm_eps, its
      * rotary_pct as partial_rotary_factor. Set on another family: refused. */
     bool sequential_residual;
+    /* GPT-NeoX's hidden_act: 0 "gelu" (the exact one), or the tanh
+     * approximation under the name config.json gives it (written back as
+     * read): 1 "gelu_fast" (GPT-NeoX-20B), 2 "gelu_new", 3
+     * "gelu_pytorch_tanh". Another family: 0 (its activation is the row's). */
+    int neox_hidden_act;
     /* The special token ids config.json has, written back by
      * accel_llama_config_save: bos_token_id (-1: null), eos_token_ids[0 ..
      * n_eos_token_ids) (0: null; a list when eos_is_list, else one number).

@@ -244,7 +244,8 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     const char *act = string_or_null(root, "hidden_act", &bad_act);
     const char *activation = string_or_null(root, "hidden_activation", &bad_activation);
     if (!a->gemma_blocks) { /* Phi's MLP: gelu_new; GPT-NeoX's: gelu (exact) */
-        const char *want = a->phi_blocks ? "gelu_new" : a->neox_blocks ? "gelu" : "silu";
+        if (a->neox_blocks) return ACCEL_OK; /* parse_neox reads its four */
+        const char *want = a->phi_blocks ? "gelu_new" : "silu";
         if (bad_act || (act && strcmp(act, want) != 0))
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"%s\" (the only activation of "
                                    "%s models accel implements)", file, want, a->model_type);
@@ -520,6 +521,9 @@ static accel_status parse_phi(json_t *root, const char *file, accel_llama_config
  * factor; rope_scaling / rope_parameters' own rope_theta and
  * partial_rotary_factor, read after, win; top-level rope_theta and
  * partial_rotary_factor are not GPTNeoXConfig's and stay unread, as there). */
+/* GPT-NeoX's hidden_act names, by accel_llama_config.neox_hidden_act */
+static const char *const NEOX_ACTS[4] = {"gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh"};
+
 static accel_status parse_neox(json_t *root, const char *file, accel_llama_config *c) {
     double hidden = 0;
     bool parallel = true;
@@ -531,6 +535,16 @@ static accel_status parse_neox(json_t *root, const char *file, accel_llama_confi
         get_real(root, file, "rotary_pct", &c->partial_rotary_factor))
         return accel_last_status();
     if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
+    bool bad_act;
+    const char *act = string_or_null(root, "hidden_act", &bad_act);
+    c->neox_hidden_act = -1;
+    for (int i = 0; i < 4 && act; i++)
+        if (!strcmp(act, NEOX_ACTS[i])) c->neox_hidden_act = i;
+    if (!act && !bad_act) c->neox_hidden_act = 0; /* absent or null: GPTNeoXConfig's gelu */
+    if (c->neox_hidden_act < 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"gelu\" or the tanh GELU \"gelu_fast\", "
+                               "\"gelu_new\" or \"gelu_pytorch_tanh\" (the activations of gpt_neox models accel "
+                               "implements)", file);
     /* the struct's 0 is "unset" (1.0): transformers would rotate no dims */
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return bad_type(file, "rotary_pct", "a number in (0, 1]");
@@ -891,7 +905,7 @@ static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *
     write_float(m, "attention_dropout", c->attn_pdrop);
     write_token_id(m, a, c, false);
     write_token_id(m, a, c, true);
-    fprintf(m, "  \"hidden_act\": \"gelu\",\n");
+    fprintf(m, "  \"hidden_act\": \"%s\",\n", NEOX_ACTS[c->neox_hidden_act]);
     write_float(m, "hidden_dropout", c->resid_pdrop); /* = embd_pdrop (resolve_config) */
     fprintf(m,
             "  \"hidden_size\": %lld,\n"
@@ -930,6 +944,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
     if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
         return accel_last_status();
+    if (c->neox_hidden_act < 0 || c->neox_hidden_act > 3 || (c->neox_hidden_act && !a->neox_blocks))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: neox_hidden_act %d: 0 to 3, and "
+                               "gpt_neox models only (%s here)", c->neox_hidden_act, a->model_type);
     if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop) /* one hidden_dropout */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: gpt_neox models have one "
                                "hidden_dropout: embd_pdrop (%g) must equal resid_pdrop (%g)", c->embd_pdrop,

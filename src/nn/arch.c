@@ -142,7 +142,7 @@ static const accel__arch ARCHS[] = {
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi",
                   .partial_rotary_factor = 0.5, LLAMA_TOKENS}},
-    /* GPT-NeoX (Pythia; GPT-NeoX-20B's gelu_fast not taken): LayerNorm, one fused per-head qkv,
+    /* GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorm, one fused per-head qkv,
      * a quarter of each head rotated, parallel attention and MLP from two
      * norms, an untied embed_out; GPTNeoXConfig() defaults (NeoX-20B's
      * sizes, eps 1e-5, attention_bias true, bos 0, eos 2) */

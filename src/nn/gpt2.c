@@ -19,7 +19,11 @@ static accel_tensor *gelu_mlp(accel_module *mlp, accel_tensor *x, bool tanh) {
 /* GPT2MLP: c_proj(gelu_new(c_fc(x))); gelu_new is the tanh approximation. */
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x) { return gelu_mlp(mlp, x, true); }
 
-accel_tensor *accel__gelu_exact_mlp_forward(accel_module *mlp, accel_tensor *x) { return gelu_mlp(mlp, x, false); }
+/* GPTNeoXMLP: the exact GELU, or the tanh one where its impl says so
+ * (hidden_act gelu_fast, gelu_new, gelu_pytorch_tanh: llama.c's new_layer) */
+accel_tensor *accel__gelu_exact_mlp_forward(accel_module *mlp, accel_tensor *x) {
+    return gelu_mlp(mlp, x, mlp->impl && *(const bool *)mlp->impl);
+}
 
 static accel_module *layer_norm(const accel__arch *a, const accel_llama_config *c, accel_device dev) {
     return accel__layer_norm_create(&a->norm, c->hidden_size, c->rms_norm_eps, dev, c->torch_dtype);

@@ -235,6 +235,10 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
                                "num_attention_heads and head_dim = hidden_size / num_attention_heads (got %lld kv "
                                "heads of %lld heads, head_dim %lld)", who, (long long)c->num_key_value_heads,
                                (long long)c->num_attention_heads, (long long)c->head_dim);
+    if (c->neox_hidden_act < 0 || c->neox_hidden_act > 3 || (c->neox_hidden_act && !a->neox_blocks))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: neox_hidden_act %d: 0 to 3 (gelu, gelu_fast, gelu_new, "
+                               "gelu_pytorch_tanh), and gpt_neox models only (%s here)", who, c->neox_hidden_act,
+                               a->model_type);
     if (c->sequential_residual && !a->neox_blocks)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sequential_residual (GPT-NeoX's use_parallel_residual "
                                "false) is set, but %s models have no parallel residual to turn off", who,
@@ -911,9 +915,18 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                                 accel_module_new(&a->attn, NULL));
     /* a sparse layer's block in the MLP's place (Mixtral's named block_sparse_moe) */
     bool sparse = accel__arch_layer_sparse(a, c, index);
+    accel_module *block = NULL;
+    if (sparse) {
+        block = accel__moe_block_create(a, c, dev);
+    } else if (a->neox_blocks && c->neox_hidden_act) { /* the tanh GELU: a flag in its impl (gpt2.c) */
+        bool *tanh = accel_malloc(sizeof *tanh);
+        if (tanh) *tanh = true;
+        if (tanh && !(block = accel_module_new(&a->mlp, tanh))) accel_free(tanh);
+    } else {
+        block = accel_module_new(&a->mlp, NULL);
+    }
     accel_module *mlp = accel_module_add_child(layer, sparse && a->moe == ACCEL__MOE_MIXTRAL ? "block_sparse_moe" : "mlp",
-                                               sparse ? accel__moe_block_create(a, c, dev)
-                                                      : accel_module_new(&a->mlp, NULL));
+                                               block);
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
     /* Phi's qk_layernorm: q_layernorm / k_layernorm */
     bool heads_norm = accel__arch_qk_norm_heads(a, c);
