@@ -274,10 +274,7 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
 static bool is_bert(const char *model) {
     char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
     json_t *root = file ? accel__json_load_file(file) : NULL;
-    json_t *mt = root ? json_object_get(root, "model_type") : NULL;
-    bool bert = false;
-    for (int t = 0; t < ACCEL_BERT_MODEL_TYPES && json_is_string(mt); t++)
-        bert |= !strcmp(json_string_value(mt), accel_bert_model_type_name((accel_bert_model_type)t));
+    bool bert = root && accel__bert_model_type_of(root) >= 0;
     json_decref(root);
     accel_free(file);
     accel_clear_error();

@@ -99,14 +99,18 @@ static accel_status parse_labels(json_t *root, const char *file, accel_bert_conf
     return ACCEL_OK;
 }
 
+int accel__bert_model_type_of(json_t *root) {
+    json_t *mt = json_object_get(root, "model_type");
+    for (int t = 0; t < ACCEL_BERT_MODEL_TYPES && json_is_string(mt); t++)
+        if (!strcmp(json_string_value(mt), accel_bert_model_type_name((accel_bert_model_type)t))) return t;
+    return -1;
+}
+
 static accel_status parse(json_t *root, const char *file, accel_bert_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
-    int t = 0;
-    while (json_is_string(mt) && t < ACCEL_BERT_MODEL_TYPES &&
-           strcmp(json_string_value(mt), accel_bert_model_type_name((accel_bert_model_type)t)) != 0)
-        t++;
-    if (!json_is_string(mt) || t == ACCEL_BERT_MODEL_TYPES)
+    int t = accel__bert_model_type_of(root);
+    if (t < 0)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, not \"bert\", \"roberta\" or "
                                "\"xlm-roberta\"", file, json_is_string(mt) ? "\"" : "",
                                json_is_string(mt) ? json_string_value(mt) : "absent or not a string",

@@ -102,6 +102,9 @@ accel_status accel__config_get_dtype(json_t *root, const char *file, const char 
 /* A token id (bos_token_id, pad_token_id): a non-negative integer, or null
  * for none (*out -1); absent keeps *out. */
 accel_status accel__config_get_token_id(json_t *root, const char *file, const char *key, int64_t *out);
+/* The accel_bert_model_type whose name ("bert", "roberta", "xlm-roberta")
+ * root's model_type is, or -1 when it is none of them (or not a string). */
+int accel__bert_model_type_of(json_t *root);
 
 /* "dir/name" in accel_malloc'd memory (dir "" -> name). */
 char *accel__path_join(const char *dir, const char *name);
