@@ -664,6 +664,9 @@ static void test_neox_fields(void) {
     other.neox_hidden_act = 2;
     CHECK(accel_llama_config_save(path, &other) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "neox_hidden_act 2: 0 to 3, and gpt_neox models only (llama here)");
+    CHECK(accel_llama_new(&other, ACCEL_META_DEVICE) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "neox_hidden_act 2: 0 to 3 (gelu, gelu_fast, gelu_new, gelu_pytorch_tanh), "
+                                           "and gpt_neox models only (llama here)");
     expect_error("neoxp.json", "{\"model_type\": \"gpt_neox\", \"rotary_pct\": 0}", ACCEL_ERR_FORMAT,
                  "'rotary_pct' must be a number in (0, 1]");
     expect_error("neoxh.json", "{\"model_type\": \"gpt_neox\", \"hidden_dropout\": 2}", ACCEL_ERR_FORMAT,
