@@ -192,6 +192,24 @@ static accel_tensor *l_split(accel_tensor *const *in, int n, void *c) {
                                                                accel_mul(parts[1], parts[1])}, -1));
 }
 
+/* Slices of a step tensor (y = 1.5 x): y's first gradient is made by the
+ * first slice's backward, the others add into their places; the middle
+ * slice overlaps both others. */
+static accel_tensor *l_slices_of_step(accel_tensor *const *in, int n, void *c) {
+    accel_tensor *y = accel_mul_scalar(in[0], 1.5);
+    return gc_weighted_sum(accel_mul(accel_slice(y, 2, 1, 3, 1),
+                                     accel_add(accel_slice(y, 2, 0, 2, 1), accel_exp(accel_slice(y, 2, 2, 4, 1)))));
+}
+
+/* A step tensor cut by split (a fused projection's q, k and v), one part
+ * empty, one used through a slice of its own. */
+static accel_tensor *l_split_of_step(accel_tensor *const *in, int n, void *c) {
+    accel_tensor *parts[4];
+    if (accel_split(accel_tanh(in[0]), 2, 4, (int64_t[]){1, 0, 2, 1}, parts) != ACCEL_OK) return NULL;
+    return gc_weighted_sum(accel_concat(4, (accel_tensor *[]){accel_exp(parts[1]), accel_slice(parts[2], 2, 1, 2, 1),
+                                                               accel_mul(parts[3], parts[3]), parts[0]}, -1));
+}
+
 static accel_tensor *l_concat_two(accel_tensor *const *in, int n, void *c) {
     return gc_weighted_sum(accel_concat(2, in, 1));
 }
@@ -204,6 +222,7 @@ static void test_gradients(void) {
         {"slice_neg", l_slice_neg},   {"expand", l_expand},             {"contiguous", l_contiguous},
         {"unsqueeze", l_unsqueeze},   {"squeeze", l_squeeze},           {"concat", l_concat},
         {"concat6", l_concat6},       {"slices", l_slices},       {"split", l_split},
+        {"slices_of_step", l_slices_of_step}, {"split_of_step", l_split_of_step},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK_MSG(gradcheck(cases[i].name, cases[i].fn, NULL, 1, &x, NULL) == 0, "%s", cases[i].name);
@@ -233,6 +252,26 @@ static void test_concat_many_grad(void) {
     accel_step_reset();
 }
 
+/* A bf16 step tensor cut in three, the parts concatenated in another order
+ * and one part also used alone: its gradient (bf16, made by the slices'
+ * backward in its place) carries each position's exact weights. */
+static void test_split_grad_bf16(void) {
+    accel_tensor *x = gc_randn(5, ACCEL_SHAPE(3, 8)), *p[3];
+    CHECK(accel_split(accel_to_dtype(x, ACCEL_BF16), 1, 3, (int64_t[]){2, 4, 2}, p) == ACCEL_OK);
+    accel_tensor *cat = accel_to_dtype(accel_concat(3, (accel_tensor *[]){p[2], p[0], p[1]}, 1), ACCEL_F32);
+    accel_tensor *loss = accel_add(accel_sum_all(accel_mul(cat, accel_reshape(accel_arange(ACCEL_F32, 0, 24), ACCEL_SHAPE(3, 8)))),
+                                   accel_sum_all(accel_mul_scalar(accel_to_dtype(p[1], ACCEL_F32), 3)));
+    CHECK(accel_backward(loss) == ACCEL_OK);
+    float want[24];
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 8; c++) /* cat's columns: p2 (x's 6, 7), p0 (0, 1), p1 (2..5) */
+            want[r * 8 + c] = (float)(r * 8) + (c < 2 ? c + 2 : c < 6 ? c + 2 + 3 : c - 6);
+    CHECK(x->grad != NULL);
+    if (x->grad) check_values(x->grad, want, 24);
+    accel_tensor_free(x);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_reshape);
     RUN(test_permute_transpose);
@@ -242,6 +281,7 @@ int main(void) {
     RUN(test_to_device);
     RUN(test_gradients);
     RUN(test_concat_many_grad);
+    RUN(test_split_grad_bf16);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -52,7 +52,8 @@ typedef struct accel_k_fill {
 } accel_k_fill;
 
 /* out += in (same shape; any float dtypes; in any strides; out contiguous, or
- * on the CPU dense at any strides: a gradient made in its tensor's layout). */
+ * on the CPU at any strides: a gradient made in its tensor's layout, the
+ * place of a slice in its input's gradient). */
 typedef struct accel_k_accumulate {
     ACCEL_KERNEL_TENSORS(2, *out, *in);
 } accel_k_accumulate;

@@ -115,13 +115,45 @@ accel_tensor *accel_transpose(accel_tensor *a, int d0, int d1) {
 
 /* ---------------------------------------------------------------- slice */
 
-/* Scatters the gradient into zeros of the input's shape. */
+/* The slice of node n's input t (its gradient, or a buffer of its shape):
+ * the view the forward made of the input, taken of t. */
+static accel_tensor *slice_of(const accel_node *n, accel_tensor *t) {
+    return accel_slice(t, (int)n->iarg[0], n->iarg[1], n->iarg[2], n->iarg[3]);
+}
+
+/* Whether x's gradient is x's alone, in place on the CPU, whose accumulate
+ * kernel adds into any strides (the other devices' write dense outputs). */
+static bool adds_in_place(const accel_tensor *x) {
+    return x->grad && !accel__grad_is_shared(x) && x->device.type == ACCEL_DEV_CPU &&
+           accel_device_eq(x->grad->device, x->device);
+}
+
+/* The gradient goes into the slice's place of the input's. A step tensor's
+ * first one is zeros of its shape and dtype with g copied into that place;
+ * on the CPU a later one is added into that place alone. Before, each slice
+ * made zeros of the input's whole shape and added them whole into the
+ * input's gradient: a tensor cut in k parts (a fused projection's q, k and
+ * v, gate and up) cost k whole buffers and k whole additions. The same
+ * values: zeros converted are zeros, and the place's elements get the
+ * conversion, or the sum, the whole-buffer route gave them. */
 static accel_status slice_backward(accel_node *n, accel_tensor *g) {
     accel_tensor *x = n->inputs[0];
-    accel_tensor *gx = accel_empty_on(g->dtype, x->ndim, x->shape, x->device);
-    if (!gx || accel_zero_(gx) != ACCEL_OK) return accel_last_status();
-    accel_tensor *v = accel_slice(gx, (int)n->iarg[0], n->iarg[1], n->iarg[2], n->iarg[3]);
-    if (!v || accel_copy_(v, g) != ACCEL_OK) return accel_last_status();
+    if (x->device.type != ACCEL_DEV_META && accel__grad_first_is_step(x)) {
+        accel_tensor *gx = accel_empty_on(x->dtype, x->ndim, x->shape, x->device), *v = gx ? slice_of(n, gx) : NULL;
+        if (!v || accel_zero_(gx) != ACCEL_OK || accel_copy_(v, g) != ACCEL_OK) return accel_last_status();
+        x->grad = gx;
+        return ACCEL_OK;
+    }
+    if (adds_in_place(x)) {
+        accel_tensor *v = slice_of(n, x->grad);
+        if (!v) return accel_last_status();
+        accel_k_accumulate k = {.out = v, .in = g};
+        accel_status st = ACCEL_KERNEL("accel_slice backward", x->device, accumulate, &k);
+        accel__tensor_written(x->grad);
+        return st;
+    }
+    accel_tensor *gx = accel_empty_on(g->dtype, x->ndim, x->shape, x->device), *v = gx ? slice_of(n, gx) : NULL;
+    if (!v || accel_zero_(gx) != ACCEL_OK || accel_copy_(v, g) != ACCEL_OK) return accel_last_status();
     return accel_grad_accumulate(x, gx);
 }
 
