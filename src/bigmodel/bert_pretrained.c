@@ -129,7 +129,9 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
         for (int k = 0; in_ck && k < nck; k++)
             if (!strcmp(accel_checkpoint_name(ck, k), in_ck)) used[k] = true;
     }
-    for (int k = 0; st == ACCEL_OK && k < nck; k++) unused += !used[k];
+    const char *const *ignored = accel__unexpected_to_ignore(m); /* embeddings.position_ids of old checkpoints */
+    for (int k = 0; st == ACCEL_OK && k < nck; k++)
+        unused += !used[k] && !accel__unexpected_ignored(ignored, accel_checkpoint_name(ck, k));
     const char *cls = m->ops->type_name;
     if (st == ACCEL_OK && new_head)
         fprintf(stderr, "accel: %s has no %s head weights (%d tensors): they are newly initialised; train the model "
@@ -183,7 +185,11 @@ static accel_module *from_pretrained(const char *dir, int head, int64_t num_labe
     if (m) accel_module_train(m, false); /* transformers' from_pretrained returns model.eval() */
     if (!m || !has_weights(dir)) return m;
     accel_checkpoint *ck = accel_checkpoint_open(dir);
-    if (!ck || load_weights(m, ck, dir) != ACCEL_OK) {
+    /* the checkpoint's names as load_weights reads them: the legacy renames, without the base model's prefix */
+    const accel__pretrained_load legacy = {0};
+    const accel_load_opts lo = {.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type)};
+    bool untied = false;
+    if (!ck || accel__untie_stored_twice(m, ck, &lo, &legacy, &untied) != ACCEL_OK || load_weights(m, ck, dir) != ACCEL_OK) {
         accel_checkpoint_close(ck);
         accel_module_free(m);
         return NULL;
@@ -221,7 +227,7 @@ static accel_module *dispatched(const char *dir, int head, int64_t num_labels, c
     accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
     /* the config lives in the root (accel_bert_config_of) for as long as the load */
-    accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
+    accel__pretrained_load pl = {.init_missing = init_head, .ctx = m ? (void *)accel_bert_config_of(m) : NULL};
     /* a bare base model's names: XLM-RoBERTa's root has its head first, not the base model */
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.base_model_prefix) lo.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type);
