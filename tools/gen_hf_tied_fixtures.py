@@ -5,7 +5,8 @@ tiny models of the repository's fixtures are edited into:
 1. a tied pair stored under both names (tie_word_embeddings true): with
    different values transformers unties them (each module keeps its own stored
    value, a warning names both), with equal values it keeps them tied, with one
-   name only it ties both to it;
+   name only it ties both to it; equality is that of the loaded parameters
+   (llama_bf16_equal: untied in f32, tied when loaded as bf16);
 2. the non-persistent buffers old checkpoints saved (GPT-2's attn.bias /
    attn.masked_bias, GPT-NeoX's attention.bias / masked_bias /
    rotary_emb.inv_freq, Llama's rotary_emb.inv_freq, BERT's position_ids):
@@ -59,6 +60,15 @@ def llama_head_only(sd, cfg):
     sd["lm_head.weight"] = other(sd.pop("model.embed_tokens.weight"))
 
 
+def llama_bf16_equal(sd, cfg):
+    """different in f32, equal once rounded to bf16: loaded as bf16 (dtype=) the pair stays tied"""
+    e = sd["model.embed_tokens.weight"]
+    head = e.bfloat16().float()  # e's bf16 values: each differs from e's f32 one
+    moved = head != e
+    assert moved.float().mean() > 0.9 and torch.equal(head.bfloat16(), e.bfloat16())
+    sd["lm_head.weight"] = head
+
+
 def gpt2_unequal(sd, cfg):
     sd["lm_head.weight"] = other(sd["transformer.wte.weight"])
 
@@ -103,8 +113,9 @@ def rotary_buffers(sd, cfg):
 
 
 def bert_buffers(sd, cfg):
-    """position_ids skipped; token_type_ids is not a pattern: reported"""
+    """position_ids skipped; token_type_ids, and a name that only contains position_ids, reported"""
     sd["bert.embeddings.position_ids"] = torch.arange(cfg["max_position_embeddings"]).view(1, -1)
+    sd["bert.embeddings.xposition_ids"] = torch.arange(cfg["max_position_embeddings"]).view(1, -1)
     sd["bert.embeddings.token_type_ids"] = torch.zeros(1, cfg["max_position_embeddings"], dtype=torch.long)
 
 
@@ -112,6 +123,7 @@ CASES = {  # case: (source fixture, edit, masked LM)
     "llama_unequal": ("hf_llama_tied", llama_unequal, False),
     "llama_equal": ("hf_llama_tied", llama_equal, False),
     "llama_head_only": ("hf_llama_tied", llama_head_only, False),
+    "llama_bf16_equal": ("hf_llama_tied", llama_bf16_equal, False),
     "gpt2_unequal": ("hf_arch_gpt2", gpt2_unequal, False),
     "bert_mlm_unequal": ("hf_bert_mlm", bert_mlm_unequal, True),
     "roberta_mlm_unequal": ("hf_roberta_mlm", roberta_mlm_unequal, True),
@@ -151,6 +163,9 @@ def make(case, src, edit, mlm):
         ids = torch.randint(0, model.config.vocab_size, (2, 7), generator=g)
         with torch.no_grad():
             out["ids"], out["logits"] = ids, model(ids).logits.float()
+    if case == "llama_bf16_equal":  # compared as loaded: in the dtype asked for
+        in_bf16 = cls.from_pretrained(d, dtype=torch.bfloat16)
+        assert untied == ["lm_head.weight"] and in_bf16.lm_head.weight is in_bf16.model.embed_tokens.weight
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(d, "expected.safetensors"))
     print(f"{case}: untied {untied}, unexpected {sorted(info['unexpected_keys'])}")
 
