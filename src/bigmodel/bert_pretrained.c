@@ -13,12 +13,18 @@
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
-/* The masked LM's decoder, tied to the word embeddings and the head's
- * bias: the names transformers' save_pretrained leaves out
+/* Entry i of sd is the masked LM's decoder tied to the word embeddings or
+ * the head's bias: the names transformers' save_pretrained leaves out
  * (_tied_weights_keys), whichever of a tied pair the tree lists first
- * (XLM-RoBERTa's head comes before its word embeddings). */
-static bool is_tied_decoder(const char *name) {
-    return !strncmp(name, "cls.predictions.decoder.", 24) || !strncmp(name, "lm_head.decoder.", 16);
+ * (XLM-RoBERTa's head comes before its word embeddings). A decoder loaded
+ * untied (a checkpoint that held both with different values) shares no
+ * tensor and is written, as transformers writes it. */
+static bool is_tied_decoder(const accel_state_dict *sd, int i) {
+    const char *name = sd->entries[i].name;
+    if (strncmp(name, "cls.predictions.decoder.", 24) && strncmp(name, "lm_head.decoder.", 16)) return false;
+    for (int j = 0; j < sd->n; j++)
+        if (j != i && sd->entries[j].t == sd->entries[i].t) return true;
+    return false;
 }
 
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
@@ -40,7 +46,7 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        if (is_tied_decoder(e->name)) continue; /* transformers ties it on load */
+        if (is_tied_decoder(sd, i)) continue; /* transformers ties it on load */
         if (e->t->device.type == ACCEL_DEV_META)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
                                  "loaded); save needs every weight materialised", e->name);
