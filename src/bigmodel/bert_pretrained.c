@@ -194,8 +194,7 @@ static accel_module *from_pretrained(const char *dir, int head, int64_t num_labe
     /* the checkpoint's names as load_weights reads them: the legacy renames, without the base model's prefix */
     const accel__pretrained_load legacy = {0};
     const accel_load_opts lo = {.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type)};
-    bool untied = false;
-    if (!ck || accel__untie_stored_twice(m, ck, &lo, &legacy, &untied) != ACCEL_OK || load_weights(m, ck, dir) != ACCEL_OK) {
+    if (!ck || accel__untie_stored_twice(m, ck, &lo, &legacy) != ACCEL_OK || load_weights(m, ck, dir) != ACCEL_OK) {
         accel_checkpoint_close(ck);
         accel_module_free(m);
         return NULL;

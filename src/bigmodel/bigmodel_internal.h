@@ -74,9 +74,9 @@ bool accel__unexpected_ignored(const char *const *patterns, const char *name);
  * alias a tensor of its own (accel__module_untie, on the tensor's device,
  * values unset: the load fills it) and warns naming both, in transformers'
  * words. Checkpoint names map to root's as the load's (pl non-NULL: the
- * legacy renames; opts' base_model_prefix). *changed: whether any was untied. */
+ * legacy renames; opts' base_model_prefix). */
 accel_status accel__untie_stored_twice(accel_module *root, accel_checkpoint *ck, const accel_load_opts *opts,
-                                       const accel__pretrained_load *pl, bool *changed);
+                                       const accel__pretrained_load *pl);
 
 /* accel_load_checkpoint_in_model / accel_load_checkpoint_and_dispatch with
  * from_pretrained's additions (pl NULL: the public calls, Accelerate's). */

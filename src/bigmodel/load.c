@@ -414,19 +414,18 @@ static int same_values(const accel_st_info *x, const accel_st_info *y, int64_t n
 /* Entry i and j name one tensor and the checkpoint holds both, under ni and
  * nj: with different values (as loaded) they are untied, as transformers'
  * tie_weights does in from_pretrained, with its warning; with equal values
- * (or shapes the load will refuse) they stay tied. *untied: whether they were. */
+ * (or shapes the load will refuse) they stay tied. */
 static accel_status untie_if_differ(accel_module *root, accel_checkpoint *ck, const accel_state_entry *ei,
                                     const accel_state_entry *ej, const char *ni, const char *nj,
-                                    const accel_load_opts *o, bool *untied) {
-    *untied = false;
+                                    const accel_load_opts *o) {
     const accel_st_info *x = accel_checkpoint_find(ck, ni, NULL), *y = accel_checkpoint_find(ck, nj, NULL);
     if (!x || !y) return accel_last_status();
     /* a name another untie already gave a tensor of its own (three names of one tensor) */
     if (accel_module_get_tensor(root, ei->name) != accel_module_get_tensor(root, ej->name)) return ACCEL_OK;
     if (!shape_of(x, ei->t) || !shape_of(y, ei->t)) return ACCEL_OK;
+    /* the pages stay: the load reads them next (and a .bin's strided tensor is
+     * a heap copy, not a mapping whose pages could be dropped) */
     int same = same_values(x, y, accel_numel(ei->t), load_dtype(o, x, ei->t));
-    accel__release_pages(x->bytes, x->nbytes);
-    accel__release_pages(y->bytes, y->nbytes);
     if (same != 0) return same < 0 ? accel_last_status() : ACCEL_OK;
     const char *target = NULL;
     if (accel__module_untie(root, ei->name, ej->name, &target) != ACCEL_OK) return accel_last_status();
@@ -434,13 +433,11 @@ static accel_status untie_if_differ(accel_module *root, accel_checkpoint *ck, co
             "the checkpoints with different values, so we will NOT tie them. You should update the config with "
             "`tie_word_embeddings=False` to silence this warning.",
          target == ej->name ? ei->name : ej->name, target);
-    *untied = true;
     return ACCEL_OK;
 }
 
 accel_status accel__untie_stored_twice(accel_module *root, accel_checkpoint *ck, const accel_load_opts *o,
-                                       const accel__pretrained_load *pl, bool *changed) {
-    *changed = false;
+                                       const accel__pretrained_load *pl) {
     accel_state_dict *sd = accel_module_state_dict(root);
     entry_key *by_name = sd ? sorted_entries(sd, cmp_key_name) : NULL;
     const char **ck_name = by_name ? accel_calloc((size_t)sd->n + 1, sizeof *ck_name) : NULL;
@@ -455,10 +452,7 @@ accel_status accel__untie_stored_twice(accel_module *root, accel_checkpoint *ck,
         if (!sd->entries[i].is_tied_alias || !ck_name[i]) continue;
         int j = 0;
         while (j < i && (sd->entries[j].t != sd->entries[i].t || !ck_name[j])) j++;
-        bool untied = false;
-        if (j < i)
-            st = untie_if_differ(root, ck, &sd->entries[j], &sd->entries[i], ck_name[j], ck_name[i], o, &untied);
-        *changed |= untied;
+        if (j < i) st = untie_if_differ(root, ck, &sd->entries[j], &sd->entries[i], ck_name[j], ck_name[i], o);
     }
     accel_free(ck_name);
     accel_free(by_name);
@@ -599,8 +593,7 @@ accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char
     }
     d->ck = accel_checkpoint_open(checkpoint);
     if (!d->ck) goto fail;
-    bool untied = false;
-    if (accel__untie_stored_twice(root, d->ck, opts, pl, &untied) != ACCEL_OK) goto fail;
+    if (accel__untie_stored_twice(root, d->ck, opts, pl) != ACCEL_OK) goto fail;
     sd = accel_module_state_dict(root);
     if (!sd) goto fail;
     plans = accel_calloc((size_t)sd->n + 1, sizeof *plans);
