@@ -13,12 +13,18 @@
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
-/* The masked LM's decoder, tied to the word embeddings and the head's
- * bias: the names transformers' save_pretrained leaves out
+/* Entry i of sd is the masked LM's decoder tied to the word embeddings or
+ * the head's bias: the names transformers' save_pretrained leaves out
  * (_tied_weights_keys), whichever of a tied pair the tree lists first
- * (XLM-RoBERTa's head comes before its word embeddings). */
-static bool is_tied_decoder(const char *name) {
-    return !strncmp(name, "cls.predictions.decoder.", 24) || !strncmp(name, "lm_head.decoder.", 16);
+ * (XLM-RoBERTa's head comes before its word embeddings). A decoder loaded
+ * untied (a checkpoint that held both with different values) shares no
+ * tensor and is written, as transformers writes it. */
+static bool is_tied_decoder(const accel_state_dict *sd, int i) {
+    const char *name = sd->entries[i].name;
+    if (strncmp(name, "cls.predictions.decoder.", 24) && strncmp(name, "lm_head.decoder.", 16)) return false;
+    for (int j = 0; j < sd->n; j++)
+        if (j != i && sd->entries[j].t == sd->entries[i].t) return true;
+    return false;
 }
 
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
@@ -40,7 +46,7 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        if (is_tied_decoder(e->name)) continue; /* transformers ties it on load */
+        if (is_tied_decoder(sd, i)) continue; /* transformers ties it on load */
         if (e->t->device.type == ACCEL_DEV_META)
             st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
                                  "loaded); save needs every weight materialised", e->name);
@@ -129,7 +135,9 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
         for (int k = 0; in_ck && k < nck; k++)
             if (!strcmp(accel_checkpoint_name(ck, k), in_ck)) used[k] = true;
     }
-    for (int k = 0; st == ACCEL_OK && k < nck; k++) unused += !used[k];
+    const char *const *ignored = accel__unexpected_to_ignore(m); /* embeddings.position_ids of old checkpoints */
+    for (int k = 0; st == ACCEL_OK && k < nck; k++)
+        unused += !used[k] && !accel__unexpected_ignored(ignored, accel_checkpoint_name(ck, k));
     const char *cls = m->ops->type_name;
     if (st == ACCEL_OK && new_head)
         fprintf(stderr, "accel: %s has no %s head weights (%d tensors): they are newly initialised; train the model "
@@ -183,7 +191,10 @@ static accel_module *from_pretrained(const char *dir, int head, int64_t num_labe
     if (m) accel_module_train(m, false); /* transformers' from_pretrained returns model.eval() */
     if (!m || !has_weights(dir)) return m;
     accel_checkpoint *ck = accel_checkpoint_open(dir);
-    if (!ck || load_weights(m, ck, dir) != ACCEL_OK) {
+    /* the checkpoint's names as load_weights reads them: the legacy renames, without the base model's prefix */
+    const accel__pretrained_load legacy = {0};
+    const accel_load_opts lo = {.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type)};
+    if (!ck || accel__untie_stored_twice(m, ck, &lo, &legacy) != ACCEL_OK || load_weights(m, ck, dir) != ACCEL_OK) {
         accel_checkpoint_close(ck);
         accel_module_free(m);
         return NULL;
@@ -221,7 +232,7 @@ static accel_module *dispatched(const char *dir, int head, int64_t num_labels, c
     accel_module *m = accel_bert_new(&cfg, ACCEL_CPU_DEVICE);
     accel_init_empty_weights_end();
     /* the config lives in the root (accel_bert_config_of) for as long as the load */
-    accel__pretrained_load pl = {init_head, m ? (void *)accel_bert_config_of(m) : NULL};
+    accel__pretrained_load pl = {.init_missing = init_head, .ctx = m ? (void *)accel_bert_config_of(m) : NULL};
     /* a bare base model's names: XLM-RoBERTa's root has its head first, not the base model */
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.base_model_prefix) lo.base_model_prefix = accel_bert_base_model_prefix(cfg.model_type);

@@ -3,6 +3,7 @@
 #define ACCEL_BIGMODEL_INTERNAL_H
 
 #include "accel/bigmodel.h"
+#include "accel/io.h"
 
 /* Accelerate's "modules_to_treat": (name, module or tensor) in order. */
 typedef struct accel__work_item {
@@ -51,7 +52,31 @@ void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt
 typedef struct accel__pretrained_load {
     int (*init_missing)(accel_tensor *t, const char *name, accel_device dev, accel_dtype dt, void *ctx);
     void *ctx;
+    /* NULL-terminated POSIX extended regexes (or NULL): checkpoint tensors
+     * the model has no place for whose name one matches (searched anywhere in
+     * the name, as Python's re.search) are skipped silently, strict or not:
+     * the family's old non-persistent buffers (accel__unexpected_to_ignore) */
+    const char *const *ignore_unexpected;
 } accel__pretrained_load;
+
+/* transformers 5.25's patterns of checkpoint names from_pretrained skips
+ * without a word for m's family (its class's _keys_to_ignore_on_load_unexpected,
+ * plus rotary_emb.inv_freq where the model has such a buffer and
+ * position_ids where it has that one), NULL-terminated; never NULL. */
+const char *const *accel__unexpected_to_ignore(accel_module *m);
+/* Whether name matches one of patterns (NULL-terminated, or NULL: none). */
+bool accel__unexpected_ignored(const char *const *patterns, const char *name);
+
+/* transformers' from_pretrained ties a tied pair only when the checkpoint
+ * holds at most one of its names or both with equal values (as loaded: in
+ * the parameter's dtype, or opts' dtype): for each tied tensor of root the
+ * checkpoint holds under two names with different values, gives the
+ * alias a tensor of its own (accel__module_untie, on the tensor's device,
+ * values unset: the load fills it) and warns naming both, in transformers'
+ * words. Checkpoint names map to root's as the load's (pl non-NULL: the
+ * legacy renames; opts' base_model_prefix). */
+accel_status accel__untie_stored_twice(accel_module *root, accel_checkpoint *ck, const accel_load_opts *opts,
+                                       const accel__pretrained_load *pl);
 
 /* accel_load_checkpoint_in_model / accel_load_checkpoint_and_dispatch with
  * from_pretrained's additions (pl NULL: the public calls, Accelerate's). */

@@ -10,6 +10,7 @@
  *                       mapping and the pages come in when the module runs.
  * Pages of the mapping that were read are released from the process right
  * after use, so peak RSS stays at what was materialised. */
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "bigmodel/offload_internal.h"
 #include "tracking/tracking_internal.h"
 #include "core/core_internal.h"
+#include "nn/nn_internal.h"
 
 typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
 
@@ -243,6 +245,13 @@ static void placed_on(accel_dispatched *d, const char *name, accel_device dev) {
         if (!strcmp(d->placed[i].name, name)) accel_device_str(dev, d->placed[i].where, sizeof d->placed[i].where);
 }
 
+/* The dtype checkpoint tensor in is loaded into t as: t's, or opts' dtype
+ * for a floating tensor of a floating parameter. */
+static accel_dtype load_dtype(const accel_load_opts *o, const accel_st_info *in, const accel_tensor *t) {
+    return o && o->has_dtype && accel_dtype_is_float(in->dtype) && accel_dtype_is_float(t->dtype) ? o->dtype
+                                                                                                  : t->dtype;
+}
+
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
                              const char *checkpoint, const accel_load_opts *o) {
@@ -256,8 +265,7 @@ static accel_status load_one(accel_dispatched *d, plan *p, const char *name, con
                                accel_shape_str_n(t->ndim, t->shape, b, sizeof b), checkpoint,
                                accel_checkpoint_shard_path(d->ck, accel_checkpoint_shard_of(d->ck, name)));
     }
-    accel_dtype target = t->dtype;
-    if (o && o->has_dtype && accel_dtype_is_float(in->dtype) && accel_dtype_is_float(t->dtype)) target = o->dtype;
+    accel_dtype target = load_dtype(o, in, t);
     size_t nb = (size_t)accel_numel(t) * accel_dtype_size(target);
     if (p->kind == PLACE_DISK) {
         accel_tensor_to_meta(t);
@@ -357,6 +365,101 @@ static const entry_key *entry_for(const char *name, const entry_key *by_name, in
     return hit;
 }
 
+bool accel__unexpected_ignored(const char *const *patterns, const char *name) {
+    for (int i = 0; patterns && patterns[i]; i++) {
+        regex_t re;
+        if (regcomp(&re, patterns[i], REG_EXTENDED | REG_NOSUB) != 0) continue; /* the list is accel's own */
+        bool hit = regexec(&re, name, 0, NULL, 0) == 0;
+        regfree(&re);
+        if (hit) return true;
+    }
+    return false;
+}
+
+/* Whether in's shape is t's. */
+static bool shape_of(const accel_st_info *in, const accel_tensor *t) {
+    return in->ndim == t->ndim && memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) == 0;
+}
+
+/* Whether checkpoint tensors x and y (of one shape) hold the same values
+ * once converted to dt, as two parameters of dt loaded from them would
+ * (torch.equal: NaN equals nothing, -0 equals 0). Chunk by chunk: no copy
+ * of the whole tensor. -1: out of memory (error set). */
+static int same_values(const accel_st_info *x, const accel_st_info *y, int64_t numel, accel_dtype dt) {
+    enum { CHUNK = 4096 };
+    size_t es = accel_dtype_size(dt);
+    unsigned char *a = accel_malloc(CHUNK * es), *b = accel_malloc(CHUNK * es);
+    double *da = accel_malloc(CHUNK * sizeof *da), *db = accel_malloc(CHUNK * sizeof *db);
+    int same = a && b && da && db ? 1 : -1;
+    bool fl = accel_dtype_is_float(dt);
+    for (int64_t at = 0; same == 1 && at < numel; at += CHUNK) {
+        size_t n = (size_t)(numel - at < CHUNK ? numel - at : CHUNK);
+        accel_convert(a, dt, (const char *)x->bytes + (size_t)at * accel_dtype_size(x->dtype), x->dtype, n);
+        accel_convert(b, dt, (const char *)y->bytes + (size_t)at * accel_dtype_size(y->dtype), y->dtype, n);
+        if (!fl) {
+            same = memcmp(a, b, n * es) == 0;
+            continue;
+        }
+        accel_convert(da, ACCEL_F64, a, dt, n);
+        accel_convert(db, ACCEL_F64, b, dt, n);
+        for (size_t i = 0; i < n && same == 1; i++) same = da[i] == db[i];
+    }
+    accel_free(a);
+    accel_free(b);
+    accel_free(da);
+    accel_free(db);
+    return same;
+}
+
+/* Entry i and j name one tensor and the checkpoint holds both, under ni and
+ * nj: with different values (as loaded) they are untied, as transformers'
+ * tie_weights does in from_pretrained, with its warning; with equal values
+ * (or shapes the load will refuse) they stay tied. */
+static accel_status untie_if_differ(accel_module *root, accel_checkpoint *ck, const accel_state_entry *ei,
+                                    const accel_state_entry *ej, const char *ni, const char *nj,
+                                    const accel_load_opts *o) {
+    const accel_st_info *x = accel_checkpoint_find(ck, ni, NULL), *y = accel_checkpoint_find(ck, nj, NULL);
+    if (!x || !y) return accel_last_status();
+    /* a name another untie already gave a tensor of its own (three names of one tensor) */
+    if (accel_module_get_tensor(root, ei->name) != accel_module_get_tensor(root, ej->name)) return ACCEL_OK;
+    if (!shape_of(x, ei->t) || !shape_of(y, ei->t)) return ACCEL_OK;
+    /* the pages stay: the load reads them next (and a .bin's strided tensor is
+     * a heap copy, not a mapping whose pages could be dropped) */
+    int same = same_values(x, y, accel_numel(ei->t), load_dtype(o, x, ei->t));
+    if (same != 0) return same < 0 ? accel_last_status() : ACCEL_OK;
+    const char *target = NULL;
+    if (accel__module_untie(root, ei->name, ej->name, &target) != ACCEL_OK) return accel_last_status();
+    warn(o, "The tied weights mapping and config for this model specifies to tie %s to %s, but both are present in "
+            "the checkpoints with different values, so we will NOT tie them. You should update the config with "
+            "`tie_word_embeddings=False` to silence this warning.",
+         target == ej->name ? ei->name : ej->name, target);
+    return ACCEL_OK;
+}
+
+accel_status accel__untie_stored_twice(accel_module *root, accel_checkpoint *ck, const accel_load_opts *o,
+                                       const accel__pretrained_load *pl) {
+    accel_state_dict *sd = accel_module_state_dict(root);
+    entry_key *by_name = sd ? sorted_entries(sd, cmp_key_name) : NULL;
+    const char **ck_name = by_name ? accel_calloc((size_t)sd->n + 1, sizeof *ck_name) : NULL;
+    accel_status st = ck_name ? ACCEL_OK : accel_last_status();
+    for (int k = 0; st == ACCEL_OK && k < accel_checkpoint_count(ck); k++) {
+        const char *name = accel_checkpoint_name(ck, k);
+        const entry_key *hit = entry_for(name, by_name, sd->n, o, pl);
+        if (hit && !ck_name[hit->i]) ck_name[hit->i] = name;
+    }
+    /* each alias the checkpoint holds, against the first name of its tensor it holds */
+    for (int i = 0; st == ACCEL_OK && i < sd->n; i++) {
+        if (!sd->entries[i].is_tied_alias || !ck_name[i]) continue;
+        int j = 0;
+        while (j < i && (sd->entries[j].t != sd->entries[i].t || !ck_name[j])) j++;
+        if (j < i) st = untie_if_differ(root, ck, &sd->entries[j], &sd->entries[i], ck_name[j], ck_name[i], o);
+    }
+    accel_free(ck_name);
+    accel_free(by_name);
+    accel_state_dict_free(sd);
+    return st;
+}
+
 static accel_status load_all(accel_dispatched *d, const char *checkpoint, const accel_state_dict *sd,
                              plan *plans, const int *plan_of, int np, const accel_load_opts *o,
                              const accel__pretrained_load *pl) {
@@ -374,7 +477,8 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
         const entry_key *hit = entry_for(name, by_name, sd->n, o, pl);
         plan *p = hit ? &plans[plan_of[hit->i]] : NULL;
         if (!p) {
-            list_add(&unexpected, name);
+            /* the family's old non-persistent buffers (transformers' _keys_to_ignore_on_load_unexpected) */
+            if (!pl || !accel__unexpected_ignored(pl->ignore_unexpected, name)) list_add(&unexpected, name);
             continue;
         }
         if (p->loaded) continue; /* a tied alias saved under both names */
@@ -489,6 +593,7 @@ accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char
     }
     d->ck = accel_checkpoint_open(checkpoint);
     if (!d->ck) goto fail;
+    if (accel__untie_stored_twice(root, d->ck, opts, pl) != ACCEL_OK) goto fail;
     sd = accel_module_state_dict(root);
     if (!sd) goto fail;
     plans = accel_calloc((size_t)sd->n + 1, sizeof *plans);

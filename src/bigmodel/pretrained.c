@@ -3,6 +3,7 @@
  * sharded with an index past max_shard_size). */
 #include <string.h>
 
+#include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
@@ -41,6 +42,22 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
     return st;
 }
 
+const char *const *accel__unexpected_to_ignore(accel_module *m) {
+    static const char *const GPT2[] = {"attn.bias", "crossattention.bias", NULL};
+    static const char *const NEOX[] = {"attention.bias", "attention.masked_bias", "rotary_emb\\.inv_freq", NULL};
+    static const char *const ROTARY[] = {"rotary_emb\\.inv_freq", NULL};
+    static const char *const BERT[] = {"(^|\\.)position_ids$", NULL};
+    static const char *const NONE[] = {NULL};
+    if (accel_bert_config_of(m)) return BERT; /* BERT, RoBERTa, XLM-RoBERTa: embeddings.position_ids */
+    const accel_llama_config *c = accel_llama_config_of(m);
+    accel_clear_error(); /* the lookup of the family that m is not */
+    if (!c) return NONE;
+    if (!strcmp(c->model_type, "gpt2")) return GPT2; /* attn.masked_bias is not in it: reported */
+    if (!strcmp(c->model_type, "gpt_neox")) return NEOX;
+    /* Gemma 3's buffers are rotary_emb.<layer type>_inv_freq: no pattern */
+    return strcmp(c->model_type, "gemma3_text") ? ROTARY : NONE;
+}
+
 accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const accel_device_map *map,
                                          const char *strategy, const accel_max_memory *max_memory,
                                          const accel_load_opts *opts, const accel__pretrained_load *pl,
@@ -49,10 +66,12 @@ accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const
     const accel__pretrained_load none = {0}; /* the legacy renames only */
     const char *no_split[] = {accel_module_decoder_layer_class(m)};
     accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
+    accel__pretrained_load with = pl ? *pl : none;
+    with.ignore_unexpected = accel__unexpected_to_ignore(m);
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};
     if (!lo.map_opts) lo.map_opts = &mo;
     if (!lo.base_model_prefix) lo.base_model_prefix = m->children[0]->name; /* "model", "transformer", "bert" */
-    accel_dispatched *d = accel__load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo, pl ? pl : &none);
+    accel_dispatched *d = accel__load_checkpoint_and_dispatch(m, dir, map, strategy, max_memory, &lo, &with);
     if (!d) {
         accel_module_free(m);
         return NULL;

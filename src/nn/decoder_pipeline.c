@@ -124,11 +124,17 @@ static int owner(const char *name, const int *first_layer, int stages) {
     return embed ? 0 : stages - 1; /* the norm, lm_head: the last */
 }
 
+/* The head's weight when it is the embedding's: the tree says, not the
+ * config (a checkpoint holding both with different values loads them
+ * untied under tie_word_embeddings, as transformers does). */
 static accel_tensor *tied_embedding(accel_module *llama) {
-    const accel_llama_config *c = accel_llama_config_of(llama);
-    char embed[48];
-    if (c && c->tie_word_embeddings) embed_path(llama, ".weight", embed, sizeof embed);
-    return c && c->tie_word_embeddings ? accel_module_get_tensor(llama, embed) : NULL;
+    const accel__arch *a = accel__arch_of_module(llama);
+    char embed[48], head[32];
+    if (!a) return NULL;
+    embed_path(llama, ".weight", embed, sizeof embed);
+    snprintf(head, sizeof head, "%s.weight", accel__arch_head(a));
+    accel_tensor *e = accel_module_get_tensor(llama, embed), *h = accel_module_get_tensor(llama, head);
+    return e && e == h ? e : NULL;
 }
 
 const accel__family_stages accel__decoder_stages = {n_layers,         accel__decoder_stage_split,

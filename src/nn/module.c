@@ -317,6 +317,28 @@ static accel_named_tensor *find_alias(accel_module *m, const accel_tensor *t,
     return NULL;
 }
 
+/* Gives one of a and b (full names of one tied tensor) a tensor of its own:
+ * the one that does not own the shared tensor (accel_module_tie's dst), so
+ * the other keeps it. The new tensor has the shape, dtype, device and kind
+ * (parameter or buffer) of the shared one, its values unset (zeros; on
+ * meta, none). *untied: the name that got it. */
+accel_status accel__module_untie(accel_module *root, const char *a, const char *b, const char **untied) {
+    accel_named_tensor *ea = find_entry(root, a), *eb = find_entry(root, b);
+    if (!ea || !eb || ea == eb || ea->t != eb->t)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__module_untie: %s and %s are not one tied tensor", a, b);
+    bool a_keeps = ea->owned || !eb->owned; /* neither owns it: a third name does; a keeps it */
+    accel_named_tensor *e = a_keeps ? eb : ea;
+    accel_tensor *old = e->t, *t = accel_tensor_new(old->dtype, old->ndim, old->shape, old->device);
+    if (!t) return accel_last_status();
+    t->flags |= e->is_buffer ? ACCEL_TF_BUFFER : ACCEL_TF_PARAM;
+    t->requires_grad = old->requires_grad;
+    t->name = e->name;
+    e->t = t;
+    e->owned = true;
+    *untied = a_keeps ? b : a;
+    return ACCEL_OK;
+}
+
 accel_status accel_module_tie(accel_module *root, const char *dst_name, const char *src_name) {
     if (!root || !dst_name || !src_name)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_tie: NULL argument");

@@ -64,6 +64,11 @@ void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp);
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
+/* Gives the tied tensor's non-owning name of a and b (full names of one
+ * tensor) a new tensor of its own (same shape, dtype, device, kind; values
+ * unset): a tied pair untied (a checkpoint that holds both with different
+ * values). *untied: that name (a or b). */
+accel_status accel__module_untie(accel_module *root, const char *a, const char *b, const char **untied);
 /* A new parameter `name` of m (NULL m: NULL, the error kept), on the default
  * parameter device (meta inside init_empty_weights), zero-filled. */
 accel_tensor *accel__new_param(accel_module *m, const char *name, accel_dtype dt, int ndim, const int64_t *shape,
