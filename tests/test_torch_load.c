@@ -213,6 +213,47 @@ static void test_folder_resolution(void) {
 
 /* ---------------------------------------------------------------- a model */
 
+/* strided_big.bin: Linear(256, 256) whose weight was saved transposed (256
+ * KiB, which the reader gathers into a copy of its own: no page of the
+ * file). Loaded resident, offloaded to a host copy (offload_cpu) and left on
+ * disk, each run twice through the model: y = x W^T + b of a ones row,
+ * exactly. The loader released the pages it had read as pages of the file's
+ * mapping: on the gathered copy that was madvise over heap memory (glibc
+ * aborted at the free), and a disk entry's next forward read zeros. */
+static void test_strided_big(void) {
+    static const struct { const char *map; bool offload_cpu; } runs[] = {{NULL, false}, {":cpu", true}, {":disk", false}};
+    float want[256];
+    for (int i = 0; i < 256; i++) {
+        double sum = i - 128;
+        for (int j = 0; j < 256; j++) sum += (256 * j + i) % 251;
+        want[i] = (float)sum;
+    }
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        const char *how = runs[r].map ? runs[r].map : "resident";
+        accel_module *m = accel_linear_new(256, 256, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_device_map *map = runs[r].map ? accel_device_map_parse(runs[r].map) : NULL;
+        accel_load_opts o = {.offload_cpu = runs[r].offload_cpu};
+        accel_dispatched *d = m ? accel_load_checkpoint_and_dispatch(m, "data/torch_load/strided_big.bin", map, NULL,
+                                                                     NULL, &o)
+                                : NULL;
+        accel_device_map_free(map);
+        CHECK_MSG(d, "%s: %s", how, accel_last_error());
+        accel_dispatch_stats s = {0};
+        if (d) accel_dispatched_stats(d, &s);
+        CHECK_MSG(s.n_offloaded_cpu == (r == 1 ? 2 : 0) && s.n_offloaded_disk == (r == 2 ? 2 : 0),
+                  "%s: %lld on cpu, %lld on disk", how, (long long)s.n_offloaded_cpu, (long long)s.n_offloaded_disk);
+        for (int pass = 0; d && pass < 2; pass++) {
+            accel_tensor *y = accel_module_call(m, accel_full(ACCEL_F32, ACCEL_SHAPE(1, 256), 1.0));
+            float got[256];
+            CHECK_MSG(y && accel_to_floats(y, got) == ACCEL_OK, "%s", accel_last_error());
+            if (y) CHECK_MSG(!memcmp(got, want, sizeof got), "%s, pass %d: y[0] %g, want %g", how, pass, got[0], want[0]);
+            accel_step_reset();
+        }
+        accel_dispatched_free(d);
+        accel_module_free(m);
+    }
+}
+
 static accel_tensor *llama_logits(const char *dir, accel_tensor *ids, const char *map_spec) {
     accel_dispatched *d = NULL;
     accel_device_map *map = map_spec ? accel_device_map_parse(map_spec) : NULL;
@@ -721,6 +762,7 @@ static void test_zip64_fields(void) {
 }
 
 int main(void) {
+    RUN(test_strided_big);
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_torch_load_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
     RUN(test_mixed_like_safetensors);

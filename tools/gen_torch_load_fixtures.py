@@ -16,6 +16,10 @@ repository root:
                      SHORT_BINUNICODE, STACK_GLOBAL)
   expand.bin         an expanded tensor (stride 0) larger than its storage
   nested.bin         {"model": state dict, "step": 3}: not a state dict
+  strided_big.bin    a Linear(256, 256)'s state dict whose weight is saved
+                     transposed (w.t(): strides (1, 256), 256 KiB, gathered
+                     into a copy by the reader): w[i][j] = (256 j + i) % 251,
+                     bias[i] = i - 128
   llama_bin/         hf_llama_tied's weights as transformers 4.x's
                      save_pretrained(safe_serialization=False) wrote them
                      (transformers 5 writes safetensors only): the state dict
@@ -60,6 +64,11 @@ def mixed():
     return sd
 
 
+def strided_big():
+    w = (torch.arange(256 * 256, dtype=torch.float32) % 251).reshape(256, 256)
+    torch.save({"weight": w.t(), "bias": torch.arange(256, dtype=torch.float32) - 128}, f"{OUT}/strided_big.bin")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     sd = mixed()
@@ -69,6 +78,7 @@ def main():
                f"{OUT}/proto4.bin", pickle_protocol=4)
     torch.save({"big": torch.tensor([1.0]).expand(64, 64)}, f"{OUT}/expand.bin")
     torch.save({"model": {"w": torch.ones(1)}, "step": 3}, f"{OUT}/nested.bin")
+    strided_big()
 
     from transformers import LlamaForCausalLM
     model = LlamaForCausalLM.from_pretrained(LLAMA)

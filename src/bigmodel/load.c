@@ -20,6 +20,7 @@
 #include "bigmodel/offload_internal.h"
 #include "tracking/tracking_internal.h"
 #include "core/core_internal.h"
+#include "io/io_internal.h"
 #include "nn/nn_internal.h"
 
 typedef enum { PLACE_RESIDENT, PLACE_HOST, PLACE_DISK } place_kind;
@@ -252,6 +253,14 @@ static accel_dtype load_dtype(const accel_load_opts *o, const accel_st_info *in,
                                                                                                   : t->dtype;
 }
 
+/* Lets the pages of checkpoint tensor name that the load read leave the
+ * process where they are the file's (they come back from it if read again);
+ * a copy the reader made (a torch file's strided tensor) is heap memory the
+ * checkpoint keeps: released, its allocator's headers went too. */
+static void release_read(accel_dispatched *d, const char *name, const accel_st_info *in) {
+    if (accel__checkpoint_in_file_map(d->ck, name, in)) accel__release_pages(in->bytes, in->nbytes);
+}
+
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
                              const char *checkpoint, const accel_load_opts *o) {
@@ -271,15 +280,16 @@ static accel_status load_one(accel_dispatched *d, plan *p, const char *name, con
         accel_tensor_to_meta(t);
         t->dtype = target;
         accel__contiguous_strides(t->ndim, t->shape, t->stride);
-        return accel__off_add(d, t, name, ACCEL__OFF_DISK, in->bytes, in->dtype, in->nbytes) < 0
-                   ? accel_last_status()
-                   : ACCEL_OK;
+        int i = accel__off_add(d, t, name, ACCEL__OFF_DISK, in->bytes, in->dtype, in->nbytes);
+        if (i < 0) return accel_last_status();
+        d->off[i].src_file_pages = accel__checkpoint_in_file_map(d->ck, name, in);
+        return ACCEL_OK;
     }
     if (p->kind == PLACE_HOST) {
         void *copy = accel_malloc(nb ? nb : 1);
         if (!copy) return accel_last_status();
         accel_convert(copy, target, in->bytes, in->dtype, (size_t)accel_numel(t));
-        accel__release_pages(in->bytes, in->nbytes);
+        release_read(d, name, in);
         accel_tensor_to_meta(t);
         t->dtype = target;
         accel__contiguous_strides(t->ndim, t->shape, t->stride);
@@ -296,7 +306,7 @@ static accel_status load_one(accel_dispatched *d, plan *p, const char *name, con
         if (accel__tensor_alloc_uninit(t, p->dev, target) != ACCEL_OK) return accel_last_status();
     }
     accel_status st = accel_checkpoint_load_into(d->ck, name, t);
-    accel__release_pages(in->bytes, in->nbytes);
+    release_read(d, name, in);
     if (st == ACCEL_OK) {
         d->stats.n_loaded++;
         d->stats.bytes_resident += (int64_t)nb;

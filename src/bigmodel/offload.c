@@ -116,7 +116,7 @@ void accel__off_drop(accel_dispatched *d, int i) {
     accel_tensor_to_meta(e->t);
     accel_free(e->scratch);
     e->scratch = NULL;
-    if (e->kind == ACCEL__OFF_DISK) accel__release_pages(e->src, e->src_bytes);
+    if (e->kind == ACCEL__OFF_DISK && e->src_file_pages) accel__release_pages(e->src, e->src_bytes);
 }
 
 void accel__off_free_all(accel_dispatched *d) {

@@ -22,6 +22,8 @@ typedef struct accel__off_entry {
     const void *src;
     accel_dtype src_dtype;
     size_t src_bytes;
+    bool src_file_pages;    /* DISK: src is pages of the file's mapping, released after each use (else a copy
+                               the checkpoint made and keeps: a torch file's strided tensor) */
     void *scratch;          /* converted host copy while brought in onto the cpu (dtype differs) */
     int refs;               /* active hooks using it */
 } accel__off_entry;

@@ -347,6 +347,11 @@ int accel_checkpoint_shard_of(const accel_checkpoint *ck, const char *name) {
     return -1;
 }
 
+bool accel__checkpoint_in_file_map(accel_checkpoint *ck, const char *name, const accel_st_info *in) {
+    int s = accel_checkpoint_shard_of(ck, name);
+    return s >= 0 && in && accel__safetensors_in_file_map(ck->open[s], in->bytes, in->nbytes);
+}
+
 accel_safetensors *accel_checkpoint_shard(accel_checkpoint *ck, int shard) {
     if (!ck || shard < 0 || shard >= ck->ix.n_shards) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_checkpoint_shard: shard %d out of range", shard);

@@ -86,6 +86,11 @@ char *accel__checkpoint_find_index(const char *dir, int *count);
  * order (model.safetensors, one index or the Hub's safetensors/bin pair,
  * pytorch_model.bin), owned by the caller; NULL + error when none. */
 char *accel__checkpoint_resolve(const char *dir);
+/* Whether checkpoint tensor name's bytes (in, as accel_checkpoint_find gave
+ * them) are pages of its shard's file mapping, which may be released and
+ * read again from the file; false for a copy the reader made (a torch
+ * file's strided tensor). */
+bool accel__checkpoint_in_file_map(accel_checkpoint *ck, const char *name, const accel_st_info *in);
 /* JSON text from memory (duplicate keys refused); NULL + ACCEL_ERR_FORMAT naming
  * `name`, the line and column. */
 json_t *accel__json_parse(const char *name, const char *text, size_t len);

@@ -22,6 +22,10 @@ accel_safetensors *accel__safetensors_parse(const char *path, void *buf, size_t 
 accel_status accel__torch_read(const char *path, const unsigned char *map, size_t size, accel_st_info **info, int *n,
                                void ***copies, int *n_copies);
 accel_tensor *accel__st_tensor(const accel_st_info *in, int want, const char *op);
+/* Whether the n bytes at p lie in f's file mapping: pages that may leave the
+ * process and come back from the file. False for a torch file's gathered
+ * strided tensor (heap memory f owns) and a caller's buffer. */
+bool accel__safetensors_in_file_map(const accel_safetensors *f, const void *p, size_t n);
 accel_status accel__st_load_into(const accel_st_info *in, const char *file, accel_tensor *dst,
                                  const char *op);
 /* Parses an index.json document (already loaded) for `index_path`: fills

@@ -369,6 +369,11 @@ void accel_safetensors_close(accel_safetensors *st) {
 }
 
 const char *accel_safetensors_path(const accel_safetensors *st) { return st ? st->path : NULL; }
+
+bool accel__safetensors_in_file_map(const accel_safetensors *f, const void *p, size_t n) {
+    uintptr_t at = (uintptr_t)p, lo = f ? (uintptr_t)f->map : 0;
+    return f && f->mapped && at >= lo && n <= f->map_size && at - lo <= f->map_size - n;
+}
 int accel_safetensors_count(const accel_safetensors *st) { return st ? st->n : 0; }
 
 const accel_st_info *accel_safetensors_at(const accel_safetensors *st, int i) {
