@@ -21,7 +21,9 @@
  * - with the layers checkpointed the gradients are the uncheckpointed
  *   ones bit for bit (the recompute replays the per-rank stream);
  * - save_state / load_state at tp 2 (GPT-2 with its dropouts): the resumed
- *   run's losses are the uninterrupted run's bit for bit, and
+ *   run's losses are the uninterrupted run's bit for bit; a dp_shard 2 x
+ *   tp 2 checkpoint loaded on tp 4 resumes the streams of the ranks whose
+ *   tp rank is the same and starts the others' afresh;
  *   accel_set_seed(device_specific) gives the ranks of a tp group one seed
  *   (dp_shard 2 x tp 2). */
 #include <stdlib.h>
@@ -456,6 +458,49 @@ static int resume_body(int rank, int world) {
     return check_summary();
 }
 
+/* A dp_shard 2 x tp 2 checkpoint (after a step: the streams moved) loaded
+ * on tp 4 (MESH.tp): ranks 0 and 1 keep their tp rank and resume their
+ * streams; ranks 2 and 3, tp rank 0 and 1 in the file, now 2 and 3, start
+ * their own afresh (another rank's would repeat its masks). */
+static struct {
+    int tp;
+} MESH;
+
+static int mesh_body(int rank, int world) {
+    (void)world;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism = (accel_parallelism_opts){.tp_size = MESH.tp, .dp_shard_size = 4 / MESH.tp};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    /* loaded into a model of another seed: the job's seed comes from the checkpoint */
+    uint64_t seed = MESH.tp == 2 ? 11 : 99;
+    accel_module *m = seeded_model(seed, "gpt2", 0.3, 0.3);
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    accel_rng *tp = accel__tp_dropout_rng(m);
+    CHECK(tp && tp->seed == seed + 2718 + (uint64_t)(rank % MESH.tp) && tp->offset == 0);
+    char ckpt[96];
+    snprintf(ckpt, sizeof ckpt, "%s/mesh", RUN.dir);
+    if (MESH.tp == 2) {
+        accel_tensor *ids = ids_of(false);
+        CHECK(accel_accelerator_backward(acc, accel_llama_loss(m, ids)) == ACCEL_OK);
+        accel_step_reset();
+        accel_tensor_free(ids);
+        CHECK(tp && tp->offset > 0);
+        CHECK_MSG(accel_accelerator_save_state(acc, ckpt, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    } else {
+        CHECK_MSG(accel_accelerator_load_state(acc, ckpt, NULL) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(tp && tp->seed == 11 + 2718 + (uint64_t)rank && (tp->offset > 0) == (rank < 2),
+                  "rank %d: stream (%llu, %llu) after the load", rank, tp ? (unsigned long long)tp->seed : 0,
+                  tp ? (unsigned long long)tp->offset : 0);
+    }
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    return check_summary();
+}
+
 /* dp_shard 2 x tp 2: a device-specific seed per tp group, not per rank. */
 static int seed_body(int rank, int world) {
     (void)world;
@@ -488,6 +533,10 @@ int main(void) {
     run_group(2, resume_body, "save at tp 2");
     RUN.resume = true;
     run_group(2, resume_body, "resume at tp 2");
+    MESH.tp = 2;
+    run_group(4, mesh_body, "save at dp_shard 2 x tp 2");
+    MESH.tp = 4;
+    run_group(4, mesh_body, "load at tp 4");
     char rm[96];
     snprintf(rm, sizeof rm, "rm -rf %s", RUN.dir);
     CHECK(system(rm) == 0);
