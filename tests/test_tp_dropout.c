@@ -25,11 +25,15 @@
  *   tp 2 checkpoint loaded on tp 4 resumes the streams of the ranks whose
  *   tp rank is the same and starts the others' afresh;
  *   accel_set_seed(device_specific) gives the ranks of a tp group one seed
- *   (dp_shard 2 x tp 2). */
+ *   (dp_shard 2 x tp 2);
+ * - pipeline parallelism (pp 2) refuses dropout while training by name,
+ *   context parallelism the embeddings' and branches' dropout while
+ *   training (both run the same models in eval). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "accel/accelerator.h"
+#include "accel/cp.h"
 #include "check.h"
 #include "dist_group.h"
 #include "nn/tp_internal.h"
@@ -364,6 +368,27 @@ static void recompute_replays_masks(accel_pg *pg, const char *family, bool sp) {
     accel_module_free(plain), accel_module_free(ckpt);
 }
 
+/* Context parallelism: its ranks' generators are seeded alike, so the
+ * embeddings' and branches' dropout while training is refused by name (the
+ * attention's is refused when the model is sharded: test_cp_llama); in eval
+ * the same model runs. */
+static void context_parallel_refused(accel_pg *pg, const char *family) {
+    accel_module *m = dropout_model(family, 0.0, 0.3);
+    CHECK(accel_llama_context_parallelize(m, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
+    accel_tensor *ids = ids_of(false);
+    CHECK(!accel_llama_loss(m, ids));
+    CHECK_STR_CONTAINS(accel_last_error(), "the embeddings' and branches' dropout while training (resid_pdrop 0.3, "
+                                           "embd_pdrop 0.3) is not implemented under context parallelism");
+    accel_clear_error();
+    accel_step_reset();
+    accel_module_train(m, false);
+    double eval = loss_of(m, ids, false);
+    CHECK_MSG(isfinite(eval), "%s: eval under cp: %s", family, accel_last_error());
+    accel_step_reset();
+    accel_tensor_free(ids);
+    accel_module_free(m);
+}
+
 static int body(int rank, int world) {
     (void)world;
     if (accel_dist_init() != ACCEL_OK) {
@@ -382,6 +407,8 @@ static int body(int rank, int world) {
     for (int f = 0; f < 3; f++) replicas_as_one_process(pg, families[f]);
     sequence_shards_differ(pg, "phi");
     sequence_shards_differ(pg, "gpt_neox");
+    context_parallel_refused(pg, "phi");
+    context_parallel_refused(pg, "gpt_neox");
     accel_dist_finalize();
     return check_summary();
 }
@@ -501,6 +528,36 @@ static int mesh_body(int rank, int world) {
     return check_summary();
 }
 
+/* pp 2: dropout while training refused by name (a stage recomputes its
+ * forward in the backward without replaying the generators); in eval the
+ * same model's step runs. */
+static int pipeline_body(int rank, int world) {
+    (void)world;
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.parallelism.pp_size = 2;
+    o.parallelism.num_micro_batches = 2;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    if (!acc) {
+        fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
+        return 1;
+    }
+    accel_module *m = dropout_model("gpt_neox", 0.3, 0.3);
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    accel_tensor *ids = ids_of(false);
+    double loss;
+    CHECK(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "dropout while training (attn_pdrop 0.3, resid_pdrop 0.3, embd_pdrop 0.3) "
+                                           "is not built with pipeline parallelism");
+    accel_clear_error();
+    accel_module_train(m, false);
+    CHECK_MSG(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_OK, "%s", accel_last_error());
+    accel_step_reset();
+    accel_tensor_free(ids);
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    return check_summary();
+}
+
 /* dp_shard 2 x tp 2: a device-specific seed per tp group, not per rank. */
 static int seed_body(int rank, int world) {
     (void)world;
@@ -541,5 +598,6 @@ int main(void) {
     snprintf(rm, sizeof rm, "rm -rf %s", RUN.dir);
     CHECK(system(rm) == 0);
     run_group(4, seed_body, "set_seed at dp_shard 2 x tp 2");
+    run_group(2, pipeline_body, "pp 2");
     return check_summary();
 }

@@ -74,10 +74,16 @@ accel_pg *accel__cp_model_group(const accel_module *m) {
     return is_root(m) ? accel__decoder_cp_of(m->impl)->pg : NULL;
 }
 
-accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids) {
+accel_status accel__decoder_cp_check(const accel_llama_config *c, bool training, const accel_kv_cache *cache,
+                                     const accel_tensor *ids) {
     static const char *WHO = "accel_llama_forward on a context-parallel model";
     if (cache) return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a KV cache (generation) is not sharded; "
                                       "accel_llama_context_parallelize(model, NULL, 0) first", WHO);
+    /* every cp rank's generators are seeded alike: its chunks would draw the other ranks' masks */
+    if (training && (c->resid_pdrop > 0 || c->embd_pdrop > 0))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the embeddings' and branches' dropout while training "
+                               "(resid_pdrop %g, embd_pdrop %g) is not implemented under context parallelism "
+                               "(each rank's chunks would draw the same masks)", WHO, c->resid_pdrop, c->embd_pdrop);
     if (ids->shape[1] % 2 != 0)
         return accel_set_error(ACCEL_ERR_SHAPE, "%s: ids hold %lld positions: a rank's two chunks (accel_cp_shard) "
                                "are an even number", WHO, (long long)ids->shape[1]);

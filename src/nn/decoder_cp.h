@@ -64,9 +64,11 @@ static inline accel__decoder_tp_rng *accel__decoder_tp_rng_of(const accel_llama_
 accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, accel_cp_strategy strategy,
                                    const char *who);
 
-/* ACCEL_OK when the model can run sharded on ids [B, 2c]: no KV cache, an
- * even number of positions; else the refusal naming what cannot. */
-accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids);
+/* ACCEL_OK when the model of config c can run sharded on ids [B, 2c]: no KV
+ * cache, an even number of positions, no embeddings' or branches' dropout
+ * while training; else the refusal naming what cannot. */
+accel_status accel__decoder_cp_check(const accel_llama_config *c, bool training, const accel_kv_cache *cache,
+                                     const accel_tensor *ids);
 /* The whole sequence's length when this rank of cp holds local_T positions. */
 int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
 /* accel_cp_attention over cp's group with its strategy, with a sliding

@@ -1266,7 +1266,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
                         (long long)c->head_dim);
         return NULL;
     }
-    if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
+    if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(c, llama->training, cache, ids) != ACCEL_OK) return NULL;
     bool given = in->attention_mask || in->position_ids || hp->mask || hp->positions;
     if (given && accel__decoder_cp_of(c)->pg) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: attention_mask and position_ids under context "
