@@ -33,11 +33,12 @@
  * micro-batches, and what a stage holds between its forward and backward of
  * a micro-batch is its input: at most m of them under GPipe, p - s under
  * 1F1B - the memory difference the schedules exist for. The recompute is
- * deterministic (dropout while training is refused: dropout_refused), so
- * gradients are those of one process's step over the whole batch, within rounding. (The step arena
- * still keeps each micro-batch's intermediates until accel_step_reset: a
- * rewind between micro-batches would free what the step's caches of
- * prepared weights hold. What the schedule bounds is the saved inputs.)
+ * deterministic (dropout while training is refused: the family's
+ * recomputable), so gradients are those of one process's step over the
+ * whole batch, within rounding. (The step arena still keeps each
+ * micro-batch's intermediates until accel_step_reset: a rewind between
+ * micro-batches would free what the step's caches of prepared weights
+ * hold. What the schedule bounds is the saved inputs.)
  *
  * The loss of micro-batch i is scaled by 1/m (and by the accelerator's
  * accumulation, fp16 and cp factors, as accel_accelerator_backward does), so the
@@ -410,20 +411,6 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
     return ACCEL_OK;
 }
 
-/* A stage recomputes each micro-batch's forward in its backward without
- * replaying the generators, so dropout there would draw other masks than
- * the forward whose outputs the next stage took: refused while training
- * (GPT-2's, Phi's, GPT-NeoX's). Every decoder family has a config here (the
- * stage hooks are the decoders'). */
-static accel_status dropout_refused(accel_module *model) {
-    const accel_llama_config *c = accel_llama_config_of(model);
-    if (!c || !model->training || !(c->attn_pdrop > 0 || c->resid_pdrop > 0 || c->embd_pdrop > 0)) return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": dropout while training (attn_pdrop %g, resid_pdrop %g, "
-                           "embd_pdrop %g) is not built with pipeline parallelism: a stage recomputes each "
-                           "micro-batch's forward in its backward, which would draw other masks (set them to 0, "
-                           "or train without pp_size)", c->attn_pdrop, c->resid_pdrop, c->embd_pdrop);
-}
-
 static accel_status check(accel_accelerator *acc, accel_module *model, accel_tensor *ids, double *loss,
                           accel__model **pm) {
     if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": accelerator is NULL");
@@ -448,7 +435,7 @@ static accel_status check(accel_accelerator *acc, accel_module *model, accel_ten
     if (!(*pm)->strat->pipeline)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ZeRO stage %d is not built with pipeline_step (" NOT_PP
                                "); use DDP or ZeRO stage 1 or 2", (*pm)->strat->stage);
-    return dropout_refused(model);
+    return hooks_of(model, FN)->recomputable(model, FN); /* no dropout drawing other masks in the recompute */
 }
 
 accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,
