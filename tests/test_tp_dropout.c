@@ -28,7 +28,8 @@
  *   (dp_shard 2 x tp 2);
  * - pipeline parallelism (pp 2) refuses dropout while training by name,
  *   context parallelism the embeddings' and branches' dropout while
- *   training (both run the same models in eval). */
+ *   training, and so does accel_llama_activation_bytes' cp estimate (both
+ *   run the same models in eval). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -369,16 +370,23 @@ static void recompute_replays_masks(accel_pg *pg, const char *family, bool sp) {
 }
 
 /* Context parallelism: its ranks' generators are seeded alike, so the
- * embeddings' and branches' dropout while training is refused by name (the
- * attention's is refused when the model is sharded: test_cp_llama); in eval
- * the same model runs. */
+ * embeddings' and branches' dropout while training is refused by name, by
+ * the step and by its activation estimate (the attention's is refused when
+ * the model is sharded: test_cp_llama); in eval the same model runs. */
 static void context_parallel_refused(accel_pg *pg, const char *family) {
     accel_module *m = dropout_model(family, 0.0, 0.3);
     CHECK(accel_llama_context_parallelize(m, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
     accel_tensor *ids = ids_of(false);
+    static const char *WORDS = "the embeddings' and branches' dropout while training (resid_pdrop 0.3, "
+                               "embd_pdrop 0.3) is not implemented under context parallelism";
     CHECK(!accel_llama_loss(m, ids));
-    CHECK_STR_CONTAINS(accel_last_error(), "the embeddings' and branches' dropout while training (resid_pdrop 0.3, "
-                                           "embd_pdrop 0.3) is not implemented under context parallelism");
+    CHECK_STR_CONTAINS(accel_last_error(), WORDS);
+    accel_clear_error();
+    /* the training step's estimate refuses it in the same words */
+    accel_activation_opts o = {.batch_size = B, .seq_len = T, .autocast = ACCEL_F32, .cp_size = accel_pg_size(pg)};
+    accel_activation_bytes ab;
+    CHECK(accel_llama_activation_bytes(accel_llama_config_of(m), &o, &ab) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), WORDS);
     accel_clear_error();
     accel_step_reset();
     accel_module_train(m, false);

@@ -64,6 +64,16 @@ static inline accel__decoder_tp_rng *accel__decoder_tp_rng_of(const accel_llama_
 accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, accel_cp_strategy strategy,
                                    const char *who);
 
+/* Why a model of config c cannot train over cp ranks although it runs
+ * there in eval: the embeddings' or branches' dropout (resid_pdrop,
+ * embd_pdrop above 0), whose masks every cp rank would draw alike
+ * (ACCEL_ERR_UNSUPPORTED, the message starting with who); ACCEL_OK when it
+ * can. Read by the forward while the model trains, and by the training
+ * step's estimate (accel_llama_activation_bytes .cp_size, which `accel
+ * estimate-memory --cp_size` with a batch reads), so it refuses what a
+ * training step refuses. */
+accel_status accel__llama_cp_dropout_check(const accel_llama_config *c, const char *who);
+
 /* ACCEL_OK when the model of config c can run sharded on ids [B, 2c]: no KV
  * cache, an even number of positions, no embeddings' or branches' dropout
  * while training; else the refusal naming what cannot. */
