@@ -674,7 +674,7 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
     /* the models' tp dropout streams, where this rank's file has them (one
      * saved without tensor parallelism has none: the streams stay as seeded;
      * one of another tp rank, saved on another mesh, is not this rank's:
-     * restart_tp_rng) */
+     * restore_tp_rng) */
     int64_t tp_rngs[ACCEL__MAX_PREPARED][2];
     bool tp_saved[ACCEL__MAX_PREPARED] = {false};
     for (int i = 0; i < acc->n_models && own && !s; i++) {

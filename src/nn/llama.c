@@ -762,8 +762,9 @@ static accel_tensor *layer_run_body(void *ctx, accel_tensor *x) {
 static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
                                    accel_kv_cache *cache, const pad_state *pad) {
     if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
+    const layer_impl *li = layer->impl;
     layer_run *run = !cache && x ? accel_arena_alloc(accel_step_arena(), sizeof *run, 8) : NULL;
-    if (run) *run = (layer_run){.layer = layer, .pad = pad, .tp_rng = sharded_dropout_rng(((layer_impl *)layer->impl)->cfg)};
+    if (run) *run = (layer_run){.layer = layer, .pad = pad, .tp_rng = sharded_dropout_rng(li->cfg)};
     accel_tensor *y = !x      ? NULL
                       : cache ? layer_body(layer, x, pos, cache, pad)
                               : (run ? accel__module_run(layer, layer_run_body, run, x) : NULL);

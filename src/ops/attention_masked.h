@@ -16,7 +16,8 @@
  * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2); the probabilities
  * go through dropout of probability drop (GPT-2's attn_pdrop while training;
  * 0: none), its mask drawn from drop_rng (NULL: the default generator; a
- * tensor-parallel decoder's own per-rank stream, for its rank's heads). keep [B, S] (host; NULL: every key): batch row b sees key j
+ * tensor-parallel decoder's own per-rank stream, for its rank's heads).
+ * keep [B, S] (host; NULL: every key): batch row b sees key j
  * only where keep[b S + j] (a padded batch's attention_mask); a query row
  * that then sees no key (a left pad) gets 0 with unseen_zero (torch's
  * SDPA, transformers' default attention), else the mean of all S values
