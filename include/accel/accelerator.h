@@ -314,7 +314,9 @@ typedef struct accel_process_split {
 } accel_process_split;
 accel_process_split accel_accelerator_split_between_processes(const accel_accelerator *acc, int64_t n);
 
-/* set_seed: the default generator gets seed (+ process index if device_specific). */
+/* set_seed: the default generator gets seed (+ process index if device_specific;
+ * under tensor parallelism + the index of the rank's tp group, process index /
+ * tp_size, so the ranks of a tp group draw the same replicated dropout masks). */
 void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
 
 /* ---------------------------------------------------------------- prepare */

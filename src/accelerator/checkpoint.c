@@ -30,6 +30,7 @@
 #include "core/core_internal.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
+#include "nn/tp_internal.h" /* accel__tp_dropout_rng */
 #include "tracking/tracking_internal.h" /* accel__write_file_atomic */
 
 #define PATHN 4096
@@ -563,11 +564,16 @@ static accel_status load_model_file(const char *path, accel_module *m, bool pp, 
 
 /* ---------------------------------------------------------------- per-rank state */
 
+/* The entry of model i's tensor-parallel dropout stream (nn/tp_internal.h)
+ * in a random_states file: this tp rank's (seed, offset). */
+static const char *const TP_RNG_NAMES[ACCEL__MAX_PREPARED] = {"tp_rng_0", "tp_rng_1", "tp_rng_2", "tp_rng_3",
+                                                              "tp_rng_4", "tp_rng_5", "tp_rng_6", "tp_rng_7"};
+
 static accel_status save_rank_state(accel_accelerator *acc, const char *dir) {
     char path[3 * PATHN];
     snprintf(path, sizeof path, "%s/random_states_%d.safetensors", dir, acc->rank);
-    const char *names[4 + ACCEL__MAX_PREPARED];
-    accel_tensor *ts[4 + ACCEL__MAX_PREPARED] = {0};
+    const char *names[4 + 2 * ACCEL__MAX_PREPARED];
+    accel_tensor *ts[4 + 2 * ACCEL__MAX_PREPARED] = {0};
     int n = 0;
     accel_rng *r = accel_default_rng();
     int64_t rng[2] = {(int64_t)r->seed, (int64_t)r->offset};
@@ -592,6 +598,15 @@ static accel_status save_rank_state(accel_accelerator *acc, const char *dir) {
         names[n] = DL_NAMES[i];
         ts[n++] = accel_tensor_wrap(dls[i], ACCEL_I64, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
     }
+    int64_t tp_rngs[ACCEL__MAX_PREPARED][2];
+    for (int i = 0; i < acc->n_models; i++) {
+        accel_rng *tr = accel__tp_dropout_rng(acc->models[i].m);
+        if (!tr) continue;
+        tp_rngs[i][0] = (int64_t)tr->seed;
+        tp_rngs[i][1] = (int64_t)tr->offset;
+        names[n] = TP_RNG_NAMES[i];
+        ts[n++] = accel_tensor_wrap(tp_rngs[i], ACCEL_I64, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    }
     for (int i = 0; i < n; i++)
         if (!ts[i]) s = accel_last_status();
     if (!s) s = accel_safetensors_save(path, n, names, ts, 0, NULL);
@@ -612,6 +627,17 @@ static accel_status read_i64(accel_safetensors *f, const char *name, int64_t *ou
     accel_status s = accel__tensor_read_bytes(t, 0, out, (size_t)n * sizeof(int64_t));
     accel_tensor_free(t);
     return s;
+}
+
+/* Sets tp dropout stream r to saved (seed, offset) when it is this tp
+ * rank's stream of the job seeded base (the default generator's saved
+ * seed); a stream another tp rank saved (a resume on another mesh, where
+ * this process has another tp rank) would repeat that rank's masks on this
+ * rank's shards: r starts afresh from base then, as prepare seeds it. */
+static void restore_tp_rng(const accel_accelerator *acc, accel_rng *r, const int64_t saved[2], uint64_t base) {
+    uint64_t mine = accel__tp_dropout_seed(base, acc->mesh.coord[ACCEL__MESH_TP]);
+    if ((uint64_t)saved[0] == mine) r->seed = mine, r->offset = (uint64_t)saved[1];
+    else accel_rng_init(r, mine);
 }
 
 static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
@@ -645,12 +671,24 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
         accel_dataloader_state st = {d[0], d[1], (uint64_t)d[2]};
         if ((s = accel_dataloader_set_state(acc->dls[i], &st))) break;
     }
+    /* the models' tp dropout streams, where this rank's file has them (one
+     * saved without tensor parallelism has none: the streams stay as seeded;
+     * one of another tp rank, saved on another mesh, is not this rank's:
+     * restore_tp_rng) */
+    int64_t tp_rngs[ACCEL__MAX_PREPARED][2];
+    bool tp_saved[ACCEL__MAX_PREPARED] = {false};
+    for (int i = 0; i < acc->n_models && own && !s; i++) {
+        tp_saved[i] = accel__tp_dropout_rng(acc->models[i].m) && accel_safetensors_find(f, TP_RNG_NAMES[i]);
+        if (tp_saved[i]) s = read_i64(f, TP_RNG_NAMES[i], tp_rngs[i], 2);
+    }
     if (!s) {
         if (own) {
             accel_rng *r = accel_default_rng();
             r->seed = (uint64_t)rng[0];
             r->offset = (uint64_t)rng[1];
         }
+        for (int i = 0; i < acc->n_models; i++)
+            if (tp_saved[i]) restore_tp_rng(acc, accel__tp_dropout_rng(acc->models[i].m), tp_rngs[i], (uint64_t)rng[0]);
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
         acc->scale = scaler[0];

@@ -33,11 +33,12 @@
  * micro-batches, and what a stage holds between its forward and backward of
  * a micro-batch is its input: at most m of them under GPipe, p - s under
  * 1F1B - the memory difference the schedules exist for. The recompute is
- * deterministic (no dropout in these models), so gradients are those of one
- * process's step over the whole batch, within rounding. (The step arena
- * still keeps each micro-batch's intermediates until accel_step_reset: a
- * rewind between micro-batches would free what the step's caches of
- * prepared weights hold. What the schedule bounds is the saved inputs.)
+ * deterministic (dropout while training is refused: the family's
+ * recomputable), so gradients are those of one process's step over the
+ * whole batch, within rounding. (The step arena still keeps each
+ * micro-batch's intermediates until accel_step_reset: a rewind between
+ * micro-batches would free what the step's caches of prepared weights
+ * hold. What the schedule bounds is the saved inputs.)
  *
  * The loss of micro-batch i is scaled by 1/m (and by the accelerator's
  * accumulation, fp16 and cp factors, as accel_accelerator_backward does), so the
@@ -434,7 +435,7 @@ static accel_status check(accel_accelerator *acc, accel_module *model, accel_ten
     if (!(*pm)->strat->pipeline)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, FN ": ZeRO stage %d is not built with pipeline_step (" NOT_PP
                                "); use DDP or ZeRO stage 1 or 2", (*pm)->strat->stage);
-    return ACCEL_OK;
+    return hooks_of(model, FN)->recomputable(model, FN); /* no dropout drawing other masks in the recompute */
 }
 
 accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_module *model, accel_tensor *ids,

@@ -362,8 +362,14 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
     return s;
 }
 
+/* device_specific: seed + the rank, but one seed for the ranks of a tp group
+ * (consecutive ranks, mesh.h): they hold replicas of the activations
+ * outside the tp regions, whose dropout masks (the default generator's)
+ * must agree; their sharded activations draw from the model's per-rank
+ * stream (nn/tp_internal.h). */
 void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific) {
-    accel_manual_seed(seed + (device_specific && acc ? (uint64_t)acc->rank : 0));
+    int tp = acc ? acc->mesh.size[ACCEL__MESH_TP] : 1;
+    accel_manual_seed(seed + (device_specific && acc ? (uint64_t)(acc->rank / (tp > 0 ? tp : 1)) : 0));
 }
 
 /* ---------------------------------------------------------------- prepared objects */

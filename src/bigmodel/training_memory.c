@@ -984,7 +984,9 @@ static const char *explicit_reason(const accel_llama_config *c, const accel__arc
 static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const accel_activation_opts *o, dims *d) {
     static const char *FN = "accel_llama_activation_bytes";
     int cp = o->cp_size, tp = o->tp_size > 1 ? o->tp_size : 1;
-    if (accel__llama_cp_check(cfg, tp, cp, o->cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER, FN)) return false;
+    if (accel__llama_cp_check(cfg, tp, cp, o->cp_alltoall ? ACCEL_CP_ALLTOALL : ACCEL_CP_ALLGATHER, FN) ||
+        accel__llama_cp_dropout_check(cfg, FN))
+        return false;
     if (o->seq_len % (2 * (int64_t)cp)) { /* int64: 2 cp overflows int for cp_size >= 2^30 */
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %lld: each of the "
                         "cp ranks holds 2 of 2 cp equal chunks (load-balanced causal split)", FN,

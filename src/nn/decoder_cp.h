@@ -14,21 +14,42 @@ typedef struct accel__decoder_cp {
     accel_cp_strategy strategy;
 } accel__decoder_cp;
 
+/* The dropout stream of a tensor-parallel decoder (Megatron's
+ * model-parallel RNG tracker): on (set by accel_llama_parallelize) with this
+ * tp rank's generator, seeded base + 2718 + tp rank, which draws the masks
+ * of the activations sharded over the tp group (the attention's, on this
+ * rank's heads; under sequence parallelism, seq_split, the embeddings' and
+ * branches', on this rank's positions). Replicated activations draw from the
+ * default generator, the same on every tp rank. */
+typedef struct accel__decoder_tp_rng {
+    bool on, seq_split;
+    accel_rng rng;
+} accel__decoder_tp_rng;
+
 /* The impl of a causal LM root built by accel_llama_new: its resolved
  * config first (what accel_llama_config_of returns, and what its layers
  * point at), then its cp setting, which the layers read through that
- * pointer (accel__decoder_cp_of), and whether its own tensor-parallel plan
+ * pointer (accel__decoder_cp_of), whether its own tensor-parallel plan
  * (accel_llama_parallelize) began cutting and did not finish: a model cut
- * in part, which no retry can complete (decoder_tp.c). */
+ * in part, which no retry can complete (decoder_tp.c), and the plan's
+ * dropout stream (accel__decoder_tp_rng_of). */
 typedef struct accel__decoder_root {
     accel_llama_config cfg;
     accel__decoder_cp cp;
     bool tp_cut_open;
+    accel__decoder_tp_rng tp_rng;
 } accel__decoder_root;
 
 /* The cp setting of the root whose config is c (a root's cfg member). */
 static inline const accel__decoder_cp *accel__decoder_cp_of(const accel_llama_config *c) {
     return &((const accel__decoder_root *)(const void *)c)->cp;
+}
+
+/* The dropout stream of the root whose config is c. Not const: drawing
+ * advances it, and the root it is part of is the model's own (writable)
+ * impl, which the layers reach only through their const config pointer. */
+static inline accel__decoder_tp_rng *accel__decoder_tp_rng_of(const accel_llama_config *c) {
+    return &((accel__decoder_root *)(void *)(uintptr_t)c)->tp_rng;
 }
 
 /* Why a model of config c cannot run over cp ranks with strategy
@@ -43,9 +64,21 @@ static inline const accel__decoder_cp *accel__decoder_cp_of(const accel_llama_co
 accel_status accel__llama_cp_check(const accel_llama_config *c, int tp, int cp, accel_cp_strategy strategy,
                                    const char *who);
 
-/* ACCEL_OK when the model can run sharded on ids [B, 2c]: no KV cache, an
- * even number of positions; else the refusal naming what cannot. */
-accel_status accel__decoder_cp_check(const accel_kv_cache *cache, const accel_tensor *ids);
+/* Why a model of config c cannot train over cp ranks although it runs
+ * there in eval: the embeddings' or branches' dropout (resid_pdrop,
+ * embd_pdrop above 0), whose masks every cp rank would draw alike
+ * (ACCEL_ERR_UNSUPPORTED, the message starting with who); ACCEL_OK when it
+ * can. Read by the forward while the model trains, and by the training
+ * step's estimate (accel_llama_activation_bytes .cp_size, which `accel
+ * estimate-memory --cp_size` with a batch reads), so it refuses what a
+ * training step refuses. */
+accel_status accel__llama_cp_dropout_check(const accel_llama_config *c, const char *who);
+
+/* ACCEL_OK when the model of config c can run sharded on ids [B, 2c]: no KV
+ * cache, an even number of positions, no embeddings' or branches' dropout
+ * while training; else the refusal naming what cannot. */
+accel_status accel__decoder_cp_check(const accel_llama_config *c, bool training, const accel_kv_cache *cache,
+                                     const accel_tensor *ids);
 /* The whole sequence's length when this rank of cp holds local_T positions. */
 int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
 /* accel_cp_attention over cp's group with its strategy, with a sliding

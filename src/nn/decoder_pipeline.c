@@ -137,7 +137,18 @@ static accel_tensor *tied_embedding(accel_module *llama) {
     return e && e == h ? e : NULL;
 }
 
+/* GPT-2's, Phi's and GPT-NeoX's dropouts draw masks while the model trains. */
+static accel_status recomputable(accel_module *llama, const char *who) {
+    const accel_llama_config *c = accel_llama_config_of(llama);
+    if (!c) return accel_last_status();
+    if (!llama->training || !(c->attn_pdrop > 0 || c->resid_pdrop > 0 || c->embd_pdrop > 0)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: dropout while training (attn_pdrop %g, resid_pdrop %g, "
+                           "embd_pdrop %g) is not built with pipeline parallelism: a stage recomputes each "
+                           "micro-batch's forward in its backward, which would draw other masks (set them to 0, "
+                           "or train without pp_size)", who, c->attn_pdrop, c->resid_pdrop, c->embd_pdrop);
+}
+
 const accel__family_stages accel__decoder_stages = {n_layers,         accel__decoder_stage_split,
                                                     accel__decoder_stage_forward, accel__causal_lm_loss,
                                                     hidden,           owner,
-                                                    tied_embedding};
+                                                    tied_embedding,   recomputable};

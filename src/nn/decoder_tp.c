@@ -227,6 +227,17 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
     return ACCEL_OK;
 }
 
+/* Megatron's model-parallel RNG tracker (model_parallel_cuda_manual_seed):
+ * the stream of tp rank r starts at the process's seed + 2718 + r, so the
+ * ranks' sharded activations (their heads, their positions) draw
+ * independent masks while every data-parallel replica of rank r draws the
+ * same ones, as the default generator's seed is the same there. */
+static void seed_dropout_stream(accel__decoder_root *root, int tp_rank, bool sequence_parallel) {
+    root->tp_rng.on = true;
+    root->tp_rng.seq_split = sequence_parallel;
+    accel_rng_init(&root->tp_rng.rng, accel__tp_dropout_seed(accel_default_rng()->seed, tp_rank));
+}
+
 accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel) {
     const accel_llama_config *c = llama ? accel_llama_config_of(llama) : NULL;
     if (!llama || !pg)
@@ -245,7 +256,15 @@ accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool seq
     for (int i = 0; layers && i < layers->n_children; i++)
         if (parallelize_layer(layers->children[i], i, a, c, pg, sequence_parallel)) return accel_last_status();
     root->tp_cut_open = false;
+    seed_dropout_stream(root, accel_pg_rank(pg), sequence_parallel);
     return ACCEL_OK;
+}
+
+accel_rng *accel__tp_dropout_rng(accel_module *m) {
+    const accel__arch *a = m ? accel__arch_of_module(m) : NULL;
+    if (!a || m->ops != &a->causal_lm) return NULL;
+    accel__decoder_tp_rng *r = &((accel__decoder_root *)m->impl)->tp_rng;
+    return r->on ? &r->rng : NULL;
 }
 
 bool accel__tp_own_plan_partial(accel_module *m) {

@@ -34,6 +34,11 @@ typedef struct accel__family_stages {
     /* The input embedding's weight when the head reuses it (used on the
      * first and the last stage), else NULL (no error). */
     accel_tensor *(*tied_embedding)(accel_module *root);
+    /* ACCEL_OK when a stage's forward, run again to recompute a micro-batch
+     * in its backward, computes what it did: refused, naming who and why,
+     * while the root trains with dropout (the recompute replays no
+     * generator, so it would draw other masks). */
+    accel_status (*recomputable)(accel_module *root, const char *who);
 } accel__family_stages;
 
 typedef struct accel__family {

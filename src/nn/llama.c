@@ -545,6 +545,23 @@ static int64_t layer_window(const layer_impl *li, int64_t end) {
     return li->windowed && end > li->cfg->sliding_window ? li->cfg->sliding_window : 0;
 }
 
+/* The generator of a dropout on activations sharded over the tp group (a
+ * rank's heads; its positions under sequence parallelism): the model's own
+ * per-rank stream once its plan made it tensor parallel, else NULL, the
+ * default generator (decoder_cp.h). */
+static accel_rng *sharded_dropout_rng(const accel_llama_config *c) {
+    accel__decoder_tp_rng *r = accel__decoder_tp_rng_of(c);
+    return r->on ? &r->rng : NULL;
+}
+
+/* The generator of the embeddings' and branches' dropout, whose [B, T, C]
+ * activations are replicated over the tp group (the default generator,
+ * alike on every rank: the replicas stay equal) unless sequence parallelism
+ * splits them now (each rank's positions: its own stream). */
+static accel_rng *hidden_dropout_rng(const accel_llama_config *c) {
+    return accel__decoder_tp_rng_of(c)->seq_split && accel__tp_sequence_splits() ? sharded_dropout_rng(c) : NULL;
+}
+
 /* Whether attention module attn of li takes the explicit scores
  * (attention_masked.h) on dev with window W: for the window, soft-capping,
  * GPT-2's dropout while training, and a padded batch the fused kernel does
@@ -614,6 +631,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                                                                  : 0.0;
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
+    accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
     bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
     /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
     const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
@@ -621,9 +639,10 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, !a->score_softcap, scale, cap, drop)
+                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, !a->score_softcap, scale, cap, drop,
+                                                             drop_rng)
                       : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, !a->score_softcap,
-                                                         scale, cap, drop)
+                                                         scale, cap, drop, drop_rng)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
@@ -676,7 +695,7 @@ static accel_tensor *residual(const layer_impl *li, accel_tensor *x, accel_tenso
  * the MLP's) while the layer trains; the other families have none. */
 static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, accel_tensor *branch) {
     if (!li->arch->dropouts) return branch;
-    return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, NULL);
+    return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, hidden_dropout_rng(li->cfg));
 }
 
 /* x [B, T, C] -> [B, T, C]. */
@@ -709,20 +728,32 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
     return residual(li, h, m);
 }
 
-static accel_tensor *training_layer_body(void *layer, accel_tensor *x) {
-    return layer_body(layer, x, 0, NULL, NULL);
-}
-
-/* A layer and the padded batch it runs on: what a checkpointed layer's
- * recompute needs (step arena, alive until the backward). */
-typedef struct padded_layer {
+/* A layer and the padded batch (NULL: none) it runs on, and the state of
+ * the model's tp dropout stream (sharded_dropout_rng) when it first ran:
+ * what a checkpointed layer's recompute needs (step arena, alive until the
+ * backward). The tape replays the default generator's state; the tp
+ * stream's is replayed here, as Megatron's checkpoint restores its tracker,
+ * so the recomputed masks are the forward's. */
+typedef struct layer_run {
     accel_module *layer;
     const pad_state *pad;
-} padded_layer;
+    accel_rng *tp_rng; /* NULL: the model has none */
+    accel_rng tp_first;
+    bool ran;
+} layer_run;
 
-static accel_tensor *padded_layer_body(void *ctx, accel_tensor *x) {
-    const padded_layer *pl = ctx;
-    return layer_body(pl->layer, x, 0, NULL, pl->pad);
+static accel_tensor *layer_run_body(void *ctx, accel_tensor *x) {
+    layer_run *r = ctx;
+    if (!r->tp_rng || !r->ran) {
+        if (r->tp_rng) r->tp_first = *r->tp_rng;
+        r->ran = true;
+        return layer_body(r->layer, x, 0, NULL, r->pad);
+    }
+    accel_rng now = *r->tp_rng; /* a recompute: the first run's masks, then the stream where it is */
+    *r->tp_rng = r->tp_first;
+    accel_tensor *y = layer_body(r->layer, x, 0, NULL, r->pad);
+    *r->tp_rng = now;
+    return y;
 }
 
 /* Checkpointing (when set) runs inside the layer's hooks: a ZeRO-3 unit's
@@ -731,12 +762,12 @@ static accel_tensor *padded_layer_body(void *ctx, accel_tensor *x) {
 static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, int64_t pos,
                                    accel_kv_cache *cache, const pad_state *pad) {
     if (accel_module_enter(layer, &x) != ACCEL_OK) return NULL;
-    padded_layer *pl = pad && !cache && x ? accel_arena_alloc(accel_step_arena(), sizeof *pl, 8) : NULL;
-    if (pl) *pl = (padded_layer){layer, pad};
-    accel_tensor *y = !x ? NULL
+    const layer_impl *li = layer->impl;
+    layer_run *run = !cache && x ? accel_arena_alloc(accel_step_arena(), sizeof *run, 8) : NULL;
+    if (run) *run = (layer_run){.layer = layer, .pad = pad, .tp_rng = sharded_dropout_rng(li->cfg)};
+    accel_tensor *y = !x      ? NULL
                       : cache ? layer_body(layer, x, pos, cache, pad)
-                      : pad   ? (pl ? accel__module_run(layer, padded_layer_body, pl, x) : NULL)
-                              : accel__module_run(layer, training_layer_body, layer, x);
+                              : (run ? accel__module_run(layer, layer_run_body, run, x) : NULL);
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
@@ -791,7 +822,7 @@ static accel_tensor *embed(accel_module *model, const accel_llama_config *c, con
         if (Tl != T && accel_module_tp_info(mp[MODEL_EMBED], NULL, &tp, NULL, NULL)) first += accel_pg_rank(tp) * Tl;
         h = accel_add(h, position_embeddings(mp[ACCEL__GPT2_WPE], h, first, Tl, pad));
     }
-    return a->dropouts && h ? accel_dropout(h, c->embd_pdrop, model->training, NULL) : h;
+    return a->dropouts && h ? accel_dropout(h, c->embd_pdrop, model->training, hidden_dropout_rng(c)) : h;
 }
 
 /* Layers [lo, hi) of the stack, then the final norm when `norm`. */
@@ -983,11 +1014,12 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_new: config is NULL");
         return NULL;
     }
-    /* the root's impl: the config its layers point at, and its cp setting (decoder_cp.h) */
+    /* the root's impl: the config its layers point at, its cp setting, no tp dropout stream (decoder_cp.h) */
     accel__decoder_root *r = accel_malloc(sizeof *r);
     if (!r) return NULL;
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
     r->tp_cut_open = false;
+    r->tp_rng = (accel__decoder_tp_rng){.on = false};
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);
@@ -1235,7 +1267,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
                         (long long)c->head_dim);
         return NULL;
     }
-    if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(cache, ids) != ACCEL_OK) return NULL;
+    if (accel__decoder_cp_of(c)->pg && accel__decoder_cp_check(c, llama->training, cache, ids) != ACCEL_OK) return NULL;
     bool given = in->attention_mask || in->position_ids || hp->mask || hp->positions;
     if (given && accel__decoder_cp_of(c)->pg) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel_llama_forward: attention_mask and position_ids under context "

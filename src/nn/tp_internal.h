@@ -77,6 +77,8 @@ bool accel__tp_is_replica(const accel_module *m);
  * one position, as Megatron and vLLM generate without sequence
  * parallelism). Returns the previous setting, for the caller to restore. */
 bool accel__tp_sequence_split(bool on);
+/* Whether this thread's sequence-parallel modules split the sequence now. */
+bool accel__tp_sequence_splits(void);
 
 /* A new tensor of w's slice s (accel_tp_slice_of's elements), on w's
  * device, requiring grad as w does: a plan's cut of a whole weight, and
@@ -105,6 +107,16 @@ int accel__tp_own_plan(accel_module *m, accel_pg *pg, bool sequence_parallel);
  * others whole, and such a model cannot be prepared. A plan of the user's
  * (accel_module_parallelize, any modules) is never partial here. */
 bool accel__tp_own_plan_partial(accel_module *m);
+
+/* The dropout stream of m when m is a causal LM root that its own plan
+ * made tensor parallel (accel_llama_parallelize: this tp rank's generator,
+ * for the activations sharded over the group, decoder_cp.h); NULL (no
+ * error) otherwise. save_state and load_state keep it with the rank's
+ * default generator. */
+accel_rng *accel__tp_dropout_rng(accel_module *m);
+/* The seed of tp rank tp_rank's dropout stream when the process's seed is
+ * base: base + 2718 + tp_rank, as Megatron's model_parallel_cuda_manual_seed. */
+static inline uint64_t accel__tp_dropout_seed(uint64_t base, int tp_rank) { return base + 2718u + (uint64_t)tp_rank; }
 
 /* Sets the query and key/value heads a decoder layer computes (llama.c's
  * layer; the whole config's until the plan cuts them), and reads its query heads. */

@@ -39,6 +39,8 @@ bool accel__tp_sequence_split(bool on) {
     return prev;
 }
 
+bool accel__tp_sequence_splits(void) { return !tl_no_seq_split; }
+
 static bool splits_seq(const tp_impl *t) { return t->sp && !tl_no_seq_split; }
 
 /* The last region entry of this thread, for the next module that enters

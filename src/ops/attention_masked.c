@@ -75,18 +75,19 @@ bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, cons
 }
 
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop) {
+                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop,
+                                      accel_rng *drop_rng) {
     if (!q || !k || !v) return NULL;
     accel__pad_mask pm = {0};
     if (keep && accel__pad_mask_make(&pm, keep, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2], pos,
                                      W, q->dtype, q->device) != ACCEL_OK)
         return NULL;
-    return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop);
+    return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop, drop_rng);
 }
 
 accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                           const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
-                                          double drop) {
+                                          double drop, accel_rng *drop_rng) {
     if (!q || !k || !v) return NULL;
     if (pm && !accel__pad_mask_fits(pm, q, k, pos, W)) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__masked_attention: the padding mask was made for another "
@@ -105,7 +106,7 @@ accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, acce
     accel_tensor *probs = accel_softmax(accel_add(scores, mask), 3);
     /* torch's SDPA: a query that sees no key gets probabilities 0 (and no gradient) */
     if (live && unseen_zero) probs = accel_mul(probs, like(live, probs));
-    if (drop > 0) probs = accel_dropout(probs, drop, true, NULL);
+    if (drop > 0) probs = accel_dropout(probs, drop, true, drop_rng);
     accel_tensor *o = accel_matmul(probs, v); /* [B, Hkv, G T, D] */
     return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
 }

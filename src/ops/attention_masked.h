@@ -15,14 +15,17 @@
  * backend has). Scores are scaled by `scale` (<= 0: 1/sqrt(D)), then
  * soft-capped to cap tanh(s / cap) when cap > 0 (Gemma2); the probabilities
  * go through dropout of probability drop (GPT-2's attn_pdrop while training;
- * 0: none). keep [B, S] (host; NULL: every key): batch row b sees key j
+ * 0: none), its mask drawn from drop_rng (NULL: the default generator; a
+ * tensor-parallel decoder's own per-rank stream, for its rank's heads).
+ * keep [B, S] (host; NULL: every key): batch row b sees key j
  * only where keep[b S + j] (a padded batch's attention_mask); a query row
  * that then sees no key (a left pad) gets 0 with unseen_zero (torch's
  * SDPA, transformers' default attention), else the mean of all S values
  * (its eager attention, Gemma 2's), finite either way. q [B, H, T, D],
  * k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D]. Differentiable. */
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
-                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop);
+                                      const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop,
+                                      accel_rng *drop_rng);
 
 /* A padded batch's additive mask for accel__masked_attention_pad, made
  * once for every layer of the same window W, grouped-query factor G
@@ -47,7 +50,7 @@ bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, cons
  * operands: refused otherwise; NULL: no padding). */
 accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                           const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
-                                          double drop);
+                                          double drop, accel_rng *drop_rng);
 
 /* The additive mask [rows, S] (f32, a step tensor on the cpu) of query row
  * r, at position pos + r % T (rows: T positions of one or more heads), over
