@@ -313,14 +313,14 @@ static void rope_fwd(ledger *l, double e, accel_dtype dt) {
 /* Its backward: the rotated part's input gradient in its dtype. With R < D
  * also: the concatenation's (each part's slice of the output gradient made
  * dense, then copied as that part's first gradient: 2 e), the contiguous
- * copy's (its gradient taken by the slice view), and the two slices'
- * (each a zeroed gradient of x's shape, the first copied as x's, the second
- * added into it: 3 e). */
+ * copy's (its gradient taken by the slice view), and the two slices' (the
+ * first makes x's gradient, zeros with its part copied in; the second adds
+ * into its place: e). */
 static void rope_bwd(ledger *l, double e, accel_dtype dt) {
     const dims *d = l->d;
     double er = e * d->R / d->D;
     l->bytes += gbuf_native(er, dt, false);
-    if (d->R < d->D) l->bytes += (2 * e + 3 * e) * esz(dt);
+    if (d->R < d->D) l->bytes += (2 * e + e) * esz(dt);
 }
 
 /* The backward of split_heads (reshape then transpose of a projection output
@@ -396,9 +396,9 @@ static void tp_norm_bwd(ledger *l, double e, double rows, accel_dtype xdt) {
  * form); Phi-3's three parts concatenated into one [Q + 2 K, C] f32 weight.
  * Backward: the rows' weight gradient in the step (f32), Phi-3's concat
  * handing each part its slice (dense, then copied as the part's first), and
- * each slice's backward a zeroed gradient of the whole weight, the first
- * copied into the region view's gradient, the others added (the whole
- * weight's gradient then takes their sum, staged). */
+ * the slices' backward: the first makes the region view's gradient (zeros
+ * of the whole weight, its part copied in), the others add into their
+ * places (the whole weight's gradient then takes the sum, staged). */
 static void replica_fwd(ledger *l) {
     const dims *d = l->d;
     if (d->Kw == 0) return;
@@ -413,7 +413,7 @@ static void replica_bwd(ledger *l) {
     if (d->Kw == 0) return;
     if (l->f->fused_qkv) {
         double r = (d->Q + 2 * d->K) * d->C, whole = (d->Qw + 2 * d->Kw) * d->C;
-        l->bytes += 4 * r + 2 * 4 * r + 3 * 4 * whole + 4 * whole;
+        l->bytes += 4 * r + 2 * 4 * r + 4 * whole;
     } else {
         l->bytes += 2 * (4 * d->K * d->C + 2 * 4 * d->Kw * d->C);
     }
@@ -617,10 +617,10 @@ static accel_dtype mlp_step(ledger *fwd, ledger *bwd, accel_dtype n2) {
         proj_bwd(bwd, d->C, d->I, g, n2, false, f->mlp_bias && !f->gpt2);
     } else if (f->fused_gate_up) {
         /* SwiGLU's output gradient and its inputs'; each contiguous half's
-         * gradient taken by its slice view, which makes a zeroed [n, 2I]
-         * gradient, the first copied into gate_up's output, the second added */
-        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + 2 * 2 * eI * esz(g) +
-                      grad_copy(2 * eI, g, false);
+         * gradient taken by its slice view, whose backward makes gate_up's
+         * output's gradient (the first: zeros of [n, 2I], its half copied in;
+         * the second adds into its place) */
+        bwd->bytes += dense(eI, h, true) + 2 * gbuf_native(eI, g, false) + grad_copy(2 * eI, g, false);
         proj_bwd(bwd, d->C, 2 * d->I, g, n2, false, f->mlp_bias);
     } else {
         if (f->gemma) {
@@ -887,11 +887,12 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
         norm_bwd(bwd, eQ, q, false);
     }
     if (f->gpt2 || f->fused_qkv) {
-        /* each of q, k, v's slice view's gradient: a zeroed [n, Q + 2K] made
-         * for each, the first copied into the projection's output, the others
-         * added (Phi-3's contiguous slices pass theirs on) */
+        /* q, k and v's slice views' backward: the first makes the projection
+         * output's gradient (zeros of [n, Q + 2K], its part copied in), the
+         * others add into their places (Phi-3's contiguous slices pass their
+         * gradients on to the views) */
         double e3 = eQ + 2 * eK;
-        bwd->bytes += 3 * e3 * esz(q) + grad_copy(e3, q, false);
+        bwd->bytes += grad_copy(e3, q, false);
         proj_bwd(bwd, d->C, d->Q + 2 * d->K, q, n1, f->norm_outputs && !d->tp, f->qkv_bias);
     } else { /* v_proj: the norm's output (the region's input) gets its gradient (Phi's has the MLP's) */
         proj_bwd(bwd, d->C, d->K, v, n1, (f->norm_outputs && !d->tp) || f->parallel, f->qkv_bias);
@@ -1189,7 +1190,8 @@ static void bert_outer_step(ledger *l, const accel_bert_config *c) {
         return;
     }
     /* the pooler of the first position (a view across T, made dense; its
-     * gradient a zeroed [B, T, C] copied into the last layer's output's),
+     * slice's backward makes the last layer's output's gradient: zeros of
+     * [B, T, C], its rows copied in),
      * tanh, dropout, the classifier: B rows */
     dims db = *d;
     db.n = d->B;
@@ -1204,7 +1206,7 @@ static void bert_outer_step(ledger *l, const accel_bert_config *c) {
     unary_bwd(&r, BC, p);
     proj_bwd(&r, d->C, d->C, p, ACCEL_F32, false, true);
     scratch(l, r.top);
-    l->bytes += r.bytes + 4 * eC + grad_copy(eC, ACCEL_F32, false) + grad_copy(BC, ACCEL_F32, false);
+    l->bytes += r.bytes + 4 * eC + grad_copy(BC, ACCEL_F32, false);
 }
 
 /* Bytes as int64, or false when they reach 2^62 (a config or batch no step
