@@ -272,6 +272,24 @@ static void test_split_grad_bf16(void) {
     accel_step_reset();
 }
 
+/* Two slices of a leaf whose gradient exists, the leaf's requires_grad
+ * turned off between the forward and the backward: its gradient stays as
+ * it was (PyTorch leaves x.grad alone), the slices' backward adds nothing. */
+static void test_slice_grad_after_requires_off(void) {
+    accel_tensor *x = gc_randn(7, ACCEL_SHAPE(2, 6));
+    CHECK(accel_backward(accel_sum_all(accel_mul(accel_slice(x, 1, 0, 3, 1), accel_slice(x, 1, 3, 6, 1)))) ==
+          ACCEL_OK);
+    float before[12], after[12];
+    CHECK(x->grad && accel_to_floats(x->grad, before) == ACCEL_OK);
+    accel_tensor *loss = accel_sum_all(accel_add(accel_slice(x, 1, 0, 3, 1), accel_slice(x, 1, 3, 6, 1)));
+    CHECK(accel_requires_grad_(x, false) == ACCEL_OK);
+    CHECK(accel_backward(loss) == ACCEL_OK);
+    CHECK(x->grad && accel_to_floats(x->grad, after) == ACCEL_OK);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    accel_tensor_free(x);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_reshape);
     RUN(test_permute_transpose);
@@ -282,6 +300,7 @@ int main(void) {
     RUN(test_gradients);
     RUN(test_concat_many_grad);
     RUN(test_split_grad_bf16);
+    RUN(test_slice_grad_after_requires_off);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -122,9 +122,11 @@ static accel_tensor *slice_of(const accel_node *n, accel_tensor *t) {
 }
 
 /* Whether x's gradient is x's alone, in place on the CPU, whose accumulate
- * kernel adds into any strides (the other devices' write dense outputs). */
+ * kernel adds into any strides (the other devices' write dense outputs); x
+ * still requires one (a leaf turned off between forward and backward keeps
+ * its gradient as it was, as accel_grad_accumulate leaves it). */
 static bool adds_in_place(const accel_tensor *x) {
-    return x->grad && !accel__grad_is_shared(x) && x->device.type == ACCEL_DEV_CPU &&
+    return x->requires_grad && x->grad && !accel__grad_is_shared(x) && x->device.type == ACCEL_DEV_CPU &&
            accel_device_eq(x->grad->device, x->device);
 }
 
