@@ -105,6 +105,19 @@ static const char *name_in(accel_checkpoint *ck, const char *name, const char *b
     return NULL;
 }
 
+/* A tied alias the checkpoint holds too (its values equal, or it was
+ * untied: accel__untie_stored_twice): of t's shape, else refused as a
+ * tensor of its own would be (transformers refuses it). */
+static accel_status alias_fits(accel_checkpoint *ck, const char *in_ck, const accel_tensor *t, const char *dir) {
+    const accel_st_info *in = accel_checkpoint_find(ck, in_ck, NULL);
+    if (!in) return accel_last_status();
+    if (in->ndim == t->ndim && !memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)) return ACCEL_OK;
+    char a[128], b[128];
+    return accel_set_error(ACCEL_ERR_SHAPE, "accel_bert_from_pretrained: %s: tensor %s has shape %s, the model's %s",
+                           dir, in_ck, accel_shape_str_n(in->ndim, in->shape, a, sizeof a),
+                           accel_shape_str_n(t->ndim, t->shape, b, sizeof b));
+}
+
 /* Every weight of m by name from ck (name_in's forms). The checkpoint's
  * tensors none of them took (another head's: a sequence classifier's
  * pooler, a QA model's qa_outputs) are left unused, counted in a note, as
@@ -129,6 +142,7 @@ static accel_status load_weights(accel_module *m, accel_checkpoint *ck, const ch
             if (j != i && sd->entries[j].t == sd->entries[i].t) in_ck = name_in(ck, sd->entries[j].name, base, buf,
                                                                                   sizeof buf);
         if (own && in_ck) st = accel_checkpoint_load_into(ck, in_ck, sd->entries[i].t);
+        else if (in_ck) st = alias_fits(ck, in_ck, sd->entries[i].t, dir);
         else if (own && is_head(name)) new_head++;
         else if (own)
             st = accel_set_error(ACCEL_ERR_FORMAT, "accel_bert_from_pretrained: %s has no weight %s", dir, name);

@@ -261,19 +261,25 @@ static void release_read(accel_dispatched *d, const char *name, const accel_st_i
     if (accel__checkpoint_in_file_map(d->ck, name, in)) accel__release_pages(in->bytes, in->nbytes);
 }
 
+/* Checkpoint tensor name (in) against its place t: another shape is an
+ * error naming both, Accelerate's words. */
+static accel_status check_shape(accel_dispatched *d, const accel_tensor *t, const char *name,
+                                const accel_st_info *in, const char *checkpoint) {
+    if (in->ndim == t->ndim && memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) == 0) return ACCEL_OK;
+    char a[128], b[128];
+    return accel_set_error(ACCEL_ERR_SHAPE,
+                           "Trying to set a tensor of shape %s in \"%s\" (which has shape %s), this looks "
+                           "incorrect. (checkpoint %s, file %s)",
+                           accel_shape_str_n(in->ndim, in->shape, a, sizeof a), name,
+                           accel_shape_str_n(t->ndim, t->shape, b, sizeof b), checkpoint,
+                           accel_checkpoint_shard_path(d->ck, accel_checkpoint_shard_of(d->ck, name)));
+}
+
 /* Reads one checkpoint tensor into its place. */
 static accel_status load_one(accel_dispatched *d, plan *p, const char *name, const accel_st_info *in,
                              const char *checkpoint, const accel_load_opts *o) {
     accel_tensor *t = p->t;
-    if (in->ndim != t->ndim || memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
-        char a[128], b[128];
-        return accel_set_error(ACCEL_ERR_SHAPE,
-                               "Trying to set a tensor of shape %s in \"%s\" (which has shape %s), this looks "
-                               "incorrect. (checkpoint %s, file %s)",
-                               accel_shape_str_n(in->ndim, in->shape, a, sizeof a), name,
-                               accel_shape_str_n(t->ndim, t->shape, b, sizeof b), checkpoint,
-                               accel_checkpoint_shard_path(d->ck, accel_checkpoint_shard_of(d->ck, name)));
-    }
+    if (check_shape(d, t, name, in, checkpoint) != ACCEL_OK) return accel_last_status();
     accel_dtype target = load_dtype(o, in, t);
     size_t nb = (size_t)accel_numel(t) * accel_dtype_size(target);
     if (p->kind == PLACE_DISK) {
@@ -491,13 +497,15 @@ static accel_status load_all(accel_dispatched *d, const char *checkpoint, const 
             if (!pl || !accel__unexpected_ignored(pl->ignore_unexpected, name)) list_add(&unexpected, name);
             continue;
         }
-        if (p->loaded) continue; /* a tied alias saved under both names */
         const accel_st_info *in = accel_checkpoint_find(d->ck, name, NULL);
         if (!in) {
             st = accel_last_status();
             break;
         }
-        st = load_one(d, p, name, in, checkpoint, o);
+        /* a tied alias saved under both names (equal values: untied otherwise): its shape checked too, as
+         * transformers refuses a mismatched one */
+        if (p->loaded) st = check_shape(d, p->t, name, in, checkpoint);
+        else st = load_one(d, p, name, in, checkpoint, o);
         p->loaded = st == ACCEL_OK;
     }
     accel_progress_close(bar);
