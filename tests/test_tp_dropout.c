@@ -519,6 +519,8 @@ static int mesh_body(int rank, int world) {
     char ckpt[96];
     snprintf(ckpt, sizeof ckpt, "%s/mesh", RUN.dir);
     if (MESH.tp == 2) {
+        /* device-specific seeds: the two tp groups' default generators differ (11 and 12) */
+        accel_set_seed(acc, 11, true);
         accel_tensor *ids = ids_of(false);
         CHECK(accel_accelerator_backward(acc, accel_llama_loss(m, ids)) == ACCEL_OK);
         accel_step_reset();
@@ -530,6 +532,16 @@ static int mesh_body(int rank, int world) {
         CHECK_MSG(tp && tp->seed == 11 + 2718 + (uint64_t)rank && (tp->offset > 0) == (rank < 2),
                   "rank %d: stream (%llu, %llu) after the load", rank, tp ? (unsigned long long)tp->seed : 0,
                   tp ? (unsigned long long)tp->offset : 0);
+        /* the one tp group's default generator is its first rank's (the files of ranks 2 and 3 hold 12's) */
+        accel_rng *r = accel_default_rng();
+        int64_t lo[2] = {(int64_t)r->seed, (int64_t)r->offset}, hi[2] = {lo[0], lo[1]};
+        accel_pg *g = accel_accelerator_tp_group(acc);
+        CHECK(g && accel_pg_all_reduce(g, lo, 2, ACCEL_I64, ACCEL_REDUCE_MIN) == ACCEL_OK &&
+              accel_pg_all_reduce(g, hi, 2, ACCEL_I64, ACCEL_REDUCE_MAX) == ACCEL_OK);
+        CHECK_MSG(r->seed == 11 && lo[0] == hi[0] && lo[1] == hi[1] && lo[1] > 0,
+                  "rank %d: default generator (%llu, %llu) after the load; over the group seeds %lld..%lld, offsets "
+                  "%lld..%lld", rank, (unsigned long long)r->seed, (unsigned long long)r->offset, (long long)lo[0],
+                  (long long)hi[0], (long long)lo[1], (long long)hi[1]);
     }
     accel_accelerator_free(acc);
     accel_module_free(m);

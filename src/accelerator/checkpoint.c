@@ -630,8 +630,8 @@ static accel_status read_i64(accel_safetensors *f, const char *name, int64_t *ou
 }
 
 /* Sets tp dropout stream r to saved (seed, offset) when it is this tp
- * rank's stream of the job seeded base (the default generator's saved
- * seed); a stream another tp rank saved (a resume on another mesh, where
+ * rank's stream of the job seeded base (the tp group's default generator's
+ * seed, as loaded); a stream another tp rank saved (a resume on another mesh, where
  * this process has another tp rank) would repeat that rank's masks on this
  * rank's shards: r starts afresh from base then, as prepare seeds it. */
 static void restore_tp_rng(const accel_accelerator *acc, accel_rng *r, const int64_t saved[2], uint64_t base) {
@@ -640,7 +640,14 @@ static void restore_tp_rng(const accel_accelerator *acc, accel_rng *r, const int
     else accel_rng_init(r, mine);
 }
 
-static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
+/* The models' tp dropout streams a rank's file holds (restored once the
+ * default generator is the tp group's: tp_streams_restore). */
+typedef struct saved_tp_streams {
+    int64_t rng[ACCEL__MAX_PREPARED][2];
+    bool saved[ACCEL__MAX_PREPARED];
+} saved_tp_streams;
+
+static accel_status load_rank_state(accel_accelerator *acc, const char *dir, saved_tp_streams *tps) {
     char path[3 * PATHN];
     snprintf(path, sizeof path, "%s/random_states_%d.safetensors", dir, acc->rank);
     /* A complete checkpoint saved on fewer processes (a ZeRO-3 sharded one
@@ -675,11 +682,10 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
      * saved without tensor parallelism has none: the streams stay as seeded;
      * one of another tp rank, saved on another mesh, is not this rank's:
      * restore_tp_rng) */
-    int64_t tp_rngs[ACCEL__MAX_PREPARED][2];
-    bool tp_saved[ACCEL__MAX_PREPARED] = {false};
+    memset(tps, 0, sizeof *tps);
     for (int i = 0; i < acc->n_models && own && !s; i++) {
-        tp_saved[i] = accel__tp_dropout_rng(acc->models[i].m) && accel_safetensors_find(f, TP_RNG_NAMES[i]);
-        if (tp_saved[i]) s = read_i64(f, TP_RNG_NAMES[i], tp_rngs[i], 2);
+        tps->saved[i] = accel__tp_dropout_rng(acc->models[i].m) && accel_safetensors_find(f, TP_RNG_NAMES[i]);
+        if (tps->saved[i]) s = read_i64(f, TP_RNG_NAMES[i], tps->rng[i], 2);
     }
     if (!s) {
         if (own) {
@@ -687,8 +693,6 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
             r->seed = (uint64_t)rng[0];
             r->offset = (uint64_t)rng[1];
         }
-        for (int i = 0; i < acc->n_models; i++)
-            if (tp_saved[i]) restore_tp_rng(acc, accel__tp_dropout_rng(acc->models[i].m), tp_rngs[i], (uint64_t)rng[0]);
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
         acc->scale = scaler[0];
@@ -697,6 +701,28 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir) {
     accel_tensor_free(sc);
     accel_safetensors_close(f);
     return s;
+}
+
+/* After every rank restored its file: the default generator of the tp
+ * group's first rank on the whole group, whose replicated activations'
+ * dropout draws from it and must agree (nn/tp_internal.h). Saved on this
+ * mesh the files agree already; saved on another (dp_shard 2 x tp 2 loaded
+ * at tp 4, device-specific seeds), or with ranks the checkpoint did not
+ * have (they keep their own generator), they do not. Then the models' tp
+ * streams, from the group's seed. Collective over the tp group. */
+static accel_status tp_streams_restore(accel_accelerator *acc, const saved_tp_streams *tps) {
+    accel_rng *r = accel_default_rng();
+    if (acc->mesh.size[ACCEL__MESH_TP] > 1) {
+        accel_pg *tp = accel__mesh_group(&acc->mesh, ACCEL__MESH_TP);
+        int64_t v[2] = {(int64_t)r->seed, (int64_t)r->offset};
+        accel_status s = tp ? accel_pg_broadcast(tp, v, 2, ACCEL_I64, 0) : accel_last_status();
+        if (s) return s;
+        r->seed = (uint64_t)v[0];
+        r->offset = (uint64_t)v[1];
+    }
+    for (int i = 0; i < acc->n_models; i++)
+        if (tps->saved[i]) restore_tp_rng(acc, accel__tp_dropout_rng(acc->models[i].m), tps->rng[i], r->seed);
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- save_state */
@@ -946,10 +972,12 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         accel_progress_update(bar, 1);
     }
     if (!s) s = accel__custom_load(acc, dir);
-    if (!s) s = load_rank_state(acc, dir);
+    saved_tp_streams tps;
+    if (!s) s = load_rank_state(acc, dir, &tps);
     accel_progress_update(bar, 1);
     accel_progress_close(bar);
     s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
+    if (!s) s = accel__ranks_agree(acc, tp_streams_restore(acc, &tps), FN_LOAD_STATE);
     if (!s) {
         accel_resume_point r = resume_point(acc);
         accel__tracking_resumed(acc, dir, &r);
