@@ -10,7 +10,8 @@
  * (ACCEL_BERT_SAVED=PREFIX keeps PREFIX_<fixture> for
  * `tools/gen_hf_bert_pretrain_fixtures.py --check-saved`); a bare encoder
  * into each head (the pooler loaded or new, the head new, through both
- * loaders); the refusals: another head's model, RoBERTa's missing classes,
+ * loaders); multiple choice's dropout (classifier_dropout, RoBERTa's
+ * hidden_dropout_prob) in training mode; the refusals: another head's model, RoBERTa's missing classes,
  * bad shapes, a missing label, the activation estimate. */
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,8 @@ static void test_refusals(void) {
     CHECK_MSG(y && y->ndim == 3 && y->shape[2] == 16 && z && z->ndim == 2 && z->shape[0] == 2 && z->shape[1] == 3,
               "%s", accel_last_error());
     CHECK(accel_bert_pretraining_logits(pt, ids, NULL, NULL, &seq) && seq && seq->shape[1] == 2);
+    accel_tensor *all[] = {ids, ids3, mask3, lab, lab2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) accel_tensor_free(all[i]);
     accel_step_reset();
     /* RoBERTa has no pre-training or next sentence class */
     c.model_type = ACCEL_BERT_MODEL_ROBERTA, c.pad_token_id = 1;
@@ -370,12 +373,39 @@ static void test_refusals(void) {
     accel_activation_opts o = {.batch_size = 2, .seq_len = 8, .autocast = ACCEL_F32};
     CHECK(accel_bert_activation_bytes(&c, &o, &ab) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "BertForMultipleChoice's training step are not implemented");
-    accel_tensor *all[] = {ids, ids3, mask3, lab, lab2};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) accel_tensor_free(all[i]);
     accel_module_free(mc);
     accel_module_free(pt);
     accel_step_reset();
     accel_clear_error();
+}
+
+/* Multiple choice's dropout before the classifier in training mode:
+ * classifier_dropout for BERT's, hidden_dropout_prob for RoBERTa's (as
+ * transformers' RobertaForMultipleChoice): with hidden and attention dropout
+ * 0 and classifier_dropout 0.5, BERT's training logits differ from its eval
+ * logits and RoBERTa's do not. */
+static void test_choice_dropout(void) {
+    for (int t = 0; t < 2; t++) {
+        accel_bert_config c = accel_bert_config_default_for(t ? ACCEL_BERT_MODEL_ROBERTA : ACCEL_BERT_MODEL_BERT);
+        c.vocab_size = 16, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 8;
+        c.num_hidden_layers = 1, c.max_position_embeddings = 16, c.head = ACCEL_BERT_MULTIPLE_CHOICE;
+        c.hidden_dropout_prob = 0, c.attention_probs_dropout_prob = 0, c.classifier_dropout = 0.5;
+        accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+        CHECK_MSG(m != NULL, "%s", accel_last_error());
+        if (!m) continue;
+        float y[2][6];
+        for (int train = 0; train < 2; train++) {
+            accel_module_train(m, train);
+            accel_tensor *ids = accel_full(ACCEL_I64, ACCEL_SHAPE(2, 3, 4), 5); /* a step tensor */
+            accel_tensor *z = accel_bert_multiple_choice_logits(m, ids, NULL, NULL);
+            CHECK_MSG(z && accel_numel(z) == 6 && accel_to_floats(z, y[train]) == ACCEL_OK, "%s", accel_last_error());
+            accel_step_reset();
+        }
+        bool same = !memcmp(y[0], y[1], sizeof y[0]);
+        CHECK_MSG(same == (t == 1), "%s: training logits %s eval's with classifier_dropout 0.5 and "
+                  "hidden_dropout_prob 0", m->ops->type_name, same ? "equal" : "differ from");
+        accel_module_free(m);
+    }
 }
 
 int main(void) {
@@ -386,6 +416,7 @@ int main(void) {
     RUN(test_save_round_trip);
     RUN(test_new_heads);
     RUN(test_refusals);
+    RUN(test_choice_dropout);
     rm_rf(g_tmp);
     return check_summary();
 }
