@@ -8,7 +8,8 @@
  * next sentence head (transformers' logits); save_pretrained and back, also
  * through the dispatched loader with the encoder on disk
  * (ACCEL_BERT_SAVED=PREFIX keeps PREFIX_<fixture> for
- * `tools/gen_hf_bert_pretrain_fixtures.py --check-saved`); a bare encoder
+ * `tools/gen_hf_bert_pretrain_fixtures.py --check-saved`); pre-training's
+ * two outputs under the Accelerator's bf16 autocast; a bare encoder
  * into each head (the pooler loaded or new, the head new, through both
  * loaders); multiple choice's dropout (classifier_dropout, RoBERTa's
  * hidden_dropout_prob) in training mode; the refusals: another head's model, RoBERTa's missing classes,
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "accel/accelerator.h"
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "nn_fixture.h"
@@ -238,6 +240,31 @@ static void test_save_round_trip(void) {
     }
 }
 
+/* Accelerate's --mixed_precision bf16 on the prepared pre-training model:
+ * the forward under autocast, both outputs f32 (the root's hook converts the
+ * first; the second follows it) and near transformers' f32 logits. */
+static void test_pretraining_bf16_accelerator(void) {
+    const fixture *f = &FIXTURES[0];
+    accel_safetensors *st = accel_safetensors_open("data/hf_bert_pretrain/expected.safetensors");
+    accel_module *m = accel_bert_from_pretrained_head(f->dir, f->head, 0, ACCEL_CPU_DEVICE);
+    accel_accelerator_opts o = {.mixed_precision = "bf16"};
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK_MSG(st && m && acc && accel_accelerator_prepare(acc, m) == ACCEL_OK, "%s", accel_last_error());
+    if (st && m && acc) {
+        inputs in = load_inputs(st);
+        accel_tensor *nsp = NULL, *y = accel_bert_pretraining_logits(m, in.ids, in.tt, in.mask, &nsp);
+        CHECK_MSG(y && nsp && y->dtype == ACCEL_F32 && nsp->dtype == ACCEL_F32, "%s: %s %s", accel_last_error(),
+                  y ? accel_dtype_name(y->dtype) : "-", nsp ? accel_dtype_name(nsp->dtype) : "-");
+        check_tensor_close(st, "prediction_logits", y, 0.05, 0.05);
+        check_tensor_close(st, "seq_relationship_logits", nsp, 0.05, 0.05);
+        free_inputs(&in);
+    }
+    accel_step_reset();
+    accel_accelerator_free(acc);
+    accel_module_free(m);
+    accel_safetensors_close(st);
+}
+
 /* Every float of t equals value (a new head's bias 0, LayerNorm weight 1). */
 static bool all_equal(accel_module *m, const char *name, float value) {
     accel_tensor *t = accel_module_get_tensor(m, name);
@@ -414,6 +441,7 @@ int main(void) {
     RUN(test_against_transformers);
     RUN(test_pretraining_into_nsp);
     RUN(test_save_round_trip);
+    RUN(test_pretraining_bf16_accelerator);
     RUN(test_new_heads);
     RUN(test_refusals);
     RUN(test_choice_dropout);
