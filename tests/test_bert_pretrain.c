@@ -11,8 +11,8 @@
  * `tools/gen_hf_bert_pretrain_fixtures.py --check-saved`); pre-training's
  * two outputs under the Accelerator's bf16 autocast; a bare encoder
  * into each head (the pooler loaded or new, the head new, through both
- * loaders); multiple choice's dropout (classifier_dropout, RoBERTa's
- * hidden_dropout_prob) in training mode; the refusals: another head's model, RoBERTa's missing classes,
+ * loaders); each head's dropout in training mode (multiple choice's
+ * classifier_dropout, RoBERTa's hidden_dropout_prob); the refusals: another head's model, RoBERTa's missing classes,
  * bad shapes, a missing label, the activation estimate. */
 #include <stdlib.h>
 #include <string.h>
@@ -406,33 +406,46 @@ static void test_refusals(void) {
     accel_clear_error();
 }
 
-/* Multiple choice's dropout before the classifier in training mode:
- * classifier_dropout for BERT's, hidden_dropout_prob for RoBERTa's (as
- * transformers' RobertaForMultipleChoice): with hidden and attention dropout
- * 0 and classifier_dropout 0.5, BERT's training logits differ from its eval
- * logits and RoBERTa's do not. */
-static void test_choice_dropout(void) {
-    for (int t = 0; t < 2; t++) {
-        accel_bert_config c = accel_bert_config_default_for(t ? ACCEL_BERT_MODEL_ROBERTA : ACCEL_BERT_MODEL_BERT);
-        c.vocab_size = 16, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 8;
-        c.num_hidden_layers = 1, c.max_position_embeddings = 16, c.head = ACCEL_BERT_MULTIPLE_CHOICE;
-        c.hidden_dropout_prob = 0, c.attention_probs_dropout_prob = 0, c.classifier_dropout = 0.5;
-        accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
-        CHECK_MSG(m != NULL, "%s", accel_last_error());
-        if (!m) continue;
-        float y[2][6];
-        for (int train = 0; train < 2; train++) {
-            accel_module_train(m, train);
-            accel_tensor *ids = accel_full(ACCEL_I64, ACCEL_SHAPE(2, 3, 4), 5); /* a step tensor */
-            accel_tensor *z = accel_bert_multiple_choice_logits(m, ids, NULL, NULL);
-            CHECK_MSG(z && accel_numel(z) == 6 && accel_to_floats(z, y[train]) == ACCEL_OK, "%s", accel_last_error());
-            accel_step_reset();
+/* The dropout before each head in training mode, with hidden and attention
+ * dropout 0 and classifier_dropout 0.5: classifier_dropout acts in BERT's
+ * sequence classifier and multiple choice and every token classifier (and
+ * inside RoBERTa's sequence classification head); RoBERTa's multiple choice
+ * drops out by hidden_dropout_prob (as transformers'), so neither it nor QA,
+ * the masked LM, pre-training or next sentence prediction changes: training
+ * logits equal eval's there, and differ elsewhere. */
+static void test_head_dropout(void) {
+    for (int t = 0; t < 2; t++)
+        for (int h = 0; h < ACCEL_BERT_HEADS; h++) {
+            accel_bert_config c = accel_bert_config_default_for(t ? ACCEL_BERT_MODEL_ROBERTA : ACCEL_BERT_MODEL_BERT);
+            c.vocab_size = 16, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 8;
+            c.num_hidden_layers = 1, c.max_position_embeddings = 16, c.head = (accel_bert_head)h;
+            c.hidden_dropout_prob = 0, c.attention_probs_dropout_prob = 0, c.classifier_dropout = 0.5;
+            if (!accel_bert_class_name(c.model_type, c.head)) continue; /* RoBERTa's pre-training heads */
+            accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+            CHECK_MSG(m != NULL, "%s", accel_last_error());
+            if (!m) continue;
+            bool choice = c.head == ACCEL_BERT_MULTIPLE_CHOICE;
+            float *y[2] = {NULL, NULL};
+            int64_t n = 0;
+            for (int train = 0; train < 2; train++) {
+                accel_module_train(m, train);
+                accel_tensor *ids = choice ? accel_full(ACCEL_I64, ACCEL_SHAPE(2, 3, 4), 5)
+                                           : accel_full(ACCEL_I64, ACCEL_SHAPE(2, 4), 5); /* step tensors */
+                accel_tensor *z = accel_module_call(m, ids); /* the head's (first) output */
+                n = z ? accel_numel(z) : 0;
+                y[train] = n ? accel_malloc((size_t)n * sizeof(float)) : NULL;
+                CHECK_MSG(y[train] && accel_to_floats(z, y[train]) == ACCEL_OK, "%s", accel_last_error());
+                accel_step_reset();
+            }
+            bool same = y[0] && y[1] && !memcmp(y[0], y[1], (size_t)n * sizeof(float));
+            bool drops = c.head == ACCEL_BERT_TOKEN_CLASSIFICATION || c.head == ACCEL_BERT_SEQUENCE_CLASSIFICATION ||
+                         (choice && !t);
+            CHECK_MSG(same == !drops, "%s: training logits %s eval's with classifier_dropout 0.5 and "
+                      "hidden_dropout_prob 0", m->ops->type_name, same ? "equal" : "differ from");
+            accel_free(y[0]);
+            accel_free(y[1]);
+            accel_module_free(m);
         }
-        bool same = !memcmp(y[0], y[1], sizeof y[0]);
-        CHECK_MSG(same == (t == 1), "%s: training logits %s eval's with classifier_dropout 0.5 and "
-                  "hidden_dropout_prob 0", m->ops->type_name, same ? "equal" : "differ from");
-        accel_module_free(m);
-    }
 }
 
 int main(void) {
@@ -444,7 +457,7 @@ int main(void) {
     RUN(test_pretraining_bf16_accelerator);
     RUN(test_new_heads);
     RUN(test_refusals);
-    RUN(test_choice_dropout);
+    RUN(test_head_dropout);
     rm_rf(g_tmp);
     return check_summary();
 }

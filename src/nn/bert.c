@@ -710,14 +710,23 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
     return model ? encode(model, ids, token_type_ids, attention_mask, pooled, "accel_bert_encode") : NULL;
 }
 
-/* The dropout before the classifier of a pooled head: the classifier
- * dropout (BERT's sequence classifier and multiple choice), hidden_dropout_prob
- * (RoBERTa's multiple choice, as transformers'), none (pre-training, next
- * sentence): -1. */
-static double pooled_dropout(const accel_bert_config *c) {
-    if (c->head == ACCEL_BERT_PRETRAINING || c->head == ACCEL_BERT_NEXT_SENTENCE_PREDICTION) return -1;
-    if (is_roberta(c)) return c->hidden_dropout_prob;
+/* The classifiers' dropout: classifier_dropout, else (config null) hidden_dropout_prob. */
+static double classifier_p(const accel_bert_config *c) {
     return c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+}
+
+/* The dropout before the head module, -1 for none: classifier_p for
+ * BERT's sequence classifier, the token classifiers and BERT's multiple
+ * choice; hidden_dropout_prob for RoBERTa's multiple choice (as
+ * transformers'); none for pre-training, next sentence, QA, the masked LM
+ * and RoBERTa's sequence classifier (its head drops out itself). */
+static double head_dropout(const accel_bert_config *c) {
+    switch (c->head) {
+    case ACCEL_BERT_TOKEN_CLASSIFICATION: return classifier_p(c);
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION: return is_roberta(c) ? -1 : classifier_p(c);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return is_roberta(c) ? c->hidden_dropout_prob : classifier_p(c);
+    default: return -1;
+    }
 }
 
 /* The head on the encoder's outputs h [B, T, C] and pooled [B, C] (the
@@ -735,10 +744,7 @@ static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *poo
         return *second ? accel_module_call(head, h) : NULL;
     }
     accel_tensor *y = has_pooler(c) ? pooled : h;
-    double p = has_pooler(c) ? pooled_dropout(c)
-               : c->head == ACCEL_BERT_TOKEN_CLASSIFICATION ? (c->classifier_dropout >= 0 ? c->classifier_dropout
-                                                                                          : c->hidden_dropout_prob)
-                                                            : -1; /* QA, the masked LM; RoBERTa's classifier has its own */
+    double p = head_dropout(c);
     if (p >= 0) y = accel_dropout(y, p, m->training, NULL);
     return accel_module_call(head, y);
 }
@@ -1042,7 +1048,7 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
  * dropout both times). */
 static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h) {
     const accel_bert_config *c = head->impl;
-    double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+    double p = classifier_p(c);
     accel_tensor *x = first_token(h, head->ops->type_name);
     x = x ? accel_dropout(x, p, head->training, NULL) : NULL;
     x = accel_dropout(accel_tanh(accel_module_call(head->children[CLS_DENSE], x)), p, head->training, NULL);
