@@ -3,6 +3,8 @@
 #ifndef ACCEL_TESTS_NN_FIXTURE_H
 #define ACCEL_TESTS_NN_FIXTURE_H
 
+#include <string.h>
+
 #include "accel/accel.h"
 #include "accel/io.h"
 #include "check.h"
@@ -58,6 +60,27 @@ static inline float *take_grads(accel_module *m, int64_t *n) {
     accel_free(ps);
     *n = total;
     return g;
+}
+
+/* m's state_dict keys, in order, are the fixture's state_dict_names (u8:
+ * transformers' keys joined by newlines); what names the fixture in a
+ * failure. */
+static inline void check_state_dict_names(accel_module *m, accel_safetensors *st, const char *what) {
+    const accel_st_info *names = accel_safetensors_find(st, "state_dict_names");
+    accel_state_dict *sd = accel_module_state_dict(m);
+    CHECK(names && sd);
+    size_t at = 0;
+    for (int i = 0; names && sd && i < sd->n; i++) { /* names: "a\nb\n...z" */
+        size_t len = strlen(sd->entries[i].name);
+        bool same = at + len <= names->nbytes && !memcmp((const char *)names->bytes + at, sd->entries[i].name, len) &&
+                    (at + len == names->nbytes || ((const char *)names->bytes)[at + len] == '\n');
+        CHECK_MSG(same, "%s: state_dict entry %d is %s, not transformers' %.*s", what, i, sd->entries[i].name,
+                  (int)(names->nbytes - at < 60 ? names->nbytes - at : 60), (const char *)names->bytes + at);
+        if (!same) break;
+        at += len + 1;
+    }
+    CHECK_MSG(!names || at == names->nbytes + 1, "%s: transformers' state_dict has more entries", what);
+    accel_state_dict_free(sd);
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* accel_accelerator_save_model of a prepared BERT (tests/data/hf_bert_cls,
- * and the token classifier tests/data/hf_bert_tok and masked LM
- * tests/data/hf_bert_mlm, whose decoder is tied, after a step of their loss),
- * RoBERTa's sequence classifier (hf_roberta_seq) and XLM-RoBERTa's masked LM
- * (hf_xlm_roberta_mlm): the directory gets the model's config.json (its
+ * and the token classifier tests/data/hf_bert_tok, masked LM
+ * tests/data/hf_bert_mlm and pre-training model hf_bert_pretrain, whose
+ * decoders are tied, after a step of their loss), RoBERTa's sequence
+ * classifier (hf_roberta_seq) and multiple choice (hf_roberta_mc, a step of
+ * its loss) and XLM-RoBERTa's masked LM (hf_xlm_roberta_mlm): the directory gets the model's config.json (its
  * model_type and class) beside the weights and loads by
  * itself through accel_bert_from_pretrained(_head) to the fixture's logits (within
  * 1e-5). Run plainly (one process) and by tests/bert.cmake under
@@ -21,23 +22,46 @@
 #include "accel/bert.h"
 #include "nn_fixture.h"
 
-/* dir's model with its config's head, or the masked LM (which a config
- * never picks: accel_bert_config_load). */
-static accel_module *load(const char *dir, bool mlm) {
-    return mlm ? accel_bert_from_pretrained_head(dir, ACCEL_BERT_MASKED_LM, 0, ACCEL_CPU_DEVICE)
-               : accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+/* dir's model with its config's head (head < 0), or head (the masked LM
+ * and pre-training heads, which a config never picks: accel_bert_config_load). */
+static accel_module *load(const char *dir, int head) {
+    return head >= 0 ? accel_bert_from_pretrained_head(dir, (accel_bert_head)head, 0, ACCEL_CPU_DEVICE)
+                     : accel_bert_from_pretrained(dir, ACCEL_CPU_DEVICE);
+}
+
+/* The head's (first) logits, the fixture's "logits" (pre-training's "prediction_logits"). */
+static accel_tensor *logits_of(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *mask) {
+    accel_tensor *nsp = NULL;
+    switch (accel_bert_config_of(m)->head) {
+    case ACCEL_BERT_MASKED_LM: return accel_bert_mlm_logits(m, ids, tt, mask);
+    case ACCEL_BERT_TOKEN_CLASSIFICATION: return accel_bert_token_classify(m, ids, tt, mask);
+    case ACCEL_BERT_PRETRAINING: return accel_bert_pretraining_logits(m, ids, tt, mask, &nsp);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return accel_bert_multiple_choice_logits(m, ids, tt, mask);
+    default: return accel_bert_classify(m, ids, tt, mask);
+    }
+}
+
+/* The loss of the heads with a step here (labels; pre-training's nsp the next sentence labels), else NULL. */
+static accel_tensor *loss_of(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *mask,
+                             accel_tensor *labels, accel_tensor *nsp) {
+    switch (accel_bert_config_of(m)->head) {
+    case ACCEL_BERT_MASKED_LM: return accel_bert_mlm_loss(m, ids, tt, mask, labels, NULL);
+    case ACCEL_BERT_TOKEN_CLASSIFICATION: return accel_bert_token_loss(m, ids, tt, mask, labels, NULL);
+    case ACCEL_BERT_PRETRAINING: return accel_bert_pretraining_loss(m, ids, tt, mask, labels, nsp, NULL, NULL);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return accel_bert_multiple_choice_loss(m, ids, tt, mask, labels, NULL);
+    default: return NULL;
+    }
 }
 
 /* One model of dir (load) prepared, a training step of its head's loss run
  * through the Accelerator (the fixture's inputs; eval mode, dropout off),
  * saved with save_model to out, loaded back to the fixture's logits. */
-static void save_and_load(accel_accelerator *acc, int n, const char *dir, const char *out, bool mlm) {
-    accel_module *m = load(dir, mlm);
+static void save_and_load(accel_accelerator *acc, int n, const char *dir, const char *out, int head) {
+    accel_module *m = load(dir, head);
     CHECK_MSG(m != NULL, "%s", accel_last_error());
     CHECK_MSG(m && accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
     if (!m) return;
     accel_bert_config mc = *accel_bert_config_of(m);
-    bool tok = mc.head == ACCEL_BERT_TOKEN_CLASSIFICATION;
     char path[200];
     snprintf(path, sizeof path, "%s/expected.safetensors", dir);
     accel_safetensors *st = accel_safetensors_open(path);
@@ -46,11 +70,13 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
                  *tt = st && accel_safetensors_find(st, "token_type_ids") /* roberta's: none (zeros) */
                            ? accel_safetensors_tensor(st, "token_type_ids", -1) : NULL,
                  *mask = st ? accel_safetensors_tensor(st, "attention_mask", -1) : NULL,
-                 *labels = st ? accel_safetensors_tensor(st, "labels", -1) : NULL;
-    if ((tok || mlm) && labels) { /* the head's loss through the prepared (sharded) model: the fixture's */
-        accel_module_train(m, false);
-        accel_tensor *loss = mlm ? accel_bert_mlm_loss(m, ids, tt, mask, labels, NULL)
-                                 : accel_bert_token_loss(m, ids, tt, mask, labels, NULL);
+                 *labels = st ? accel_safetensors_tensor(st, "labels", -1) : NULL,
+                 *nsp = st && accel_safetensors_find(st, "next_sentence_label")
+                            ? accel_safetensors_tensor(st, "next_sentence_label", -1) : NULL;
+    accel_clear_error();
+    accel_module_train(m, false);
+    accel_tensor *loss = labels ? loss_of(m, ids, tt, mask, labels, nsp) : NULL;
+    if (loss || accel_last_status() != ACCEL_OK) { /* the head's loss through the prepared (sharded) model */
         CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
         if (loss) check_tensor_close(st, "loss", loss, 1e-5, 0);
         accel_step_reset();
@@ -63,24 +89,23 @@ static void save_and_load(accel_accelerator *acc, int n, const char *dir, const 
 
     accel_bert_config c;
     CHECK_MSG(accel_bert_config_load(out, &c) == ACCEL_OK, "%s", accel_last_error());
-    CHECK(c.head == (mlm ? ACCEL_BERT_SEQUENCE_CLASSIFICATION : mc.head) && c.model_type == mc.model_type &&
+    CHECK(c.head == (head >= 0 ? ACCEL_BERT_SEQUENCE_CLASSIFICATION : mc.head) && c.model_type == mc.model_type &&
           c.pad_token_id == mc.pad_token_id && c.num_labels == mc.num_labels && c.hidden_size == mc.hidden_size &&
           c.num_hidden_layers == mc.num_hidden_layers && c.torch_dtype == ACCEL_F32);
-    accel_module *back = load(out, mlm);
+    accel_module *back = load(out, head);
     CHECK_MSG(back != NULL, "%s", accel_last_error());
     if (back && ids && mask) {
         accel_module_train(back, false);
-        accel_tensor *y = mlm   ? accel_bert_mlm_logits(back, ids, tt, mask)
-                          : tok ? accel_bert_token_classify(back, ids, tt, mask)
-                                : accel_bert_classify(back, ids, tt, mask);
+        accel_tensor *y = logits_of(back, ids, tt, mask);
         CHECK_MSG(y != NULL, "%s", accel_last_error());
-        if (y) check_tensor_close(st, "logits", y, 0, 1e-5);
+        if (y) check_tensor_close(st, mc.head == ACCEL_BERT_PRETRAINING ? "prediction_logits" : "logits", y, 0, 1e-5);
         accel_step_reset();
     }
     accel_tensor_free(ids);
     accel_tensor_free(tt);
     accel_tensor_free(mask);
     accel_tensor_free(labels);
+    accel_tensor_free(nsp);
     accel_safetensors_close(st);
     accel_module_free(back);
     accel_module_free(m);
@@ -94,17 +119,22 @@ int main(int argc, char **argv) {
     char tmp[64] = "/tmp/accel_bert_save_model_XXXXXX", out[4200];
     CHECK_MSG(argc > 1 || n == 1, "%d processes need the shared directory as argv[1]", n);
     if (argc <= 1 && n == 1) CHECK(mkdtemp(tmp) != NULL);
-    /* a sequence classifier, a token classifier (no pooler) and a masked LM (tied) */
+    /* a sequence classifier, a token classifier (no pooler), a masked LM and a pre-training model (tied),
+     * multiple choice (RoBERTa's pooler) */
     snprintf(out, sizeof out, "%s/saved", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_bert_cls", out, false);
+    save_and_load(acc, n, "data/hf_bert_cls", out, -1);
     snprintf(out, sizeof out, "%s/saved_token", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_bert_tok", out, false);
+    save_and_load(acc, n, "data/hf_bert_tok", out, -1);
     snprintf(out, sizeof out, "%s/saved_mlm", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_bert_mlm", out, true);
+    save_and_load(acc, n, "data/hf_bert_mlm", out, ACCEL_BERT_MASKED_LM);
+    snprintf(out, sizeof out, "%s/saved_pretrain", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_bert_pretrain", out, ACCEL_BERT_PRETRAINING);
     snprintf(out, sizeof out, "%s/saved_roberta", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_roberta_seq", out, false);
+    save_and_load(acc, n, "data/hf_roberta_seq", out, -1);
+    snprintf(out, sizeof out, "%s/saved_roberta_mc", argc > 1 ? argv[1] : tmp);
+    save_and_load(acc, n, "data/hf_roberta_mc", out, -1);
     snprintf(out, sizeof out, "%s/saved_xlm_roberta_mlm", argc > 1 ? argv[1] : tmp);
-    save_and_load(acc, n, "data/hf_xlm_roberta_mlm", out, true);
+    save_and_load(acc, n, "data/hf_xlm_roberta_mlm", out, ACCEL_BERT_MASKED_LM);
     accel_accelerator_free(acc);
     if (argc <= 1 && n == 1) {
         char cmd[128];

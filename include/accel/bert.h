@@ -2,7 +2,9 @@
  * accel/bert.h — BERT (config.json model_type "bert"): transformers' BertModel,
  * a bidirectional encoder, and a task head on top of it (accel_bert_head):
  * BertForSequenceClassification, BertForTokenClassification (NER),
- * BertForQuestionAnswering (extractive QA, SQuAD) or BertForMaskedLM.
+ * BertForQuestionAnswering (extractive QA, SQuAD), BertForMaskedLM,
+ * BertForPreTraining (masked LM + next sentence), BertForNextSentencePrediction
+ * or BertForMultipleChoice.
  * RoBERTa and XLM-RoBERTa (model_type "roberta", "xlm-roberta") are the same
  * encoder with the same functions: the config's model_type
  * (accel_bert_model_type) says which, and from_pretrained reads it.
@@ -12,18 +14,22 @@
  *         embeddings: word_embeddings, position_embeddings, token_type_embeddings, LayerNorm
  *         encoder.layer.N (BertLayer): attention.self.{query,key,value},
  *             attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
- *         pooler.dense              (sequence classification only)
- *       classifier                  (sequence and token classification: Linear(C -> num_labels))
+ *         pooler.dense              (sequence classification, pre-training, next sentence, multiple choice)
+ *       classifier                  (sequence and token classification: Linear(C -> num_labels);
+ *                                    multiple choice: Linear(C -> 1))
  *       qa_outputs                  (question answering: Linear(C -> 2))
- *       cls.predictions             (masked LM: bias [V], transform.{dense,LayerNorm}, decoder: Linear(C -> V)
- *                                    whose weight is the word embeddings' and bias is predictions.bias)
+ *       cls.predictions             (masked LM, pre-training: bias [V], transform.{dense,LayerNorm}, decoder:
+ *                                    Linear(C -> V) whose weight is the word embeddings' and bias is
+ *                                    predictions.bias)
+ *       cls.seq_relationship        (pre-training, next sentence prediction: Linear(C -> 2) on the pooler)
  *
  *     RobertaFor<Head> (XLMRobertaFor<Head>: the same names, the head first)
- *       roberta (RobertaModel, never a pooler)
+ *       roberta (RobertaModel; a pooler for multiple choice only)
  *         embeddings: word_embeddings, token_type_embeddings, LayerNorm, position_embeddings
  *         encoder.layer.N (RobertaLayer): as BertLayer
  *       classifier                  (sequence classification: RobertaClassificationHead, dense (C -> C) and
- *                                    out_proj (C -> num_labels) on the <s> token; token classification: Linear)
+ *                                    out_proj (C -> num_labels) on the <s> token; token classification: Linear;
+ *                                    multiple choice: Linear(C -> 1) on the pooler)
  *       qa_outputs                  (question answering: Linear(C -> 2))
  *       lm_head                     (masked LM: bias [V], dense, layer_norm, decoder: Linear(C -> V) whose
  *                                    weight is the word embeddings' and bias is lm_head.bias)
@@ -46,9 +52,13 @@
  * A config field that changes the model and accel does not implement is
  * refused naming it (position_embedding_type other than "absolute",
  * is_decoder, add_cross_attention, a sequence classifier's problem_type
- * other than single_label_classification, ...). The pre-training heads
- * (BertForPreTraining, ...) are not implemented: their checkpoints load into
- * these heads (accel_bert_config_load).
+ * other than single_label_classification, ...). The pre-training and next
+ * sentence heads are BERT's only (transformers has no RoBERTa class of
+ * them): a RoBERTa config with one is refused.
+ * Multiple choice takes ids [B, num_choices, T] (token types and mask alike),
+ * runs the encoder on the [B num_choices, T] rows, and scores each row's
+ * pooled output with classifier (after the classifier dropout; RoBERTa's:
+ * hidden_dropout_prob, as transformers').
  *
  * Ownership: accel_bert_new returns a module freed by accel_module_free.
  */
@@ -69,6 +79,10 @@ typedef enum accel_bert_head {
     ACCEL_BERT_TOKEN_CLASSIFICATION,        /* BertForTokenClassification: logits [B, T, num_labels] */
     ACCEL_BERT_QUESTION_ANSWERING,          /* BertForQuestionAnswering: start/end logits [B, T] each */
     ACCEL_BERT_MASKED_LM,                   /* BertForMaskedLM: logits [B, T, vocab_size] */
+    ACCEL_BERT_PRETRAINING,                 /* BertForPreTraining: prediction logits [B, T, vocab_size] and
+                                             * seq_relationship logits [B, 2] (BERT only) */
+    ACCEL_BERT_NEXT_SENTENCE_PREDICTION,    /* BertForNextSentencePrediction: logits [B, 2] (BERT only) */
+    ACCEL_BERT_MULTIPLE_CHOICE,             /* BertForMultipleChoice: logits [B, num_choices] */
     ACCEL_BERT_HEADS
 } accel_bert_head;
 
@@ -83,7 +97,8 @@ typedef enum accel_bert_model_type {
 
 /* transformers' BERT class name of head ("BertForTokenClassification"), or NULL. */
 const char *accel_bert_head_name(accel_bert_head head);
-/* The class name of head in model type t ("RobertaForMaskedLM"), or NULL. */
+/* The class name of head in model type t ("RobertaForMaskedLM"), or NULL
+ * (RoBERTa's pre-training and next sentence heads: transformers has none). */
 const char *accel_bert_class_name(accel_bert_model_type t, accel_bert_head head);
 /* config.json's model_type of t ("bert", "roberta", "xlm-roberta"), or NULL. */
 const char *accel_bert_model_type_name(accel_bert_model_type t);
@@ -112,7 +127,7 @@ typedef struct accel_bert_config {
     bool untied_word_embeddings;      /* tie_word_embeddings false: refused for the masked LM (its decoder
                                        * is the word embeddings; an untied one is not implemented) */
     accel_dtype torch_dtype;
-    accel_bert_head head;             /* config.json's "architectures" when it names one of the three */
+    accel_bert_head head;             /* config.json's "architectures" (accel_bert_config_load) */
     accel_bert_model_type model_type; /* config.json's model_type */
 } accel_bert_config;
 
@@ -132,10 +147,12 @@ accel_status accel_bert_config_check(const accel_bert_config *cfg, const char *w
 /* config.json (a file or a directory holding one) of model_type "bert",
  * "roberta" or "xlm-roberta" (out->model_type; absent keys get that class's
  * defaults, accel_bert_config_default_for). The
- * head: the first of "architectures" that names one of the classifiers
- * (sequence, token, QA), else sequence classification (bert-base-uncased's
- * config says BertForMaskedLM, and users load it into any head: the masked
- * LM is built only when asked for, accel_bert_from_pretrained_head). problem_type is read
+ * head: the first of "architectures" that names one of the task heads
+ * (sequence, token, QA, next sentence, multiple choice), else sequence
+ * classification (bert-base-uncased's config says BertForMaskedLM, others'
+ * BertForPreTraining, and users load them into any head: the masked LM and
+ * pre-training heads are built only when asked for,
+ * accel_bert_from_pretrained_head). problem_type is read
  * for sequence classification only (the other heads' losses ignore it, as
  * transformers' do). */
 accel_status accel_bert_config_load(const char *path_or_dir, accel_bert_config *out);
@@ -156,7 +173,8 @@ const accel_bert_config *accel_bert_config_of(const accel_module *m);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
  * 0 = padding) or NULL (all 1). m: the root or its "bert" ("roberta") child. Returns the
  * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
- * output [B, C] (the token and QA heads, and every RoBERTa head, have no pooler: pooled must be
+ * output [B, C] (the token, QA and masked-LM heads, and every RoBERTa head but multiple choice, have no
+ * pooler: pooled must be
  * NULL there, else an error says so). */
 accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                 accel_tensor *attention_mask, accel_tensor **pooled);
@@ -208,6 +226,43 @@ accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_te
  * logits. */
 accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
+
+/* BertForPreTraining: the masked LM's logits [B, T, vocab_size] (returned,
+ * as accel_bert_mlm_logits's) and the next sentence's [B, 2]
+ * (*seq_relationship_logits, required): cls.seq_relationship on the pooler's
+ * output (no dropout). */
+accel_tensor *accel_bert_pretraining_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                            accel_tensor *attention_mask, accel_tensor **seq_relationship_logits);
+/* The masked LM's mean cross-entropy against labels [B, T] (-100 ignored)
+ * plus the next sentence's against next_sentence_label [B] (0: B follows A,
+ * 1: random; -100 ignored), both required, as transformers computes the loss
+ * only when both are given. *prediction_logits / *seq_relationship_logits
+ * (when not NULL) get the logits. */
+accel_tensor *accel_bert_pretraining_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                          accel_tensor *attention_mask, accel_tensor *labels,
+                                          accel_tensor *next_sentence_label, accel_tensor **prediction_logits,
+                                          accel_tensor **seq_relationship_logits);
+
+/* BertForNextSentencePrediction: logits [B, 2] (cls.seq_relationship on the
+ * pooler's output, no dropout). */
+accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask);
+/* Mean cross-entropy of the logits against labels [B] (0: B follows A, 1:
+ * random; -100 ignored). *logits (when not NULL) gets the logits. */
+accel_tensor *accel_bert_nsp_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits);
+
+/* BertForMultipleChoice (RobertaForMultipleChoice, XLMRobertaForMultipleChoice):
+ * ids [B, N, T] (i64/i32: N choices of T tokens each), token_type_ids and
+ * attention_mask [B, N, T] or NULL; logits [B, N]: the classifier's score
+ * of each choice's pooled output. */
+accel_tensor *accel_bert_multiple_choice_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                                accel_tensor *attention_mask);
+/* Mean cross-entropy over the choices against labels [B] (the right
+ * choice's index; -100 ignored). *logits (when not NULL) gets the logits. */
+accel_tensor *accel_bert_multiple_choice_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                              accel_tensor *attention_mask, accel_tensor *labels,
+                                              accel_tensor **logits);
 
 /* save_pretrained: config.json + model.safetensors (sharded with an index
  * past max_shard_bytes; <= 0: 5 GB), loadable by transformers'

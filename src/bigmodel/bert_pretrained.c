@@ -78,10 +78,12 @@ static bool has_weights(const char *dir) {
 }
 
 /* A weight the checkpoint may lack: the task head a pre-trained encoder has
- * not been trained with (transformers initialises it and warns). A model
- * has only its own head's names (BERT's cls, RoBERTa's lm_head). */
+ * not been trained with (transformers initialises it and warns), the pooler
+ * included (RoBERTa's multiple choice has one, its other heads none). A
+ * model has only its own head's names (BERT's cls, RoBERTa's lm_head). */
 static bool is_head(const char *name) {
-    static const char *const HEADS[] = {"bert.pooler.", "classifier.", "qa_outputs.", "cls.", "lm_head."};
+    static const char *const HEADS[] = {"bert.pooler.", "roberta.pooler.", "classifier.", "qa_outputs.", "cls.",
+                                        "lm_head."};
     for (size_t i = 0; i < sizeof HEADS / sizeof *HEADS; i++)
         if (!strncmp(name, HEADS[i], strlen(HEADS[i]))) return true;
     return false;

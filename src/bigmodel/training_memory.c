@@ -1336,11 +1336,13 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     if (o->cp_size > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: BERT does not run context-parallel (only the "
                                "decoder families: accel_llama_context_parallelize)", FN, o->cp_size);
-    if (cfg->head == ACCEL_BERT_MASKED_LM || cfg->model_type != ACCEL_BERT_MODEL_BERT)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of %s training step are not "
+    /* the masked LM, pre-training, next sentence and multiple choice heads' steps are not modelled */
+    if (cfg->head >= ACCEL_BERT_MASKED_LM || cfg->model_type != ACCEL_BERT_MODEL_BERT)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of %s%s training step are not "
                                "implemented (its weights are counted as any model's)", FN,
                                cfg->model_type != ACCEL_BERT_MODEL_BERT ? "RoBERTa's (roberta, xlm-roberta)"
-                                                                         : "BertForMaskedLM's");
+                                                                         : accel_bert_head_name(cfg->head),
+                               cfg->model_type != ACCEL_BERT_MODEL_BERT ? "" : "'s");
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
     dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};

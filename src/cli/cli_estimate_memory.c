@@ -706,8 +706,8 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
     if (bert)
         wraps = __builtin_mul_overflow(bcfg.max_position_embeddings, 16, &buffers) ||
                 __builtin_add_overflow(accel_module_sizes_get(body_sizes, "embeddings"), buffers, &emb);
-    /* Accelerate's AutoModel is a BertModel (RobertaModel) with its pooler, which the body of the token and QA
-     * heads (and of every RoBERTa head) lacks */
+    /* Accelerate's AutoModel is a BertModel (RobertaModel) with its pooler, which the body of the token, QA and
+     * masked-LM heads (and of every RoBERTa head but multiple choice) lacks */
     int64_t pooler = 0;
     if (bert && !accel_module_find(base, "pooler"))
         wraps = wraps || __builtin_mul_overflow(bcfg.hidden_size + 1, bcfg.hidden_size, &pooler) ||

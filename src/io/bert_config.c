@@ -51,14 +51,20 @@ static accel_status parse_act(json_t *root, const char *file, accel_bert_config 
     return ACCEL_OK;
 }
 
+/* Whether "architectures" naming h's class picks h: the task heads do; the
+ * masked LM and pre-training heads are only built when asked for
+ * (accel_bert_from_pretrained_head): pre-trained encoders' configs say
+ * BertForMaskedLM (bert-base-uncased) or BertForPreTraining, and are loaded
+ * to be fine-tuned into a classifier. */
+static bool picked_by_architectures(accel_bert_head h) {
+    return h != ACCEL_BERT_MASKED_LM && h != ACCEL_BERT_PRETRAINING;
+}
+
 /* The head: the first entry of "architectures" that names one of
- * accel_bert_head's classifiers (sequence, token, QA) of the config's model
- * type (RobertaForTokenClassification for "roberta"); none (BertModel,
- * BertForMaskedLM, ...): sequence classification, the head accel builds
- * when asked nothing else. The masked LM is only built when asked for
- * (accel_bert_from_pretrained_head): every pre-trained encoder's config
- * (bert-base-uncased's) says BertForMaskedLM, and is loaded to be
- * fine-tuned into a classifier. */
+ * accel_bert_head's task heads (sequence, token, QA, next sentence, multiple
+ * choice) of the config's model type (RobertaForTokenClassification for
+ * "roberta"); none (BertModel, BertForMaskedLM, ...): sequence
+ * classification, the head accel builds when asked nothing else. */
 static accel_status parse_head(json_t *root, const char *file, accel_bert_config *c) {
     json_t *arch = json_object_get(root, "architectures");
     if (!arch || json_is_null(arch)) return ACCEL_OK;
@@ -66,11 +72,13 @@ static accel_status parse_head(json_t *root, const char *file, accel_bert_config
         return accel_set_error(ACCEL_ERR_FORMAT, "%s: 'architectures' must be a list of class names", file);
     for (size_t i = 0; i < json_array_size(arch); i++) {
         const char *name = json_string_value(json_array_get(arch, i)); /* NULL: not a string, named by none */
-        for (int h = 0; name && h < ACCEL_BERT_MASKED_LM; h++)
-            if (!strcmp(name, accel_bert_class_name(c->model_type, (accel_bert_head)h))) {
+        for (int h = 0; name && h < ACCEL_BERT_HEADS; h++) {
+            const char *cls = accel_bert_class_name(c->model_type, (accel_bert_head)h); /* NULL: none in RoBERTa */
+            if (cls && picked_by_architectures((accel_bert_head)h) && !strcmp(name, cls)) {
                 c->head = (accel_bert_head)h;
                 return ACCEL_OK;
             }
+        }
     }
     return ACCEL_OK;
 }

@@ -1,6 +1,7 @@
 /* BERT (accel/bert.h): transformers' BertModel and its heads
  * (BertForSequenceClassification, BertForTokenClassification,
- * BertForQuestionAnswering, BertForMaskedLM), with their module trees, names,
+ * BertForQuestionAnswering, BertForMaskedLM, BertForPreTraining,
+ * BertForNextSentencePrediction, BertForMultipleChoice), with their module trees, names,
  * init and forward; RoBERTa and XLM-RoBERTa (the same encoder with positions
  * counted from the ids, no pooler, their own sequence and masked-LM heads)
  * from the same code, told apart by the config's model_type. A bidirectional
@@ -56,6 +57,21 @@ const char *accel_bert_base_model_prefix(accel_bert_model_type t) {
 /* RoBERTa and XLM-RoBERTa: positions from the ids, no pooler, their own heads. */
 static bool is_roberta(const accel_bert_config *c) { return c->model_type != ACCEL_BERT_MODEL_BERT; }
 
+/* Whether c's BertModel has a pooler: the heads that read it (transformers'
+ * add_pooling_layer=True): BERT's sequence classifier, pre-training and next
+ * sentence heads; multiple choice in every model type. */
+static bool has_pooler(const accel_bert_config *c) {
+    accel_bert_head h = c->head;
+    return h == ACCEL_BERT_MULTIPLE_CHOICE ||
+           (!is_roberta(c) && (h == ACCEL_BERT_SEQUENCE_CLASSIFICATION || h == ACCEL_BERT_PRETRAINING ||
+                               h == ACCEL_BERT_NEXT_SENTENCE_PREDICTION));
+}
+
+/* The heads whose decoder is the word embeddings (tied). */
+static bool has_mlm(const accel_bert_config *c) {
+    return c->head == ACCEL_BERT_MASKED_LM || c->head == ACCEL_BERT_PRETRAINING;
+}
+
 /* The root's children in transformers' order: the base model ("bert",
  * "roberta") then the head, but XLM-RoBERTa's classes register the head
  * first. The index of the base model; the head is the other. */
@@ -63,13 +79,13 @@ static int base_index(const accel_bert_config *c) { return c->model_type == ACCE
 
 /* Elements of all the weights (the pooler counted for every head, the masked
  * LM's transform as a classifier of C labels and its bias as one more word
- * row: a bound), or -1 when that overflows int64 (the sizes come from a file). */
+ * row, seq_relationship as two more rows: a bound), or -1 when that overflows int64 (the sizes come from a file). */
 static int64_t weight_elems(const accel_bert_config *c) {
     int64_t C = c->hidden_size, I = c->intermediate_size, rows, emb, layer, t, head, total;
     int64_t labels = c->num_labels > C ? c->num_labels : C;
     bool of = __builtin_add_overflow(c->vocab_size, c->max_position_embeddings, &rows) ||
               __builtin_add_overflow(rows, c->vocab_size, &rows) ||
-              __builtin_add_overflow(rows, c->type_vocab_size, &rows) || __builtin_add_overflow(rows, 2, &rows) ||
+              __builtin_add_overflow(rows, c->type_vocab_size, &rows) || __builtin_add_overflow(rows, 4, &rows) ||
               __builtin_mul_overflow(rows, C, &emb) ||
               /* q, k, v, o with biases; two LayerNorms; the MLP's two linears */
               __builtin_add_overflow(C, 1, &t) || __builtin_mul_overflow(t, C, &t) ||
@@ -99,6 +115,9 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
         bad = "head must be one of accel_bert_head's";
     else if ((unsigned)c->model_type >= ACCEL_BERT_MODEL_TYPES)
         bad = "model_type must be one of accel_bert_model_type's";
+    else if (!accel_bert_class_name(c->model_type, c->head))
+        bad = "the pre-training and next sentence prediction heads are BERT's (transformers has no RoBERTa class "
+              "of them)";
     else if (c->head == ACCEL_BERT_SEQUENCE_CLASSIFICATION && c->num_labels < 2)
         bad = "num_labels must be at least 2 (single-label classification)";
     else if (c->head == ACCEL_BERT_TOKEN_CLASSIFICATION && c->num_labels < 1)
@@ -106,7 +125,7 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     /* transformers splits qa_outputs' outputs into exactly a start and an end */
     else if (c->head == ACCEL_BERT_QUESTION_ANSWERING && c->num_labels != 2)
         bad = "num_labels must be 2 (question answering: a start and an end logit per position)";
-    else if (c->head == ACCEL_BERT_MASKED_LM && c->untied_word_embeddings)
+    else if (has_mlm(c) && c->untied_word_embeddings)
         bad = "tie_word_embeddings is false: a masked-LM decoder of its own (not the word embeddings) is not "
               "implemented";
     else if (c->pad_token_id < -1 || c->pad_token_id >= c->vocab_size)
@@ -131,6 +150,7 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     else if (weight_elems(c) < 0)
         bad = "the weights would take more than 2^63 bytes";
     const char *cls = accel_bert_class_name(c->model_type, c->head);
+    if (!cls) cls = accel_bert_head_name(c->head);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: %s (%s: vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
@@ -148,14 +168,20 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids);
 /* BertModel's impl is the root's config (borrowed). */
 static void borrowed_impl(accel_module *m) { (void)m; }
 
-/* The roots, one per model type and accel_bert_head: their type names are transformers' classes. */
-#define ROOTS(P)                                                                                                     \
+/* The roots, one per model type and accel_bert_head: their type names are
+ * transformers' classes; RoBERTa has no pre-training or next sentence class
+ * (NULL names, refused by accel_bert_config_check). */
+#define ROOTS(P, PT, NSP)                                                                                            \
     {{P "ForSequenceClassification", root_forward, NULL},                                                          \
      {P "ForTokenClassification", root_forward, NULL},                                                             \
      {P "ForQuestionAnswering", root_forward, NULL},                                                               \
-     {P "ForMaskedLM", root_forward, NULL}}
-static const accel_module_ops ROOT_OPS[ACCEL_BERT_MODEL_TYPES][ACCEL_BERT_HEADS] = {ROOTS("Bert"), ROOTS("Roberta"),
-                                                                                   ROOTS("XLMRoberta")};
+     {P "ForMaskedLM", root_forward, NULL},                                                                        \
+     {PT, root_forward, NULL},                                                                                     \
+     {NSP, root_forward, NULL},                                                                                    \
+     {P "ForMultipleChoice", root_forward, NULL}}
+static const accel_module_ops ROOT_OPS[ACCEL_BERT_MODEL_TYPES][ACCEL_BERT_HEADS] = {
+    ROOTS("Bert", "BertForPreTraining", "BertForNextSentencePrediction"), ROOTS("Roberta", NULL, NULL),
+    ROOTS("XLMRoberta", NULL, NULL)};
 
 const char *accel_bert_class_name(accel_bert_model_type t, accel_bert_head head) {
     return (unsigned)t < ACCEL_BERT_MODEL_TYPES && (unsigned)head < ACCEL_BERT_HEADS ? ROOT_OPS[t][head].type_name
@@ -170,8 +196,9 @@ const char *accel_bert_head_name(accel_bert_head head) { return accel_bert_class
  * layer_norm, decoder). RobertaClassificationHead is RoBERTa's sequence
  * classifier (BERT's is a Linear). */
 enum { K_MODEL, K_EMB, K_ENCODER, K_LAYER, K_ATTN, K_SELF, K_SELF_OUT, K_INTER, K_OUT, K_POOLER, K_MLM, K_PRED,
-       K_TRANSFORM, K_CLS_HEAD, K_KINDS };
+       K_TRANSFORM, K_CLS_HEAD, K_PT_HEADS, K_NSP, K_KINDS };
 static accel_tensor *mlm_forward(accel_module *head, accel_tensor *h);
+static accel_tensor *nsp_forward(accel_module *head, accel_tensor *pooled);
 /* h[:, 0] of h [B, T, C]: the [CLS] / <s> position the pooler and the
  * classification head read; T 0 (no first token) refused naming who (a
  * slice of nothing squeezed would keep its [B, 0, C] shape). */
@@ -196,7 +223,10 @@ static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h);
     [K_CLS_HEAD] = {P "ClassificationHead", cls_head_forward, borrowed_impl}
 static const accel_module_ops OPS[ACCEL_BERT_MODEL_TYPES][K_KINDS] = {
     {BODY("Bert"), [K_MLM] = {"BertOnlyMLMHead", mlm_forward, borrowed_impl},
-     [K_PRED] = {"BertLMPredictionHead", NULL, NULL}, [K_TRANSFORM] = {"BertPredictionHeadTransform", NULL, NULL}},
+     [K_PRED] = {"BertLMPredictionHead", NULL, NULL}, [K_TRANSFORM] = {"BertPredictionHeadTransform", NULL, NULL},
+     /* BertPreTrainingHeads' forward is the predictions' (seq_relationship is called on its own) */
+     [K_PT_HEADS] = {"BertPreTrainingHeads", mlm_forward, borrowed_impl},
+     [K_NSP] = {"BertOnlyNSPHead", nsp_forward, NULL}},
     {BODY("Roberta"), ROBERTA_HEADS("Roberta")},
     {BODY("XLMRoberta"), ROBERTA_HEADS("XLMRoberta")}};
 
@@ -302,9 +332,8 @@ static accel_module *embedding(const accel_bert_config *c, int64_t n, int64_t pa
     return accel__padded_embedding_create(n, c->hidden_size, dev, c->torch_dtype, c->initializer_range, padding_idx);
 }
 
-/* BertModel over the root's config c; the pooler for BERT's sequence
- * classification only (the other heads' add_pooling_layer=False, and every
- * RoBERTa head's). RoBERTa's position embeddings have padding_idx
+/* BertModel over the root's config c; the pooler where has_pooler says (the
+ * other heads' add_pooling_layer=False). RoBERTa's position embeddings have padding_idx
  * pad_token_id (the pads' position). */
 static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     const accel_module_ops *ops = OPS[c->model_type];
@@ -325,7 +354,7 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
         snprintf(name, sizeof name, "%lld", (long long)i);
         ok = add(layers, name, new_layer(c, dev)) != NULL;
     }
-    if (ok && (rob || c->head != ACCEL_BERT_SEQUENCE_CLASSIFICATION)) return model;
+    if (ok && !has_pooler(c)) return model;
     accel_module *pooler = ok ? add(model, "pooler", accel_module_new(&ops[K_POOLER], NULL)) : NULL;
     if (!pooler || !add(pooler, "dense", linear(c, c->hidden_size, c->hidden_size, dev))) {
         accel_module_free(model);
@@ -334,16 +363,20 @@ static accel_module *new_model(accel_bert_config *c, accel_device dev) {
     return model;
 }
 
-/* BertOnlyMLMHead: predictions.transform (dense C -> C, then the activation,
- * then LayerNorm), predictions.bias [V] (zeros) and predictions.decoder
- * (C -> V), built on meta: accel_bert_new ties its weight to the word
- * embeddings and its bias to predictions.bias, as transformers does. */
+/* BertOnlyMLMHead (masked LM) or BertPreTrainingHeads (pre-training):
+ * predictions.transform (dense C -> C, then the activation, then LayerNorm),
+ * predictions.bias [V] (zeros) and predictions.decoder (C -> V), built on
+ * meta: accel_bert_new ties its weight to the word embeddings and its bias
+ * to predictions.bias, as transformers does; pre-training's
+ * seq_relationship (C -> 2) after predictions. */
 static accel_module *mlm_head(accel_bert_config *c, accel_device dev) {
-    accel_module *cls = accel_module_new(&OPS[c->model_type][K_MLM], c);
+    bool pt = c->head == ACCEL_BERT_PRETRAINING;
+    accel_module *cls = accel_module_new(&OPS[c->model_type][pt ? K_PT_HEADS : K_MLM], c);
     accel_module *pred = add(cls, "predictions", accel_module_new(&OPS[c->model_type][K_PRED], NULL));
     if (!add(pred, "transform", dense_norm(K_TRANSFORM, c, c->hidden_size, dev)) ||
         !accel__new_param(pred, "bias", c->torch_dtype, 1, &c->vocab_size, dev) ||
-        !add(pred, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE))) {
+        !add(pred, "decoder", linear(c, c->hidden_size, c->vocab_size, ACCEL_META_DEVICE)) ||
+        (pt && !add(cls, "seq_relationship", linear(c, c->hidden_size, 2, dev)))) {
         accel_module_free(cls);
         return NULL;
     }
@@ -374,11 +407,24 @@ static accel_module *cls_head(accel_bert_config *c, accel_device dev) {
     return m;
 }
 
+/* BertOnlyNSPHead: seq_relationship (C -> 2). */
+static accel_module *nsp_head(accel_bert_config *c, accel_device dev) {
+    accel_module *m = accel_module_new(&OPS[c->model_type][K_NSP], NULL);
+    if (!add(m, "seq_relationship", linear(c, c->hidden_size, 2, dev))) {
+        accel_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* The root's head module (named by head_child_name) of c's head. */
 static accel_module *new_head(accel_bert_config *c, accel_device dev) {
     bool rob = is_roberta(c);
     switch (c->head) {
     case ACCEL_BERT_MASKED_LM: return rob ? lm_head(c, dev) : mlm_head(c, dev);
+    case ACCEL_BERT_PRETRAINING: return mlm_head(c, dev);
+    case ACCEL_BERT_NEXT_SENTENCE_PREDICTION: return nsp_head(c, dev);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return linear(c, c->hidden_size, 1, dev); /* one score per choice */
     case ACCEL_BERT_SEQUENCE_CLASSIFICATION:
         if (rob) return cls_head(c, dev);
         break;
@@ -388,9 +434,13 @@ static accel_module *new_head(accel_bert_config *c, accel_device dev) {
 }
 
 static const char *head_child_name(const accel_bert_config *c) {
-    return c->head == ACCEL_BERT_MASKED_LM ? (is_roberta(c) ? "lm_head" : "cls")
-           : c->head == ACCEL_BERT_QUESTION_ANSWERING ? "qa_outputs"
-                                                      : "classifier";
+    switch (c->head) {
+    case ACCEL_BERT_MASKED_LM: return is_roberta(c) ? "lm_head" : "cls";
+    case ACCEL_BERT_PRETRAINING:
+    case ACCEL_BERT_NEXT_SENTENCE_PREDICTION: return "cls";
+    case ACCEL_BERT_QUESTION_ANSWERING: return "qa_outputs";
+    default: return "classifier";
+    }
 }
 
 accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
@@ -403,7 +453,7 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
         accel_free(c);
         return NULL;
     }
-    bool mlm = c->head == ACCEL_BERT_MASKED_LM, rob = is_roberta(c);
+    bool mlm = has_mlm(c), rob = is_roberta(c);
     /* the masked LM's decoder: the word embeddings' weight and the head's bias, as transformers ties them */
     const char *dw = rob ? "lm_head.decoder.weight" : "cls.predictions.decoder.weight",
                *db = rob ? "lm_head.decoder.bias" : "cls.predictions.decoder.bias",
@@ -660,51 +710,93 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
     return model ? encode(model, ids, token_type_ids, attention_mask, pooled, "accel_bert_encode") : NULL;
 }
 
+/* The classifiers' dropout: classifier_dropout, else (config null) hidden_dropout_prob. */
+static double classifier_p(const accel_bert_config *c) {
+    return c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+}
+
+/* The dropout before the head module, -1 for none: classifier_p for
+ * BERT's sequence classifier, the token classifiers and BERT's multiple
+ * choice; hidden_dropout_prob for RoBERTa's multiple choice (as
+ * transformers'); none for pre-training, next sentence, QA, the masked LM
+ * and RoBERTa's sequence classifier (its head drops out itself). */
+static double head_dropout(const accel_bert_config *c) {
+    switch (c->head) {
+    case ACCEL_BERT_TOKEN_CLASSIFICATION: return classifier_p(c);
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION: return is_roberta(c) ? -1 : classifier_p(c);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return is_roberta(c) ? c->hidden_dropout_prob : classifier_p(c);
+    default: return -1;
+    }
+}
+
+/* The head on the encoder's outputs h [B, T, C] and pooled [B, C] (the
+ * pooled heads'): the classifiers' dropout, then the head module: sequence
+ * classification's logits [B, L] (BERT's from the pooler, RoBERTa's
+ * classifier takes h), token classification's [B, T, L], question
+ * answering's qa_outputs [B, T, 2] (split by the caller), the masked LM's
+ * [B, T, V], next sentence's [B, 2], multiple choice's [B N, 1];
+ * pre-training: the masked LM's, *second its seq_relationship's [B, 2]. */
+static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *pooled, accel_tensor **second) {
+    const accel_bert_config *c = m->impl;
+    accel_module *head = m->children[1 - base_index(c)];
+    if (c->head == ACCEL_BERT_PRETRAINING) {
+        *second = accel_module_call(head->children[1], pooled); /* cls.seq_relationship */
+        return *second ? accel_module_call(head, h) : NULL;
+    }
+    accel_tensor *y = has_pooler(c) ? pooled : h;
+    double p = head_dropout(c);
+    if (p >= 0) y = accel_dropout(y, p, m->training, NULL);
+    return accel_module_call(head, y);
+}
+
+/* x where the root's hooks left its output y (a dispatch's return to the
+ * ids' device, autocast's f32): the root's exit ran once, on y; pre-training's
+ * second output follows it. */
+static accel_tensor *like_output(accel_tensor *x, const accel_tensor *y) {
+    if (x && !accel_device_eq(x->device, y->device)) x = accel_to_device(x, y->device);
+    if (x && x->dtype != y->dtype) x = accel_to_dtype(x, y->dtype);
+    return x;
+}
+
 /* The head of one of the public functions (fn) run on m's encoder, inside
  * the root's hooks (the Accelerator's autocast, a dispatch's return to the
- * ids' device): sequence classification's logits [B, L] from BERT's pooler's
- * output (RoBERTa's classifier takes the hidden states), token
- * classification's [B, T, L] from every position, question answering's
- * qa_outputs [B, T, 2] (split by the caller). A model of another head is
- * refused naming both. */
+ * ids' device): head_on's output (pre-training's seq_relationship logits in
+ * *second). A model of another head is refused naming both. */
 static accel_tensor *head_forward(accel_module *m, accel_bert_head want, accel_tensor *ids, accel_tensor *tt,
-                                  accel_tensor *am, const char *fn) {
+                                  accel_tensor *am, accel_tensor **second, const char *fn) {
     int t = type_of(m, -1);
     if (!m) { /* a failed from_pretrained's NULL: its error is the cause (docs/contract.md's chain rule) */
         accel_propagate_error(ACCEL_ERR_INVALID_ARG, "%s: the model is NULL", fn);
         return NULL;
     }
     if (t < 0 || m->ops != &ROOT_OPS[t][want]) {
+        const char *wanted = ROOT_OPS[t >= 0 ? t : 0][want].type_name;
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is %s%s, not a %s built by accel_bert_new", fn,
-                        t >= 0 ? "a " : "", m->ops->type_name, ROOT_OPS[t >= 0 ? t : 0][want].type_name);
+                        t >= 0 ? "a " : "", m->ops->type_name, wanted ? wanted : accel_bert_head_name(want));
         return NULL;
     }
     const accel_bert_config *c = m->impl;
     accel_tensor *x = ids;
     if (accel_module_enter(m, &x) != ACCEL_OK) return NULL;
-    bool pooled_head = want == ACCEL_BERT_SEQUENCE_CLASSIFICATION && !is_roberta(c);
     accel_tensor *pooled = NULL;
-    accel_tensor *h = x ? encode(m->children[base_index(c)], x, tt, am, pooled_head ? &pooled : NULL, fn) : NULL;
-    accel_tensor *y = pooled_head ? (h ? pooled : NULL) : h;
-    /* the classifiers' dropout (question answering and the masked LM have none; RoBERTa's sequence classifier
-     * has its own) */
-    double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-    if (y && (pooled_head || want == ACCEL_BERT_TOKEN_CLASSIFICATION)) y = accel_dropout(y, p, m->training, NULL);
-    if (y) y = accel_module_call(m->children[1 - base_index(c)], y);
-    return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;
+    accel_tensor *h = x ? encode(m->children[base_index(c)], x, tt, am, has_pooler(c) ? &pooled : NULL, fn) : NULL;
+    accel_tensor *y = h ? head_on(m, h, pooled, second) : NULL;
+    if (accel_module_exit(m, &y) != ACCEL_OK) return NULL;
+    if (y && second) *second = like_output(*second, y);
+    return y && (!second || *second) ? y : NULL;
 }
 
 accel_tensor *accel_bert_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask) {
-    return head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask,
+    return head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask, NULL,
                         "accel_bert_classify");
 }
 
-/* labels: int64/int32 of ids' batch ([B]) or ids' shape ([B, T]). */
+/* labels: int64/int32 of ids' batch ([B]; multiple choice's ids [B, N, T]) or ids' shape ([B, T]). */
 static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel_tensor *ids, bool per_token) {
     if (!accel_tensor_check(t, fn, arg)) return false;
     bool ok = t->ndim == (per_token ? 2 : 1) && (t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32) &&
-              (!ids || ids->ndim != 2 || (t->shape[0] == ids->shape[0] && (!per_token || t->shape[1] == ids->shape[1])));
+              (!ids || ids->ndim < 2 || (t->shape[0] == ids->shape[0] && (!per_token || t->shape[1] == ids->shape[1])));
     if (!ok) {
         char b[64];
         accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be %s int64/int32 (of ids' [B, T]), got %s %s", fn, arg,
@@ -718,7 +810,7 @@ accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *
     if (logits) *logits = NULL;
     if (!check_labels("accel_bert_loss", "labels", labels, ids, false)) return NULL;
     accel_tensor *y = head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask,
-                                   "accel_bert_loss");
+                                   NULL, "accel_bert_loss");
     if (logits) *logits = y;
     /* transformers' single_label_classification: CrossEntropyLoss (mean; -100 ignored) */
     return y ? accel_cross_entropy(y, labels, -100) : NULL;
@@ -726,7 +818,7 @@ accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *
 
 accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                         accel_tensor *attention_mask) {
-    return head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask,
+    return head_forward(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask, NULL,
                         "accel_bert_token_classify");
 }
 
@@ -736,7 +828,7 @@ static accel_tensor *position_loss(accel_module *m, accel_bert_head head, accel_
                                    accel_tensor *am, accel_tensor *labels, accel_tensor **logits, const char *fn) {
     if (logits) *logits = NULL;
     if (!check_labels(fn, "labels", labels, ids, true)) return NULL;
-    accel_tensor *y = head_forward(m, head, ids, tt, am, fn);
+    accel_tensor *y = head_forward(m, head, ids, tt, am, NULL, fn);
     if (logits) *logits = y;
     return y ? accel_cross_entropy(y, labels, -100) : NULL;
 }
@@ -749,7 +841,7 @@ accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_te
 
 accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                     accel_tensor *attention_mask) {
-    return head_forward(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, "accel_bert_mlm_logits");
+    return head_forward(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, NULL, "accel_bert_mlm_logits");
 }
 
 accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -762,7 +854,7 @@ accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tens
  * made contiguous (transformers' .contiguous()). */
 static accel_tensor *qa_split(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
                               accel_tensor **end, const char *fn) {
-    accel_tensor *y = head_forward(m, ACCEL_BERT_QUESTION_ANSWERING, ids, tt, am, fn);
+    accel_tensor *y = head_forward(m, ACCEL_BERT_QUESTION_ANSWERING, ids, tt, am, NULL, fn);
     accel_tensor *start = y ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 0, 1, 1), 2)) : NULL;
     *end = start ? accel_contiguous(accel_squeeze(accel_slice(y, 2, 1, 2, 1), 2)) : NULL;
     return *end ? start : NULL;
@@ -814,11 +906,119 @@ accel_tensor *accel_bert_qa_loss(accel_module *m, accel_tensor *ids, accel_tenso
     return accel_mul_scalar(accel_add(accel_cross_entropy(start, ps, T), accel_cross_entropy(end, pe, T)), 0.5);
 }
 
+accel_tensor *accel_bert_pretraining_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                            accel_tensor *attention_mask, accel_tensor **seq_relationship_logits) {
+    if (!seq_relationship_logits) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_pretraining_logits: seq_relationship_logits is NULL");
+        return NULL;
+    }
+    *seq_relationship_logits = NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_PRETRAINING, ids, token_type_ids, attention_mask,
+                                   seq_relationship_logits, "accel_bert_pretraining_logits");
+    if (!y) *seq_relationship_logits = NULL;
+    return y;
+}
+
+accel_tensor *accel_bert_pretraining_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                          accel_tensor *attention_mask, accel_tensor *labels,
+                                          accel_tensor *next_sentence_label, accel_tensor **prediction_logits,
+                                          accel_tensor **seq_relationship_logits) {
+    static const char *FN = "accel_bert_pretraining_loss";
+    if (prediction_logits) *prediction_logits = NULL;
+    if (seq_relationship_logits) *seq_relationship_logits = NULL;
+    if (!check_labels(FN, "labels", labels, ids, true) ||
+        !check_labels(FN, "next_sentence_label", next_sentence_label, ids, false))
+        return NULL;
+    accel_tensor *nsp = NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_PRETRAINING, ids, token_type_ids, attention_mask, &nsp, FN);
+    if (!y) return NULL;
+    if (prediction_logits) *prediction_logits = y;
+    if (seq_relationship_logits) *seq_relationship_logits = nsp;
+    /* transformers' total_loss: masked_lm_loss + next_sentence_loss, each a mean CrossEntropyLoss */
+    return accel_add(accel_cross_entropy(y, labels, -100), accel_cross_entropy(nsp, next_sentence_label, -100));
+}
+
+accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                    accel_tensor *attention_mask) {
+    return head_forward(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, ids, token_type_ids, attention_mask, NULL,
+                        "accel_bert_nsp_logits");
+}
+
+accel_tensor *accel_bert_nsp_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                  accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
+    if (logits) *logits = NULL;
+    if (!check_labels("accel_bert_nsp_loss", "labels", labels, ids, false)) return NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, ids, token_type_ids, attention_mask,
+                                   NULL, "accel_bert_nsp_loss");
+    if (logits) *logits = y;
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
+/* t [B, N, T] (int64/int32; like ids when like is given) -> [B N, T]; NULL
+ * t stays NULL (*ok true). */
+static accel_tensor *flat_choices(const char *fn, const char *arg, accel_tensor *t, const accel_tensor *like,
+                                  bool *ok) {
+    *ok = true;
+    if (!t && like) return NULL;
+    *ok = accel_tensor_check(t, fn, arg);
+    if (!*ok) return NULL;
+    char b[64];
+    *ok = t->ndim == 3 && (t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32) &&
+          (!like || (t->shape[0] == like->shape[0] && t->shape[1] == like->shape[1] && t->shape[2] == like->shape[2]));
+    if (!*ok) {
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be [B, num_choices, T] int64/int32%s, got %s %s", fn, arg,
+                        like ? " like ids" : "", accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+        return NULL;
+    }
+    accel_tensor *flat = accel_reshape(t, 2, (int64_t[]){t->shape[0] * t->shape[1], t->shape[2]});
+    *ok = flat != NULL;
+    return flat;
+}
+
+/* Multiple choice: ids, token types, mask [B, N, T] flattened to [B N, T],
+ * the encoder's pooled rows scored (head_forward: [B N, 1]), the scores
+ * [B, N]. */
+static accel_tensor *choice_logits(accel_module *m, accel_tensor *ids, accel_tensor *tt, accel_tensor *am,
+                                   const char *fn) {
+    bool ok_ids, ok_tt, ok_am;
+    accel_tensor *fids = flat_choices(fn, "ids", ids, NULL, &ok_ids);
+    accel_tensor *ftt = ok_ids ? flat_choices(fn, "token_type_ids", tt, ids, &ok_tt) : NULL;
+    accel_tensor *fam = ok_ids && ok_tt ? flat_choices(fn, "attention_mask", am, ids, &ok_am) : NULL;
+    if (!ok_ids || !ok_tt || !ok_am) return NULL;
+    accel_tensor *y = head_forward(m, ACCEL_BERT_MULTIPLE_CHOICE, fids, ftt, fam, NULL, fn);
+    return y ? accel_reshape(y, 2, (int64_t[]){ids->shape[0], ids->shape[1]}) : NULL;
+}
+
+accel_tensor *accel_bert_multiple_choice_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                                accel_tensor *attention_mask) {
+    return choice_logits(m, ids, token_type_ids, attention_mask, "accel_bert_multiple_choice_logits");
+}
+
+accel_tensor *accel_bert_multiple_choice_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
+                                              accel_tensor *attention_mask, accel_tensor *labels,
+                                              accel_tensor **logits) {
+    static const char *FN = "accel_bert_multiple_choice_loss";
+    if (logits) *logits = NULL;
+    if (!check_labels(FN, "labels", labels, ids, false)) return NULL;
+    accel_tensor *y = choice_logits(m, ids, token_type_ids, attention_mask, FN);
+    if (logits) *logits = y;
+    /* transformers' CrossEntropyLoss over the choices (mean; -100 ignored) */
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
 /* The module's forward (accel_module_call): the head's output, qa_outputs'
  * [B, T, 2] for question answering. */
 static accel_tensor *root_forward(accel_module *m, accel_tensor *ids) {
     const accel_bert_config *c = m->impl;
-    return head_forward(m, c->head, ids, NULL, NULL, m->ops->type_name);
+    accel_tensor *second = NULL; /* pre-training's seq_relationship logits: the module call returns the MLM's */
+    if (c->head == ACCEL_BERT_MULTIPLE_CHOICE) return choice_logits(m, ids, NULL, NULL, m->ops->type_name);
+    return head_forward(m, c->head, ids, NULL, NULL, c->head == ACCEL_BERT_PRETRAINING ? &second : NULL,
+                        m->ops->type_name);
+}
+
+/* BertOnlyNSPHead: pooled [B, C] -> seq_relationship's logits [B, 2]. */
+static accel_tensor *nsp_forward(accel_module *head, accel_tensor *pooled) {
+    return accel_module_call(head->children[0], pooled);
 }
 
 static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
@@ -848,7 +1048,7 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
  * dropout both times). */
 static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h) {
     const accel_bert_config *c = head->impl;
-    double p = c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+    double p = classifier_p(c);
     accel_tensor *x = first_token(h, head->ops->type_name);
     x = x ? accel_dropout(x, p, head->training, NULL) : NULL;
     x = accel_dropout(accel_tanh(accel_module_call(head->children[CLS_DENSE], x)), p, head->training, NULL);
