@@ -366,7 +366,8 @@ static void test_refusals(void) {
     CHECK(!accel_bert_multiple_choice_logits(mc, ids3, NULL, mask3));
     CHECK_STR_CONTAINS(accel_last_error(), "attention_mask must be [B, num_choices, T] int64/int32 like ids");
     CHECK(!accel_bert_multiple_choice_loss(mc, ids3, NULL, NULL, lab2, NULL));
-    CHECK_STR_CONTAINS(accel_last_error(), "accel_bert_multiple_choice_loss: labels must be [B]");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_bert_multiple_choice_loss: labels must be [B] int64/int32 (of ids' "
+                                           "[B, N, T]), got");
     /* pre-training: both labels, the second output (a NULL argument keeps an earlier error: cleared) */
     accel_clear_error();
     CHECK(!accel_bert_pretraining_loss(pt, ids, NULL, NULL, lab2, NULL, NULL, NULL));

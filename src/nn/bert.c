@@ -799,8 +799,9 @@ static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel
               (!ids || ids->ndim < 2 || (t->shape[0] == ids->shape[0] && (!per_token || t->shape[1] == ids->shape[1])));
     if (!ok) {
         char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be %s int64/int32 (of ids' [B, T]), got %s %s", fn, arg,
-                        per_token ? "[B, T]" : "[B]", accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+        accel_set_error(ACCEL_ERR_SHAPE, "%s: %s must be %s int64/int32 (of ids' %s), got %s %s", fn, arg,
+                        per_token ? "[B, T]" : "[B]", ids && ids->ndim == 3 ? "[B, N, T]" : "[B, T]",
+                        accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
     }
     return ok;
 }
