@@ -473,11 +473,11 @@ static bool copy_with_extra_row(const char *dir, const char *name, char *tmp) {
     char *cfg = slurp(path_in(dir, "config.json"));
     int n = st ? accel_safetensors_count(st) : 0;
     const char *names[64];
-    accel_tensor *ts[64] = {0};
+    accel_tensor *stored[64] = {0}, *ts[64] = {0};
     bool ok = st && cfg && n <= 64 && mkdtemp(tmp) != NULL;
     for (int i = 0; ok && i < n; i++) {
         names[i] = accel_safetensors_at(st, i)->name;
-        accel_tensor *t = accel_safetensors_tensor(st, names[i], ACCEL_F32);
+        accel_tensor *t = stored[i] = accel_safetensors_tensor(st, names[i], ACCEL_F32);
         ts[i] = t && !strcmp(names[i], name) ? accel_concat(2, (accel_tensor *[]){t, accel_slice(t, 0, 0, 1, 1)}, 0)
                                              : t;
         ok = ts[i] != NULL;
@@ -487,8 +487,7 @@ static bool copy_with_extra_row(const char *dir, const char *name, char *tmp) {
     if (f) fclose(f);
     ok = ok && accel_safetensors_save(path_in(tmp, "model.safetensors"), n, names, ts, 0, NULL) == ACCEL_OK;
     accel_step_reset(); /* the concatenation */
-    for (int i = 0; i < n; i++)
-        if (ts[i] && strcmp(names[i], name)) accel_tensor_free(ts[i]);
+    for (int i = 0; i < n; i++) accel_tensor_free(stored[i]);
     accel_safetensors_close(st);
     free(cfg);
     return ok;
