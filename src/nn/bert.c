@@ -806,15 +806,24 @@ static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel
     return ok;
 }
 
+/* A pooled head's logits [B, L] (head: sequence classification, next
+ * sentence) and their loss against labels [B]: transformers'
+ * CrossEntropyLoss (mean; -100 ignored). fn names the caller. */
+static accel_tensor *pooled_loss(accel_module *m, accel_bert_head head, accel_tensor *ids,
+                                 accel_tensor *token_type_ids, accel_tensor *attention_mask, accel_tensor *labels,
+                                 accel_tensor **logits, const char *fn) {
+    if (logits) *logits = NULL;
+    if (!check_labels(fn, "labels", labels, ids, false)) return NULL;
+    accel_tensor *y = head_forward(m, head, ids, token_type_ids, attention_mask, NULL, fn);
+    if (logits) *logits = y;
+    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                               accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    if (logits) *logits = NULL;
-    if (!check_labels("accel_bert_loss", "labels", labels, ids, false)) return NULL;
-    accel_tensor *y = head_forward(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask,
-                                   NULL, "accel_bert_loss");
-    if (logits) *logits = y;
-    /* transformers' single_label_classification: CrossEntropyLoss (mean; -100 ignored) */
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    /* transformers' single_label_classification */
+    return pooled_loss(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask, labels, logits,
+                       "accel_bert_loss");
 }
 
 accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -947,12 +956,8 @@ accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_te
 
 accel_tensor *accel_bert_nsp_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    if (logits) *logits = NULL;
-    if (!check_labels("accel_bert_nsp_loss", "labels", labels, ids, false)) return NULL;
-    accel_tensor *y = head_forward(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, ids, token_type_ids, attention_mask,
-                                   NULL, "accel_bert_nsp_loss");
-    if (logits) *logits = y;
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return pooled_loss(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, ids, token_type_ids, attention_mask, labels, logits,
+                       "accel_bert_nsp_loss");
 }
 
 /* t [B, N, T] (int64/int32; like ids when like is given) -> [B N, T]; NULL
