@@ -113,7 +113,7 @@ static const char *name_in(accel_checkpoint *ck, const char *name, const char *b
 static accel_status alias_fits(accel_checkpoint *ck, const char *in_ck, const accel_tensor *t, const char *dir) {
     const accel_st_info *in = accel_checkpoint_find(ck, in_ck, NULL);
     if (!in) return accel_last_status();
-    if (in->ndim == t->ndim && !memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)) return ACCEL_OK;
+    if (accel__st_shape_is(in, t)) return ACCEL_OK;
     char a[128], b[128];
     return accel_set_error(ACCEL_ERR_SHAPE, "accel_bert_from_pretrained: %s: tensor %s has shape %s, the model's %s",
                            dir, in_ck, accel_shape_str_n(in->ndim, in->shape, a, sizeof a),

@@ -265,7 +265,7 @@ static void release_read(accel_dispatched *d, const char *name, const accel_st_i
  * error naming both, Accelerate's words. */
 static accel_status check_shape(accel_dispatched *d, const accel_tensor *t, const char *name,
                                 const accel_st_info *in, const char *checkpoint) {
-    if (in->ndim == t->ndim && memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) == 0) return ACCEL_OK;
+    if (accel__st_shape_is(in, t)) return ACCEL_OK;
     char a[128], b[128];
     return accel_set_error(ACCEL_ERR_SHAPE,
                            "Trying to set a tensor of shape %s in \"%s\" (which has shape %s), this looks "
@@ -392,11 +392,6 @@ bool accel__unexpected_ignored(const char *const *patterns, const char *name) {
     return false;
 }
 
-/* Whether in's shape is t's. */
-static bool shape_of(const accel_st_info *in, const accel_tensor *t) {
-    return in->ndim == t->ndim && memcmp(in->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) == 0;
-}
-
 /* Whether checkpoint tensors x and y (of one shape) hold the same values
  * once converted to dt, as two parameters of dt loaded from them would
  * (torch.equal: NaN equals nothing, -0 equals 0). Chunk by chunk: no copy
@@ -438,7 +433,7 @@ static accel_status untie_if_differ(accel_module *root, accel_checkpoint *ck, co
     if (!x || !y) return accel_last_status();
     /* a name another untie already gave a tensor of its own (three names of one tensor) */
     if (accel_module_get_tensor(root, ei->name) != accel_module_get_tensor(root, ej->name)) return ACCEL_OK;
-    if (!shape_of(x, ei->t) || !shape_of(y, ei->t)) return ACCEL_OK;
+    if (!accel__st_shape_is(x, ei->t) || !accel__st_shape_is(y, ei->t)) return ACCEL_OK;
     /* the pages stay: the load reads them next (and a .bin's strided tensor is
      * a heap copy, not a mapping whose pages could be dropped) */
     int same = same_values(x, y, accel_numel(ei->t), load_dtype(o, x, ei->t));

@@ -86,6 +86,13 @@ char *accel__checkpoint_find_index(const char *dir, int *count);
  * order (model.safetensors, one index or the Hub's safetensors/bin pair,
  * pytorch_model.bin), owned by the caller; NULL + error when none. */
 char *accel__checkpoint_resolve(const char *dir);
+/* Whether checkpoint tensor in has t's shape (its dims, in order). */
+static inline bool accel__st_shape_is(const accel_st_info *in, const accel_tensor *t) {
+    bool same = in->ndim == t->ndim;
+    for (int i = 0; same && i < in->ndim; i++) same = in->shape[i] == t->shape[i];
+    return same;
+}
+
 /* Whether checkpoint tensor name's bytes (in, as accel_checkpoint_find gave
  * them) are pages of its shard's file mapping, which may be released and
  * read again from the file; false for a copy the reader made (a torch

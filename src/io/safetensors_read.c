@@ -458,9 +458,7 @@ accel_status accel__st_load_into(const accel_st_info *in, const char *file, acce
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: destination for '%s' must be a contiguous tensor with memory (not meta)",
                                op, in->name);
-    bool same = dst->ndim == in->ndim;
-    for (int i = 0; same && i < in->ndim; i++) same = dst->shape[i] == in->shape[i];
-    if (!same) {
+    if (!accel__st_shape_is(in, dst)) {
         char a[160], b[160];
         return accel_set_error(ACCEL_ERR_SHAPE,
                                "%s: tensor '%s' in %s has shape %s but the destination has shape %s",
