@@ -16,6 +16,7 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "accel/bert.h"
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the wrap units a policy made */
 #include "accelerator/zero_state.h" /* the ZeRO state of a prepared model */
@@ -608,6 +609,43 @@ static void test_zero_shard_refused(void) {
     done(m, saved);
 }
 
+/* save_pretrained of a model whose parameters are sharded (each process
+ * holds its pieces): refused naming accel_accelerator_save_model, nothing
+ * written; after clear() (the full weights back) it saves. The Llama's and
+ * BERT's alike. */
+static void test_save_pretrained_refused(void) {
+    char dir[] = "/tmp/accel_zero3_save_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    accel__fsdp_cfg saved = default_units();
+    accel_bert_config bc = accel_bert_config_default();
+    bc.vocab_size = 40, bc.hidden_size = 16, bc.num_hidden_layers = 2, bc.num_attention_heads = 4;
+    bc.intermediate_size = 32, bc.max_position_embeddings = 16;
+    accel_module *models[2] = {tiny_lm(5), accel_bert_new(&bc, ACCEL_CPU_DEVICE)};
+    for (int i = 0; i < 2; i++) {
+        accel_module *m = models[i];
+        CHECK(m && accel_accelerator_prepare_model(A, m) == ACCEL_OK);
+        accel_status st = i == 0 ? accel_save_pretrained(m, dir, 0) : accel_bert_save_pretrained(m, dir, 0);
+        CHECK_MSG(st == ACCEL_ERR_STATE, "%s: status %d", i == 0 ? "llama" : "bert", (int)st);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_model");
+        char f[128];
+        snprintf(f, sizeof f, "%s/model.safetensors", dir);
+        CHECK(access(f, F_OK) != 0);
+        snprintf(f, sizeof f, "%s/config.json", dir);
+        CHECK(access(f, F_OK) != 0);
+        accel_clear_error();
+        CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+        st = i == 0 ? accel_save_pretrained(m, dir, 0) : accel_bert_save_pretrained(m, dir, 0);
+        CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error());
+        CHECK(access(f, F_OK) == 0);
+        accel_module_free(m);
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -f %s/*", dir);
+        CHECK(system(cmd) == 0);
+    }
+    A->fsdp = saved;
+    rmdir(dir);
+}
+
 int main(void) {
     bool from_env = getenv("ACCEL_ZERO_STAGE") || getenv("ACCEL_DEEPSPEED_CONFIG_FILE") ||
                     getenv("ACCEL_FSDP_SHARDING_STRATEGY");
@@ -638,6 +676,7 @@ int main(void) {
     RUN(test_prefetch_schedule);
     RUN(test_eval_forward_reshards);
     RUN(test_zero_shard_refused);
+    RUN(test_save_pretrained_refused);
     if (R == 0)
         printf("zero3 world=%d mp=%s accum=%d clip=%g wrap=%d fwd_prefetch=%d bwd_prefetch=%d reshard=%d persist=%lld ckpt=%d "
                "shard_world=%d\n",

@@ -7,11 +7,8 @@
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
-#include "accelerator/accelerator_internal.h"
 #include "bigmodel/bigmodel_internal.h"
 #include "io/io_internal.h"
-
-#define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
 /* Entry i of sd is the masked LM's decoder tied to the word embeddings or
  * the head's bias: the names transformers' save_pretrained leaves out
@@ -33,34 +30,10 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
     if (!c0 || strcmp(m->ops->type_name, accel_bert_class_name(c0->model_type, c0->head)) != 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
                                "BertFor<head> (or RoBERTa's) built by accel_bert_new (%s)", m->ops->type_name);
-    if (accel__module_params_sharded(m))
-        return accel_set_error(ACCEL_ERR_STATE, "accel_bert_save_pretrained: the model's parameters are sharded "
-                               "across processes (FSDP FULL_SHARD / ZeRO-3): each holds only its pieces; save it "
-                               "with accel_accelerator_save_model, which gathers the full weights");
     accel_bert_config cfg = *c0;
-    accel_state_dict *sd = accel_module_state_dict(m);
-    if (!sd) return accel_last_status();
-    const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
-    accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
-    accel_status st = names && ts ? ACCEL_OK : accel_last_status();
-    int n = 0;
-    for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
-        const accel_state_entry *e = &sd->entries[i];
-        if (is_tied_decoder(sd, i)) continue; /* transformers ties it on load */
-        if (e->t->device.type == ACCEL_DEV_META)
-            st = accel_set_error(ACCEL_ERR_DEVICE, "accel_bert_save_pretrained: %s is on meta (offloaded or never "
-                                 "loaded); save needs every weight materialised", e->name);
-        if (accel_dtype_is_float(e->t->dtype)) cfg.torch_dtype = e->t->dtype;
-        names[n] = e->name;
-        ts[n++] = e->t;
-    }
-    if (st == ACCEL_OK)
-        st = accel_save_sharded(dir, n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
-    if (st == ACCEL_OK) st = accel_bert_config_save(dir, &cfg);
-    accel_free(names);
-    accel_free(ts);
-    accel_state_dict_free(sd);
-    return st;
+    accel_status st = accel__save_pretrained_weights("accel_bert_save_pretrained", m, dir, max_shard_bytes,
+                                                     is_tied_decoder, &cfg.torch_dtype);
+    return st == ACCEL_OK ? accel_bert_config_save(dir, &cfg) : st;
 }
 
 /* Whether dir holds weights: what the checkpoint loader resolves it to

@@ -38,6 +38,18 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
 void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* save_pretrained's weights, as transformers writes them: m's state dict
+ * into dir as safetensors (sharded with an index past max_shard_bytes; 0:
+ * transformers' 5 GB), but the entries skip(sd, i) leaves out (the tied
+ * copies transformers drops). Refused (ACCEL_ERR_STATE, nothing written)
+ * while m's parameters are sharded across processes (FSDP FULL_SHARD /
+ * ZeRO-3: each holds only its pieces), and for a weight on meta
+ * (ACCEL_ERR_DEVICE). *torch_dtype: the dtype of the floating-point weights
+ * (the last one's), for config.json; left as it was without any. fn names
+ * the caller in errors. */
+accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
+                                            bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype);
+
 /* What from_pretrained adds to load_checkpoint_in_model (transformers'
  * loading, not Accelerate's). Checkpoint names are read through transformers'
  * "legacy" renames first (LayerNorm.gamma / LayerNorm.beta, the original

@@ -6,16 +6,18 @@
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
+#include "accelerator/accelerator_internal.h"
 #include "bigmodel/bigmodel_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
-accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes) {
-    if (!llama || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_pretrained: NULL argument");
-    const accel_llama_config *cfg0 = accel_llama_config_of(llama);
-    if (!cfg0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_pretrained: the model is not a Llama model");
-    accel_llama_config cfg = *cfg0;
-    accel_state_dict *sd = accel_module_state_dict(llama);
+accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
+                                            bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype) {
+    if (accel__module_params_sharded(m))
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the model's parameters are sharded across processes (FSDP "
+                               "FULL_SHARD / ZeRO-3): each holds only its pieces; save it with "
+                               "accel_accelerator_save_model, which gathers the full weights", fn);
+    accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
     accel_tensor **ts = accel_calloc((size_t)sd->n + 1, sizeof *ts);
@@ -23,23 +25,33 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
     int n = 0;
     for (int i = 0; i < sd->n && st == ACCEL_OK; i++) {
         const accel_state_entry *e = &sd->entries[i];
-        if (e->is_tied_alias) continue; /* transformers drops lm_head.weight when tied */
+        if (skip(sd, i)) continue;
         if (e->t->device.type == ACCEL_DEV_META)
-            st = accel_set_error(ACCEL_ERR_DEVICE,
-                                 "accel_save_pretrained: %s is on meta (offloaded or never loaded); save needs every "
-                                 "weight materialised",
-                                 e->name);
-        if (accel_dtype_is_float(e->t->dtype)) cfg.torch_dtype = e->t->dtype;
+            st = accel_set_error(ACCEL_ERR_DEVICE, "%s: %s is on meta (offloaded or never loaded); save needs every "
+                                 "weight materialised", fn, e->name);
+        if (accel_dtype_is_float(e->t->dtype)) *torch_dtype = e->t->dtype;
         names[n] = e->name;
         ts[n++] = e->t;
     }
     if (st == ACCEL_OK)
         st = accel_save_sharded(dir, n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
-    if (st == ACCEL_OK) st = accel_llama_config_save(dir, &cfg);
     accel_free(names);
     accel_free(ts);
     accel_state_dict_free(sd);
     return st;
+}
+
+/* lm_head.weight tied to the embeddings: transformers drops it. */
+static bool is_tied_alias(const accel_state_dict *sd, int i) { return sd->entries[i].is_tied_alias; }
+
+accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes) {
+    static const char FN[] = "accel_save_pretrained";
+    if (!llama || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
+    const accel_llama_config *cfg0 = accel_llama_config_of(llama);
+    if (!cfg0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is not a Llama model", FN);
+    accel_llama_config cfg = *cfg0;
+    accel_status st = accel__save_pretrained_weights(FN, llama, dir, max_shard_bytes, is_tied_alias, &cfg.torch_dtype);
+    return st == ACCEL_OK ? accel_llama_config_save(dir, &cfg) : st;
 }
 
 const char *const *accel__unexpected_to_ignore(accel_module *m) {
