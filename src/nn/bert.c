@@ -806,14 +806,16 @@ static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel
     return ok;
 }
 
-/* A pooled head's logits [B, L] (head: sequence classification, next
- * sentence) and their loss against labels [B]: transformers'
- * CrossEntropyLoss (mean; -100 ignored). fn names the caller. */
-static accel_tensor *pooled_loss(accel_module *m, accel_bert_head head, accel_tensor *ids,
-                                 accel_tensor *token_type_ids, accel_tensor *attention_mask, accel_tensor *labels,
-                                 accel_tensor **logits, const char *fn) {
+/* A head's logits and their loss against labels: transformers'
+ * CrossEntropyLoss (mean; -100 ignored). A pooled head (sequence
+ * classification, next sentence: per_position false) has logits [B, L]
+ * and labels [B]; the token classifier and the masked LM (per_position)
+ * [B T, L] against labels [B T]. fn names the caller. */
+static accel_tensor *head_loss(accel_module *m, accel_bert_head head, bool per_position, accel_tensor *ids,
+                               accel_tensor *token_type_ids, accel_tensor *attention_mask, accel_tensor *labels,
+                               accel_tensor **logits, const char *fn) {
     if (logits) *logits = NULL;
-    if (!check_labels(fn, "labels", labels, ids, false)) return NULL;
+    if (!check_labels(fn, "labels", labels, ids, per_position)) return NULL;
     accel_tensor *y = head_forward(m, head, ids, token_type_ids, attention_mask, NULL, fn);
     if (logits) *logits = y;
     return y ? accel_cross_entropy(y, labels, -100) : NULL;
@@ -822,8 +824,8 @@ static accel_tensor *pooled_loss(accel_module *m, accel_bert_head head, accel_te
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                               accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
     /* transformers' single_label_classification */
-    return pooled_loss(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, ids, token_type_ids, attention_mask, labels, logits,
-                       "accel_bert_loss");
+    return head_loss(m, ACCEL_BERT_SEQUENCE_CLASSIFICATION, false, ids, token_type_ids, attention_mask, labels,
+                     logits, "accel_bert_loss");
 }
 
 accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -832,21 +834,10 @@ accel_tensor *accel_bert_token_classify(accel_module *m, accel_tensor *ids, acce
                         "accel_bert_token_classify");
 }
 
-/* The token classifier's or the masked LM's loss: CrossEntropyLoss over
- * every position ([B T, L] against labels [B T]), -100 ignored. */
-static accel_tensor *position_loss(accel_module *m, accel_bert_head head, accel_tensor *ids, accel_tensor *tt,
-                                   accel_tensor *am, accel_tensor *labels, accel_tensor **logits, const char *fn) {
-    if (logits) *logits = NULL;
-    if (!check_labels(fn, "labels", labels, ids, true)) return NULL;
-    accel_tensor *y = head_forward(m, head, ids, tt, am, NULL, fn);
-    if (logits) *logits = y;
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
-}
-
 accel_tensor *accel_bert_token_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                     accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    return position_loss(m, ACCEL_BERT_TOKEN_CLASSIFICATION, ids, token_type_ids, attention_mask, labels, logits,
-                         "accel_bert_token_loss");
+    return head_loss(m, ACCEL_BERT_TOKEN_CLASSIFICATION, true, ids, token_type_ids, attention_mask, labels, logits,
+                     "accel_bert_token_loss");
 }
 
 accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -856,8 +847,8 @@ accel_tensor *accel_bert_mlm_logits(accel_module *m, accel_tensor *ids, accel_te
 
 accel_tensor *accel_bert_mlm_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    return position_loss(m, ACCEL_BERT_MASKED_LM, ids, token_type_ids, attention_mask, labels, logits,
-                         "accel_bert_mlm_loss");
+    return head_loss(m, ACCEL_BERT_MASKED_LM, true, ids, token_type_ids, attention_mask, labels, logits,
+                     "accel_bert_mlm_loss");
 }
 
 /* qa_outputs' [B, T, 2] split into the start and end logits [B, T], each
@@ -956,8 +947,8 @@ accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_te
 
 accel_tensor *accel_bert_nsp_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
                                   accel_tensor *attention_mask, accel_tensor *labels, accel_tensor **logits) {
-    return pooled_loss(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, ids, token_type_ids, attention_mask, labels, logits,
-                       "accel_bert_nsp_loss");
+    return head_loss(m, ACCEL_BERT_NEXT_SENTENCE_PREDICTION, false, ids, token_type_ids, attention_mask, labels,
+                     logits, "accel_bert_nsp_loss");
 }
 
 /* t [B, N, T] (int64/int32; like ids when like is given) -> [B N, T]; NULL
