@@ -609,10 +609,10 @@ static void test_zero_shard_refused(void) {
     done(m, saved);
 }
 
-/* save_pretrained of a model whose parameters are sharded (each process
- * holds its pieces): refused naming accel_accelerator_save_model, nothing
- * written; after clear() (the full weights back) it saves. The Llama's and
- * BERT's alike. */
+/* save_pretrained (and accel_save_module) of a model whose parameters are
+ * sharded (each process holds its pieces): refused naming
+ * accel_accelerator_save_model, nothing written; after clear() (the full
+ * weights back) it saves. The Llama's and BERT's alike. */
 static void test_save_pretrained_refused(void) {
     char dir[] = "/tmp/accel_zero3_save_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -627,6 +627,9 @@ static void test_save_pretrained_refused(void) {
         accel_status st = i == 0 ? accel_save_pretrained(m, dir, 0) : accel_bert_save_pretrained(m, dir, 0);
         CHECK_MSG(st == ACCEL_ERR_STATE, "%s: status %d", i == 0 ? "llama" : "bert", (int)st);
         CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_model");
+        /* (the plain state-dict save too: it wrote zeros, the unmapped rest of each unit) */
+        CHECK(accel_save_module(dir, m, 0) == ACCEL_ERR_STATE);
+        CHECK_STR_CONTAINS(accel_last_error(), "sharded across processes");
         char f[128];
         snprintf(f, sizeof f, "%s/model.safetensors", dir);
         CHECK(access(f, F_OK) != 0);

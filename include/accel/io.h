@@ -181,7 +181,11 @@ accel_status accel_save_sharded(const char *dir, int n, const char *const *names
 accel_status accel_save_sharded_as(const char *dir, int n, const char *const *names,
                                    accel_tensor *const *tensors, int64_t max_shard_bytes,
                                    accel_weights_format format);
-/* Convenience: the module's state dict (tied aliases included, as named). */
+/* Convenience: the module's state dict (tied aliases included, as named).
+ * Refused (ACCEL_ERR_STATE, nothing written) while an Accelerator holds the
+ * module's parameters sharded across processes (FSDP FULL_SHARD / ZeRO-3:
+ * its tensors hold this process's pieces only); accel_accelerator_save_model
+ * gathers them. */
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes);
 
 /* ------------------------------------------------------------ HF config.json (Llama) */

@@ -208,10 +208,6 @@ bool accel__model_syncs(const accel_accelerator *acc, const accel__model *pm);
 /* The data loader whose epoch is running (the last prepared one), or NULL. */
 accel_dataloader *accel__active_dataloader(const accel_accelerator *acc);
 accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
-/* Whether m is a model an accelerator prepared with its parameters sharded
- * across the processes (ZeRO-3 / FSDP FULL_SHARD): each process holds only
- * its pieces, so a plain save of m's tensors is wrong; save_model gathers. */
-bool accel__module_params_sharded(const accel_module *m);
 
 /* model.c: prepare a model (fp8's conversion, flatten, rank 0's weights, the
  * autocast hook, its strategy's layout and start) and release it (always

@@ -433,9 +433,15 @@ static void model_detached(void *owner, void *obj) {
     if (pm && forget_model(acc, pm)) fprintf(stderr, "accel: warning: accel_module_free: %s\n", accel_last_error());
 }
 
-bool accel__module_params_sharded(const accel_module *m) {
-    const accel__model *pm = m ? accel__find_model(accel__link_owner(m->links, model_detached), m) : NULL;
-    return pm && pm->strat->save_model;
+/* The model's parameters are sharded (its strategy writes the weights:
+ * ZeRO-3 gathers them): its tensors hold the pieces this process keeps, the
+ * rest unmapped (zeros if read). */
+static const char *model_away(void *owner, const void *obj) {
+    const accel__model *pm = accel__find_model(owner, obj);
+    return pm && pm->strat->save_model ? "the model's parameters are sharded across processes (FSDP FULL_SHARD / "
+                                         "ZeRO-3): each holds only its pieces; save it with "
+                                         "accel_accelerator_save_model, which gathers the full weights"
+                                       : NULL;
 }
 
 static void optimizer_detached(void *owner, void *obj) {
@@ -513,6 +519,7 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
      * agreed on before the undo, whose release is collective under ZeRO. */
     for (int i = 0; i < acc->n_opts && !st; i++) st = accel__optimizer_follow_params(acc->opts[i]);
     if (!st) st = accel__link_add(&model->links, model_detached, acc);
+    if (!st) accel__link_set_away(model->links, acc, model_away);
     accel__first_error_note(&first, accel__prepare_agree(acc, st, "take the model"));
     /* An optimizer over this model that its strategy let go of when the model
      * was unprepared (ZeRO: its shard given back) is sharded again: stepped

@@ -6,17 +6,15 @@
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
-#include "accelerator/accelerator_internal.h"
 #include "bigmodel/bigmodel_internal.h"
+#include "core/link.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
 accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
                                             bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype) {
-    if (accel__module_params_sharded(m))
-        return accel_set_error(ACCEL_ERR_STATE, "%s: the model's parameters are sharded across processes (FSDP "
-                               "FULL_SHARD / ZeRO-3): each holds only its pieces; save it with "
-                               "accel_accelerator_save_model, which gathers the full weights", fn);
+    const char *away = accel__link_away(m->links, m); /* (an accelerator's ZeRO-3 holds them) */
+    if (away) return accel_set_error(ACCEL_ERR_STATE, "%s: %s", fn, away);
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);

@@ -5,10 +5,24 @@ accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *
     accel__link *l = accel_malloc(sizeof *l);
     if (!l) return accel_last_status();
     l->detach = detach;
+    l->away = NULL;
     l->owner = owner;
     l->next = *head;
     *head = l;
     return ACCEL_OK;
+}
+
+void accel__link_set_away(accel__link *head, const void *owner, accel__away_fn away) {
+    for (accel__link *l = head; l; l = l->next)
+        if (l->owner == owner) l->away = away;
+}
+
+const char *accel__link_away(const accel__link *head, const void *obj) {
+    for (const accel__link *l = head; l; l = l->next) {
+        const char *why = l->away ? l->away(l->owner, obj) : NULL;
+        if (why) return why;
+    }
+    return NULL;
 }
 
 void accel__link_remove(accel__link **head, const void *owner) {

@@ -10,15 +10,25 @@
 #include "accel/core.h"
 
 typedef void (*accel__detach_fn)(void *owner, void *obj);
+/* Why obj's tensors do not hold its whole values while owner holds it (a
+ * sentence for an error: "its parameters are sharded across processes
+ * ..."), or NULL when they do. */
+typedef const char *(*accel__away_fn)(void *owner, const void *obj);
 
 typedef struct accel__link {
     accel__detach_fn detach;
+    accel__away_fn away; /* NULL: the owner never takes the values away */
     void *owner;
     struct accel__link *next;
 } accel__link;
 
 /* Adds owner's link (NULL + error on OOM). */
 accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *owner);
+/* Gives owner's link (made with accel__link_add) the question away. */
+void accel__link_set_away(accel__link *head, const void *owner, accel__away_fn away);
+/* The first owner's answer why obj's values are away (a lower layer saving
+ * or exporting obj asks, knowing nothing of the owners), or NULL. */
+const char *accel__link_away(const accel__link *head, const void *obj);
 /* Removes owner's link; no-op when it has none. */
 void accel__link_remove(accel__link **head, const void *owner);
 /* The owner of the first link made with detach, or NULL. */

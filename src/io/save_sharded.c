@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "accel/io.h"
+#include "accel/nn.h"
+#include "core/link.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 
@@ -204,6 +206,9 @@ accel_status accel__save_sharded_with(const char *dir, int n, const char *const 
 }
 
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
+    if (!root || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_module: NULL argument");
+    const char *away = accel__link_away(root->links, root); /* (an accelerator's ZeRO-3 holds them) */
+    if (away) return accel_set_error(ACCEL_ERR_STATE, "accel_save_module: %s", away);
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();
     const char **names = accel_malloc(sizeof(char *) * ((size_t)sd->n + 1));
