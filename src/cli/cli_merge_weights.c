@@ -184,15 +184,35 @@ static int verify_files(const char *dir, accel_checkpoint *ck) {
     return 1;
 }
 
+/* OUTPUT_PATH, made when missing (its parent must exist: Accelerate's
+ * mkdir(exist_ok=True)); *created says this merge made it. 1 after naming
+ * the error. */
+static int make_out_dir(const char *out_dir, bool *created) {
+    *created = mkdir(out_dir, 0755) == 0;
+    if (*created || errno == EEXIST) return 0;
+    fprintf(stderr, "accel merge-weights: error: cannot create '%s': %s\n", out_dir, strerror(errno));
+    return 1;
+}
+
+/* A failed merge leaves no trace of itself: the OUTPUT_PATH it made is
+ * removed (empty: the merged file is written beside it and renamed into it
+ * only on success), one that existed is left as it was. */
+static void drop_out_dir(const char *out_dir, bool created) {
+    if (created) rmdir(out_dir);
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
 static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
     int n = 0;
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+    bool created;
+    if (make_out_dir(out_dir, &created)) return 1;
+    if (accel__zero3_merge(sub, out_dir, unsafe, &n)) {
+        fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        drop_out_dir(out_dir, created);
         return 1;
     }
-    if (accel__zero3_merge(sub, out_dir, unsafe, &n) || (remove && accel__zero3_remove_sharded(sub))) {
+    if (remove && accel__zero3_remove_sharded(sub)) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
@@ -214,12 +234,17 @@ int accel_cli_merge_weights(int argc, char **argv) {
                        "--unsafe_serialization).";
     const char *vals[NOPTS] = {0};
     int first = 0;
-    /* Positionals may come before or after the flags: parse flags wherever they are. */
+    /* Positionals may come before or after the flags: parse flags wherever they are (all of them: a fixed
+     * array of 64 dropped every argument after it, an unknown flag or --remove_checkpoint_dir unseen) */
     const char *pos[2] = {0};
     int npos = 0;
-    char *rest[64];
+    char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
+    if (!rest) {
+        fprintf(stderr, "accel merge-weights: error: out of memory\n");
+        return 1;
+    }
     int nrest = 0;
-    for (int i = 0; i < argc && nrest < 63; i++) {
+    for (int i = 0; i < argc; i++) {
         if (i > 0 && argv[i][0] != '-') {
             if (npos < 2) pos[npos] = argv[i];
             npos++;
@@ -229,6 +254,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     rest[nrest] = NULL;
     int rc = cli_parse(usage, desc, OPTS, NOPTS, nrest, rest, vals, &first, false);
+    free(rest);
     if (rc == CLI_HELP) return 0;
     if (rc != CLI_OK) return 2;
     if (npos != 2) {
@@ -269,8 +295,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
         accel_checkpoint_close(ck);
         return 1;
     }
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+    bool created;
+    if (make_out_dir(out_dir, &created)) {
         accel_checkpoint_close(ck);
         return 1;
     }
@@ -298,6 +324,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         accel_checkpoint_close(ck);
+        drop_out_dir(out_dir, created);
         return 1;
     }
     printf("Weights merged into %s (%d tensors)\n", path, n);
