@@ -151,6 +151,39 @@ static void test_estimate_memory_buffers_past_2_63(void) {
     CHECK(strstr(OUT, "-9") == NULL);
 }
 
+/* An estimate that fails after its first table could be made prints no table: the error alone, exit 1
+ * (the tables were printed as they were made, and a failure in the per-rank or pipeline table came after
+ * a "Memory Usage for loading" table that read as the answer). */
+static void test_estimate_memory_error_prints_no_table(void) {
+    const char *act[] = {"estimate-memory", "data/llama_seed_config", "--batch_size", "3037000500", "--seq_len",
+                         "3037000500", NULL};
+    CHECK_MSG(accel("", act) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "the activations of batch 3037000500 x seq_len 3037000500 would take more than 2^62");
+    CHECK_MSG(strstr(OUT, "Memory Usage for loading") == NULL && strstr(OUT, "┌") == NULL, "%s", OUT);
+    const char *micro[] = {"estimate-memory", "data/llama_seed_config", "--pp_size", "2", "--batch_size", "3",
+                           "--seq_len", "8", "--num_micro_batches", "4", NULL};
+    CHECK_MSG(accel("", micro) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "a batch of 3 rows does not split into 4 micro-batches");
+    CHECK_MSG(strstr(OUT, "Memory Usage for loading") == NULL && strstr(OUT, "Training using Adam") == NULL,
+              "%s", OUT);
+    const char *fine[] = {"estimate-memory", "data/llama_seed_config", "--pp_size", "2", "--batch_size", "4",
+                          "--seq_len", "8", "--num_micro_batches", "4", NULL};
+    CHECK_MSG(accel("", fine) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "Memory Usage for loading");
+    CHECK_STR_CONTAINS(OUT, "Pipeline stages: pp 2");
+}
+
+/* A BERT config whose weights pass 2^63 bytes by its position embeddings alone says so: the error names
+ * max_position_embeddings (it listed the other sizes only, all of them small). */
+static void test_estimate_memory_names_bert_positions(void) {
+    int rc = estimate_f32("bert_positions", "{\"model_type\": \"bert\", \"vocab_size\": 64, \"hidden_size\": 32, "
+                          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 48, "
+                          "\"max_position_embeddings\": 2305843009213693952, \"type_vocab_size\": 2}");
+    CHECK_MSG(rc == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "the weights would take more than 2^63 bytes");
+    CHECK_STR_CONTAINS(OUT, "max_position_embeddings 2305843009213693952");
+}
+
 /* The launcher's help tells what the library does: offload_param nvme works
  * (a shard file per rank under --offload_param_nvme_path). */
 static void test_launch_help_offload_param(void) {
@@ -344,6 +377,8 @@ int main(void) {
     RUN(test_config_wizard_non_utf8);
     RUN(test_estimate_memory_petabytes);
     RUN(test_estimate_memory_buffers_past_2_63);
+    RUN(test_estimate_memory_error_prints_no_table);
+    RUN(test_estimate_memory_names_bert_positions);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);
