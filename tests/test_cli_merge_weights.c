@@ -415,6 +415,20 @@ static void test_failed_write_leaves_no_trace(void) {
     CHECK_MSG(access(file, F_OK) != 0, "the failed merge left %s", file);
 }
 
+/* A shard that is a symbolic link to itself is not "missing": the error says why it cannot be read. */
+static void test_shard_link_loop(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
+    snprintf(ck, sizeof ck, "%s/link_loop", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && rm model-00004-of-00008.safetensors && "
+             "ln -s model-00004-of-00008.safetensors model-00004-of-00008.safetensors", ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/link_loop_out", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "shard 'model-00004-of-00008.safetensors' cannot be read: ");
+    CHECK(strstr(buf, "is missing") == NULL);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -433,6 +447,7 @@ int main(void) {
     RUN(test_output_path_too_long);
     RUN(test_many_arguments);
     RUN(test_failed_write_leaves_no_trace);
+    RUN(test_shard_link_loop);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);
