@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "accel/core.h"
+#include "accel/io.h"
 #include "check.h"
 #include "sibling_exe.h"
 
@@ -182,6 +183,43 @@ static void test_estimate_memory_names_bert_positions(void) {
     CHECK_MSG(rc == 1, "%s", OUT);
     CHECK_STR_CONTAINS(OUT, "the weights would take more than 2^63 bytes");
     CHECK_STR_CONTAINS(OUT, "max_position_embeddings 2305843009213693952");
+}
+
+/* A Mixtral config of 65536 experts, hidden size 8 (each expert's sizes within bounds), as a JSON text. */
+static void experts_config(char *out, size_t n, const char *model_type, int layers, int sparse_step) {
+    snprintf(out, n, "{\"model_type\": \"%s\", \"hidden_size\": 8, \"intermediate_size\": 8, "
+             "\"moe_intermediate_size\": 8, \"num_attention_heads\": 1, \"num_key_value_heads\": 1, "
+             "\"head_dim\": 8, \"vocab_size\": 8, \"num_hidden_layers\": %d, \"%s\": 65536, "
+             "\"num_experts_per_tok\": 2, \"max_position_embeddings\": 64%s}", model_type, layers,
+             strcmp(model_type, "mixtral") ? "num_experts" : "num_local_experts",
+             sparse_step ? ", \"decoder_sparse_step\": 2" : "");
+}
+
+/* The experts of all the sparse layers together are bounded (ACCEL_MOE_MAX_TOTAL_EXPERTS, 2^18): each
+ * field within its own bound, 65536 layers of 65536 experts built 2^32 expert modules on the meta device
+ * until memory ran out (16 layers: a million of them, 3 GB and half a minute). Counted over the sparse
+ * layers only: Qwen3-MoE's decoder_sparse_step 2 makes 8 layers 4 sparse ones. */
+static void test_estimate_memory_experts_bounded(void) {
+    char cfg[1024], dir[PATH_MAX + 16], path[PATH_MAX + 32];
+    experts_config(cfg, sizeof cfg, "mixtral", 5, 0);
+    CHECK_MSG(estimate_f32("experts", cfg) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "5 sparse layers of 65536 experts make 327680 experts, over accel's limit of 262144");
+    CHECK(strstr(OUT, "Memory Usage") == NULL);
+    struct { const char *type; int layers, step; bool ok; } CASES[] = {
+        {"mixtral", 4, 0, true}, {"mixtral", 5, 0, false}, {"qwen3_moe", 8, 1, true}, {"qwen3_moe", 10, 1, false}};
+    snprintf(dir, sizeof dir, "%s/experts_bound", TMP);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        experts_config(cfg, sizeof cfg, CASES[i].type, CASES[i].layers, CASES[i].step);
+        write_file(path, cfg);
+        accel_llama_config c;
+        bool ok = accel_llama_config_load(dir, &c) == ACCEL_OK;
+        CHECK_MSG(ok == CASES[i].ok && (ok || strstr(accel_last_error(), "experts, over accel's limit of 262144")),
+                  "%s, %d layers: %s", CASES[i].type, CASES[i].layers, ok ? "loaded" : accel_last_error());
+    }
+    unlink(path);
+    rmdir(dir);
 }
 
 /* The launcher's help tells what the library does: offload_param nvme works
@@ -379,6 +417,7 @@ int main(void) {
     RUN(test_estimate_memory_buffers_past_2_63);
     RUN(test_estimate_memory_error_prints_no_table);
     RUN(test_estimate_memory_names_bert_positions);
+    RUN(test_estimate_memory_experts_bounded);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);
