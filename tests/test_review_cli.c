@@ -222,6 +222,27 @@ static void test_estimate_memory_experts_bounded(void) {
     rmdir(dir);
 }
 
+/* The table's title names the model whole: a path of 760 bytes was cut at 600, its closing backquote
+ * with it. */
+static void test_estimate_memory_long_path_title(void) {
+    char dir[PATH_MAX], path[PATH_MAX + 32], want[300];
+    int n = snprintf(dir, sizeof dir, "%s", TMP);
+    memset(want, 'd', 250);
+    strcpy(want + 250, "` ");
+    for (int i = 0; i < 3; i++) {
+        n += snprintf(dir + n, sizeof dir - (size_t)n, "/%.250s", want);
+        CHECK(mkdir(dir, 0700) == 0);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 8, "
+               "\"num_attention_heads\": 1, \"num_key_value_heads\": 1, \"vocab_size\": 8, "
+               "\"num_hidden_layers\": 1}");
+    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
+    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, want); /* the last folder's name, then the closing backquote */
+    CHECK(strlen(dir) > 760);
+}
+
 /* The launcher's help tells what the library does: offload_param nvme works
  * (a shard file per rank under --offload_param_nvme_path). */
 static void test_launch_help_offload_param(void) {
@@ -418,6 +439,7 @@ int main(void) {
     RUN(test_estimate_memory_error_prints_no_table);
     RUN(test_estimate_memory_names_bert_positions);
     RUN(test_estimate_memory_experts_bounded);
+    RUN(test_estimate_memory_long_path_title);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);

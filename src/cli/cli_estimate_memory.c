@@ -12,6 +12,7 @@
  * for the config's family (every decoder row of the architecture table,
  * BERT) (docs/bigmodel.md "Training memory"). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -751,7 +752,9 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
         else if (k == 1) cli_convert_bytes(2.0 * (double)body, true, rows[r][3], 32);
         else snprintf(rows[r][3], 32, "N/A");
     }
-    char title[600];
+    /* the whole name: model was opened, so it is shorter than PATH_MAX (600 bytes cut a longer one and its
+     * closing backquote without a word) */
+    char title[PATH_MAX + 32];
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
     cli_print_table(out, title, headers, 4, rows, ndt);
