@@ -429,6 +429,25 @@ static void test_shard_link_loop(void) {
     CHECK(strstr(buf, "is missing") == NULL);
 }
 
+/* A shard named as the merge's scratch file (model.safetensors.tmp, merged into its own folder): refused,
+ * the shard untouched. The writer truncated it as a stale scratch file of its own: four tensors merged
+ * as zeros, exit 0, and the shard renamed into the merged file, the checkpoint left without it. */
+static void test_shard_named_as_the_scratch_file(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
+    snprintf(ck, sizeof ck, "%s/scratch", TMP);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && mv model-00004-of-00008.safetensors "
+             "model.safetensors.tmp && sed -i s/model-00004-of-00008.safetensors/model.safetensors.tmp/ "
+             "model.safetensors.index.json", ck, ck);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s", ck, ck);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "/model.safetensors.tmp is the merge's scratch file ");
+    snprintf(cmd, sizeof cmd, "cmp -s data/hf_llama_sharded/model-00004-of-00008.safetensors %s/model.safetensors.tmp && "
+             "test ! -e %s/model.safetensors", ck, ck);
+    CHECK_MSG(system(cmd) == 0, "the shard %s/model.safetensors.tmp was changed, or a merged file written", ck);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -448,6 +467,7 @@ int main(void) {
     RUN(test_many_arguments);
     RUN(test_failed_write_leaves_no_trace);
     RUN(test_shard_link_loop);
+    RUN(test_shard_named_as_the_scratch_file);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

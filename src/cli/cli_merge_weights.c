@@ -35,6 +35,25 @@ static bool same_file(const char *a, const char *b) {
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+/* Whether the merge's scratch file, path + ".tmp" (written, then renamed over path), is one of the
+ * shards it reads: the writer truncates a file of that name as a stale scratch file of its own, so the
+ * shard was emptied under the merge (its tensors merged as whatever the pages then held, exit 0) and
+ * renamed away, the checkpoint losing it. Error set naming it. */
+static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char *path) {
+    char scratch[4096 + 8], shard[8192];
+    snprintf(scratch, sizeof scratch, "%s.tmp", path);
+    for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
+        snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
+        if (same_file(shard, scratch)) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "the shard %s is the merge's scratch file %s (written, then "
+                            "renamed to %s): rename the shard (and its index entries) or merge into another folder",
+                            shard, scratch, path);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The shards are named relative to dir (the index's folder), not to the
  * current directory. The merged file itself is never removed: merging a
  * folder's model.safetensors into that folder leaves it in place. index: the
@@ -315,6 +334,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
                         merged_name(unsafe), sizeof path - 1);
         ok = 0;
     }
+    if (ok && scratch_is_a_shard(ck, dir, path)) ok = 0;
     if (ok)
         ok = (unsafe ? accel_torch_save(path, n, names, ts) : accel_safetensors_save(path, n, names, ts, 0, NULL)) ==
              ACCEL_OK;
