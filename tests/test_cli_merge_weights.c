@@ -415,13 +415,19 @@ static void test_failed_write_leaves_no_trace(void) {
     CHECK_MSG(access(file, F_OK) != 0, "the failed merge left %s", file);
 }
 
+/* data/hf_llama_sharded copied to TMP/name (its path into ck), then edited there by the shell commands. */
+static void copy_edited(const char *name, const char *edit, char *ck, size_t n) {
+    char cmd[4 * PATH_MAX];
+    snprintf(ck, n, "%s/%s", TMP, name);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && %s", ck, ck, edit);
+    CHECK_MSG(system(cmd) == 0, "%s", cmd);
+}
+
 /* A shard that is a symbolic link to itself is not "missing": the error says why it cannot be read. */
 static void test_shard_link_loop(void) {
     char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
-    snprintf(ck, sizeof ck, "%s/link_loop", TMP);
-    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && rm model-00004-of-00008.safetensors && "
-             "ln -s model-00004-of-00008.safetensors model-00004-of-00008.safetensors", ck, ck);
-    CHECK(system(cmd) == 0);
+    copy_edited("link_loop", "rm model-00004-of-00008.safetensors && "
+                "ln -s model-00004-of-00008.safetensors model-00004-of-00008.safetensors", ck, sizeof ck);
     snprintf(cmd, sizeof cmd, "merge-weights %s %s/link_loop_out", ck, TMP);
     CHECK(run(cmd) == 1);
     slurp("err", buf, sizeof buf);
@@ -434,11 +440,9 @@ static void test_shard_link_loop(void) {
  * as zeros, exit 0, and the shard renamed into the merged file, the checkpoint left without it. */
 static void test_shard_named_as_the_scratch_file(void) {
     char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
-    snprintf(ck, sizeof ck, "%s/scratch", TMP);
-    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && mv model-00004-of-00008.safetensors "
-             "model.safetensors.tmp && sed -i s/model-00004-of-00008.safetensors/model.safetensors.tmp/ "
-             "model.safetensors.index.json", ck, ck);
-    CHECK(system(cmd) == 0);
+    copy_edited("scratch", "mv model-00004-of-00008.safetensors model.safetensors.tmp && "
+                "sed -i s/model-00004-of-00008.safetensors/model.safetensors.tmp/ model.safetensors.index.json",
+                ck, sizeof ck);
     snprintf(cmd, sizeof cmd, "merge-weights %s %s", ck, ck);
     CHECK(run(cmd) == 1);
     slurp("err", buf, sizeof buf);
