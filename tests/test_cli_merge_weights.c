@@ -15,12 +15,15 @@
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
 
-static int run(const char *args) {
-    char cmd[4 * PATH_MAX + 64];
-    snprintf(cmd, sizeof cmd, "%s %s > %s/out 2> %s/err", ACCEL, args, TMP, TMP);
+/* `accel args` after the shell commands before (limits, traps), its output in TMP/out and TMP/err. */
+static int run_after(const char *before, const char *args) {
+    char cmd[4 * PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "%s %s %s > %s/out 2> %s/err", before, ACCEL, args, TMP, TMP);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
+
+static int run(const char *args) { return run_after("", args); }
 
 static void slurp(const char *name, char *buf, size_t n) {
     char p[PATH_MAX + 16];
@@ -361,6 +364,94 @@ static void test_output_path_too_long(void) {
     CHECK_MSG(entries == 0, "the output folder holds %d files", entries);
 }
 
+/* Every argument is parsed, however many: the parser kept the first 63 and dropped the rest unseen, so a
+ * misspelt flag after them merged as if absent (exit 0), and --remove_checkpoint_dir after them was ignored. */
+static void test_many_arguments(void) {
+    char args[4096], buf[4096];
+    int n = snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s/many", TMP);
+    for (int i = 0; i < 70; i++) n += snprintf(args + n, sizeof args - (size_t)n, " --unsafe_serialization");
+    snprintf(args + n, sizeof args - (size_t)n, " --remove_checkpint_dir");
+    CHECK(run(args) == 2);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "unrecognized arguments: --remove_checkpint_dir");
+    char out[PATH_MAX + 16];
+    snprintf(out, sizeof out, "%s/many", TMP);
+    CHECK_MSG(access(out, F_OK) != 0, "%s was written", out);
+}
+
+/* A merge whose write fails (a full disk; here a file size limit of 512 bytes, the signal ignored so that
+ * write says EFBIG) leaves nothing behind: the OUTPUT_PATH it made is removed, and one that existed (empty,
+ * or with the model.safetensors already in it) is left as it was. */
+static void test_failed_write_leaves_no_trace(void) {
+    const char *limit = "trap '' XFSZ; ulimit -f 1;";
+    char args[3 * PATH_MAX], out[PATH_MAX + 16], file[PATH_MAX + 64], buf[4096];
+    snprintf(out, sizeof out, "%s/no_trace", TMP);
+    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s", out);
+    CHECK(run_after(limit, args) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "model.safetensors.tmp: File too large");
+    CHECK_MSG(access(out, F_OK) != 0, "the failed merge left %s", out);
+    snprintf(out, sizeof out, "%s/kept_empty", TMP); /* the user's, empty: kept */
+    CHECK(mkdir(out, 0755) == 0);
+    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s", out);
+    CHECK(run_after(limit, args) == 1);
+    CHECK_MSG(access(out, F_OK) == 0, "the failed merge removed %s", out);
+    snprintf(out, sizeof out, "%s/kept", TMP);
+    CHECK(mkdir(out, 0755) == 0);
+    snprintf(file, sizeof file, "%s/model.safetensors", out);
+    spit(file, "the model merged yesterday");
+    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s --unsafe_serialization", out);
+    CHECK(run_after(limit, args) == 1);
+    snprintf(args, sizeof args, "merge-weights data/hf_llama_sharded %s", out);
+    CHECK(run_after(limit, args) == 1);
+    FILE *f = fopen(file, "r");
+    buf[0] = 0;
+    if (f) {
+        buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+        fclose(f);
+    }
+    CHECK_MSG(strcmp(buf, "the model merged yesterday") == 0, "%s now holds %.40s", file, buf);
+    snprintf(file, sizeof file, "%s/pytorch_model.bin", out);
+    CHECK_MSG(access(file, F_OK) != 0, "the failed merge left %s", file);
+}
+
+/* data/hf_llama_sharded copied to TMP/name (its path into ck), then edited there by the shell commands. */
+static void copy_edited(const char *name, const char *edit, char *ck, size_t n) {
+    char cmd[4 * PATH_MAX];
+    snprintf(ck, n, "%s/%s", TMP, name);
+    snprintf(cmd, sizeof cmd, "cp -r data/hf_llama_sharded %s && cd %s && %s", ck, ck, edit);
+    CHECK_MSG(system(cmd) == 0, "%s", cmd);
+}
+
+/* A shard that is a symbolic link to itself is not "missing": the error says why it cannot be read. */
+static void test_shard_link_loop(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
+    copy_edited("link_loop", "rm model-00004-of-00008.safetensors && "
+                "ln -s model-00004-of-00008.safetensors model-00004-of-00008.safetensors", ck, sizeof ck);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s/link_loop_out", ck, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "shard 'model-00004-of-00008.safetensors' cannot be read: ");
+    CHECK(strstr(buf, "is missing") == NULL);
+}
+
+/* A shard named as the merge's scratch file (model.safetensors.tmp, merged into its own folder): refused,
+ * the shard untouched. The writer truncated it as a stale scratch file of its own: four tensors merged
+ * as zeros, exit 0, and the shard renamed into the merged file, the checkpoint left without it. */
+static void test_shard_named_as_the_scratch_file(void) {
+    char ck[PATH_MAX + 16], cmd[4 * PATH_MAX], buf[4096];
+    copy_edited("scratch", "mv model-00004-of-00008.safetensors model.safetensors.tmp && "
+                "sed -i s/model-00004-of-00008.safetensors/model.safetensors.tmp/ model.safetensors.index.json",
+                ck, sizeof ck);
+    snprintf(cmd, sizeof cmd, "merge-weights %s %s", ck, ck);
+    CHECK(run(cmd) == 1);
+    slurp("err", buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "/model.safetensors.tmp is the merge's scratch file ");
+    snprintf(cmd, sizeof cmd, "cmp -s data/hf_llama_sharded/model-00004-of-00008.safetensors %s/model.safetensors.tmp && "
+             "test ! -e %s/model.safetensors", ck, ck);
+    CHECK_MSG(system(cmd) == 0, "the shard %s/model.safetensors.tmp was changed, or a merged file written", ck);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -377,6 +468,10 @@ int main(void) {
     RUN(test_index_of_another_name);
     RUN(test_tensor_in_another_shard);
     RUN(test_output_path_too_long);
+    RUN(test_many_arguments);
+    RUN(test_failed_write_leaves_no_trace);
+    RUN(test_shard_link_loop);
+    RUN(test_shard_named_as_the_scratch_file);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

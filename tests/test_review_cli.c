@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "accel/core.h"
+#include "accel/io.h"
 #include "check.h"
 #include "sibling_exe.h"
 
@@ -149,6 +150,97 @@ static void test_estimate_memory_buffers_past_2_63(void) {
     CHECK_MSG(rc == 1, "%s", OUT);
     CHECK_STR_CONTAINS(OUT, "the weights and buffers would take more than 2^63 bytes");
     CHECK(strstr(OUT, "-9") == NULL);
+}
+
+/* An estimate that fails after its first table could be made prints no table: the error alone, exit 1
+ * (the tables were printed as they were made, and a failure in the per-rank or pipeline table came after
+ * a "Memory Usage for loading" table that read as the answer). */
+static void test_estimate_memory_error_prints_no_table(void) {
+    const char *act[] = {"estimate-memory", "data/llama_seed_config", "--batch_size", "3037000500", "--seq_len",
+                         "3037000500", NULL};
+    CHECK_MSG(accel("", act) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "the activations of batch 3037000500 x seq_len 3037000500 would take more than 2^62");
+    CHECK_MSG(strstr(OUT, "Memory Usage for loading") == NULL && strstr(OUT, "┌") == NULL, "%s", OUT);
+    const char *micro[] = {"estimate-memory", "data/llama_seed_config", "--pp_size", "2", "--batch_size", "3",
+                           "--seq_len", "8", "--num_micro_batches", "4", NULL};
+    CHECK_MSG(accel("", micro) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "a batch of 3 rows does not split into 4 micro-batches");
+    CHECK_MSG(strstr(OUT, "Memory Usage for loading") == NULL && strstr(OUT, "Training using Adam") == NULL,
+              "%s", OUT);
+    const char *fine[] = {"estimate-memory", "data/llama_seed_config", "--pp_size", "2", "--batch_size", "4",
+                          "--seq_len", "8", "--num_micro_batches", "4", NULL};
+    CHECK_MSG(accel("", fine) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "Memory Usage for loading");
+    CHECK_STR_CONTAINS(OUT, "Pipeline stages: pp 2");
+}
+
+/* A BERT config whose weights pass 2^63 bytes by its position embeddings alone says so: the error names
+ * max_position_embeddings (it listed the other sizes only, all of them small). */
+static void test_estimate_memory_names_bert_positions(void) {
+    int rc = estimate_f32("bert_positions", "{\"model_type\": \"bert\", \"vocab_size\": 64, \"hidden_size\": 32, "
+                          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 48, "
+                          "\"max_position_embeddings\": 2305843009213693952, \"type_vocab_size\": 2}");
+    CHECK_MSG(rc == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "the weights would take more than 2^63 bytes");
+    CHECK_STR_CONTAINS(OUT, "max_position_embeddings 2305843009213693952");
+}
+
+/* A Mixtral config of 65536 experts, hidden size 8 (each expert's sizes within bounds), as a JSON text. */
+static void experts_config(char *out, size_t n, const char *model_type, int layers, int sparse_step) {
+    snprintf(out, n, "{\"model_type\": \"%s\", \"hidden_size\": 8, \"intermediate_size\": 8, "
+             "\"moe_intermediate_size\": 8, \"num_attention_heads\": 1, \"num_key_value_heads\": 1, "
+             "\"head_dim\": 8, \"vocab_size\": 8, \"num_hidden_layers\": %d, \"%s\": 65536, "
+             "\"num_experts_per_tok\": 2, \"max_position_embeddings\": 64%s}", model_type, layers,
+             strcmp(model_type, "mixtral") ? "num_experts" : "num_local_experts",
+             sparse_step ? ", \"decoder_sparse_step\": 2" : "");
+}
+
+/* The experts of all the sparse layers together are bounded (ACCEL_MOE_MAX_TOTAL_EXPERTS, 2^18): each
+ * field within its own bound, 65536 layers of 65536 experts built 2^32 expert modules on the meta device
+ * until memory ran out (16 layers: a million of them, 3 GB and half a minute). Counted over the sparse
+ * layers only: Qwen3-MoE's decoder_sparse_step 2 makes 8 layers 4 sparse ones. */
+static void test_estimate_memory_experts_bounded(void) {
+    char cfg[1024], dir[PATH_MAX + 16], path[PATH_MAX + 32];
+    experts_config(cfg, sizeof cfg, "mixtral", 5, 0);
+    CHECK_MSG(estimate_f32("experts", cfg) == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "5 sparse layers of 65536 experts make 327680 experts, over accel's limit of 262144");
+    CHECK(strstr(OUT, "Memory Usage") == NULL);
+    struct { const char *type; int layers, step; bool ok; } CASES[] = {
+        {"mixtral", 4, 0, true}, {"mixtral", 5, 0, false}, {"qwen3_moe", 8, 1, true}, {"qwen3_moe", 10, 1, false}};
+    snprintf(dir, sizeof dir, "%s/experts_bound", TMP);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        experts_config(cfg, sizeof cfg, CASES[i].type, CASES[i].layers, CASES[i].step);
+        write_file(path, cfg);
+        accel_llama_config c;
+        bool ok = accel_llama_config_load(dir, &c) == ACCEL_OK;
+        CHECK_MSG(ok == CASES[i].ok && (ok || strstr(accel_last_error(), "experts, over accel's limit of 262144")),
+                  "%s, %d layers: %s", CASES[i].type, CASES[i].layers, ok ? "loaded" : accel_last_error());
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+/* The table's title names the model whole: a path of 760 bytes was cut at 600, its closing backquote
+ * with it. */
+static void test_estimate_memory_long_path_title(void) {
+    char dir[PATH_MAX], path[PATH_MAX + 32], want[300];
+    int n = snprintf(dir, sizeof dir, "%s", TMP);
+    memset(want, 'd', 250);
+    strcpy(want + 250, "` ");
+    for (int i = 0; i < 3; i++) {
+        n += snprintf(dir + n, sizeof dir - (size_t)n, "/%.250s", want);
+        CHECK(mkdir(dir, 0700) == 0);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 8, "
+               "\"num_attention_heads\": 1, \"num_key_value_heads\": 1, \"vocab_size\": 8, "
+               "\"num_hidden_layers\": 1}");
+    const char *a[] = {"estimate-memory", dir, "--dtypes", "float32", NULL};
+    CHECK_MSG(accel("", a) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, want); /* the last folder's name, then the closing backquote */
+    CHECK(strlen(dir) > 760);
 }
 
 /* The launcher's help tells what the library does: offload_param nvme works
@@ -344,6 +436,10 @@ int main(void) {
     RUN(test_config_wizard_non_utf8);
     RUN(test_estimate_memory_petabytes);
     RUN(test_estimate_memory_buffers_past_2_63);
+    RUN(test_estimate_memory_error_prints_no_table);
+    RUN(test_estimate_memory_names_bert_positions);
+    RUN(test_estimate_memory_experts_bounded);
+    RUN(test_estimate_memory_long_path_title);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);

@@ -431,6 +431,10 @@ const char *accel_module_decoder_layer_class(const accel_module *m);
 /* The most experts of a mixture-of-experts layer accel builds (real
  * checkpoints have up to a few hundred). */
 #define ACCEL_MOE_MAX_EXPERTS 65536
+/* The most experts of all the sparse layers together: each is modules of its
+ * own, a few KB of memory even on the meta device (2^18 of them: about 1 GB
+ * and seconds to build; the largest real checkpoints have under 2^15). */
+#define ACCEL_MOE_MAX_TOTAL_EXPERTS (1 << 18)
 /* ACCEL_OK when accel_llama_new can build cfg: sizes positive, heads a multiple
  * of kv heads, head_dim even, at most ACCEL_LLAMA_MAX_LAYERS layers, and the
  * weights' bytes fit in int64 (every product overflow-checked). Else

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "accel/nn.h"
 
@@ -22,14 +23,14 @@ int accel_cli_to_fsdp2(int argc, char **argv);
 
 /* ---------------------------------------------------------------- estimate-memory
  * cli_estimate_memory.c: Accelerate's convert_bytes and create_ascii_table
- * (nc columns of rows[nr]). cli_estimate_pipeline.c: the per-stage table of
+ * (nc columns of rows[nr]) into out. cli_estimate_pipeline.c: the per-stage table of
  * a pipeline (pp > 1) with a batch, each stage tensor-parallel over tp
- * ranks; m built from cfg (on meta is enough); 0, or 1 after printing the
- * error. */
+ * ranks, into out; m built from cfg (on meta is enough); 0, or 1 after
+ * printing the error. */
 enum { CLI_TABLE_MAX_COLS = 8 };
 void cli_convert_bytes(double size, bool is_int, char *out, size_t n);
-void cli_print_table(const char *title, const char *const *headers, int nc, char rows[][CLI_TABLE_MAX_COLS][32],
-                     int nr);
+void cli_print_table(FILE *out, const char *title, const char *const *headers, int nc,
+                     char rows[][CLI_TABLE_MAX_COLS][32], int nr);
 typedef struct cli_pipeline_request {
     int pp, virt, micro;  /* pp_size, pp_virtual_stages (> 1: interleaved 1F1B), num_micro_batches */
     bool gpipe;           /* else 1F1B (virt 1) */
@@ -42,7 +43,7 @@ typedef struct cli_pipeline_request {
     int cp;               /* context parallelism's ranks (1: none): a micro-batch's inputs [B / M, T / cp] */
     const accel_llama_config *cfg; /* m's config, for the tp split (bigmodel/mesh_memory.h) */
 } cli_pipeline_request;
-int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q);
+int cli_pipeline_table(FILE *out, accel_module *m, const cli_pipeline_request *q);
 
 /* ---------------------------------------------------------------- options
  * Long options are spelled with underscores in the table; `--foo-bar` is

@@ -12,6 +12,7 @@
  * for the config's family (every decoder row of the architecture table,
  * BERT) (docs/bigmodel.md "Training memory"). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,35 +91,35 @@ void cli_convert_bytes(double size, bool is_int, char *out, size_t n) {
 }
 
 /* str.center(width): CPython puts the odd space left when width is odd. */
-static void put_centered(const char *s, int width) {
+static void put_centered(FILE *out, const char *s, int width) {
     int len = (int)strlen(s), marg = width - len;
     if (marg <= 0) {
-        fputs(s, stdout);
+        fputs(s, out);
         return;
     }
     int left = marg / 2 + (marg & width & 1);
-    printf("%*s%s%*s", left, "", s, marg - left, "");
+    fprintf(out, "%*s%s%*s", left, "", s, marg - left, "");
 }
 
-static void rule(int n) {
-    for (int i = 0; i < n; i++) fputs("─", stdout);
+static void rule(FILE *out, int n) {
+    for (int i = 0; i < n; i++) fputs("─", out);
 }
 
-static void make_row(const char *l, const char *mid, const char *r, const int *w, int nc, int diff) {
-    fputs(l, stdout);
+static void make_row(FILE *out, const char *l, const char *mid, const char *r, const int *w, int nc, int diff) {
+    fputs(l, out);
     for (int i = 0; i < nc; i++) {
-        if (i) fputs(mid, stdout);
-        rule(w[i]);
+        if (i) fputs(mid, out);
+        rule(out, w[i]);
     }
-    rule(diff);
-    fputs(r, stdout);
-    fputs("\n", stdout);
+    rule(out, diff);
+    fputs(r, out);
+    fputs("\n", out);
 }
 
 /* Accelerate's create_ascii_table: nc columns, each as wide as its widest
  * cell; a title wider than the columns widens the last one. */
-void cli_print_table(const char *title, const char *const *headers, int nc, char rows[][CLI_TABLE_MAX_COLS][32],
-                        int nr) {
+void cli_print_table(FILE *out, const char *title, const char *const *headers, int nc,
+                     char rows[][CLI_TABLE_MAX_COLS][32], int nr) {
     int w[CLI_TABLE_MAX_COLS], sum = 0;
     for (int c = 0; c < nc; c++) {
         w[c] = (int)strlen(headers[c]);
@@ -132,30 +133,30 @@ void cli_print_table(const char *title, const char *const *headers, int nc, char
         w[nc - 1] += diff;
     }
     int sep2 = sum + (tl > sum ? diff : 0) + diff + nc + 1;
-    make_row("┌", "─", "┐", w, nc, diff);
-    fputs("│", stdout);
-    put_centered(title, sep2 - 2);
-    fputs("│\n", stdout);
-    make_row("├", "┬", "┤", w, nc, diff);
+    make_row(out, "┌", "─", "┐", w, nc, diff);
+    fputs("│", out);
+    put_centered(out, title, sep2 - 2);
+    fputs("│\n", out);
+    make_row(out, "├", "┬", "┤", w, nc, diff);
     int sepw[CLI_TABLE_MAX_COLS];
     memcpy(sepw, w, sizeof w);
     w[nc - 1] += diff;
-    fputs("│", stdout);
+    fputs("│", out);
     for (int c = 0; c < nc; c++) {
-        put_centered(headers[c], w[c]);
-        fputs("│", stdout);
+        put_centered(out, headers[c], w[c]);
+        fputs("│", out);
     }
-    fputs("\n", stdout);
-    make_row("├", "┼", "┤", sepw, nc, diff);
+    fputs("\n", out);
+    make_row(out, "├", "┼", "┤", sepw, nc, diff);
     for (int r = 0; r < nr; r++) {
-        fputs("│", stdout);
+        fputs("│", out);
         for (int c = 0; c < nc; c++) {
-            put_centered(rows[r][c], w[c]);
-            fputs("│", stdout);
+            put_centered(out, rows[r][c], w[c]);
+            fputs("│", out);
         }
-        fputs("\n", stdout);
+        fputs("\n", out);
     }
-    make_row("└", "┴", "┘", w, nc, 0);
+    make_row(out, "└", "┴", "┘", w, nc, 0);
 }
 
 /* The per-rank request: world size, and the activation options when a
@@ -205,8 +206,8 @@ static void rank_row(char row[][32], int *nc, accel_shard_strategy s, const acce
 /* The per-rank table: Adam on f32 parameters under each strategy (docs/
  * bigmodel.md "Training memory"), with the step's activations when a batch
  * is given: of the BERT bcfg when set, else of the decoder cfg (any family). */
-static int print_rank_table(const accel_llama_config *cfg, const accel_bert_config *bcfg, int64_t total,
-                            int64_t largest, const rank_request *q) {
+static int print_rank_table(FILE *out, const accel_llama_config *cfg, const accel_bert_config *bcfg,
+                            int64_t total, int64_t largest, const rank_request *q) {
     char rows[ACCEL_SHARD_STRATEGIES][CLI_TABLE_MAX_COLS][32];
     int nr = 0, nc = 0;
     for (int s = 0; s < ACCEL_SHARD_STRATEGIES; s++) {
@@ -240,31 +241,31 @@ static int print_rank_table(const accel_llama_config *cfg, const accel_bert_conf
     if (q->act.autocast != ACCEL_F32) head[h++] = "Weight copies";
     if (q->have_batch) head[h++] = "Activations";
     head[h++] = "Total";
-    cli_print_table(title, head, nc, rows, nr);
+    cli_print_table(out, title, head, nc, rows, nr);
     if (!mesh_given(q)) return 0;
     bool cp = q->mesh[MESH_CP] > 1;
     char cps[32] = "";
     if (cp) snprintf(cps, sizeof cps, " x cp %d", q->mesh[MESH_CP]);
-    printf("Mesh: pp %d x dp_replicate %d x dp_shard %d%s x tp %d; ZeRO shards over dp_shard%s (%d)",
+    fprintf(out, "Mesh: pp %d x dp_replicate %d x dp_shard %d%s x tp %d; ZeRO shards over dp_shard%s (%d)",
            q->mesh[MESH_PP], q->mesh[MESH_DP_REPLICATE], q->mesh[MESH_DP_SHARD], cps, q->mesh[MESH_TP],
            cp ? " x cp" : "", zero_world(q));
     if (q->mesh[MESH_PP] > 1)
-        printf("; the rank of pipeline stage %d (decoder layers %d-%d)", q->rank.stage, q->rank.first_layer,
+        fprintf(out, "; the rank of pipeline stage %d (decoder layers %d-%d)", q->rank.stage, q->rank.first_layer,
                q->rank.first_layer + q->rank.n_layers - 1);
     if (q->mesh[MESH_TP] > 1)
-        printf("; 1/%d of each layer's weights and of the vocabulary%s", q->mesh[MESH_TP],
+        fprintf(out, "; 1/%d of each layer's weights and of the vocabulary%s", q->mesh[MESH_TP],
                !q->have_batch                ? ""
                : q->act.sequence_parallel ? ", activations of one tp rank with the norms' and residual adds' split "
                                             "along the sequence"
                                           : ", activations of one tp rank");
     if (cp)
-        printf("; the same weights on each of the %d cp ranks%s", q->mesh[MESH_CP],
+        fprintf(out, "; the same weights on each of the %d cp ranks%s", q->mesh[MESH_CP],
                !q->have_batch ? ""
                : q->act.cp_alltoall ? ", activations of one cp rank's T / cp positions (all-to-all: its heads over "
                                       "the whole sequence in the attention)"
                                     : ", activations of one cp rank's T / cp positions (all-gather: the whole "
                                       "sequence's K and V in the attention)");
-    printf(" (docs/bigmodel.md \"Per mesh\")\n");
+    fprintf(out, " (docs/bigmodel.md \"Per mesh\")\n");
     return 0;
 }
 
@@ -406,18 +407,34 @@ static char **split_assignments(int argc, char **argv, int *n, bool **joined) {
     return out;
 }
 
-static int estimate_memory(int argc, char **argv, const bool *joined);
+static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out);
 
+/* The tables are held in memory and printed only when every one of them could be made: an error found
+ * while making a later one (activations past 2^62 bytes, a batch that does not split into the
+ * micro-batches) printed the first tables and then the error, exit 1 after output that read as an answer. */
 int accel_cli_estimate_memory(int argc, char **argv) {
     int n;
     bool *joined;
     char **args = split_assignments(argc, argv, &n, &joined);
-    if (!args) {
+    char *tables = NULL;
+    size_t len = 0;
+    FILE *out = args ? open_memstream(&tables, &len) : NULL;
+    if (!out) {
         fprintf(stderr, "accel estimate-memory: out of memory\n");
+        free(args);
         return 1;
     }
-    int rc = estimate_memory(n, args, joined);
+    int rc = estimate_memory(n, args, joined, out);
     free(args);
+    if (fclose(out) != 0 && !rc) {
+        fprintf(stderr, "accel estimate-memory: out of memory for the tables\n");
+        rc = 1;
+    }
+    if (!rc && fwrite(tables, 1, len, stdout) != len) {
+        fprintf(stderr, "accel estimate-memory: cannot write the tables: %s\n", strerror(errno));
+        rc = 1;
+    }
+    free(tables);
     return rc;
 }
 
@@ -429,7 +446,7 @@ static int refuse_flag_value(const char *name, const char *value) {
     return 2;
 }
 
-static int estimate_memory(int argc, char **argv, const bool *joined) {
+static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out) {
     const char *model = NULL;
     int dts[16], ndt = 0;
     rank_request q = {.strategy = -1, .act = {.autocast = ACCEL_F32}};
@@ -735,21 +752,23 @@ static int estimate_memory(int argc, char **argv, const bool *joined) {
         else if (k == 1) cli_convert_bytes(2.0 * (double)body, true, rows[r][3], 32);
         else snprintf(rows[r][3], 32, "N/A");
     }
-    char title[600];
+    /* the whole name: model was opened, so it is shorter than PATH_MAX (600 bytes cut a longer one and its
+     * closing backquote without a word) */
+    char title[PATH_MAX + 32];
     snprintf(title, sizeof title, "Memory Usage for loading `%s`", model);
     const char *headers[4] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
-    cli_print_table(title, headers, 4, rows, ndt);
+    cli_print_table(out, title, headers, 4, rows, ndt);
     /* under pp the activations are the stages' (the pipeline's table), not the whole model's */
     rank_request whole = q;
     whole.have_batch = q.have_batch && !pipeline;
-    int rc = per_rank ? print_rank_table(&cfg, bert ? &bcfg : NULL, total, largest, &whole) : 0;
+    int rc = per_rank ? print_rank_table(out, &cfg, bert ? &bcfg : NULL, total, largest, &whole) : 0;
     cli_pipeline_request pq = {.pp = q.mesh[MESH_PP], .virt = q.virt ? q.virt : 1, .micro = q.micro ? q.micro : 1,
                                .gpipe = q.schedule && !strcmp(q.schedule, "gpipe"), .batch = q.act.batch_size,
                                .seq = q.act.seq_len, .strategy = q.strategy >= 0 ? q.strategy : ACCEL_SHARD_DDP,
                                .dp_shard = zero_world(&q), .autocast = q.act.autocast,
                                .tp = q.mesh[MESH_TP], .sp = q.act.sequence_parallel, .cp = q.mesh[MESH_CP],
                                .cfg = &cfg};
-    if (!rc && pipeline) rc = cli_pipeline_table(m, &pq);
+    if (!rc && pipeline) rc = cli_pipeline_table(out, m, &pq);
     accel_module_free(m);
     return rc;
 }

@@ -102,7 +102,7 @@ static int64_t micro_input_bytes(int64_t b, int64_t t, int64_t c, accel_dtype dt
     return n;
 }
 
-int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
+int cli_pipeline_table(FILE *out, accel_module *m, const cli_pipeline_request *q) {
     const accel__family *f = accel__family_of(m);
     if (!f || !f->stages) {
         fprintf(stderr, WHO ": error: pipeline stages cut the decoder families' models; this model is %s%s\n",
@@ -175,9 +175,9 @@ int cli_pipeline_table(accel_module *m, const cli_pipeline_request *q) {
              accel_shard_strategy_name((accel_shard_strategy)q->strategy), q->cp > 1 ? " x cp" : "", q->dp_shard);
     const char *head[COLS] = {"Stage", "Layers", "Weights", "Gradients", "Optimizer", "In flight", "Held inputs",
                               "Total"};
-    cli_print_table(title, head, COLS, rows, nr);
+    cli_print_table(out, title, head, COLS, rows, nr);
     free(rows);
-    printf("Held inputs: each stage's saved micro-batch inputs [%lld, %lld, %lld] %s (%lld bytes each); the "
+    fprintf(out, "Held inputs: each stage's saved micro-batch inputs [%lld, %lld, %lld] %s (%lld bytes each); the "
            "recompute of one micro-batch's chunk comes on top (docs/bigmodel.md \"Per mesh\")\n",
            (long long)(q->batch / q->micro), (long long)T, (long long)C,
            accel_dtype_name(dt), (long long)micro_bytes);

@@ -35,6 +35,25 @@ static bool same_file(const char *a, const char *b) {
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+/* Whether the merge's scratch file, path + ".tmp" (written, then renamed over path), is one of the
+ * shards it reads: the writer truncates a file of that name as a stale scratch file of its own, so the
+ * shard was emptied under the merge (its tensors merged as whatever the pages then held, exit 0) and
+ * renamed away, the checkpoint losing it. Error set naming it. */
+static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char *path) {
+    char scratch[4096 + 8], shard[8192];
+    snprintf(scratch, sizeof scratch, "%s.tmp", path);
+    for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
+        snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
+        if (same_file(shard, scratch)) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "the shard %s is the merge's scratch file %s (written, then "
+                            "renamed to %s): rename the shard (and its index entries) or merge into another folder",
+                            shard, scratch, path);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The shards are named relative to dir (the index's folder), not to the
  * current directory. The merged file itself is never removed: merging a
  * folder's model.safetensors into that folder leaves it in place. index: the
@@ -184,15 +203,35 @@ static int verify_files(const char *dir, accel_checkpoint *ck) {
     return 1;
 }
 
+/* OUTPUT_PATH, made when missing (its parent must exist: Accelerate's
+ * mkdir(exist_ok=True)); *created says this merge made it. 1 after naming
+ * the error. */
+static int make_out_dir(const char *out_dir, bool *created) {
+    *created = mkdir(out_dir, 0755) == 0;
+    if (*created || errno == EEXIST) return 0;
+    fprintf(stderr, "accel merge-weights: error: cannot create '%s': %s\n", out_dir, strerror(errno));
+    return 1;
+}
+
+/* A failed merge leaves no trace of itself: the OUTPUT_PATH it made is
+ * removed (empty: the merged file is written beside it and renamed into it
+ * only on success), one that existed is left as it was. */
+static void drop_out_dir(const char *out_dir, bool created) {
+    if (created) rmdir(out_dir);
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
 static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
     int n = 0;
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+    bool created;
+    if (make_out_dir(out_dir, &created)) return 1;
+    if (accel__zero3_merge(sub, out_dir, unsafe, &n)) {
+        fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
+        drop_out_dir(out_dir, created);
         return 1;
     }
-    if (accel__zero3_merge(sub, out_dir, unsafe, &n) || (remove && accel__zero3_remove_sharded(sub))) {
+    if (remove && accel__zero3_remove_sharded(sub)) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
@@ -214,12 +253,17 @@ int accel_cli_merge_weights(int argc, char **argv) {
                        "--unsafe_serialization).";
     const char *vals[NOPTS] = {0};
     int first = 0;
-    /* Positionals may come before or after the flags: parse flags wherever they are. */
+    /* Positionals may come before or after the flags: parse flags wherever they are (all of them: a fixed
+     * array of 64 dropped every argument after it, an unknown flag or --remove_checkpoint_dir unseen) */
     const char *pos[2] = {0};
     int npos = 0;
-    char *rest[64];
+    char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
+    if (!rest) {
+        fprintf(stderr, "accel merge-weights: error: out of memory\n");
+        return 1;
+    }
     int nrest = 0;
-    for (int i = 0; i < argc && nrest < 63; i++) {
+    for (int i = 0; i < argc; i++) {
         if (i > 0 && argv[i][0] != '-') {
             if (npos < 2) pos[npos] = argv[i];
             npos++;
@@ -229,6 +273,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     rest[nrest] = NULL;
     int rc = cli_parse(usage, desc, OPTS, NOPTS, nrest, rest, vals, &first, false);
+    free(rest);
     if (rc == CLI_HELP) return 0;
     if (rc != CLI_OK) return 2;
     if (npos != 2) {
@@ -269,8 +314,8 @@ int accel_cli_merge_weights(int argc, char **argv) {
         accel_checkpoint_close(ck);
         return 1;
     }
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "accel merge-weights: error: cannot create %s: %s\n", out_dir, strerror(errno));
+    bool created;
+    if (make_out_dir(out_dir, &created)) {
         accel_checkpoint_close(ck);
         return 1;
     }
@@ -289,6 +334,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
                         merged_name(unsafe), sizeof path - 1);
         ok = 0;
     }
+    if (ok && scratch_is_a_shard(ck, dir, path)) ok = 0;
     if (ok)
         ok = (unsafe ? accel_torch_save(path, n, names, ts) : accel_safetensors_save(path, n, names, ts, 0, NULL)) ==
              ACCEL_OK;
@@ -298,6 +344,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         accel_checkpoint_close(ck);
+        drop_out_dir(out_dir, created);
         return 1;
     }
     printf("Weights merged into %s (%d tensors)\n", path, n);

@@ -2,6 +2,7 @@
  * torch.save's pytorch_model.bin) or of shards listed by an index
  * (model.safetensors.index.json, pytorch_model.bin.index.json); opened lazily. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -248,10 +249,14 @@ static accel_status open_index(accel_checkpoint *ck, const char *path) {
     for (int i = 0; i < ck->ix.n_shards; i++) {
         char *p = accel__path_join(ck->dir, ck->ix.shards[i]);
         if (!p) return accel_last_status();
-        /* a name that is there but no regular file (a directory, a FIFO, a device) is not "missing" */
+        /* a name that is there but no regular file (a directory, a FIFO, a device) is not "missing", nor is
+         * one stat cannot follow (a symbolic link loop, a folder it may not search): the error is said */
         struct stat sb;
         bool there = stat(p, &sb) == 0, ok = there && S_ISREG(sb.st_mode);
-        if (!ok)
+        if (!there && errno != ENOENT)
+            accel_set_error(ACCEL_ERR_IO, "%s: shard '%s' cannot be read: %s (%s)", path, ck->ix.shards[i],
+                            strerror(errno), p);
+        else if (!ok)
             accel_set_error(ACCEL_ERR_IO, "%s: shard '%s' %s (%s)", path, ck->ix.shards[i],
                             !there ? "is missing" : S_ISDIR(sb.st_mode) ? "is a directory" : "is not a regular file", p);
         accel_free(p);

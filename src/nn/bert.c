@@ -154,10 +154,11 @@ accel_status accel_bert_config_check(const accel_bert_config *c, const char *who
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: %s (%s: vocab %lld, hidden %lld, heads %lld, layers %lld, intermediate %lld, "
-                               "labels %lld)", who, bad, cls ? cls : "head ?", (long long)c->vocab_size,
-                               (long long)c->hidden_size,
+                               "labels %lld, max_position_embeddings %lld, type_vocab_size %lld)", who, bad,
+                               cls ? cls : "head ?", (long long)c->vocab_size, (long long)c->hidden_size,
                                (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
-                               (long long)c->intermediate_size, (long long)c->num_labels);
+                               (long long)c->intermediate_size, (long long)c->num_labels,
+                               (long long)c->max_position_embeddings, (long long)c->type_vocab_size);
     return ACCEL_OK;
 }
 

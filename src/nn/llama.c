@@ -38,12 +38,19 @@ accel_llama_config accel_llama_config_default(void) {
     return c;
 }
 
+/* The layers whose MLP is a mixture of experts. */
+static int64_t sparse_layers(const accel__arch *a, const accel_llama_config *c) {
+    int64_t sparse = 0;
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) sparse += accel__arch_layer_sparse(a, c, i);
+    return sparse;
+}
+
 /* Bytes of all the weights (the head counted even when tied; `norms`
  * hidden-size norms a layer; a sparse layer's experts and router in place of
  * its MLP), or -1 when that overflows int64: every size here comes from a file. */
 static int64_t weight_bytes(const accel__arch *a, const accel_llama_config *c, int64_t norms) {
-    int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, moe, layer, t, total, sparse = 0;
-    for (int64_t i = 0; i < c->num_hidden_layers; i++) sparse += accel__arch_layer_sparse(a, c, i);
+    int64_t C = c->hidden_size, D = c->head_dim, qd, kvd, attn, mlp, moe, layer, t, total;
+    int64_t sparse = sparse_layers(a, c);
     int64_t im = a->moe == ACCEL__MOE_QWEN ? c->moe_intermediate_size : c->intermediate_size, shared;
     /* || sequences the steps and stops at the first overflow */
     bool of = __builtin_mul_overflow(c->num_attention_heads, D, &qd) ||
@@ -121,6 +128,14 @@ static accel_status resolve_moe(const accel__arch *a, const accel_llama_config *
                                who, bad, (long long)c->num_local_experts, (long long)c->num_experts_per_tok,
                                (long long)c->moe_intermediate_size, (long long)c->decoder_sparse_step,
                                c->router_aux_loss_coef, c->router_jitter_noise);
+    /* each within its bound, 65536 sparse layers of 65536 experts asked for 2^32 expert modules: memory
+     * without end, even on the meta device (estimate-memory); the layers' count is bounded already */
+    int64_t sparse = sparse_layers(a, c);
+    if (sparse * c->num_local_experts > ACCEL_MOE_MAX_TOTAL_EXPERTS)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %lld sparse layers of %lld experts make %lld experts, "
+                               "over accel's limit of %d for a model", who, (long long)sparse,
+                               (long long)c->num_local_experts, (long long)(sparse * c->num_local_experts),
+                               ACCEL_MOE_MAX_TOTAL_EXPERTS);
     return ACCEL_OK;
 }
 
