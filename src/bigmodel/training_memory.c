@@ -1178,7 +1178,7 @@ static double bert_embeddings_step(ledger *l, const accel_bert_config *c) {
     double pos = roberta ? eC : d->T * d->C; /* the position rows' elements */
     l->bytes += roberta ? 8 * n + 8 * n : 8 * d->T; /* RoBERTa's host ids made positions, as a tensor; BERT's arange */
     l->bytes += 4 * pos;
-    l->bytes += 4 * eC + 4 * eC + 4 * eC;  /* word and type rows, the two adds */
+    l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC; /* word and type rows, the two adds */
     accel_dtype e = norm_fwd(l, eC, n, ACCEL_F32);
     if (ph > 0) dropout_fwd(l, eC, e);
     /* backward, after every layer's */
