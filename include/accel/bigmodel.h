@@ -221,8 +221,9 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
  * _token_loss, _qa_loss, _mlm_loss, _pretraining_loss, _nsp_loss,
  * _multiple_choice_loss) on padded batches with token_type_ids (its
  * dropouts acting): every layer attends through explicit [B, H, T, T]
- * scores. seq_len at most max_position_embeddings (RoBERTa's: minus
- * pad_token_id + 1, where its positions start); multiple choice needs
+ * scores. seq_len at most max_position_embeddings (RoBERTa's:
+ * max_position_embeddings - pad_token_id - 1, its positions starting at
+ * pad_token_id + 1); multiple choice needs
  * o->num_choices (batch_size counts examples), the other heads refuse it. */
 struct accel_bert_config;
 accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,

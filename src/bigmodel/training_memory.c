@@ -272,6 +272,20 @@ static void mul_bwd(ledger *l, double e, accel_dtype a, accel_dtype b, accel_dty
 static void dropout_fwd(ledger *l, double e, accel_dtype dt) { l->bytes += e * esz(dt) + e + (dt == ACCEL_F32 ? 0 : 8 * e); }
 static void dropout_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += f32_contig(e, dt, true) + 4 * e + grad_copy(e, dt, false); }
 
+/* The cross-entropy of `rows` rows of `classes` logits of dtype lo, as the
+ * fused kernel runs it for f32 and bf16 logits (src/ops/loss.c: the
+ * logits' gradient in their dtype, which their backward takes as it is,
+ * and per-thread f32 rows of the classes), two kernels for f16 (f32
+ * logits, lse, then the gradient). The targets made [rows] i64 are the
+ * caller's. */
+static void cross_entropy_step(ledger *l, double rows, double classes, accel_dtype lo) {
+    double e = rows * classes;
+    if (lo == ACCEL_F32 || lo == ACCEL_BF16)
+        l->bytes += e * esz(lo) + l->k->threads * 4 * classes;
+    else
+        l->bytes += f32_contig(e, lo, true) + 4 * rows + gbuf(e, lo, false);
+}
+
 /* The family's norm forward of e = rows * w elements (f32 input: an embedding's
  * or an add's output, or a projection's): the output (f32, also under
  * autocast) and its row statistics (rstd; LayerNorm also the mean). Gemma's
@@ -952,15 +966,14 @@ static void outer_step(ledger *l) {
          * copied); rows of numbers: targets (3 [n] i64 and the lookup's
          * index), [n] f32 sums (5) and the looked-up target logits */
         l->bytes += f32_contig(nV, loss_in, true) + gbuf(nV, loss_in, false) + 4 * 8 * n + 6 * 4 * n;
-    } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) { /* fused: the logits' gradient, per-thread rows */
-        l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
-        /* scaled by the rank's share of the loss (not 1: src/ops/loss.c): an
-         * f32 gradient's copy times it; a bf16 one computed again with it,
+    } else {
+        cross_entropy_step(l, n, d->V, loss_in);
+        /* fused, scaled by the rank's share of the loss (not 1: src/ops/loss.c):
+         * an f32 gradient's copy times it; a bf16 one computed again with it,
          * in place (per-thread rows again) */
         if (d->cp > 1 && loss_in == ACCEL_F32) binary_fwd(l, nV, loss_in, ACCEL_F32);
-        else if (d->cp > 1) l->bytes += l->k->threads * 4 * d->V;
-    } else /* f16: f32 logits and lse; the backward's gradient */
-        l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
+        else if (d->cp > 1 && loss_in == ACCEL_BF16) l->bytes += l->k->threads * 4 * d->V;
+    }
     linear_bwd(l, d->C, d->V, lo, hn, false, false); /* lm_head: the norm's output (the region's input) gets its gradient */
     enter_bwd(l, false);
     norm_bwd(l, eC, ACCEL_F32, false);        /* model.norm: the last layer's output gradient */
@@ -1190,20 +1203,6 @@ static double bert_embeddings_step(ledger *l, const accel_bert_config *c) {
     b.bytes += 2 * 4 * eC + (roberta ? 0 : 2 * 4 * pos);
     l->bytes += b.bytes;
     return b.bytes;
-}
-
-/* The cross-entropy of `rows` rows of `classes` logits of dtype lo, as the
- * fused kernel runs it for f32 and bf16 logits (src/ops/loss.c: the
- * logits' gradient in their dtype, which their backward takes as it is,
- * and per-thread f32 rows of the classes), two kernels for f16 (f32
- * logits, lse, then the gradient). The targets made [rows] i64 are the
- * caller's. */
-static void cross_entropy_step(ledger *l, double rows, double classes, accel_dtype lo) {
-    double e = rows * classes;
-    if (lo == ACCEL_F32 || lo == ACCEL_BF16)
-        l->bytes += e * esz(lo) + l->k->threads * 4 * classes;
-    else
-        l->bytes += f32_contig(e, lo, true) + 4 * rows + gbuf(e, lo, false);
 }
 
 /* The masked LM's head on every position of the last hidden state (f32;
