@@ -9,7 +9,8 @@
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
  * "training memory zero3 world=N mp=M" on rank 0. With `families LO HI`:
  * the same step checks for rows LO..HI-1 of the architecture table (every
- * decoder family, small and random); with `bert`: for BERT; with `tp LO HI
+ * decoder family, small and random); with `bert`: for BERT's and RoBERTa's
+ * heads; with `tp LO HI
  * [sp]` under `accel launch` with a tp and / or cp mesh: each rank's step of
  * those rows against the estimate of one tp / cp rank. */
 #include <math.h>
@@ -371,9 +372,10 @@ static accel_tensor *bert_head_loss(accel_module *m, const accel_bert_config *c,
 
 /* The step arena's peak of a steady training step of c's head's loss: a
  * padded batch (each row's last positions 0 in attention_mask, pad ids
- * there), two segments; labels -100 on the padding (a third of the others
- * masked LM targets of their own id), classes and QA positions in range
- * (each below 2: next sentence's and multiple choice's too). */
+ * there), two segments; labels -100 on the padding (the masked LM's the ids
+ * themselves elsewhere), a class per example below 2 (sequence
+ * classification's, next sentence's, multiple choice's; QA's start) and
+ * QA's end positions in range. */
 static size_t bert_peak(const accel_bert_config *c, bool checkpointing, accel_dtype dt) {
     enum { ROWS = BATCH * CHOICES };
     accel_manual_seed(11);
