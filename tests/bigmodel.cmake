@@ -225,7 +225,7 @@ if(TARGET accel_cli)
   # RoBERTa and XLM-RoBERTa: `accelerate estimate-memory`'s own tables for roberta-base's and
   # xlm-roberta-base's config.json (its hub lookup pointed at these files; RobertaModel with its pooler,
   # which no RoBERTa head has, RobertaEmbeddings unsplit with its two buffers), and for the tiny
-  # hf_xlm_roberta_tok (a few bytes off would show); the step activations of RoBERTa are refused.
+  # hf_xlm_roberta_tok (a few bytes off would show); and RoBERTa's step activations (its sequence classifier's).
   add_test(NAME bigmodel_estimate_memory_roberta COMMAND accel_cli estimate-memory data/roberta_base_config
            --dtypes float32 float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_roberta PROPERTIES PASS_REGULAR_EXPRESSION
@@ -240,8 +240,29 @@ if(TARGET accel_cli)
     "│float32│   2.08 KB   │ 4.23 KB  │          16.94 KB         │")
   add_test(NAME bigmodel_estimate_memory_roberta_batch COMMAND accel_cli estimate-memory data/roberta_base_config
            --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_roberta_batch PROPERTIES PASS_REGULAR_EXPRESSION
-    "the activations of RoBERTa's \\(roberta, xlm-roberta\\) training step are not implemented")
+  set_tests_properties(bigmodel_estimate_memory_roberta_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+    PASS_REGULAR_EXPRESSION
+    "per rank \\(batch 2 x 8, f32\\).*│    DDP \\(NO_SHARD\\)    │475.68 MB│475.68 MB│951.37 MB│   0 bytes    │  35.5 MB  │1.89 GB│")
+  # the masked LM's step where config.json names it (and no task head): its logits over the vocabulary
+  add_test(NAME bigmodel_estimate_memory_bert_mlm_batch COMMAND accel_cli estimate-memory data/hf_bert_mlm
+           --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_mlm_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+    PASS_REGULAR_EXPRESSION
+    "per rank \\(batch 2 x 8, f32\\).*│    DDP \\(NO_SHARD\\)    │12.75 KB│ 12.75 KB│ 25.5 KB │   0 bytes    │  76.25 KB │127.25 KB│")
+  # multiple choice: --batch_size examples of --num_choices rows each; without --num_choices, refused by name
+  add_test(NAME bigmodel_estimate_memory_bert_mc_batch COMMAND accel_cli estimate-memory data/hf_bert_mc
+           --batch_size 2 --seq_len 8 --num_choices 4 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_mc_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
+    PASS_REGULAR_EXPRESSION
+    "per rank \\(batch 2 x 4 choices x 8, f32\\).*│    DDP \\(NO_SHARD\\)    │12.54 KB│ 12.54 KB│ 25.07 KB│   0 bytes    │ 258.83 KB │308.97 KB│")
+  add_test(NAME bigmodel_estimate_memory_bert_mc_no_choices COMMAND accel_cli estimate-memory data/hf_bert_mc
+           --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_mc_no_choices PROPERTIES PASS_REGULAR_EXPRESSION
+    "a BertForMultipleChoice runs each of the --batch_size examples as one row per choice: give --num_choices N")
+  add_test(NAME bigmodel_estimate_memory_bert_choices_elsewhere COMMAND accel_cli estimate-memory data/hf_bert_cls
+           --batch_size 2 --seq_len 8 --num_choices 4 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_choices_elsewhere PROPERTIES PASS_REGULAR_EXPRESSION
+    "num_choices 4 given to a BertForSequenceClassification: only multiple choice has choices")
   add_test(NAME bigmodel_estimate_memory_bert_long COMMAND accel_cli estimate-memory data/hf_bert_nlp
            --batch_size 2 --seq_len 65 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_long PROPERTIES PASS_REGULAR_EXPRESSION

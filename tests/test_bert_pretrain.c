@@ -395,12 +395,15 @@ static void test_refusals(void) {
     }
     CHECK(!strcmp(accel_bert_class_name(ACCEL_BERT_MODEL_XLM_ROBERTA, ACCEL_BERT_MULTIPLE_CHOICE),
                   "XLMRobertaForMultipleChoice"));
-    /* the activation estimate models none of these heads' steps */
+    /* the activation estimate of multiple choice needs the choices (batch_size counts examples) */
     c.model_type = ACCEL_BERT_MODEL_BERT, c.pad_token_id = 0, c.head = ACCEL_BERT_MULTIPLE_CHOICE;
     accel_activation_bytes ab;
     accel_activation_opts o = {.batch_size = 2, .seq_len = 8, .autocast = ACCEL_F32};
-    CHECK(accel_bert_activation_bytes(&c, &o, &ab) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "BertForMultipleChoice's training step are not implemented");
+    CHECK(accel_bert_activation_bytes(&c, &o, &ab) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_choices 0: BertForMultipleChoice runs the encoder on batch_size x "
+                                           "num_choices rows");
+    o.num_choices = 4;
+    CHECK_MSG(accel_bert_activation_bytes(&c, &o, &ab) == ACCEL_OK, "%s", accel_last_error());
     accel_module_free(mc);
     accel_module_free(pt);
     accel_step_reset();

@@ -542,13 +542,16 @@ static void test_configs(void) {
     /* a RoBERTa architecture in a bert config is not BERT's head */
     write_file(path, "{\"model_type\": \"bert\", \"architectures\": [\"RobertaForTokenClassification\"]}");
     CHECK(accel_bert_config_load(path, &c) == ACCEL_OK && c.head == ACCEL_BERT_SEQUENCE_CLASSIFICATION);
-    /* the activation estimate of a RoBERTa is not implemented */
+    /* the activation estimate of a RoBERTa: its positions start at pad_token_id + 1 (the step is measured in
+     * tests/test_training_memory.c) */
     accel_activation_bytes ab;
     accel_activation_opts o = {.batch_size = 2, .seq_len = 8, .autocast = ACCEL_F32};
     x.vocab_size = 16, x.hidden_size = 8, x.num_attention_heads = 2, x.intermediate_size = 8;
-    CHECK(accel_bert_activation_bytes(&x, &o, &ab) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(),
-                       "activations of RoBERTa's (roberta, xlm-roberta) training step are not implemented");
+    x.max_position_embeddings = 10, x.pad_token_id = 1;
+    CHECK_MSG(accel_bert_activation_bytes(&x, &o, &ab) == ACCEL_OK, "%s", accel_last_error());
+    o.seq_len = 9;
+    CHECK(accel_bert_activation_bytes(&x, &o, &ab) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 9 is more than max_position_embeddings - pad_token_id - 1");
     accel_clear_error();
 }
 

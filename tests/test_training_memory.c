@@ -9,7 +9,8 @@
  * shards and Adam state against the ZeRO-3 row, within 10%; prints
  * "training memory zero3 world=N mp=M" on rank 0. With `families LO HI`:
  * the same step checks for rows LO..HI-1 of the architecture table (every
- * decoder family, small and random); with `bert`: for BERT; with `tp LO HI
+ * decoder family, small and random); with `bert`: for BERT's and RoBERTa's
+ * heads; with `tp LO HI
  * [sp]` under `accel launch` with a tp and / or cp mesh: each rank's step of
  * those rows against the estimate of one tp / cp rank. */
 #include <math.h>
@@ -320,52 +321,83 @@ static void test_families(void) {
     }
 }
 
-/* BERT (accel/bert.h) with head at the test's sizes, its dropouts on. */
-static accel_bert_config bert_config(accel_bert_head head) {
-    accel_bert_config c = accel_bert_config_default();
+/* Multiple choice's choices per example (its B examples run as B CHOICES rows). */
+enum { CHOICES = 2 };
+
+/* BERT (accel/bert.h; RoBERTa, XLM-RoBERTa: t) with head at the test's
+ * sizes, its dropouts on; RoBERTa's positions start at pad_token_id + 1 (1):
+ * two rows more. */
+static accel_bert_config bert_config(accel_bert_model_type t, accel_bert_head head) {
+    accel_bert_config c = accel_bert_config_default_for(t);
     c.vocab_size = VOCAB;
     c.hidden_size = HIDDEN;
     c.intermediate_size = FFN;
     c.num_hidden_layers = LAYERS;
     c.num_attention_heads = 4;
-    c.max_position_embeddings = SEQ;
+    c.max_position_embeddings = t == ACCEL_BERT_MODEL_BERT ? SEQ : SEQ + 2;
     c.head = head;
     c.num_labels = head == ACCEL_BERT_QUESTION_ANSWERING ? 2 : 3;
     return c;
 }
 
-/* The step arena's peak of a steady training step of head's loss: a padded
- * batch (its last positions 0 in attention_mask, pad ids there), two
- * segments; token labels -100 on the padding, QA positions in range. */
-static size_t bert_peak(accel_bert_head head, bool checkpointing, accel_dtype dt) {
+/* The loss of c's head on the batch: ids, token types and mask [R, T] (R
+ * = BATCH rows, multiple choice's BATCH x CHOICES seen as [BATCH, CHOICES,
+ * T]), labels of every position, start / end positions (QA) and a class
+ * per example. */
+static accel_tensor *bert_head_loss(accel_module *m, const accel_bert_config *c, const int64_t *ids, const int64_t *tt,
+                                    const int64_t *am, const int64_t *labels, const int64_t *start, const int64_t *end) {
+    bool mc = c->head == ACCEL_BERT_MULTIPLE_CHOICE;
+    int64_t rows = mc ? BATCH * CHOICES : BATCH;
+    int64_t shape3[3] = {BATCH, CHOICES, SEQ}, shape2[2] = {rows, SEQ};
+    accel_tensor *ti = accel_from_data(ACCEL_I64, mc ? 3 : 2, mc ? shape3 : shape2, ids),
+                 *tk = accel_from_data(ACCEL_I64, mc ? 3 : 2, mc ? shape3 : shape2, tt),
+                 *ta = accel_from_data(ACCEL_I64, mc ? 3 : 2, mc ? shape3 : shape2, am);
+    accel_tensor *per_example = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), start);
+    switch (c->head) {
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION: return accel_bert_loss(m, ti, tk, ta, per_example, NULL);
+    case ACCEL_BERT_TOKEN_CLASSIFICATION:
+        return accel_bert_token_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), labels), NULL);
+    case ACCEL_BERT_QUESTION_ANSWERING:
+        return accel_bert_qa_loss(m, ti, tk, ta, per_example, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), end), NULL,
+                                  NULL);
+    case ACCEL_BERT_MASKED_LM:
+        return accel_bert_mlm_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), labels), NULL);
+    case ACCEL_BERT_PRETRAINING:
+        return accel_bert_pretraining_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), labels),
+                                           per_example, NULL, NULL);
+    case ACCEL_BERT_NEXT_SENTENCE_PREDICTION: return accel_bert_nsp_loss(m, ti, tk, ta, per_example, NULL);
+    default: return accel_bert_multiple_choice_loss(m, ti, tk, ta, per_example, NULL);
+    }
+}
+
+/* The step arena's peak of a steady training step of c's head's loss: a
+ * padded batch (each row's last positions 0 in attention_mask, pad ids
+ * there), two segments; labels -100 on the padding (the masked LM's the ids
+ * themselves elsewhere), a class per example below 2 (sequence
+ * classification's, next sentence's, multiple choice's; QA's start) and
+ * QA's end positions in range. */
+static size_t bert_peak(const accel_bert_config *c, bool checkpointing, accel_dtype dt) {
+    enum { ROWS = BATCH * CHOICES };
     accel_manual_seed(11);
-    accel_bert_config c = bert_config(head);
-    accel_module *m = accel_bert_new(&c, ACCEL_CPU_DEVICE);
+    accel_module *m = accel_bert_new(c, ACCEL_CPU_DEVICE);
     CHECK_MSG(m != NULL, "%s", accel_last_error());
     if (!m) return 0;
     CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    int64_t pad = c->pad_token_id;
     size_t peak = 0;
     for (int step = 0; step < 2; step++) {
         accel_step_reset();
-        int64_t ids[BATCH * SEQ], tt[BATCH * SEQ], am[BATCH * SEQ], labels[BATCH * SEQ], start[BATCH], end[BATCH];
-        for (int i = 0; i < BATCH * SEQ; i++) {
-            am[i] = i % SEQ < SEQ - 1 - i / SEQ;
-            ids[i] = am[i] ? 1 + (i * 37 + 5) % (VOCAB - 1) : 0;
+        int64_t ids[ROWS * SEQ], tt[ROWS * SEQ], am[ROWS * SEQ], labels[ROWS * SEQ], start[BATCH], end[BATCH];
+        for (int i = 0; i < ROWS * SEQ; i++) {
+            am[i] = i % SEQ < SEQ - 1 - (i / SEQ) % BATCH;
+            ids[i] = am[i] ? 2 + (i * 37 + 5) % (VOCAB - 2) : pad;
             tt[i] = i % SEQ >= SEQ / 2;
-            labels[i] = am[i] ? i % 3 : -100;
+            labels[i] = am[i] ? c->head == ACCEL_BERT_MASKED_LM || c->head == ACCEL_BERT_PRETRAINING ? ids[i] : i % 3
+                              : -100;
         }
-        for (int b = 0; b < BATCH; b++) start[b] = b, end[b] = b + 3;
-        accel_tensor *ti = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), ids),
-                     *tk = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), tt),
-                     *ta = accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), am);
+        for (int b = 0; b < BATCH; b++) start[b] = b % 2, end[b] = b + 3;
         accel_dtype prev = accel_autocast_begin(dt);
-        accel_tensor *loss =
-            head == ACCEL_BERT_SEQUENCE_CLASSIFICATION
-                ? accel_bert_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), labels), NULL)
-            : head == ACCEL_BERT_TOKEN_CLASSIFICATION
-                ? accel_bert_token_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH, SEQ), labels), NULL)
-                : accel_bert_qa_loss(m, ti, tk, ta, accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), start),
-                                     accel_from_data(ACCEL_I64, ACCEL_SHAPE(BATCH), end), NULL, NULL);
+        accel_tensor *loss = bert_head_loss(m, c, ids, tt, am, labels, start, end);
         accel_autocast_end(prev);
         CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "bert step: %s", accel_last_error());
         peak = accel_arena_peak(accel_step_arena());
@@ -375,43 +407,106 @@ static size_t bert_peak(accel_bert_head head, bool checkpointing, accel_dtype dt
     return peak;
 }
 
-/* BERT's step against accel_bert_activation_bytes, as the families', for
- * each head; what a head adds to or takes from sequence classification's
- * step (small beside the layers': the 10% above would not see it) within
- * 15% of the measured difference. */
+/* The (model type, head) pairs test_bert runs: BERT's seven heads, then
+ * RoBERTa's five, one of them as XLM-RoBERTa. */
+static const struct {
+    accel_bert_model_type t;
+    accel_bert_head head;
+} BERT_CASES[] = {
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_SEQUENCE_CLASSIFICATION},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_TOKEN_CLASSIFICATION},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_QUESTION_ANSWERING},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_MASKED_LM},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_PRETRAINING},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_NEXT_SENTENCE_PREDICTION},
+    {ACCEL_BERT_MODEL_BERT, ACCEL_BERT_MULTIPLE_CHOICE},
+    {ACCEL_BERT_MODEL_ROBERTA, ACCEL_BERT_SEQUENCE_CLASSIFICATION},
+    {ACCEL_BERT_MODEL_ROBERTA, ACCEL_BERT_TOKEN_CLASSIFICATION},
+    {ACCEL_BERT_MODEL_ROBERTA, ACCEL_BERT_QUESTION_ANSWERING},
+    {ACCEL_BERT_MODEL_ROBERTA, ACCEL_BERT_MASKED_LM},
+    {ACCEL_BERT_MODEL_XLM_ROBERTA, ACCEL_BERT_MULTIPLE_CHOICE},
+};
+enum { BERT_N_CASES = sizeof BERT_CASES / sizeof *BERT_CASES };
+
+/* The case a head is compared with: sequence classification of its encoder (BERT's, else RoBERTa's: XLM-RoBERTa
+ * is the same encoder). */
+static int bert_base_case(int i) {
+    bool bert = BERT_CASES[i].t == ACCEL_BERT_MODEL_BERT;
+    int j = 0;
+    while ((BERT_CASES[j].t == ACCEL_BERT_MODEL_BERT) != bert || BERT_CASES[j].head != ACCEL_BERT_SEQUENCE_CLASSIFICATION)
+        j++;
+    return j;
+}
+
+/* BERT's and RoBERTa's steps against accel_bert_activation_bytes, as the
+ * families', for each head (multiple choice: BATCH examples of CHOICES);
+ * what a head adds to or takes from its model type's sequence
+ * classification step (small beside the layers': the 10% above would not
+ * see it) within 15% of the measured difference. */
 static void test_bert(void) {
-    /* the classifier heads (the masked LM's estimate is refused: tests/test_bert_mlm.c) */
-    double measured[4 * ACCEL_BERT_MASKED_LM], estimated[4 * ACCEL_BERT_MASKED_LM];
-    for (int x = 0; x < 4 * ACCEL_BERT_MASKED_LM; x++) {
+    double measured[4 * BERT_N_CASES], estimated[4 * BERT_N_CASES];
+    for (int x = 0; x < 4 * BERT_N_CASES; x++) {
         bool ck = x & 1;
         accel_dtype dt = x & 2 ? ACCEL_BF16 : ACCEL_F32;
-        accel_bert_head head = (accel_bert_head)(x / 4);
-        accel_bert_config c = bert_config(head);
-        size_t peak = bert_peak(head, ck, dt);
-        accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck};
+        accel_bert_config c = bert_config(BERT_CASES[x / 4].t, BERT_CASES[x / 4].head);
+        const char *name = accel_bert_class_name(c.model_type, c.head);
+        size_t peak = bert_peak(&c, ck, dt);
+        accel_activation_opts o = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt, .checkpointing = ck,
+                                   .num_choices = c.head == ACCEL_BERT_MULTIPLE_CHOICE ? CHOICES : 0};
         accel_activation_bytes b;
         CHECK_MSG(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_OK, "bert: %s", accel_last_error());
-        fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", accel_bert_head_name(head),
-                accel_dtype_name(dt), ck ? " checkpointed" : "", peak, (long long)b.peak,
-                100.0 * ((double)b.peak - peak) / peak);
-        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu",
-                  accel_bert_head_name(head), accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak,
-                  peak);
+        fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", name, accel_dtype_name(dt),
+                ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu", name,
+                  accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
         measured[x] = (double)peak, estimated[x] = (double)b.peak;
     }
-    for (int x = 4; x < 4 * ACCEL_BERT_MASKED_LM; x++) {
-        double dm = measured[x] - measured[x % 4], de = estimated[x] - estimated[x % 4];
+    for (int x = 0; x < 4 * BERT_N_CASES; x++) {
+        int base = bert_base_case(x / 4);
+        if (x / 4 == base) continue;
+        double dm = measured[x] - measured[4 * base + x % 4], de = estimated[x] - estimated[4 * base + x % 4];
         /* within 15% of the difference, or 0.1% of the step where the heads differ by less (question answering's
          * peak is sequence classification's within a few KB) */
         CHECK_MSG(fabs(de - dm) <= fmax(0.15 * fabs(dm), 0.001 * measured[x]),
                   "%s (case %d): the head's bytes estimated %+.0f, measured %+.0f",
-                  accel_bert_head_name((accel_bert_head)(x / 4)), x % 4, de, dm);
+                  accel_bert_class_name(BERT_CASES[x / 4].t, BERT_CASES[x / 4].head), x % 4, de, dm);
     }
-    accel_bert_config c = bert_config(ACCEL_BERT_SEQUENCE_CLASSIFICATION);
+    /* RoBERTa's embeddings against BERT's, the same head (token classification): its positions [B, T] counted
+     * from the ids, their rows [B, T, C] taking the add's gradient (BERT's [T, C] summed over B), 36 KB at these
+     * sizes: within 15% of the measured difference */
+    for (int x = 0; x < 4; x++) { /* cases 8 (RoBERTa's) and 1 (BERT's) */
+        double dm = measured[4 * 8 + x] - measured[4 * 1 + x], de = estimated[4 * 8 + x] - estimated[4 * 1 + x];
+        CHECK_MSG(fabs(de - dm) <= 0.15 * fabs(dm), "RoBERTa's embeddings (case %d): estimated %+.0f over BERT's, "
+                  "measured %+.0f", x, de, dm);
+    }
+    accel_bert_config c = bert_config(ACCEL_BERT_MODEL_BERT, ACCEL_BERT_SEQUENCE_CLASSIFICATION);
     accel_activation_opts o = {.batch_size = 1, .seq_len = SEQ + 1, .autocast = ACCEL_F32};
     accel_activation_bytes b;
     CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "seq_len 65 is more than max_position_embeddings (64)");
+    /* RoBERTa's positions start at pad_token_id + 1: SEQ + 2 rows hold SEQ tokens, not one more */
+    c = bert_config(ACCEL_BERT_MODEL_ROBERTA, ACCEL_BERT_MASKED_LM);
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 65 is more than max_position_embeddings - pad_token_id - 1, "
+                                           "RoBERTa's positions' room (64)");
+    o.seq_len = SEQ;
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_OK);
+    /* multiple choice's rows are batch_size x num_choices: without num_choices, refused; another head's refuses it */
+    c = bert_config(ACCEL_BERT_MODEL_BERT, ACCEL_BERT_MULTIPLE_CHOICE);
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_choices 0: BertForMultipleChoice runs the encoder on batch_size x "
+                                           "num_choices rows of seq_len: give num_choices >= 1");
+    o.num_choices = -1;
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_choices -1: it is 0 (not multiple choice) or the choices per example");
+    o.num_choices = 4;
+    c.head = ACCEL_BERT_NEXT_SENTENCE_PREDICTION;
+    CHECK(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_choices 4 given to a BertForNextSentencePrediction: only multiple "
+                                           "choice has choices");
+    accel_llama_config lc = config();
+    CHECK(accel_llama_activation_bytes(&lc, &o, &b) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "num_choices 4: only BERT's multiple choice has choices");
     accel_clear_error();
 }
 

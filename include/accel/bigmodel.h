@@ -189,6 +189,8 @@ typedef struct accel_activation_opts {
                            * none. Decoders only, not GPT-2 (as the runtime), and not a layer that
                            * attends through explicit scores (a window that bites, soft-capping) */
     bool cp_alltoall;     /* with cp_size > 1 (refused otherwise): the all-to-all (Ulysses) strategy, else all-gather */
+    int64_t num_choices;  /* BERT's multiple choice only (required there, >= 1; 0 elsewhere): each of the
+                           * batch_size examples is num_choices rows of seq_len through the encoder */
 } accel_activation_opts;
 
 /* Bytes of the step arena (the CPU step tensors: activations, their
@@ -214,11 +216,15 @@ typedef struct accel_activation_bytes {
  * sequence sizes have no default. */
 accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const accel_activation_opts *o,
                                           accel_activation_bytes *out);
-/* The same for a BERT of cfg (accel/bert.h) with cfg->head's head, trained
- * with that head's loss (accel_bert_loss, accel_bert_token_loss,
- * accel_bert_qa_loss) on padded batches with token_type_ids (its dropouts
- * acting): every layer attends through explicit [B, H, T, T] scores.
- * seq_len at most max_position_embeddings. */
+/* The same for a BERT, RoBERTa or XLM-RoBERTa of cfg (accel/bert.h) with
+ * cfg->head's head (any), trained with that head's loss (accel_bert_loss,
+ * _token_loss, _qa_loss, _mlm_loss, _pretraining_loss, _nsp_loss,
+ * _multiple_choice_loss) on padded batches with token_type_ids (its
+ * dropouts acting): every layer attends through explicit [B, H, T, T]
+ * scores. seq_len at most max_position_embeddings (RoBERTa's:
+ * max_position_embeddings - pad_token_id - 1, its positions starting at
+ * pad_token_id + 1); multiple choice needs
+ * o->num_choices (batch_size counts examples), the other heads refuse it. */
 struct accel_bert_config;
 accel_status accel_bert_activation_bytes(const struct accel_bert_config *cfg, const accel_activation_opts *o,
                                          accel_activation_bytes *out);

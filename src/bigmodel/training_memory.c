@@ -272,6 +272,20 @@ static void mul_bwd(ledger *l, double e, accel_dtype a, accel_dtype b, accel_dty
 static void dropout_fwd(ledger *l, double e, accel_dtype dt) { l->bytes += e * esz(dt) + e + (dt == ACCEL_F32 ? 0 : 8 * e); }
 static void dropout_bwd(ledger *l, double e, accel_dtype dt) { l->bytes += f32_contig(e, dt, true) + 4 * e + grad_copy(e, dt, false); }
 
+/* The cross-entropy of `rows` rows of `classes` logits of dtype lo, as the
+ * fused kernel runs it for f32 and bf16 logits (src/ops/loss.c: the
+ * logits' gradient in their dtype, which their backward takes as it is,
+ * and per-thread f32 rows of the classes), two kernels for f16 (f32
+ * logits, lse, then the gradient). The targets made [rows] i64 are the
+ * caller's. */
+static void cross_entropy_step(ledger *l, double rows, double classes, accel_dtype lo) {
+    double e = rows * classes;
+    if (lo == ACCEL_F32 || lo == ACCEL_BF16)
+        l->bytes += e * esz(lo) + l->k->threads * 4 * classes;
+    else
+        l->bytes += f32_contig(e, lo, true) + 4 * rows + gbuf(e, lo, false);
+}
+
 /* The family's norm forward of e = rows * w elements (f32 input: an embedding's
  * or an add's output, or a projection's): the output (f32, also under
  * autocast) and its row statistics (rstd; LayerNorm also the mean). Gemma's
@@ -952,15 +966,14 @@ static void outer_step(ledger *l) {
          * copied); rows of numbers: targets (3 [n] i64 and the lookup's
          * index), [n] f32 sums (5) and the looked-up target logits */
         l->bytes += f32_contig(nV, loss_in, true) + gbuf(nV, loss_in, false) + 4 * 8 * n + 6 * 4 * n;
-    } else if (loss_in == ACCEL_F32 || loss_in == ACCEL_BF16) { /* fused: the logits' gradient, per-thread rows */
-        l->bytes += nV * esz(loss_in) + l->k->threads * 4 * d->V;
-        /* scaled by the rank's share of the loss (not 1: src/ops/loss.c): an
-         * f32 gradient's copy times it; a bf16 one computed again with it,
+    } else {
+        cross_entropy_step(l, n, d->V, loss_in);
+        /* fused, scaled by the rank's share of the loss (not 1: src/ops/loss.c):
+         * an f32 gradient's copy times it; a bf16 one computed again with it,
          * in place (per-thread rows again) */
         if (d->cp > 1 && loss_in == ACCEL_F32) binary_fwd(l, nV, loss_in, ACCEL_F32);
-        else if (d->cp > 1) l->bytes += l->k->threads * 4 * d->V;
-    } else /* f16: f32 logits and lse; the backward's gradient */
-        l->bytes += f32_contig(nV, loss_in, true) + 4 * n + gbuf(nV, loss_in, false);
+        else if (d->cp > 1 && loss_in == ACCEL_BF16) l->bytes += l->k->threads * 4 * d->V;
+    }
     linear_bwd(l, d->C, d->V, lo, hn, false, false); /* lm_head: the norm's output (the region's input) gets its gradient */
     enter_bwd(l, false);
     norm_bwd(l, eC, ACCEL_F32, false);        /* model.norm: the last layer's output gradient */
@@ -1157,56 +1170,174 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
 }
 
-/* Outside the layers: the batch (ids, token types, mask, the head's
- * targets), the embeddings (word + type + position, LayerNorm, dropout), the
- * head and its loss. */
-static void bert_outer_step(ledger *l, const accel_bert_config *c) {
+/* The classifiers' dropout (accel/bert.h): classifier_dropout, else hidden_dropout_prob. */
+static double bert_classifier_p(const accel_bert_config *c) {
+    return c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
+}
+
+/* The batch and the embeddings of the encoder's d->B rows (multiple
+ * choice: B N): ids, token types, mask, the mask read as int64, as floats,
+ * as a tensor; the positions (BERT's [T] and their rows [T, C], broadcast
+ * over the rows; RoBERTa's counted from the ids on the host, [B, T] i64,
+ * their rows [B, T, C]); word + type + position rows, LayerNorm, dropout,
+ * and their backward, whose bytes (allocated after every layer's backward)
+ * it returns. */
+static double bert_embeddings_step(ledger *l, const accel_bert_config *c) {
     const dims *d = l->d;
-    double n = d->n, eC = n * d->C, BC = d->B * d->C, ph = c->hidden_dropout_prob;
-    double pc = c->classifier_dropout >= 0 ? c->classifier_dropout : ph, L = (double)c->num_labels;
-    accel_bert_head head = c->head;
-    double targets = head == ACCEL_BERT_TOKEN_CLASSIFICATION ? n : head == ACCEL_BERT_QUESTION_ANSWERING ? 2 * d->B
-                                                                                                         : d->B;
-    l->bytes += 8 * n + 8 * n + 8 * n + 8 * targets; /* ids, token_type_ids, attention_mask, the targets */
-    l->bytes += 8 * n + 4 * n + 4 * n;               /* the mask read as int64, as floats, as a tensor */
-    l->bytes += 8 * d->T + 4 * d->T * d->C;          /* positions, their rows */
-    l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC;   /* word and type rows, the two adds */
+    double n = d->n, eC = n * d->C, ph = c->hidden_dropout_prob;
+    bool roberta = c->model_type != ACCEL_BERT_MODEL_BERT;
+    l->bytes += 8 * n + 8 * n + 8 * n;     /* ids, token_type_ids, attention_mask */
+    l->bytes += 8 * n + 4 * n + 4 * n;     /* the mask read as int64, as floats, as a tensor */
+    double pos = roberta ? eC : d->T * d->C; /* the position rows' elements */
+    l->bytes += roberta ? 8 * n + 8 * n : 8 * d->T; /* RoBERTa's host ids made positions, as a tensor; BERT's arange */
+    l->bytes += 4 * pos;
+    l->bytes += 4 * eC + 4 * eC + 4 * eC + 4 * eC; /* word and type rows, the two adds */
     accel_dtype e = norm_fwd(l, eC, n, ACCEL_F32);
-    if (ph > 0) dropout_fwd(l, eC, e), dropout_bwd(l, eC, e);
-    norm_bwd(l, eC, ACCEL_F32, false);
-    /* the adds' backward: both inputs' gradients, the positions' summed over B */
-    l->bytes += 2 * 4 * eC + 2 * 4 * d->T * d->C;
-    if (head != ACCEL_BERT_SEQUENCE_CLASSIFICATION) {
-        /* every position: (dropout,) the head's linear, its loss(es) over n rows of L */
-        ledger r = {l->k, d, l->f, 0, 0};
-        if (head == ACCEL_BERT_TOKEN_CLASSIFICATION && pc > 0) dropout_fwd(&r, eC, ACCEL_F32);
-        accel_dtype y = linear_fwd(&r, d->C, L, ACCEL_F32);
-        /* cross-entropy's f32 logits (QA: each half made dense), lse, gradient; QA's two add into one */
-        r.bytes += head == ACCEL_BERT_TOKEN_CLASSIFICATION ? 4 * n * L * 3 : 2 * 4 * n * 3 + 4 * n * L;
-        proj_bwd(&r, d->C, L, y, ACCEL_F32, false, true);
-        if (head == ACCEL_BERT_TOKEN_CLASSIFICATION && pc > 0) dropout_bwd(&r, eC, ACCEL_F32);
-        scratch(l, r.top);
-        l->bytes += r.bytes;
-        return;
-    }
-    /* the pooler of the first position (a view across T, made dense; its
-     * slice's backward makes the last layer's output's gradient: zeros of
-     * [B, T, C], its rows copied in),
-     * tanh, dropout, the classifier: B rows */
+    if (ph > 0) dropout_fwd(l, eC, e);
+    /* backward, after every layer's */
+    ledger b = {l->k, d, l->f, 0, 0};
+    if (ph > 0) dropout_bwd(&b, eC, e);
+    norm_bwd(&b, eC, ACCEL_F32, false);
+    /* the adds' backward: both inputs' gradients; BERT's positions' summed over the rows (the sum, its copy),
+     * RoBERTa's take the add's as they are */
+    b.bytes += 2 * 4 * eC + (roberta ? 0 : 2 * 4 * pos);
+    l->bytes += b.bytes;
+    return b.bytes;
+}
+
+/* The masked LM's head on every position of the last hidden state (f32;
+ * BERT's cls.predictions, RoBERTa's lm_head): dense (C -> C), gelu,
+ * LayerNorm, the decoder over the vocabulary (the word embeddings' weight,
+ * a prepared form like any weight's; a bias), the cross-entropy of its
+ * logits against labels [B, T] (-100 ignored, made [n] i64), and their
+ * backward into the hidden state's gradient, new (the head's is the first). */
+static void bert_mlm_step(ledger *l, const accel_bert_config *c) {
+    const dims *d = l->d;
+    double n = d->n, eC = n * d->C, V = (double)c->vocab_size;
+    accel_dtype t = linear_fwd(l, d->C, d->C, ACCEL_F32);
+    unary_fwd(l, eC, t);
+    accel_dtype x = norm_fwd(l, eC, n, t);
+    accel_dtype lo = linear_fwd(l, d->C, V, x);
+    l->bytes += 8 * n + 8 * n; /* the labels, made [n] i64 */
+    cross_entropy_step(l, n, V, lo);
+    proj_bwd(l, d->C, V, lo, x, false, true);
+    norm_bwd(l, eC, t, false);
+    unary_bwd(l, eC, t);
+    proj_bwd(l, d->C, d->C, t, ACCEL_F32, false, true);
+}
+
+/* A head on the first position's pooled output, on the encoder's R = d->B
+ * rows: BERT's pooler (the view across T made dense, dense, tanh), the
+ * dropout p (0: none), the classifier of L outputs, the cross-entropy of
+ * its R L logits, and their backward; the first position's slice then
+ * makes the last hidden state's gradient (zeros of [R, T, C], its rows
+ * copied in) unless `h_has_grad` (pre-training's masked LM made it: the
+ * slice adds into its rows). */
+static void bert_pooled_step(ledger *l, double p, double L, bool h_has_grad) {
+    const dims *d = l->d;
+    double BC = d->B * d->C;
     dims db = *d;
     db.n = d->B;
     ledger r = {l->k, &db, l->f, 0, 0};
     r.bytes += mm_operand(l->k, BC, ACCEL_F32, false);
-    accel_dtype p = linear_fwd(&r, d->C, d->C, ACCEL_F32);
-    unary_fwd(&r, BC, p);
-    if (pc > 0) dropout_fwd(&r, BC, p), dropout_bwd(&r, BC, p);
-    accel_dtype y = linear_fwd(&r, d->C, L, p);
+    accel_dtype pd = linear_fwd(&r, d->C, d->C, ACCEL_F32);
+    unary_fwd(&r, BC, pd);
+    if (p > 0) dropout_fwd(&r, BC, pd), dropout_bwd(&r, BC, pd);
+    accel_dtype y = linear_fwd(&r, d->C, L, pd);
     r.bytes += 4 * d->B * L * 3; /* cross-entropy's f32 logits, lse, gradient */
-    proj_bwd(&r, d->C, L, y, p, false, true);
-    unary_bwd(&r, BC, p);
-    proj_bwd(&r, d->C, d->C, p, ACCEL_F32, false, true);
+    proj_bwd(&r, d->C, L, y, pd, false, true);
+    unary_bwd(&r, BC, pd);
+    proj_bwd(&r, d->C, d->C, pd, ACCEL_F32, false, true);
     scratch(l, r.top);
-    l->bytes += r.bytes + 4 * eC + grad_copy(BC, ACCEL_F32, false);
+    l->bytes += r.bytes + (h_has_grad ? 0 : 4 * d->n * d->C) + grad_copy(BC, ACCEL_F32, false);
+}
+
+/* RoBERTa's sequence classifier (RobertaClassificationHead) on the first
+ * position of the B rows: dropout of the view (made dense f32), dense, tanh,
+ * dropout, out_proj (the classifier dropout p both times; 0: none, the
+ * view then made dense for dense), the cross-entropy, their backward, and
+ * the slice's (zeros of [B, T, C], its rows copied in). */
+static void roberta_classifier_step(ledger *l, double p, double L) {
+    const dims *d = l->d;
+    double BC = d->B * d->C;
+    dims db = *d;
+    db.n = d->B;
+    ledger r = {l->k, &db, l->f, 0, 0};
+    if (p > 0) r.bytes += f32_contig(BC, ACCEL_F32, false), dropout_fwd(&r, BC, ACCEL_F32);
+    else r.bytes += mm_operand(l->k, BC, ACCEL_F32, false);
+    accel_dtype pd = linear_fwd(&r, d->C, d->C, ACCEL_F32);
+    unary_fwd(&r, BC, pd);
+    if (p > 0) dropout_fwd(&r, BC, pd);
+    accel_dtype y = linear_fwd(&r, d->C, L, pd);
+    r.bytes += 4 * d->B * L * 3; /* cross-entropy's f32 logits, lse, gradient */
+    proj_bwd(&r, d->C, L, y, pd, false, true);
+    if (p > 0) dropout_bwd(&r, BC, pd);
+    unary_bwd(&r, BC, pd);
+    proj_bwd(&r, d->C, d->C, pd, ACCEL_F32, false, true);
+    if (p > 0) dropout_bwd(&r, BC, ACCEL_F32);
+    scratch(l, r.top);
+    l->bytes += r.bytes + 4 * d->n * d->C + grad_copy(BC, ACCEL_F32, false);
+}
+
+/* Token classification's and question answering's heads on every position:
+ * (the classifier dropout,) the linear of L outputs, their losses over the
+ * n rows (QA: the start and end logits made dense, two cross-entropies
+ * whose gradients add into one), and their backward. */
+static void bert_positions_step(ledger *l, accel_bert_head head, double p, double L) {
+    const dims *d = l->d;
+    double n = d->n, eC = n * d->C;
+    ledger r = {l->k, d, l->f, 0, 0};
+    bool tok = head == ACCEL_BERT_TOKEN_CLASSIFICATION;
+    if (tok && p > 0) dropout_fwd(&r, eC, ACCEL_F32);
+    accel_dtype y = linear_fwd(&r, d->C, L, ACCEL_F32);
+    /* cross-entropy's f32 logits (QA: each half made dense), lse, gradient; QA's two add into one */
+    r.bytes += tok ? 4 * n * L * 3 : 2 * 4 * n * 3 + 4 * n * L;
+    proj_bwd(&r, d->C, L, y, ACCEL_F32, false, true);
+    if (tok && p > 0) dropout_bwd(&r, eC, ACCEL_F32);
+    scratch(l, r.top);
+    l->bytes += r.bytes;
+}
+
+/* Outside the layers: the batch and embeddings (bert_embeddings_step), the
+ * head's targets, the head and its loss. The encoder's rows are d->B:
+ * multiple choice's B examples of `choices` rows each. Returns the bytes
+ * allocated after every layer's backward (compose's tail). */
+static double bert_outer_step(ledger *l, const accel_bert_config *c, double choices) {
+    const dims *d = l->d;
+    double n = d->n, pc = bert_classifier_p(c), L = (double)c->num_labels, B = d->B / choices;
+    bool roberta = c->model_type != ACCEL_BERT_MODEL_BERT;
+    accel_bert_head head = c->head;
+    double tail = bert_embeddings_step(l, c);
+    switch (head) {
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION:
+        l->bytes += 8 * B;
+        if (roberta) roberta_classifier_step(l, pc, L);
+        else bert_pooled_step(l, pc, L, false);
+        break;
+    case ACCEL_BERT_TOKEN_CLASSIFICATION:
+        l->bytes += 8 * n;
+        bert_positions_step(l, head, pc, L);
+        break;
+    case ACCEL_BERT_QUESTION_ANSWERING:
+        l->bytes += 8 * 2 * B;
+        bert_positions_step(l, head, pc, L);
+        break;
+    case ACCEL_BERT_MASKED_LM: bert_mlm_step(l, c); break;
+    case ACCEL_BERT_PRETRAINING: /* the masked LM's backward runs first (its ops come after the pooler's) */
+        l->bytes += 8 * B;
+        bert_mlm_step(l, c);
+        bert_pooled_step(l, 0, 2, true);
+        break;
+    case ACCEL_BERT_NEXT_SENTENCE_PREDICTION:
+        l->bytes += 8 * B;
+        bert_pooled_step(l, 0, 2, false);
+        break;
+    default: /* multiple choice: each row's score, [B N, 1] seen as [B, N] by the loss */
+        l->bytes += 8 * B;
+        bert_pooled_step(l, roberta ? c->hidden_dropout_prob : pc, 1, false);
+        break;
+    }
+    return tail;
 }
 
 /* Bytes as int64, or false when they reach 2^62 (a config or batch no step
@@ -1236,6 +1367,9 @@ static accel_status check_opts(const char *fn, const void *cfg, const accel_acti
     if (o->cp_size < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: cp_size %d: cp_size is 0 or 1 (no context parallelism) "
                                "or the ranks' count", fn, o->cp_size);
+    if (o->num_choices < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: num_choices %lld: it is 0 (not multiple choice) or the "
+                               "choices per example", fn, (long long)o->num_choices);
     if (o->cp_alltoall && o->cp_size <= 1) /* a strategy without ranks to split over: refused, as the CLI does */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: cp_alltoall with cp_size %d: the all-to-all strategy "
                                "needs cp_size above 1", fn, o->cp_size);
@@ -1263,9 +1397,13 @@ enum { LAYER_KINDS = 4 };
  * allocate after the call are there at the peak and it is not (given back),
  * so only the most any call passes them by counts. Every step byte after a
  * ledger only adds to the peak, so a call's excess over its own ledger's
- * end bounds its excess over the step's. */
+ * end bounds its excess over the step's. `tail`: the bytes of outer that
+ * the step allocates after every layer's backward (BERT's embeddings'
+ * backward; the decoders' adds into the embedding's weight gradient: 0),
+ * which a checkpointed step allocates where the last recompute was rewound
+ * (the peak sees only what they stand above it). */
 static bool compose(const ledger lf[LAYER_KINDS], const ledger lb[LAYER_KINDS], const double count[LAYER_KINDS],
-                    const ledger *outer, double L, const accel_activation_opts *o, const dims *d,
+                    const ledger *outer, double tail, double L, const accel_activation_opts *o, const dims *d,
                     accel_activation_bytes *out) {
     double layer[LAYER_KINDS], all = 0, bwd_all = 0;
     int big = 0;
@@ -1284,7 +1422,9 @@ static bool compose(const ledger lf[LAYER_KINDS], const ledger lb[LAYER_KINDS], 
     double call = fmax(0, outer->top - outer->bytes - bwd_all);
     for (int e = 0; e < LAYER_KINDS; e++)
         if (count[e] > 0) call = fmax(call, fmax(lf[e].top - layer[e], lb[e].top - lb[e].bytes));
-    double peak = outer->bytes + kept_all + L * z3 + (o->checkpointing && L > 0 ? layer[big] : 0) + call;
+    /* checkpointed, the tail (of the outer bytes) comes after the last recompute's rewind, in its place */
+    double ck_top = o->checkpointing && L > 0 ? fmax(layer[big], tail) - tail : 0;
+    double peak = outer->bytes + kept_all + L * z3 + ck_top + call;
     double kept = (o->checkpointing ? kept_ck : layer[big]) + z3;
     return to_bytes(peak, &out->peak) && to_bytes(lf[big].bytes, &out->layer_forward) &&
            to_bytes(lb[big].bytes, &out->layer_backward) && to_bytes(kept, &out->kept_per_layer) &&
@@ -1297,6 +1437,9 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
     dims d;
     fam f;
     if (check_opts(FN, cfg, o, out) != ACCEL_OK) return accel_last_status();
+    if (o->num_choices > 0) /* a decoder's step has no choices: BERT's multiple choice has */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: num_choices %lld: only BERT's multiple choice has "
+                               "choices (accel_bert_activation_bytes)", FN, (long long)o->num_choices);
     if (!resolve(cfg, &d, &f, o)) return accel_last_status();
     const accel__arch *a = accel__arch_find(cfg->model_type);
     step_kind k = kind_of(o);
@@ -1311,7 +1454,7 @@ accel_status accel_llama_activation_bytes(const accel_llama_config *cfg, const a
         if (count[e] > 0) layer_step(&lf[e], &lb[e], e & 1, e & 2);
     }
     outer_step(&outer);
-    if (!compose(lf, lb, count, &outer, (double)cfg->num_hidden_layers, o, &d, out))
+    if (!compose(lf, lb, count, &outer, 0, (double)cfg->num_hidden_layers, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, vocab_size %lld, %lld layers)",
@@ -1326,9 +1469,15 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     static const char *FN = "accel_bert_activation_bytes";
     if (check_opts(FN, cfg, o, out) != ACCEL_OK || accel_bert_config_check(cfg, FN) != ACCEL_OK)
         return accel_last_status();
-    if (o->seq_len > cfg->max_position_embeddings)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is more than max_position_embeddings (%lld)",
-                               FN, (long long)o->seq_len, (long long)cfg->max_position_embeddings);
+    /* RoBERTa's positions count from pad_token_id + 1: T tokens reach pad_token_id + T */
+    bool roberta = cfg->model_type != ACCEL_BERT_MODEL_BERT;
+    int64_t max_T = roberta ? cfg->max_position_embeddings - cfg->pad_token_id - 1 : cfg->max_position_embeddings;
+    if (o->seq_len > max_T)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is more than %s (%lld)", FN,
+                               (long long)o->seq_len,
+                               roberta ? "max_position_embeddings - pad_token_id - 1, RoBERTa's positions' room"
+                                       : "max_position_embeddings",
+                               (long long)max_T);
     if (o->tp_size > 1 || o->sequence_parallel)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tp_size %d%s: BERT has no tensor-parallel plan (only the "
                                "decoder families: accel_llama_parallelize)", FN, o->tp_size,
@@ -1336,15 +1485,17 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     if (o->cp_size > 1)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: cp_size %d: BERT does not run context-parallel (only the "
                                "decoder families: accel_llama_context_parallelize)", FN, o->cp_size);
-    /* the masked LM, pre-training, next sentence and multiple choice heads' steps are not modelled */
-    if (cfg->head >= ACCEL_BERT_MASKED_LM || cfg->model_type != ACCEL_BERT_MODEL_BERT)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: the activations of %s%s training step are not "
-                               "implemented (its weights are counted as any model's)", FN,
-                               cfg->model_type != ACCEL_BERT_MODEL_BERT ? "RoBERTa's (roberta, xlm-roberta)"
-                                                                         : accel_bert_head_name(cfg->head),
-                               cfg->model_type != ACCEL_BERT_MODEL_BERT ? "" : "'s");
+    /* multiple choice runs the encoder on batch_size x num_choices rows; no other head has choices */
+    bool mc = cfg->head == ACCEL_BERT_MULTIPLE_CHOICE;
+    if (mc != (o->num_choices > 0))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, mc ? "%s: num_choices %lld: %s runs the encoder on batch_size "
+                               "x num_choices rows of seq_len: give num_choices >= 1 (batch_size counts examples)"
+                                                         : "%s: num_choices %lld given to a %s: only multiple "
+                               "choice has choices", FN, (long long)o->num_choices,
+                               accel_bert_class_name(cfg->model_type, cfg->head));
+    double choices = mc ? (double)o->num_choices : 1;
     double H = (double)cfg->num_attention_heads, C = (double)cfg->hidden_size;
-    dims d = {.B = (double)o->batch_size, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
+    dims d = {.B = (double)o->batch_size * choices, .T = (double)o->seq_len, .C = C, .Q = C, .K = C,
               .I = (double)cfg->intermediate_size, .V = 0, .H = H, .D = C / H, .Hkv = H, .R = C / H};
     d.n = d.ns = d.B * d.T;
     fam f = {.layer_norm = true};
@@ -1353,8 +1504,8 @@ accel_status accel_bert_activation_bytes(const accel_bert_config *cfg, const acc
     double count[LAYER_KINDS] = {(double)cfg->num_hidden_layers};
     for (int e = 0; e < LAYER_KINDS; e++) lf[e] = lb[e] = (ledger){&k, &d, &f, 0, 0};
     bert_layer_step(&lf[0], &lb[0], cfg);
-    bert_outer_step(&outer, cfg);
-    if (!compose(lf, lb, count, &outer, (double)cfg->num_hidden_layers, o, &d, out))
+    double tail = bert_outer_step(&outer, cfg, choices);
+    if (!compose(lf, lb, count, &outer, tail, (double)cfg->num_hidden_layers, o, &d, out))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "%s: the activations of batch %lld x seq_len %lld would take more than 2^62 bytes "
                                "(hidden_size %lld, intermediate_size %lld, %lld layers)",

@@ -37,7 +37,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: accel estimate-memory [-h] [--library_name {timm,transformers}]\n"
                "                             [--dtypes {float32,float16,int8,int4} [{float32,float16,int8,int4} ...]]\n"
                "                             [--trust_remote_code] [--num_processes N]\n"
-               "                             [--batch_size B --seq_len T] [--mixed_precision {no,fp16,bf16}]\n"
+               "                             [--batch_size B --seq_len T [--num_choices N]]\n"
+               "                             [--mixed_precision {no,fp16,bf16}]\n"
                "                             [--activation_checkpointing] [--strategy {DDP,ZERO1,ZERO2,ZERO3}]\n"
                "                             [--tp_size T] [--pp_size P] [--dp_shard_size S] [--dp_replicate_size R]\n"
                "                             [--cp_size C] [--cp_comm_strategy {allgather,alltoall}]\n"
@@ -48,7 +49,8 @@ static void usage(FILE *f) {
                "the options after it) adds the per-rank memory of training with Adam under DDP, ZeRO-1,\n"
                "ZeRO-2 (SHARD_GRAD_OP) and ZeRO-3 (FULL_SHARD): weights, gradients, optimizer state,\n"
                "ZeRO-3's gathered units, and with --batch_size B --seq_len T (per rank) the step's\n"
-               "activations (the CPU step arena's peak), under autocast with --mixed_precision, with\n"
+               "activations (the CPU step arena's peak; a multiple-choice model's examples of --num_choices N\n"
+               "rows each), under autocast with --mixed_precision, with\n"
                "every decoder layer checkpointed with --activation_checkpointing. --strategy: one row.\n"
                "--tp_size, --pp_size, --dp_shard_size, --dp_replicate_size (also spelled\n"
                "--parallelism_config_tp_size, --megatron_lm_tp_degree, --megatron_lm_pp_degree, ...): the\n"
@@ -226,12 +228,13 @@ static int print_rank_table(FILE *out, const accel_llama_config *cfg, const acce
         }
         rank_row(rows[nr++], &nc, (accel_shard_strategy)s, &r, q->act.autocast != ACCEL_F32, q->have_batch);
     }
-    char title[256];
+    char title[256], choices[48] = ""; /* multiple choice's rows per example */
+    if (q->act.num_choices) snprintf(choices, sizeof choices, "%lld choices x ", (long long)q->act.num_choices);
     int off = snprintf(title, sizeof title, "Training using Adam on %d process%s, per rank", q->nproc,
                        q->nproc == 1 ? "" : "es");
     if (q->have_batch)
-        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %lld, %s%s%s%s)",
-                 (long long)q->act.batch_size, (long long)q->act.seq_len,
+        snprintf(title + off, sizeof title - (size_t)off, " (batch %lld x %s%lld, %s%s%s%s)",
+                 (long long)q->act.batch_size, choices, (long long)q->act.seq_len,
                  q->act.autocast == ACCEL_F32 ? "f32" : q->act.autocast == ACCEL_BF16 ? "bf16" : "fp16",
                  q->act.checkpointing ? ", checkpointed" : "", q->act.sequence_parallel ? ", sequence parallel" : "",
                  q->act.cp_size < 2 ? "" : q->act.cp_alltoall ? ", cp all-to-all" : ", cp all-gather");
@@ -280,6 +283,34 @@ static bool is_bert(const char *model) {
     accel_free(file);
     accel_clear_error();
     return bert;
+}
+
+/* The head whose training step the activations count: the loader's (the
+ * first task head "architectures" names), but where it names none and does
+ * name the model type's masked LM or pre-training class (bert-base-uncased's
+ * config says BertForMaskedLM), that one, the checkpoint's own head; the
+ * loader builds those only when asked for (accel/bert.h). */
+static accel_bert_head trained_head(const char *model, const accel_bert_config *c) {
+    char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
+    json_t *root = file ? accel__json_load_file(file) : NULL, *arch = root ? json_object_get(root, "architectures") : NULL;
+    accel_bert_head head = c->head, own = c->head;
+    const char *seq = accel_bert_class_name(c->model_type, ACCEL_BERT_SEQUENCE_CLASSIFICATION);
+    for (size_t i = 0; head == ACCEL_BERT_SEQUENCE_CLASSIFICATION && json_is_array(arch) && i < json_array_size(arch);
+         i++) {
+        const char *name = json_string_value(json_array_get(arch, i));
+        if (!name || !strcmp(name, seq)) { /* the loader's pick stands */
+            own = head;
+            break;
+        }
+        for (int h = ACCEL_BERT_MASKED_LM; h <= ACCEL_BERT_PRETRAINING && own == head; h++) {
+            const char *cls = accel_bert_class_name(c->model_type, (accel_bert_head)h);
+            if (cls && !strcmp(name, cls)) own = (accel_bert_head)h;
+        }
+    }
+    json_decref(root);
+    accel_free(file);
+    accel_clear_error();
+    return own;
 }
 
 /* --strategy: accel's names and FSDP's, any case. */
@@ -499,6 +530,9 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
             if ((q.act.batch_size = count_arg("--batch_size", i + 1 < argc ? argv[++i] : NULL, INT64_MAX)) < 0)
                 return 2;
             q.have_batch = true;
+        } else if (is_opt(a, "num_choices")) { /* multiple choice: each --batch_size example is N rows */
+            if ((q.act.num_choices = count_arg("--num_choices", i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0)
+                return 2;
         } else if (is_opt(a, "seq_len")) {
             if ((q.act.seq_len = count_arg("--seq_len", i + 1 < argc ? argv[++i] : NULL, INT64_MAX)) < 0) return 2;
             have_seq = true;
@@ -596,6 +630,12 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
                         "need both)\n");
         return 2;
     }
+    if (q.act.num_choices && !q.have_batch) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: --num_choices goes with --batch_size and --seq_len (multiple "
+                        "choice's activations: each example is num_choices rows)\n");
+        return 2;
+    }
     bool mesh = mesh_given(&q);
     bool per_rank = q.nproc || q.have_batch || q.strategy >= 0 || mesh;
     if (!q.nproc && !mesh) q.nproc = 1;
@@ -658,6 +698,14 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
     if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
+    }
+    if (bert) bcfg.head = trained_head(model, &bcfg);
+    if (bert && q.have_batch && bcfg.head == ACCEL_BERT_MULTIPLE_CHOICE && !q.act.num_choices) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: %s: a %s runs each of the --batch_size examples as one row "
+                        "per choice: give --num_choices N\n", model,
+                accel_bert_class_name(bcfg.model_type, bcfg.head));
+        return 2;
     }
     /* Accelerate builds the model in float32 whatever config.json's (torch_)dtype says (its table's
      * float32 row), and training keeps f32 parameters: a bfloat16 config (every real checkpoint's, Mixtral's
