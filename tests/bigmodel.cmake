@@ -225,7 +225,8 @@ if(TARGET accel_cli)
   # RoBERTa and XLM-RoBERTa: `accelerate estimate-memory`'s own tables for roberta-base's and
   # xlm-roberta-base's config.json (its hub lookup pointed at these files; RobertaModel with its pooler,
   # which no RoBERTa head has, RobertaEmbeddings unsplit with its two buffers), and for the tiny
-  # hf_xlm_roberta_tok (a few bytes off would show); and RoBERTa's step activations (its sequence classifier's).
+  # hf_xlm_roberta_tok (a few bytes off would show); and RoBERTa's step activations (its masked LM's:
+  # roberta_base_config names RobertaForMaskedLM).
   add_test(NAME bigmodel_estimate_memory_roberta COMMAND accel_cli estimate-memory data/roberta_base_config
            --dtypes float32 float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_roberta PROPERTIES PASS_REGULAR_EXPRESSION
@@ -262,7 +263,24 @@ if(TARGET accel_cli)
   add_test(NAME bigmodel_estimate_memory_bert_choices_elsewhere COMMAND accel_cli estimate-memory data/hf_bert_cls
            --batch_size 2 --seq_len 8 --num_choices 4 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_choices_elsewhere PROPERTIES PASS_REGULAR_EXPRESSION
-    "num_choices 4 given to a BertForSequenceClassification: only multiple choice has choices")
+    "--num_choices is for a multiple-choice model \\(BertForMultipleChoice\\); this one is a BertForSequenceClassification")
+  # a usage error for a decoder too, even where its pipeline table would not read the flag
+  add_test(NAME bigmodel_estimate_memory_choices_decoder_pp COMMAND accel_cli estimate-memory data/hf_arch_mistral
+           --batch_size 4 --seq_len 8 --pp_size 2 --num_choices 3 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_choices_decoder_pp PROPERTIES PASS_REGULAR_EXPRESSION
+    "--num_choices is for a multiple-choice model \\(BertForMultipleChoice\\); this one is a decoder")
+  # the loading table of a masked LM accel cannot build (an untied decoder) does not depend on the head: printed
+  add_test(NAME bigmodel_estimate_memory_bert_mlm_untied COMMAND sh -c
+           "d=$(mktemp -d) && sed 's/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/' data/hf_bert_mlm/config.json > $d/config.json && $<TARGET_FILE:accel_cli> estimate-memory $d --dtypes float32; echo rc=$?; rm -rf $d"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_mlm_untied PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│.*rc=0")
+  # tables that cannot be written (a full disk): an error and exit 1, though they fit stdio's buffer
+  add_test(NAME bigmodel_estimate_memory_full_stdout COMMAND sh -c
+           "$<TARGET_FILE:accel_cli> estimate-memory data/hf_bert_cls > /dev/full; echo rc=$?"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_full_stdout PROPERTIES PASS_REGULAR_EXPRESSION
+    "cannot write the tables: No space left on device.*rc=1")
   add_test(NAME bigmodel_estimate_memory_bert_long COMMAND accel_cli estimate-memory data/hf_bert_nlp
            --batch_size 2 --seq_len 65 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_long PROPERTIES PASS_REGULAR_EXPRESSION

@@ -627,9 +627,10 @@ static void test_save_pretrained_refused(void) {
         accel_status st = i == 0 ? accel_save_pretrained(m, dir, 0) : accel_bert_save_pretrained(m, dir, 0);
         CHECK_MSG(st == ACCEL_ERR_STATE, "%s: status %d", i == 0 ? "llama" : "bert", (int)st);
         CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_model");
-        /* (the plain state-dict save too: it wrote zeros, the unmapped rest of each unit) */
+        /* (the plain state-dict save too: it wrote zeros, the unmapped rest of each unit), and of a part of it */
         CHECK(accel_save_module(dir, m, 0) == ACCEL_ERR_STATE);
         CHECK_STR_CONTAINS(accel_last_error(), "sharded across processes");
+        CHECK(m->n_children > 0 && accel_save_module(dir, m->children[0], 0) == ACCEL_ERR_STATE);
         char f[128];
         snprintf(f, sizeof f, "%s/model.safetensors", dir);
         CHECK(access(f, F_OK) != 0);

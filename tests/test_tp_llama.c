@@ -24,7 +24,11 @@
  * rounding; each family's rank holding the parameter bytes `accel
  * estimate-memory --tp_size` counts; and the refusals, which the estimate
  * makes in the same words (Qwen3-MoE's moe_intermediate_size: the runtime's
- * only, the estimate refusing experts first). */
+ * only, the estimate refusing experts first); a model of slices refused by
+ * save_pretrained and accel_save_module. */
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "bigmodel/mesh_memory.h"
 #include "check.h"
 #include "dist_group.h"
@@ -330,6 +334,34 @@ static void refusals(accel_pg *pg) {
     accel_module_free(m);
 }
 
+/* A model cut to this rank's tensor-parallel slices is not saved as if whole:
+ * save_pretrained and accel_save_module of it, or of one of its layers,
+ * refused naming accel_accelerator_save_model (which gathers), nothing
+ * written; the model before parallelize saves. */
+static void save_refused(accel_pg *pg, int rank) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/accel_tp_save_%d_%d", (int)getpid(), rank);
+    CHECK(mkdir(dir, 0755) == 0);
+    accel_module *m = tiny_family(3, "llama");
+    CHECK(accel_llama_parallelize(m, pg, false) == ACCEL_OK);
+    CHECK(accel_save_pretrained(m, dir, 0) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "tensor-parallel slices");
+    CHECK(accel_save_module(dir, accel_module_find(m, "model.layers.0"), 0) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_model");
+    accel_clear_error();
+    char f[128];
+    snprintf(f, sizeof f, "%s/config.json", dir);
+    CHECK(access(f, F_OK) != 0);
+    accel_module_free(m);
+    m = tiny_family(3, "llama");
+    CHECK_MSG(accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(access(f, F_OK) == 0);
+    accel_module_free(m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static int body(int rank, int world) {
     if (accel_dist_init() != ACCEL_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
@@ -366,6 +398,7 @@ static int body(int rank, int world) {
     autocast_close(pg, "mixtral", ACCEL_BF16, false, 2e-3, 5e-2);
     autocast_close(pg, "mixtral", ACCEL_BF16, true, 2e-3, 5e-2);
     refusals(pg);
+    save_refused(pg, rank);
     accel_dist_finalize();
     return check_summary();
 }

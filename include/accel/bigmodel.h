@@ -397,9 +397,10 @@ const char *accel_dispatched_placement(const accel_dispatched *d, const char *te
  * transformers default) that transformers.LlamaForCausalLM.from_pretrained
  * loads. Tied aliases (lm_head.weight with tie_word_embeddings) are dropped
  * as transformers does. Every tensor must be materialised; a model whose
- * parameters are sharded across processes (FSDP FULL_SHARD / ZeRO-3) is
- * refused with ACCEL_ERR_STATE, nothing written (accel_accelerator_save_model
- * gathers them). */
+ * tensors hold only this process's part (FSDP FULL_SHARD / ZeRO-3 shards,
+ * tensor-parallel slices: accel_save_module's refusal) is refused with
+ * ACCEL_ERR_STATE, nothing written (accel_accelerator_save_model gathers
+ * them). */
 accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, the model built on meta, then
  * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)

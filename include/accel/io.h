@@ -182,9 +182,10 @@ accel_status accel_save_sharded_as(const char *dir, int n, const char *const *na
                                    accel_tensor *const *tensors, int64_t max_shard_bytes,
                                    accel_weights_format format);
 /* Convenience: the module's state dict (tied aliases included, as named).
- * Refused (ACCEL_ERR_STATE, nothing written) while an Accelerator holds the
- * module's parameters sharded across processes (FSDP FULL_SHARD / ZeRO-3:
- * its tensors hold this process's pieces only); accel_accelerator_save_model
+ * Refused (ACCEL_ERR_STATE, nothing written) where its tensors hold only
+ * this process's part: an Accelerator holds the parameters of it (or of a
+ * module above it) sharded across processes (FSDP FULL_SHARD / ZeRO-3), or
+ * a module in it is a tensor-parallel slice; accel_accelerator_save_model
  * gathers them. */
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes);
 

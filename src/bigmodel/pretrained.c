@@ -7,13 +7,13 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
-#include "core/link.h"
+#include "nn/nn_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
 accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
                                             bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype) {
-    const char *away = accel__link_away(m->links, m); /* (an accelerator's ZeRO-3 holds them) */
+    const char *away = accel__module_values_away(m); /* (ZeRO-3's pieces, tensor-parallel slices) */
     if (away) return accel_set_error(ACCEL_ERR_STATE, "%s: %s", fn, away);
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();

@@ -461,7 +461,8 @@ int accel_cli_estimate_memory(int argc, char **argv) {
         fprintf(stderr, "accel estimate-memory: out of memory for the tables\n");
         rc = 1;
     }
-    if (!rc && fwrite(tables, 1, len, stdout) != len) {
+    /* (flushed here: tables of a few KB sit in stdio's buffer, and a write failing at exit is never seen) */
+    if (!rc && (fwrite(tables, 1, len, stdout) != len || fflush(stdout) != 0)) {
         fprintf(stderr, "accel estimate-memory: cannot write the tables: %s\n", strerror(errno));
         rc = 1;
     }
@@ -699,7 +700,17 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
     }
-    if (bert) bcfg.head = trained_head(model, &bcfg);
+    /* (only for the step's activations: the loading table does not depend on the head, and a masked LM
+     * accel cannot build, an untied decoder, must not cost the table) */
+    if (bert && q.have_batch) bcfg.head = trained_head(model, &bcfg);
+    if (q.act.num_choices && !(bert && bcfg.head == ACCEL_BERT_MULTIPLE_CHOICE)) {
+        usage(stderr);
+        fprintf(stderr, "accel estimate-memory: error: %s: --num_choices is for a multiple-choice model (%s); this "
+                        "one is a %s\n", model,
+                bert ? accel_bert_class_name(bcfg.model_type, ACCEL_BERT_MULTIPLE_CHOICE) : "BertForMultipleChoice",
+                bert ? accel_bert_class_name(bcfg.model_type, bcfg.head) : "decoder (causal LM)");
+        return 2;
+    }
     if (bert && q.have_batch && bcfg.head == ACCEL_BERT_MULTIPLE_CHOICE && !q.act.num_choices) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s: a %s runs each of the --batch_size examples as one row "

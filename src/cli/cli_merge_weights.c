@@ -214,8 +214,9 @@ static int make_out_dir(const char *out_dir, bool *created) {
 }
 
 /* A failed merge leaves no trace of itself: the OUTPUT_PATH it made is
- * removed (empty: the merged file is written beside it and renamed into it
- * only on success), one that existed is left as it was. */
+ * removed (empty by then: the merged file is written to a scratch file in
+ * it, renamed over its name only on success and removed by the writer on a
+ * failure), one that existed is left as it was. */
 static void drop_out_dir(const char *out_dir, bool created) {
     if (created) rmdir(out_dir);
 }

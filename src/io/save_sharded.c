@@ -7,9 +7,9 @@
 
 #include "accel/io.h"
 #include "accel/nn.h"
-#include "core/link.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
+#include "nn/nn_internal.h"
 
 /* File names of one weights format (transformers' SAFE_WEIGHTS_NAME and
  * WEIGHTS_NAME families). */
@@ -207,7 +207,7 @@ accel_status accel__save_sharded_with(const char *dir, int n, const char *const 
 
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
     if (!root || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_module: NULL argument");
-    const char *away = accel__link_away(root->links, root); /* (an accelerator's ZeRO-3 holds them) */
+    const char *away = accel__module_values_away(root); /* (ZeRO-3's pieces, tensor-parallel slices) */
     if (away) return accel_set_error(ACCEL_ERR_STATE, "accel_save_module: %s", away);
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();

@@ -7,6 +7,7 @@
 #include "core/link.h"
 #include "family.h"
 #include "nn_internal.h"
+#include "tp_internal.h"
 
 accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
     if (!ops || !ops->type_name) {
@@ -712,4 +713,25 @@ accel_status accel_init_empty_weights_end(void) {
 
 accel_device accel_default_param_device(accel_device requested) {
     return tl_empty_depth > 0 ? ACCEL_META_DEVICE : requested;
+}
+
+/* accel__module_values_away's walk over m's subtree. */
+static const char *subtree_away(const accel_module *m) {
+    const char *why = accel__link_away(m->links, m);
+    if (why) return why;
+    accel_pg *pg = accel__tp_group(m);
+    if (pg && accel_pg_size(pg) > 1 && !accel__tp_is_replica(m))
+        return "the model's weights are this rank's tensor-parallel slices: save it with "
+               "accel_accelerator_save_model, which gathers the whole tensors";
+    for (int i = 0; i < m->n_children; i++)
+        if ((why = subtree_away(m->children[i]))) return why;
+    return NULL;
+}
+
+const char *accel__module_values_away(const accel_module *m) {
+    for (const accel_module *p = m ? m->parent : NULL; p; p = p->parent) {
+        const char *why = accel__link_away(p->links, p);
+        if (why) return why;
+    }
+    return m ? subtree_away(m) : NULL;
 }

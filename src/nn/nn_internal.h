@@ -61,6 +61,13 @@ int64_t accel__embedding_padding_idx(const accel_module *m);
  * An explicitly converted group is never touched. */
 void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp);
 
+/* Why m's tensors do not hold its whole values, so that saving or exporting
+ * them would write pieces (a sentence for an error), or NULL: m, one of its
+ * ancestors or one of its descendants is held by an owner that took the
+ * values away (accel__link_away: an Accelerator's ZeRO-3 / FSDP FULL_SHARD),
+ * or a module of the subtree is a tensor-parallel slice of a group of more
+ * than one rank. */
+const char *accel__module_values_away(const accel_module *m);
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
