@@ -269,6 +269,11 @@ if(TARGET accel_cli)
            --batch_size 4 --seq_len 8 --pp_size 2 --num_choices 3 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_choices_decoder_pp PROPERTIES PASS_REGULAR_EXPRESSION
     "--num_choices is for a multiple-choice model \\(BertForMultipleChoice\\); this one is a decoder")
+  # the training tables hold the config's own head (the masked LM's decoder and transform), batch or not
+  add_test(NAME bigmodel_estimate_memory_bert_mlm_ranks COMMAND accel_cli estimate-memory data/hf_bert_mlm
+           --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_bert_mlm_ranks PROPERTIES PASS_REGULAR_EXPRESSION
+    "│    DDP \\(NO_SHARD\\)    │12.75 KB│ 12.75 KB│ 25.5 KB │   0 bytes    │51.0 KB │")
   # the loading table of a masked LM accel cannot build (an untied decoder) does not depend on the head: printed
   add_test(NAME bigmodel_estimate_memory_bert_mlm_untied COMMAND sh -c
            "d=$(mktemp -d) && sed 's/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/' data/hf_bert_mlm/config.json > $d/config.json && $<TARGET_FILE:accel_cli> estimate-memory $d --dtypes float32; echo rc=$?; rm -rf $d"

@@ -700,9 +700,9 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         return 1;
     }
-    /* (only for the step's activations: the loading table does not depend on the head, and a masked LM
-     * accel cannot build, an untied decoder, must not cost the table) */
-    if (bert && q.have_batch) bcfg.head = trained_head(model, &bcfg);
+    /* (only for the training tables, which hold the head's weights and step: the loading table is the body's,
+     * the same whatever the head, and a masked LM accel cannot build, an untied decoder, must not cost it) */
+    if (bert && per_rank) bcfg.head = trained_head(model, &bcfg);
     if (q.act.num_choices && !(bert && bcfg.head == ACCEL_BERT_MULTIPLE_CHOICE)) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s: --num_choices is for a multiple-choice model (%s); this "
