@@ -42,9 +42,9 @@ void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt
  * into dir as safetensors (sharded with an index past max_shard_bytes; 0:
  * transformers' 5 GB), but the entries skip(sd, i) leaves out (the tied
  * copies transformers drops). Refused (ACCEL_ERR_STATE, nothing written)
- * while m's parameters are sharded across processes (FSDP FULL_SHARD /
- * ZeRO-3: each holds only its pieces), and for a weight on meta
- * (ACCEL_ERR_DEVICE). *torch_dtype: the dtype of the floating-point weights
+ * where m's tensors hold only this process's part (accel__module_values_away:
+ * ZeRO-3 / FSDP FULL_SHARD pieces, tensor-parallel slices), and for a weight
+ * on meta (ACCEL_ERR_DEVICE). *torch_dtype: the dtype of the floating-point weights
  * (the last one's), for config.json; left as it was without any. fn names
  * the caller in errors. */
 accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,

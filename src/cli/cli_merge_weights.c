@@ -35,13 +35,13 @@ static bool same_file(const char *a, const char *b) {
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-/* Whether the merge's scratch file, path + ".tmp" (written, then renamed over path), is one of the
- * shards it reads: the writer truncates a file of that name as a stale scratch file of its own, so the
- * shard was emptied under the merge (its tensors merged as whatever the pages then held, exit 0) and
- * renamed away, the checkpoint losing it. Error set naming it. */
+/* Whether the merge's scratch file, path + ACCEL__AFILE_TMP_SUFFIX (the atomic writer's: written, then
+ * renamed over path), is one of the shards it reads: the writer truncates a file of that name as a stale
+ * scratch file of its own, so the shard was emptied under the merge (its tensors merged as whatever the
+ * pages then held, exit 0) and renamed away, the checkpoint losing it. Error set naming it. */
 static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char *path) {
     char scratch[4096 + 8], shard[8192];
-    snprintf(scratch, sizeof scratch, "%s.tmp", path);
+    snprintf(scratch, sizeof scratch, "%s%s", path, ACCEL__AFILE_TMP_SUFFIX);
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
         if (same_file(shard, scratch)) {

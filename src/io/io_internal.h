@@ -28,6 +28,9 @@ bool accel__ckpt_fault(const char *step);
 #define FAIL_POINT(step) false
 #endif
 
+/* The suffix of the atomic writer's scratch file (below): "<path>.tmp". */
+#define ACCEL__AFILE_TMP_SUFFIX ".tmp"
+
 /* Atomic file writer: bytes go to "<path>.tmp"; commit fsyncs and renames it
  * over path; abort removes it. Errors name the path. One writer of a path at
  * a time, across processes: open waits for another's commit or abort (an

@@ -114,7 +114,7 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     f->fd = f->lock = -1;
     size_t n = strlen(path);
     f->path = accel_strdup(path);
-    f->tmp = accel_malloc(n + 5);
+    f->tmp = accel_malloc(n + sizeof ACCEL__AFILE_TMP_SUFFIX);
     if (!f->path || !f->tmp) {
         accel_free(f->path);
         accel_free(f->tmp);
@@ -122,7 +122,7 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
         return accel_set_error(ACCEL_ERR_OOM, "write %s: out of memory", path);
     }
     memcpy(f->tmp, path, n);
-    memcpy(f->tmp + n, ".tmp", 5);
+    memcpy(f->tmp + n, ACCEL__AFILE_TMP_SUFFIX, sizeof ACCEL__AFILE_TMP_SUFFIX);
     double stall_s;
     lock_holder who = {0, '?'};
     if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {

@@ -68,6 +68,7 @@ void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp);
  * or a module of the subtree is a tensor-parallel slice of a group of more
  * than one rank. */
 const char *accel__module_values_away(const accel_module *m);
+
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
