@@ -9,8 +9,9 @@
  * without the tied names and back, also through the dispatched loader with
  * the encoder on disk; a BertModel checkpoint gets a new head (LayerNorm
  * weight 1, the decoder still tied); the refusals: an untied config, another
- * head's model; the activation estimate counts the logits. ACCEL_BERT_SAVED=DIR keeps the saved
- * model for `tools/gen_hf_bert_fixtures.py --check-saved DIR`. */
+ * head's model; the activation estimate counts the logits.
+ * ACCEL_BERT_SAVED=DIR keeps the saved model for
+ * `tools/gen_hf_bert_fixtures.py --check-saved DIR`. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

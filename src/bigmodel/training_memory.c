@@ -29,6 +29,7 @@
 #include "backends/cpu/gemm.h"
 #include "nn/arch.h"
 #include "nn/decoder_cp.h"
+#include "nn/nn_internal.h"
 #include "nn/tp_internal.h"
 
 /* The dtypes of a step: the autocast dtype (f32 = none) and whether the CPU
@@ -1170,11 +1171,6 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);
 }
 
-/* The classifiers' dropout (accel/bert.h): classifier_dropout, else hidden_dropout_prob. */
-static double bert_classifier_p(const accel_bert_config *c) {
-    return c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
-}
-
 /* The batch and the embeddings of the encoder's d->B rows (multiple
  * choice: B N): ids, token types, mask, the mask read as int64, as floats,
  * as a tensor; the positions (BERT's [T] and their rows [T, C], broadcast
@@ -1304,7 +1300,7 @@ static void bert_positions_step(ledger *l, accel_bert_head head, double p, doubl
  * allocated after every layer's backward (compose's tail). */
 static double bert_outer_step(ledger *l, const accel_bert_config *c, double choices) {
     const dims *d = l->d;
-    double n = d->n, pc = bert_classifier_p(c), L = (double)c->num_labels, B = d->B / choices;
+    double n = d->n, pc = accel__bert_classifier_p(c), L = (double)c->num_labels, B = d->B / choices;
     bool roberta = c->model_type != ACCEL_BERT_MODEL_BERT;
     accel_bert_head head = c->head;
     double tail = bert_embeddings_step(l, c);

@@ -292,7 +292,8 @@ static bool is_bert(const char *model) {
  * loader builds those only when asked for (accel/bert.h). */
 static accel_bert_head trained_head(const char *model, const accel_bert_config *c) {
     char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
-    json_t *root = file ? accel__json_load_file(file) : NULL, *arch = root ? json_object_get(root, "architectures") : NULL;
+    json_t *root = file ? accel__json_load_file(file) : NULL;
+    json_t *arch = root ? json_object_get(root, "architectures") : NULL;
     accel_bert_head head = c->head, own = c->head;
     const char *seq = accel_bert_class_name(c->model_type, ACCEL_BERT_SEQUENCE_CLASSIFICATION);
     for (size_t i = 0; head == ACCEL_BERT_SEQUENCE_CLASSIFICATION && json_is_array(arch) && i < json_array_size(arch);

@@ -711,21 +711,20 @@ accel_tensor *accel_bert_encode(accel_module *m, accel_tensor *ids, accel_tensor
     return model ? encode(model, ids, token_type_ids, attention_mask, pooled, "accel_bert_encode") : NULL;
 }
 
-/* The classifiers' dropout: classifier_dropout, else (config null) hidden_dropout_prob. */
-static double classifier_p(const accel_bert_config *c) {
+double accel__bert_classifier_p(const accel_bert_config *c) {
     return c->classifier_dropout >= 0 ? c->classifier_dropout : c->hidden_dropout_prob;
 }
 
-/* The dropout before the head module, -1 for none: classifier_p for
+/* The dropout before the head module, -1 for none: accel__bert_classifier_p for
  * BERT's sequence classifier, the token classifiers and BERT's multiple
  * choice; hidden_dropout_prob for RoBERTa's multiple choice (as
  * transformers'); none for pre-training, next sentence, QA, the masked LM
  * and RoBERTa's sequence classifier (its head drops out itself). */
 static double head_dropout(const accel_bert_config *c) {
     switch (c->head) {
-    case ACCEL_BERT_TOKEN_CLASSIFICATION: return classifier_p(c);
-    case ACCEL_BERT_SEQUENCE_CLASSIFICATION: return is_roberta(c) ? -1 : classifier_p(c);
-    case ACCEL_BERT_MULTIPLE_CHOICE: return is_roberta(c) ? c->hidden_dropout_prob : classifier_p(c);
+    case ACCEL_BERT_TOKEN_CLASSIFICATION: return accel__bert_classifier_p(c);
+    case ACCEL_BERT_SEQUENCE_CLASSIFICATION: return is_roberta(c) ? -1 : accel__bert_classifier_p(c);
+    case ACCEL_BERT_MULTIPLE_CHOICE: return is_roberta(c) ? c->hidden_dropout_prob : accel__bert_classifier_p(c);
     default: return -1;
     }
 }
@@ -1046,7 +1045,7 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
  * dropout both times). */
 static accel_tensor *cls_head_forward(accel_module *head, accel_tensor *h) {
     const accel_bert_config *c = head->impl;
-    double p = classifier_p(c);
+    double p = accel__bert_classifier_p(c);
     accel_tensor *x = first_token(h, head->ops->type_name);
     x = x ? accel_dropout(x, p, head->training, NULL) : NULL;
     x = accel_dropout(accel_tanh(accel_module_call(head->children[CLS_DENSE], x)), p, head->training, NULL);

@@ -69,6 +69,11 @@ void accel__sync_batchnorm_bind(accel_module *m, accel_pg *dp);
  * than one rank. */
 const char *accel__module_values_away(const accel_module *m);
 
+/* BERT's classifiers' dropout: classifier_dropout, else (config null)
+ * hidden_dropout_prob (the model's and the activation estimate's). */
+struct accel_bert_config;
+double accel__bert_classifier_p(const struct accel_bert_config *c);
+
 /* Weight and bias (NULL when absent) of a Linear/Embedding/norm module:
  * its tensors named "weight" and "bias". */
 accel_tensor *accel__module_tensor(accel_module *m, const char *name);
