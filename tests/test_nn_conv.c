@@ -37,6 +37,27 @@ static void test_conv_init_and_names(void) {
     CHECK(y && y->ndim == 3 && y->shape[1] == 6 && y->shape[2] == 9);
     accel_module_free(c1);
 
+    /* padding="same": the output keeps the input's size; torch refuses it with a stride when the layer is made */
+    const int64_t same[2] = {ACCEL_PADDING_SAME, ACCEL_PADDING_SAME};
+    c = accel_conv2d_new(6, 8, (int64_t[]){4, 3}, NULL, same, (int64_t[]){1, 2}, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    y = c ? accel_module_call(c, x) : NULL;
+    CHECK_MSG(y && y->shape[1] == 8 && y->shape[2] == 7 && y->shape[3] == 7, "%s", accel_last_error());
+    accel_module_free(c);
+    CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, (int64_t[]){1, 2}, same, NULL, 2, true, ACCEL_CPU_DEVICE,
+                            ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv2d_new: padding=\"same\" (ACCEL_PADDING_SAME) is not supported "
+                                           "for strided convolutions (stride 2)");
+    CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, NULL, (int64_t[]){ACCEL_PADDING_SAME, 0}, NULL, 2, true,
+                            ACCEL_CPU_DEVICE, ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_PADDING_SAME in padding[0] alone");
+    c1 = accel_conv1d_new(4, 6, 4, 1, ACCEL_PADDING_SAME, 2, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    y = c1 ? accel_module_call(c1, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 9))) : NULL;
+    CHECK_MSG(y && y->shape[2] == 9, "%s", accel_last_error());
+    accel_module_free(c1);
+    CHECK(!accel_conv1d_new(4, 6, 3, 2, ACCEL_PADDING_SAME, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv1d_new: padding=\"same\"");
+    accel_clear_error();
+
     CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, NULL, NULL, NULL, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&
           strstr(accel_last_error(), "multiples of groups (4)"));
     CHECK(!accel_conv1d_new(4, 6, 0, 1, 0, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the PyTorch fixtures of the window and batch-norm ops (tests/test_ops_conv.c).
 
-Output: tests/data/ops_conv.bin (conv2d, conv1d), ops_pool.bin (max/avg/adaptive
+Output: tests/data/ops_conv.bin (conv2d, conv1d, also padding="same"), ops_pad.bin
+(F.pad, constant mode), ops_pool.bin (max/avg/adaptive
 pooling), ops_bn.bin (batch_norm). Same format as tools/gen_ops_fixtures.py
 (b"AOPF" | u32 count | count x (u32 name_len | name | u32 ndim | i64 shape | f32 data)).
 Every case k is a set of tensors "<kind><k>.<what>": its inputs, the output y,
@@ -70,6 +71,22 @@ CONV1D = [
     (1, 2, 5, 2, 7, 1, 3, 1, 2, True),
 ]
 
+# padding="same", stride 1: (N, C, H, W, O, (kh, kw), dilation, groups, bias)
+SAME2D = [
+    (2, 3, 7, 6, 4, (3, 3), (1, 1), 1, True),   # odd kernel: the same padding on both sides
+    (2, 4, 6, 7, 6, (4, 2), (1, 1), 2, True),   # even kernels: one more after (x padded first)
+    (1, 3, 5, 6, 2, (3, 4), (2, 1), 1, False),  # dilated: 4 (even) and 3 (odd) in all
+    (2, 2, 1, 1, 3, (4, 4), (1, 1), 1, True),   # kernel larger than the input
+    (1, 4, 5, 5, 4, (2, 3), (3, 1), 4, True),   # depthwise, dilation 3 of an even kernel
+]
+
+# (N, C, L, O, k, dilation, groups, bias)
+SAME1D = [
+    (2, 3, 10, 4, 4, 1, 1, True),
+    (1, 2, 7, 2, 3, 2, 2, False),
+    (2, 2, 5, 3, 6, 1, 1, True),
+]
+
 
 def conv_file():
     torch.manual_seed(0)
@@ -88,7 +105,45 @@ def conv_file():
         y = F.conv1d(inp["x"], inp["w"], inp.get("b"), s, p, d, g)
         out["l%d.p" % i] = torch.tensor([s, p, d, g, bias], dtype=torch.float32)
         grads(out, "l%d." % i, inp, y)
+    # padding="same" (after the cases above: their draws stay as they were)
+    for i, (N, C, H, W, O, k, d, g, bias) in enumerate(SAME2D):
+        inp = {"x": leaf(N, C, H, W), "w": leaf(O, C // g, *k)}
+        if bias:
+            inp["b"] = leaf(O)
+        y = F.conv2d(inp["x"], inp["w"], inp.get("b"), 1, "same", d, g)
+        assert y.shape[2:] == inp["x"].shape[2:]
+        out["s%d.p" % i] = torch.tensor([*d, g, bias], dtype=torch.float32)
+        grads(out, "s%d." % i, inp, y)
+    for i, (N, C, L, O, k, d, g, bias) in enumerate(SAME1D):
+        inp = {"x": leaf(N, C, L), "w": leaf(O, C // g, k)}
+        if bias:
+            inp["b"] = leaf(O)
+        y = F.conv1d(inp["x"], inp["w"], inp.get("b"), 1, "same", d, g)
+        out["t%d.p" % i] = torch.tensor([d, g, bias], dtype=torch.float32)
+        grads(out, "t%d." % i, inp, y)
     write("ops_conv.bin", out)
+
+
+# F.pad, constant mode: (x shape, pad, value); negative amounts crop
+PADS = [
+    ((2, 3), (1, 1), 0.0),
+    ((2, 3, 4), (1, 2, 0, 1), 1.5),
+    ((2, 3, 4), (-1, 2, 1, -2), 0.0),      # crop and pad in one dim, both ways
+    ((2, 2, 3, 3), (1, 0, 2, 3, 1, 1, 0, 2), -2.0),  # every dim
+    ((3, 5), (-2, -1), 0.5),               # cropped on both sides
+    ((4,), (0, 0), 0.0),                   # nothing to pad: a copy
+]
+
+
+def pad_file():
+    torch.manual_seed(3)
+    out = {}
+    for i, (shape, pad, value) in enumerate(PADS):
+        x = leaf(*shape)
+        y = F.pad(x, pad, value=value)
+        out["d%d.p" % i] = torch.tensor([len(pad), *pad, value], dtype=torch.float32)
+        grads(out, "d%d." % i, {"x": x}, y)
+    write("ops_pad.bin", out)
 
 
 # kind 0 max (k, s, p, d, ceil), kind 1 avg (k, s, p, ceil, count_include_pad), kind 2 adaptive (oh, ow)
@@ -194,3 +249,4 @@ if __name__ == "__main__":
     conv_file()
     pool_file()
     bn_file()
+    pad_file()

@@ -6,6 +6,7 @@
 #include "accel/nn.h"
 #include "accel/parallel.h"
 #include "nn_internal.h"
+#include "ops/nn_internal.h"
 
 /* A per-dim argument, or its default when NULL. */
 static void pair_or(int64_t out[2], const int64_t *v, int64_t dflt) {
@@ -56,6 +57,10 @@ static accel_module *conv_create(const char *fn, const accel_module_ops *ops, in
                         (long long)in, (long long)out, (long long)args->groups);
         return NULL;
     }
+    /* torch refuses padding="same" with a stride when the layer is made (Conv1d's are its second entries) */
+    if (!accel__same_padding_ok(fn, nk > 1 ? args->padding : (int64_t[]){args->padding[1], args->padding[1]},
+                                args->stride))
+        return NULL;
     int64_t shape[4] = {out, in / args->groups, kernel[0], nk > 1 ? kernel[1] : 0};
     for (int d = 0; d < nk; d++)
         if (kernel[d] < 1) {
