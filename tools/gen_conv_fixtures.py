@@ -2,7 +2,7 @@
 """Writes the PyTorch fixtures of the window and batch-norm ops (tests/test_ops_conv.c).
 
 Output: tests/data/ops_conv.bin (conv2d, conv1d, also padding="same"), ops_pad.bin
-(F.pad, constant mode), ops_pool.bin (max/avg/adaptive
+(F.pad, every mode), ops_pool.bin (max/avg/adaptive
 pooling), ops_bn.bin (batch_norm). Same format as tools/gen_ops_fixtures.py
 (b"AOPF" | u32 count | count x (u32 name_len | name | u32 ndim | i64 shape | f32 data)).
 Every case k is a set of tensors "<kind><k>.<what>": its inputs, the output y,
@@ -124,24 +124,32 @@ def conv_file():
     write("ops_conv.bin", out)
 
 
-# F.pad, constant mode: (x shape, pad, value); negative amounts crop
+# F.pad: (x shape, pad, value, mode); negative amounts crop (constant mode)
+MODES = ["constant", "reflect", "replicate", "circular"]
 PADS = [
-    ((2, 3), (1, 1), 0.0),
-    ((2, 3, 4), (1, 2, 0, 1), 1.5),
-    ((2, 3, 4), (-1, 2, 1, -2), 0.0),      # crop and pad in one dim, both ways
-    ((2, 2, 3, 3), (1, 0, 2, 3, 1, 1, 0, 2), -2.0),  # every dim
-    ((3, 5), (-2, -1), 0.5),               # cropped on both sides
-    ((4,), (0, 0), 0.0),                   # nothing to pad: a copy
+    ((2, 3), (1, 1), 0.0, "constant"),
+    ((2, 3, 4), (1, 2, 0, 1), 1.5, "constant"),
+    ((2, 3, 4), (-1, 2, 1, -2), 0.0, "constant"),      # crop and pad in one dim, both ways
+    ((2, 2, 3, 3), (1, 0, 2, 3, 1, 1, 0, 2), -2.0, "constant"),  # every dim
+    ((3, 5), (-2, -1), 0.5, "constant"),               # cropped on both sides
+    ((4,), (0, 0), 0.0, "constant"),                   # nothing to pad: a copy
+    ((2, 3, 5), (2, 4), 0.0, "reflect"),               # 4: the most below the size
+    ((2, 2, 4, 5), (1, 2, 3, 0), 0.0, "reflect"),
+    ((2, 2, 3, 4, 3), (2, 1, 0, 2, 1, 1), 0.0, "reflect"),
+    ((3, 4), (2, 3), 0.0, "replicate"),                # unbatched
+    ((1, 2, 3, 4, 2), (1, 1, 2, 0, 1, 4), 0.0, "replicate"),
+    ((2, 3, 4), (4, 1), 0.0, "circular"),              # 4: the whole dim once
+    ((1, 2, 3, 4), (1, 3, 2, 2), 0.0, "circular"),
 ]
 
 
 def pad_file():
     torch.manual_seed(3)
     out = {}
-    for i, (shape, pad, value) in enumerate(PADS):
+    for i, (shape, pad, value, mode) in enumerate(PADS):
         x = leaf(*shape)
-        y = F.pad(x, pad, value=value)
-        out["d%d.p" % i] = torch.tensor([len(pad), *pad, value], dtype=torch.float32)
+        y = F.pad(x, pad, mode=mode, value=value) if mode == "constant" else F.pad(x, pad, mode=mode)
+        out["d%d.p" % i] = torch.tensor([len(pad), *pad, value, MODES.index(mode)], dtype=torch.float32)
         grads(out, "d%d." % i, {"x": x}, y)
     write("ops_pad.bin", out)
 

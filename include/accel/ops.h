@@ -119,15 +119,25 @@ accel_tensor *accel_squeeze(accel_tensor *a, int dim);             /* view */
 accel_tensor *accel_concat(int n, accel_tensor *const *ts, int dim);
 /* Splits dim into n parts of sizes[i] (sum == size of dim); views into outs[]. */
 accel_status accel_split(accel_tensor *a, int dim, int n, const int64_t *sizes, accel_tensor **outs);
-/* torch.nn.functional.pad(x, pad, mode="constant", value): pad[0], pad[1]
- * are the elements added before and after the last dim, pad[2], pad[3] the
- * dim before it, and so on for npad / 2 dims (npad even, at most 2 ndim);
- * a negative amount crops. The border holds value (in x's dtype, as torch
- * casts it); a new tensor, also for npad 0. Differentiable: x's gradient is
- * the output's without the border, 0 where x was cropped. A dim that would
- * get a negative size is an error naming it. reflect / replicate / circular
- * modes are not built. */
-accel_tensor *accel_pad(accel_tensor *x, int npad, const int64_t *pad, double value);
+/* torch.nn.functional.pad's modes. */
+typedef enum accel_pad_mode {
+    ACCEL_PAD_CONSTANT,  /* the border holds value */
+    ACCEL_PAD_REFLECT,   /* x mirrored at its edges, the edge not repeated */
+    ACCEL_PAD_REPLICATE, /* the edge element repeated */
+    ACCEL_PAD_CIRCULAR,  /* x wrapped around */
+} accel_pad_mode;
+
+/* torch.nn.functional.pad(x, pad, mode, value): pad[0], pad[1] are the
+ * elements added before and after the last dim, pad[2], pad[3] the dim
+ * before it, and so on for npad / 2 dims (npad even, at most 2 ndim). A new
+ * tensor (also for npad 0), differentiable (the elements a border repeats
+ * add their gradients up). Constant mode: any dtype, the border holds value
+ * (cast to x's dtype, as torch casts it), a negative amount crops (a dim may
+ * end at 0, not below; x's gradient is 0 where it was cropped). The other
+ * modes, as torch: float dtypes, 2 pads of a 2-D or 3-D x, 4 of a 3-D or
+ * 4-D, 6 of a 4-D or 5-D; no negative pad; reflect's below the dim's size,
+ * circular's at most it; value unused. Errors name the argument. */
+accel_tensor *accel_pad(accel_tensor *x, int npad, const int64_t *pad, accel_pad_mode mode, double value);
 
 /* ---------------------------------------------------------------- linear algebra */
 

@@ -267,7 +267,7 @@ static bool resolve_padding(const char *OP, accel_tensor **x, const accel_tensor
         p[i] = total / 2;
         extra[i] = total - 2 * p[i];
     }
-    if (extra[0] || extra[1]) *x = accel_pad(*x, 4, (int64_t[]){0, extra[1], 0, extra[0]}, 0.0);
+    if (extra[0] || extra[1]) *x = accel_pad(*x, 4, (int64_t[]){0, extra[1], 0, extra[0]}, ACCEL_PAD_CONSTANT, 0.0);
     return *x != NULL;
 }
 
