@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "tb_event.pb-c.h"
+#include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 
 typedef struct tb {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 #include "tracking/tracking_internal.h"
 

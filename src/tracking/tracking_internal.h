@@ -16,11 +16,6 @@ void accel__log_detach(struct accel_pg *pg);
 void accel__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void accel__warnv(const char *fmt, va_list ap);
 
-/* Python's repr of a float: the fewest digits that read back as v, "1.0"
- * for a whole number, an exponent below 1e-4 and from 1e16 ("1e-05",
- * "1.5e+16"), "nan", "inf", "-inf". buf of 32 bytes holds every value. */
-const char *accel__float_repr(char *buf, size_t n, double v);
-
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
 /* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
