@@ -108,6 +108,9 @@ bool cli_python_float(const char *s, double *out);
  * case ignored (blanks around it, which float() strips, are refused: the
  * text is exported as given), else cli_python_float. */
 bool cli_float_arg(const char *text, double *out);
+/* mkdir -p dir (mode 0755): false with errno set when a part cannot be made
+ * or dir is no directory (ENOTDIR). */
+bool cli_mkdirs(const char *dir);
 /* Config file location: $HF_HOME or ${XDG_CACHE_HOME:-~/.cache}/huggingface,
  * + /accelerate/default_config.yaml. */
 void cfg_default_path(char *out, size_t n);

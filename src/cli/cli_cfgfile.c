@@ -1030,19 +1030,37 @@ static json_t *to_json(const cv *v, bool all) {
     return json_null();
 }
 
+bool cli_mkdirs(const char *dir) {
+    char d[4096];
+    if (snprintf(d, sizeof d, "%s", dir) >= (int)sizeof d) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(d, 0755) != 0 && errno != EEXIST) return false;
+            *p = '/';
+        }
+    struct stat sb;
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) return false;
+    if (stat(d, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+/* The directories above a file, made where missing (as Python's open()
+ * would not: its error comes when the file is opened). */
 static void mkdir_p(const char *path) {
     char d[4096];
     snprintf(d, sizeof d, "%s", path);
     char *slash = strrchr(d, '/');
     if (!slash || slash == d) return;
     *slash = 0;
-    for (char *p = d + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(d, 0755);
-            *p = '/';
-        }
-    mkdir(d, 0755);
+    cli_mkdirs(d); /* a failure shows when the file is opened */
 }
 
 bool cli_is_utf8(const char *s) {
