@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "cli/cli.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 
 /* ---------------------------------------------------------------- tree */
@@ -162,7 +163,7 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
     case CV_INT: app(out, n, "%lld", v->i); break;
     case CV_FLOAT: {
         char f[40];
-        cli_py_float(v->f, f, sizeof f);
+        accel__float_repr(f, sizeof f, v->f);
         app(out, n, "%s", f);
         break;
     }
@@ -966,7 +967,7 @@ static bool emit_value(yaml_emitter_t *e, const cv *v, bool all) {
     case CV_FLOAT: /* as PyYAML: repr's digits (1.0 stays a float), 1.0e+16, .inf, .nan */
         if (isnan(v->f) || isinf(v->f))
             snprintf(buf, sizeof buf, "%s", isnan(v->f) ? ".nan" : v->f < 0 ? "-.inf" : ".inf");
-        else cli_py_float(v->f, buf, sizeof buf);
+        else accel__float_repr(buf, sizeof buf, v->f);
         if (strchr(buf, 'e') && !strchr(buf, '.')) { /* 1e+16: 1.0e+16, which YAML 1.1 reads as a float */
             char *x = strchr(buf, 'e'), tail[32];
             snprintf(tail, sizeof tail, "%s", x);
