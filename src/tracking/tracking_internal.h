@@ -16,6 +16,11 @@ void accel__log_detach(struct accel_pg *pg);
 void accel__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void accel__warnv(const char *fmt, va_list ap);
 
+/* Checks a config/values list (ACCEL_ERR_INVALID_ARG naming fn): n >= 0,
+ * values given when n > 0, keys non-empty UTF-8, strings non-NULL UTF-8,
+ * kinds known. */
+accel_status accel__values_check(const char *fn, int n, const accel_value *v);
+
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
 /* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
