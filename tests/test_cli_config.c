@@ -261,6 +261,12 @@ static void test_env_fields(void) {
         CHECK_STR_CONTAINS(OUT, "- NCCL available: False (");
     }
     CHECK_STR_CONTAINS(OUT, "- GPUs on this machine: ");
+    /* a config file given but missing is an error, not "Not found" (a typo
+     * looked like no config); nothing is printed */
+    const char *missing[] = {"env", "--config_file", "/nonexistent/cfg.yaml", NULL};
+    CHECK(run(missing, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "The passed configuration file `/nonexistent/cfg.yaml` does not exist");
+    CHECK(OUT[0] == '\0');
     const char *h[] = {"env", "--help", NULL};
     CHECK(run(h, NULL) == 0);
     const char *c[] = {"config", "--help", NULL};

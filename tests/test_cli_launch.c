@@ -387,8 +387,10 @@ static void test_restart(void) {
 }
 
 static void test_tee_logs(void) {
-    char logdir[PATH_MAX + 8];
-    snprintf(logdir, sizeof logdir, "%s/logs", TMP);
+    /* parents made as torchrun makes them (only the last level was: a nested
+     * --log_dir ran without any logs, a warning per rank) */
+    char logdir[PATH_MAX + 32];
+    snprintf(logdir, sizeof logdir, "%s/logs/nested dir", TMP);
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", "--tee", "3", "--log_dir", logdir, WORKER, "env", NULL};
     CHECK(run(a, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "[rank0]: RANK=0\n");
@@ -403,7 +405,14 @@ static void test_tee_logs(void) {
     snprintf(path, sizeof path, "%s/rank1.stdout", run_dir);
     cli_slurp(path, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "RANK=1\n");
-    CHECK_STR_CONTAINS(run_dir, "/logs/");
+    CHECK_STR_CONTAINS(run_dir, "/logs/nested dir/");
+    /* a --log_dir that cannot be made stops the launch before any worker runs */
+    const char *file = script("a_file", "not a directory\n");
+    const char *bad[] = {ACCEL, "launch", "--num_processes", "2", "--log_dir", file, WORKER, "env", NULL};
+    CHECK(run(bad, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "cannot create the log directory");
+    CHECK_STR_CONTAINS(ERR, "a_file/");
+    CHECK(strstr(OUT, "RANK=") == NULL);
 }
 
 static void test_config_precedence(void) {

@@ -495,12 +495,16 @@ static void test_parse_size(void) {
     static const struct { const char *s; int64_t v; } ok[] = {
         {"0MB", 0},          {"100MB", 100000000},     {"2GiB", 2147483648LL}, {"512KiB", 524288},
         {"1.5GB", 1500000000}, {"100KB", 100000},      {"500", 500},           {"10GB", 10000000000LL},
-        {"1MiB", 1048576},   {"100Mb", 12500000},      {"5gb", 625000000}};
+        {"1MiB", 1048576},   {"100Mb", 12500000},      {"5gb", 625000000},
+        /* what Python's float() takes before the unit, as Accelerate reads it */
+        {" 5GB", 5000000000LL}, {"5 GB", 5000000000LL}, {"+5GB", 5000000000LL}, {"1_000MB", 1000000000},
+        {"5.MB", 5000000},   {".5KB", 500},            {"1e3KB", 1000000},     {"-0GB", 0}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         int64_t v = -1;
         CHECK_MSG(accel_parse_size(ok[i].s, &v) == ACCEL_OK && v == ok[i].v, "%s -> %lld", ok[i].s, (long long)v);
     }
-    static const char *bad[] = {"5MBB", "5k0MB", "-1GB", "", "GB", "12XB", "1e999GB", "nanGB"};
+    static const char *bad[] = {"5MBB", "5k0MB", "-1GB", "", "GB", "12XB", "1e999GB", "nanGB", "infGB", "0x10MB",
+                                "1__0MB", "_1MB", "1_MB", "1_.5MB", "+-5GB", "5GB ", " ", "e5MB", "1eMB", " 500"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t v;
         CHECK_MSG(accel_parse_size(bad[i], &v) == ACCEL_ERR_INVALID_ARG, "%s", bad[i]);

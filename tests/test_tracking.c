@@ -375,6 +375,11 @@ static void test_accelerator_trackers(void) {
     static const accel_tracker_ops ops = {"mine", my_config, my_log, my_finish};
     counts k = {0};
     CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, &k)) == ACCEL_OK);
+    /* a bad config is refused (n < 0 was taken as no config) and does not use up the call */
+    CHECK(accel_accelerator_init_trackers(acc, "exp", -1, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_init_trackers: -1 values");
+    CHECK(accel_accelerator_init_trackers(acc, "exp", 2, NULL) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
     CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_OK);
     CHECK(accel_accelerator_init_trackers(acc, "exp", 0, NULL) == ACCEL_ERR_STATE);
     accel_clear_error();

@@ -185,7 +185,7 @@ static void test_csv_header_first(void) {
     CHECK(accel_tracker_log(t, 1, a, 1) == ACCEL_OK);
     CHECK(accel_tracker_finish(t) == ACCEL_OK);
     char *s = slurp(path);
-    CHECK_MSG(s && !strcmp(s, "step,a\n0,\n1,1\n"), "%s", s);
+    CHECK_MSG(s && !strcmp(s, "step,a\n0,\n1,1.0\n"), "%s", s);
     free(s);
     rm_rf(dir);
 }
@@ -218,6 +218,44 @@ static void test_hparams_yml_quotes_as_pyyaml(void) {
     CHECK_MSG(y && !strcmp(y, "'123': 1\n'=': 3\na: '1:20'\nb: '2024-01-01'\nc: '2024-1-1 10:20:30.5 +01:00'\n"
                               "d: '0b101'\ne: '1_000'\nf: '+.inf'\ng: '='\nh: '<<'\ni: 'Yes'\nj: 1e400\nk: yEs\n"
                               "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
+              "%s", y);
+    free(y);
+    rm_rf(dir);
+}
+
+/* Floats are written as Python writes them: csv.writer's str() (repr) and
+ * yaml.dump's repr with ".0" before a bare exponent. printf's %g wrote 1.0
+ * as "1" (an int to a reader of hparams.yml) and 1e-05 as "1e-05" (a string
+ * to YAML 1.1). The expected texts are Python 3.11's and PyYAML 6.0.3's. */
+static void test_floats_written_as_python(void) {
+    static const double v[] = {1.0, 1e-05, 1e16, 1.5e16, 1e15, 0.0001, -0.0, 0.30000000000000004, 5e-324};
+    enum { N = sizeof v / sizeof *v };
+    accel_value row[N];
+    char keys[N][2];
+    for (int i = 0; i < N; i++) {
+        keys[i][0] = (char)('a' + i), keys[i][1] = '\0';
+        row[i] = ACCEL_VALUE_F(keys[i], v[i]);
+    }
+    char *dir = temp_dir(), path[1100], run[512], sub[1024] = "";
+    accel_tracker *csv = accel_tracker_open("csv", "p", dir), *tb = accel_tracker_open("tensorboard", "p", dir);
+    CHECK(accel_tracker_log(csv, N, row, 0) == ACCEL_OK);
+    CHECK(accel_tracker_store_init_configuration(tb, N, row) == ACCEL_OK);
+    CHECK(accel_tracker_finish(csv) == ACCEL_OK && accel_tracker_finish(tb) == ACCEL_OK);
+    snprintf(path, sizeof path, "%s/p/log.csv", dir);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a,b,c,d,e,f,g,h,i\n"
+                              "0,1.0,1e-05,1e+16,1.5e+16,1000000000000000.0,0.0001,-0.0,0.30000000000000004,5e-324\n"),
+              "%s", s);
+    free(s);
+    snprintf(run, sizeof run, "%s/p", dir);
+    DIR *d = opendir(run); /* the <time.time()> sub-run */
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    char *y = slurp(path);
+    CHECK_MSG(y && !strcmp(y, "a: 1.0\nb: 1.0e-05\nc: 1.0e+16\nd: 1.5e+16\ne: 1000000000000000.0\nf: 0.0001\n"
+                              "g: -0.0\nh: 0.30000000000000004\ni: 5.0e-324\n"),
               "%s", y);
     free(y);
     rm_rf(dir);
@@ -256,7 +294,7 @@ static void test_csv_widen_fails_tmp_taken(void) {
     CHECK(accel_tracker_log(t, 2, ab, 3) == ACCEL_OK); /* widens now */
     CHECK(accel_tracker_finish(t) == ACCEL_OK);
     char *s = slurp(path);
-    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1,\n2,1,\n3,2,3\n"), "%s", s);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1.0,\n2,1.0,\n3,2.0,3.0\n"), "%s", s);
     free(s);
     rm_rf(dir);
 }
@@ -277,7 +315,7 @@ static void test_csv_widen_fails_file_too_large(void) {
     CHECK(accel_tracker_log(t, 2, ab, 4) == ACCEL_OK);
     CHECK(accel_tracker_finish(t) == ACCEL_OK);
     char *s = slurp(path);
-    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1,\n1,1,\n3,1,\n4,2,3\n"), "%s", s);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1.0,\n1,1.0,\n3,1.0,\n4,2.0,3.0\n"), "%s", s);
     free(s);
     rm_rf(dir);
 }
@@ -285,6 +323,7 @@ static void test_csv_widen_fails_file_too_large(void) {
 int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
+    RUN(test_floats_written_as_python);
     RUN(test_tb_log_after_disk_full);
     RUN(test_text_log_after_disk_full);
     RUN(test_csv_header_first);

@@ -114,6 +114,9 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_init_trackers: project_name is empty");
     if (tk->initialized)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
+    /* on every rank, before the call counts: a bad config (n < 0 was taken
+     * as none) is the caller's to fix and retry */
+    if (accel__values_check("accel_accelerator_init_trackers", n, config)) return accel_last_status();
     tk->initialized = true;
     if (acc->rank != 0) return ACCEL_OK;
     accel_status st = ACCEL_OK;

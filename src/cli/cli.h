@@ -108,6 +108,9 @@ bool cli_python_float(const char *s, double *out);
  * case ignored (blanks around it, which float() strips, are refused: the
  * text is exported as given), else cli_python_float. */
 bool cli_float_arg(const char *text, double *out);
+/* mkdir -p dir (mode 0755): false with errno set when a part cannot be made
+ * or dir is no directory (ENOTDIR). */
+bool cli_mkdirs(const char *dir);
 /* Config file location: $HF_HOME or ${XDG_CACHE_HOME:-~/.cache}/huggingface,
  * + /accelerate/default_config.yaml. */
 void cfg_default_path(char *out, size_t n);
@@ -121,8 +124,6 @@ bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
 /* cfg_write keeping null values and empty mappings (yaml.dump of the dict as
  * it was read: `accel to-fsdp2`). */
 bool cfg_write_as_is(const char *path, const cv *root, char *err, size_t errn);
-/* Python's repr() of a float (1.0, 0.1, 1e-05, inf): what Accelerate writes and prints. */
-void cli_py_float(double f, char *out, size_t n);
 /* Whether s is valid UTF-8 (all a config file can hold). */
 bool cli_is_utf8(const char *s);
 

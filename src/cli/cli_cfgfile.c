@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "cli/cli.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 
 /* ---------------------------------------------------------------- tree */
@@ -162,7 +163,7 @@ void cv_repr(const cv *v, bool top, char *out, size_t n) {
     case CV_INT: app(out, n, "%lld", v->i); break;
     case CV_FLOAT: {
         char f[40];
-        cli_py_float(v->f, f, sizeof f);
+        accel__float_repr(f, sizeof f, v->f);
         app(out, n, "%s", f);
         break;
     }
@@ -966,7 +967,7 @@ static bool emit_value(yaml_emitter_t *e, const cv *v, bool all) {
     case CV_FLOAT: /* as PyYAML: repr's digits (1.0 stays a float), 1.0e+16, .inf, .nan */
         if (isnan(v->f) || isinf(v->f))
             snprintf(buf, sizeof buf, "%s", isnan(v->f) ? ".nan" : v->f < 0 ? "-.inf" : ".inf");
-        else cli_py_float(v->f, buf, sizeof buf);
+        else accel__float_repr(buf, sizeof buf, v->f);
         if (strchr(buf, 'e') && !strchr(buf, '.')) { /* 1e+16: 1.0e+16, which YAML 1.1 reads as a float */
             char *x = strchr(buf, 'e'), tail[32];
             snprintf(tail, sizeof tail, "%s", x);
@@ -1030,19 +1031,37 @@ static json_t *to_json(const cv *v, bool all) {
     return json_null();
 }
 
+bool cli_mkdirs(const char *dir) {
+    char d[4096];
+    if (snprintf(d, sizeof d, "%s", dir) >= (int)sizeof d) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(d, 0755) != 0 && errno != EEXIST) return false;
+            *p = '/';
+        }
+    struct stat sb;
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) return false;
+    if (stat(d, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+/* The directories above a file, made where missing (as Python's open()
+ * would not: its error comes when the file is opened). */
 static void mkdir_p(const char *path) {
     char d[4096];
     snprintf(d, sizeof d, "%s", path);
     char *slash = strrchr(d, '/');
     if (!slash || slash == d) return;
     *slash = 0;
-    for (char *p = d + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(d, 0755);
-            *p = '/';
-        }
-    mkdir(d, 0755);
+    cli_mkdirs(d); /* a failure shows when the file is opened */
 }
 
 bool cli_is_utf8(const char *s) {

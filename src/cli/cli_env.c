@@ -136,6 +136,14 @@ int accel_cli_env(int argc, char **argv) {
                       "Print information about this build and machine.", OPTS, 2, argc, argv, v, &first, false);
     if (r == CLI_HELP) return 0;
     if (r == CLI_ERROR) return 2;
+    /* A config named on the command line must be there, as Accelerate's env
+     * requires: "Not found" reported a mistyped name as no config at all. */
+    if (v[0] && access(v[0], F_OK) != 0) {
+        char err[2048];
+        cfg_read(v[0], err, sizeof err);
+        fprintf(stderr, "accel env: error: %s\n", err);
+        return 1;
+    }
     struct utsname u;
     uname(&u);
     char self[PATH_MAX] = "unknown";

@@ -750,9 +750,14 @@ static void error_file(const job *J, int rank, char *out, size_t n) {
  * logs), else a private temporary directory. False after saying why. */
 static bool make_err_dir(job *J) {
     if (J->L->log_dir) {
+        /* made with its parents, as torchrun makes it; a directory that cannot
+         * be made stops the launch (the workers ran without their logs) */
         snprintf(J->err_dir, sizeof J->err_dir, "%s/%s", J->L->log_dir, J->run_id);
-        mkdir(J->L->log_dir, 0755);
-        mkdir(J->err_dir, 0755);
+        if (!cli_mkdirs(J->err_dir)) {
+            fprintf(stderr, "accel launch: error: cannot create the log directory %s: %s\n", J->err_dir,
+                    strerror(errno));
+            return false;
+        }
         return true;
     }
     /* $TMPDIR when set; else /dev/shm before /tmp: every launch makes and
@@ -1035,15 +1040,14 @@ static void open_logs(const job *J, worker *w, bool append) {
     w->log_out = w->log_err = -1;
     if (!J->L->log_dir) return;
     char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/%s", J->L->log_dir, J->run_id);
-    mkdir(J->L->log_dir, 0755);
-    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/%s", J->L->log_dir, J->run_id); /* made by make_err_dir */
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
     snprintf(path, sizeof path, "%s/rank%d.stdout", dir, w->rank);
     w->log_out = open(path, flags, 0644);
     snprintf(path, sizeof path, "%s/rank%d.stderr", dir, w->rank);
     w->log_err = open(path, flags, 0644);
-    if (w->log_out < 0 || w->log_err < 0) fprintf(stderr, "accel launch: warning: cannot write logs in %s\n", dir);
+    if (w->log_out < 0 || w->log_err < 0)
+        fprintf(stderr, "accel launch: warning: cannot write rank %d's logs in %s: %s\n", w->rank, dir, strerror(errno));
 }
 
 static void signal_all(worker *ws, int n, int sig) {

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "core/core_internal.h"
 #include "core/str_to_bool.h"
 
 /* A flag's argparse type or action, which also says what a config value must be. */
@@ -271,38 +272,11 @@ void env_free(env_list *e) {
 
 /* ---------------------------------------------------------------- Python's str() */
 
-/* repr(float): the shortest digits that read back, positional for exponents
- * -4..15, with ".0" on integral values. */
-void cli_py_float(double f, char *out, size_t n) {
-    if (isnan(f)) {
-        snprintf(out, n, "nan");
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(out, n, f < 0 ? "-inf" : "inf");
-        return;
-    }
-    int prec = 1;
-    char e[40];
-    for (; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec - 1, f);
-        if (strtod(e, NULL) == f) break;
-    }
-    int exp10 = atoi(strchr(e, 'e') + 1);
-    if (exp10 < -4 || exp10 >= 16) { /* 1e+16, 1.5e-07: C's %e with the shortest digits */
-        snprintf(out, n, "%.*e", prec - 1, f);
-        return;
-    }
-    int decimals = prec - 1 - exp10;
-    snprintf(out, n, "%.*f", decimals > 0 ? decimals : 0, f);
-    if (!strchr(out, '.')) snprintf(out + strlen(out), n - strlen(out), ".0");
-}
-
 static void py_str(const cv *v, char *out, size_t n) {
     switch (v->t) {
     case CV_BOOL: snprintf(out, n, "%s", v->b ? "True" : "False"); break;
     case CV_INT: snprintf(out, n, "%lld", v->i); break;
-    case CV_FLOAT: cli_py_float(v->f, out, n); break;
+    case CV_FLOAT: accel__float_repr(out, n, v->f); break;
     case CV_STR: snprintf(out, n, "%s", v->s); break;
     default: cv_repr(v, true, out, n); break; /* None, lists, dicts */
     }
@@ -358,7 +332,7 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
     case K_FLOAT: { /* as argparse's float(): strtod's hex and "nan(...)" are none ('0x10' was exported as 16.0) */
         double f;
         if (!cli_float_arg(text, &f)) break;
-        cli_py_float(f, out, n);
+        accel__float_repr(out, n, f);
         return true;
     }
     case K_BOOL:

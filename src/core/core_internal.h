@@ -208,4 +208,9 @@ accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape
 #include "core/philox.h"   /* accel__philox, accel__u32_to_unit */
 #include "core/prepared.h" /* storage versions (accel__storage_written), prepared weights */
 
+/* Python's repr of a float: the fewest digits that read back as v, "1.0"
+ * for a whole number, an exponent below 1e-4 and from 1e16 ("1e-05",
+ * "1.5e+16"), "nan", "inf", "-inf". buf of 32 bytes holds every value. */
+const char *accel__float_repr(char *buf, size_t n, double v);
+
 #endif

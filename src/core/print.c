@@ -1,6 +1,7 @@
 /* Readable tensor printing, in the spirit of PyTorch's repr. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/core.h"
@@ -118,5 +119,50 @@ const char *accel_tensor_str(const accel_tensor *t) {
     char *buf = accel_arena_alloc(accel_step_arena(), n, 16);
     if (!buf) return "tensor(<out of memory>)";
     format(t, buf, n);
+    return buf;
+}
+
+/* The fewest significant digits (1..17) that read back as v, with the
+ * decimal exponent of the first one: 0.003 gives "3" and -3. */
+static int shortest_digits(double v, char digits[18], int *exponent) {
+    char sci[40];
+    for (int precision = 0; precision <= 16; precision++) {
+        snprintf(sci, sizeof sci, "%.*e", precision, v);
+        if (strtod(sci, NULL) == v) break;
+    }
+    /* sci is "[-]d[.ddd]e[+-]xx" */
+    const char *p = sci + (sci[0] == '-');
+    int n = 0;
+    for (; *p != 'e'; p++)
+        if (*p != '.') digits[n++] = *p;
+    digits[n] = '\0';
+    *exponent = atoi(p + 1);
+    return n;
+}
+
+const char *accel__float_repr(char *buf, size_t n, double v) {
+    if (!isfinite(v)) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return buf;
+    }
+    char digits[18], text[40], *t = text;
+    int exponent, count = shortest_digits(v, digits, &exponent);
+    if (signbit(v)) *t++ = '-';
+    if (exponent < -4 || exponent >= 16) { /* d[.ddd]e[+-]XX, as repr switches */
+        *t++ = digits[0];
+        if (count > 1) *t++ = '.';
+        for (int i = 1; i < count; i++) *t++ = digits[i];
+        snprintf(t, sizeof text - (size_t)(t - text), "e%c%02d", exponent < 0 ? '-' : '+', abs(exponent));
+    } else { /* positional, a digit on each side of the point at least: 1.0, 0.003 */
+        int before = exponent + 1; /* digits before the point; <= 0 below 1 */
+        if (before <= 0) *t++ = '0';
+        for (int i = 0; i < before; i++) *t++ = i < count ? digits[i] : '0';
+        *t++ = '.';
+        for (int i = before; i < 0; i++) *t++ = '0';
+        if (count <= before) *t++ = '0';
+        for (int i = before > 0 ? before : 0; i < count; i++) *t++ = digits[i];
+        *t = '\0';
+    }
+    snprintf(buf, n, "%s", text);
     return buf;
 }

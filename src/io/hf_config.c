@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "accel/io.h"
+#include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "nn/arch.h"
 
@@ -705,22 +706,7 @@ accel_status accel_generation_config_load(const char *dir, accel_llama_config *c
     return st;
 }
 
-/* Python's repr(float): the shortest digits that read back exactly. */
-static void py_float(char *buf, size_t n, double v) {
-    int p = 1;
-    for (; p < 17; p++) {
-        snprintf(buf, n, "%.*e", p - 1, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    snprintf(buf, n, "%.*e", p - 1, v); /* exponent of the rounded digits */
-    int exp10 = atoi(strchr(buf, 'e') + 1);
-    if (exp10 < -4 || exp10 >= 16) return; /* keep exponent form, as repr does */
-    int decimals = p - 1 - exp10;
-    snprintf(buf, n, "%.*f", decimals > 0 ? decimals : 0, v);
-    if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
-}
-
-/* The reals load accepts (JSON has no NaN or infinity; py_float needs finite values). */
+/* The reals load accepts (JSON has no NaN or infinity). */
 static accel_status check_reals(const accel_llama_config *c) {
     const struct { const char *key; double v; bool zero_ok; } R[] = {
         {"rms_norm_eps", c->rms_norm_eps, false},
@@ -754,14 +740,14 @@ static double nonzero(double v, double d) { return v != 0 ? v : d; }
 /* "key": v as Python writes a float; 0 as null (a soft-capping that is off). */
 static void write_real(FILE *m, const char *key, double v) {
     char b[40] = "null";
-    if (v != 0) py_float(b, sizeof b, v);
+    if (v != 0) accel__float_repr(b, sizeof b, v);
     fprintf(m, "  \"%s\": %s,\n", key, b);
 }
 
 /* "key": v as Python writes a float, 0 as 0.0. */
 static void write_float(FILE *m, const char *key, double v) {
     char b[40];
-    py_float(b, sizeof b, v);
+    accel__float_repr(b, sizeof b, v);
     fprintf(m, "  \"%s\": %s,\n", key, b);
 }
 
@@ -769,7 +755,7 @@ static void write_factors(FILE *m, const float *f, int n) {
     char b[40];
     fputs("[\n", m);
     for (int i = 0; i < n; i++) {
-        py_float(b, sizeof b, (double)f[i]);
+        accel__float_repr(b, sizeof b, (double)f[i]);
         fprintf(m, "      %s%s\n", b, i + 1 < n ? "," : "");
     }
     fputs("    ]", m);
@@ -811,7 +797,7 @@ static void write_rope(FILE *m, const accel_rope_scaling *r) {
         else if (!strcmp(R[i].key, "truncate")) fputs(r->truncate ? "true" : "false", m);
         else if (!strcmp(R[i].key, "original_max_position_embeddings")) fprintf(m, "%lld", (long long)R[i].v);
         else {
-            py_float(b, sizeof b, R[i].v);
+            accel__float_repr(b, sizeof b, R[i].v);
             fputs(b, m);
         }
     }
@@ -854,9 +840,9 @@ static void write_pad_token_id(FILE *m, const accel__arch *a, const accel_llama_
  * always explicit. */
 static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps) {
     char attn[40], resid[40], embd[40];
-    py_float(attn, sizeof attn, c->attn_pdrop);
-    py_float(resid, sizeof resid, c->resid_pdrop);
-    py_float(embd, sizeof embd, c->embd_pdrop);
+    accel__float_repr(attn, sizeof attn, c->attn_pdrop);
+    accel__float_repr(resid, sizeof resid, c->resid_pdrop);
+    accel__float_repr(embd, sizeof embd, c->embd_pdrop);
     fprintf(m,
             "{\n  \"activation_function\": \"gelu_new\",\n"
             "  \"add_cross_attention\": false,\n"
@@ -899,7 +885,7 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
 static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init, const char *eps,
                        const char *theta) {
     char prf[40];
-    py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+    accel__float_repr(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n  \"attention_bias\": %s,\n", a->causal_lm.type_name,
             c->attention_bias ? "true" : "false");
     write_float(m, "attention_dropout", c->attn_pdrop);
@@ -959,9 +945,9 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     int64_t kv = c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads;
     int64_t hd = c->head_dim ? c->head_dim : c->hidden_size / (c->num_attention_heads ? c->num_attention_heads : 1);
     char eps[40], theta[40], init[40];
-    py_float(eps, sizeof eps, c->rms_norm_eps);
-    py_float(theta, sizeof theta, c->rope_theta);
-    py_float(init, sizeof init, c->initializer_range);
+    accel__float_repr(eps, sizeof eps, c->rms_norm_eps);
+    accel__float_repr(theta, sizeof theta, c->rope_theta);
+    accel__float_repr(init, sizeof init, c->initializer_range);
     const char *dt = accel_dtype_name(c->torch_dtype);
     char *text = NULL;
     size_t tlen = 0;
@@ -1045,7 +1031,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     write_pad_token_id(m, a, c);
     if (a->partial_rotary) {
         char prf[40];
-        py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+        accel__float_repr(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
         fprintf(m, "  \"partial_rotary_factor\": %s,\n", prf);
     }
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");

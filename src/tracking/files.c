@@ -8,14 +8,6 @@
 
 #include "tracking/tracking_internal.h"
 
-const char *accel__shortest_double(char *buf, size_t n, double v) {
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, n, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    return buf;
-}
-
 accel_status accel__mkdirs(const char *path) {
     char p[4096];
     if (!path || !*path) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel: empty directory path");

@@ -17,8 +17,6 @@ void *accel__tb_open(const char *run_dir);
 void *accel__jsonl_open(const char *run_dir);
 void *accel__csv_open(const char *run_dir);
 
-/* Checks a config/values list: keys non-empty, strings non-NULL, kinds known. */
-accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 /* Writes the config as JSON (sorted keys as Accelerate's json trackers do). */
 accel_status accel__config_json(const char *path, int n, const accel_value *config);
 

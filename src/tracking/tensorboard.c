@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "tb_event.pb-c.h"
+#include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 
 typedef struct tb {
@@ -323,6 +324,16 @@ static bool needs_quotes(const yaml_resolvers *r, const char *s) {
     return false;
 }
 
+/* A float as yaml.dump writes it: repr, with ".0" put before an exponent
+ * that has no point ("1e-05" is a string to YAML 1.1; "1.0e-05" a float). */
+static void yaml_float(char *buf, size_t n, double v) {
+    char repr[32];
+    accel__float_repr(repr, sizeof repr, v);
+    char *e = strchr(repr, 'e');
+    if (e && !strchr(repr, '.')) snprintf(buf, n, "%.*s.0%s", (int)(e - repr), repr, e);
+    else snprintf(buf, n, "%s", repr);
+}
+
 static int emit_scalar(yaml_emitter_t *em, const char *s, yaml_scalar_style_t style) {
     yaml_event_t ev;
     yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)s, (int)strlen(s), 1, 1, style);
@@ -371,7 +382,7 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
         case ACCEL_VALUE_FLOAT:
             if (isnan(c->f)) text = ".nan";
             else if (isinf(c->f)) text = c->f > 0 ? ".inf" : "-.inf";
-            else accel__shortest_double(num, sizeof num, c->f);
+            else yaml_float(num, sizeof num, c->f);
             break;
         case ACCEL_VALUE_INT: snprintf(num, sizeof num, "%lld", (long long)c->i); break;
         case ACCEL_VALUE_BOOL: text = c->i ? "true" : "false"; break;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 #include "tracking/tracking_internal.h"
 
@@ -437,7 +438,7 @@ static void csv_row(FILE *f, const csv *c, int n, const accel_value *values, int
         switch (v->kind) {
         case ACCEL_VALUE_FLOAT: {
             char num[40];
-            fputs(accel__shortest_double(num, sizeof num, v->f), f);
+            fputs(accel__float_repr(num, sizeof num, v->f), f);
             break;
         }
         case ACCEL_VALUE_INT: fprintf(f, "%lld", (long long)v->i); break;

@@ -16,8 +16,10 @@ void accel__log_detach(struct accel_pg *pg);
 void accel__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void accel__warnv(const char *fmt, va_list ap);
 
-/* The shortest text that reads back as v (Python's repr of a float). */
-const char *accel__shortest_double(char *buf, size_t n, double v);
+/* Checks a config/values list (ACCEL_ERR_INVALID_ARG naming fn): n >= 0,
+ * values given when n > 0, keys non-empty UTF-8, strings non-NULL UTF-8,
+ * kinds known. */
+accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
