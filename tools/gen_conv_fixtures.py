@@ -2,7 +2,7 @@
 """Writes the PyTorch fixtures of the window and batch-norm ops (tests/test_ops_conv.c).
 
 Output: tests/data/ops_conv.bin (conv2d, conv1d, also padding="same"), ops_pad.bin
-(F.pad, every mode), ops_pool.bin (max/avg/adaptive
+(F.pad, every mode), nn_conv_modes.bin (Conv2d / Conv1d with a padding_mode), ops_pool.bin (max/avg/adaptive
 pooling), ops_bn.bin (batch_norm). Same format as tools/gen_ops_fixtures.py
 (b"AOPF" | u32 count | count x (u32 name_len | name | u32 ndim | i64 shape | f32 data)).
 Every case k is a set of tensors "<kind><k>.<what>": its inputs, the output y,
@@ -122,6 +122,31 @@ def conv_file():
         out["t%d.p" % i] = torch.tensor([d, g, bias], dtype=torch.float32)
         grads(out, "t%d." % i, inp, y)
     write("ops_conv.bin", out)
+
+
+# nn.Conv2d / Conv1d with a padding_mode: (x shape, O, kernel, stride, padding ("same" or ints), dilation,
+# groups, mode); p = [ndim of the kernel, *kernel, *stride, *padding (-1: same), *dilation, groups, mode index]
+MODULES = [
+    ((2, 3, 6, 7), 4, (3, 3), (1, 1), (1, 1), (1, 1), 1, "reflect"),
+    ((1, 2, 5, 6), 4, (3, 2), (2, 1), (2, 1), (1, 2), 2, "replicate"),
+    ((2, 2, 5, 5), 3, (4, 3), (1, 1), "same", (1, 2), 1, "circular"),
+    ((2, 3, 9), 2, (3,), (2,), (2,), (1,), 1, "reflect"),
+    ((1, 2, 8), 4, (4,), (1,), "same", (2,), 2, "replicate"),
+]
+
+
+def module_file():
+    torch.manual_seed(4)
+    out = {}
+    for i, (shape, O, k, s, p, d, g, mode) in enumerate(MODULES):
+        Conv = torch.nn.Conv2d if len(k) == 2 else torch.nn.Conv1d
+        m = Conv(shape[1], O, k, s, p, d, g, True, padding_mode=mode)
+        x = leaf(*shape)
+        y = m(x)
+        pads = [-1] * len(k) if p == "same" else list(p)
+        out["m%d.p" % i] = torch.tensor([len(k), *k, *s, *pads, *d, g, MODES.index(mode)], dtype=torch.float32)
+        grads(out, "m%d." % i, {"x": x, "w": m.weight, "b": m.bias}, y)
+    write("nn_conv_modes.bin", out)
 
 
 # F.pad: (x shape, pad, value, mode); negative amounts crop (constant mode)
@@ -258,3 +283,4 @@ if __name__ == "__main__":
     pool_file()
     bn_file()
     pad_file()
+    module_file()
