@@ -77,7 +77,7 @@ static void test_gradcheck(void) {
 static void test_dtypes_views_empty(void) {
     accel_tensor *i = accel_from_floats(ACCEL_SHAPE(3), (float[]){0, 1, 2});
     accel_tensor *ii = accel_to_dtype(i, ACCEL_I64), *yi = accel_pad(ii, 2, (int64_t[]){1, 1}, ACCEL_PAD_CONSTANT, 2.7);
-    float v[9];
+    float v[16];
     CHECK(yi && yi->dtype == ACCEL_I64 && accel_to_floats(yi, v) == ACCEL_OK);
     CHECK(v[0] == 2 && v[1] == 0 && v[2] == 1 && v[3] == 2 && v[4] == 2);
     accel_tensor *b = accel_to_dtype(i, ACCEL_BF16), *yb = accel_pad(b, 2, (int64_t[]){0, 2}, ACCEL_PAD_CONSTANT, -1.5);
