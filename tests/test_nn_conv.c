@@ -37,6 +37,27 @@ static void test_conv_init_and_names(void) {
     CHECK(y && y->ndim == 3 && y->shape[1] == 6 && y->shape[2] == 9);
     accel_module_free(c1);
 
+    /* padding="same": the output keeps the input's size; torch refuses it with a stride when the layer is made */
+    const int64_t same[2] = {ACCEL_PADDING_SAME, ACCEL_PADDING_SAME};
+    c = accel_conv2d_new(6, 8, (int64_t[]){4, 3}, NULL, same, (int64_t[]){1, 2}, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    y = c ? accel_module_call(c, x) : NULL;
+    CHECK_MSG(y && y->shape[1] == 8 && y->shape[2] == 7 && y->shape[3] == 7, "%s", accel_last_error());
+    accel_module_free(c);
+    CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, (int64_t[]){1, 2}, same, NULL, 2, true, ACCEL_CPU_DEVICE,
+                            ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv2d_new: padding=\"same\" (ACCEL_PADDING_SAME) is not supported "
+                                           "for strided convolutions (stride 2)");
+    CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, NULL, (int64_t[]){ACCEL_PADDING_SAME, 0}, NULL, 2, true,
+                            ACCEL_CPU_DEVICE, ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_PADDING_SAME in padding[0] alone");
+    c1 = accel_conv1d_new(4, 6, 4, 1, ACCEL_PADDING_SAME, 2, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    y = c1 ? accel_module_call(c1, accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 4, 9))) : NULL;
+    CHECK_MSG(y && y->shape[2] == 9, "%s", accel_last_error());
+    accel_module_free(c1);
+    CHECK(!accel_conv1d_new(4, 6, 3, 2, ACCEL_PADDING_SAME, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_conv1d_new: padding=\"same\"");
+    accel_clear_error();
+
     CHECK(!accel_conv2d_new(6, 8, (int64_t[]){3, 3}, NULL, NULL, NULL, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&
           strstr(accel_last_error(), "multiples of groups (4)"));
     CHECK(!accel_conv1d_new(4, 6, 0, 1, 0, 1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32) &&
@@ -66,6 +87,85 @@ static void test_conv_init_and_names(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "accel_module_add_child: child is NULL");
     accel_clear_error();
     accel_module_free(parent);
+    accel_step_reset();
+}
+
+/* Conv2d / Conv1d with torch's padding_mode (reflect, replicate, circular; explicit and "same" padding, strides,
+ * dilations, groups) against torch's modules (tests/data/nn_conv_modes.bin): the output and the gradients of x,
+ * weight and bias; the mode's rules as accel_pad's, and bad setter calls. */
+static void test_padding_modes_vs_torch(void) {
+    fx_file f;
+    if (fx_load(&f, "data/nn_conv_modes.bin")) {
+        CHECK(0);
+        return;
+    }
+    int cases = 0;
+    for (int i = 0; i < f.n; i++) cases += strlen(f.names[i]) > 2 && !strcmp(f.names[i] + strlen(f.names[i]) - 2, ".p");
+    CHECK(cases == 5);
+    for (int i = 0; i < cases; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "m%d.p", i);
+        accel_tensor *pt = fx_get(&f, key);
+        if (!pt) break;
+        float p[16];
+        CHECK(accel_numel(pt) <= 16 && accel_to_floats(pt, p) == ACCEL_OK);
+        int nk = (int)p[0];
+        int64_t a[4][2]; /* kernel, stride, padding, dilation: Conv1d's in [0] */
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < nk; j++) a[k][j] = p[1 + k * nk + j] < 0 ? ACCEL_PADDING_SAME : (int64_t)p[1 + k * nk + j];
+        int64_t groups = (int64_t)p[1 + 4 * nk];
+        accel_pad_mode mode = (accel_pad_mode)p[2 + 4 * nk];
+        snprintf(key, sizeof key, "m%d.x", i);
+        accel_tensor *x = fx_get(&f, key);
+        snprintf(key, sizeof key, "m%d.w", i);
+        accel_tensor *w = fx_get(&f, key);
+        int64_t in = x->shape[1], out = w->shape[0];
+        accel_module *c = nk == 2 ? accel_conv2d_new(in, out, a[0], a[1], a[2], a[3], groups, true, ACCEL_CPU_DEVICE,
+                                                     ACCEL_F32)
+                                  : accel_conv1d_new(in, out, a[0][0], a[1][0], a[2][0], a[3][0], groups, true,
+                                                     ACCEL_CPU_DEVICE, ACCEL_F32);
+        CHECK_MSG(c, "case %d: %s", i, accel_last_error());
+        if (!c) continue;
+        snprintf(key, sizeof key, "m%d.b", i);
+        accel_tensor *cw = accel_module_get_tensor(c, "weight"), *cb = accel_module_get_tensor(c, "bias");
+        CHECK(accel_copy_(cw, w) == ACCEL_OK && accel_copy_(cb, fx_get(&f, key)) == ACCEL_OK);
+        CHECK(accel_conv_set_padding_mode(c, mode) == ACCEL_OK);
+        accel_requires_grad_(x, true);
+        if (x->grad) accel_zero_(x->grad);
+        accel_tensor *y = accel_module_call(c, x);
+        CHECK_MSG(y, "case %d: %s", i, accel_last_error());
+        snprintf(key, sizeof key, "m%d.y", i);
+        CHECK_FX(key, y, fx_get(&f, key), 1e-4, 1e-5);
+        snprintf(key, sizeof key, "m%d.gy", i);
+        CHECK(y && accel_backward_with(y, fx_get(&f, key)) == ACCEL_OK);
+        static const char *const what[3] = {"dx", "dw", "db"};
+        accel_tensor *got[3] = {x->grad, cw->grad, cb->grad};
+        for (int k = 0; k < 3; k++) {
+            snprintf(key, sizeof key, "m%d.%s", i, what[k]);
+            CHECK_FX(key, got[k], fx_get(&f, key), 1e-4, 1e-4);
+        }
+        accel_module_free(c);
+        accel_step_reset();
+    }
+    fx_free(&f);
+    /* reflect's padding must stay below the input's size, as accel_pad's (at the forward); bad setter calls */
+    accel_module *c = accel_conv2d_new(2, 2, (int64_t[]){3, 3}, NULL, (int64_t[]){3, 3}, NULL, 1, true,
+                                       ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(c && accel_conv_set_padding_mode(c, ACCEL_PAD_REFLECT) == ACCEL_OK);
+    CHECK(!accel_module_call(c, accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 2, 3, 8))));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_pad: reflect padding (3, 3) of dim 2 of size 3 is not below");
+    CHECK(accel_conv_set_padding_mode(c, (accel_pad_mode)9) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "mode 9 is none of accel_pad_mode's");
+    accel_module *relu = accel_relu_module_new();
+    CHECK(accel_conv_set_padding_mode(relu, ACCEL_PAD_REFLECT) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "is not a Conv1d or Conv2d");
+    CHECK(accel_conv_set_padding_mode(NULL, ACCEL_PAD_REFLECT) == ACCEL_ERR_INVALID_ARG);
+    /* back to zeros: the default's output again, after the errors */
+    CHECK(accel_conv_set_padding_mode(c, ACCEL_PAD_CONSTANT) == ACCEL_OK);
+    accel_tensor *y = accel_module_call(c, accel_zeros(ACCEL_F32, ACCEL_SHAPE(1, 2, 3, 8)));
+    CHECK_MSG(y && y->shape[2] == 7 && y->shape[3] == 12, "%s", accel_last_error());
+    accel_module_free(relu);
+    accel_module_free(c);
     accel_step_reset();
 }
 
@@ -183,6 +283,7 @@ static void test_save_load_buffers(void) {
 
 int main(void) {
     RUN(test_conv_init_and_names);
+    RUN(test_padding_modes_vs_torch);
     RUN(test_pools_flatten);
     RUN(test_batch_norm_module);
     RUN(test_save_load_buffers);

@@ -80,9 +80,25 @@ static void test_conv_vs_torch(void) {
             CHECK_MSG(y, "conv1d case %d: %s", i, accel_last_error());
             compare_case(&f, "l%d.%s", i, y, 3, in, names);
         }
+        /* padding="same": p = dilation, groups, bias */
+        for (int i = 0; params(&f, "s%d.%s", i, p, 4); i++, cases++) {
+            accel_tensor *in[3] = {find(&f, "s%d.%s", i, "x"), find(&f, "s%d.%s", i, "w"), find(&f, "s%d.%s", i, "b")};
+            fresh(3, in);
+            accel_tensor *y = accel_conv2d(in[0], in[1], in[2], NULL, (int64_t[]){ACCEL_PADDING_SAME, ACCEL_PADDING_SAME},
+                                           p, p[2]);
+            CHECK_MSG(y, "conv2d same case %d: %s", i, accel_last_error());
+            compare_case(&f, "s%d.%s", i, y, 3, in, names);
+        }
+        for (int i = 0; params(&f, "t%d.%s", i, p, 3); i++, cases++) {
+            accel_tensor *in[3] = {find(&f, "t%d.%s", i, "x"), find(&f, "t%d.%s", i, "w"), find(&f, "t%d.%s", i, "b")};
+            fresh(3, in);
+            accel_tensor *y = accel_conv1d(in[0], in[1], in[2], 1, ACCEL_PADDING_SAME, p[0], p[1]);
+            CHECK_MSG(y, "conv1d same case %d: %s", i, accel_last_error());
+            compare_case(&f, "t%d.%s", i, y, 3, in, names);
+        }
         accel_set_reference_kernels(prev);
     }
-    CHECK(cases == 2 * 15);
+    CHECK(cases == 2 * (15 + 5 + 3));
     /* inputs that are not leaves (their first gradients are fresh buffers,
      * written, not added to): case 0 again through x * 1, w * 1, b * 1 */
     accel_tensor *leaf[3] = {find(&f, "c%d.%s", 0, "x"), find(&f, "c%d.%s", 0, "w"), find(&f, "c%d.%s", 0, "b")};
@@ -401,6 +417,42 @@ static void test_errors(void) {
     accel_step_reset();
 }
 
+/* padding="same" (ACCEL_PADDING_SAME): the output keeps the input's size, odd totals padded after the end
+ * (the fixture's cases hold the values); finite differences through the asymmetric path (x padded by accel_pad
+ * first); torch's refusals; unbatched inputs; an error, then more calls. */
+static void test_same_padding(void) {
+    const int64_t same[2] = {ACCEL_PADDING_SAME, ACCEL_PADDING_SAME}, one[2] = {1, 1};
+    accel_tensor *x = gc_randn(21, ACCEL_SHAPE(2, 4, 5, 6)), *w = gc_randn(22, ACCEL_SHAPE(4, 2, 4, 3)),
+                 *b = gc_randn(23, ACCEL_SHAPE(4));
+    const gradcheck_opts linear = {.eps = 0.25};
+    static const conv_args asym = {{1, 1}, {ACCEL_PADDING_SAME, ACCEL_PADDING_SAME}, {1, 2}, 2};
+    CHECK(gradcheck("conv2d same", loss_conv, (void *)&asym, 3, (accel_tensor *[]){x, w, b}, &linear) == 0);
+    accel_tensor *y = accel_conv2d(x, w, b, NULL, same, (int64_t[]){1, 2}, 2);
+    CHECK_MSG(y && y->shape[1] == 4 && y->shape[2] == 5 && y->shape[3] == 6, "%s", accel_last_error());
+    /* unbatched [C, H, W] -> [O, H, W] */
+    y = accel_conv2d(accel_slice(x, 0, 0, 1, 1), w, b, one, same, NULL, 2);
+    CHECK(y && y->ndim == 4);
+    y = accel_conv2d(accel_squeeze(accel_slice(x, 0, 0, 1, 1), 0), w, b, one, same, NULL, 2);
+    CHECK_MSG(y && y->ndim == 3 && y->shape[0] == 4 && y->shape[1] == 5 && y->shape[2] == 6, "%s", accel_last_error());
+    expect_error(accel_conv2d(x, w, b, (int64_t[]){2, 1}, same, NULL, 2),
+                 "padding=\"same\" (ACCEL_PADDING_SAME) is not supported for strided convolutions (stride 2)");
+    expect_error(accel_conv2d(x, w, b, NULL, (int64_t[]){1, ACCEL_PADDING_SAME}, NULL, 2),
+                 "ACCEL_PADDING_SAME in padding[1] alone");
+    expect_error(accel_conv2d(x, w, b, NULL, same, (int64_t[]){0, 1}, 2), "dilation[0] = 0");
+    expect_error(accel_conv2d(x, accel_reshape(w, ACCEL_SHAPE(4, 24)), b, NULL, same, NULL, 2), "weight must be");
+    expect_error(accel_conv2d(x, w, b, NULL, same, (int64_t[]){INT64_MAX / 2, 1}, 2), "past int64");
+    accel_tensor *x1 = gc_randn(24, ACCEL_SHAPE(2, 3, 7)), *w1 = gc_randn(25, ACCEL_SHAPE(4, 3, 4));
+    y = accel_conv1d(x1, w1, NULL, 1, ACCEL_PADDING_SAME, 1, 1);
+    CHECK_MSG(y && y->shape[2] == 7, "%s", accel_last_error());
+    expect_error(accel_conv1d(x1, w1, NULL, 3, ACCEL_PADDING_SAME, 1, 1), "strided convolutions (stride 3)");
+    /* after the errors: the same call as before, the same values */
+    accel_tensor *again = accel_conv1d(x1, w1, NULL, 1, ACCEL_PADDING_SAME, 1, 1);
+    CHECK_FX("conv1d same again", again, y, 0, 0);
+    accel_tensor *all[] = {x, w, b, x1, w1};
+    for (int i = 0; i < 5; i++) accel_tensor_free(all[i]);
+    accel_step_reset();
+}
+
 /* NULL per-dim arguments are torch's defaults (stride 1, a pool's its kernel; padding 0; dilation 1): the
  * same result as spelled out (they were read through: a crash); a NULL kernel or output size is refused. */
 static void test_null_arguments(void) {
@@ -492,6 +544,7 @@ int main(void) {
     RUN(test_autocast_meta_flatten);
     RUN(test_empty_convolutions);
     RUN(test_errors);
+    RUN(test_same_padding);
     RUN(test_null_arguments);
     RUN(test_huge_strides);
     RUN(test_ceil_mode_overhang);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the PyTorch fixtures of the window and batch-norm ops (tests/test_ops_conv.c).
 
-Output: tests/data/ops_conv.bin (conv2d, conv1d), ops_pool.bin (max/avg/adaptive
+Output: tests/data/ops_conv.bin (conv2d, conv1d, also padding="same"), ops_pad.bin
+(F.pad, every mode), nn_conv_modes.bin (Conv2d / Conv1d with a padding_mode), ops_pool.bin (max/avg/adaptive
 pooling), ops_bn.bin (batch_norm). Same format as tools/gen_ops_fixtures.py
 (b"AOPF" | u32 count | count x (u32 name_len | name | u32 ndim | i64 shape | f32 data)).
 Every case k is a set of tensors "<kind><k>.<what>": its inputs, the output y,
@@ -70,6 +71,22 @@ CONV1D = [
     (1, 2, 5, 2, 7, 1, 3, 1, 2, True),
 ]
 
+# padding="same", stride 1: (N, C, H, W, O, (kh, kw), dilation, groups, bias)
+SAME2D = [
+    (2, 3, 7, 6, 4, (3, 3), (1, 1), 1, True),   # odd kernel: the same padding on both sides
+    (2, 4, 6, 7, 6, (4, 2), (1, 1), 2, True),   # even kernels: one more after (x padded first)
+    (1, 3, 5, 6, 2, (3, 4), (2, 1), 1, False),  # dilated: 4 (even) and 3 (odd) in all
+    (2, 2, 1, 1, 3, (4, 4), (1, 1), 1, True),   # kernel larger than the input
+    (1, 4, 5, 5, 4, (2, 3), (3, 1), 4, True),   # depthwise, dilation 3 of an even kernel
+]
+
+# (N, C, L, O, k, dilation, groups, bias)
+SAME1D = [
+    (2, 3, 10, 4, 4, 1, 1, True),
+    (1, 2, 7, 2, 3, 2, 2, False),
+    (2, 2, 5, 3, 6, 1, 1, True),
+]
+
 
 def conv_file():
     torch.manual_seed(0)
@@ -88,7 +105,78 @@ def conv_file():
         y = F.conv1d(inp["x"], inp["w"], inp.get("b"), s, p, d, g)
         out["l%d.p" % i] = torch.tensor([s, p, d, g, bias], dtype=torch.float32)
         grads(out, "l%d." % i, inp, y)
+    # padding="same" (after the cases above: their draws stay as they were)
+    for i, (N, C, H, W, O, k, d, g, bias) in enumerate(SAME2D):
+        inp = {"x": leaf(N, C, H, W), "w": leaf(O, C // g, *k)}
+        if bias:
+            inp["b"] = leaf(O)
+        y = F.conv2d(inp["x"], inp["w"], inp.get("b"), 1, "same", d, g)
+        assert y.shape[2:] == inp["x"].shape[2:]
+        out["s%d.p" % i] = torch.tensor([*d, g, bias], dtype=torch.float32)
+        grads(out, "s%d." % i, inp, y)
+    for i, (N, C, L, O, k, d, g, bias) in enumerate(SAME1D):
+        inp = {"x": leaf(N, C, L), "w": leaf(O, C // g, k)}
+        if bias:
+            inp["b"] = leaf(O)
+        y = F.conv1d(inp["x"], inp["w"], inp.get("b"), 1, "same", d, g)
+        out["t%d.p" % i] = torch.tensor([d, g, bias], dtype=torch.float32)
+        grads(out, "t%d." % i, inp, y)
     write("ops_conv.bin", out)
+
+
+# nn.Conv2d / Conv1d with a padding_mode: (x shape, O, kernel, stride, padding ("same" or ints), dilation,
+# groups, mode); p = [ndim of the kernel, *kernel, *stride, *padding (-1: same), *dilation, groups, mode index]
+MODULES = [
+    ((2, 3, 6, 7), 4, (3, 3), (1, 1), (1, 1), (1, 1), 1, "reflect"),
+    ((1, 2, 5, 6), 4, (3, 2), (2, 1), (2, 1), (1, 2), 2, "replicate"),
+    ((2, 2, 5, 5), 3, (4, 3), (1, 1), "same", (1, 2), 1, "circular"),
+    ((2, 3, 9), 2, (3,), (2,), (2,), (1,), 1, "reflect"),
+    ((1, 2, 8), 4, (4,), (1,), "same", (2,), 2, "replicate"),
+]
+
+
+def module_file():
+    torch.manual_seed(4)
+    out = {}
+    for i, (shape, O, k, s, p, d, g, mode) in enumerate(MODULES):
+        Conv = torch.nn.Conv2d if len(k) == 2 else torch.nn.Conv1d
+        m = Conv(shape[1], O, k, s, p, d, g, True, padding_mode=mode)
+        x = leaf(*shape)
+        y = m(x)
+        pads = [-1] * len(k) if p == "same" else list(p)
+        out["m%d.p" % i] = torch.tensor([len(k), *k, *s, *pads, *d, g, MODES.index(mode)], dtype=torch.float32)
+        grads(out, "m%d." % i, {"x": x, "w": m.weight, "b": m.bias}, y)
+    write("nn_conv_modes.bin", out)
+
+
+# F.pad: (x shape, pad, value, mode); negative amounts crop (constant mode)
+MODES = ["constant", "reflect", "replicate", "circular"]
+PADS = [
+    ((2, 3), (1, 1), 0.0, "constant"),
+    ((2, 3, 4), (1, 2, 0, 1), 1.5, "constant"),
+    ((2, 3, 4), (-1, 2, 1, -2), 0.0, "constant"),      # crop and pad in one dim, both ways
+    ((2, 2, 3, 3), (1, 0, 2, 3, 1, 1, 0, 2), -2.0, "constant"),  # every dim
+    ((3, 5), (-2, -1), 0.5, "constant"),               # cropped on both sides
+    ((4,), (0, 0), 0.0, "constant"),                   # nothing to pad: a copy
+    ((2, 3, 5), (2, 4), 0.0, "reflect"),               # 4: the most below the size
+    ((2, 2, 4, 5), (1, 2, 3, 0), 0.0, "reflect"),
+    ((2, 2, 3, 4, 3), (2, 1, 0, 2, 1, 1), 0.0, "reflect"),
+    ((3, 4), (2, 3), 0.0, "replicate"),                # unbatched
+    ((1, 2, 3, 4, 2), (1, 1, 2, 0, 1, 4), 0.0, "replicate"),
+    ((2, 3, 4), (4, 1), 0.0, "circular"),              # 4: the whole dim once
+    ((1, 2, 3, 4), (1, 3, 2, 2), 0.0, "circular"),
+]
+
+
+def pad_file():
+    torch.manual_seed(3)
+    out = {}
+    for i, (shape, pad, value, mode) in enumerate(PADS):
+        x = leaf(*shape)
+        y = F.pad(x, pad, mode=mode, value=value) if mode == "constant" else F.pad(x, pad, mode=mode)
+        out["d%d.p" % i] = torch.tensor([len(pad), *pad, value, MODES.index(mode)], dtype=torch.float32)
+        grads(out, "d%d." % i, {"x": x}, y)
+    write("ops_pad.bin", out)
 
 
 # kind 0 max (k, s, p, d, ceil), kind 1 avg (k, s, p, ceil, count_include_pad), kind 2 adaptive (oh, ow)
@@ -194,3 +282,5 @@ if __name__ == "__main__":
     conv_file()
     pool_file()
     bn_file()
+    pad_file()
+    module_file()

@@ -223,6 +223,12 @@ accel_module *accel_conv2d_new(int64_t in, int64_t out, const int64_t kernel[2],
 /* Conv1d: weight [out, in / groups, kernel]; accel_conv1d. */
 accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                int64_t dilation, int64_t groups, bool bias, accel_device dev, accel_dtype dt);
+/* torch's padding_mode of a Conv1d / Conv2d: ACCEL_PAD_CONSTANT ("zeros",
+ * the default), ACCEL_PAD_REFLECT, _REPLICATE or _CIRCULAR: each forward
+ * pads x by the layer's padding in that mode (accel_pad, whose rules apply:
+ * reflect's padding below the input's size...) and convolves it unpadded,
+ * as torch's forward does. Another module or mode is an error. */
+accel_status accel_conv_set_padding_mode(accel_module *conv, accel_pad_mode mode);
 /* BatchNorm1d (x [N, C] or [N, C, L]) and BatchNorm2d (x [N, C, H, W]) as
  * torch.nn: weight 1 and bias 0 (dtype dt) when affine; buffers
  * running_mean (0), running_var (1) (f32 [C]) and num_batches_tracked (i64,

@@ -119,6 +119,25 @@ accel_tensor *accel_squeeze(accel_tensor *a, int dim);             /* view */
 accel_tensor *accel_concat(int n, accel_tensor *const *ts, int dim);
 /* Splits dim into n parts of sizes[i] (sum == size of dim); views into outs[]. */
 accel_status accel_split(accel_tensor *a, int dim, int n, const int64_t *sizes, accel_tensor **outs);
+/* torch.nn.functional.pad's modes. */
+typedef enum accel_pad_mode {
+    ACCEL_PAD_CONSTANT,  /* the border holds value */
+    ACCEL_PAD_REFLECT,   /* x mirrored at its edges, the edge not repeated */
+    ACCEL_PAD_REPLICATE, /* the edge element repeated */
+    ACCEL_PAD_CIRCULAR,  /* x wrapped around */
+} accel_pad_mode;
+
+/* torch.nn.functional.pad(x, pad, mode, value): pad[0], pad[1] are the
+ * elements added before and after the last dim, pad[2], pad[3] the dim
+ * before it, and so on for npad / 2 dims (npad even, at most 2 ndim). A new
+ * tensor (also for npad 0), differentiable (the elements a border repeats
+ * add their gradients up). Constant mode: any dtype, the border holds value
+ * (cast to x's dtype, as torch casts it), a negative amount crops (a dim may
+ * end at 0, not below; x's gradient is 0 where it was cropped). The other
+ * modes, as torch: float dtypes, 2 pads of a 2-D or 3-D x, 4 of a 3-D or
+ * 4-D, 6 of a 4-D or 5-D; no negative pad; reflect's below the dim's size,
+ * circular's at most it; value unused. Errors name the argument. */
+accel_tensor *accel_pad(accel_tensor *x, int npad, const int64_t *pad, accel_pad_mode mode, double value);
 
 /* ---------------------------------------------------------------- linear algebra */
 
@@ -173,16 +192,26 @@ accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool
  * convolution, which needs no im2col: its GEMMs run on any device with them
  * (not run on a GPU yet). */
 
+/* padding="same" of torch's convolutions, as a padding value: every dim
+ * padded by dilation (k - 1) in all, half of it (rounded down) before and
+ * the rest after, so that the output has the input's size; stride 1 only.
+ * An odd total pads x by accel_pad first, as torch does. (padding="valid"
+ * is padding 0.) */
+#define ACCEL_PADDING_SAME INT64_MIN
+
 /* torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched [C, H, W]),
  * w [O, C / groups, kh, kw], b [O] or NULL -> [N, O, Ho, Wo] with
- * Ho = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1. Under autocast
+ * Ho = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1; padding
+ * {ACCEL_PADDING_SAME, ACCEL_PADDING_SAME} is torch's "same" (both dims, or
+ * neither: an error naming it). Under autocast
  * the operands are rounded to the autocast dtype and the result is in it
  * (f32 accumulation), as matmul. Computed as im2col + the device's GEMM per
  * image and group (a 1x1 stride-1 unpadded convolution reads x as it is). */
 accel_tensor *accel_conv2d(accel_tensor *x, accel_tensor *w, accel_tensor *b, const int64_t stride[2],
                            const int64_t padding[2], const int64_t dilation[2], int64_t groups);
 /* torch.nn.functional.conv1d: x [N, C, L] (or [C, L]), w [O, C / groups, k]
- * -> [N, O, Lo]: conv2d over [N, C, 1, L]. */
+ * -> [N, O, Lo]: conv2d over [N, C, 1, L]; padding ACCEL_PADDING_SAME is
+ * torch's "same". */
 accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, int64_t stride, int64_t padding,
                            int64_t dilation, int64_t groups);
 /* torch.nn.functional.batch_norm: x [N, C], [N, C, L] or [N, C, H, W];

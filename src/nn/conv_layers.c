@@ -6,6 +6,7 @@
 #include "accel/nn.h"
 #include "accel/parallel.h"
 #include "nn_internal.h"
+#include "ops/nn_internal.h"
 
 /* A per-dim argument, or its default when NULL. */
 static void pair_or(int64_t out[2], const int64_t *v, int64_t dflt) {
@@ -27,19 +28,46 @@ static accel_module *with_args(const accel_module_ops *ops, const void *args, si
 
 typedef struct conv_impl {
     int64_t stride[2], padding[2], dilation[2], groups;
+    accel_pad_mode mode; /* padding_mode: constant is torch's "zeros" */
 } conv_impl;
+
+/* torch's padding_mode other than "zeros": x padded by accel_pad in that mode by the layer's padding (its
+ * _reversed_padding_repeated_twice: "same" as the op splits it), the convolution then unpadded; nd 1 or 2
+ * dims {H, W} (Conv1d: W alone); NULL with the error set. */
+static accel_tensor *pad_by_mode(accel_module *m, accel_tensor *x, int nd, int64_t padding[2]) {
+    const conv_impl *c = m->impl;
+    accel_tensor *w = accel__module_tensor(m, "weight");
+    int64_t pad[4];
+    for (int i = 0; i < nd; i++) {
+        int dim = 1 - i; /* pad's pairs run from the last dim: W, then H */
+        int64_t lo = c->padding[dim], hi = lo;
+        if (lo == ACCEL_PADDING_SAME) { /* the weight's kernel: its last nd dims */
+            int64_t k = w && w->ndim >= 2 + nd ? w->shape[w->ndim - 1 - i] : 1, total = c->dilation[dim] * (k - 1);
+            lo = total / 2;
+            hi = total - lo;
+        }
+        pad[2 * i] = lo;
+        pad[2 * i + 1] = hi;
+        padding[dim] = 0;
+    }
+    return accel_pad(x, 2 * nd, pad, c->mode, 0.0);
+}
 
 static accel_tensor *conv2d_forward(accel_module *m, accel_tensor *x) {
     const conv_impl *c = m->impl;
-    return accel_conv2d(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"), c->stride, c->padding,
+    int64_t padding[2] = {c->padding[0], c->padding[1]};
+    if (c->mode != ACCEL_PAD_CONSTANT) x = pad_by_mode(m, x, 2, padding);
+    return accel_conv2d(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"), c->stride, padding,
                         c->dilation, c->groups);
 }
 
 /* Conv1d keeps its arguments in the second entries (the first: 1-row image). */
 static accel_tensor *conv1d_forward(accel_module *m, accel_tensor *x) {
     const conv_impl *c = m->impl;
+    int64_t padding[2] = {c->padding[0], c->padding[1]};
+    if (c->mode != ACCEL_PAD_CONSTANT) x = pad_by_mode(m, x, 1, padding);
     return accel_conv1d(x, accel__module_tensor(m, "weight"), accel__module_tensor(m, "bias"), c->stride[1],
-                        c->padding[1], c->dilation[1], c->groups);
+                        padding[1], c->dilation[1], c->groups);
 }
 
 static const accel_module_ops CONV2D_OPS = {"Conv2d", conv2d_forward, NULL};
@@ -56,6 +84,10 @@ static accel_module *conv_create(const char *fn, const accel_module_ops *ops, in
                         (long long)in, (long long)out, (long long)args->groups);
         return NULL;
     }
+    /* torch refuses padding="same" with a stride when the layer is made (Conv1d's are its second entries) */
+    if (!accel__same_padding_ok(fn, nk > 1 ? args->padding : (int64_t[]){args->padding[1], args->padding[1]},
+                                args->stride))
+        return NULL;
     int64_t shape[4] = {out, in / args->groups, kernel[0], nk > 1 ? kernel[1] : 0};
     for (int d = 0; d < nk; d++)
         if (kernel[d] < 1) {
@@ -97,8 +129,19 @@ accel_module *accel_conv2d_new(int64_t in, int64_t out, const int64_t kernel[2],
 
 accel_module *accel_conv1d_new(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                int64_t dilation, int64_t groups, bool bias, accel_device dev, accel_dtype dt) {
-    conv_impl c = {{1, stride}, {0, padding}, {1, dilation}, groups};
+    conv_impl c = {{1, stride}, {0, padding}, {1, dilation}, groups, ACCEL_PAD_CONSTANT};
     return conv_create("accel_conv1d_new", &CONV1D_OPS, in, out, 1, &kernel, &c, bias, dev, dt);
+}
+
+accel_status accel_conv_set_padding_mode(accel_module *conv, accel_pad_mode mode) {
+    static const char *FN = "accel_conv_set_padding_mode";
+    if (!conv || (conv->ops != &CONV2D_OPS && conv->ops != &CONV1D_OPS))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a Conv1d or Conv2d", FN,
+                               conv ? conv->ops->type_name : "module NULL");
+    if ((unsigned)mode > ACCEL_PAD_CIRCULAR)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: mode %d is none of accel_pad_mode's", FN, (int)mode);
+    ((conv_impl *)conv->impl)->mode = mode;
+    return ACCEL_OK;
 }
 
 /* ---- BatchNorm1d, BatchNorm2d */

@@ -224,6 +224,53 @@ static bool conv2d_im2col(const conv_saved *s, accel_tensor *ux, accel_tensor *u
     return true;
 }
 
+bool accel__same_padding_ok(const char *op, const int64_t padding[2], const int64_t stride[2]) {
+    bool same[2] = {padding && padding[0] == ACCEL_PADDING_SAME, padding && padding[1] == ACCEL_PADDING_SAME};
+    if (!same[0] && !same[1]) return true;
+    if (same[0] != same[1]) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG,
+                        "%s: ACCEL_PADDING_SAME in padding[%d] alone: it (torch's padding=\"same\") pads every dim",
+                        op, same[0] ? 0 : 1);
+        return false;
+    }
+    for (int i = 0; i < 2; i++)
+        if (stride && stride[i] != 1) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG,
+                            "%s: padding=\"same\" (ACCEL_PADDING_SAME) is not supported for strided convolutions "
+                            "(stride %lld)",
+                            op, (long long)stride[i]);
+            return false;
+        }
+    return true;
+}
+
+/* The padding p {H, W} conv2d_4d takes for the caller's padding (NULL:
+ * zeros): torch's padding="same" as half of dilation (kh - 1) (rounded down)
+ * on each side, the odd element of a dim's total added after the end of *x
+ * [N, C, H, W] by accel_pad first, as torch pads it; the caller's padding
+ * itself otherwise. A weight that is not 4-D or a dilation below 1 leaves
+ * their errors to conv2d_4d. false with the error set. */
+static bool resolve_padding(const char *OP, accel_tensor **x, const accel_tensor *w, const int64_t stride[2],
+                            const int64_t padding[2], const int64_t dilation[2], int64_t p[2]) {
+    if (!accel__same_padding_ok(OP, padding, stride)) return false;
+    bool same = padding && padding[0] == ACCEL_PADDING_SAME;
+    int64_t extra[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        p[i] = padding && !same ? padding[i] : 0;
+        int64_t d = dilation ? dilation[i] : 1, total;
+        if (!same || w->ndim != 4 || d < 1) continue;
+        if (__builtin_mul_overflow(d, w->shape[2 + i] - 1, &total)) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: padding=\"same\" of dim %d (dilation %lld, kernel size %lld) is "
+                            "past int64", OP, i, (long long)d, (long long)w->shape[2 + i]);
+            return false;
+        }
+        p[i] = total / 2;
+        extra[i] = total - 2 * p[i];
+    }
+    if (extra[0] || extra[1]) *x = accel_pad(*x, 4, (int64_t[]){0, extra[1], 0, extra[0]}, ACCEL_PAD_CONSTANT, 0.0);
+    return *x != NULL;
+}
+
 /* conv2d of x [N, C, H, W] (checked 4-D) by w [O, C / G, kh, kw]; shape errors show the caller's x and w, as
  * given (shown: not the 4-D views conv1d and an unbatched x make). */
 static accel_tensor *conv2d_4d(const char *OP, accel_tensor *const shown[2], accel_tensor *x, accel_tensor *w,
@@ -291,8 +338,11 @@ accel_tensor *accel_conv2d(accel_tensor *x, accel_tensor *w, accel_tensor *b, co
         accel__shape_error2(OP, x, w, "do not fit (x must be [N, C, H, W] or [C, H, W])");
         return NULL;
     }
-    if (x->ndim == 4) return conv2d_4d(OP, xw, x, w, b, stride, padding, dilation, groups);
-    return accel_squeeze(conv2d_4d(OP, xw, accel_unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
+    accel_tensor *x4 = x->ndim == 4 ? x : accel_unsqueeze(x, 0);
+    int64_t p[2];
+    if (!x4 || !resolve_padding(OP, &x4, w, stride, padding, dilation, p)) return NULL;
+    accel_tensor *y = conv2d_4d(OP, xw, x4, w, b, stride, p, dilation, groups);
+    return x->ndim == 4 ? y : accel_squeeze(y, 0);
 }
 
 accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, int64_t stride, int64_t padding,
@@ -307,9 +357,14 @@ accel_tensor *accel_conv1d(accel_tensor *x, accel_tensor *w, accel_tensor *b, in
     }
     /* [N, C, L] as [N, C, 1, L]: a 1-row image, a 1-row kernel */
     bool batched = x->ndim == 3;
-    accel_tensor *x4 = accel_unsqueeze(batched ? x : accel_unsqueeze(x, 0), 2);
-    accel_tensor *y = conv2d_4d(OP, xw, x4, accel_unsqueeze(w, 2), b, (int64_t[]){1, stride}, (int64_t[]){0, padding},
-                                (int64_t[]){1, dilation}, groups);
+    accel_tensor *x4 = accel_unsqueeze(batched ? x : accel_unsqueeze(x, 0), 2), *w4 = accel_unsqueeze(w, 2);
+    const int64_t stride2[2] = {1, stride}, dilation2[2] = {1, dilation};
+    int64_t p[2];
+    if (!x4 || !w4 ||
+        !resolve_padding(OP, &x4, w4, stride2,
+                         (int64_t[]){padding == ACCEL_PADDING_SAME ? ACCEL_PADDING_SAME : 0, padding}, dilation2, p))
+        return NULL;
+    accel_tensor *y = conv2d_4d(OP, xw, x4, w4, b, stride2, p, dilation2, groups);
     y = accel_squeeze(y, 2);
     return batched ? y : accel_squeeze(y, 0);
 }

@@ -86,6 +86,12 @@ accel_status accel__gemm_at(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 bool accel__window_check(const char *op, int64_t H, int64_t W, const int64_t k[2], const int64_t s[2],
                          const int64_t p[2], const int64_t d[2], bool ceil_mode, accel_k_window2d *win);
 
+/* torch's checks of padding="same" (ACCEL_PADDING_SAME, ops.h) on a
+ * window's {H, W} padding and stride (NULL: 0, 1): true where neither dim
+ * is "same", or both are with stride 1; else false with an error naming op
+ * (the stride's, or the dim that is not "same"). */
+bool accel__same_padding_ok(const char *op, const int64_t padding[2], const int64_t stride[2]);
+
 /* Product of shape[from..to). */
 int64_t accel__prod(const int64_t *shape, int from, int to);
 
