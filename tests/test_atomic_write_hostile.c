@@ -1,8 +1,7 @@
 /* The atomic writer (src/io/io_util.c, accel__afile_*) on what an unlucky
  * user's directory holds at "<path>.tmp": a tmp left by a killed writer is
  * reused (the save succeeds, the file is the new text); the user's own file
- * of that name (binary, any size; the atomic writer's or accelerator.save's
- * path) is an error naming it, kept byte for byte, path's old text kept (the
+ * of that name (binary, any size) is an error naming it, kept byte for byte, path's old text kept (the
  * writer truncated it and renamed it over path); a writer killed
  * while holding the tmp's lock holds up the next one only until it dies
  * (path keeps its old text meanwhile), one stopped mid-write only for
@@ -27,7 +26,6 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "io/io_internal.h"
-#include "tracking/tracking_internal.h"
 
 static char g_dir[64];
 
@@ -135,12 +133,9 @@ static accel_status save_json(const char *path) {
     return st;
 }
 
-static accel_status save_bytes(const char *path) { return accel__write_file_atomic(path, "{\"v\": 2}", 8); }
-
 static void test_user_tmp_kept(void) {
     check_user_tmp_kept("json, 3 bytes", 3, save_json);
     check_user_tmp_kept("json, 1 MiB", 1 << 20, save_json);
-    check_user_tmp_kept("accelerator.save's writer", 4096, save_bytes);
     check_user_tmp_kept("empty", 0, save_json);
 }
 

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
 const char *accel__shortest_double(char *buf, size_t n, double v) {
@@ -39,13 +38,35 @@ accel_status accel__mkdirs(const char *path) {
 }
 
 accel_status accel__write_file_atomic(const char *path, const void *data, size_t len) {
-    accel__afile f; /* io's atomic writer: its scratch file is never a user's file of that name */
-    accel_status st = accel__afile_open(&f, path);
-    if (st != ACCEL_OK) return st;
-    st = accel__afile_write(&f, data, len);
-    if (st == ACCEL_OK) return accel__afile_commit(&f);
-    accel__afile_abort(&f);
-    return st;
+    char tmp[4096 + 8];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel: path too long: %.64s...", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "accel: cannot create %s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return accel_set_error(ACCEL_ERR_IO, "accel: cannot write %s: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) || close(fd)) {
+        unlink(tmp);
+        return accel_set_error(ACCEL_ERR_IO, "accel: cannot flush %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return accel_set_error(ACCEL_ERR_IO, "accel: cannot rename %s to %s: %s", tmp, path, strerror(e));
+    }
+    return ACCEL_OK;
 }
 
 accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n) {

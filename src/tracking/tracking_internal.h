@@ -21,7 +21,7 @@ const char *accel__shortest_double(char *buf, size_t n, double v);
 
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
-/* Writes len bytes to path atomically through io's accel__afile ("<path>.tmp", fsync, rename). */
+/* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
 accel_status accel__write_file_atomic(const char *path, const void *data, size_t len);
 /* Appends buf[0..n) to fd (path's, named in errors after who and `to`, e.g.
  * "an event to ", or "") whole or not
