@@ -1,6 +1,8 @@
 /* The atomic writer (src/io/io_util.c, accel__afile_*) on what an unlucky
  * user's directory holds at "<path>.tmp": a tmp left by a killed writer is
- * reused (the save succeeds, the file is the new text), and a writer killed
+ * reused (the save succeeds, the file is the new text); the user's own file
+ * of that name (binary, any size) is an error naming it, kept byte for byte, path's old text kept (the
+ * writer truncated it and renamed it over path); a writer killed
  * while holding the tmp's lock holds up the next one only until it dies
  * (path keeps its old text meanwhile), one stopped mid-write only for
  * ACCEL_WRITE_STALL_TIMEOUT seconds of no progress (an error naming path
@@ -59,13 +61,82 @@ static accel_status save(const char *path, char *err, size_t n) {
     return st;
 }
 
+/* A writer killed -9 mid-write (before its commit): its tmp is reused by
+ * the next save, which succeeds and leaves no tmp behind. */
 static void test_stale_tmp_reused(void) {
     char path[96], tmp[96], buf[256], err[512];
     put(at(path, sizeof path, "stale.json"), "{\"v\": 1}");
-    put(at(tmp, sizeof tmp, "stale.json.tmp"), "half a text from a writer killed -9");
+    at(tmp, sizeof tmp, "stale.json.tmp");
+    pid_t kid = fork();
+    if (kid == 0) {
+        accel__afile f;
+        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK) _exit(1);
+        raise(SIGKILL);
+    }
+    int st = 0;
+    CHECK(waitpid(kid, &st, 0) == kid && WIFSIGNALED(st));
+    CHECK_MSG(!strcmp(text_of(tmp, buf, sizeof buf), "{\"v\": "), "the killed writer's tmp: %s", buf);
     CHECK_MSG(save(path, err, sizeof err) == ACCEL_OK, "%s", err);
     CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "got %s", buf);
     CHECK(access(tmp, F_OK) != 0);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && !(sb.st_mode & S_ISVTX), "path kept the scratch file's mark: %o", (unsigned)sb.st_mode);
+}
+
+/* n bytes of a user's binary file: every byte value, NULs included. */
+static void fill(unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(i * 131 + i / 251);
+}
+
+/* Whether path holds exactly b[0..n). */
+static bool holds(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    unsigned char *got = malloc(n + 1);
+    bool same = got && fread(got, 1, n + 1, f) == n && !memcmp(got, b, n);
+    free(got);
+    fclose(f);
+    return same;
+}
+
+/* The user's own "<path>.tmp" (not made by accel: no mark), of `size`
+ * bytes: the save (by save_fn) fails naming it and saying it was not
+ * overwritten; it keeps every byte, and path its old text. */
+static void check_user_tmp_kept(const char *what, size_t size, accel_status (*save_fn)(const char *path)) {
+    char path[96], tmp[96], buf[256];
+    at(path, sizeof path, "kept.json");
+    at(tmp, sizeof tmp, "kept.json.tmp");
+    put(path, "{\"v\": 1}");
+    unsigned char *mine = malloc(size);
+    CHECK(mine != NULL);
+    if (!mine) return;
+    fill(mine, size);
+    FILE *f = fopen(tmp, "wb");
+    CHECK(f && fwrite(mine, 1, size, f) == size && fclose(f) == 0);
+    accel_status st = save_fn(path);
+    const char *err = st ? accel_last_error() : "";
+    CHECK_MSG(st != ACCEL_OK, "%s: the save went through the user's %s", what, tmp);
+    CHECK_MSG(strstr(err, tmp) && strstr(err, "did not create it") && strstr(err, "not overwritten"),
+              "%s: error: %s", what, err);
+    accel_clear_error();
+    CHECK_MSG(holds(tmp, mine, size), "%s: the user's %s changed", what, tmp);
+    CHECK_MSG(!strcmp(text_of(path, buf, sizeof buf), "{\"v\": 1}"), "%s: path now %s", what, buf);
+    free(mine);
+    unlink(tmp);
+    unlink(path);
+}
+
+static accel_status save_json(const char *path) {
+    json_t *j = json_pack("{s:i}", "v", 2);
+    accel_status st = accel__json_save_file(path, j);
+    json_decref(j);
+    return st;
+}
+
+static void test_user_tmp_kept(void) {
+    check_user_tmp_kept("json, 3 bytes", 3, save_json);
+    check_user_tmp_kept("json, 1 MiB", 1 << 20, save_json);
+    check_user_tmp_kept("empty", 0, save_json);
 }
 
 /* A writer killed -9 mid-write, its lock on the tmp held: the next writer,
@@ -78,9 +149,9 @@ static void test_killed_writer_mid_write(void) {
     int ready[2];
     CHECK(pipe(ready) == 0);
     pid_t kid = fork();
-    if (kid == 0) { /* the writer: the tmp locked as accel__afile_open locks it, half written */
-        int fd = open(tmp, O_RDWR | O_CREAT, 0644);
-        if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(fd, "{\"v\": ", 7) != 7) _exit(1);
+    if (kid == 0) { /* the writer, half written */
+        accel__afile f;
+        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK) _exit(1);
         if (write(ready[1], "x", 1) != 1) _exit(1);
         pause();
         _exit(0);
@@ -202,6 +273,7 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_afile_hostile_%d", (int)getpid());
     CHECK(mkdir(g_dir, 0700) == 0);
     RUN(test_stale_tmp_reused);
+    RUN(test_user_tmp_kept);
     RUN(test_killed_writer_mid_write);
     RUN(test_stopped_writer);
     RUN(test_tmp_symlink_refused);

@@ -38,7 +38,9 @@
 #include <unistd.h>
 
 #include "accel/core.h"
+#include "accel/bigmodel.h"
 #include "accel/io.h"
+#include "accel/nn.h"
 #include "check.h"
 #include "sibling_exe.h"
 
@@ -120,6 +122,46 @@ static int estimate_f32(const char *name, const char *config_json) {
     unlink(path);
     rmdir(dir);
     return rc;
+}
+
+/* A config.json without "model_type": estimate-memory, which picks the
+ * family from it as transformers' AutoConfig does (Accelerate's reads it with
+ * AutoConfig, which refuses it: "Should have a `model_type` key"), fails
+ * naming the file and the key and prints no table (it was estimated as a
+ * Llama); with the key, the same config is estimated. The decoders' own
+ * loader takes it for a Llama still, as LlamaForCausalLM.from_pretrained
+ * does: accel_llama_from_pretrained loads a Llama saved with the key removed. */
+static void test_no_model_type(void) {
+    const char *body = "\"hidden_size\": 8, \"intermediate_size\": 16, \"num_attention_heads\": 2, "
+                       "\"num_hidden_layers\": 1, \"vocab_size\": 32}";
+    char cfg[512], dir[PATH_MAX + 16], path[PATH_MAX + 32];
+    snprintf(cfg, sizeof cfg, "{%s", body);
+    CHECK_MSG(estimate_f32("nomt", cfg) == 1, "%s", OUT);
+    snprintf(path, sizeof path, "%s/nomt/config.json", TMP);
+    CHECK_STR_CONTAINS(OUT, path);
+    CHECK_STR_CONTAINS(OUT, "no \"model_type\" key");
+    CHECK_MSG(strstr(OUT, "float32") == NULL, "a table was printed: %s", OUT);
+    snprintf(cfg, sizeof cfg, "{\"model_type\": \"llama\", %s", body);
+    CHECK_MSG(estimate_f32("withmt", cfg) == 0, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "float32");
+
+    accel_llama_config c;
+    snprintf(dir, sizeof dir, "%s/nomt_model", TMP);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(cfg, sizeof cfg, "{%s", body);
+    write_file(path, cfg);
+    CHECK_MSG(accel_llama_config_load(dir, &c) == ACCEL_OK, "%s", accel_last_error());
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && accel_save_pretrained(m, dir, 0) == ACCEL_OK, "%s", accel_last_error());
+    write_file(path, cfg); /* the save wrote "model_type": "llama" */
+    accel_dispatched *d = NULL;
+    accel_module *back = accel_llama_from_pretrained(dir, NULL, NULL, NULL, NULL, &d);
+    CHECK_MSG(back != NULL, "%s", accel_last_error());
+    CHECK(back && !strcmp(back->ops->type_name, "LlamaForCausalLM"));
+    accel_dispatched_free(d);
+    accel_module_free(back);
+    accel_module_free(m);
 }
 
 /* A config whose weights without lm_head are 4080 x 0.25 TiB (the layers)
@@ -440,6 +482,7 @@ int main(void) {
     RUN(test_estimate_memory_names_bert_positions);
     RUN(test_estimate_memory_experts_bounded);
     RUN(test_estimate_memory_long_path_title);
+    RUN(test_no_model_type);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);

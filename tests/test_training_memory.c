@@ -439,7 +439,7 @@ static int bert_base_case(int i) {
 }
 
 /* BERT's and RoBERTa's steps against accel_bert_activation_bytes, as the
- * families', for each head (multiple choice: BATCH examples of CHOICES);
+ * families' (bf16 closer: within 3%), for each head (multiple choice: BATCH examples of CHOICES);
  * what a head adds to or takes from its model type's sequence
  * classification step (small beside the layers': the 10% above would not
  * see it) within 15% of the measured difference. */
@@ -457,8 +457,13 @@ static void test_bert(void) {
         CHECK_MSG(accel_bert_activation_bytes(&c, &o, &b) == ACCEL_OK, "bert: %s", accel_last_error());
         fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", name, accel_dtype_name(dt),
                 ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
-        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu", name,
-                  accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
+        /* bf16 within 3% on every GEMM path (training_memory_bert_gemm_openblas: bf16 widened once to f32, where
+         * the bias gradients read the GEMMs' f32 output gradient; a copy of it counted for each biased Linear was
+         * +7.5%, +5.2% checkpointed, on that path) */
+        double tol = dt == ACCEL_BF16 ? 0.03 : 0.10;
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= tol, "%s %s%s: estimate %lld bytes vs measured %zu (%s GEMMs)",
+                  name, accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak,
+                  dt == ACCEL_F32 || accel__gemm_native(dt) ? "native" : "widened");
         measured[x] = (double)peak, estimated[x] = (double)b.peak;
     }
     for (int x = 0; x < 4 * BERT_N_CASES; x++) {

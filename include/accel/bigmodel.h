@@ -409,7 +409,9 @@ accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t
  * weight/bias, as every from_pretrained does). The model comes
  * back in eval mode, as transformers' from_pretrained returns it (GPT-2's
  * dropout off): accel_module_train(m, true) before training. *out gets the
- * dispatch state (free it and the model in either order). NULL + error. */
+ * dispatch state (free it and the model in either order). NULL + error.
+ * The family is config.json's model_type; a config without that key is a
+ * Llama, as LlamaForCausalLM.from_pretrained loads it. */
 accel_module *accel_llama_from_pretrained(const char *dir, const accel_device_map *map,
                                           const char *strategy, const accel_max_memory *max_memory,
                                           const accel_load_opts *opts, accel_dispatched **out);

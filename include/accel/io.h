@@ -97,7 +97,8 @@ typedef struct accel_kv {
  * metadata {"format": "pt"} plus `meta` pairs (a "format" pair replaces "pt").
  * The header is padded with spaces to a multiple of 8 as the Python library
  * does. Written to "<path>.tmp", fsynced, then renamed: readers never see a
- * half-written file. Tied weights are written under every name given: dropping
+ * half-written file. A "<path>.tmp" that accel did not create (the user's
+ * own) is never overwritten: ACCEL_ERR_IO naming it (docs/io.md). Tied weights are written under every name given: dropping
  * an alias (transformers drops lm_head.weight when tied) is the caller's policy.
  * Duplicate names, or a name or metadata that is not UTF-8 (JSON) -> error. */
 accel_status accel_safetensors_save(const char *path, int n, const char *const *names,

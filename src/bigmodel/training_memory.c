@@ -79,6 +79,14 @@ static double mm_grad(const step_kind *k, double e, accel_dtype gdt) {
     return f32_contig(e, gdt, true);
 }
 
+/* The f32 output gradient a Linear's bias gradient (its column sums) reads
+ * (linear_backward): the GEMMs' own where accel__mm_grad made it f32 (no
+ * autocast, or an autocast dtype the CPU's GEMM widens), else a copy of the
+ * gradient (dtype gdt) made f32. */
+static double bias_grad_f32(const step_kind *k, double e, accel_dtype gdt) {
+    return k->ac != ACCEL_F32 && k->native ? f32_contig(e, gdt, true) : 0;
+}
+
 /* accel_grad_accumulate: the first gradient of a step tensor is a copy in
  * its dtype; later ones add in place. (Where the backward hands over a
  * buffer of its own, accel__grad_move, the first gradient takes it: no copy,
@@ -232,14 +240,14 @@ static accel_dtype proj_fwd(ledger *l, double in, double out, accel_dtype xdt, b
 }
 
 /* Its backward; `bias`: a Linear's bias, whose gradient (column sums) reads
- * a low-precision output gradient made f32. */
+ * the output gradient in f32 (bias_grad_f32). */
 static void proj_bwd(ledger *l, double in, double out, accel_dtype odt, accel_dtype xdt, bool x_has_grad, bool bias) {
     accel_dtype mm = odt;
     if (l->f->gpt2) { /* the product takes the add's (f32) gradient, or copies it in its dtype */
         mm = mm_dtype(l->k);
         l->bytes += mm == ACCEL_F32 ? 0 : grad_copy(l->d->n * out, mm, false);
     } else if (bias) {
-        l->bytes += f32_contig(l->d->n * out, odt, true);
+        l->bytes += bias_grad_f32(l->k, l->d->n * out, odt);
     }
     linear_bwd(l, in, out, mm, xdt, x_has_grad, l->f->gpt2);
 }

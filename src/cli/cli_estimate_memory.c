@@ -272,17 +272,32 @@ static int print_rank_table(FILE *out, const accel_llama_config *cfg, const acce
     return 0;
 }
 
-/* Whether model's config.json says model_type "bert", "roberta" or
- * "xlm-roberta" (their own config and model: accel/bert.h); false when it
- * cannot be read, and the decoders' loader then says why. */
-static bool is_bert(const char *model) {
+/* The family model's config.json names: its "model_type". transformers'
+ * AutoConfig, which Accelerate's estimate-memory reads it with, refuses a
+ * config without that key ("Should have a `model_type` key in its
+ * config.json"): taken for a Llama, it would be the estimate of a model the
+ * user may not have. */
+typedef enum config_family { FAMILY_NONE = -1, FAMILY_DECODER, FAMILY_BERT } config_family;
+
+/* FAMILY_BERT for "bert", "roberta" or "xlm-roberta" (their own config and
+ * model: accel/bert.h); FAMILY_DECODER for any other model_type, and where
+ * the file cannot be read (the decoders' loader then says why); FAMILY_NONE
+ * with an error naming the file where it has no "model_type". */
+static config_family family_of(const char *model) {
     char *file = accel__is_dir(model) ? accel__path_join(model, "config.json") : accel_strdup(model);
     json_t *root = file ? accel__json_load_file(file) : NULL;
-    bool bert = root && accel__bert_model_type_of(root) >= 0;
+    accel_clear_error();
+    config_family f = !root || !json_is_object(root)          ? FAMILY_DECODER
+                      : !json_object_get(root, "model_type")    ? FAMILY_NONE
+                      : accel__bert_model_type_of(root) >= 0 ? FAMILY_BERT
+                                                               : FAMILY_DECODER;
+    if (f == FAMILY_NONE)
+        accel_set_error(ACCEL_ERR_FORMAT, "%s: no \"model_type\" key: the family of the model cannot be told (as "
+                        "transformers' AutoConfig refuses it); add \"model_type\": \"llama\" (or the model's own)",
+                        file);
     json_decref(root);
     accel_free(file);
-    accel_clear_error();
-    return bert;
+    return f;
 }
 
 /* The head whose training step the activations count: the loader's (the
@@ -687,7 +702,12 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
     }
     if (ndt == 0)
         for (ndt = 0; ndt < 4; ndt++) dts[ndt] = ndt;
-    bool bert = is_bert(model);
+    config_family family = family_of(model);
+    if (family == FAMILY_NONE) {
+        fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
+        return 1;
+    }
+    bool bert = family == FAMILY_BERT;
     if (bert && (q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1 || q.mesh[MESH_CP] > 1)) {
         usage(stderr);
         fprintf(stderr, "accel estimate-memory: error: %s: tensor, pipeline and context parallelism of bert models "

@@ -36,9 +36,10 @@ static bool same_file(const char *a, const char *b) {
 }
 
 /* Whether the merge's scratch file, path + ACCEL__AFILE_TMP_SUFFIX (the atomic writer's: written, then
- * renamed over path), is one of the shards it reads: the writer truncates a file of that name as a stale
- * scratch file of its own, so the shard was emptied under the merge (its tensors merged as whatever the
- * pages then held, exit 0) and renamed away, the checkpoint losing it. Error set naming it. */
+ * renamed over path), is one of the shards it reads: the writer never takes a file of that name it did not
+ * create (its own carry a mark until renamed), but it would refuse the shard only once the merge had read
+ * every tensor; before that mark it emptied the shard under the merge and renamed it away. Refused here
+ * first, naming the shard and what to do. Error set naming it. */
 static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char *path) {
     char scratch[4096 + 8], shard[8192];
     snprintf(scratch, sizeof scratch, "%s%s", path, ACCEL__AFILE_TMP_SUFFIX);

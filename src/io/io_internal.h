@@ -36,9 +36,12 @@ bool accel__ckpt_fault(const char *step);
  * a time, across processes: open waits for another's commit or abort (an
  * flock on the tmp, held through the rename) while that writer makes
  * progress; ACCEL_ERR_TIMEOUT naming its pid once it made none for
- * ACCEL_WRITE_STALL_TIMEOUT seconds (default 60). A tmp that is not a regular
- * file of one link (a symbolic link, a hard link, a FIFO) is an error, never
- * written through. */
+ * ACCEL_WRITE_STALL_TIMEOUT seconds (default 60). The tmp is created with
+ * O_EXCL and the sticky bit (cleared before the rename): a tmp left by a
+ * killed writer carries it and is reused; one without it is not accel's (the
+ * user's own "<path>.tmp") and, like a tmp that is not a regular file of one
+ * link (a symbolic link, a hard link, a FIFO), is an error naming it, never
+ * truncated, written through, renamed or removed. */
 typedef struct accel__afile {
     int fd;
     int lock; /* the tmp opened again, holding the flock */

@@ -78,20 +78,37 @@ static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holde
     }
 }
 
+/* The mark of a scratch file accel created: the sticky bit, given by the
+ * open() that creates it (O_EXCL: never an existing file) and cleared just
+ * before the rename. It is set with the file itself, so no other writer ever
+ * sees one of ours unmarked (an extended attribute would take a second call,
+ * and some file systems keep none), and Linux gives it no meaning on a regular
+ * file, so no one's own file carries it by chance. A "<path>.tmp" without it
+ * is not ours (the user's, or one from before the mark): never truncated,
+ * renamed or removed. */
+#define SCRATCH_MARK S_ISVTX
+
 /* fd, opened on "<path>.tmp", locked for this writer alone: another
  * process writing path at once (two runs sharing a GEMM choice cache) would
  * truncate and write the same file under us and rename it before we do. The
- * lock is held through the rename (or the unlink), so a file renamed or
- * removed while we waited is no longer the tmp: opened again. -1 with errno
- * when it cannot be opened (ETIMEDOUT: its holder stalled, wait_lock);
- * unlocked where the file system has no locks.
+ * tmp is created here (O_EXCL, marked) or is another accel writer's: one
+ * writing now (waited for) or one killed mid-write (its lock died with it:
+ * reused). The lock is held through the rename (or the unlink), so a file
+ * renamed or removed while we waited is no longer the tmp: opened again. -1
+ * with errno when it cannot be opened (ETIMEDOUT: its holder stalled,
+ * wait_lock); unlocked where the file system has no locks.
  * Only a regular file of one link is ours to truncate: a symbolic link (not
  * followed: ELOOP) or a hard link would have us overwrite whatever it names,
  * and a FIFO would take the bytes (and, renamed over path, block its
- * readers): EEXIST for those. */
-static int lock_tmp(const char *tmp, double stall_s, lock_holder *who) {
+ * readers): EEXIST for those. A regular file without SCRATCH_MARK, still
+ * there once we hold its lock, is not ours: *foreign. */
+static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *foreign) {
     for (;;) {
-        int fd = open(tmp, O_RDONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+        int fd = open(tmp, O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, SCRATCH_MARK | 0644);
+        if (fd < 0 && errno == EEXIST) {
+            fd = open(tmp, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT) continue; /* renamed into place between the two opens */
+        }
         if (fd < 0) return -1;
         struct stat held, now;
         if (fstat(fd, &held) != 0 || !S_ISREG(held.st_mode) || held.st_nlink > 1) {
@@ -104,8 +121,12 @@ static int lock_tmp(const char *tmp, double stall_s, lock_holder *who) {
             close(fd);
             return -1;
         }
-        if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino))
-            return fd;
+        if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)) {
+            if (fstat(fd, &now) == 0 && (now.st_mode & SCRATCH_MARK)) return fd;
+            close(fd);
+            *foreign = true;
+            return -1;
+        }
         close(fd);
     }
 }
@@ -125,19 +146,24 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     memcpy(f->tmp + n, ACCEL__AFILE_TMP_SUFFIX, sizeof ACCEL__AFILE_TMP_SUFFIX);
     double stall_s;
     lock_holder who = {0, '?'};
+    bool foreign = false;
     if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {
         accel_free(f->path);
         accel_free(f->tmp);
         f->path = f->tmp = NULL;
         return accel_last_status();
     }
-    f->lock = lock_tmp(f->tmp, stall_s, &who);
+    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign);
     if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     if (f->fd < 0) {
         char holder[64] = "another writer";
         if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
         accel_status st =
-            errno == ELOOP || errno == EEXIST
+            foreign ? accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and accel did not create it (its "
+                                                    "scratch files carry the sticky bit until renamed into place): not "
+                                                    "overwritten; move it away; %s is left as it was",
+                                      path, f->tmp, path)
+            : errno == ELOOP || errno == EEXIST
                 ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
                                                 "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it",
                                   f->tmp)
@@ -183,8 +209,13 @@ static void afile_release(accel__afile *f) {
 
 accel_status accel__afile_commit(accel__afile *f) {
     accel_status st = ACCEL_OK;
+    struct stat sb;
     if (fsync(f->fd) != 0)
         st = accel_set_error(ACCEL_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
+    else if (fstat(f->fd, &sb) != 0 || ((sb.st_mode & SCRATCH_MARK) && fchmod(f->fd, sb.st_mode & 0777) != 0))
+        /* SCRATCH_MARK off before the rename: path, which its user may rename to some "<x>.tmp" later, must
+         * not pass for a scratch file of ours there */
+        st = accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
     if (close(f->fd) != 0 && st == ACCEL_OK)
         st = accel_set_error(ACCEL_ERR_IO, "close %s: %s", f->tmp, strerror(errno));
     f->fd = -1;
