@@ -16,7 +16,7 @@ static const subcommand COMMANDS[] = {
     {"env", accel_cli_env, "Print environment information for bug reports"},
     {"estimate-memory", accel_cli_estimate_memory, "Estimate the memory needed to load a model (local config.json)"},
     {"launch", accel_cli_launch, "Launch a program on one or more processes"},
-    {"merge-weights", accel_cli_merge_weights, "Merge a sharded safetensors checkpoint into one file"},
+    {"merge-weights", accel_cli_merge_weights, "Merge a sharded checkpoint (safetensors or PyTorch shards) into one file"},
     {"test", accel_cli_test, "Run a short distributed self-check with a config"},
     {"to-fsdp2", accel_cli_to_fsdp2, "Convert an Accelerate config from FSDP1 to FSDP2"},
 };
