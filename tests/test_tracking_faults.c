@@ -190,6 +190,19 @@ static void test_csv_header_first(void) {
     rm_rf(dir);
 }
 
+/* The text of the tensorboard tracker's hparams.yml of project "p" under dir (in its <time.time()> sub-run),
+ * or NULL; the caller frees it. */
+static char *hparams_of(const char *dir) {
+    char run[512], sub[1024] = "", path[1100];
+    snprintf(run, sizeof run, "%s/p", dir);
+    DIR *d = opendir(run);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    return slurp(path);
+}
+
 /* hparams.yml quotes what yaml.dump quotes: every string (key or value)
  * that PyYAML's resolvers would read as a bool, number, date, null, merge
  * key or `=`. Only number-like and a few words were: "1:20" came back as
@@ -197,7 +210,7 @@ static void test_csv_header_first(void) {
  * yaml.safe_load refuse the file. The expected text is yaml.dump's for the
  * same dict (Python 3.11, PyYAML 6.0.3). */
 static void test_hparams_yml_quotes_as_pyyaml(void) {
-    char *dir = temp_dir(), run[512], sub[1024] = "", path[1100];
+    char *dir = temp_dir();
     accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
     accel_value cfg[] = {
         ACCEL_VALUE_S("a", "1:20"), ACCEL_VALUE_S("b", "2024-01-01"), ACCEL_VALUE_S("c", "2024-1-1 10:20:30.5 +01:00"),
@@ -208,13 +221,7 @@ static void test_hparams_yml_quotes_as_pyyaml(void) {
     };
     CHECK(accel_tracker_store_init_configuration(t, (int)(sizeof cfg / sizeof *cfg), cfg) == ACCEL_OK);
     CHECK(accel_tracker_finish(t) == ACCEL_OK);
-    snprintf(run, sizeof run, "%s/p", dir);
-    DIR *d = opendir(run); /* the <time.time()> sub-run */
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
-    if (d) closedir(d);
-    snprintf(path, sizeof path, "%s/hparams.yml", sub);
-    char *y = slurp(path);
+    char *y = hparams_of(dir);
     CHECK_MSG(y && !strcmp(y, "'123': 1\n'=': 3\na: '1:20'\nb: '2024-01-01'\nc: '2024-1-1 10:20:30.5 +01:00'\n"
                               "d: '0b101'\ne: '1_000'\nf: '+.inf'\ng: '='\nh: '<<'\ni: 'Yes'\nj: 1e400\nk: yEs\n"
                               "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
@@ -236,7 +243,7 @@ static void test_floats_written_as_python(void) {
         keys[i][0] = (char)('a' + i), keys[i][1] = '\0';
         row[i] = ACCEL_VALUE_F(keys[i], v[i]);
     }
-    char *dir = temp_dir(), path[1100], run[512], sub[1024] = "";
+    char *dir = temp_dir(), path[1100];
     accel_tracker *csv = accel_tracker_open("csv", "p", dir), *tb = accel_tracker_open("tensorboard", "p", dir);
     CHECK(accel_tracker_log(csv, N, row, 0) == ACCEL_OK);
     CHECK(accel_tracker_store_init_configuration(tb, N, row) == ACCEL_OK);
@@ -247,13 +254,7 @@ static void test_floats_written_as_python(void) {
                               "0,1.0,1e-05,1e+16,1.5e+16,1000000000000000.0,0.0001,-0.0,0.30000000000000004,5e-324\n"),
               "%s", s);
     free(s);
-    snprintf(run, sizeof run, "%s/p", dir);
-    DIR *d = opendir(run); /* the <time.time()> sub-run */
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
-    if (d) closedir(d);
-    snprintf(path, sizeof path, "%s/hparams.yml", sub);
-    char *y = slurp(path);
+    char *y = hparams_of(dir);
     CHECK_MSG(y && !strcmp(y, "a: 1.0\nb: 1.0e-05\nc: 1.0e+16\nd: 1.5e+16\ne: 1000000000000000.0\nf: 0.0001\n"
                               "g: -0.0\nh: 0.30000000000000004\ni: 5.0e-324\n"),
               "%s", y);
