@@ -237,10 +237,10 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
-    /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
     if (c->qk_layernorm && a->stablelm_blocks) /* its norms' weights are [H, D], Phi's one [D] */
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm of stablelm models (StableLmLayerNormPerHead, "
                                "a LayerNorm of its own per head) is not implemented", who);
+    /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
     if (c->qk_layernorm && (!a->phi_blocks || (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm is %s", who,
                                a->phi_blocks ? "only implemented with head_dim = hidden_size / num_attention_heads "
