@@ -153,6 +153,18 @@ if(TARGET accel_cli)
            --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_pythia1b_tp PROPERTIES PASS_REGULAR_EXPRESSION
     "DDP \\(NO_SHARD\\)    │1.88 GB│ 1.88 GB │ 3.77 GB │")
+  # stabilityai/stablelm-2-1_6b and bigcode/starcoder2-3b (StableLmModel, Starcoder2Model;
+  # tools/gen_moe_memory_fixture.py stablelm2_1_6b_config starcoder2_3b_config): `accelerate
+  # estimate-memory`'s own tables (1644515328 and 3181366272 parameters in the causal LMs, as
+  # transformers counts them; Starcoder2's biases and tied head, StableLM's q/k/v biases)
+  add_test(NAME bigmodel_estimate_memory_stablelm COMMAND accel_cli estimate-memory data/stablelm2_1_6b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_stablelm PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   784.0 MB  │ 5.36 GB  │       21.44 GB      │\n│float16│   392.0 MB  │ 2.68 GB  │       10.72 GB      │\n│  int8 │   196.0 MB  │ 1.34 GB  │         N/A         │\n│  int4 │   98.0 MB   │686.17 MB │         N/A         │")
+  add_test(NAME bigmodel_estimate_memory_starcoder2 COMMAND accel_cli estimate-memory data/starcoder2_3b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_starcoder2 PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   576.0 MB  │ 11.29 GB │        45.16 GB       │\n│float16│   288.0 MB  │ 5.64 GB  │        22.58 GB       │\n│  int8 │   144.0 MB  │ 2.82 GB  │          N/A          │\n│  int4 │   72.0 MB   │ 1.41 GB  │          N/A          │")
   add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION

@@ -288,15 +288,16 @@ static void test_llama(void) {
  * window that bites on 6 positions), Gemma 3 (its q/k norms, layer types and
  * two RoPEs), Granite (multipliers), the mixtures of experts (Qwen2-MoE
  * with its shared expert), Phi (parallel attention and MLP, biases, a
- * head bias beside the tied embedding) and GPT-NeoX (its own tree, the
- * per-head query_key_value) train as the
+ * head bias beside the tied embedding), GPT-NeoX (its own tree, the
+ * per-head query_key_value), StableLM (sequential, q/k/v biases, partial
+ * rotary) and Starcoder2 (biases, c_fc / c_proj, a window) train as the
  * Llama does: their decoder layers (the table's class) are the units, and
  * the steps equal DDP's. */
 static void test_other_families_train(void) {
     accel__fsdp_cfg saved = A->fsdp;
     A->fsdp.wrap_cls[0] = 0; /* a configured LlamaDecoderLayer: here the table's class of each family */
     const char *families[] = {"gemma", "gemma2", "gemma3_text", "granite", "mixtral", "qwen3_moe", "qwen2_moe", "phi",
-                              "gpt_neox"};
+                              "gpt_neox", "stablelm", "starcoder2"};
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
         FAMILY = families[i];
         check_equivalence(true, llama_units());

@@ -21,7 +21,11 @@
  * MLP in parallel from one LayerNorm, biases on every projection and on
  * lm_head, half of each head rotated, grouped kv heads; and tied with its
  * own head bias, linear RoPE on 6 of 8 dims; and with qk_layernorm's per-head
- * LayerNorms of q and k). Inputs run past
+ * LayerNorms of q and k), StableLM (sequential LayerNorm layers, q/k/v
+ * biases, a quarter of each head rotated, grouped kv heads; and parallel
+ * from one norm, tied, linear RoPE on half of each head), Starcoder2
+ * (biases everywhere, c_fc -> gelu_pytorch_tanh -> c_proj, a window, a tied
+ * head; and without biases, untied). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
  * and every parameter's gradient of one step within 1e-5 relative (also
  * with gradient checkpointing on every decoder layer), greedy decoding of 32
@@ -75,6 +79,10 @@ static const struct {
     {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
     {"neox", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
     {"neox_seq", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
+    {"stablelm", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"stablelm_par", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"starcoder2", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
+    {"starcoder2_nobias", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
 };
 
 static accel_safetensors *open_expected(const char *dir) {
@@ -422,7 +430,7 @@ static void test_arch_rows_supported(void) {
     size_t n = 0;
     for (const accel__arch *a; (a = accel__arch_at(n)); n++)
         CHECK_MSG(!accel__arch_unsupported(a), "%s: %s", a->model_type, accel__arch_unsupported(a));
-    CHECK(n == 16);
+    CHECK(n == 18);
     accel__arch bad[8];
     for (int i = 0; i < 8; i++)
         bad[i] = *accel__arch_find(i < 2 ? "olmo2" : i < 3 ? "gemma" : i < 5 ? "phi3" : i < 6 ? "qwen3_moe" : "mixtral");
@@ -543,41 +551,113 @@ static void test_gemma3_dispatch_bf16_meta(void) {
     accel_clear_error();
 }
 
-/* Phi's dropouts act while training only: in train mode each of
+/* A model of fixture `name`'s weights and config c, the parameters named
+ * `zero` (a substring; NULL: none) zeroed, in train mode. */
+static accel_module *dropout_model(const char *name, const accel_llama_config *c, const char *zero) {
+    char path[160];
+    snprintf(path, sizeof path, "data/hf_arch_%s/model.safetensors", name);
+    accel_safetensors *w = accel_safetensors_open(path);
+    accel_module *m = w ? accel_llama_new(c, ACCEL_CPU_DEVICE) : NULL;
+    CHECK_MSG(m != NULL, "%s: %s", name, accel_last_error());
+    accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
+    for (int i = 0; sd && i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue; /* a tied head: the embedding's */
+        CHECK(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK);
+        if (zero && strstr(sd->entries[i].name, zero)) CHECK(accel_fill_(sd->entries[i].t, 0.0) == ACCEL_OK);
+    }
+    accel_state_dict_free(sd);
+    accel_safetensors_close(w);
+    if (m) accel_module_train(m, true);
+    return m;
+}
+
+/* m's training loss on ids with seed 5, checked to be drawn again the same
+ * by the same seed. */
+static double dropout_loss(accel_module *m, accel_tensor *ids, const char *what) {
+    double loss[2] = {NAN, NAN};
+    for (int run = 0; run < 2 && m; run++) {
+        accel_manual_seed(5);
+        accel_tensor *l = accel_llama_loss(m, ids);
+        CHECK_MSG(l != NULL, "%s", accel_last_error());
+        loss[run] = l ? accel_item(l) : NAN;
+        accel_step_reset();
+    }
+    CHECK_MSG(loss[0] == loss[1], "%s: the same seed gave losses %.9g and %.9g", what, loss[0], loss[1]);
+    return loss[0];
+}
+
+/* Fixture name's dropouts act while training only: in train mode each of
  * resid_pdrop (both branches), embd_pdrop and attention_dropout changes the
  * loss from eval's (the fixture's), the same seed draws the same loss, and
- * with all three 0 the training loss is eval's bit for bit. */
-static void test_phi_dropouts(void) {
+ * with all three 0 the training loss is eval's bit for bit (Phi's
+ * resid_pdrop, embd_pdrop, attention_dropout; Starcoder2's
+ * residual_dropout, embedding_dropout, attention_dropout). */
+static void check_dropouts(const char *name) {
+    char dir[96];
+    snprintf(dir, sizeof dir, "data/hf_arch_%s", name);
     accel_llama_config c;
-    CHECK(accel_llama_config_load("data/hf_arch_phi", &c) == ACCEL_OK && c.resid_pdrop == 0.1);
-    accel_safetensors *st = open_expected("data/hf_arch_phi");
-    accel_safetensors *w = accel_safetensors_open("data/hf_arch_phi/model.safetensors");
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_OK && c.resid_pdrop == 0.1);
+    accel_safetensors *st = open_expected(dir);
     accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL, *want = st ? accel_safetensors_tensor(st, "loss", -1) : NULL;
     double eval_loss = want ? accel_item(want) : NAN;
-    for (int k = 0; k < 4 && ids && w; k++) { /* k: none, resid, embd, attention */
+    for (int k = 0; k < 4 && ids; k++) { /* k: none, resid, embd, attention */
         accel_llama_config ck = c;
         ck.resid_pdrop = k == 1 ? 0.1 : 0, ck.embd_pdrop = k == 2 ? 0.1 : 0, ck.attn_pdrop = k == 3 ? 0.1 : 0;
-        accel_module *m = accel_llama_new(&ck, ACCEL_CPU_DEVICE);
-        accel_state_dict *sd = m ? accel_module_state_dict(m) : NULL;
-        for (int i = 0; sd && i < sd->n; i++)
-            CHECK(accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK);
-        accel_state_dict_free(sd);
-        accel_module_train(m, true);
-        double loss[2] = {NAN, NAN};
-        for (int run = 0; run < 2 && m; run++) {
-            accel_manual_seed(5);
-            accel_tensor *l = accel_llama_loss(m, ids);
-            CHECK_MSG(l != NULL, "%s", accel_last_error());
-            loss[run] = l ? accel_item(l) : NAN;
-            accel_step_reset();
-        }
-        CHECK_MSG(loss[0] == loss[1], "phi dropout %d: the same seed gave losses %.9g and %.9g", k, loss[0], loss[1]);
-        CHECK_MSG(k ? fabs(loss[0] - eval_loss) > 1e-4 : fabs(loss[0] - eval_loss) <= 1e-5 * fabs(eval_loss),
-                  "phi dropout %d: training loss %.9g, eval's %.9g", k, loss[0], eval_loss);
+        accel_module *m = dropout_model(name, &ck, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "%s dropout %d", name, k);
+        double loss = dropout_loss(m, ids, what);
+        CHECK_MSG(k ? fabs(loss - eval_loss) > 1e-4 : fabs(loss - eval_loss) <= 1e-5 * fabs(eval_loss),
+                  "%s: training loss %.9g, eval's %.9g", what, loss, eval_loss);
         accel_module_free(m);
     }
     accel_tensor_free(ids), accel_tensor_free(want);
-    accel_safetensors_close(w), accel_safetensors_close(st);
+    accel_safetensors_close(st);
+}
+
+static void test_phi_dropouts(void) { check_dropouts("phi"); }
+
+static void test_starcoder2_dropouts(void) { check_dropouts("starcoder2"); }
+
+/* StableLM's hidden_dropout (resid_pdrop) acts on the MLP's output only:
+ * with every MLP's down_proj zeroed, a training loss under resid_pdrop 0.5
+ * is the eval loss of those weights (a dropped attention output would
+ * change it); with the fixture's weights it changes the loss, as
+ * attention_dropout does; embd_pdrop (StableLM has no embedding dropout)
+ * is refused. */
+static void test_stablelm_dropouts(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load("data/hf_arch_stablelm", &c) == ACCEL_OK && c.resid_pdrop == 0.1 &&
+          c.attn_pdrop == 0.1 && c.embd_pdrop == 0);
+    accel_safetensors *st = open_expected("data/hf_arch_stablelm");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL;
+    accel_tensor *want = st ? accel_safetensors_tensor(st, "loss", -1) : NULL;
+    double eval_loss = want ? accel_item(want) : NAN;
+    for (int k = 0; k < 3 && ids; k++) { /* k: MLP zeroed under resid 0.5, resid, attention */
+        accel_llama_config ck = c;
+        ck.resid_pdrop = k == 0 ? 0.5 : k == 1 ? 0.1 : 0, ck.attn_pdrop = k == 2 ? 0.1 : 0;
+        accel_module *m = dropout_model("stablelm", &ck, k == 0 ? "mlp.down_proj" : NULL);
+        char what[64];
+        snprintf(what, sizeof what, "stablelm dropout %d", k);
+        double loss = dropout_loss(m, ids, what);
+        double base = eval_loss;
+        if (k == 0 && m) { /* the same weights in eval mode */
+            accel_module_train(m, false);
+            accel_tensor *l = accel_llama_loss(m, ids);
+            base = l ? accel_item(l) : NAN;
+            accel_step_reset();
+            CHECK_MSG(loss == base, "%s: training loss %.9g, eval's %.9g", what, loss, base);
+        } else {
+            CHECK_MSG(fabs(loss - base) > 1e-4, "%s: training loss %.9g, eval's %.9g", what, loss, base);
+        }
+        accel_module_free(m);
+    }
+    accel_llama_config e = c;
+    e.embd_pdrop = 0.1;
+    CHECK(accel_llama_config_check(&e, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: stablelm models have no embedding dropout: embd_pdrop (0.1) must be 0");
+    accel_tensor_free(ids), accel_tensor_free(want);
+    accel_safetensors_close(st);
 }
 
 /* Mixtral's router_jitter_noise: none in eval (the fixture's logits), the
@@ -774,5 +854,7 @@ int main(void) {
     RUN(test_moe_balance_checkpointed_block);
     RUN(test_qwen2_moe_bf16_block);
     RUN(test_phi_dropouts);
+    RUN(test_stablelm_dropouts);
+    RUN(test_starcoder2_dropouts);
     return check_summary();
 }

@@ -587,6 +587,168 @@ static void test_phi_fields(void) {
                  "attention_bias is true, but phi models have no such bias");
 }
 
+static const char *read_saved(const char *path);
+
+/* StableLmConfig: its defaults (use_parallel_residual false: sequential);
+ * layer_norm_eps, use_qkv_bias (q/k/v's biases, an attention_bias key
+ * unread), use_parallel_residual, hidden_dropout (the MLP's output),
+ * attention_dropout, top-level partial_rotary_factor and rope_theta with
+ * rope_parameters' own winning; keys written as the Hub's configs have them;
+ * qk_layernorm's per-head norms and what else it does not take refused by
+ * name. */
+static void test_stablelm_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("sld.json", "{\"model_type\": \"stablelm\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 50304 && c.hidden_size == 2560 && c.intermediate_size == 6912 && c.num_hidden_layers == 32);
+    CHECK(c.num_attention_heads == 32 && c.num_key_value_heads == 32 && c.rms_norm_eps == 1e-5);
+    CHECK(c.partial_rotary_factor == 0.25 && c.rope_theta == 10000 && !c.tie_word_embeddings && !c.attention_bias);
+    CHECK(c.sequential_residual && c.attn_pdrop == 0 && c.resid_pdrop == 0 && c.embd_pdrop == 0 && !c.qk_layernorm);
+    CHECK(c.bos_token_id == 0 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 0 && c.pad_token_id == -1);
+    const char *sl = "{\"model_type\": \"stablelm\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                     "\"num_key_value_heads\": 2, \"layer_norm_eps\": 0.001, \"rms_norm_eps\": 0.5, "
+                     "\"use_qkv_bias\": true, \"attention_bias\": false, \"use_parallel_residual\": true, "
+                     "\"hidden_dropout\": 0.1, \"attention_dropout\": 0.3, \"hidden_act\": \"silu\", "
+                     "\"partial_rotary_factor\": 0.5, \"rope_theta\": 500, \"qk_layernorm\": false, "
+                     "\"tie_word_embeddings\": true}";
+    CHECK_MSG(accel_llama_config_load(write_cfg("sl.json", sl), &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.rms_norm_eps == 0.001 && c.attention_bias && !c.sequential_residual && c.resid_pdrop == 0.1);
+    CHECK(c.attn_pdrop == 0.3 && c.embd_pdrop == 0 && c.partial_rotary_factor == 0.5 && c.rope_theta == 500);
+    CHECK(c.num_key_value_heads == 2 && c.tie_word_embeddings);
+    char path[160];
+    const char *text;
+    snprintf(path, sizeof path, "%s/stablelm_saved", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "{\n  \"architectures\": [\n    \"StableLmForCausalLM\"\n  ],\n  \"attention_dropout\": "
+                             "0.3,\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 0,\n  \"hidden_act\": \"silu\",\n  "
+                             "\"hidden_dropout\": 0.1,\n  \"hidden_size\": 64,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"layer_norm_eps\": 0.001,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"num_key_value_heads\": 2,\n  \"pad_token_id\": null,\n  \"partial_rotary_factor\": "
+                             "0.5,\n  \"qk_layernorm\": false,\n  \"rope_scaling\": null,\n  \"rope_theta\": 500.0,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"use_parallel_residual\": true,\n  \"use_qkv_bias\": true,\n  \"vocab_size\": "
+                             "50304\n}");
+    CHECK(!strstr(text, "head_dim") && !strstr(text, "rms_norm_eps") && !strstr(text, "attention_bias") &&
+          !strstr(text, "pdrop") && !strstr(text, "sliding_window"));
+    accel_llama_config back;
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && !back.sequential_residual && back.attention_bias &&
+          back.rms_norm_eps == 0.001 && back.resid_pdrop == 0.1 && back.attn_pdrop == 0.3 &&
+          back.partial_rotary_factor == 0.5 && back.rope_theta == 500 && back.tie_word_embeddings);
+    /* the sequential default written as use_parallel_residual false */
+    c.sequential_residual = true;
+    c.attention_bias = false;
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "\n  \"use_parallel_residual\": false,\n  \"use_qkv_bias\": false,\n");
+    /* rope_parameters' own theta and factor win over the top-level keys (StableLmConfig's standardisation) */
+    CHECK(accel_llama_config_load(write_cfg("slr.json", "{\"model_type\": \"stablelm\", \"partial_rotary_factor\": "
+                                            "0.5, \"rope_theta\": 500, \"rope_parameters\": {\"rope_type\": \"linear\", "
+                                            "\"factor\": 2.0, \"rope_theta\": 300.0, \"partial_rotary_factor\": "
+                                            "0.75}}"), &c) == ACCEL_OK);
+    CHECK(c.rope_theta == 300 && c.partial_rotary_factor == 0.75 && c.rope_scaling.type == ACCEL_ROPE_LINEAR);
+    /* StableLmLayerNormPerHead (a LayerNorm of its own per head) is not the table's per-head norm: refused */
+    expect_error("slq.json", "{\"model_type\": \"stablelm\", \"qk_layernorm\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "qk_layernorm true (StableLmLayerNormPerHead, a LayerNorm of its own per head of q and k) is not "
+                 "implemented for stablelm models");
+    accel_llama_config q = back;
+    q.qk_layernorm = true;
+    CHECK(accel_llama_config_check(&q, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm of stablelm models (StableLmLayerNormPerHead");
+    CHECK(accel_llama_config_save(path, &q) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "stablelm models have no qk_layernorm accel implements");
+    q.qk_layernorm = false;
+    q.embd_pdrop = 0.1;
+    CHECK(accel_llama_config_save(path, &q) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "stablelm models have no embedding dropout (embd_pdrop must be 0)");
+    expect_error("sln.json", "{\"model_type\": \"stablelm\", \"use_parallel_residual\": null}", ACCEL_ERR_FORMAT,
+                 "'use_parallel_residual' must be true or false");
+    expect_error("sla.json", "{\"model_type\": \"stablelm\", \"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"silu\" (the only activation of stablelm models");
+    expect_error("slh.json", "{\"model_type\": \"stablelm\", \"hidden_dropout\": 2}", ACCEL_ERR_FORMAT,
+                 "'hidden_dropout' must be a number in [0, 1]");
+    expect_error("sle.json", "{\"model_type\": \"stablelm\", \"layer_norm_eps\": 0}", ACCEL_ERR_FORMAT,
+                 "'layer_norm_eps' must be a number > 0");
+    expect_error("slw.json", "{\"model_type\": \"stablelm\", \"sliding_window\": 8}", ACCEL_ERR_UNSUPPORTED,
+                 "sliding_window is set, but stablelm models have none");
+    /* attention_bias / mlp_bias are not StableLmConfig's keys: unread */
+    CHECK(accel_llama_config_load(write_cfg("slm.json", "{\"model_type\": \"stablelm\", \"mlp_bias\": true, "
+                                            "\"attention_bias\": true}"), &c) == ACCEL_OK &&
+          !c.mlp_bias && !c.attention_bias);
+    expect_error("slk.json", "{\"model_type\": \"stablelm\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 4, \"head_dim\": 8}", ACCEL_ERR_FORMAT,
+                 "stablelm models have head_dim = hidden_size / num_attention_heads (got head_dim 8, 4 heads, "
+                 "hidden_size 64)");
+}
+
+/* Starcoder2Config: its defaults (a tied head, biases); norm_epsilon,
+ * use_bias (the attention's and the MLP's biases; attention_bias / mlp_bias
+ * keys unread), the three dropouts, sliding_window; the Hub's extra keys
+ * mlp_type / norm_type unread, as there; keys written as the Hub's configs
+ * have them; what it does not take refused by name. */
+static void test_starcoder2_fields(void) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(write_cfg("scd.json", "{\"model_type\": \"starcoder2\"}"), &c) == ACCEL_OK);
+    CHECK(c.vocab_size == 49152 && c.hidden_size == 3072 && c.intermediate_size == 12288 && c.num_hidden_layers == 30);
+    CHECK(c.num_attention_heads == 24 && c.num_key_value_heads == 2 && c.rms_norm_eps == 1e-5);
+    CHECK(c.initializer_range == 0.018042 && c.rope_theta == 10000 && c.tie_word_embeddings && c.attention_bias &&
+          c.mlp_bias && c.sliding_window == 0);
+    CHECK(c.attn_pdrop == 0 && c.resid_pdrop == 0 && c.embd_pdrop == 0 && c.partial_rotary_factor == 0);
+    CHECK(c.bos_token_id == 50256 && c.n_eos_token_ids == 1 && c.eos_token_ids[0] == 50256 && c.pad_token_id == -1);
+    const char *sc = "{\"model_type\": \"starcoder2\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                     "\"num_key_value_heads\": 2, \"norm_epsilon\": 0.001, \"rms_norm_eps\": 0.5, \"use_bias\": false, "
+                     "\"attention_bias\": true, \"mlp_bias\": true, \"residual_dropout\": 0.1, "
+                     "\"embedding_dropout\": 0.2, \"attention_dropout\": 0.3, \"sliding_window\": 16, "
+                     "\"rope_theta\": 999999.4420358813, \"tie_word_embeddings\": false, "
+                     "\"hidden_act\": \"gelu_pytorch_tanh\", \"mlp_type\": \"default\", \"norm_type\": \"layer_norm\"}";
+    CHECK_MSG(accel_llama_config_load(write_cfg("sc.json", sc), &c) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(c.rms_norm_eps == 0.001 && !c.attention_bias && !c.mlp_bias && c.resid_pdrop == 0.1 && c.embd_pdrop == 0.2);
+    CHECK(c.attn_pdrop == 0.3 && c.sliding_window == 16 && c.rope_theta == 999999.4420358813 && !c.tie_word_embeddings);
+    char path[160];
+    const char *text;
+    snprintf(path, sizeof path, "%s/starcoder2_saved", g_dir);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "{\n  \"architectures\": [\n    \"Starcoder2ForCausalLM\"\n  ],\n  \"attention_dropout\": "
+                             "0.3,\n  \"bos_token_id\": 50256,\n  \"embedding_dropout\": 0.2,\n  \"eos_token_id\": "
+                             "50256,\n  \"hidden_act\": \"gelu_pytorch_tanh\",\n  \"hidden_size\": 64,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"model_type\": \"starcoder2\",\n  \"norm_epsilon\": 0.001,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"pad_token_id\": null,\n  \"residual_dropout\": 0.1,\n  \"rope_scaling\": null,\n  "
+                             "\"rope_theta\": 999999.4420358813,\n  \"sliding_window\": 16,\n  \"tie_word_embeddings\": "
+                             "false,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"use_bias\": false,\n  \"use_cache\": true,\n  \"vocab_size\": 49152\n}");
+    CHECK(!strstr(text, "head_dim") && !strstr(text, "rms_norm_eps") && !strstr(text, "attention_bias") &&
+          !strstr(text, "mlp_bias") && !strstr(text, "pdrop") && !strstr(text, "partial_rotary_factor"));
+    accel_llama_config back;
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && !back.attention_bias && !back.mlp_bias &&
+          back.rms_norm_eps == 0.001 && back.resid_pdrop == 0.1 && back.embd_pdrop == 0.2 && back.attn_pdrop == 0.3 &&
+          back.sliding_window == 16 && back.rope_theta == 999999.4420358813 && !back.tie_word_embeddings);
+    /* no window: null; a head_dim other than hidden_size / heads written (its attention reads it) */
+    c.sliding_window = 0;
+    c.head_dim = 8;
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "\n  \"sliding_window\": null,\n");
+    CHECK_STR_CONTAINS(text, "\n  \"eos_token_id\": 50256,\n  \"head_dim\": 8,\n  \"hidden_act\": ");
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.head_dim == 8 && back.sliding_window == 0);
+    /* one use_bias: attention_bias and mlp_bias apart refused, in the check and the save */
+    c.mlp_bias = true;
+    CHECK(accel_llama_config_check(&c, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "t: starcoder2 models have one use_bias for the attention and the MLP: "
+                                           "attention_bias (0) must equal mlp_bias (1)");
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "starcoder2 models have one use_bias: attention_bias (0) must equal "
+                                           "mlp_bias (1)");
+    expect_error("sca.json", "{\"model_type\": \"starcoder2\", \"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
+                 "hidden_act must be \"gelu_pytorch_tanh\" (the only activation of starcoder2 models");
+    expect_error("scp.json", "{\"model_type\": \"starcoder2\", \"partial_rotary_factor\": 0.5}", ACCEL_ERR_UNSUPPORTED,
+                 "partial_rotary_factor other than 1.0 is not implemented for starcoder2 models");
+    expect_error("sce.json", "{\"model_type\": \"starcoder2\", \"norm_epsilon\": 0}", ACCEL_ERR_FORMAT,
+                 "'norm_epsilon' must be a number > 0");
+    expect_error("scr.json", "{\"model_type\": \"starcoder2\", \"residual_dropout\": 2}", ACCEL_ERR_FORMAT,
+                 "'residual_dropout' must be a number in [0, 1]");
+    expect_error("scb.json", "{\"model_type\": \"starcoder2\", \"use_bias\": null}", ACCEL_ERR_FORMAT,
+                 "'use_bias' must be true or false");
+}
+
 /* GPTNeoXConfig: its defaults; rotary_emb_base / rotary_pct as the RoPE's base
  * and factor, rope_parameters' own winning, top-level rope_theta and
  * partial_rotary_factor unread (not GPTNeoXConfig's keys); hidden_dropout as
@@ -642,7 +804,8 @@ static void test_neox_fields(void) {
     accel_llama_config l = accel_llama_config_default();
     l.sequential_residual = true;
     CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "t: sequential_residual (GPT-NeoX's use_parallel_residual false) is set");
+    CHECK_STR_CONTAINS(accel_last_error(), "t: sequential_residual (GPT-NeoX's and StableLM's use_parallel_residual "
+                                           "false) is set");
     expect_error("neoxn.json", "{\"model_type\": \"gpt_neox\", \"use_parallel_residual\": null}", ACCEL_ERR_FORMAT,
                  "'use_parallel_residual' must be true or false");
     expect_error("neoxa.json", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"relu\"}", ACCEL_ERR_UNSUPPORTED,
@@ -1072,6 +1235,8 @@ int main(void) {
     RUN(test_phi3_olmo2);
     RUN(test_phi_fields);
     RUN(test_neox_fields);
+    RUN(test_stablelm_fields);
+    RUN(test_starcoder2_fields);
     RUN(test_token_ids);
     RUN(test_moe_fields);
     char cmd[128];

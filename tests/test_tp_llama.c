@@ -95,6 +95,13 @@ static void slices_cut(accel_module *tp, const char *family, int world) {
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.fc2.bias")->shape[0] == 16);
         CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.dense.weight")->shape[1] == 16 / world);
         CHECK(accel_module_get_tensor(tp, "lm_head.bias")->shape[0] == 40 / world);
+    } else if (!strcmp(family, "starcoder2")) { /* c_fc and its bias by their outputs, o_proj and c_proj by inputs */
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.c_fc.weight")->shape[0] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.c_fc.bias")->shape[0] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.c_proj.weight")->shape[1] == 24 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.c_proj.bias")->shape[0] == 16);
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.o_proj.weight")->shape[1] == 16 / world);
+        CHECK(accel_module_get_tensor(tp, "model.layers.0.self_attn.o_proj.bias")->shape[0] == 16);
     } else
         CHECK(accel_module_get_tensor(tp, "model.layers.1.mlp.down_proj.weight")->shape[1] == 24 / world);
 }
@@ -369,7 +376,7 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
-                              "qwen2_moe", "gemma3_text", "phi", "gpt_neox"};
+                              "qwen2_moe", "gemma3_text", "phi", "gpt_neox", "stablelm", "starcoder2"};
     for (int sp = 0; sp < 2; sp++) {
         for (int f = 0; f < (int)(sizeof families / sizeof *families); f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */

@@ -167,7 +167,8 @@ static accel_llama_config family_config(const char *type) {
     if (a->moe) c.num_local_experts = 4, c.num_experts_per_tok = 2;
     if (a->moe == ACCEL__MOE_QWEN) c.moe_intermediate_size = FFN / 2;
     if (a->shared_expert) c.shared_expert_intermediate_size = FFN;
-    if (a->dropouts) c.attn_pdrop = c.resid_pdrop = c.embd_pdrop = 0.1; /* GPT-2's defaults; Phi's on too */
+    /* GPT-2's defaults; Phi's, GPT-NeoX's, StableLM's (none on the embeddings) and Starcoder2's on too */
+    if (a->dropouts) c.attn_pdrop = c.resid_pdrop = 0.1, c.embd_pdrop = a->stablelm_blocks ? 0 : 0.1;
     return c;
 }
 
@@ -246,8 +247,12 @@ typedef struct step_pair {
 
 /* One config's step arena peak against its estimate within 10%, f32 and
  * bf16, plain and checkpointed; what it printed names it (`what`). Returns
- * the f32 plain step's pair. */
+ * the f32 plain step's pair. StableLM and Starcoder2 within 5% (measured:
+ * within 3%): their own counts (Starcoder2's gelu MLP, StableLM's MLP-only
+ * dropout) each move the estimate 4 to 9% here, inside the 10% band. */
 static step_pair check_config(const accel_llama_config *c, const char *what) {
+    const accel__arch *a = accel__arch_find(c->model_type);
+    double band = a && (a->stablelm_blocks || a->starcoder2_blocks) ? 0.05 : 0.10;
     step_pair first = {0, 0};
     for (int x = 0; x < 4; x++) {
         bool ck = x & 1;
@@ -258,7 +263,7 @@ static step_pair check_config(const accel_llama_config *c, const char *what) {
         CHECK_MSG(accel_llama_activation_bytes(c, &o, &b) == ACCEL_OK, "%s: %s", what, accel_last_error());
         fprintf(stderr, "%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", what, accel_dtype_name(dt),
                 ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
-        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "%s %s%s: estimate %lld bytes vs measured %zu", what,
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= band, "%s %s%s: estimate %lld bytes vs measured %zu", what,
                   accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
         if (x == 0) first = (step_pair){(double)peak, (double)b.peak};
     }

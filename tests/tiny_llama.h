@@ -35,7 +35,9 @@ static inline accel_llama_config tiny_llama_config(void) {
  * layer 0 dense by mlp_only_layers), "phi" (half of each head rotated, as
  * PhiConfig's default; qk_layernorm; tied, its head's bias its own),
  * "gpt_neox" (as many kv heads as heads, half of each head rotated,
- * attention biases; tied). */
+ * attention biases; tied), "stablelm" (sequential, its config.json's
+ * default; q/k/v biases, half of each head rotated; tied), "starcoder2"
+ * (biases everywhere, a window of 4; tied). */
 static inline accel_llama_config tiny_family_config(const char *model_type) {
     accel_llama_config c = tiny_llama_config();
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
@@ -47,6 +49,8 @@ static inline accel_llama_config tiny_family_config(const char *model_type) {
     if (!strcmp(model_type, "gpt2")) c.num_key_value_heads = 4; /* as many kv heads as heads */
     if (!strcmp(model_type, "phi")) c.partial_rotary_factor = 0.5, c.qk_layernorm = true;
     if (!strcmp(model_type, "gpt_neox")) c.num_key_value_heads = 4, c.partial_rotary_factor = 0.5, c.attention_bias = true;
+    if (!strcmp(model_type, "stablelm")) c.sequential_residual = true, c.partial_rotary_factor = 0.5, c.attention_bias = true;
+    if (!strcmp(model_type, "starcoder2")) c.attention_bias = c.mlp_bias = true, c.sliding_window = 4;
     /* more experts than a micro-batch's tokens choose: some get none on a rank */
     if (!strcmp(model_type, "mixtral")) c.num_local_experts = 8, c.num_experts_per_tok = 2;
     if (!strcmp(model_type, "qwen3_moe"))

@@ -55,7 +55,8 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_laye
             rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None, pad_token_id=None,
             tie_word_embeddings=False)
 
-# PhiConfig has no head_dim (hidden_size / heads) nor rms_norm_eps (its LayerNorms' is layer_norm_eps)
+# PhiConfig has no head_dim (hidden_size / heads) nor rms_norm_eps (its LayerNorms' is layer_norm_eps);
+# nor have StableLmConfig and Starcoder2Config (norm_epsilon)
 PHI_BASE = {k: v for k, v in BASE.items() if k not in ("head_dim", "rms_norm_eps")}
 # GPTNeoXConfig has no kv heads (as many as heads) either
 NEOX_BASE = {k: v for k, v in PHI_BASE.items() if k != "num_key_value_heads"}
@@ -155,6 +156,24 @@ FIXTURES = {
                                   hidden_act="gelu_fast",
                                   rotary_pct=0.5, rotary_emb_base=500.0, layer_norm_eps=1e-3,
                                   rope_scaling=dict(rope_type="linear", factor=2.0)), dict(seed=24)),
+    # StableLM: sequential LayerNorm layers, q/k/v biases (use_qkv_bias),
+    # a quarter of each head rotated (2 of 8 dims, StableLmConfig's default),
+    # grouped kv heads, an untied head; dropouts (no effect in eval and the
+    # loss's gradients: eval mode)
+    "stablelm": ("stablelm", dict(use_qkv_bias=True, hidden_dropout=0.1, attention_dropout=0.1), dict(seed=25)),
+    # parallel residual from one LayerNorm, no q/k/v biases, a tied head,
+    # linear RoPE on half of each head, as many kv heads as heads, eps 1e-3
+    "stablelm_par": ("stablelm", dict(use_parallel_residual=True, tie_word_embeddings=True, num_key_value_heads=4,
+                                      partial_rotary_factor=0.5, layer_norm_eps=1e-3,
+                                      rope_scaling=dict(rope_type="linear", factor=2.0)), dict(seed=26)),
+    # Starcoder2: LayerNorms, biases everywhere (use_bias), c_fc ->
+    # gelu_pytorch_tanh -> c_proj, grouped kv heads, a window of 8, a tied
+    # head (Starcoder2Config's default); dropouts (eval mode: no effect)
+    "starcoder2": ("starcoder2", dict(tie_word_embeddings=True, sliding_window=8, residual_dropout=0.1,
+                                      embedding_dropout=0.1, attention_dropout=0.1), dict(seed=27)),
+    # no biases, an untied head, eps 1e-3, RoPE of base 500, no window
+    "starcoder2_nobias": ("starcoder2", dict(use_bias=False, tie_word_embeddings=False, norm_epsilon=1e-3,
+                                             rope_theta=500.0), dict(seed=28)),
 }
 
 # fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)
@@ -173,7 +192,8 @@ def options(i, spec):
 
 
 def build(model_type, extra, seed):
-    base = {"gpt2": GPT2_BASE, "phi": PHI_BASE, "gpt_neox": NEOX_BASE}.get(model_type, BASE)
+    base = {"gpt2": GPT2_BASE, "phi": PHI_BASE, "gpt_neox": NEOX_BASE, "stablelm": PHI_BASE,
+            "starcoder2": PHI_BASE}.get(model_type, BASE)
     cfg = AutoConfig.for_model(model_type, **{**base, **extra})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()

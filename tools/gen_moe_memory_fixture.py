@@ -21,8 +21,10 @@ devices 0 and 1 are absent here: the map is the budgets').
     python3 tools/gen_moe_memory_fixture.py [--write] [NAME...]
 
 NAMEs (keys of CONFIGS) limit the run to those configs. Also writes
-tests/data/phi2_config (microsoft/phi-2's, a dense model) and
-tests/data/pythia1b_config (EleutherAI/pythia-1b's) the same way.
+tests/data/phi2_config (microsoft/phi-2's, a dense model),
+tests/data/pythia1b_config (EleutherAI/pythia-1b's), tests/data/stablelm2_1_6b_config
+(stabilityai/stablelm-2-1_6b's) and tests/data/starcoder2_3b_config
+(bigcode/starcoder2-3b's) the same way.
 """
 import argparse
 import json
@@ -75,6 +77,21 @@ CONFIGS = {
         num_attention_heads=8, max_position_embeddings=2048, layer_norm_eps=1e-5, rotary_pct=0.25,
         rotary_emb_base=10000, hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False,
         bos_token_id=0, eos_token_id=0, torch_dtype="float16"),
+    # stabilityai/stablelm-2-1_6b config.json (StableLmModel: sequential, q/k/v biases, a quarter of each
+    # head rotated, an untied head)
+    "stablelm2_1_6b_config": lambda: transformers.StableLmConfig(
+        vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, layer_norm_eps=1e-5,
+        partial_rotary_factor=0.25, rope_theta=10000, use_qkv_bias=True, qk_layernorm=False,
+        use_parallel_residual=False, hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+        bos_token_id=100257, eos_token_id=100257, torch_dtype="bfloat16"),
+    # bigcode/starcoder2-3b config.json (Starcoder2Model: biases, 2 kv heads, a window of 4096, a tied head)
+    "starcoder2_3b_config": lambda: transformers.Starcoder2Config(
+        vocab_size=49152, hidden_size=3072, intermediate_size=12288, num_hidden_layers=30,
+        num_attention_heads=24, num_key_value_heads=2, max_position_embeddings=16384, norm_epsilon=1e-5,
+        rope_theta=999999.4420358813, sliding_window=4096, use_bias=True, attention_dropout=0.1,
+        residual_dropout=0.1, embedding_dropout=0.1, initializer_range=0.018042, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=0, torch_dtype="float32"),
 }
 
 

@@ -308,13 +308,14 @@ typedef struct accel_llama_config {
     double rope_theta;
     double initializer_range;         /* std of normal init (0.02) */
     bool tie_word_embeddings;
+    /* StableLM: use_qkv_bias (q/k/v only); Starcoder2: use_bias (with mlp_bias, equal) */
     bool attention_bias;
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */
     /* The family (config.json model_type): "" or "llama", "mistral", "qwen2",
      * "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "olmo2",
-     * "gpt2", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "gpt_neox" (docs/nn.md:
-     * what each changes). */
+     * "gpt2", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "gpt_neox",
+     * "stablelm", "starcoder2" (docs/nn.md: what each changes). */
     char model_type[16];
     /* Layers i >= max_window_layers attend to the last sliding_window keys
      * only (0: every layer attends to all); transformers' Mistral (all layers)
@@ -362,8 +363,8 @@ typedef struct accel_llama_config {
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
     /* Phi's qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each
-     * head of q and k (eps rms_norm_eps) before RoPE; set on another family:
-     * refused. */
+     * head of q and k (eps rms_norm_eps) before RoPE; set on another family
+     * (StableLM's per-head norms, one LayerNorm per head, included): refused. */
     bool qk_layernorm;
     /* GPT-NeoX's use_parallel_residual false: the MLP reads
      * post_attention_layernorm(x + attn(input_layernorm(x))) and adds to that
@@ -371,7 +372,10 @@ typedef struct accel_llama_config {
      * ("gpt_neox") reads its attention_dropout as attn_pdrop and its
      * hidden_dropout as both resid_pdrop (each branch's output) and
      * embd_pdrop (the embeddings), its layer_norm_eps as rms_norm_eps, its
-     * rotary_pct as partial_rotary_factor. Set on another family: refused. */
+     * rotary_pct as partial_rotary_factor. StableLM's use_parallel_residual
+     * false too (its config.json's default: this field true), where its
+     * parallel layer has one input_layernorm feeding both branches. Set on
+     * another family: refused. */
     bool sequential_residual;
     /* GPT-NeoX's hidden_act: 0 "gelu" (the exact one), or the tanh
      * approximation under the name config.json gives it (written back as

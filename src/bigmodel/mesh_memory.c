@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "accel/core.h"
+#include "nn/arch.h"
 #include "nn/decoder_pipeline.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -58,14 +59,16 @@ static const char *conv1d_as(const char *mod) {
                                                                                                            : NULL;
 }
 
-/* Phi's and GPT-NeoX's Linear projections as the plan cuts them: dense as
- * o_proj, fc1 / dense_h_to_4h as an up projection, fc2 / dense_4h_to_h as a
- * down one, GPT-NeoX's query_key_value (rows per head [H, 3, D], as many kv
- * heads as heads) by rows as an up projection is; NULL for another. */
+/* Phi's, GPT-NeoX's and Starcoder2's Linear projections as the plan cuts
+ * them: dense as o_proj, fc1 / dense_h_to_4h / c_fc as an up projection,
+ * fc2 / dense_4h_to_h / c_proj as a down one, GPT-NeoX's query_key_value
+ * (rows per head [H, 3, D], as many kv heads as heads) by rows as an up
+ * projection is; NULL for another. */
 static const char *linear_as(const char *mod) {
     static const char *const AS[][2] = {{"dense", "o_proj"}, {"fc1", "up_proj"}, {"fc2", "down_proj"},
                                         {"dense_h_to_4h", "up_proj"}, {"dense_4h_to_h", "down_proj"},
-                                        {"query_key_value", "up_proj"}};
+                                        {"query_key_value", "up_proj"}, {"c_fc", "up_proj"},
+                                        {"c_proj", "down_proj"}};
     for (size_t i = 0; i < sizeof AS / sizeof *AS; i++)
         if (!strcmp(mod, AS[i][0])) return AS[i][1];
     return NULL;
@@ -88,7 +91,9 @@ static int64_t rank_bytes(const accel_state_entry *e, const accel_llama_config *
     module_of(e->name, mod, sizeof mod);
     bool bias = !strcmp(e->name + strlen(e->name) - 5, ".bias");
     /* a weight's output dimension: a Linear's rows, a Conv1D's columns */
-    const char *as = conv1d_as(mod);
+    /* Conv1D only in GPT-2 (Starcoder2's c_fc / c_proj are Linears) */
+    const accel__arch *a = accel__arch_find(c->model_type);
+    const char *as = a && a->blocks == ACCEL__BLOCKS_GPT2 ? conv1d_as(mod) : NULL;
     int out = as && t->ndim == 2 ? 1 : 0;
     if (!as) as = linear_as(mod);
     if (as) snprintf(mod, sizeof mod, "%s", as);

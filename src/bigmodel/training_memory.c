@@ -144,6 +144,7 @@ typedef struct fam {
     double cap;         /* Gemma2's attn_logit_softcapping (0: none) */
     bool final_cap;     /* Gemma2's final_logit_softcapping */
     double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
+    bool mlp_drop_only; /* StableLM: resid_pdrop (hidden_dropout) on the MLP's output, not the attention's */
     bool qkv_bias, o_bias, mlp_bias; /* the Linears with a bias */
     bool gelu_mlp;      /* Phi, GPT-NeoX: the MLP fc1 -> gelu -> fc2 (Linears with biases) */
     bool parallel;      /* Phi's parallel_residual: the MLP reads the attention's input norm, x + attn + mlp */
@@ -844,8 +845,8 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     bool fused = !explicit_attention && d->cp <= 1;
     fwd->bytes += dense(eQ, s, d->H == 1 || fused);
     accel_dtype o = row_fwd(fwd, d->Q, s, f->o_bias);
-    bool drop = f->resid_pdrop > 0;
-    if (drop) dropout_fwd(fwd, eC, o);
+    bool drop = f->resid_pdrop > 0, attn_drop = drop && !f->mlp_drop_only;
+    if (attn_drop) dropout_fwd(fwd, eC, o);
     accel_dtype a = o; /* the attention branch */
     if (f->sandwich || f->norm_outputs) a = norm_fwd(fwd, eC, d->ns, o);
     if (f->multipliers) a = unary_fwd(fwd, eC, a);
@@ -884,7 +885,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     if (!f->parallel) bwd->bytes += add_bwd(eC, a);
     if (f->multipliers) unary_bwd(bwd, eC, a);
     if (f->sandwich || f->norm_outputs) norm_bwd(bwd, eC, o, false);
-    if (drop) dropout_bwd(bwd, eC, o);
+    if (attn_drop) dropout_bwd(bwd, eC, o);
     row_bwd(bwd, d->Q, o, s, f->o_bias); /* o_proj / c_proj */
     /* the transpose's dense gradient (one head, or the fused attention's
      * [B, T, H, D] output: none; the reshape's view and the attention
@@ -1084,16 +1085,18 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     d->cp = 1, d->Tg = d->T;
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
     bool phi = a->phi_blocks, neox = a->neox_blocks, drops = a->dropouts;
-    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || phi || neox, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
+    *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || a->layer_norms, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
                .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv || neox,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
                .attn_pdrop = drops ? cfg->attn_pdrop : 0, .resid_pdrop = drops ? cfg->resid_pdrop : 0,
-               .embd_pdrop = drops ? cfg->embd_pdrop : 0,
+               .embd_pdrop = drops ? cfg->embd_pdrop : 0, .mlp_drop_only = a->stablelm_blocks,
                .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias) || phi,
-               .o_bias = (a->attention_bias && cfg->attention_bias) || phi,
-               .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi || neox, .gelu_mlp = phi || neox,
+               /* StableLM's attention_bias (use_qkv_bias): q/k/v only */
+               .o_bias = (a->attention_bias && cfg->attention_bias && !a->stablelm_blocks) || phi,
+               .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi || neox,
+               .gelu_mlp = phi || neox || a->starcoder2_blocks, /* Starcoder2's c_fc -> gelu -> c_proj */
                .parallel = accel__arch_parallel(a, cfg), .norm2 = neox,
                .moe_f32_weights = a->moe == ACCEL__MOE_MIXTRAL,
                .renorm = a->moe == ACCEL__MOE_MIXTRAL || cfg->norm_topk_prob,

@@ -1,7 +1,7 @@
 /* src/io/hf_config.c — transformers' config.json of the decoder families of
  * the architecture table (src/nn/arch.h): llama, mistral, qwen2, qwen3,
  * gemma, gemma2, gemma3_text, granite, phi3, olmo2, gpt2, mixtral, qwen3_moe,
- * qwen2_moe, phi, gpt_neox.
+ * qwen2_moe, phi, gpt_neox, stablelm, starcoder2.
  *
  * Reads both the transformers 4.x layout (torch_dtype, rope_theta, rope_scaling)
  * and the 5.x one (dtype, rope_parameters); writes the 4.x layout, which both
@@ -246,7 +246,8 @@ static accel_status check_activation(json_t *root, const char *file, const accel
     const char *activation = string_or_null(root, "hidden_activation", &bad_activation);
     if (!a->gemma_blocks) { /* Phi's MLP: gelu_new; GPT-NeoX's: gelu (exact) */
         if (a->neox_blocks) return ACCEL_OK; /* parse_neox reads its four */
-        const char *want = a->phi_blocks ? "gelu_new" : "silu";
+        /* Starcoder2's MLP: gelu_pytorch_tanh */
+        const char *want = a->phi_blocks ? "gelu_new" : a->starcoder2_blocks ? "gelu_pytorch_tanh" : "silu";
         if (bad_act || (act && strcmp(act, want) != 0))
             return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: hidden_act must be \"%s\" (the only activation of "
                                    "%s models accel implements)", file, want, a->model_type);
@@ -554,6 +555,49 @@ static accel_status parse_neox(json_t *root, const char *file, accel_llama_confi
     return ACCEL_OK;
 }
 
+/* StableLmConfig's own keys: layer_norm_eps, use_qkv_bias (q/k/v's
+ * biases, held in attention_bias), use_parallel_residual (null is false to
+ * transformers: refused), hidden_dropout (the MLP's output: resid_pdrop),
+ * attention_dropout, qk_layernorm (true refused: its per-head LayerNorms are
+ * not implemented). rope_theta and partial_rotary_factor are read as the
+ * other families'; an attention_bias key is not StableLmConfig's and stays
+ * unread, as there. */
+static accel_status parse_stablelm(json_t *root, const char *file, accel_llama_config *c) {
+    bool parallel = !c->sequential_residual, qk = false; /* the row's default: sequential */
+    if (get_real(root, file, "layer_norm_eps", &c->rms_norm_eps) ||
+        get_bool(root, file, "use_qkv_bias", &c->attention_bias) ||
+        not_null(root, file, "use_parallel_residual", "true or false") ||
+        get_bool(root, file, "use_parallel_residual", &parallel) ||
+        get_prob(root, file, "hidden_dropout", &c->resid_pdrop) ||
+        get_prob(root, file, "attention_dropout", &c->attn_pdrop) || get_bool(root, file, "qk_layernorm", &qk))
+        return accel_last_status();
+    if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
+    if (qk)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm true (StableLmLayerNormPerHead, a LayerNorm of "
+                               "its own per head of q and k) is not implemented for stablelm models", file);
+    c->sequential_residual = !parallel;
+    return ACCEL_OK;
+}
+
+/* Starcoder2Config's own keys: norm_epsilon, use_bias (the attention's and
+ * the MLP's biases: attention_bias and mlp_bias; null, no biases to
+ * transformers, refused), attention_dropout,
+ * residual_dropout (each branch's output: resid_pdrop), embedding_dropout
+ * (embd_pdrop). attention_bias / mlp_bias keys are not Starcoder2Config's
+ * and stay unread, as there. */
+static accel_status parse_starcoder2(json_t *root, const char *file, accel_llama_config *c) {
+    if (get_real(root, file, "norm_epsilon", &c->rms_norm_eps) ||
+        not_null(root, file, "use_bias", "true or false") || /* null: no biases to transformers */
+        get_bool(root, file, "use_bias", &c->attention_bias) ||
+        get_prob(root, file, "attention_dropout", &c->attn_pdrop) ||
+        get_prob(root, file, "residual_dropout", &c->resid_pdrop) ||
+        get_prob(root, file, "embedding_dropout", &c->embd_pdrop))
+        return accel_last_status();
+    if (!(c->rms_norm_eps > 0)) return bad_type(file, "norm_epsilon", "a number > 0");
+    c->mlp_bias = c->attention_bias;
+    return ACCEL_OK;
+}
+
 /* GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions,
  * layer_norm_epsilon, activation_function, ...) into the shared fields. */
 static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch *a, accel_llama_config *c) {
@@ -639,15 +683,19 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         get_int(root, file, "max_position_embeddings", &c->max_position_embeddings, false, false) ||
         get_int(root, file, "original_max_position_embeddings",
                 &c->rope_scaling.original_max_position_embeddings, false, true) ||
-        (a->phi_blocks    ? parse_phi(root, file, c)
-         : a->neox_blocks ? parse_neox(root, file, c)
-                          : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
+        (a->phi_blocks          ? parse_phi(root, file, c)
+         : a->neox_blocks       ? parse_neox(root, file, c)
+         : a->stablelm_blocks   ? parse_stablelm(root, file, c)
+         : a->starcoder2_blocks ? parse_starcoder2(root, file, c)
+                                : get_real(root, file, "rms_norm_eps", &c->rms_norm_eps)) ||
         (!a->neox_blocks && get_real(root, file, "rope_theta", &c->rope_theta)) ||
         get_real(root, file, "initializer_range", &c->initializer_range) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_word_embeddings) ||
         (!a->neox_blocks && get_real(root, file, "partial_rotary_factor", &c->partial_rotary_factor)) ||
-        get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
-        get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias) ||
+        /* StableLM's and Starcoder2's biases come from their own keys (above) */
+        (!a->stablelm_blocks && !a->starcoder2_blocks &&
+         (get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
+          get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias))) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
         parse_ropes(root, file, a, c) ||
@@ -921,6 +969,92 @@ static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *
             TRANSFORMERS_VERSION, c->sequential_residual ? "false" : "true", (long long)c->vocab_size);
 }
 
+/* StableLmConfig's keys, sorted as transformers writes them, in the Hub's
+ * layout (stablelm-2-1_6b: top-level rope_theta and partial_rotary_factor). */
+static void write_stablelm(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init,
+                           const char *eps, const char *theta) {
+    char prf[40];
+    py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+    fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
+    write_float(m, "attention_dropout", c->attn_pdrop);
+    write_token_id(m, a, c, false);
+    write_token_id(m, a, c, true);
+    fprintf(m, "  \"hidden_act\": \"silu\",\n");
+    write_float(m, "hidden_dropout", c->resid_pdrop);
+    fprintf(m,
+            "  \"hidden_size\": %lld,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"intermediate_size\": %lld,\n"
+            "  \"layer_norm_eps\": %s,\n"
+            "  \"max_position_embeddings\": %lld,\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"num_attention_heads\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n"
+            "  \"num_key_value_heads\": %lld,\n",
+            (long long)c->hidden_size, init, (long long)c->intermediate_size, eps,
+            (long long)c->max_position_embeddings, a->model_type, (long long)c->num_attention_heads,
+            (long long)c->num_hidden_layers,
+            (long long)(c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads));
+    write_pad_token_id(m, a, c);
+    fprintf(m, "  \"partial_rotary_factor\": %s,\n  \"qk_layernorm\": false,\n  \"rope_scaling\": ", prf);
+    write_rope(m, &c->rope_scaling);
+    fprintf(m,
+            ",\n  \"rope_theta\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"torch_dtype\": \"%s\",\n"
+            "  \"transformers_version\": \"%s\",\n"
+            "  \"use_cache\": true,\n"
+            "  \"use_parallel_residual\": %s,\n"
+            "  \"use_qkv_bias\": %s,\n"
+            "  \"vocab_size\": %lld\n}\n",
+            theta, c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
+            c->sequential_residual ? "false" : "true", c->attention_bias ? "true" : "false",
+            (long long)c->vocab_size);
+}
+
+/* Starcoder2Config's keys, sorted as transformers writes them, in the Hub's
+ * layout (starcoder2-3b: top-level rope_theta; head_dim only where it is
+ * not hidden_size / heads, which its attention reads then). */
+static void write_starcoder2(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init,
+                             const char *eps, const char *theta, int64_t hd) {
+    fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
+    write_float(m, "attention_dropout", c->attn_pdrop);
+    write_token_id(m, a, c, false);
+    write_float(m, "embedding_dropout", c->embd_pdrop);
+    write_token_id(m, a, c, true);
+    if (hd * c->num_attention_heads != c->hidden_size) fprintf(m, "  \"head_dim\": %lld,\n", (long long)hd);
+    fprintf(m,
+            "  \"hidden_act\": \"gelu_pytorch_tanh\",\n"
+            "  \"hidden_size\": %lld,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"intermediate_size\": %lld,\n"
+            "  \"max_position_embeddings\": %lld,\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"norm_epsilon\": %s,\n"
+            "  \"num_attention_heads\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n"
+            "  \"num_key_value_heads\": %lld,\n",
+            (long long)c->hidden_size, init, (long long)c->intermediate_size, (long long)c->max_position_embeddings,
+            a->model_type, eps, (long long)c->num_attention_heads, (long long)c->num_hidden_layers,
+            (long long)(c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads));
+    write_pad_token_id(m, a, c);
+    write_float(m, "residual_dropout", c->resid_pdrop);
+    fprintf(m, "  \"rope_scaling\": ");
+    write_rope(m, &c->rope_scaling);
+    fprintf(m, ",\n  \"rope_theta\": %s,\n", theta);
+    if (c->sliding_window) fprintf(m, "  \"sliding_window\": %lld,\n", (long long)c->sliding_window);
+    else fprintf(m, "  \"sliding_window\": null,\n");
+    fprintf(m,
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"torch_dtype\": \"%s\",\n"
+            "  \"transformers_version\": \"%s\",\n"
+            "  \"use_bias\": %s,\n"
+            "  \"use_cache\": true,\n"
+            "  \"vocab_size\": %lld\n}\n",
+            c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
+            c->attention_bias ? "true" : "false", (long long)c->vocab_size);
+}
+
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
     if (check_reals(c)) return accel_last_status();
@@ -937,6 +1071,15 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: gpt_neox models have one "
                                "hidden_dropout: embd_pdrop (%g) must equal resid_pdrop (%g)", c->embd_pdrop,
                                c->resid_pdrop);
+    /* what the files' keys cannot say: StableLM's embedding dropout and
+     * per-head q/k norms, Starcoder2's attention and MLP biases apart */
+    if (a->stablelm_blocks && (c->embd_pdrop != 0 || c->qk_layernorm))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: stablelm models have %s",
+                               c->qk_layernorm ? "no qk_layernorm accel implements"
+                                               : "no embedding dropout (embd_pdrop must be 0)");
+    if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: starcoder2 models have one use_bias: "
+                               "attention_bias (%d) must equal mlp_bias (%d)", c->attention_bias, c->mlp_bias);
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
@@ -962,6 +1105,14 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     }
     if (a->neox_blocks) {
         write_neox(m, a, c, init, eps, theta);
+        goto written;
+    }
+    if (a->stablelm_blocks) {
+        write_stablelm(m, a, c, init, eps, theta);
+        goto written;
+    }
+    if (a->starcoder2_blocks) {
+        write_starcoder2(m, a, c, init, eps, theta, hd);
         goto written;
     }
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */

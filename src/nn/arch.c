@@ -137,7 +137,7 @@ static const accel__arch ARCHS[] = {
      .model = {"PhiModel", accel__decoder_no_forward, NULL}, .layer = {"PhiDecoderLayer", accel__decoder_layer_call, NULL},
      .attn = {"PhiAttention", NULL, NULL}, .mlp = {"PhiMLP", accel__gelu_mlp_forward, NULL},
      .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE, .partial_rotary = true,
-     .parallel_residual = true, .phi_blocks = true, .dropouts = true,
+     .parallel_residual = true, .phi_blocks = true, .layer_norms = true, .dropouts = true,
      .defaults = {.vocab_size = 51200, .hidden_size = 2048, .intermediate_size = 8192, .num_hidden_layers = 24,
                   .num_attention_heads = 32, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32, .model_type = "phi",
@@ -151,11 +151,43 @@ static const accel__arch ARCHS[] = {
      .layer = {"GPTNeoXLayer", accel__decoder_layer_call, NULL}, .attn = {"GPTNeoXAttention", NULL, NULL},
      .mlp = {"GPTNeoXMLP", accel__gelu_exact_mlp_forward, NULL},
      .norm = {"LayerNorm", accel__layer_norm_forward, NULL}, .window = ACCEL__WINDOW_NONE, .partial_rotary = true,
-     .attention_bias = true, .neox_blocks = true, .dropouts = true,
+     .attention_bias = true, .neox_blocks = true, .layer_norms = true, .residual_choice = true, .dropouts = true,
      .defaults = {.vocab_size = 50432, .hidden_size = 6144, .intermediate_size = 24576, .num_hidden_layers = 44,
                   .num_attention_heads = 64, .max_position_embeddings = 2048, .rms_norm_eps = 1e-5,
                   .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
                   .model_type = "gpt_neox", .attention_bias = true, .partial_rotary_factor = 0.25, TOKENS(0, 2)}},
+    /* StableLM (stablelm-2-1_6b, stablelm-3b-4e1t): Llama's tree with
+     * LayerNorms, a quarter of each head rotated, q/k/v biases per
+     * use_qkv_bias, a SwiGLU MLP without biases, sequential unless
+     * use_parallel_residual (then one norm), an untied head; StableLmConfig()
+     * defaults (stablelm-3b's sizes, eps 1e-5, bos = eos = 0) */
+    {.model_type = "stablelm", .causal_lm = {"StableLmForCausalLM", accel__decoder_no_forward, NULL},
+     .model = {"StableLmModel", accel__decoder_no_forward, NULL},
+     .layer = {"StableLmDecoderLayer", accel__decoder_layer_call, NULL}, .attn = {"StableLmAttention", NULL, NULL},
+     .mlp = {"StableLmMLP", accel__decoder_mlp_forward, NULL}, .norm = {"LayerNorm", accel__layer_norm_forward, NULL},
+     .window = ACCEL__WINDOW_NONE, .partial_rotary = true, .attention_bias = true, .layer_norms = true,
+     .residual_choice = true, .stablelm_blocks = true, .dropouts = true,
+     .defaults = {.vocab_size = 50304, .hidden_size = 2560, .intermediate_size = 6912, .num_hidden_layers = 32,
+                  .num_attention_heads = 32, .num_key_value_heads = 32, .max_position_embeddings = 4096,
+                  .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
+                  .model_type = "stablelm", .partial_rotary_factor = 0.25, .sequential_residual = true,
+                  TOKENS(0, 0)}},
+    /* Starcoder2 (bigcode/starcoder2-3b, -7b, -15b): Llama's tree with
+     * LayerNorms, biases on q/k/v/o and the MLP per use_bias, the MLP c_fc
+     * -> gelu_pytorch_tanh -> c_proj, a window on every layer, a tied head;
+     * Starcoder2Config() defaults (starcoder2-7b's sizes, eps 1e-5, bos = eos
+     * = 50256) */
+    {.model_type = "starcoder2", .causal_lm = {"Starcoder2ForCausalLM", accel__decoder_no_forward, NULL},
+     .model = {"Starcoder2Model", accel__decoder_no_forward, NULL},
+     .layer = {"Starcoder2DecoderLayer", accel__decoder_layer_call, NULL}, .attn = {"Starcoder2Attention", NULL, NULL},
+     .mlp = {"Starcoder2MLP", accel__gelu_mlp_forward, NULL}, .norm = {"LayerNorm", accel__layer_norm_forward, NULL},
+     .window = ACCEL__WINDOW_ALL, .attention_bias = true, .mlp_bias = true, .layer_norms = true,
+     .starcoder2_blocks = true, .dropouts = true,
+     .defaults = {.vocab_size = 49152, .hidden_size = 3072, .intermediate_size = 12288, .num_hidden_layers = 30,
+                  .num_attention_heads = 24, .num_key_value_heads = 2, .max_position_embeddings = 4096,
+                  .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .initializer_range = 0.018042,
+                  .tie_word_embeddings = true, .torch_dtype = ACCEL_F32, .model_type = "starcoder2",
+                  .attention_bias = true, .mlp_bias = true, TOKENS(50256, 50256)}},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof *ARCHS)
 
@@ -205,6 +237,21 @@ const char *accel__arch_unsupported(const accel__arch *a) {
                            a->sandwich_norms || a->blocks != ACCEL__BLOCKS_LLAMA))
         return "neox_blocks with another family's blocks, projections, norms or experts (its tree is its own; its "
                "parallel residual is the config's)";
+    if ((a->phi_blocks || a->neox_blocks || a->stablelm_blocks || a->starcoder2_blocks) && !a->layer_norms)
+        return "phi_blocks, neox_blocks, stablelm_blocks or starcoder2_blocks without layer_norms (their norms are "
+               "LayerNorms with bias)";
+    if (a->layer_norms && (a->gemma_blocks || a->qk_norm || a->qk_norm_full || a->norm_outputs || a->sandwich_norms ||
+                           a->blocks != ACCEL__BLOCKS_LLAMA))
+        return "layer_norms with gemma_blocks, RMSNorm q/k norms, output norms or GPT-2 blocks (the layer's norms are "
+               "LayerNorms before each branch)";
+    if (a->residual_choice && a->parallel_residual)
+        return "residual_choice with parallel_residual (the config chooses the residual, or the row always has it "
+               "parallel)";
+    if ((a->stablelm_blocks || a->starcoder2_blocks) &&
+        (a->phi_blocks || a->neox_blocks || (a->stablelm_blocks && a->starcoder2_blocks) || a->fused_qkv ||
+         a->fused_gate_up || a->qkv_bias || a->moe))
+        return "stablelm_blocks or starcoder2_blocks with another family's blocks, fused projections, qkv_bias or "
+               "experts (their projections are Llama's q/k/v/o, their MLP their own)";
     if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
         return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;
@@ -219,7 +266,8 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
 
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"granite\", \"phi3\", "
-           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\", \"gpt_neox\"";
+           "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\", \"gpt_neox\", \"stablelm\", "
+           "\"starcoder2\"";
 }
 
 bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c) {
@@ -239,7 +287,11 @@ const char *accel__arch_embed(const accel__arch *a) { return a->neox_blocks ? "e
 const char *accel__arch_head(const accel__arch *a) { return a->neox_blocks ? "embed_out" : "lm_head"; }
 
 bool accel__arch_parallel(const accel__arch *a, const accel_llama_config *c) {
-    return a->parallel_residual || (a->neox_blocks && !c->sequential_residual);
+    return a->parallel_residual || (a->residual_choice && !c->sequential_residual);
+}
+
+bool accel__arch_one_norm(const accel__arch *a, const accel_llama_config *c) {
+    return accel__arch_parallel(a, c) && !a->neox_blocks;
 }
 
 bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, int64_t i) {

@@ -36,7 +36,7 @@ typedef enum accel__blocks {
 /* Child indices of GPT-2's modules (construction order, transformers'). */
 enum { ACCEL__GPT2_WTE = 0, ACCEL__GPT2_WPE = 1, ACCEL__GPT2_H = 2, ACCEL__GPT2_LN_F = 3 };
 enum { ACCEL__GPT2_C_ATTN = 0, ACCEL__GPT2_C_PROJ = 1 };                    /* GPT2Attention */
-enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 }; /* GPT2MLP (PhiMLP: fc1, fc2; GPTNeoXMLP) */
+enum { ACCEL__GPT2_C_FC = 0, ACCEL__GPT2_MLP_C_PROJ = 1 }; /* GPT2MLP (PhiMLP: fc1, fc2; GPTNeoXMLP; Starcoder2MLP) */
 
 /* What a family's sparse layers put in place of the MLP (docs/nn.md
  * "Mixtures of experts"; moe.c). */
@@ -124,6 +124,22 @@ typedef struct accel__arch {
      * embed_out (no bias). The layer is parallel, x + attn(ln1(x)) +
      * mlp(ln2(x)), unless the config's sequential_residual. */
     bool neox_blocks;
+    /* The norms are LayerNorms with bias (eps: the config's layer_norm_eps or
+     * norm_epsilon, held in rms_norm_eps): Phi, GPT-NeoX, StableLM, Starcoder2. */
+    bool layer_norms;
+    /* The config chooses the layer's residual: parallel, x + attn(ln1(x)) +
+     * mlp(ln2(x)), unless its sequential_residual (GPT-NeoX; StableLM, whose
+     * parallel layer has one input_layernorm and no post_attention_layernorm). */
+    bool residual_choice;
+    /* StableLM's blocks (StableLmForCausalLM): the config's attention_bias
+     * (use_qkv_bias) on q/k/v_proj only, o_proj never; resid_pdrop
+     * (hidden_dropout) on the MLP's output only, no embedding dropout; the
+     * parallel layer summed x + attn + mlp in that order. */
+    bool stablelm_blocks;
+    /* Starcoder2's blocks (Starcoder2ForCausalLM): one use_bias for q/k/v/o
+     * and the MLP (attention_bias = mlp_bias), the MLP c_fc ->
+     * gelu_pytorch_tanh -> c_proj. */
+    bool starcoder2_blocks;
     /* The config's dropouts act while training (attn_pdrop: the attention
      * probabilities; resid_pdrop: each branch's output; embd_pdrop: the
      * embeddings): GPT-2's, and Phi's attention_dropout, resid_pdrop,
@@ -174,6 +190,9 @@ const char *accel__arch_head(const accel__arch *a);
  * attention and the MLP side by side (Phi; GPT-NeoX unless
  * sequential_residual). */
 bool accel__arch_parallel(const accel__arch *a, const accel_llama_config *c);
+/* Whether the parallel layer's one input_layernorm feeds both branches and
+ * the layer has no post_attention_layernorm (Phi; StableLM when parallel). */
+bool accel__arch_one_norm(const accel__arch *a, const accel_llama_config *c);
 /* The model types accel builds, ", "-separated (for error messages). */
 const char *accel__arch_names(void);
 
@@ -216,7 +235,9 @@ accel_tensor *accel__rms_norm_plus_one_forward(accel_module *m, accel_tensor *x)
 accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x);
 /* GPT2MLP's c_proj(gelu_new(c_fc(x))), PhiMLP's fc2(gelu_new(fc1(x))) */
 accel_tensor *accel__gelu_mlp_forward(accel_module *mlp, accel_tensor *x);
-/* GPTNeoXMLP's dense_4h_to_h(gelu(dense_h_to_4h(x))), the exact (erf) gelu */
+/* GPTNeoXMLP's dense_4h_to_h(gelu(dense_h_to_4h(x))), the exact (erf) gelu
+ * (the tanh one where its impl says so); Starcoder2MLP's c_proj(gelu_pytorch_tanh(c_fc(x)))
+ * is accel__gelu_mlp_forward */
 accel_tensor *accel__gelu_exact_mlp_forward(accel_module *mlp, accel_tensor *x);
 /* The sparse block of a's family (moe.c): [B, T, C] -> [B, T, C]. */
 accel_tensor *accel__moe_forward(accel_module *block, accel_tensor *x);

@@ -98,14 +98,18 @@ static int plan_entries(const accel__arch *a, const accel_llama_config *c, bool 
         if (layers)
             plan[n++] = (accel_tp_plan_entry){a->phi_blocks ? "model.layers.*.self_attn.dense"
                                                             : "model.layers.*.self_attn.o_proj", ACCEL_TP_ROWWISE, sp};
-        if (layers && a->phi_blocks) { /* PhiMLP: fc1 as an up projection, fc2 as a down one */
-            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.fc1", ACCEL_TP_COLWISE, sp};
-            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.fc2", ACCEL_TP_ROWWISE, sp};
+        bool two_proj_mlp = a->phi_blocks || a->starcoder2_blocks;
+        if (layers && two_proj_mlp) { /* PhiMLP's fc1, Starcoder2MLP's c_fc as an up projection, fc2 / c_proj as a down one */
+            plan[n++] = (accel_tp_plan_entry){a->phi_blocks ? "model.layers.*.mlp.fc1" : "model.layers.*.mlp.c_fc",
+                                              ACCEL_TP_COLWISE, sp};
+            plan[n++] = (accel_tp_plan_entry){a->phi_blocks ? "model.layers.*.mlp.fc2" : "model.layers.*.mlp.c_proj",
+                                              ACCEL_TP_ROWWISE, sp};
         } else if (dense && !a->fused_gate_up) {
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.gate_proj", ACCEL_TP_COLWISE, sp};
             plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.up_proj", ACCEL_TP_COLWISE, sp};
         }
-        if (dense && !a->phi_blocks) plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
+        if (dense && !two_proj_mlp)
+            plan[n++] = (accel_tp_plan_entry){"model.layers.*.mlp.down_proj", ACCEL_TP_ROWWISE, sp};
     }
     plan[n++] = (accel_tp_plan_entry){accel__arch_head(a), ACCEL_TP_COLWISE, sp};
     return n;

@@ -237,6 +237,9 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
+    if (c->qk_layernorm && a->stablelm_blocks) /* its norms' weights are [H, D], Phi's one [D] */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm of stablelm models (StableLmLayerNormPerHead, "
+                               "a LayerNorm of its own per head) is not implemented", who);
     /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
     if (c->qk_layernorm && (!a->phi_blocks || (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm is %s", who,
@@ -254,10 +257,24 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: neox_hidden_act %d: 0 to 3 (gelu, gelu_fast, gelu_new, "
                                "gelu_pytorch_tanh), and gpt_neox models only (%s here)", who, c->neox_hidden_act,
                                a->model_type);
-    if (c->sequential_residual && !a->neox_blocks)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sequential_residual (GPT-NeoX's use_parallel_residual "
-                               "false) is set, but %s models have no parallel residual to turn off", who,
-                               a->model_type);
+    if (c->sequential_residual && !a->residual_choice)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: sequential_residual (GPT-NeoX's and StableLM's "
+                               "use_parallel_residual false) is set, but %s models have no parallel residual to turn "
+                               "off", who, a->model_type);
+    /* StableLmAttention: hidden_size / heads per head (a head_dim key is not read) */
+    if (a->stablelm_blocks && c->head_dim * c->num_attention_heads != c->hidden_size)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: stablelm models have head_dim = hidden_size / "
+                               "num_attention_heads (got head_dim %lld, %lld heads, hidden_size %lld)", who,
+                               (long long)c->head_dim, (long long)c->num_attention_heads, (long long)c->hidden_size);
+    /* StableLM's hidden_dropout acts on the MLP's output only: it has no embedding dropout */
+    if (a->stablelm_blocks && c->embd_pdrop != 0)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: stablelm models have no embedding dropout: embd_pdrop "
+                               "(%g) must be 0", who, c->embd_pdrop);
+    /* Starcoder2's use_bias is one value: the attention's and the MLP's biases */
+    if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: starcoder2 models have one use_bias for the attention and "
+                               "the MLP: attention_bias (%d) must equal mlp_bias (%d)", who, c->attention_bias,
+                               c->mlp_bias);
     /* GPT-NeoX's hidden_dropout is one value: the embeddings' and each branch's */
     if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: gpt_neox models have one hidden_dropout for the embeddings "
@@ -279,7 +296,8 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
                                who);
     if ((c->attn_pdrop || c->resid_pdrop || c->embd_pdrop) && !a->dropouts)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: attn_pdrop, resid_pdrop and embd_pdrop are GPT-2's, "
-                               "Phi's and GPT-NeoX's dropouts: %s models have none", who, a->model_type);
+                               "Phi's, GPT-NeoX's, StableLM's and Starcoder2's dropouts: %s models have none", who,
+                               a->model_type);
     const char *bad = NULL;
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers < 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
@@ -713,6 +731,12 @@ static accel_tensor *resid_dropout(accel_module *layer, const layer_impl *li, ac
     return accel_dropout(branch, li->cfg->resid_pdrop, layer->training, hidden_dropout_rng(li->cfg));
 }
 
+/* resid_dropout of the attention's output: none in StableLM (its
+ * hidden_dropout acts on the MLP's output only). */
+static accel_tensor *attn_resid_dropout(accel_module *layer, const layer_impl *li, accel_tensor *branch) {
+    return li->arch->stablelm_blocks ? branch : resid_dropout(layer, li, branch);
+}
+
 /* x [B, T, C] -> [B, T, C]. */
 static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t pos, accel_kv_cache *cache,
                                 const pad_state *pad) {
@@ -728,13 +752,15 @@ static accel_tensor *layer_body(accel_module *layer, accel_tensor *x, int64_t po
      * (transformers' order of the sums: a + m and m + a are the same floats) */
     if (accel__arch_parallel(li->arch, li->cfg)) {
         accel_tensor *n = accel_module_call(p[LAYER_IN_NORM], x);
-        accel_tensor *a = resid_dropout(layer, li, attention_forward(p[LAYER_ATTN], li, n, pos, cache, pad));
-        accel_tensor *n2 = li->arch->parallel_residual ? n : accel_module_call(p[LAYER_POST_NORM], x);
-        return accel_add(accel_add(a, resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], n2))), x);
+        accel_tensor *a = attn_resid_dropout(layer, li, attention_forward(p[LAYER_ATTN], li, n, pos, cache, pad));
+        accel_tensor *n2 = accel__arch_one_norm(li->arch, li->cfg) ? n : accel_module_call(p[LAYER_POST_NORM], x);
+        accel_tensor *m = resid_dropout(layer, li, accel_module_call(p[LAYER_MLP], n2));
+        /* StableLM: residual + attn + mlp */
+        return li->arch->stablelm_blocks ? accel_add(accel_add(x, a), m) : accel_add(accel_add(a, m), x);
     }
     accel_tensor *a = attention_forward(p[LAYER_ATTN], li,
                                         accel_module_call(p[LAYER_IN_NORM], x), pos, cache, pad);
-    a = resid_dropout(layer, li, a);
+    a = attn_resid_dropout(layer, li, a);
     if (sandwich) a = accel_module_call(p[LAYER_POST_NORM], a);
     accel_tensor *h = residual(li, x, a);
     accel_tensor *m = accel_module_call(p[sandwich ? LAYER_PRE_FF_NORM : LAYER_POST_NORM], h);
@@ -914,7 +940,7 @@ static unsigned branch_sums(const accel__arch *a) {
  * input are to the layer (ops/norm.h). */
 static accel_module *rms_norm(const accel__arch *a, const accel_llama_config *c, int64_t dim, accel_device dev,
                               unsigned roles) {
-    if (a->phi_blocks || a->neox_blocks)
+    if (a->layer_norms)
         return accel__layer_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype);
     accel_module *m = accel__rms_norm_create(&a->norm, dim, c->rms_norm_eps, dev, c->torch_dtype, roles);
     /* Gemma's norms scale by 1 + weight: their weights start at 0 */
@@ -955,7 +981,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
     /* Phi: every projection has a bias; GPT-NeoX: the MLP's always */
-    bool qkvb = a->qkv_bias || c->attention_bias || a->phi_blocks, ob = (!a->qkv_bias && c->attention_bias) || a->phi_blocks;
+    /* StableLM: attention_bias (use_qkv_bias) on q/k/v only */
+    bool qkvb = a->qkv_bias || c->attention_bias || a->phi_blocks;
+    bool ob = (!a->qkv_bias && !a->stablelm_blocks && c->attention_bias) || a->phi_blocks;
     bool mb = c->mlp_bias || a->phi_blocks || a->neox_blocks;
     accel_module *attn = accel_module_add_child(layer, a->neox_blocks ? "attention" : "self_attn",
                                                 accel_module_new(&a->attn, NULL));
@@ -995,9 +1023,13 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
               (sparse ||
                /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward); GPTNeoXMLP:
                 * dense_h_to_4h, gelu, dense_4h_to_h (accel__gelu_exact_mlp_forward) */
-               (a->phi_blocks || a->neox_blocks
-                    ? accel_module_add_child(mlp, a->phi_blocks ? "fc1" : "dense_h_to_4h", linear(c, C, I, mb, dev)) &&
-                          accel_module_add_child(mlp, a->phi_blocks ? "fc2" : "dense_4h_to_h", linear(c, I, C, mb, dev))
+               /* Starcoder2MLP: c_fc, gelu_pytorch_tanh, c_proj (accel__gelu_mlp_forward) */
+               (a->phi_blocks || a->neox_blocks || a->starcoder2_blocks
+                    ? accel_module_add_child(mlp, a->phi_blocks ? "fc1" : a->neox_blocks ? "dense_h_to_4h" : "c_fc",
+                                             linear(c, C, I, mb, dev)) &&
+                          accel_module_add_child(mlp,
+                                                 a->phi_blocks ? "fc2" : a->neox_blocks ? "dense_4h_to_h" : "c_proj",
+                                                 linear(c, I, C, mb, dev))
                     : (a->fused_gate_up ? accel_module_add_child(mlp, "gate_up_proj", linear(c, C, 2 * I, mb, dev)) != NULL
                                   : accel_module_add_child(mlp, "gate_proj", linear(c, C, I, mb, dev)) &&
                                         accel_module_add_child(mlp, "up_proj", linear(c, C, I, mb, dev))) &&
@@ -1007,10 +1039,11 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                * outputs are normalised (OLMo 2's outputs; Gemma 2's sandwich,
                * where pre_feedforward_layernorm feeds the MLP); a norm's
                * input is a sum with a projection's output where they are
-               * not; with parallel_residual the input norm feeds both */
+               * not; with one norm (Phi, StableLM's parallel layer) the
+               * input norm feeds both */
               accel_module_add_child(layer, a->norm_outputs ? "post_attention_layernorm" : "input_layernorm",
                                      rms_norm(a, c, C, dev, a->norm_outputs ? 0 : ACCEL__NORM_OUT_TO_GEMMS | in_sum)) &&
-              (a->parallel_residual ||
+              (accel__arch_one_norm(a, c) ||
                accel_module_add_child(layer, a->norm_outputs ? "post_feedforward_layernorm" : "post_attention_layernorm",
                                       rms_norm(a, c, C, dev, a->norm_outputs || a->sandwich_norms
                                                                  ? 0 : ACCEL__NORM_OUT_TO_GEMMS | branch_sums(a)))) &&
