@@ -974,7 +974,7 @@ static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *
 static void write_stablelm(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init,
                            const char *eps, const char *theta) {
     char prf[40];
-    py_float(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
+    accel__float_repr(prf, sizeof prf, c->partial_rotary_factor ? c->partial_rotary_factor : 1.0);
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
     write_float(m, "attention_dropout", c->attn_pdrop);
     write_token_id(m, a, c, false);
