@@ -267,6 +267,11 @@ static void test_env_fields(void) {
     CHECK(run(missing, NULL) == 1);
     CHECK_STR_CONTAINS(ERR, "The passed configuration file `/nonexistent/cfg.yaml` does not exist");
     CHECK(OUT[0] == '\0');
+    /* a directory is no config file either (Accelerate's os.path.isfile); it printed the report, exit 0 */
+    const char *dir[] = {"env", "--config_file", TMP, NULL};
+    CHECK(run(dir, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "is a directory");
+    CHECK(OUT[0] == '\0');
     const char *h[] = {"env", "--help", NULL};
     CHECK(run(h, NULL) == 0);
     const char *c[] = {"config", "--help", NULL};

@@ -137,8 +137,17 @@ static void test_errors(void) {
     expect_error(accel_pad(x, 2, NULL, ACCEL_PAD_CONSTANT, 0), "a NULL pad");
     expect_error(accel_pad(x, 6, (int64_t[]){1, 1, 1, 1, 1, 1}, ACCEL_PAD_CONSTANT, 0),
                  "padding length 6 and an input of dimension 2");
-    expect_error(accel_pad(x, 2, (int64_t[]){-3, -1}, ACCEL_PAD_CONSTANT, 0), "dim 1 of size 3 padded by -3 and -1 would have a negative");
-    expect_error(accel_pad(x, 4, (int64_t[]){0, 0, INT64_MAX, 1}, ACCEL_PAD_CONSTANT, 0), "dim 0 of size 2 padded by");
+    expect_error(accel_pad(x, 2, (int64_t[]){-3, -1}, ACCEL_PAD_CONSTANT, 0), "dim 1 of size 3 padded by -3 and -1 is cropped by more than its size");
+    expect_error(accel_pad(x, 4, (int64_t[]){0, 0, INT64_MAX, 1}, ACCEL_PAD_CONSTANT, 0),
+                 "dim 0 of size 2 padded by 9223372036854775807 and 1 would have a size past int64");
+    /* torch narrows x to what the crops leave first: more cropped than there is, refused (it gave zeros) */
+    expect_error(accel_pad(x, 2, (int64_t[]){-5, 4}, ACCEL_PAD_CONSTANT, 0), "is cropped by more than its size");
+    expect_error(accel_pad(x, 2, (int64_t[]){INT64_MIN, -1}, ACCEL_PAD_CONSTANT, 0), "dim 1 of size 3");
+    /* a result past 2^60 elements, refused before anything is gathered (replicate's pads have no cap: it wrote
+     * past a wrapped allocation) */
+    expect_error(accel_pad(x, 2, (int64_t[]){(int64_t)1 << 61, 0}, ACCEL_PAD_REPLICATE, 0),
+                 "accel_pad: shape [2, 2305843009213693955] has too many elements");
+    expect_error(accel_pad(x, 2, (int64_t[]){(int64_t)1 << 61, 0}, ACCEL_PAD_CONSTANT, 0), "too many elements");
     expect_error(accel_pad(NULL, 2, (int64_t[]){1, 1}, ACCEL_PAD_CONSTANT, 0), "accel_pad");
     /* the other modes: torch's rules */
     accel_tensor *x3 = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3, 4));

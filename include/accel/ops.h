@@ -135,8 +135,10 @@ typedef enum accel_pad_mode {
  * (cast to x's dtype, as torch casts it), a negative amount crops (a dim may
  * end at 0, not below; x's gradient is 0 where it was cropped). The other
  * modes, as torch: float dtypes, 2 pads of a 2-D or 3-D x, 4 of a 3-D or
- * 4-D, 6 of a 4-D or 5-D; no negative pad; reflect's below the dim's size,
- * circular's at most it; value unused. Errors name the argument. */
+ * 4-D, 6 of a 4-D or 5-D; reflect's below the dim's size, circular's at
+ * most it; value unused; no negative pad (crop in constant mode first:
+ * torch's own results for them follow no one rule). Errors name the
+ * argument. */
 accel_tensor *accel_pad(accel_tensor *x, int npad, const int64_t *pad, accel_pad_mode mode, double value);
 
 /* ---------------------------------------------------------------- linear algebra */

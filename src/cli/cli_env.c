@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -136,9 +137,11 @@ int accel_cli_env(int argc, char **argv) {
                       "Print information about this build and machine.", OPTS, 2, argc, argv, v, &first, false);
     if (r == CLI_HELP) return 0;
     if (r == CLI_ERROR) return 2;
-    /* A config named on the command line must be there, as Accelerate's env
-     * requires: "Not found" reported a mistyped name as no config at all. */
-    if (v[0] && access(v[0], F_OK) != 0) {
+    /* A config named on the command line must be a file there, as Accelerate's
+     * env requires (os.path.isfile: a directory is not one): "Not found"
+     * reported a mistyped name as no config at all. */
+    struct stat cs;
+    if (v[0] && (stat(v[0], &cs) != 0 || !S_ISREG(cs.st_mode))) {
         char err[2048];
         cfg_read(v[0], err, sizeof err);
         fprintf(stderr, "accel env: error: %s\n", err);

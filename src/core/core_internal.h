@@ -57,6 +57,11 @@ accel_status accel__zero_cold_(accel_tensor *t);
  * stack header for a kernel call on a raw buffer: nothing is allocated). */
 void accel__tensor_header(accel_tensor *t, void *data, accel_dtype dt, int ndim, const int64_t *shape,
                           accel_device dev);
+/* Whether a tensor of ndim sizes may exist: ndim in [0, ACCEL_MAX_DIMS],
+ * sizes >= 0, its bytes (the product of the sizes, empty ones counted as 1,
+ * times 8) within int64 (so numel, nbytes and strides never overflow: over
+ * 2^60 elements is refused). false with an error naming op. */
+bool accel__check_shape(const char *op, int ndim, const int64_t *shape);
 /* The lowest and highest element offsets that a layout of ndim sizes and
  * strides reaches, its first element at `offset`; false when one passes
  * int64. Only for a layout with elements. */

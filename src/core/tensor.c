@@ -94,7 +94,7 @@ bool accel_tensor_check(const accel_tensor *t, const char *op, const char *arg) 
 /* Shapes come from files and configs: the bytes of the tensor (the product of
  * the sizes, empty ones counted as 1, x the largest element, 8) must fit in
  * int64, so that numel, nbytes and strides never overflow. */
-static bool check_shape(const char *op, int ndim, const int64_t *shape) {
+bool accel__check_shape(const char *op, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > ACCEL_MAX_DIMS) {
         accel_set_error(ACCEL_ERR_SHAPE, "%s: %d dims (at most %d)", op, ndim, ACCEL_MAX_DIMS);
         return false;
@@ -170,7 +170,7 @@ static void free_owned(accel_tensor *t) {
 }
 
 accel_tensor *accel_tensor_new(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev) {
-    if (!check_shape("accel_tensor_new", ndim, shape) || !check_dtype("accel_tensor_new", dt))
+    if (!accel__check_shape("accel_tensor_new", ndim, shape) || !check_dtype("accel_tensor_new", dt))
         return NULL;
     const accel_backend *be = NULL;
     if (dev.type != ACCEL_DEV_META && !(be = accel__backend_for(dev, "accel_tensor_new"))) return NULL;
@@ -190,7 +190,7 @@ accel_tensor *accel_tensor_new(accel_dtype dt, int ndim, const int64_t *shape, a
 
 accel_tensor *accel_tensor_wrap(void *data, accel_dtype dt, int ndim, const int64_t *shape,
                                 accel_device dev) {
-    if (!check_shape("accel_tensor_wrap", ndim, shape) || !check_dtype("accel_tensor_wrap", dt))
+    if (!accel__check_shape("accel_tensor_wrap", ndim, shape) || !check_dtype("accel_tensor_wrap", dt))
         return NULL;
     /* A device without a backend, or no memory under elements: the first op
      * on the header read through it (a NULL data segfaulted in the kernel). */
@@ -378,7 +378,7 @@ accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape
 }
 
 accel_tensor *accel_empty_on(accel_dtype dt, int ndim, const int64_t *shape, accel_device dev) {
-    if (!check_shape("accel_empty", ndim, shape) || !check_dtype("accel_empty", dt)) return NULL;
+    if (!accel__check_shape("accel_empty", ndim, shape) || !check_dtype("accel_empty", dt)) return NULL;
     const accel_backend *be = NULL;
     if (dev.type != ACCEL_DEV_META && !(be = accel__backend_for(dev, "accel_empty"))) return NULL;
     accel_tensor *t = accel__arena_header(dt, ndim, shape, dev);
@@ -477,7 +477,7 @@ bool accel__element_span(int ndim, const int64_t *shape, const int64_t *stride, 
 
 accel_tensor *accel_view_raw(const accel_tensor *t, int ndim, const int64_t *shape,
                              const int64_t *stride, int64_t offset) {
-    if (!accel_tensor_check(t, "accel_view_raw", "t") || !check_shape("accel_view_raw", ndim, shape))
+    if (!accel_tensor_check(t, "accel_view_raw", "t") || !accel__check_shape("accel_view_raw", ndim, shape))
         return NULL;
     if (ndim && !stride) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_view_raw: stride is NULL");

@@ -75,9 +75,10 @@ static accel_tensor *gather_dim(accel_tensor *x, int d, const int64_t *idx, int6
     return accel_permute(accel_reshape(accel_embedding(ids, rows), x->ndim, shape), back);
 }
 
-/* torch's checks of a non-constant mode: 2, 4 or 6 pads of a 2-3, 3-4 or 4-5-D x; each pad >= 0 (torch's results
- * for negative ones are not defined), below the dim's size for reflect, at most it for circular; reflect and
- * replicate read a non-empty plane (dims but the batch's). */
+/* torch's checks of a non-constant mode: 2, 4 or 6 pads of a 2-3, 3-4 or 4-5-D x; below the dim's size for
+ * reflect, at most it for circular; reflect and replicate read a non-empty plane (dims but the batch's). A
+ * negative pad is refused: torch takes some (a crop, then the pad) and errs or reads past the crop on others,
+ * so no one rule is its; crop in constant mode first. */
 static bool mode_ok(const char *OP, const accel_tensor *x, int npad, const int64_t *pad, accel_pad_mode mode) {
     const char *m = MODES[mode];
     if (npad < 2 || npad > 6 || x->ndim < npad / 2 + 1 || x->ndim > npad / 2 + 2) {
@@ -155,15 +156,23 @@ accel_tensor *accel_pad(accel_tensor *x, int npad, const int64_t *pad, accel_pad
     for (int i = 0; i < npad / 2; i++) {
         int d = x->ndim - 1 - i;
         int64_t lo = pad[2 * i], hi = pad[2 * i + 1], size;
-        if (__builtin_add_overflow(x->shape[d], lo, &size) || __builtin_add_overflow(size, hi, &size) || size < 0) {
-            accel_set_error(ACCEL_ERR_SHAPE,
-                            "%s: dim %d of size %lld padded by %lld and %lld would have %s size (pad[%d], pad[%d])",
+        bool past = __builtin_add_overflow(x->shape[d], lo, &size) || __builtin_add_overflow(size, hi, &size);
+        /* torch narrows x to what the crops leave first: more cropped than the dim holds is refused even where
+         * the other side's padding would make the size up */
+        int64_t left;
+        bool over_cropped = __builtin_add_overflow(x->shape[d], lo < 0 ? lo : 0, &left) ||
+                            __builtin_add_overflow(left, hi < 0 ? hi : 0, &left) || left < 0;
+        /* (a negative size is a crop by more than the dim holds) */
+        if (past || over_cropped) {
+            accel_set_error(ACCEL_ERR_SHAPE, "%s: dim %d of size %lld padded by %lld and %lld %s (pad[%d], pad[%d])",
                             OP, d, (long long)x->shape[d], (long long)lo, (long long)hi,
-                            size < 0 ? "a negative" : "a past-int64", 2 * i, 2 * i + 1);
+                            past ? "would have a size past int64" : "is cropped by more than its size", 2 * i,
+                            2 * i + 1);
             return NULL;
         }
         shape[d] = size;
     }
+    if (!accel__check_shape(OP, x->ndim, shape)) return NULL;
     if (mode != ACCEL_PAD_CONSTANT) {
         if (!mode_ok(OP, x, npad, pad, mode)) return NULL;
         if (!accel_dtype_is_float(x->dtype)) {
