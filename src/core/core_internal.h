@@ -213,6 +213,10 @@ accel_tensor *accel__arena_header(accel_dtype dt, int ndim, const int64_t *shape
 #include "core/philox.h"   /* accel__philox, accel__u32_to_unit */
 #include "core/prepared.h" /* storage versions (accel__storage_written), prepared weights */
 
+/* The fewest significant digits (1..17) of the finite v that read back as
+ * v (a NUL-terminated string, no sign), their count, and the decimal
+ * exponent of the first one: 0.003 gives "3", 1 and -3. */
+int accel__shortest_digits(double v, char digits[18], int *exponent);
 /* Python's repr of a float: the fewest digits that read back as v, "1.0"
  * for a whole number, an exponent below 1e-4 and from 1e16 ("1e-05",
  * "1.5e+16"), "nan", "inf", "-inf". buf of 32 bytes holds every value. */

@@ -122,9 +122,7 @@ const char *accel_tensor_str(const accel_tensor *t) {
     return buf;
 }
 
-/* The fewest significant digits (1..17) that read back as v, with the
- * decimal exponent of the first one: 0.003 gives "3" and -3. */
-static int shortest_digits(double v, char digits[18], int *exponent) {
+int accel__shortest_digits(double v, char digits[18], int *exponent) {
     char sci[40];
     for (int precision = 0; precision <= 16; precision++) {
         snprintf(sci, sizeof sci, "%.*e", precision, v);
@@ -146,7 +144,7 @@ const char *accel__float_repr(char *buf, size_t n, double v) {
         return buf;
     }
     char digits[18], text[40], *t = text;
-    int exponent, count = shortest_digits(v, digits, &exponent);
+    int exponent, count = accel__shortest_digits(v, digits, &exponent);
     if (signbit(v)) *t++ = '-';
     if (exponent < -4 || exponent >= 16) { /* d[.ddd]e[+-]XX, as repr switches */
         *t++ = digits[0];

@@ -9,6 +9,7 @@
 
 #include <utf8proc.h>
 
+#include "core/core_internal.h"
 #include "jinja_internal.h"
 #include "tok_internal.h"
 
@@ -251,53 +252,12 @@ bool jv_py_isspace(uint32_t cp) {
            pr->bidi_class == UTF8PROC_BIDI_CLASS_B || pr->bidi_class == UTF8PROC_BIDI_CLASS_S;
 }
 
-/* repr(float): the shortest digits that read back as f, fixed notation for
- * exponents -4..15 and scientific (two-digit exponent at least) outside. */
+/* repr(float) (JSON's names for the values that have no digits). */
 static bool put_float(jbuf *b, double f, bool json) {
     char t[40];
     if (isnan(f)) return jbuf_puts(b, json ? "NaN" : "nan");
     if (isinf(f)) return jbuf_puts(b, f > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(t, sizeof t, "%.*e", prec - 1, f);
-        if (strtod(t, NULL) == f) break;
-    }
-    /* t: [-]d[.ddd]e[+-]XX */
-    char digits[24];
-    size_t nd = 0;
-    const char *q = t;
-    bool negv = *q == '-';
-    if (negv) q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.') digits[nd++] = *q;
-    int e = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    char o[64];
-    size_t k = 0;
-    if (negv) o[k++] = '-';
-    if (e >= -4 && e < 16) {
-        if (e < 0) {
-            o[k++] = '0', o[k++] = '.';
-            for (int z = 0; z < -e - 1; z++) o[k++] = '0';
-            for (size_t i = 0; i < nd; i++) o[k++] = digits[i];
-        } else {
-            for (int i = 0; i <= e; i++) o[k++] = (size_t)i < nd ? digits[i] : '0';
-            o[k++] = '.';
-            if ((size_t)e + 1 < nd)
-                for (size_t i = (size_t)e + 1; i < nd; i++) o[k++] = digits[i];
-            else
-                o[k++] = '0';
-        }
-        o[k] = 0;
-    } else {
-        o[k++] = digits[0];
-        if (nd > 1) {
-            o[k++] = '.';
-            for (size_t i = 1; i < nd; i++) o[k++] = digits[i];
-        }
-        snprintf(o + k, sizeof o - k, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-    }
-    return jbuf_puts(b, o);
+    return jbuf_puts(b, accel__float_repr(t, sizeof t, f));
 }
 
 static bool put_int(jbuf *b, int64_t i) {

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "../io/io_internal.h"
+#include "core/core_internal.h"
 #include "tok_internal.h"
 
 /* The JSON path of the field being read, for messages: "normalizer.normalizers[1].type". */
@@ -350,20 +351,11 @@ static bool load_merge(const ctx *c, tok_model *m, json_t *v, size_t rank) {
  * differ from tokenizers' by an ULP. pow10[i]: 10^i correctly rounded. */
 static double serde_f64(double x, const double *pow10) {
     if (x == 0 || !isfinite(x)) return x;
-    char buf[48];
-    int p = 17;
-    for (int lo = 1, hi = 17; lo <= hi;) { /* the fewest digits that read back as x */
-        int mid = (lo + hi) / 2;
-        snprintf(buf, sizeof buf, "%.*e", mid - 1, x);
-        if (strtod(buf, NULL) == x) p = mid, hi = mid - 1;
-        else lo = mid + 1;
-    }
-    snprintf(buf, sizeof buf, "%.*e", p - 1, fabs(x)); /* d.ddde±XX */
+    char digits[18];
+    int first, p = accel__shortest_digits(x, digits, &first);
     uint64_t sig = 0;
-    const char *q = buf;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.') sig = sig * 10 + (uint64_t)(*q - '0');
-    int exp = atoi(q + 1) - (p - 1);
+    for (int i = 0; i < p; i++) sig = sig * 10 + (uint64_t)(digits[i] - '0');
+    int exp = first - (p - 1);
     double f = (double)sig; /* serde_json's f64_from_parts */
     for (;;) {
         int a = exp < 0 ? -exp : exp;
