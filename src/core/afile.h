@@ -14,9 +14,9 @@
 #include "accel/core.h"
 
 /* Fault injection for the crash-safety tests: tests/checkpoint_kill_points.c
- * compiles the files that save (src/accelerator/checkpoint.c, save.c, io's
- * io_util.c and this writer, core/afile.c) with ACCEL__CKPT_KILL_POINTS and
- * defines accel__ckpt_fault. At each point of a save after which the disk
+ * compiles the files that save (src/accelerator/checkpoint.c, save.c and
+ * this writer, core/afile.c) with ACCEL__CKPT_KILL_POINTS and defines
+ * accel__ckpt_fault. At each point of a save after which the disk
  * changes it may SIGKILL the process (KILL_POINT, FAIL_POINT) or, at a
  * FAIL_POINT, return true to make that step fail as a full disk would. In the
  * library the points compile to nothing. */
