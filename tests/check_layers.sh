@@ -26,7 +26,7 @@ out=$(grep -rnE '#include "(dist/|accel/dist\.h")' "$src/backends" | grep -vE '^
 $out"
 
 # 2b. the knots untied stay untied: autograd below ops (ops record on the tape;
-#     the autocast dtype is autograd's), tracking below io (CRC-32C is core's)
+#     the autocast dtype is autograd's), tracking below io (CRC-32C and the atomic file writer are core's)
 out=$(grep -rnE '#include "(ops/|accel/ops\.h")' "$src/autograd" || true)
 [ -z "$out" ] || fail "src/autograd includes ops (the layer above it):
 $out"

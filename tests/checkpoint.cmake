@@ -3,7 +3,7 @@
 # points on (the library is built without them).
 add_executable(checkpoint_kill_points ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_kill_points.c
                ${CMAKE_SOURCE_DIR}/src/accelerator/checkpoint.c ${CMAKE_SOURCE_DIR}/src/accelerator/save.c
-               ${CMAKE_SOURCE_DIR}/src/io/io_util.c)
+               ${CMAKE_SOURCE_DIR}/src/core/afile.c)
 target_include_directories(checkpoint_kill_points PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(checkpoint_kill_points PRIVATE ACCEL__CKPT_KILL_POINTS ACCEL__INSIDE_LIBRARY)
 target_link_libraries(checkpoint_kill_points PRIVATE accel PkgConfig::JANSSON)

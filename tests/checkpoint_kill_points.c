@@ -3,7 +3,7 @@
  * save_model killed, or failing as on a full disk, at every one of its steps
  * leaves the previous model or the new one, never a mix of shards.
  *
- * Built with src/accelerator/checkpoint.c, save.c and src/io/io_util.c
+ * Built with src/accelerator/checkpoint.c, save.c and src/core/afile.c (the atomic writer)
  * compiled in and their fault-injection points on (tests/checkpoint.cmake):
  * accel__ckpt_fault below runs at each step of a save after which the disk
  * changes (temporary directory made, each entry carried over, each write of

@@ -1,4 +1,5 @@
-/* The atomic writer (src/io/io_util.c, accel__afile_*) on what an unlucky
+/* The atomic writer (src/core/afile.c, accel__afile_*; through io's JSON
+ * writer and accelerator.save's accel_accelerator_save_bytes) on what an unlucky
  * user's directory holds at "<path>.tmp": a tmp left by a killed writer is
  * reused (the save succeeds, the file is the new text); the user's own file
  * of that name (binary, any size) is an error naming it, kept byte for byte, path's old text kept (the
@@ -61,26 +62,60 @@ static accel_status save(const char *path, char *err, size_t n) {
     return st;
 }
 
-/* A writer killed -9 mid-write (before its commit): its tmp is reused by
- * the next save, which succeeds and leaves no tmp behind. */
-static void test_stale_tmp_reused(void) {
-    char path[96], tmp[96], buf[256], err[512];
+static accel_status save_json(const char *path) {
+    json_t *j = json_pack("{s:i}", "v", 2);
+    accel_status st = accel__json_save_file(path, j);
+    json_decref(j);
+    return st;
+}
+
+/* accelerator.save's bytes (accel_accelerator_save_bytes: through
+ * accel__afile_write_all, as checkpoints' RNG and custom files and the
+ * trackers' JSON files), {"v": 2}. */
+static accel_status save_bytes(const char *path) {
+    accel_accelerator *acc = accel_accelerator_new(NULL);
+    accel_status st = acc ? accel_accelerator_save_bytes(acc, path, "{\"v\": 2}", 8) : accel_last_status();
+    char err[512];
+    snprintf(err, sizeof err, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+    if (st) accel_set_error(st, "%s", err); /* the save's error, whatever freeing did */
+    return st;
+}
+
+/* A writer killed -9 mid-write (before its commit; having set the file's
+ * mode first where mode is not 0, as `accel config` keeps a config's): its
+ * tmp is reused by the next save (save_fn), which succeeds and leaves no tmp
+ * behind. */
+static void check_stale_tmp_reused(const char *what, mode_t mode, accel_status (*save_fn)(const char *path)) {
+    char path[96], tmp[96], buf[256];
     put(at(path, sizeof path, "stale.json"), "{\"v\": 1}");
     at(tmp, sizeof tmp, "stale.json.tmp");
     pid_t kid = fork();
     if (kid == 0) {
         accel__afile f;
-        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK) _exit(1);
+        if (accel__afile_open(&f, path) != ACCEL_OK || (mode && accel__afile_set_mode(&f, mode) != ACCEL_OK) ||
+            accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK)
+            _exit(1);
         raise(SIGKILL);
     }
     int st = 0;
     CHECK(waitpid(kid, &st, 0) == kid && WIFSIGNALED(st));
-    CHECK_MSG(!strcmp(text_of(tmp, buf, sizeof buf), "{\"v\": "), "the killed writer's tmp: %s", buf);
-    CHECK_MSG(save(path, err, sizeof err) == ACCEL_OK, "%s", err);
-    CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "got %s", buf);
+    CHECK_MSG(!strcmp(text_of(tmp, buf, sizeof buf), "{\"v\": "), "%s: the killed writer's tmp: %s", what, buf);
+    accel_status saved = save_fn(path);
+    CHECK_MSG(saved == ACCEL_OK, "%s: %s", what, accel_last_error());
+    accel_clear_error();
+    CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "%s: got %s", what, buf);
     CHECK(access(tmp, F_OK) != 0);
     struct stat sb;
-    CHECK_MSG(stat(path, &sb) == 0 && !(sb.st_mode & S_ISVTX), "path kept the scratch file's mark: %o", (unsigned)sb.st_mode);
+    CHECK_MSG(stat(path, &sb) == 0 && !(sb.st_mode & S_ISVTX), "%s: path kept the scratch file's mark: %o", what,
+              (unsigned)sb.st_mode);
+    unlink(path);
+}
+
+static void test_stale_tmp_reused(void) {
+    check_stale_tmp_reused("json", 0, save_json);
+    check_stale_tmp_reused("json, mode set", 0600, save_json);
+    check_stale_tmp_reused("accelerator save_bytes", 0, save_bytes);
 }
 
 /* n bytes of a user's binary file: every byte value, NULs included. */
@@ -126,17 +161,12 @@ static void check_user_tmp_kept(const char *what, size_t size, accel_status (*sa
     unlink(path);
 }
 
-static accel_status save_json(const char *path) {
-    json_t *j = json_pack("{s:i}", "v", 2);
-    accel_status st = accel__json_save_file(path, j);
-    json_decref(j);
-    return st;
-}
-
 static void test_user_tmp_kept(void) {
     check_user_tmp_kept("json, 3 bytes", 3, save_json);
     check_user_tmp_kept("json, 1 MiB", 1 << 20, save_json);
     check_user_tmp_kept("empty", 0, save_json);
+    check_user_tmp_kept("save_bytes, 3 bytes", 3, save_bytes);
+    check_user_tmp_kept("save_bytes, empty", 0, save_bytes);
 }
 
 /* A writer killed -9 mid-write, its lock on the tmp held: the next writer,

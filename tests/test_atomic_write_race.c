@@ -1,5 +1,5 @@
 /* Two processes writing one file at once through the atomic writer
- * (src/io/io_util.c, accel__afile_*: "<path>.tmp", fsync, rename), as two
+ * (src/core/afile.c, accel__afile_*: "<path>.tmp", fsync, rename), as two
  * runs sharing a GEMM choice cache do (ctest -j runs share the build tree's;
  * two trainings share ~/.cache/accel): every write succeeds, and the file
  * is always one writer's whole text, never the two spliced. Each writer

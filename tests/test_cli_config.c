@@ -3,6 +3,7 @@
  * file, and the fields of `accel env`. Runs build/bin/accel next to itself. */
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 
 #include "accel/core.h"
 #include "check.h"
+#include "core/afile.h"
 #include "cli_run.h"
 #include "sibling_exe.h"
 
@@ -279,6 +281,58 @@ static void test_env_fields(void) {
     CHECK_STR_CONTAINS(OUT, "--config_file");
 }
 
+/* `accel config update` beside the user's own <config>.tmp (not made by
+ * accel: no mark), `mine`: refused, the error naming it; it keeps every
+ * byte and the config its text (the writer truncated it, then renamed it
+ * over the config). */
+static void check_config_user_tmp_kept(const char *what, const char *mine) {
+    char tmp[PATH_MAX + 80], buf[4096];
+    spit(CFG, "distributed_type: MULTI_CPU\nnum_processes: 2\n");
+    snprintf(tmp, sizeof tmp, "%s.tmp", CFG);
+    spit(tmp, mine);
+    const char *u[] = {"config", "update", "--config-file", CFG, NULL};
+    CHECK_MSG(run(u, NULL) == 1, "%s: updated through the user's %s", what, tmp);
+    CHECK_STR_CONTAINS(ERR, "accel config update: error: cannot write ");
+    CHECK_STR_CONTAINS(ERR, tmp);
+    CHECK_STR_CONTAINS(ERR, "did not create it");
+    cli_slurp(tmp, buf, sizeof buf);
+    CHECK_MSG(!strcmp(buf, mine), "%s: the user's tmp now %s", what, buf);
+    cli_slurp(CFG, buf, sizeof buf);
+    CHECK_MSG(!strcmp(buf, "distributed_type: MULTI_CPU\nnum_processes: 2\n"), "%s: the config now %s", what, buf);
+    CHECK(unlink(tmp) == 0);
+}
+
+static void test_config_keeps_user_tmp(void) {
+    check_config_user_tmp_kept("3 bytes", "abc");
+    check_config_user_tmp_kept("empty", "");
+}
+
+/* A <config>.tmp left by an accel writer killed -9 mid-write (marked as
+ * accel's) is reused: the update succeeds, leaves no tmp, and the config
+ * keeps its 0600 without the mark. */
+static void test_config_reuses_killed_writers_tmp(void) {
+    char tmp[PATH_MAX + 80], buf[4096];
+    spit(CFG, "distributed_type: MULTI_CPU\nnum_processes: 2\n");
+    CHECK(chmod(CFG, 0600) == 0);
+    snprintf(tmp, sizeof tmp, "%s.tmp", CFG);
+    pid_t kid = fork();
+    if (kid == 0) {
+        accel__afile f;
+        if (accel__afile_open(&f, CFG) != ACCEL_OK || accel__afile_write(&f, "num_", 4) != ACCEL_OK) _exit(1);
+        raise(SIGKILL);
+    }
+    int ws = 0;
+    CHECK(waitpid(kid, &ws, 0) == kid && WIFSIGNALED(ws));
+    CHECK(access(tmp, F_OK) == 0);
+    const char *u[] = {"config", "update", "--config-file", CFG, NULL};
+    CHECK_MSG(run(u, NULL) == 0, "%s", ERR);
+    CHECK(access(tmp, F_OK) != 0);
+    cli_slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "enable_cpu_affinity: false\n"); /* the update's defaults, filled */
+    struct stat sb;
+    CHECK_MSG(stat(CFG, &sb) == 0 && (sb.st_mode & 07777) == 0600, "the config's mode is now %o", (unsigned)sb.st_mode);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     if (!cli_scratch("config", TMP, sizeof TMP)) return 1;
@@ -290,6 +344,8 @@ int main(void) {
     RUN(test_rejections);
     RUN(test_accelerate_yaml_and_json);
     RUN(test_config_limits);
+    RUN(test_config_keeps_user_tmp);
+    RUN(test_config_reuses_killed_writers_tmp);
     cli_scratch_remove(TMP);
     return check_summary();
 }

@@ -9,10 +9,12 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
 #include "check.h"
+#include "core/afile.h"
 #include "test_files.h"
 #include "tb_event.pb-c.h"
 #include "tracking/tb_internal.h"
@@ -300,6 +302,68 @@ static void test_csv_widen_fails_tmp_taken(void) {
     rm_rf(dir);
 }
 
+/* The user's own log.csv.tmp (not made by accel: no mark), `mine`: widening
+ * fails naming it, it keeps every byte and log.csv its rows (the widening
+ * truncated it, then renamed it over log.csv); once moved away, the tracker
+ * widens. */
+static void check_csv_user_tmp_kept(const char *what, const char *mine) {
+    char *dir, path[512], tmp[520], moved[520];
+    accel_tracker *t = csv_one_row(&dir, path, tmp);
+    FILE *f = fopen(tmp, "wb");
+    CHECK(f && fputs(mine, f) >= 0 && fclose(f) == 0);
+    CHECK_MSG(accel_tracker_log(t, 2, AB, 1) == ACCEL_ERR_IO, "%s: widened through the user's %s", what, tmp);
+    const char *err = accel_last_error();
+    CHECK_MSG(strstr(err, "cannot rewrite") && strstr(err, tmp) && strstr(err, "did not create it"), "%s: %s", what,
+              err);
+    accel_clear_error();
+    char *s = slurp(tmp);
+    CHECK_MSG(s && !strcmp(s, mine), "%s: the user's tmp now %s", what, s ? s : "(gone)");
+    free(s);
+    s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a\n0,1.0\n"), "%s: log.csv now %s", what, s ? s : "(gone)");
+    free(s);
+    snprintf(moved, sizeof moved, "%s/mine", dir);
+    CHECK(rename(tmp, moved) == 0);
+    CHECK(accel_tracker_log(t, 2, AB, 2) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1.0,\n2,2.0,3.0\n"), "%s: %s", what, s ? s : "(gone)");
+    free(s);
+    rm_rf(dir);
+}
+
+static void test_csv_widen_keeps_user_tmp(void) {
+    check_csv_user_tmp_kept("3 bytes", "abc");
+    check_csv_user_tmp_kept("empty", "");
+}
+
+/* A log.csv.tmp left by an accel writer killed -9 mid-write (marked as
+ * accel's): the widening reuses it, leaves none behind, and log.csv loses
+ * the mark. */
+static void test_csv_widen_reuses_killed_writers_tmp(void) {
+    char *dir, path[512], tmp[520];
+    accel_tracker *t = csv_one_row(&dir, path, tmp);
+    pid_t kid = fork();
+    if (kid == 0) {
+        accel__afile f;
+        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "step,", 5) != ACCEL_OK) _exit(1);
+        raise(SIGKILL);
+    }
+    int ws = 0;
+    CHECK(waitpid(kid, &ws, 0) == kid && WIFSIGNALED(ws));
+    CHECK(exists(tmp));
+    CHECK_MSG(accel_tracker_log(t, 2, AB, 1) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(!exists(tmp));
+    CHECK(accel_tracker_log(t, 2, AB, 2) == ACCEL_OK); /* appended to the new file */
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    char *s = slurp(path);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1.0,\n1,2.0,3.0\n2,2.0,3.0\n"), "%s", s ? s : "(gone)");
+    free(s);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && !(sb.st_mode & S_ISVTX), "log.csv kept the scratch mark: %o", (unsigned)sb.st_mode);
+    rm_rf(dir);
+}
+
 static void test_csv_widen_fails_file_too_large(void) {
     char *dir, path[512], tmp[520];
     accel_tracker *t = csv_one_row(&dir, path, tmp);
@@ -329,6 +393,8 @@ int main(void) {
     RUN(test_text_log_after_disk_full);
     RUN(test_csv_header_first);
     RUN(test_csv_widen_fails_tmp_taken);
+    RUN(test_csv_widen_keeps_user_tmp);
+    RUN(test_csv_widen_reuses_killed_writers_tmp);
     RUN(test_csv_widen_fails_file_too_large);
     accel_thread_cleanup();
     return check_summary();

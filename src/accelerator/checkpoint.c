@@ -31,7 +31,6 @@
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 #include "nn/tp_internal.h" /* accel__tp_dropout_rng */
-#include "tracking/tracking_internal.h" /* accel__write_file_atomic */
 
 #define PATHN 4096
 /* The name load_state's agreements give the other ranks' errors. */
@@ -232,7 +231,7 @@ static accel_status copy_file(const char *from, const char *to, const char *op) 
     void *data = NULL;
     size_t len = 0;
     accel_status s = accel_load_bytes(from, &data, &len);
-    if (!s) s = accel__write_file_atomic(to, data ? data : "", len);
+    if (!s) s = accel__afile_write_all(to, data ? data : "", len);
     free(data);
     return s ? accel_set_error(s, "%s: cannot carry %s over to the new save: %s", op, from, accel_last_error()) : s;
 }

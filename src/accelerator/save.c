@@ -13,7 +13,6 @@
 #include "accelerator/tracking_internal.h"
 #include "io/io_internal.h"
 #include "nn/family.h"
-#include "tracking/tracking_internal.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
     accel__tracking *tk = acc->tracking;
@@ -57,7 +56,7 @@ accel_status accel__custom_save(accel_accelerator *acc, const char *dir) {
         char path[4200];
         custom_path(path, sizeof path, dir, i);
         if (!c->save) {
-            st = accel__write_file_atomic(path, c->obj, c->blob_len);
+            st = accel__afile_write_all(path, c->obj, c->blob_len);
             continue;
         }
         void *data = NULL;
@@ -66,7 +65,7 @@ accel_status accel__custom_save(accel_accelerator *acc, const char *dir) {
         if (!st && !data && len)
             st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: registered object %d "
                                                         "returned %zu bytes at NULL", i, len);
-        if (!st) st = accel__write_file_atomic(path, data ? data : "", len);
+        if (!st) st = accel__afile_write_all(path, data ? data : "", len);
         free(data);
     }
     return st;
@@ -130,7 +129,7 @@ accel_status accel_accelerator_save_bytes(accel_accelerator *acc, const char *pa
     if (accel__acc_null(acc, "accel_accelerator_save_bytes")) return accel_last_status();
     if (!path || (!data && len))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_bytes: path or data is NULL");
-    return acc->rank == 0 ? accel__write_file_atomic(path, len ? data : "", len) : ACCEL_OK;
+    return acc->rank == 0 ? accel__afile_write_all(path, len ? data : "", len) : ACCEL_OK;
 }
 
 accel_status accel_load_bytes(const char *path, void **data, size_t *len) {

@@ -1132,16 +1132,24 @@ static bool write_config(const char *path, const cv *root, bool all, char *err, 
     }
     if (!write_target(path, target, sizeof target, err, errn)) return false;
     mkdir_p(target);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", target);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errn, "cannot write %s: %s", tmp, strerror(errno));
+    /* through the atomic writer (core/afile.h): "<target>.tmp", never a user's file of that name */
+    accel__afile af;
+    if (accel__afile_open(&af, target) != ACCEL_OK) {
+        snprintf(err, errn, "%s", accel_last_error());
         return false;
     }
     /* the file replaced keeps its permissions (a 0600 config stays private), as writing it in place would */
     struct stat old;
-    if (stat(target, &old) == 0) (void)fchmod(fileno(f), old.st_mode & 07777);
+    accel_status st = stat(target, &old) == 0 ? accel__afile_set_mode(&af, old.st_mode) : ACCEL_OK;
+    int fd = st == ACCEL_OK ? dup(af.fd) : -1; /* the stream's own descriptor: af's stays for the commit */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (st != ACCEL_OK) snprintf(err, errn, "%s", accel_last_error());
+        else snprintf(err, errn, "cannot write %s: %s", af.tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+        accel__afile_abort(&af);
+        return false;
+    }
     bool ok;
     const char *problem = NULL; /* the encoder's reason, where errno has none */
     if (ends_with(path, ".json")) {
@@ -1165,10 +1173,14 @@ static bool write_config(const char *path, const cv *root, bool all, char *err, 
         if (!ok && e.error != YAML_WRITER_ERROR) problem = e.problem;
         yaml_emitter_delete(&e);
     }
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, target) != 0) {
+    ok = (fclose(f) == 0) && ok; /* its own descriptor; af.fd stays */
+    if (!ok) {
         snprintf(err, errn, "cannot write %s: %s", path, problem ? problem : strerror(errno));
-        remove(tmp);
+        accel__afile_abort(&af);
+        return false;
+    }
+    if (accel__afile_commit(&af) != ACCEL_OK) {
+        snprintf(err, errn, "cannot write %s: %s", path, accel_last_error());
         return false;
     }
     return true;

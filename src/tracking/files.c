@@ -1,4 +1,5 @@
-/* Directories and atomic file writes for the trackers and accelerator.save. */
+/* Directories and whole-record appends for the trackers (whole files are
+ * replaced through core/afile.h's writer). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -26,38 +27,6 @@ accel_status accel__mkdirs(const char *path) {
     struct stat sb;
     if (stat(path, &sb) || !S_ISDIR(sb.st_mode))
         return accel_set_error(ACCEL_ERR_IO, "accel: %s is not a directory", path);
-    return ACCEL_OK;
-}
-
-accel_status accel__write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096 + 8];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel: path too long: %.64s...", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "accel: cannot create %s: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return accel_set_error(ACCEL_ERR_IO, "accel: cannot write %s: %s", tmp, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) || close(fd)) {
-        unlink(tmp);
-        return accel_set_error(ACCEL_ERR_IO, "accel: cannot flush %s: %s", tmp, strerror(errno));
-    }
-    if (rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return accel_set_error(ACCEL_ERR_IO, "accel: cannot rename %s to %s: %s", tmp, path, strerror(e));
-    }
     return ACCEL_OK;
 }
 

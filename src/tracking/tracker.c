@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/afile.h"
 #include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 #include "tracking/tracking_internal.h"
@@ -173,7 +174,7 @@ accel_status accel__config_json(const char *path, int n, const accel_value *conf
     }
     withnl[len] = '\n';
     withnl[len + 1] = '\0';
-    accel_status st = accel__write_file_atomic(path, withnl, len + 1);
+    accel_status st = accel__afile_write_all(path, withnl, len + 1);
     free(withnl);
     return st;
 }
@@ -353,26 +354,18 @@ static void csv_header(FILE *f, const csv *c) {
     fputc('\n', f);
 }
 
-/* New keys widen the header: the file is rewritten with `added` empty fields
- * at the end of every old record (records may hold quoted line breaks). The
- * old file stays open until the new one has replaced it whole: a failure
- * (disk full, the tmp name taken) leaves the tracker logging to the old
- * one, not to a closed stream, and no half-written tmp file behind. */
-static accel_status csv_widen(csv *c, int added) {
-    run_file *r = c->r;
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
-    FILE *in = fopen(r->path, "r"), *out = NULL;
-    int fd = in ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666) : -1;
-    int dup_fd = fd >= 0 ? dup(fd) : -1;
-    if (dup_fd >= 0 && !(out = fdopen(dup_fd, "w"))) close(dup_fd);
-    if (!out) {
-        int e = errno;
-        if (in) fclose(in);
-        if (fd >= 0) close(fd), unlink(tmp);
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s: %s", r->path,
-                               in ? tmp : r->path, strerror(e));
-    }
+/* Why a widening failed: the writer's own error (its status and words, which
+ * name the file) under the csv tracker's. */
+static accel_status csv_widen_failed(const run_file *r, accel_status st) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    return accel_set_error(st, "csv tracker: cannot rewrite %s with the new columns: %s", r->path, why);
+}
+
+/* The header, then every record of in with `added` empty fields at its end
+ * (records may hold quoted line breaks), to out. False on a read or write
+ * error (errno). */
+static bool csv_copy_widened(const csv *c, FILE *in, FILE *out, int added) {
     csv_header(out, c);
     bool in_header = true, quoted = false;
     for (int ch; (ch = fgetc(in)) != EOF;) {
@@ -386,19 +379,48 @@ static accel_status csv_widen(csv *c, int added) {
             for (int i = 0; i < added; i++) fputc(',', out);
         fputc(ch, out);
     }
-    bool bad = ferror(in) || fflush(out) || ferror(out);
+    return !ferror(in) && !fflush(out) && !ferror(out);
+}
+
+/* New keys widen the header: the file is replaced by a wider copy, written
+ * through the atomic writer (core/afile.h: a user's own log.csv.tmp is never
+ * taken). The old file stays open until the new one has replaced it whole: a
+ * failure (disk full, the tmp name taken) leaves the tracker logging to the
+ * old one, not to a closed stream, and no half-written tmp file behind. The
+ * new file's descriptor, kept across the rename, is the one appended to. */
+static accel_status csv_widen(csv *c, int added) {
+    run_file *r = c->r;
+    FILE *in = fopen(r->path, "r");
+    if (!in)
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s", r->path,
+                               strerror(errno));
+    accel__afile f;
+    accel_status st = accel__afile_open(&f, r->path);
+    if (st) {
+        fclose(in);
+        return csv_widen_failed(r, st);
+    }
+    int out_fd = dup(f.fd), keep = -1;
+    FILE *out = out_fd >= 0 ? fdopen(out_fd, "w") : NULL;
+    if (!out && out_fd >= 0) close(out_fd);
+    bool ok = out && csv_copy_widened(c, in, out, added);
     int e = errno;
     fclose(in);
-    fclose(out); /* its own descriptor; fd stays */
-    if (bad || rename(tmp, r->path)) {
-        if (!bad) e = errno;
-        close(fd);
-        unlink(tmp);
+    if (out) ok = fclose(out) == 0 && ok; /* its own descriptor; f.fd stays */
+    if (ok && (keep = dup(f.fd)) < 0) ok = false, e = errno;
+    if (!ok) {
+        accel__afile_abort(&f);
         return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s", r->path,
                                strerror(e));
     }
-    close(r->fd); /* the old file, now unlinked: everything it held was written */
-    r->fd = fd;   /* the new file, appended to from now on */
+    if ((st = accel__afile_commit(&f)) != ACCEL_OK) {
+        close(keep);
+        return csv_widen_failed(r, st);
+    }
+    /* appended to from now on (accel__append_whole also seeks to the end first) */
+    (void)fcntl(keep, F_SETFL, O_APPEND);
+    close(r->fd); /* the old file, now replaced: everything it held was written */
+    r->fd = keep;
     return ACCEL_OK;
 }
 

@@ -23,8 +23,6 @@ accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
-/* Writes len bytes to path atomically: "<path>.tmp", fsync, rename. */
-accel_status accel__write_file_atomic(const char *path, const void *data, size_t len);
 /* Appends buf[0..n) to fd (path's, named in errors after who and `to`, e.g.
  * "an event to ", or "") whole or not
  * at all: a write cut short (a full disk) is cut off again, so the file

@@ -1,0 +1,252 @@
+/* src/core/afile.c — the atomic file writer (core/afile.h): "<path>.tmp",
+ * created by us alone (O_EXCL, marked), locked, fsynced, renamed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/afile.h"
+#include "core/core_internal.h"
+#include "core/env.h"
+
+/* Who holds another writer's lock on the tmp, as far as Linux says: the pid
+ * in /proc/locks's FLOCK line for the file (0 where unknown) and its state
+ * letter in /proc/<pid>/stat ('R' running, 'D' in disk I/O, 'T' stopped...;
+ * '?' where unknown). */
+typedef struct lock_holder {
+    long pid;
+    char state;
+} lock_holder;
+
+static lock_holder find_holder(const struct stat *held) {
+    lock_holder h = {0, '?'};
+    FILE *f = fopen("/proc/locks", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned maj, mnr;
+        unsigned long long ino;
+        long pid;
+        if (!strstr(line, "->") && sscanf(line, "%*d: FLOCK %*s %*s %ld %x:%x:%llu", &pid, &maj, &mnr, &ino) == 4 &&
+            maj == major(held->st_dev) && mnr == minor(held->st_dev) && ino == (unsigned long long)held->st_ino) {
+            h.pid = pid;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    if (!h.pid) return h;
+    snprintf(line, sizeof line, "/proc/%ld/stat", h.pid);
+    if ((f = fopen(line, "r"))) {
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        line[n] = 0;
+        char *e = strrchr(line, ')'); /* "pid (comm) S ...": comm may hold anything */
+        if (e && e[1] == ' ' && e[2]) h.state = e[2];
+        fclose(f);
+    }
+    return h;
+}
+
+/* Waits for the flock on fd (the tmp, held: its stat). Another writer of the
+ * path holds it while it writes, fsyncs and renames: as long as it makes
+ * progress (the tmp grows or is touched, or the holder runs or waits on the
+ * disk) the wait goes on, however long the save. One that made none for
+ * stall_s seconds (stopped by SIGSTOP or a debugger, hung) would hold this
+ * writer forever: 1 with errno ETIMEDOUT and *who then. 0 when locked, -1
+ * with errno when flock fails otherwise. */
+static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holder *who) {
+    struct timespec nap = {0, 1000 * 1000};
+    struct stat seen = *held, now;
+    double since = accel_now_seconds();
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR) return -1;
+        *who = find_holder(held);
+        bool moved = fstat(fd, &now) == 0 && (now.st_size != seen.st_size || now.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
+                                               now.st_mtim.tv_nsec != seen.st_mtim.tv_nsec);
+        if (moved) seen = now;
+        if (moved || who->state == 'R' || who->state == 'D') since = accel_now_seconds();
+        else if (accel_now_seconds() - since > stall_s) {
+            errno = ETIMEDOUT;
+            return 1;
+        }
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 64 * 1000 * 1000) nap.tv_nsec *= 2;
+    }
+}
+
+/* The mark of a scratch file accel created: the sticky bit, given by the
+ * open() that creates it (O_EXCL: never an existing file) and cleared just
+ * before the rename. It is set with the file itself, so no other writer ever
+ * sees one of ours unmarked (an extended attribute would take a second call,
+ * and some file systems keep none), and Linux gives it no meaning on a regular
+ * file, so no one's own file carries it by chance. A "<path>.tmp" without it
+ * is not ours (the user's, or one from before the mark): never truncated,
+ * renamed or removed. */
+#define SCRATCH_MARK S_ISVTX
+
+/* fd, opened on "<path>.tmp", locked for this writer alone: another
+ * process writing path at once (two runs sharing a GEMM choice cache) would
+ * truncate and write the same file under us and rename it before we do. The
+ * tmp is created here (O_EXCL, marked) or is another accel writer's: one
+ * writing now (waited for) or one killed mid-write (its lock died with it:
+ * reused). The lock is held through the rename (or the unlink), so a file
+ * renamed or removed while we waited is no longer the tmp: opened again. -1
+ * with errno when it cannot be opened (ETIMEDOUT: its holder stalled,
+ * wait_lock); unlocked where the file system has no locks.
+ * Only a regular file of one link is ours to truncate: a symbolic link (not
+ * followed: ELOOP) or a hard link would have us overwrite whatever it names,
+ * and a FIFO would take the bytes (and, renamed over path, block its
+ * readers): EEXIST for those. A regular file without SCRATCH_MARK, still
+ * there once we hold its lock, is not ours: *foreign. */
+static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *foreign) {
+    for (;;) {
+        int fd = open(tmp, O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, SCRATCH_MARK | 0644);
+        if (fd < 0 && errno == EEXIST) {
+            fd = open(tmp, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT) continue; /* renamed into place between the two opens */
+        }
+        if (fd < 0) return -1;
+        struct stat held, now;
+        if (fstat(fd, &held) != 0 || !S_ISREG(held.st_mode) || held.st_nlink > 1) {
+            close(fd);
+            errno = EEXIST;
+            return -1;
+        }
+        int r = wait_lock(fd, &held, stall_s, who);
+        if (r > 0) {
+            close(fd);
+            return -1;
+        }
+        if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)) {
+            if (fstat(fd, &now) == 0 && (now.st_mode & SCRATCH_MARK)) return fd;
+            close(fd);
+            *foreign = true;
+            return -1;
+        }
+        close(fd);
+    }
+}
+
+accel_status accel__afile_open(accel__afile *f, const char *path) {
+    f->fd = f->lock = -1;
+    size_t n = strlen(path);
+    f->path = accel_strdup(path);
+    f->tmp = accel_malloc(n + sizeof ACCEL__AFILE_TMP_SUFFIX);
+    if (!f->path || !f->tmp) {
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return accel_set_error(ACCEL_ERR_OOM, "write %s: out of memory", path);
+    }
+    memcpy(f->tmp, path, n);
+    memcpy(f->tmp + n, ACCEL__AFILE_TMP_SUFFIX, sizeof ACCEL__AFILE_TMP_SUFFIX);
+    double stall_s;
+    lock_holder who = {0, '?'};
+    bool foreign = false;
+    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return accel_last_status();
+    }
+    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign);
+    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    if (f->fd < 0) {
+        char holder[64] = "another writer";
+        if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
+        accel_status st =
+            foreign ? accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and accel did not create it (its "
+                                                    "scratch files carry the sticky bit until renamed into place): not "
+                                                    "overwritten; move it away; %s is left as it was",
+                                      path, f->tmp, path)
+            : errno == ELOOP || errno == EEXIST
+                ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
+                                                "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it",
+                                  f->tmp)
+            : errno == ETIMEDOUT
+                ? accel_set_error(ACCEL_ERR_TIMEOUT, "cannot write %s: %s, writing it through %s, has made no progress "
+                                                     "for %g s (ACCEL_WRITE_STALL_TIMEOUT): resume or end it; %s is left as it was",
+                                  path, holder, f->tmp, stall_s, path)
+                : accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
+        if (f->lock >= 0) close(f->lock);
+        f->lock = -1;
+        accel_free(f->path);
+        accel_free(f->tmp);
+        f->path = f->tmp = NULL;
+        return st;
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__afile_set_mode(accel__afile *f, mode_t mode) {
+    if (fchmod(f->fd, (mode & 07777) | SCRATCH_MARK) != 0)
+        return accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
+    return ACCEL_OK;
+}
+
+accel_status accel__afile_write(accel__afile *f, const void *p, size_t n) {
+    const char *c = p;
+    if (n && FAIL_POINT("afile: bytes written"))
+        return accel_set_error(ACCEL_ERR_IO, "write %s: %s (injected)", f->tmp, strerror(ENOSPC));
+    while (n > 0) {
+        ssize_t w = write(f->fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return accel_set_error(ACCEL_ERR_IO, "write %s: %s", f->tmp, strerror(errno));
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return ACCEL_OK;
+}
+
+static void afile_release(accel__afile *f) {
+    if (f->fd >= 0) close(f->fd);
+    if (f->lock >= 0) close(f->lock); /* the next writer's turn */
+    f->fd = f->lock = -1;
+    accel_free(f->path);
+    accel_free(f->tmp);
+    f->path = f->tmp = NULL;
+}
+
+accel_status accel__afile_commit(accel__afile *f) {
+    accel_status st = ACCEL_OK;
+    struct stat sb;
+    if (fsync(f->fd) != 0)
+        st = accel_set_error(ACCEL_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
+    else if (fstat(f->fd, &sb) != 0 || ((sb.st_mode & SCRATCH_MARK) && fchmod(f->fd, sb.st_mode & 07777 & ~SCRATCH_MARK) != 0))
+        /* SCRATCH_MARK off before the rename: path, which its user may rename to some "<x>.tmp" later, must
+         * not pass for a scratch file of ours there */
+        st = accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
+    if (close(f->fd) != 0 && st == ACCEL_OK)
+        st = accel_set_error(ACCEL_ERR_IO, "close %s: %s", f->tmp, strerror(errno));
+    f->fd = -1;
+    if (st == ACCEL_OK && rename(f->tmp, f->path) != 0)
+        st = accel_set_error(ACCEL_ERR_IO, "rename %s -> %s: %s", f->tmp, f->path, strerror(errno));
+    if (st != ACCEL_OK) unlink(f->tmp);
+    else KILL_POINT("afile: renamed into place");
+    afile_release(f);
+    return st;
+}
+
+void accel__afile_abort(accel__afile *f) {
+    if (!f->tmp) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    unlink(f->tmp);
+    afile_release(f);
+}
+
+accel_status accel__afile_write_all(const char *path, const void *data, size_t n) {
+    accel__afile f;
+    accel_status st = accel__afile_open(&f, path);
+    if (st != ACCEL_OK) return st;
+    st = accel__afile_write(&f, data, n);
+    if (st == ACCEL_OK) return accel__afile_commit(&f);
+    accel__afile_abort(&f);
+    return st;
+}
