@@ -27,3 +27,11 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
             ${CMAKE_CURRENT_SOURCE_DIR}/data/st_verdicts)
   set_tests_properties(fuzz_safetensors_libfuzzer PROPERTIES TIMEOUT 120)
 endif()
+
+# The atomic writer on a file system that keeps no sticky bit (its mark):
+# test_atomic_write_nosticky runs itself again with this LD_PRELOAD shim,
+# which drops the bit from every file open() creates.
+add_library(nosticky_shim MODULE ${CMAKE_CURRENT_SOURCE_DIR}/nosticky_shim.c)
+target_link_libraries(nosticky_shim PRIVATE ${CMAKE_DL_LIBS})
+set_tests_properties(atomic_write_nosticky PROPERTIES
+  ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_TEST_NOSTICKY_SHIM=$<TARGET_FILE:nosticky_shim>")

@@ -151,7 +151,7 @@ static void check_user_tmp_kept(const char *what, size_t size, accel_status (*sa
     accel_status st = save_fn(path);
     const char *err = st ? accel_last_error() : "";
     CHECK_MSG(st != ACCEL_OK, "%s: the save went through the user's %s", what, tmp);
-    CHECK_MSG(strstr(err, tmp) && strstr(err, "did not create it") && strstr(err, "not overwritten"),
+    CHECK_MSG(strstr(err, tmp) && strstr(err, "is not a scratch file of this user's accel") && strstr(err, "not overwritten"),
               "%s: error: %s", what, err);
     accel_clear_error();
     CHECK_MSG(holds(tmp, mine, size), "%s: the user's %s changed", what, tmp);

@@ -294,7 +294,7 @@ static void check_config_user_tmp_kept(const char *what, const char *mine) {
     CHECK_MSG(run(u, NULL) == 1, "%s: updated through the user's %s", what, tmp);
     CHECK_STR_CONTAINS(ERR, "accel config update: error: cannot write ");
     CHECK_STR_CONTAINS(ERR, tmp);
-    CHECK_STR_CONTAINS(ERR, "did not create it");
+    CHECK_STR_CONTAINS(ERR, "is not a scratch file of this user's accel");
     cli_slurp(tmp, buf, sizeof buf);
     CHECK_MSG(!strcmp(buf, mine), "%s: the user's tmp now %s", what, buf);
     cli_slurp(CFG, buf, sizeof buf);

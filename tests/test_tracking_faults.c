@@ -313,7 +313,7 @@ static void check_csv_user_tmp_kept(const char *what, const char *mine) {
     CHECK(f && fputs(mine, f) >= 0 && fclose(f) == 0);
     CHECK_MSG(accel_tracker_log(t, 2, AB, 1) == ACCEL_ERR_IO, "%s: widened through the user's %s", what, tmp);
     const char *err = accel_last_error();
-    CHECK_MSG(strstr(err, "cannot rewrite") && strstr(err, tmp) && strstr(err, "did not create it"), "%s: %s", what,
+    CHECK_MSG(strstr(err, "cannot rewrite") && strstr(err, tmp) && strstr(err, "is not a scratch file of this user's accel"), "%s: %s", what,
               err);
     accel_clear_error();
     char *s = slurp(tmp);

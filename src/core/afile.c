@@ -100,11 +100,14 @@ static int wait_lock(int fd, const struct stat *held, double stall_s, lock_holde
  * Only a regular file of one link is ours to truncate: a symbolic link (not
  * followed: ELOOP) or a hard link would have us overwrite whatever it names,
  * and a FIFO would take the bytes (and, renamed over path, block its
- * readers): EEXIST for those. A regular file without SCRATCH_MARK, still
- * there once we hold its lock, is not ours: *foreign. */
-static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *foreign) {
+ * readers): EEXIST for those. A file this call created (*created) is ours
+ * whether or not the file system kept its mark (FAT, SMB without unix
+ * extensions keep no sticky bit); one found there is ours only with the mark
+ * and our user's: else, still there once we hold its lock, *foreign. */
+static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *foreign, bool *created) {
     for (;;) {
         int fd = open(tmp, O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, SCRATCH_MARK | 0644);
+        *created = fd >= 0;
         if (fd < 0 && errno == EEXIST) {
             fd = open(tmp, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
             if (fd < 0 && errno == ENOENT) continue; /* renamed into place between the two opens */
@@ -122,7 +125,8 @@ static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *for
             return -1;
         }
         if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)) {
-            if (fstat(fd, &now) == 0 && (now.st_mode & SCRATCH_MARK)) return fd;
+            if (*created || (fstat(fd, &now) == 0 && (now.st_mode & SCRATCH_MARK) && now.st_uid == geteuid()))
+                return fd;
             close(fd);
             *foreign = true;
             return -1;
@@ -146,22 +150,26 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     memcpy(f->tmp + n, ACCEL__AFILE_TMP_SUFFIX, sizeof ACCEL__AFILE_TMP_SUFFIX);
     double stall_s;
     lock_holder who = {0, '?'};
-    bool foreign = false;
+    bool foreign = false, created = false;
     if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {
         accel_free(f->path);
         accel_free(f->tmp);
         f->path = f->tmp = NULL;
         return accel_last_status();
     }
-    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign);
+    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign, &created);
     if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     if (f->fd < 0) {
+        int err = errno;
+        if (f->lock >= 0 && created) unlink(f->tmp); /* ours, made just now: nothing of it left behind */
+        errno = err;
         char holder[64] = "another writer";
         if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
         accel_status st =
-            foreign ? accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and accel did not create it (its "
-                                                    "scratch files carry the sticky bit until renamed into place): not "
-                                                    "overwritten; move it away; %s is left as it was",
+            foreign ? accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and is not a scratch file of this "
+                                                    "user's accel (those carry the sticky bit until renamed into place; "
+                                                    "a killed writer's on a file system that keeps no sticky bit does "
+                                                    "not): not overwritten; move it away; %s is left as it was",
                                       path, f->tmp, path)
             : errno == ELOOP || errno == EEXIST
                 ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
