@@ -927,6 +927,24 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             (long long)c->vocab_size);
 }
 
+/* The sizes of a LayerNorm family's config (GPT-NeoX, StableLM), hidden_size
+ * to num_hidden_layers, in transformers' sorted order. */
+static void write_layer_norm_sizes(FILE *m, const accel__arch *a, const accel_llama_config *c, const char *init,
+                                   const char *eps) {
+    fprintf(m,
+            "  \"hidden_size\": %lld,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"intermediate_size\": %lld,\n"
+            "  \"layer_norm_eps\": %s,\n"
+            "  \"max_position_embeddings\": %lld,\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"num_attention_heads\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n",
+            (long long)c->hidden_size, init, (long long)c->intermediate_size, eps,
+            (long long)c->max_position_embeddings, a->model_type, (long long)c->num_attention_heads,
+            (long long)c->num_hidden_layers);
+}
+
 /* GPTNeoXConfig's keys, sorted as transformers writes them; the RoPE's base
  * and factor under the Hub's names rotary_emb_base and rotary_pct, which
  * transformers 4 and 5 both read. */
@@ -941,18 +959,7 @@ static void write_neox(FILE *m, const accel__arch *a, const accel_llama_config *
     write_token_id(m, a, c, true);
     fprintf(m, "  \"hidden_act\": \"%s\",\n", NEOX_ACTS[c->neox_hidden_act]);
     write_float(m, "hidden_dropout", c->resid_pdrop); /* = embd_pdrop (resolve_config) */
-    fprintf(m,
-            "  \"hidden_size\": %lld,\n"
-            "  \"initializer_range\": %s,\n"
-            "  \"intermediate_size\": %lld,\n"
-            "  \"layer_norm_eps\": %s,\n"
-            "  \"max_position_embeddings\": %lld,\n"
-            "  \"model_type\": \"%s\",\n"
-            "  \"num_attention_heads\": %lld,\n"
-            "  \"num_hidden_layers\": %lld,\n",
-            (long long)c->hidden_size, init, (long long)c->intermediate_size, eps,
-            (long long)c->max_position_embeddings, a->model_type, (long long)c->num_attention_heads,
-            (long long)c->num_hidden_layers);
+    write_layer_norm_sizes(m, a, c, init, eps);
     write_pad_token_id(m, a, c);
     fprintf(m, "  \"rope_scaling\": ");
     write_rope(m, &c->rope_scaling);
@@ -981,19 +988,8 @@ static void write_stablelm(FILE *m, const accel__arch *a, const accel_llama_conf
     write_token_id(m, a, c, true);
     fprintf(m, "  \"hidden_act\": \"silu\",\n");
     write_float(m, "hidden_dropout", c->resid_pdrop);
-    fprintf(m,
-            "  \"hidden_size\": %lld,\n"
-            "  \"initializer_range\": %s,\n"
-            "  \"intermediate_size\": %lld,\n"
-            "  \"layer_norm_eps\": %s,\n"
-            "  \"max_position_embeddings\": %lld,\n"
-            "  \"model_type\": \"%s\",\n"
-            "  \"num_attention_heads\": %lld,\n"
-            "  \"num_hidden_layers\": %lld,\n"
-            "  \"num_key_value_heads\": %lld,\n",
-            (long long)c->hidden_size, init, (long long)c->intermediate_size, eps,
-            (long long)c->max_position_embeddings, a->model_type, (long long)c->num_attention_heads,
-            (long long)c->num_hidden_layers,
+    write_layer_norm_sizes(m, a, c, init, eps);
+    fprintf(m, "  \"num_key_value_heads\": %lld,\n",
             (long long)(c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads));
     write_pad_token_id(m, a, c);
     fprintf(m, "  \"partial_rotary_factor\": %s,\n  \"qk_layernorm\": false,\n  \"rope_scaling\": ", prf);
