@@ -9,15 +9,14 @@
 #include "ops_util.h"
 
 /* What lands where along one dim: x's [src, src + len) at out's [dst,
- * dst + len); lo, hi the dim's pads (negative: cropped). */
+ * dst + len); lo, hi the dim's pads (negative: cropped, by no more than the
+ * dim holds: accel_pad checked it, so len >= 0). */
 typedef struct pad_span {
     int64_t src, dst, len;
 } pad_span;
 
 static pad_span span_of(int64_t size, int64_t lo, int64_t hi) {
-    pad_span s = {lo < 0 ? -lo : 0, lo > 0 ? lo : 0, size + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0)};
-    if (s.len < 0) s.len = 0;
-    return s;
+    return (pad_span){lo < 0 ? -lo : 0, lo > 0 ? lo : 0, size + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0)};
 }
 
 /* The view of t (x's shape when of_x, else out's) that the copy reads or
