@@ -12,9 +12,7 @@
 static accel_tensor *find(fx_file *f, const char *fmt, int i, const char *what) {
     char key[64];
     snprintf(key, sizeof key, fmt, i, what);
-    for (int k = 0; k < f->n; k++)
-        if (!strcmp(f->names[k], key)) return f->t[k];
-    return NULL;
+    return fx_find(f, key);
 }
 
 /* The case's parameter vector p as integers. */

@@ -11,9 +11,7 @@
 static accel_tensor *find(fx_file *f, int i, const char *what) {
     char key[64];
     snprintf(key, sizeof key, "d%d.%s", i, what);
-    for (int k = 0; k < f->n; k++)
-        if (!strcmp(f->names[k], key)) return f->t[k];
-    return NULL;
+    return fx_find(f, key);
 }
 
 static void test_pad_vs_torch(void) {
