@@ -15,7 +15,7 @@
 #include "sibling_exe.h"
 #include "tok_cases.h"
 
-static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5"};
+static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5", "unigram_ulp"};
 
 static void check_family(const char *name) {
     char path[256];

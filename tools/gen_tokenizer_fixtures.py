@@ -24,6 +24,12 @@ multilingual corpus with the exact pipeline of a real family:
            unknown, no byte fallback): Precompiled + Strip + Replace, Metaspace,
            Unigram, <extra_id_N> special tokens. Needs sentencepiece, protobuf and
            transformers besides tokenizers.
+  unigram_ulp  a hand-written Unigram tokenizer.json whose scores are written with 17
+           significant digits, chosen so that the best segmentation of "ab" / "cd"
+           differs between the scores read as correctly rounded doubles (strtod)
+           and as tokenizers reads them (serde_json: the digits as an integer, then
+           times or over a power of ten, two roundings): the fixture pins the
+           second reading (tok_load.c, serde_f64).
 
 For each: tests/data/tokenizers/<name>/tokenizer.json and expected.json, a list of
 {"text": ..., "ids": [...], "ids_plain": [...], "decoded": ..., "decoded_skip": ...}
@@ -255,6 +261,53 @@ def build(name, rng):
     raise ValueError(name)
 
 
+def serde_f64(text):
+    """A JSON decimal as serde_json reads it without its float_roundtrip feature: the
+    digits as an integer converted to a double, then multiplied or divided by the
+    correctly rounded power of ten (the reading tokenizers gets)."""
+    neg = text.startswith("-")
+    mant, _, exp = text.lstrip("-").lower().partition("e")
+    whole, _, frac = mant.partition(".")
+    e = int(exp or 0) - len(frac)
+    f = float(int(whole + frac))
+    f = f * float(f"1e{e}") if e >= 0 else f / float(f"1e{-e}")
+    return -f if neg else f
+
+
+def unigram_ulp_json(rng):
+    """tokenizer.json text of a Unigram model over <unk>, a, b, ab, c, d, cd whose best
+    segmentations depend on how the scores' 17-digit decimals are read: "a" "b" each
+    read one ULP lower by serde_json than by strtod and "ab" between the two sums (serde:
+    "ab" wins; strtod: "a" "b"); "c" "d" one ULP higher and "cd" between (serde: "c" "d")."""
+    import math
+
+    def shortest17(shift):  # a 17-digit shortest decimal in [-8, -4) that serde reads `shift` ULPs off
+        while True:
+            x = -rng.uniform(4, 7.99)
+            t = repr(x)
+            if len(t.lstrip("-").replace(".", "").lstrip("0")) == 17 and serde_f64(t) - x == shift * math.ulp(x):
+                return t
+
+    def triple(shift):
+        while True:
+            a, b = shortest17(shift), shortest17(shift)
+            exact, serde = float(a) + float(b), serde_f64(a) + serde_f64(b)
+            lo, hi = sorted((exact, serde))
+            mid = math.nextafter(lo, hi)
+            if mid < hi and serde_f64(repr(mid)) == mid:
+                return a, b, repr(mid)
+
+    a, b, ab = triple(-1)
+    c, d, cd = triple(+1)
+    vocab = ", ".join(f'["{p}", {v}]' for p, v in
+                      [("<unk>", "0.0"), ("a", a), ("b", b), ("ab", ab), ("c", c), ("d", d), ("cd", cd)])
+    return ('{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null, '
+            '"pre_tokenizer": null, "post_processor": null, "decoder": null, '
+            '"model": {"type": "Unigram", "unk_id": 0, "vocab": [' + vocab + '], "byte_fallback": false}}\n')
+
+
+ULP_TEXTS = ["ab", "cd", "abcd", "cdab", "abab", "acbd", "ba", "dc"]
+
 # written without indentation, to keep the fixtures small
 COMPACT = {"unigram", "t5"}
 # texts for the Unigram fixtures: typed byte pieces and unknown pieces, runs of unknown
@@ -263,17 +316,21 @@ COMPACT = {"unigram", "t5"}
 EXTRA_TEXTS = {name: ["<0x41><0xC3><0xA9>", "<unk><unk> x<unk>", "ΑΒΓΔ ЖЖЖ ΑΒΓ", "\uff21\u0308b \uff21b",
                       "e\u0301e\u0301 e\u0302 ee\u0301", "a\r\n\r\nb\r", "\u00a0\u3000\t x\u200b\ufeffy",
                       "\U0001F600\U0001F600 q\U0001F600"] for name in COMPACT}
-NAMES = ["gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5"]
+NAMES = ["gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5", "unigram_ulp"]
 
 
 def main(out, names):
     for name in names:
         rng = random.Random(1234)
-        tok, specials = build(name, rng)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "tokenizer.json")
-        tok.save(path, pretty=name not in COMPACT)
+        if name == "unigram_ulp":  # written by hand: tokenizers' save would rewrite the scores' digits
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(unigram_ulp_json(rng))
+        else:
+            tok, specials = build(name, rng)
+            tok.save(path, pretty=name not in COMPACT)
         if name in ("llama2", "mistral"):
             # Llama 2's <0xXX> byte tokens are in the model's vocabulary, not added tokens
             # (the trainer can only reserve them as specials): drop them from added_tokens.
@@ -284,7 +341,7 @@ def main(out, names):
                 json.dump(j, f, ensure_ascii=False, indent=2)
         tok = Tokenizer.from_file(path)  # what a user's file gives
         cases = []
-        for text in test_corpus(specials) + EXTRA_TEXTS.get(name, []):
+        for text in ULP_TEXTS if name == "unigram_ulp" else test_corpus(specials) + EXTRA_TEXTS.get(name, []):
             ids = tok.encode(text, add_special_tokens=True).ids
             plain = tok.encode(text, add_special_tokens=False).ids
             cases.append({"text": text, "ids": ids, "ids_plain": plain,
