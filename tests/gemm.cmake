@@ -61,6 +61,30 @@ foreach(lvl ${_isa_levels})
     set_tests_properties(${t}_isa_${lvl} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_CPU_ISA=${lvl}")
   endforeach()
 endforeach()
+# OpenBLAS's core forced to one of this machine's level (OPENBLAS_CORETYPE):
+# where OpenBLAS does not know the CPU it runs a core below it and gives its
+# f32 work to oneDNN (openblas_core.h), so the path of a machine whose
+# OpenBLAS knows its CPU (OpenBLAS the f32 rule, the measured choice starting
+# from it, bf16 on f32 operands where oneDNN has no bf16 matmul) runs here
+# only so: Haswell's kernels under the avx2 cap (an AVX2 machine's whole path:
+# Zen 3's), SkylakeX's uncapped on an AVX-512 machine.
+set(_blas_core_tests ops_matmul gemm_packed gemm_providers gemm_choice training_memory ops_attention_lowp openblas_core
+    conv_dnnl)
+set(_blas_cores)
+if(_cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma " AND _cpu_flags MATCHES " f16c ")
+  list(APPEND _blas_cores avx2_haswell)
+  set(_blas_env_avx2_haswell "ACCEL_CPU_ISA=avx2;OPENBLAS_CORETYPE=Haswell")
+endif()
+if(_cpu_flags MATCHES " avx512f " AND _cpu_flags MATCHES " avx512bw " AND _cpu_flags MATCHES " avx512vl ")
+  list(APPEND _blas_cores skylakex)
+  set(_blas_env_skylakex "OPENBLAS_CORETYPE=SkylakeX")
+endif()
+foreach(core ${_blas_cores})
+  foreach(t ${_blas_core_tests})
+    add_test(NAME ${t}_blas_${core} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(${t}_blas_${core} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;${_blas_env_${core}}")
+  endforeach()
+endforeach()
 # Refused caps: a value that is no level, and a level above this CPU's own
 # where there is one (avx512 on an AVX2 machine): named by every GEMM.
 add_test(NAME cpu_dispatch_isa_bogus COMMAND test_cpu_dispatch WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
