@@ -23,7 +23,8 @@
  * own head bias, linear RoPE on 6 of 8 dims; and with qk_layernorm's per-head
  * LayerNorms of q and k), StableLM (sequential LayerNorm layers, q/k/v
  * biases, a quarter of each head rotated, grouped kv heads; and parallel
- * from one norm, tied, linear RoPE on half of each head), Starcoder2
+ * from one norm, tied, linear RoPE on half of each head; and both layouts
+ * with qk_layernorm's LayerNorm of its own per head of q and k), Starcoder2
  * (biases everywhere, c_fc -> gelu_pytorch_tanh -> c_proj, a window, a tied
  * head; and without biases, untied). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
@@ -81,6 +82,8 @@ static const struct {
     {"neox_seq", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
     {"stablelm", "StableLmForCausalLM", "StableLmDecoderLayer"},
     {"stablelm_par", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"stablelm_qk", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"stablelm_qk_par", "StableLmForCausalLM", "StableLmDecoderLayer"},
     {"starcoder2", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
     {"starcoder2_nobias", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
 };

@@ -55,6 +55,9 @@ accel_status accel__llama_tp_check(const accel_llama_config *c, int tp, const ch
     if (qwen_experts && a->shared_expert)
         snprintf(moe + at, sizeof moe - (size_t)at, ", shared_expert_intermediate_size %lld",
                  (long long)c->shared_expert_intermediate_size);
+    if (a->stablelm_blocks && c->qk_layernorm && tp > 1)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm of stablelm models (a LayerNorm of its own per "
+                               "head) under tensor parallelism is not implemented", who);
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s is not a multiple of tp %d (heads %lld, kv heads %lld, "
                                "intermediate_size %lld%s, vocab_size %lld)", who, bad, tp, (long long)H,
