@@ -194,6 +194,16 @@ accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_d
     return layer_norm_create(&LAYERNORM_OPS, dim, eps, affine, true, dev, dt);
 }
 
+accel_tensor *accel__each_head(accel_tensor *x, accel_tensor *(*fn)(void *ctx, int64_t h, accel_tensor *xh),
+                               void *ctx) {
+    int64_t n = x->shape[2];
+    accel_tensor **heads = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *heads, 64);
+    if (!heads) return NULL;
+    for (int64_t h = 0; h < n; h++)
+        if (!(heads[h] = fn(ctx, h, accel_slice(x, 2, h, h + 1, 1)))) return NULL;
+    return accel_concat((int)n, heads, 2);
+}
+
 /* ---- Conv1D (transformers' GPT-2 projection) */
 
 /* y = x W + b with W [in, out]: transformers' Conv1D keeps the transpose of

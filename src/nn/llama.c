@@ -506,23 +506,23 @@ enum { ATTN_NEOX_QKV = 0, ATTN_NEOX_DENSE = 1 }; /* neox_blocks: GPTNeoXAttentio
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
 enum { MLP_GATE_UP = 0, MLP_FUSED_DOWN = 1 }; /* fused_gate_up */
 
+/* Head h of x through its own norm, norms.h (norms: the ModuleList). */
+static accel_tensor *call_head_norm(void *norms, int64_t h, accel_tensor *xh) {
+    return accel_module_call(((accel_module *)norms)->children[h], xh);
+}
+
 /* StableLmLayerNormPerHead: x [B, T, n, D] -> each head h through norms.h, a
  * LayerNorm of its own over D (weight only); called head by head through
  * its module, as transformers does, so that a hook on one norm (a device
  * map down to norms.h) runs around its use. */
 static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
     accel_module *norms = m->children[0];
-    int64_t n = x->ndim == 4 ? x->shape[2] : -1;
-    if (n != norms->n_children) {
+    if (x->ndim != 4 || x->shape[2] != norms->n_children) {
         accel_set_error(ACCEL_ERR_SHAPE, "StableLmLayerNormPerHead: x must be [B, T, %d, D] (one head per norm)",
                         norms->n_children);
         return NULL;
     }
-    accel_tensor **heads = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *heads, 64);
-    if (!heads) return NULL;
-    for (int64_t h = 0; h < n; h++)
-        if (!(heads[h] = accel_module_call(norms->children[h], accel_slice(x, 2, h, h + 1, 1)))) return NULL;
-    return accel_concat((int)n, heads, 2);
+    return accel__each_head(x, call_head_norm, norms);
 }
 
 static const accel_module_ops NORM_PER_HEAD_OPS = {"StableLmLayerNormPerHead", norm_per_head_forward, NULL};

@@ -242,27 +242,33 @@ static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
  * replicated key/value head's part from each rank holding it), and the
  * copy's sum in the backward gives every rank the whole, one collective
  * whichever heads a rank has. */
+typedef struct head_norms {
+    const tp_impl *t;
+    accel_tensor *w; /* every head's weight [heads D], through the region's copy */
+    int64_t D;
+} head_norms;
+
+/* This rank's head h of x through its norm: row first + h of the weights. */
+static accel_tensor *rank_head_norm(void *ctx, int64_t h, accel_tensor *xh) {
+    const head_norms *hn = ctx;
+    int64_t at = (hn->t->first + h) * hn->D;
+    return accel_layer_norm(xh, accel_slice(hn->w, 0, at, at + hn->D, 1), NULL, hn->t->eps);
+}
+
 static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
     const tp_impl *t = m->impl;
     accel_module *norms = m->children[0];
     int all = norms->n_children;
-    int64_t n = x->ndim == 4 ? x->shape[2] : 0, D = x->ndim == 4 ? x->shape[3] : 0;
-    if (n < 1 || t->first + n > all) {
-        accel_set_error(ACCEL_ERR_SHAPE, "TensorParallelLayerNormPerHead: x must be [B, T, n, D] with heads %lld .. "
-                        "%lld + n - 1 among its %d norms", (long long)t->first, (long long)t->first, all);
+    if (x->ndim != 4 || x->shape[2] < 1 || t->first + x->shape[2] > all) {
+        accel_set_error(ACCEL_ERR_SHAPE, "TensorParallelLayerNormPerHead: x must be [B, T, n, D] with this rank's n "
+                        "heads from head %lld of its %d norms", (long long)t->first, all);
         return NULL;
     }
     accel_tensor **ws = accel_arena_alloc(accel_step_arena(), (size_t)all * sizeof *ws, 64);
-    accel_tensor **heads = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *heads, 64);
-    if (!ws || !heads) return NULL;
+    if (!ws) return NULL;
     for (int h = 0; h < all; h++) ws[h] = accel__module_tensor(norms->children[h], "weight");
-    accel_tensor *w = accel_tp_copy_to_region(accel_concat(all, ws, 0), t->pg); /* [heads D] */
-    for (int64_t h = 0; h < n; h++) {
-        int64_t at = (t->first + h) * D;
-        accel_tensor *wh = w ? accel_slice(w, 0, at, at + D, 1) : NULL;
-        if (!(heads[h] = accel_layer_norm(accel_slice(x, 2, h, h + 1, 1), wh, NULL, t->eps))) return NULL;
-    }
-    return accel_concat((int)n, heads, 2);
+    head_norms hn = {t, accel_tp_copy_to_region(accel_concat(all, ws, 0), t->pg), x->shape[3]};
+    return hn.w ? accel__each_head(x, rank_head_norm, &hn) : NULL;
 }
 
 static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
