@@ -161,6 +161,12 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_stablelm PROPERTIES PASS_REGULAR_EXPRESSION
     "│float32│   784.0 MB  │ 5.36 GB  │       21.44 GB      │\n│float16│   392.0 MB  │ 2.68 GB  │       10.72 GB      │\n│  int8 │   196.0 MB  │ 1.34 GB  │         N/A         │\n│  int4 │   98.0 MB   │686.17 MB │         N/A         │")
+  # stabilityai/stablelm-2-12b's sizes with qk_layernorm (gen_moe_memory_fixture.py stablelm2_12b_config:
+  # 12143185920 parameters in the causal LM; its per-head q/k norms' 256000 also in test_device_map)
+  add_test(NAME bigmodel_estimate_memory_stablelm_12b COMMAND accel_cli estimate-memory data/stablelm2_12b_config
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_stablelm_12b PROPERTIES PASS_REGULAR_EXPRESSION
+    "│float32│   1.91 GB   │ 43.32 GB │       173.29 GB       │\n│float16│   980.0 MB  │ 21.66 GB │        86.65 GB       │\n│  int8 │   490.0 MB  │ 10.83 GB │          N/A          │\n│  int4 │   245.0 MB  │ 5.42 GB  │          N/A          │")
   add_test(NAME bigmodel_estimate_memory_starcoder2 COMMAND accel_cli estimate-memory data/starcoder2_3b_config
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_starcoder2 PROPERTIES PASS_REGULAR_EXPRESSION

@@ -23,7 +23,10 @@
  * them with accel_llama_parallelize before prepare. Mixtral and Qwen3-MoE
  * (experts' MLPs cut, routers whole) at tp 2 under DDP with clipping, with
  * sequence parallelism (Qwen3-MoE over dp_shard 2 x tp 2, Mixtral also
- * under ZeRO-3): the same losses, gradients and save_model. Under DDP (Llama, Phi-3)
+ * under ZeRO-3): the same losses, gradients and save_model. StableLM with
+ * qk_layernorm (per-head q/k norms, each rank its heads') at tp 2 under DDP
+ * and over dp_shard 2 x tp 2 under ZeRO-3 with sequence parallelism, both
+ * with clipping: the same. Under DDP (Llama, Phi-3)
  * each rank's parameter, gradient and momentum bytes are the plan's 1/tp
  * arithmetic (estimate-memory's per-mesh count; the tiny Llama's by hand). */
 #include <stdlib.h>
@@ -39,8 +42,17 @@
 enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
 /* user: the test parallelizes the model itself (accel_llama_parallelize over
- * accel_accelerator_tp_group) before prepare, which keeps that plan */
-static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user; const char *family; char dir[64]; } CFG;
+ * accel_accelerator_tp_group) before prepare, which keeps that plan; qk: the
+ * family's qk_layernorm on (StableLM's per-head q/k norms) */
+static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user, qk; const char *family; char dir[64]; } CFG;
+
+/* The tiny model of CFG's family, seeded (tiny_family, with CFG.qk). */
+static accel_module *cfg_model(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_llama_config c = tiny_family_config(CFG.family);
+    c.qk_layernorm = CFG.qk;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
 
 /* ACCEL_TP_KEEP=1: each run's save_model folder is kept (its path printed)
  * with accel_logits.safetensors beside the weights: ids [BS, T] and the tp
@@ -168,7 +180,7 @@ static int body(int rank, int world) {
     accel_dataloader_opts dlo = accel_dataloader_opts_default();
     dlo.batch_size = BS;
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
-    accel_module *ref = tiny_family(11, CFG.family), *tp = tiny_family(11, CFG.family);
+    accel_module *ref = cfg_model(11), *tp = cfg_model(11);
     CHECK_MSG(accel_accelerator_prepare_dataloader(acc, dl) == ACCEL_OK, "%s", accel_last_error());
     if (CFG.user)
         CHECK_MSG(accel_llama_parallelize(tp, accel_accelerator_tp_group(acc), CFG.sp) == ACCEL_OK, "%s",
@@ -279,6 +291,11 @@ int main(void) {
     run_family("mixtral", 2, 2, 1, 0, 0.05, true);
     run_family("qwen3_moe", 4, 2, 2, 0, 0.05, true);
     run_family("mixtral", 4, 2, 2, 3, 0.05, true);
+    /* StableLM's per-head q/k norms: each rank its heads' own, their gradients summed in the graph (not again) */
+    CFG.qk = true;
+    run_family("stablelm", 2, 2, 1, 0, 0.05, false);
+    run_family("stablelm", 4, 2, 2, 3, 0.05, true);
+    CFG.qk = false;
     CFG.user = true;
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);
     run_family("phi3", 2, 2, 1, 0, 0.05, false);

@@ -227,7 +227,20 @@ static accel_module *tiny_gpt2(uint64_t seed) {
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
-static accel_module *tiny_lm(uint64_t seed) { return g_gpt2 ? tiny_gpt2(seed) : tiny_family(seed, FAMILY); }
+/* When set, FAMILY's model has qk_layernorm (StableLM's: a LayerNorm of its own per head of q and k). */
+static bool g_qk_layernorm;
+
+static accel_module *tiny_lm(uint64_t seed) {
+    if (g_gpt2) return tiny_gpt2(seed);
+    accel_manual_seed(seed);
+    accel_llama_config c = tiny_family_config(FAMILY);
+    c.qk_layernorm = g_qk_layernorm;
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    /* the per-head norms are there to train (k's 2 for its 2 kv heads) */
+    CHECK(!g_qk_layernorm || (accel_module_get_tensor(m, "model.layers.1.self_attn.q_layernorm.norms.3.weight") &&
+                              accel_module_get_tensor(m, "model.layers.1.self_attn.k_layernorm.norms.1.weight")));
+    return m;
+}
 
 static void check_equivalence(bool is_llama, int want_units) {
     const char *what = is_llama ? (g_gpt2 ? "gpt2" : FAMILY) : "mlp";
@@ -290,7 +303,7 @@ static void test_llama(void) {
  * with its shared expert), Phi (parallel attention and MLP, biases, a
  * head bias beside the tied embedding), GPT-NeoX (its own tree, the
  * per-head query_key_value), StableLM (sequential, q/k/v biases, partial
- * rotary) and Starcoder2 (biases, c_fc / c_proj, a window) train as the
+ * rotary; and with qk_layernorm's per-head norms) and Starcoder2 (biases, c_fc / c_proj, a window) train as the
  * Llama does: their decoder layers (the table's class) are the units, and
  * the steps equal DDP's. */
 static void test_other_families_train(void) {
@@ -302,6 +315,10 @@ static void test_other_families_train(void) {
         FAMILY = families[i];
         check_equivalence(true, llama_units());
     }
+    FAMILY = "stablelm";
+    g_qk_layernorm = true;
+    check_equivalence(true, llama_units());
+    g_qk_layernorm = false;
     FAMILY = "llama";
     A->fsdp = saved;
 }

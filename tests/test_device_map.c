@@ -538,7 +538,8 @@ static void test_device_map_load(void) {
 
 
 /* ---- the real mixtures of experts: Mixtral-8x7B, Qwen3-30B-A3B and
- * Qwen1.5-MoE-A2.7B. Their config.json and every expected figure come from
+ * Qwen1.5-MoE-A2.7B; and stablelm-2-12b's sizes (StableLmConfig, its per-head
+ * q/k norms). Their config.json and every expected figure come from
  * tools/gen_moe_memory_fixture.py (transformers 5.25's MixtralConfig /
  * Qwen3MoeConfig / Qwen2MoeConfig with the Hub's values;
  * the models built on meta under accelerate 1.16's init_empty_weights):
@@ -616,6 +617,8 @@ static void test_moe_real_configs(void) {
         {"data/mixtral_8x7b_config", 46702792704, 46571720704, 5805080576, 9, 10},
         {"data/qwen3_30b_a3b_config", 30532122624, 30220957696, 2492482560, 22, 24},
         {"data/qwen15_moe_a27b_config", 14315784192, 14004619264, 2282242048, 24, 0},
+        /* a dense one: stablelm-2-12b's sizes with qk_layernorm (its 40 layers' 256000 per-head norm weights counted) */
+        {"data/stablelm2_12b_config", 12143185920, 11629383680, 2055208960, 40, 0},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_moe_case(&CASES[i]);
 }

@@ -23,7 +23,8 @@
  * own head bias, linear RoPE on 6 of 8 dims; and with qk_layernorm's per-head
  * LayerNorms of q and k), StableLM (sequential LayerNorm layers, q/k/v
  * biases, a quarter of each head rotated, grouped kv heads; and parallel
- * from one norm, tied, linear RoPE on half of each head), Starcoder2
+ * from one norm, tied, linear RoPE on half of each head; and both layouts
+ * with qk_layernorm's LayerNorm of its own per head of q and k), Starcoder2
  * (biases everywhere, c_fc -> gelu_pytorch_tanh -> c_proj, a window, a tied
  * head; and without biases, untied). Inputs run past
  * every window and every scaling threshold. Logits within 1e-5, the loss
@@ -36,7 +37,9 @@
  * save_pretrained writes a config.json (family, rope_scaling, windows) that
  * loads back to the same logits. GPT-2 also goes text to text through
  * examples/generate with tests/data/tokenizers/gpt2's tokenizer.json, refuses
- * positions past n_positions and config fields it does not implement. */
+ * positions past n_positions and config fields it does not implement.
+ * StableLM's per-head q/k norms also run with two of them on disk by a
+ * device map that names them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +84,8 @@ static const struct {
     {"neox_seq", "GPTNeoXForCausalLM", "GPTNeoXLayer"},
     {"stablelm", "StableLmForCausalLM", "StableLmDecoderLayer"},
     {"stablelm_par", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"stablelm_qk", "StableLmForCausalLM", "StableLmDecoderLayer"},
+    {"stablelm_qk_par", "StableLmForCausalLM", "StableLmDecoderLayer"},
     {"starcoder2", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
     {"starcoder2_nobias", "Starcoder2ForCausalLM", "Starcoder2DecoderLayer"},
 };
@@ -498,6 +503,32 @@ static void test_moe_offload(void) {
     accel_safetensors_close(st);
 }
 
+/* StableLM's per-head q/k norms with two of them on disk by a device map
+ * that names them (norms.1 of q, norms.0 of k in layer 0): each norm's hook
+ * brings its weight in around its own call, head by head; transformers'
+ * logits and greedy tokens. */
+static void test_stablelm_qk_norm_offload(void) {
+    accel_safetensors *st = open_expected("data/hf_arch_stablelm_qk");
+    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0:cpu,"
+                                                   "model.layers.0.self_attn.q_layernorm.norms.1:disk,"
+                                                   "model.layers.0.self_attn.k_layernorm.norms.0:disk,"
+                                                   "model.layers.1:cpu,model.norm:cpu,lm_head:cpu");
+    accel_dispatched *d = NULL;
+    accel_module *m = map && st ? accel_llama_from_pretrained("data/hf_arch_stablelm_qk", map, NULL, NULL, NULL, &d)
+                                : NULL;
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    if (m) {
+        accel_tensor *w = accel_module_get_tensor(m, "model.layers.0.self_attn.q_layernorm.norms.1.weight");
+        CHECK(w && w->device.type == ACCEL_DEV_META); /* on disk until its hook brings it in */
+        check_logits(m, st, "stablelm_qk offloaded norms");
+        check_greedy(m, st, "stablelm_qk offloaded norms");
+    }
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_device_map_free(map);
+    accel_safetensors_close(st);
+}
+
 /* Gemma 3 dispatched: layer 1 (its full_attention layer) on disk, layer 2
  * offloaded to host copies, the rest on the cpu: transformers' logits and
  * greedy tokens; loaded as bf16 (its norms' 1 + weight and the embedding
@@ -855,6 +886,7 @@ int main(void) {
     RUN(test_qwen2_moe_bf16_block);
     RUN(test_phi_dropouts);
     RUN(test_stablelm_dropouts);
+    RUN(test_stablelm_qk_norm_offload);
     RUN(test_starcoder2_dropouts);
     return check_summary();
 }

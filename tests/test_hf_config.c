@@ -574,7 +574,7 @@ static void test_phi_fields(void) {
     accel_llama_config l = accel_llama_config_default();
     l.qk_layernorm = true;
     CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm is Phi's: the model has no q/k LayerNorms");
+    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm is Phi's and StableLM's: the model has no q/k LayerNorms");
     expect_error("phia.json", "{\"model_type\": \"phi\", \"hidden_act\": \"gelu\"}", ACCEL_ERR_UNSUPPORTED,
                  "hidden_act must be \"gelu_new\" (the only activation of phi models");
     expect_error("phir.json", "{\"model_type\": \"phi\", \"resid_pdrop\": 1.5}", ACCEL_ERR_FORMAT,
@@ -594,8 +594,8 @@ static const char *read_saved(const char *path);
  * unread), use_parallel_residual, hidden_dropout (the MLP's output),
  * attention_dropout, top-level partial_rotary_factor and rope_theta with
  * rope_parameters' own winning; keys written as the Hub's configs have them;
- * qk_layernorm's per-head norms and what else it does not take refused by
- * name. */
+ * qk_layernorm (a LayerNorm of its own per head) read and written; what it
+ * does not take refused by name. */
 static void test_stablelm_fields(void) {
     accel_llama_config c;
     CHECK(accel_llama_config_load(write_cfg("sld.json", "{\"model_type\": \"stablelm\"}"), &c) == ACCEL_OK);
@@ -645,16 +645,21 @@ static void test_stablelm_fields(void) {
                                             "\"factor\": 2.0, \"rope_theta\": 300.0, \"partial_rotary_factor\": "
                                             "0.75}}"), &c) == ACCEL_OK);
     CHECK(c.rope_theta == 300 && c.partial_rotary_factor == 0.75 && c.rope_scaling.type == ACCEL_ROPE_LINEAR);
-    /* StableLmLayerNormPerHead (a LayerNorm of its own per head) is not the table's per-head norm: refused */
-    expect_error("slq.json", "{\"model_type\": \"stablelm\", \"qk_layernorm\": true}", ACCEL_ERR_UNSUPPORTED,
-                 "qk_layernorm true (StableLmLayerNormPerHead, a LayerNorm of its own per head of q and k) is not "
-                 "implemented for stablelm models");
+    /* qk_layernorm (StableLmLayerNormPerHead: a LayerNorm of its own per head) read, written and read back */
+    CHECK(accel_llama_config_load(write_cfg("slq.json", "{\"model_type\": \"stablelm\", \"qk_layernorm\": true}"),
+                                  &c) == ACCEL_OK && c.qk_layernorm);
+    CHECK_MSG(accel_llama_config_save(path, &c) == ACCEL_OK, "%s", accel_last_error());
+    text = read_saved(path);
+    CHECK_STR_CONTAINS(text, "\n  \"qk_layernorm\": true,\n  \"rope_scaling\": null,\n");
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK && back.qk_layernorm);
     accel_llama_config q = back;
-    q.qk_layernorm = true;
+    CHECK(accel_llama_config_check(&q, "t") == ACCEL_OK);
+    /* the norms are head_dim wide: transformers' hidden_size / heads */
+    q.head_dim = 2 * q.hidden_size / q.num_attention_heads;
     CHECK(accel_llama_config_check(&q, "t") == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm of stablelm models (StableLmLayerNormPerHead");
-    CHECK(accel_llama_config_save(path, &q) == ACCEL_ERR_INVALID_ARG);
-    CHECK_STR_CONTAINS(accel_last_error(), "stablelm models have no qk_layernorm accel implements");
+    CHECK_STR_CONTAINS(accel_last_error(), "t: qk_layernorm is only implemented with head_dim = hidden_size / "
+                                           "num_attention_heads");
+    q = back;
     q.qk_layernorm = false;
     q.embd_pdrop = 0.1;
     CHECK(accel_llama_config_save(path, &q) == ACCEL_ERR_INVALID_ARG);

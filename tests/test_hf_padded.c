@@ -3,7 +3,8 @@
  * tests/data/hf_arch_<name>: every family (windows shorter than the prompts:
  * Mistral, Qwen2, Gemma2/3, Phi-3, Mixtral, Qwen2-MoE, Starcoder2;
  * soft-capping: Gemma2; learned positions: GPT-2; experts: Mixtral,
- * Qwen3-MoE, Qwen2-MoE; Phi; GPT-NeoX; StableLM). A
+ * Qwen3-MoE, Qwen2-MoE; Phi; GPT-NeoX; StableLM, also with qk_layernorm's
+ * per-head norms). A
  * left-padded batch of three prompts (20, 13, 9 tokens): accel_llama_forward_ex's
  * logits at the mask's ones within 1e-5 of transformers' forward with the
  * attention_mask (and with generate's position ids), finite everywhere; the
@@ -26,7 +27,8 @@
 
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2",
                                     "gemma3", "granite", "phi3", "olmo2", "gpt2_long", "mixtral",
-                                    "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2"};
+                                    "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
+                                    "stablelm_qk"};
 enum { B = 3, T = 20, NEW = 12, PAD = 3 };
 
 /* dir's checkpoint built from its config.json, weights loaded by name, in eval. */

@@ -12,7 +12,9 @@
  * sparse block; Qwen2-MoE's shared expert cut as a dense MLP, its gate
  * whole, its layer 0 dense by mlp_only_layers; with the load-balancing
  * loss; Qwen3-MoE also with a dense layer 0,
- * Mixtral with its router's jitter drawn from other seeds on ranks > 0), each
+ * Mixtral with its router's jitter drawn from other seeds on ranks > 0),
+ * StableLM with qk_layernorm (each rank its heads' own norms, their weights
+ * whole on every rank and their gradients summed; also checkpointed), each
  * also under Megatron's sequence parallelism (the norms on T / tp
  * positions, their gradients summed by accel_module_tp_reduce_grads); then greedy generation
  * with the KV cache giving one process's tokens (32 of them, GPT-2 8), also
@@ -176,14 +178,16 @@ static void cache_sized(accel_module *tp, accel_module *ref, const char *family,
  * DENSE_FIRST (Qwen3-MoE) experts every second layer, layer 0 a dense MLP;
  * JITTER (Mixtral) the router's input noise, each step drawn from the seed
  * the one process draws from on rank 0 and from other seeds on the others
- * (every rank must route with rank 0's). */
-enum { BALANCE = 1, DENSE_FIRST = 2, JITTER = 4 };
+ * (every rank must route with rank 0's); and QK_LAYERNORM StableLM's
+ * qk_layernorm, a LayerNorm of its own per head. */
+enum { BALANCE = 1, DENSE_FIRST = 2, JITTER = 4, QK_LAYERNORM = 8 };
 
 static void family_matches(accel_pg *pg, const char *family, bool sp, bool ckpt, int moe) {
     accel_llama_config c = tiny_family_config(family);
     if (moe & BALANCE) c.output_router_logits = true, c.router_aux_loss_coef = 0.5;
     if (moe & DENSE_FIRST) c.decoder_sparse_step = 2;
     if (moe & JITTER) c.router_jitter_noise = 0.3;
+    if (moe & QK_LAYERNORM) c.qk_layernorm = true;
     accel_manual_seed(11);
     accel_module *ref = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     accel_manual_seed(11);
@@ -383,11 +387,13 @@ static int body(int rank, int world) {
         for (int f = 7; f < 10; f++) family_matches(pg, families[f], sp, false, BALANCE);
         family_matches(pg, "qwen3_moe", sp, false, DENSE_FIRST); /* the MLP's plan on layer 0 */
         family_matches(pg, "mixtral", sp, false, JITTER);
+        family_matches(pg, "stablelm", sp, false, QK_LAYERNORM);
     }
     /* the layers recomputed in the backward: the shared region entries (q/k/v, gate/up) re-made */
     family_matches(pg, "llama", false, true, 0);
     family_matches(pg, "llama", true, true, 0);
     family_matches(pg, "mixtral", true, true, 0);
+    family_matches(pg, "stablelm", true, true, QK_LAYERNORM);
     /* the balancing loss's gradient from the recomputed blocks, rank 0's tie alone */
     family_matches(pg, "mixtral", true, true, BALANCE);
     family_matches(pg, "qwen2_moe", false, true, BALANCE);

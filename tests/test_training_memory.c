@@ -317,9 +317,10 @@ static void test_families(void) {
         accel_llama_config c = family_config(a->model_type);
         step_pair est = check_config(&c, a->model_type);
         if (a->partial_rotary) check_partial_rotary(a->model_type);
-        if (a->phi_blocks) { /* Phi's per-head q/k LayerNorms (f32 outputs: RoPE runs in f32 after them) */
+        /* Phi's q/k LayerNorms (f32 outputs: RoPE runs in f32 after them); StableLM's, one per head */
+        if (a->phi_blocks || a->stablelm_blocks) {
             c.qk_layernorm = true;
-            check_config(&c, "phi qk_layernorm");
+            check_config(&c, a->phi_blocks ? "phi qk_layernorm" : "stablelm qk_layernorm");
         }
         if (a->moe == ACCEL__MOE_QWEN) check_sparse_step(a->model_type, est.est);
         if (a->moe == ACCEL__MOE_MIXTRAL) check_jitter(a->model_type, est);
@@ -776,12 +777,14 @@ typedef struct mesh_run {
  * against accel_llama_activation_bytes with .tp_size, .sequence_parallel,
  * .cp_size and .cp_alltoall, within 10% as one process's. Returns how many
  * comparisons ran; none for a family whose cp step the estimate refuses
- * (GPT-2, explicit scores: it names why). */
-static int check_mesh_family(accel_accelerator *acc, const char *type, const mesh_run *x) {
+ * (GPT-2, explicit scores: it names why). qk: the config's qk_layernorm
+ * (StableLM's per-head norms: each rank its heads'). */
+static int check_mesh_family(accel_accelerator *acc, const char *type, const mesh_run *x, bool qk) {
     int tp = x->tp, rank = accel_accelerator_process_index(acc);
     bool sp = x->sp;
     accel_dtype dt = accel_accelerator_mixed_precision(acc) == ACCEL_MP_BF16 ? ACCEL_BF16 : ACCEL_F32;
     accel_llama_config c = family_config(type);
+    c.qk_layernorm = qk;
     int runs = 0;
     accel_activation_opts probe = {.batch_size = BATCH, .seq_len = SEQ, .autocast = dt,
                                    .tp_size = tp, .sequence_parallel = sp, .cp_size = x->cp, .cp_alltoall = x->a2a};
@@ -813,11 +816,11 @@ static int check_mesh_family(accel_accelerator *acc, const char *type, const mes
         o.checkpointing = ck;
         accel_activation_bytes b;
         CHECK_MSG(accel_llama_activation_bytes(&c, &o, &b) == ACCEL_OK, "%s: %s", type, accel_last_error());
-        fprintf(stderr, "rank %d tp %d%s cp %d%s %s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", rank, tp,
-                sp ? " sp" : "", x->cp, x->a2a ? " alltoall" : "", type, accel_dtype_name(dt),
+        fprintf(stderr, "rank %d tp %d%s cp %d%s %s%s %s%s: step arena peak %zu, estimated %lld (%+.1f%%)\n", rank,
+                tp, sp ? " sp" : "", x->cp, x->a2a ? " alltoall" : "", type, qk ? " qk_layernorm" : "", accel_dtype_name(dt),
                 ck ? " checkpointed" : "", peak, (long long)b.peak, 100.0 * ((double)b.peak - peak) / peak);
-        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "rank %d tp %d%s cp %d%s %s %s%s: estimate %lld bytes "
-                  "vs measured %zu", rank, tp, sp ? " sp" : "", x->cp, x->a2a ? " alltoall" : "", type,
+        CHECK_MSG(rel((double)b.peak, (double)peak) <= 0.10, "rank %d tp %d%s cp %d%s %s%s %s%s: estimate %lld bytes "
+                  "vs measured %zu", rank, tp, sp ? " sp" : "", x->cp, x->a2a ? " alltoall" : "", type, qk ? " qk" : "",
                   accel_dtype_name(dt), ck ? " checkpointed" : "", (long long)b.peak, peak);
         if (x->cp > 1) { /* the comparison can fail: the whole sequence's figure misses the rank's by far more */
             o.cp_size = 0;
@@ -866,8 +869,11 @@ static int tp_main(size_t lo, size_t hi, bool sp) {
     CHECK_MSG(x.tp > 1 || x.cp > 1, "tp mode: launch with --parallelism_config_tp_size or _cp_size above 1 (tp "
               "group of %d, cp %d)", x.tp, x.cp);
     CHECK_MSG(accel__arch_at(lo) != NULL, "no row %zu in the architecture table", lo);
-    for (size_t i = lo; i < hi && accel__arch_at(i); i++)
-        families += check_mesh_family(acc, accel__arch_at(i)->model_type, &x) == 2;
+    for (size_t i = lo; i < hi && accel__arch_at(i); i++) {
+        const accel__arch *a = accel__arch_at(i);
+        families += check_mesh_family(acc, a->model_type, &x, false) == 2;
+        if (a->stablelm_blocks) check_mesh_family(acc, a->model_type, &x, true); /* its per-head q/k norms too */
+    }
     char cp[32] = "";
     if (x.cp > 1) snprintf(cp, sizeof cp, " cp=%d %s", x.cp, x.a2a ? "alltoall" : "allgather");
     if (accel_accelerator_process_index(acc) == 0)

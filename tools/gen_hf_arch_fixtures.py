@@ -166,6 +166,13 @@ FIXTURES = {
     "stablelm_par": ("stablelm", dict(use_parallel_residual=True, tie_word_embeddings=True, num_key_value_heads=4,
                                       partial_rotary_factor=0.5, layer_norm_eps=1e-3,
                                       rope_scaling=dict(rope_type="linear", factor=2.0)), dict(seed=26)),
+    # qk_layernorm: a LayerNorm of its own per head of q and k (4 and 2
+    # norms, each its random weight) before the rotary on a quarter of each
+    # head; sequential, q/k/v biases, grouped kv heads
+    "stablelm_qk": ("stablelm", dict(qk_layernorm=True, use_qkv_bias=True), dict(seed=29)),
+    # and parallel from one LayerNorm, half of each head rotated, eps 1e-3
+    "stablelm_qk_par": ("stablelm", dict(qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5,
+                                         layer_norm_eps=1e-3), dict(seed=30)),
     # Starcoder2: LayerNorms, biases everywhere (use_bias), c_fc ->
     # gelu_pytorch_tanh -> c_proj, grouped kv heads, a window of 8, a tied
     # head (Starcoder2Config's default); dropouts (eval mode: no effect)

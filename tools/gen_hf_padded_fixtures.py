@@ -32,7 +32,8 @@ from transformers import AutoModelForCausalLM
 from transformers.core_model_loading import revert_weight_conversion
 
 NAMES = ["llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2", "gemma3", "granite", "phi3",
-         "olmo2", "gpt2_long", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2"]
+         "olmo2", "gpt2_long", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
+         "stablelm_qk"]
 LENGTHS = [20, 13, 9]
 PAD_ID = 3
 NEW = 12

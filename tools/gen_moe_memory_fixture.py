@@ -23,7 +23,8 @@ devices 0 and 1 are absent here: the map is the budgets').
 NAMEs (keys of CONFIGS) limit the run to those configs. Also writes
 tests/data/phi2_config (microsoft/phi-2's, a dense model),
 tests/data/pythia1b_config (EleutherAI/pythia-1b's), tests/data/stablelm2_1_6b_config
-(stabilityai/stablelm-2-1_6b's) and tests/data/starcoder2_3b_config
+(stabilityai/stablelm-2-1_6b's), tests/data/stablelm2_12b_config (stabilityai/stablelm-2-12b's
+sizes, with qk_layernorm) and tests/data/starcoder2_3b_config
 (bigcode/starcoder2-3b's) the same way.
 """
 import argparse
@@ -84,6 +85,15 @@ CONFIGS = {
         num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, layer_norm_eps=1e-5,
         partial_rotary_factor=0.25, rope_theta=10000, use_qkv_bias=True, qk_layernorm=False,
         use_parallel_residual=False, hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+        bos_token_id=100257, eos_token_id=100257, torch_dtype="bfloat16"),
+    # stabilityai/stablelm-2-12b's sizes (its model card: 5120 wide, 40 layers, 32 heads, 8 kv heads,
+    # 4096 positions; parallel attention and MLP from one LayerNorm, per-head q/k LayerNorms
+    # (qk_layernorm), no biases, a quarter of each head rotated; the 1.6B's vocabulary and untied head)
+    "stablelm2_12b_config": lambda: transformers.StableLmConfig(
+        vocab_size=100352, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096, layer_norm_eps=1e-5,
+        partial_rotary_factor=0.25, rope_theta=10000, use_qkv_bias=False, qk_layernorm=True,
+        use_parallel_residual=True, hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False,
         bos_token_id=100257, eos_token_id=100257, torch_dtype="bfloat16"),
     # bigcode/starcoder2-3b config.json (Starcoder2Model: biases, 2 kv heads, a window of 4096, a tied head)
     "starcoder2_3b_config": lambda: transformers.Starcoder2Config(

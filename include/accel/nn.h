@@ -362,9 +362,11 @@ typedef struct accel_llama_config {
      * refused. */
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
-    /* Phi's qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each
-     * head of q and k (eps rms_norm_eps) before RoPE; set on another family
-     * (StableLM's per-head norms, one LayerNorm per head, included): refused. */
+    /* qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each head of
+     * q and k (eps rms_norm_eps) before RoPE: Phi's one LayerNorm [head_dim]
+     * with a bias shared by the heads, StableLM's one of its own per head
+     * (norms.h, weight only: StableLmLayerNormPerHead); set on another
+     * family: refused. */
     bool qk_layernorm;
     /* GPT-NeoX's use_parallel_residual false: the MLP reads
      * post_attention_layernorm(x + attn(input_layernorm(x))) and adds to that

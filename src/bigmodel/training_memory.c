@@ -138,6 +138,7 @@ typedef struct fam {
     bool sandwich;      /* Gemma2: the attention's and the MLP's outputs normalised too */
     bool norm_outputs;  /* OLMo 2: the two norms on the branches' outputs, none before them */
     bool qk_norm;       /* Qwen3: RMSNorm over each head of q and k */
+    bool qk_norm_heads; /* StableLM's qk_layernorm: those norms a LayerNorm of its own per head, head by head */
     bool qk_norm_full;  /* OLMo 2: RMSNorm over the whole q and k projections */
     bool fused_qkv, fused_gate_up; /* Phi-3 (GPT-NeoX: its per-head query_key_value): one projection each, sliced */
     bool multipliers;   /* Granite: embedding, residual branches and logits scaled */
@@ -319,6 +320,21 @@ static void norm_bwd(ledger *l, double e, accel_dtype xdt, bool x_has_grad) {
     }
     l->bytes += 4 * e + grad_copy(e, xdt, x_has_grad);
 }
+
+/* What StableLM's norm of its own per head (StableLmLayerNormPerHead,
+ * src/nn/llama.c; its tp form in src/nn/tp_modules.c) costs over one norm
+ * of e elements over `heads` heads (norm_fwd): each head's slice of x is a
+ * strided view, made f32 and dense per head (an f32 x's copy too, unless
+ * one head), and the heads' f32 outputs are concatenated (e). */
+static void norm_heads_fwd(ledger *l, double e, accel_dtype xdt, double heads) {
+    l->bytes += f32_contig(e, xdt, heads == 1) - f32_contig(e, xdt, true) + 4 * e;
+}
+
+/* Its backward over norm_bwd's: the concatenation's (each head's slice of
+ * the output gradient made dense, then copied as its first gradient: 2 e
+ * f32) and the slices' (the first makes x's gradient, zeros with its part
+ * copied in, in x's dtype; the others add into their places). */
+static void norm_heads_bwd(ledger *l, double e, accel_dtype xdt) { l->bytes += 2 * 4 * e + e * esz(xdt); }
 
 /* RoPE of a head-split projection x [B, h, T, D] of dtype dt (a transposed
  * view, read in place) with e = n*h*D elements (src/nn/llama.c rope()):
@@ -830,6 +846,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
     if (f->qk_norm_full && d->tp) qr = tp_norm_fwd(fwd, eQ, n, q), kr = tp_norm_fwd(fwd, eK, n, kk);
     else if (f->qk_norm_full) qr = norm_fwd(fwd, eQ, n, q), kr = norm_fwd(fwd, eK, n, kk);
     if (f->qk_norm) qr = norm_fwd(fwd, eQ, n * d->H, q), kr = norm_fwd(fwd, eK, n * d->Hkv, kk);
+    if (f->qk_norm_heads) norm_heads_fwd(fwd, eQ, q, d->H), norm_heads_fwd(fwd, eK, kk, d->Hkv);
     if (!f->gpt2) {
         rope_fwd(fwd, eQ, qr);
         rope_fwd(fwd, eK, kr);
@@ -910,6 +927,7 @@ static void layer_step(ledger *fwd, ledger *bwd, bool explicit_attention, bool s
         norm_bwd(bwd, eK, kk, false);
         norm_bwd(bwd, eQ, q, false);
     }
+    if (f->qk_norm_heads) norm_heads_bwd(bwd, eK, kk), norm_heads_bwd(bwd, eQ, q);
     if (f->gpt2 || f->fused_qkv) {
         /* q, k and v's slice views' backward: the first makes the projection
          * output's gradient (zeros of [n, Q + 2K], its part copied in), the
@@ -1086,7 +1104,8 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
     if (o->cp_size > 1 && !cp_dims(cfg, a, o, d)) return false;
     bool phi = a->phi_blocks, neox = a->neox_blocks, drops = a->dropouts;
     *f = (fam){.gpt2 = gpt2, .layer_norm = gpt2 || a->layer_norms, .gemma = a->gemma_blocks, .sandwich = a->sandwich_norms, .norm_outputs = a->norm_outputs,
-               .qk_norm = accel__arch_qk_norm_heads(a, cfg), .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv || neox,
+               .qk_norm = accel__arch_qk_norm_heads(a, cfg),
+               .qk_norm_heads = a->stablelm_blocks && cfg->qk_layernorm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv || neox,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
                .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,

@@ -558,23 +558,20 @@ static accel_status parse_neox(json_t *root, const char *file, accel_llama_confi
 /* StableLmConfig's own keys: layer_norm_eps, use_qkv_bias (q/k/v's
  * biases, held in attention_bias), use_parallel_residual (null is false to
  * transformers: refused), hidden_dropout (the MLP's output: resid_pdrop),
- * attention_dropout, qk_layernorm (true refused: its per-head LayerNorms are
- * not implemented). rope_theta and partial_rotary_factor are read as the
+ * attention_dropout, qk_layernorm (a LayerNorm of its own per head of q and
+ * k). rope_theta and partial_rotary_factor are read as the
  * other families'; an attention_bias key is not StableLmConfig's and stays
  * unread, as there. */
 static accel_status parse_stablelm(json_t *root, const char *file, accel_llama_config *c) {
-    bool parallel = !c->sequential_residual, qk = false; /* the row's default: sequential */
+    bool parallel = !c->sequential_residual; /* the row's default: sequential */
     if (get_real(root, file, "layer_norm_eps", &c->rms_norm_eps) ||
         get_bool(root, file, "use_qkv_bias", &c->attention_bias) ||
         not_null(root, file, "use_parallel_residual", "true or false") ||
         get_bool(root, file, "use_parallel_residual", &parallel) ||
         get_prob(root, file, "hidden_dropout", &c->resid_pdrop) ||
-        get_prob(root, file, "attention_dropout", &c->attn_pdrop) || get_bool(root, file, "qk_layernorm", &qk))
+        get_prob(root, file, "attention_dropout", &c->attn_pdrop) || get_bool(root, file, "qk_layernorm", &c->qk_layernorm))
         return accel_last_status();
     if (!(c->rms_norm_eps > 0)) return bad_type(file, "layer_norm_eps", "a number > 0");
-    if (qk)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm true (StableLmLayerNormPerHead, a LayerNorm of "
-                               "its own per head of q and k) is not implemented for stablelm models", file);
     c->sequential_residual = !parallel;
     return ACCEL_OK;
 }
@@ -992,7 +989,8 @@ static void write_stablelm(FILE *m, const accel__arch *a, const accel_llama_conf
     fprintf(m, "  \"num_key_value_heads\": %lld,\n",
             (long long)(c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads));
     write_pad_token_id(m, a, c);
-    fprintf(m, "  \"partial_rotary_factor\": %s,\n  \"qk_layernorm\": false,\n  \"rope_scaling\": ", prf);
+    fprintf(m, "  \"partial_rotary_factor\": %s,\n  \"qk_layernorm\": %s,\n  \"rope_scaling\": ", prf,
+            c->qk_layernorm ? "true" : "false");
     write_rope(m, &c->rope_scaling);
     fprintf(m,
             ",\n  \"rope_theta\": %s,\n"
@@ -1067,12 +1065,11 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: gpt_neox models have one "
                                "hidden_dropout: embd_pdrop (%g) must equal resid_pdrop (%g)", c->embd_pdrop,
                                c->resid_pdrop);
-    /* what the files' keys cannot say: StableLM's embedding dropout and
-     * per-head q/k norms, Starcoder2's attention and MLP biases apart */
-    if (a->stablelm_blocks && (c->embd_pdrop != 0 || c->qk_layernorm))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: stablelm models have %s",
-                               c->qk_layernorm ? "no qk_layernorm accel implements"
-                                               : "no embedding dropout (embd_pdrop must be 0)");
+    /* what the files' keys cannot say: StableLM's embedding dropout,
+     * Starcoder2's attention and MLP biases apart */
+    if (a->stablelm_blocks && c->embd_pdrop != 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: stablelm models have no embedding "
+                               "dropout (embd_pdrop must be 0)");
     if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: starcoder2 models have one use_bias: "
                                "attention_bias (%d) must equal mlp_bias (%d)", c->attention_bias, c->mlp_bias);

@@ -271,7 +271,7 @@ const char *accel__arch_names(void) {
 }
 
 bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c) {
-    return a->qk_norm || (a->phi_blocks && c->qk_layernorm);
+    return a->qk_norm || ((a->phi_blocks || a->stablelm_blocks) && c->qk_layernorm);
 }
 
 const char *accel__arch_o_proj(const accel__arch *a) { return a->phi_blocks || a->neox_blocks ? "dense" : "o_proj"; }

@@ -174,7 +174,8 @@ bool accel__arch_layer_local(const accel__arch *a, const accel_llama_config *c, 
 bool accel__arch_layer_sparse(const accel__arch *a, const accel_llama_config *c, int64_t i);
 /* Whether the layers of row a and config c have a norm over each head of q
  * and k before RoPE: the row's qk_norm (Qwen3, Gemma 3), Phi's with the
- * config's qk_layernorm (q_layernorm / k_layernorm, LayerNorms). */
+ * config's qk_layernorm (q_layernorm / k_layernorm, LayerNorms), StableLM's
+ * with it (one LayerNorm of its own per head). */
 bool accel__arch_qk_norm_heads(const accel__arch *a, const accel_llama_config *c);
 /* The names of the attention's output projection ("o_proj"; Phi, GPT-NeoX:
  * "dense"), of the model's final norm ("norm"; Phi: "final_layernorm";

@@ -217,15 +217,20 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
     for (int kq = 0; (accel__arch_qk_norm_heads(a, c) || a->qk_norm_full) && kq < 2; kq++) {
         static const char *const NAMES[2][2] = {{"self_attn.q_norm", "self_attn.k_norm"},
                                                 {"self_attn.q_layernorm", "self_attn.k_layernorm"}};
-        accel_module *norm = accel_module_find(layer, NAMES[a->phi_blocks][kq]);
+        accel_module *norm = accel_module_find(layer, NAMES[a->phi_blocks || a->stablelm_blocks][kq]);
         /* Qwen3's per-head norms: whole on every rank, each normalizing its
          * heads; OLMo 2's over every head: this rank's rows of the weight,
          * the mean square over the group (each key/value head counted once) */
         accel__tp_parts rows = kq ? (accel__tp_parts){1, {kvd}, {kv_index}, {kv_count}}
                                   : (accel__tp_parts){1, {qd}, {rank}, {tp}};
         int rep = kq && replicate_kv ? tp / (int)Hkv : 1;
-        if (accel__tp_replica_norm(norm, pg, c->rms_norm_eps, a->qk_norm_full ? &rows : NULL, rep, a->gemma_blocks))
-            return accel_last_status();
+        /* StableLM's, a norm of its own per head: this rank's heads' (the first as the projections' rows) */
+        int64_t first = kq ? kv_index * (Hkv / kv_count) : rank * (H / tp);
+        accel_status st = a->stablelm_blocks
+                              ? accel__tp_norm_per_head(norm, pg, c->rms_norm_eps, first)
+                              : accel__tp_replica_norm(norm, pg, c->rms_norm_eps, a->qk_norm_full ? &rows : NULL, rep,
+                                                       a->gemma_blocks);
+        if (st) return st;
     }
     accel__decoder_layer_set_heads(layer, H / tp, replicate_kv ? 1 : Hkv / tp);
     return ACCEL_OK;

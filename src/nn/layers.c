@@ -166,14 +166,14 @@ accel_tensor *accel__layer_norm_forward(accel_module *m, accel_tensor *x) {
 
 static const accel_module_ops LAYERNORM_OPS = {"LayerNorm", accel__layer_norm_forward, NULL};
 
-/* LayerNorm of the given ops, weight 1 and bias 0 when affine. */
-static accel_module *layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, bool affine,
+/* LayerNorm of the given ops, weight 1 when affine, and bias 0 when also bias. */
+static accel_module *layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, bool affine, bool bias,
                                        accel_device dev, accel_dtype dt) {
     accel_module *m = norm_module(ops, eps, "accel_layer_norm_new", dim);
     if (!m || !affine) return m;
     accel_tensor *w = accel__new_param(m, "weight", dt, 1, &dim, dev);
-    accel_tensor *b = w ? accel__new_param(m, "bias", dt, 1, &dim, dev) : NULL;
-    if (!b || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
+    bool ok = w && (!bias || accel__new_param(m, "bias", dt, 1, &dim, dev));
+    if (!ok || (has_data(w) && accel_fill_(w, 1.0) != ACCEL_OK)) {
         accel_module_free(m);
         return NULL;
     }
@@ -182,12 +182,26 @@ static accel_module *layer_norm_create(const accel_module_ops *ops, int64_t dim,
 
 accel_module *accel__layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, accel_device dev,
                                        accel_dtype dt) {
-    return layer_norm_create(ops, dim, eps, true, dev, dt);
+    return layer_norm_create(ops, dim, eps, true, true, dev, dt);
+}
+
+accel_module *accel__layer_norm_no_bias_create(int64_t dim, double eps, accel_device dev, accel_dtype dt) {
+    return layer_norm_create(&LAYERNORM_OPS, dim, eps, true, false, dev, dt);
 }
 
 accel_module *accel_layer_norm_new(int64_t dim, double eps, bool affine, accel_device dev,
                                   accel_dtype dt) {
-    return layer_norm_create(&LAYERNORM_OPS, dim, eps, affine, dev, dt);
+    return layer_norm_create(&LAYERNORM_OPS, dim, eps, affine, true, dev, dt);
+}
+
+accel_tensor *accel__each_head(accel_tensor *x, accel_tensor *(*fn)(void *ctx, int64_t h, accel_tensor *xh),
+                               void *ctx) {
+    int64_t n = x->shape[2];
+    accel_tensor **heads = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *heads, 64);
+    if (!heads) return NULL;
+    for (int64_t h = 0; h < n; h++)
+        if (!(heads[h] = fn(ctx, h, accel_slice(x, 2, h, h + 1, 1)))) return NULL;
+    return accel_concat((int)n, heads, 2);
 }
 
 /* ---- Conv1D (transformers' GPT-2 projection) */

@@ -237,15 +237,14 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
          c->rope_scaling.type != ACCEL_ROPE_DEFAULT))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: gpt2 models have num_key_value_heads = num_attention_heads, "
                                "head_dim = hidden_size / num_attention_heads and no rope_scaling", who);
-    if (c->qk_layernorm && a->stablelm_blocks) /* its norms' weights are [H, D], Phi's one [D] */
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm of stablelm models (StableLmLayerNormPerHead, "
-                               "a LayerNorm of its own per head) is not implemented", who);
     /* transformers' q/k LayerNorms are of hidden_size / heads: head_dim must be that */
-    if (c->qk_layernorm && (!a->phi_blocks || (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
+    if (c->qk_layernorm && (!(a->phi_blocks || a->stablelm_blocks) ||
+                            (c->head_dim && c->head_dim * c->num_attention_heads != c->hidden_size)))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: qk_layernorm is %s", who,
-                               a->phi_blocks ? "only implemented with head_dim = hidden_size / num_attention_heads "
-                                               "(transformers' q/k LayerNorms are that wide)"
-                                             : "Phi's: the model has no q/k LayerNorms");
+                               a->phi_blocks || a->stablelm_blocks
+                                   ? "only implemented with head_dim = hidden_size / num_attention_heads "
+                                     "(transformers' q/k LayerNorms are that wide)"
+                                   : "Phi's and StableLM's: the model has no q/k LayerNorms");
     /* GPTNeoXAttention: hidden_size / heads per head, as many kv heads as heads */
     if (a->neox_blocks && (c->num_key_value_heads != c->num_attention_heads ||
                            c->head_dim * c->num_attention_heads != c->hidden_size))
@@ -506,6 +505,44 @@ enum { ATTN_FUSED_O = 0, ATTN_QKV = 1 }; /* fused_qkv: transformers' Phi3Attenti
 enum { ATTN_NEOX_QKV = 0, ATTN_NEOX_DENSE = 1 }; /* neox_blocks: GPTNeoXAttention's order */
 enum { MLP_GATE = 0, MLP_UP = 1, MLP_DOWN = 2 };
 enum { MLP_GATE_UP = 0, MLP_FUSED_DOWN = 1 }; /* fused_gate_up */
+
+/* Head h of x through its own norm, norms.h (norms: the ModuleList). */
+static accel_tensor *call_head_norm(void *norms, int64_t h, accel_tensor *xh) {
+    return accel_module_call(((accel_module *)norms)->children[h], xh);
+}
+
+/* StableLmLayerNormPerHead: x [B, T, n, D] -> each head h through norms.h, a
+ * LayerNorm of its own over D (weight only); called head by head through
+ * its module, as transformers does, so that a hook on one norm (a device
+ * map down to norms.h) runs around its use. */
+static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
+    accel_module *norms = m->children[0];
+    if (x->ndim != 4 || x->shape[2] != norms->n_children) {
+        accel_set_error(ACCEL_ERR_SHAPE, "StableLmLayerNormPerHead: x must be [B, T, %d, D] (one head per norm)",
+                        norms->n_children);
+        return NULL;
+    }
+    return accel__each_head(x, call_head_norm, norms);
+}
+
+static const accel_module_ops NORM_PER_HEAD_OPS = {"StableLmLayerNormPerHead", norm_per_head_forward, NULL};
+
+/* StableLmLayerNormPerHead(head_dim, heads, layer_norm_eps): norms.0 ..
+ * norms.{heads-1}, each nn.LayerNorm(head_dim, bias=False). */
+static accel_module *norm_per_head(const accel_llama_config *c, int64_t heads, accel_device dev) {
+    accel_module *m = accel_module_new(&NORM_PER_HEAD_OPS, NULL);
+    accel_module *norms = accel_module_add_child(m, "norms", accel_module_new(&accel__module_list_ops, NULL));
+    bool ok = norms != NULL;
+    for (int64_t h = 0; ok && h < heads; h++) {
+        char name[24];
+        snprintf(name, sizeof name, "%lld", (long long)h);
+        ok = accel_module_add_child(norms, name, accel__layer_norm_no_bias_create(c->head_dim, c->rms_norm_eps, dev,
+                                                                                  c->torch_dtype)) != NULL;
+    }
+    if (ok) return m;
+    accel_module_free(m);
+    return NULL;
+}
 
 /* q/k/v projection output x [B, T, n*D] -> [B, n, T, D], through the per-head
  * RMSNorm `norm` over D first when there is one (Qwen3's q_norm/k_norm). */
@@ -1002,7 +1039,8 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     accel_module *mlp = accel_module_add_child(layer, sparse && a->moe == ACCEL__MOE_MIXTRAL ? "block_sparse_moe" : "mlp",
                                                block);
     /* qk_norm: per head over D; qk_norm_full: over the whole projection */
-    /* Phi's qk_layernorm: q_layernorm / k_layernorm */
+    /* Phi's qk_layernorm: q_layernorm / k_layernorm, one LayerNorm [D] each;
+     * StableLM's: a LayerNorm [D] of its own per head (norm_per_head) */
     bool heads_norm = accel__arch_qk_norm_heads(a, c);
     int64_t qn = heads_norm ? D : qd, kn = heads_norm ? D : kvd;
     /* the input norm's input: the embeddings in the first layer */
@@ -1018,8 +1056,13 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
                                   accel_module_add_child(attn, "v_proj", linear(c, C, kvd, qkvb, dev)) &&
                                   accel_module_add_child(attn, accel__arch_o_proj(a), linear(c, qd, C, ob, dev))) &&
               (!(heads_norm || a->qk_norm_full) ||
-               (accel_module_add_child(attn, a->phi_blocks ? "q_layernorm" : "q_norm", rms_norm(a, c, qn, dev, 0)) &&
-                accel_module_add_child(attn, a->phi_blocks ? "k_layernorm" : "k_norm", rms_norm(a, c, kn, dev, 0)))) &&
+               (a->stablelm_blocks
+                    ? accel_module_add_child(attn, "q_layernorm", norm_per_head(c, c->num_attention_heads, dev)) &&
+                          accel_module_add_child(attn, "k_layernorm", norm_per_head(c, c->num_key_value_heads, dev))
+                    : accel_module_add_child(attn, a->phi_blocks ? "q_layernorm" : "q_norm",
+                                             rms_norm(a, c, qn, dev, 0)) &&
+                          accel_module_add_child(attn, a->phi_blocks ? "k_layernorm" : "k_norm",
+                                                 rms_norm(a, c, kn, dev, 0)))) &&
               (sparse ||
                /* PhiMLP: fc1, gelu_new, fc2 (accel__gelu_mlp_forward); GPTNeoXMLP:
                 * dense_h_to_4h, gelu, dense_4h_to_h (accel__gelu_exact_mlp_forward) */

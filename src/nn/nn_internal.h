@@ -39,6 +39,14 @@ accel_module *accel__rms_norm_create(const accel_module_ops *ops, int64_t dim, d
 /* LayerNorm (weight 1, bias 0) with the given ops. */
 accel_module *accel__layer_norm_create(const accel_module_ops *ops, int64_t dim, double eps, accel_device dev,
                                        accel_dtype dt);
+/* x [B, T, n, D] -> [B, T, n, D]: fn(ctx, h, x's head h [B, T, 1, D]) for
+ * each head, concatenated (StableLM's per-head q/k norms). NULL + error
+ * when a head's fails. */
+accel_tensor *accel__each_head(accel_tensor *x, accel_tensor *(*fn)(void *ctx, int64_t h, accel_tensor *xh),
+                               void *ctx);
+/* nn.LayerNorm(dim, eps, bias=False): weight 1, no bias (StableLM's per-head
+ * q/k norms). */
+accel_module *accel__layer_norm_no_bias_create(int64_t dim, double eps, accel_device dev, accel_dtype dt);
 /* transformers' Conv1D: weight [in, out] from normal(0, init_std), bias [out]
  * zero; y = x weight + bias. */
 accel_module *accel__conv1d_create(int64_t in, int64_t out, accel_device dev, accel_dtype dt, double init_std);

@@ -36,6 +36,13 @@ typedef struct accel__tp_parts {
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
                                     bool plus_one);
 
+/* StableLM's q/k_layernorm m (StableLmLayerNormPerHead: norms.0 .. ,
+ * each a LayerNorm [head_dim] without bias, whole on every rank) normalizing
+ * this rank's heads, first .. first + n - 1 of x [B, T, n, D] (eps: the
+ * norms'). The weights go through accel_tp_copy_to_region, so their
+ * gradients are every rank's parts summed. Replaces m's ops and impl. */
+accel_status accel__tp_norm_per_head(accel_module *m, accel_pg *pg, double eps, int64_t first);
+
 /* One module of a plan: m (a Linear, Conv1D or Embedding) parallelized with
  * style over pg (sp: sequence parallel, as the plan entry's field), its
  * split dimension cut as `parts` says (for ACCEL__TP_REPLICA_ROWS: the rows

@@ -27,6 +27,7 @@ typedef struct tp_impl {
     int rep;          /* ranks holding each of its rows */
     bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
     bool layer_norm;  /* a LayerNorm with bias (Phi's q/k_layernorm; per head only) */
+    int64_t first;    /* a norm of its own per head (StableLM's): this rank's first head */
 } tp_impl;
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
@@ -234,17 +235,64 @@ static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
     return y && accel_autocast_dtype() == ACCEL_F32 ? accel_to_dtype(y, x->dtype) : y;
 }
 
+/* StableLM's q/k_layernorm under tp: x [B, T, n, D], this rank's heads
+ * first .. first + n - 1 of the norms' (norms.h, LayerNorms without bias).
+ * Every head's weight goes through one copy into the region, [heads D]: each
+ * rank's gradient holds its own heads' rows (zero elsewhere, and a
+ * replicated key/value head's part from each rank holding it), and the
+ * copy's sum in the backward gives every rank the whole, one collective
+ * whichever heads a rank has. */
+typedef struct head_norms {
+    const tp_impl *t;
+    accel_tensor *w; /* every head's weight [heads D], through the region's copy */
+    int64_t D;
+} head_norms;
+
+/* This rank's head h of x through its norm: row first + h of the weights. */
+static accel_tensor *rank_head_norm(void *ctx, int64_t h, accel_tensor *xh) {
+    const head_norms *hn = ctx;
+    int64_t at = (hn->t->first + h) * hn->D;
+    return accel_layer_norm(xh, accel_slice(hn->w, 0, at, at + hn->D, 1), NULL, hn->t->eps);
+}
+
+static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
+    const tp_impl *t = m->impl;
+    accel_module *norms = m->children[0];
+    int all = norms->n_children;
+    if (x->ndim != 4 || x->shape[2] < 1 || t->first + x->shape[2] > all) {
+        accel_set_error(ACCEL_ERR_SHAPE, "TensorParallelLayerNormPerHead: x must be [B, T, n, D] with this rank's n "
+                        "heads from head %lld of its %d norms", (long long)t->first, all);
+        return NULL;
+    }
+    accel_tensor **ws = accel_arena_alloc(accel_step_arena(), (size_t)all * sizeof *ws, 64);
+    if (!ws) return NULL;
+    for (int h = 0; h < all; h++) ws[h] = accel__module_tensor(norms->children[h], "weight");
+    head_norms hn = {t, accel_tp_copy_to_region(accel_concat(all, ws, 0), t->pg), x->shape[3]};
+    return hn.w ? accel__each_head(x, rank_head_norm, &hn) : NULL;
+}
+
 static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
 static const accel_module_ops ROWWISE_OPS = {"RowwiseParallelLinear", rowwise_forward, NULL};
 static const accel_module_ops VOCAB_OPS = {"VocabParallelEmbedding", vocab_forward, NULL};
 static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_forward, NULL};
 static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
+static const accel_module_ops NORM_PER_HEAD_OPS = {"TensorParallelLayerNormPerHead", norm_per_head_forward, NULL};
+
+/* A per-head norm of a tensor-parallel StableLmLayerNormPerHead (its
+ * norms.h): a plain LayerNorm whose weight the parent sums. */
+static bool head_norm_of_tp(const accel_module *m) {
+    return m->parent && m->parent->parent && m->parent->parent->ops == &NORM_PER_HEAD_OPS;
+}
 
 /* Modules whose whole parameters get their gradients summed in the graph. */
-bool accel__tp_is_replica(const accel_module *m) { return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS; }
+bool accel__tp_is_replica(const accel_module *m) {
+    return m->ops == &REPLICA_OPS || m->ops == &REPLICA_NORM_OPS || m->ops == &NORM_PER_HEAD_OPS || head_norm_of_tp(m);
+}
 
+/* The modules with a tp_impl (a tp norm's heads have their own impl). */
 static bool is_tp(const accel_module *m) {
-    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || accel__tp_is_replica(m);
+    return m->ops == &COLWISE_OPS || m->ops == &ROWWISE_OPS || m->ops == &VOCAB_OPS || m->ops == &REPLICA_OPS ||
+           m->ops == &REPLICA_NORM_OPS || m->ops == &NORM_PER_HEAD_OPS;
 }
 
 bool accel_module_tp_slice(const accel_module *m, const accel_tensor *t, accel_tp_slice *s) {
@@ -438,6 +486,16 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
     }
     accel_free(m->impl); /* the norm's own (its eps): the norms' ops free theirs so */
     m->ops = &REPLICA_NORM_OPS;
+    m->impl = t;
+    return ACCEL_OK;
+}
+
+accel_status accel__tp_norm_per_head(accel_module *m, accel_pg *pg, double eps, int64_t first) {
+    tp_impl *t = accel_malloc(sizeof *t);
+    if (!t) return accel_last_status();
+    *t = (tp_impl){.pg = pg, .eps = eps, .first = first};
+    accel_free(m->impl);
+    m->ops = &NORM_PER_HEAD_OPS;
     m->impl = t;
     return ACCEL_OK;
 }
