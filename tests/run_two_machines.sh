@@ -1,6 +1,7 @@
 #!/bin/bash
 # A two-"machine" job on loopback: two launchers, --machine_rank 0 and 1, 2
-# workers each, started concurrently like on two hosts. Both must succeed.
+# workers each (TWO_MACHINES_PROCESSES: the job's processes, default 4),
+# started concurrently like on two hosts. Both must succeed.
 # Usage: run_two_machines.sh ACCEL_BIN WORKER [ARGS...]
 # The two launchers share ACCEL_JOB_SECRET (each machine of a real job must
 # be given the same one; the launcher cannot invent a shared random one).
@@ -12,7 +13,7 @@ PORT=$(free_port) || { echo "run_two_machines.sh: no free port on 127.0.0.1" >&2
 export ACCEL_JOB_SECRET=two-machines-$$-$RANDOM
 export OMP_NUM_THREADS=1
 for m in 0 1; do
-  "$ACCEL" launch --num_machines 2 --machine_rank $m --num_processes 4 \
+  "$ACCEL" launch --num_machines 2 --machine_rank $m --num_processes "${TWO_MACHINES_PROCESSES:-4}" \
     --main_process_ip 127.0.0.1 --main_process_port "$PORT" "$@" &
   pids[$m]=$!
 done

@@ -14,6 +14,8 @@
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "accel/dist.h"
+#include "accelerator/accelerator_internal.h" /* whether stage 2 keeps a reduced shard */
+#include "accelerator/strategy.h"
 #include "check.h"
 #include "ref_weights.h"
 #include "optim_groups.h"
@@ -157,7 +159,14 @@ static void test_equivalence(double user_clip) {
         CHECK(padded % (16 * N) == 0 && padded >= 99 && padded < 99 + 16 * N); /* 99: the last tensor's end, aligned */
         CHECK(hi - lo == padded / S && lo == SR * (padded / S));
         CHECK(mine <= 2 * (hi - lo)); /* ~1/N: exp_avg + exp_avg_sq of the shard only */
-        CHECK(N == 1 || mine < full);
+        CHECK(S == 1 || mine < full); /* (shards over one rank: all of the state) */
+        /* stage 2 reduces into a shard of its own only where there is one to
+         * cut: over one rank (HYBRID_SHARD_ZERO2 with a process a machine) the
+         * gradients are averaged in place, no second copy of them */
+        accel_tensor h;
+        bool kept = accel__zero_grad_shard(accel__find_model(A, z.model), &h) != NULL;
+        CHECK_MSG(accel_accelerator_zero_stage(A) != 2 || kept == (N > 1 && S > 1),
+                  "stage 2 over %d rank(s) of %d: reduced shard %s", S, N, kept ? "kept" : "not kept");
     } else {
         CHECK(mine == full);
     }

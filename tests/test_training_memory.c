@@ -605,6 +605,10 @@ static void test_sharded_rows(void) {
     CHECK(r[ACCEL_SHARD_ZERO3].weights == 1000 && r[ACCEL_SHARD_ZERO3].grads == 1000 &&
           r[ACCEL_SHARD_ZERO3].gathered == 4000 && r[ACCEL_SHARD_ZERO3].total == 8000);
     CHECK(strcmp(accel_shard_strategy_name(ACCEL_SHARD_ZERO3), "ZeRO-3") == 0);
+    /* over one rank ZeRO-2 averages the gradients in place: no shard beside them */
+    accel_rank_memory one;
+    CHECK(accel_rank_memory_estimate(ACCEL_SHARD_ZERO2, 4000, 1000, 1, ACCEL_F32, 0, &one) == ACCEL_OK);
+    CHECK(one.grads == 4000 && one.total == 16000);
 }
 
 static void test_refusals(void) {

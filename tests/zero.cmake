@@ -42,6 +42,15 @@ if(TARGET accel_cli)
   set_tests_properties(accelerator_zero_hybrid_2x2 PROPERTIES TIMEOUT 180 ENVIRONMENT "ACCEL_DIST_TIMEOUT=60"
     PASS_REGULAR_EXPRESSION "zero_stage=2 world=4 shard=64 padded=128 state_floats=[0-9]+/132 mp=no accum=1 clip=0\n"
     FAIL_REGULAR_EXPRESSION "${_zfail}|machine [01] failed")
+  # ... with one process a machine: shards over one rank (the whole buffer),
+  # only replicas: the gradients averaged in place, no shard kept beside them.
+  add_test(NAME accelerator_zero_hybrid_2x1
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines.sh $<TARGET_FILE:accel_cli>
+                   --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD_ZERO2 ${_zp})
+  set_tests_properties(accelerator_zero_hybrid_2x1 PROPERTIES TIMEOUT 180
+    ENVIRONMENT "ACCEL_DIST_TIMEOUT=60;TWO_MACHINES_PROCESSES=2"
+    PASS_REGULAR_EXPRESSION "zero_stage=2 world=2 shard=128 padded=128 state_floats=[0-9]+/132 mp=no accum=1 clip=0\n"
+    FAIL_REGULAR_EXPRESSION "${_zfail}|machine [01] failed")
 endif()
 
 # The seed's workflow 3: bf16 + ZeRO-2 + accumulation 4 on 2 processes

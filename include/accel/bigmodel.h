@@ -243,7 +243,7 @@ const char *accel_shard_strategy_name(accel_shard_strategy s);
 /* Per-rank bytes of training with Adam on f32 parameters. */
 typedef struct accel_rank_memory {
     int64_t weights;     /* parameters (a shard under ZeRO-3) */
-    int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard */
+    int64_t grads;       /* the gradient buffer, and ZeRO-2's reduced shard (world > 1) */
     int64_t optimizer;   /* exp_avg + exp_avg_sq */
     int64_t gathered;    /* ZeRO-3: two units' full parameters and two units' full gradients */
     int64_t prepared;    /* bf16 / fp16: autocast's copy of every weight, made once per step (2
@@ -258,8 +258,10 @@ typedef struct accel_rank_memory {
 /* param_bytes: the f32 parameters' bytes; largest_unit_bytes: the largest wrap
  * unit's (a decoder layer, or the embedding); autocast: the mixed precision's
  * compute dtype, ACCEL_F32 (mixed_precision "no"), ACCEL_BF16 or ACCEL_F16
- * (anything else is refused), as accel_activation_opts.autocast. DDP's
- * buckets are ranges of the gradient buffer itself (no copy on the CPU). */
+ * (anything else is refused), as accel_activation_opts.autocast; world: the
+ * ranks ZeRO shards over (dp_shard x cp). DDP's buckets are ranges of the
+ * gradient buffer itself (no copy on the CPU); ZeRO-2 over one rank keeps no
+ * reduced shard (its gradients are averaged in place). */
 accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_bytes, int64_t largest_unit_bytes,
                                         int world, accel_dtype autocast, int64_t activation_bytes,
                                         accel_rank_memory *out);

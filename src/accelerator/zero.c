@@ -68,16 +68,19 @@ static accel_status zero1_layout(accel_accelerator *acc, accel__model *pm) {
     return st ? st : accel__ddp_share_grads(acc, pm, false);
 }
 
-/* Stage 2 on > 1 process: the averaged gradient shard, zgrad. */
+/* Stage 2 sharded over > 1 rank: the averaged gradient shard, zgrad. Over
+ * one rank (one process, or HYBRID_SHARD_ZERO2 with one process a machine:
+ * only replicas) the shard would be the whole buffer again: the gradients
+ * are averaged in place, as stage 1 does, and the step reads them there. */
 static accel_status zero2_layout(accel_accelerator *acc, accel__model *pm) {
     accel_status st = accel__zero_units(acc, pm);
     if (st) return st;
     accel__zero_model *zm = accel__zero_of(pm);
-    if (pm->ddp && zm->zn) {
+    if (pm->ddp && zm->zn && acc->shard_world > 1) {
         zm->zgrad = accel__device_alloc(zm->zdev, (size_t)zm->zn * sizeof(float), true, "accel_accelerator_prepare");
         if (!zm->zgrad) return accel_last_status();
     }
-    return accel__ddp_share_grads(acc, pm, true);
+    return accel__ddp_share_grads(acc, pm, zm->zgrad != NULL);
 }
 
 static accel_status zero12_release(accel_accelerator *acc, accel__model *pm) {

@@ -1568,7 +1568,9 @@ accel_status accel_rank_memory_estimate(accel_shard_strategy s, int64_t param_by
     double P = (double)param_bytes, shard = P / world, L = (double)largest_unit_bytes;
     double w = P, g = P, opt = 2 * P, gathered = 0;
     if (s >= ACCEL_SHARD_ZERO1) opt = 2 * shard;
-    if (s == ACCEL_SHARD_ZERO2) g = P + shard; /* the full buffer autograd fills, and the reduced shard */
+    /* the full buffer autograd fills, and the reduced shard: over one rank
+     * the gradients are reduced in place (no shard of the whole buffer) */
+    if (s == ACCEL_SHARD_ZERO2 && world > 1) g = P + shard;
     if (s == ACCEL_SHARD_ZERO3) {
         /* shards, and two units' full parameters (the current one and the
          * prefetch) and gradients (the one being made, the one reducing);
