@@ -98,6 +98,9 @@ int main(int argc, char **argv) {
         accel_accelerator_free(acc);
         return 1;
     }
+    /* With every weight in host memory the load's bookkeeping holds nothing the
+     * model needs, and a tensor-parallel prepare refuses a model still tied to it. */
+    accel_dispatched_free(loaded);
     accel_module_train(model, true); /* from_pretrained returns eval mode (GPT-2: dropout off) */
     const accel_llama_config cfg = *accel_llama_config_of(model);
     corpus c = {0};
@@ -141,7 +144,6 @@ int main(int argc, char **argv) {
     accel_lr_scheduler_free(sched);
     accel_optimizer_free(opt);
     accel_module_free(model);
-    accel_dispatched_free(loaded);
     accel_dataloader_free(dl);
     accel_dataset_free(ds);
     free(c.ids);
