@@ -63,6 +63,17 @@ cat '${_cr}/straight.txt'")
                        PASS_REGULAR_EXPRESSION "step=20 final_loss=")
 endif()
 
+# The examples' step counts are whole integers: "abc" was read as 0 steps (a run that did nothing).
+foreach(bad "checkpoint_resume;run;abc" "checkpoint_resume;run;20;12x" "grad_accumulation;abc")
+  list(GET bad 0 prog)
+  list(SUBLIST bad 1 -1 args)
+  string(JOIN "_" name ${args})
+  add_test(NAME example_${prog}_bad_args_${name}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 2 "usage: ${prog}" $<TARGET_FILE:${prog}> ${args}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(example_${prog}_bad_args_${name} PROPERTIES TIMEOUT 60)
+endforeach()
+
 # A few Llama steps on 2 processes (byte-level, bf16): the progress bar, TensorBoard logs and the save.
 if(TARGET accel_cli)
   add_test(NAME example_train_llama_2

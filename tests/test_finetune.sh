@@ -33,5 +33,8 @@ test -f ddp/config.json && test -f ddp/model.safetensors && test -f fsdp/config.
 echo "3 9 70 1" > bad.txt
 if err=$("$finetune" base/safetensors bad.txt never 2>&1); then echo "FAIL: an id past the vocabulary was taken"; exit 1; fi
 echo "$err" | grep -q 'bad.txt: token 3 is "70", not an id in \[0, 64)' || { echo "FAIL: unclear error: $err"; exit 1; }
+test "$(echo "$err" | grep -c '^finetune:')" = 1 || { echo "FAIL: not said once: $err"; exit 1; }
+if err=$("$finetune" base/safetensors no_such_ids.txt never 2>&1); then echo "FAIL: a missing corpus was taken"; exit 1; fi
+test "$err" = "finetune: cannot open no_such_ids.txt: No such file or directory" || { echo "FAIL: unclear error: $err"; exit 1; }
 test ! -e never
 echo finetune-ok
