@@ -25,7 +25,7 @@
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
- *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies
+ *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies (refused without one)
  *   --new-tokens N           (default 8)
  *   --sample --temperature T --top-k K --top-p P --seed S   (default greedy; when sampling
  *                            T > 0 (default 1), K >= 0 (0: off), P in (0, 1] (1: off), as
@@ -391,6 +391,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "generate: bad --device-map '%s': %s\n", map_s, accel_last_error());
             return 1;
         }
+    }
+    if (mmp && !strategy) { /* the budgets would be dropped without a word: no strategy reads them */
+        fprintf(stderr, "generate: --max-memory sets the budgets of a --device-map strategy (auto, balanced, "
+                        "balanced_low_0, sequential); %s\n",
+                map ? "an explicit map places every weight itself" : "without one every weight loads on the cpu");
+        accel_device_map_free(map);
+        return 2;
     }
     if (batch) {
         /* (--ids alone: the default list when none is given) */
