@@ -37,28 +37,24 @@ static accel_status window(void *ctx, int64_t index, void *const *fields) {
  * offending token otherwise. */
 static int read_ids(const char *path, int64_t vocab, corpus *c) {
     FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "finetune: cannot open %s: %s\n", path, strerror(errno));
-        return 1;
-    }
+    if (!f) return accel_set_error(ACCEL_ERR_IO, "cannot open %s: %s", path, strerror(errno)) != ACCEL_OK;
     int64_t cap = 1 << 12;
     c->ids = malloc((size_t)cap * sizeof *c->ids);
     char tok[32];
-    int rc = !c->ids;
+    int rc = !c->ids && accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", path);
     while (!rc && fscanf(f, "%31s", tok) == 1) {
         char *end;
         errno = 0;
         long long v = strtoll(tok, &end, 10);
         if (*end || errno || v < 0 || v >= vocab) {
-            fprintf(stderr, "finetune: %s: token %lld is \"%s\", not an id in [0, %lld)\n", path,
-                    (long long)c->n + 1, tok, (long long)vocab);
-            rc = 1;
+            rc = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: token %lld is \"%s\", not an id in [0, %lld)", path,
+                                 (long long)c->n + 1, tok, (long long)vocab) != ACCEL_OK;
             break;
         }
         if (c->n == cap) {
             int64_t *grown = realloc(c->ids, (size_t)(cap *= 2) * sizeof *c->ids);
             if (!grown) {
-                rc = 1;
+                rc = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory for %lld ids", path, (long long)cap) != ACCEL_OK;
                 break;
             }
             c->ids = grown;
@@ -66,10 +62,9 @@ static int read_ids(const char *path, int64_t vocab, corpus *c) {
         c->ids[c->n++] = v;
     }
     fclose(f);
-    if (!rc && c->n < 2 * SEQ) {
-        fprintf(stderr, "finetune: %s holds %lld ids, need at least %d\n", path, (long long)c->n, 2 * SEQ);
-        rc = 1;
-    }
+    if (!rc && c->n < 2 * SEQ)
+        rc = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s holds %lld ids, need at least %d", path, (long long)c->n,
+                             2 * SEQ) != ACCEL_OK;
     return rc;
 }
 
@@ -98,6 +93,9 @@ int main(int argc, char **argv) {
         accel_accelerator_free(acc);
         return 1;
     }
+    /* With every weight in host memory the load's bookkeeping holds nothing the
+     * model needs, and a tensor-parallel prepare refuses a model still tied to it. */
+    accel_dispatched_free(loaded);
     accel_module_train(model, true); /* from_pretrained returns eval mode (GPT-2: dropout off) */
     const accel_llama_config cfg = *accel_llama_config_of(model);
     corpus c = {0};
@@ -141,7 +139,6 @@ int main(int argc, char **argv) {
     accel_lr_scheduler_free(sched);
     accel_optimizer_free(opt);
     accel_module_free(model);
-    accel_dispatched_free(loaded);
     accel_dataloader_free(dl);
     accel_dataset_free(ds);
     free(c.ids);

@@ -25,7 +25,7 @@
  *   --device-map M           auto | balanced | balanced_low_0 | sequential (with --max-memory),
  *                            a JSON file {"model.layers.0": "cpu", "lm_head": "disk", ...},
  *                            or inline "prefix:device,..." (default: everything on cpu)
- *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies
+ *   --max-memory cpu=200MB,disk=10GB   budgets for the strategies (refused without one)
  *   --new-tokens N           (default 8)
  *   --sample --temperature T --top-k K --top-p P --seed S   (default greedy; when sampling
  *                            T > 0 (default 1), K >= 0 (0: off), P in (0, 1] (1: off), as
@@ -41,7 +41,7 @@
  * Prints generated_ids=[...], then timings: prompt_ms (the prompt's forward to
  * its first logits, the median of the --first-reps; load excluded),
  * prompt_cpu_ms (the process's CPU time of that forward, all threads, median:
- * what another process's load cannot add to) and decode tokens/s. */
+ * what another process's load cannot add to) and decode tokens/s ("n/a" where not measured). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +102,17 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* The median of x[n] (n >= 1; sorts x). */
+/* " name=rate" (tokens per second), or " name=n/a" where none was measured
+ * (it printed 0.0): no token after the first, or a generation timed no longer
+ * than its prompt alone (a cold first prompt call; a decode too short to time). */
+static void print_rate(const char *name, double tokens, double seconds) {
+    if (tokens > 0 && seconds > 0) printf(" %s=%.1f", name, tokens / seconds);
+    else printf(" %s=n/a", name);
+    if (tokens > 0 && !(seconds > 0))
+        fprintf(stderr, "generate: %s not measured: the generation took no longer than its prompt alone (a cold "
+                        "first call, or too few new tokens to time: --warm-up and more --new-tokens help)\n", name);
+}
+
 static double median(double *x, int64_t n) {
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
@@ -260,10 +271,11 @@ static int batch_main(const char *dir, const accel_generate_opts *o, const batch
         /* per CPU second too: the process's time, all threads, which another process's load cannot add to */
         double decode_s = (t3 - t2) - (t2 - t1), decode_cpu_s = (c3 - c2) - (c2 - c1);
         double toks = (double)(B * (n_new - 1));
-        printf("load_ms=%.1f prompt_ms=%.2f batch=%d new_tokens=%lld decode_tokens_per_s=%.1f "
-               "decode_tokens_per_cpu_s=%.1f\n", (t_load - t0) * 1e3, (t2 - t1) * 1e3, B, (long long)n_new,
-               n_new > 1 && decode_s > 0 ? toks / decode_s : 0.0,
-               n_new > 1 && decode_cpu_s > 0 ? toks / decode_cpu_s : 0.0);
+        printf("load_ms=%.1f prompt_ms=%.2f batch=%d new_tokens=%lld", (t_load - t0) * 1e3, (t2 - t1) * 1e3, B,
+               (long long)n_new);
+        print_rate("decode_tokens_per_s", n_new > 1 ? toks : 0, decode_s);
+        print_rate("decode_tokens_per_cpu_s", n_new > 1 ? toks : 0, decode_cpu_s);
+        printf("\n");
     }
     for (int b = 0; b < B; b++) free(rows[b]);
     free(ids);
@@ -392,6 +404,13 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    if (mmp && !strategy) { /* the budgets would be dropped without a word: no strategy reads them */
+        fprintf(stderr, "generate: --max-memory sets the budgets of a --device-map strategy (auto, balanced, "
+                        "balanced_low_0, sequential); %s\n",
+                map ? "an explicit map places every weight itself" : "without one every weight loads on the cpu");
+        accel_device_map_free(map);
+        return 2;
+    }
     if (batch) {
         /* (--ids alone: the default list when none is given) */
         const char *default_ids[1] = {ids_s};
@@ -484,9 +503,10 @@ int main(int argc, char **argv) {
         free(decoded);
         double prompt_s = median(walls, first_reps), decode_s = (t_end - t_first) - prompt_s;
         int64_t n_new = n_out - n_prompt;
-        printf("load_ms=%.1f prompt_ms=%.2f prompt_cpu_ms=%.2f new_tokens=%lld decode_tokens_per_s=%.1f\n",
-               (t_load - t0) * 1e3, prompt_s * 1e3, median(cpus, first_reps) * 1e3, (long long)n_new,
-               n_new > 1 && decode_s > 0 ? (double)(n_new - 1) / decode_s : 0.0);
+        printf("load_ms=%.1f prompt_ms=%.2f prompt_cpu_ms=%.2f new_tokens=%lld", (t_load - t0) * 1e3, prompt_s * 1e3,
+               median(cpus, first_reps) * 1e3, (long long)n_new);
+        print_rate("decode_tokens_per_s", n_new > 1 ? (double)(n_new - 1) : 0, decode_s);
+        printf("\n");
         if (dump && write_npy(dump, logits, vocab) != 0) {
             fprintf(stderr, "generate: cannot write %s\n", dump);
             rc = 1;

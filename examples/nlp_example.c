@@ -240,7 +240,6 @@ int main(int argc, char **argv) {
                         (long long)accel_bert_config_of(model)->num_labels);
         rc = 1;
     }
-    if (rc) fprintf(stderr, "nlp_example: %s\n", accel_last_error());
     split train = {0}, eval = {0};
     if (!rc)
         rc = make_split(tok, accel_bert_config_of(model), 1, N_TRAIN, &train) ||
@@ -279,8 +278,7 @@ int main(int argc, char **argv) {
             accel_accelerator_print(acc, "epoch %d: {'accuracy': %.4f, 'f1': %.4f} (this process's train loss %.4f)\n", epoch,
                                     accuracy, f1, steps ? loss_sum / (double)steps : 0.0);
     }
-    if (rc && model) fprintf(stderr, "nlp_example: %s\n", accel_last_error());
-    if (!tok) fprintf(stderr, "nlp_example: %s\n", accel_last_error());
+    if (rc) fprintf(stderr, "nlp_example: %s\n", accel_last_error()); /* once, whichever step failed */
     accel_accelerator_free(acc);
     accel_lr_scheduler_free(sched);
     accel_optimizer_free(opt);

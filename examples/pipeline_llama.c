@@ -1,6 +1,6 @@
 /* Pipeline parallelism: a small Llama trained over `pp_size` stages (one per
  * process) with 4 micro-batches per step, 1F1B by default:
- *     accel launch --num_processes 2 build/bin/pipeline_llama [gpipe|interleaved]
+ *     accel launch --num_processes 2 build/bin/pipeline_llama [1f1b|gpipe|interleaved]
  * (interleaved: 2 chunks of the 4 layers per stage, Megatron's virtual stages;
  * 2 or 4 processes, as the micro-batches must be a multiple of the stages)
  * Every stage gets the same batch; the loss (the batch's mean) is the same on
@@ -15,11 +15,16 @@
 #include "accel/accelerator.h"
 
 int main(int argc, char **argv) {
+    const char *schedule = argc > 1 ? argv[1] : "1f1b";
+    if (argc > 2 || (strcmp(schedule, "1f1b") && strcmp(schedule, "gpipe") && strcmp(schedule, "interleaved"))) {
+        fprintf(stderr, "usage: pipeline_llama [1f1b|gpipe|interleaved]\n");
+        return 2;
+    }
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism.pp_size = accel_dist_world_size(); /* every process a stage */
     o.parallelism.num_micro_batches = 4;
-    bool interleaved = argc > 1 && !strcmp(argv[1], "interleaved");
-    o.parallelism.pp_schedule = argc > 1 && !strcmp(argv[1], "gpipe") ? "gpipe" : interleaved ? "interleaved" : "1f1b";
+    bool interleaved = !strcmp(schedule, "interleaved");
+    o.parallelism.pp_schedule = schedule;
     o.parallelism.pp_virtual_stages = interleaved ? 2 : 0;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {

@@ -41,6 +41,12 @@ add_test(NAME bigmodel_generate_greedy COMMAND generate ${CMAKE_SOURCE_DIR}/test
 set_tests_properties(bigmodel_generate_greedy PROPERTIES
   PASS_REGULAR_EXPRESSION "generated_ids=\\[23, 49, 33, 48, 0, 11, 51, 35, 11, 82, 42, 67\\]\n")
 
+# One new token has no decode rate: "n/a", not a rate of 0.0 tokens/s.
+add_test(NAME bigmodel_generate_no_decode_rate COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic
+  --ids 23,49,33,48 --new-tokens 1)
+set_tests_properties(bigmodel_generate_no_decode_rate PROPERTIES
+  PASS_REGULAR_EXPRESSION "new_tokens=1 decode_tokens_per_s=n/a\n")
+
 # The same map saved as JSON (json.dump(model.hf_device_map), accel_device_map_load): the same ids;
 # a value of another type is refused naming the file and the key.
 add_test(NAME bigmodel_generate_greedy_json_map COMMAND generate ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic

@@ -8,6 +8,11 @@ set_tests_properties(cli_accel_test_1 cli_accel_test_2 PROPERTIES
   # the description whole: its last line (CPU kernels) before the verdict
   PASS_REGULAR_EXPRESSION "CPU kernels: .*Test is a success! You are ready for your distributed training!"
   ENVIRONMENT "HF_HOME=${CMAKE_CURRENT_BINARY_DIR}/hf_home_empty" TIMEOUT 120)
+# More local processes than the launcher's open-file limit can watch: refused before
+# any starts (it failed part-way, "pipe: Too many open files", thousands of workers started).
+add_test(NAME cli_launch_too_many_processes
+         COMMAND sh -c "ulimit -n 64 && exec sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 1 \"100 processes on this machine need about 132 open files in the launcher (1 each), over its limit of 64 (ulimit -n)\" $<TARGET_FILE:accel_cli> launch --num_processes 100 /bin/true")
+set_tests_properties(cli_launch_too_many_processes PROPERTIES TIMEOUT 60)
 add_dependencies(test_cli_merge_weights accel_cli)
 add_dependencies(test_cli_to_fsdp2 accel_cli)
 # Python programs under accel launch: exits 77 (skipped) without python3 / torch / accelerate.

@@ -22,7 +22,15 @@ add_test(NAME error_path_generate_max_memory_size
 add_test(NAME error_path_generate_max_memory_usage
          COMMAND ${_expect} 2 "usage: generate DIR" $<TARGET_FILE:generate>
                  ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --max-memory cpu)
-set_tests_properties(error_path_generate_max_memory_size error_path_generate_max_memory_usage PROPERTIES
+# budgets without a strategy to read them: refused, not dropped without a word
+add_test(NAME error_path_generate_max_memory_no_strategy
+         COMMAND ${_expect} 2 "generate: --max-memory sets the budgets of a --device-map strategy" $<TARGET_FILE:generate>
+                 ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --max-memory cpu=1MB)
+add_test(NAME error_path_generate_max_memory_explicit_map
+         COMMAND ${_expect} 2 "an explicit map places every weight itself" $<TARGET_FILE:generate>
+                 ${CMAKE_SOURCE_DIR}/tests/data/hf_llama_basic --device-map model:cpu,lm_head:cpu --max-memory cpu=1MB)
+set_tests_properties(error_path_generate_max_memory_size error_path_generate_max_memory_usage
+                     error_path_generate_max_memory_no_strategy error_path_generate_max_memory_explicit_map PROPERTIES
                      ENVIRONMENT "${_lsan}")
 # cv_example's numbers read whole: atoi took "1e3" epochs as 1, atof "3e-3x" as 3e-3
 add_test(NAME error_path_cv_example_epochs

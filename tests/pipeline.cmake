@@ -117,6 +117,11 @@ if(TARGET accel_cli AND TARGET pipeline_llama)
     set_tests_properties(pipeline_example_2_${sched} PROPERTIES TIMEOUT 120
                          ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
   endforeach()
+  # a schedule it does not know is refused, not run as 1F1B
+  add_test(NAME pipeline_example_bad_schedule
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 2 "usage: pipeline_llama [1f1b|gpipe|interleaved]"
+                   $<TARGET_FILE:pipeline_llama> zero_bubble)
+  set_tests_properties(pipeline_example_bad_schedule PROPERTIES TIMEOUT 60)
 endif()
 # A model unprepared and prepared again between pipeline steps, its optimizer
 # staying prepared (test_pipeline_reprepare.c): pp 2 under DDP, pp 2 x

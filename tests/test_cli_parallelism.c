@@ -68,10 +68,17 @@ static void test_parallelism_flags_env(void) {
     CHECK(run(b, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "PARALLELISM_CONFIG_DP_REPLICATE_SIZE=2\n");
     CHECK(!strstr(OUT, "CP_COMM_STRATEGY"));
-    /* without --use_parallelism_config nothing is exported, but the flags are still checked */
+    /* without --use_parallelism_config nothing is exported, but the flags are still checked,
+     * and a size given for nothing is named */
     const char *c[] = {"launch", "--parallelism_config_tp_size", "2", "/usr/bin/env", NULL};
     CHECK(run(c, NULL) == 0);
     CHECK(!strstr(OUT, "PARALLELISM_CONFIG"));
+    CHECK_STR_CONTAINS(ERR, "warning: --parallelism_config_tp_size 2 is ignored without --use_parallelism_config");
+    const char *d[] = {"launch", "--megatron_lm_pp_degree", "2", "/usr/bin/env", NULL};
+    CHECK(run(d, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON"));
+    CHECK_STR_CONTAINS(ERR, "warning: --megatron_lm_pp_degree 2 is ignored without --use_megatron_lm");
+    CHECK(run(a, NULL) == 0 && !strstr(ERR, "is ignored without")); /* a section in use: no word */
 }
 
 static void test_megatron_flags_env(void) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -122,10 +123,42 @@ static void test_resume_counts(void) {
     CHECK_MSG(strstr(text, want) != NULL, "log.jsonl:\n%s", text);
 }
 
+/* project_dir "" is the working directory (os.path.join("", "checkpoints") in
+ * Accelerate): automatic naming saves to ./checkpoints, never /checkpoints. The
+ * load that finds nothing comes first, so a wrong root fails before any write. */
+static void test_empty_project_dir_is_cwd(void) {
+    char cwd[4096], here[160];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(here, sizeof here, "%s/cwd", DIR_);
+    CHECK(mkdir(here, 0755) == 0 && chdir(here) == 0);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.project_dir = "";
+    o.automatic_checkpoint_naming = true;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    accel_module *model = accel_linear_new(1, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, model, NULL);
+    CHECK_MSG(acc && accel_accelerator_prepare(acc, model, opt, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_load_state(acc, NULL, NULL) == ACCEL_ERR_IO);
+    bool relative = strstr(accel_last_error(), "no complete checkpoint_* in ./checkpoints") != NULL;
+    CHECK_MSG(relative, "%s", accel_last_error());
+    char saved[256] = "";
+    if (relative) {
+        CHECK_MSG(accel_accelerator_save_state(acc, NULL, saved, sizeof saved) == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(!strcmp(saved, "./checkpoints/checkpoint_0"), "saved to %s", saved);
+        CHECK(access("checkpoints/checkpoint_0", F_OK) == 0);
+        CHECK_MSG(accel_accelerator_load_state(acc, NULL, NULL) == ACCEL_OK, "%s", accel_last_error());
+    }
+    accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
+    accel_module_free(model);
+    CHECK(chdir(cwd) == 0);
+}
+
 int main(void) {
     snprintf(DIR_, sizeof DIR_, "/tmp/accel_resume_point_XXXXXX");
     if (!mkdtemp(DIR_)) return 2;
     RUN(test_resume_counts);
+    RUN(test_empty_project_dir_is_cwd);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
     if (system(cmd) != 0) return 2;

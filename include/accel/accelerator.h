@@ -127,7 +127,7 @@ typedef struct accel_accelerator_opts {
     bool sync_each_batch;           /* all-reduce every micro-batch anyway */
     bool no_step_scheduler_with_optimizer; /* step_scheduler_with_optimizer=False: step every call */
     /* ProjectConfiguration */
-    const char *project_dir;        /* copied; NULL = ACCEL_PROJECT_DIR, else "." */
+    const char *project_dir;        /* copied; NULL = ACCEL_PROJECT_DIR, else "."; "" = "." */
     bool automatic_checkpoint_naming;
     int total_limit;                /* keep at most this many checkpoints (0 = all; < 0 refused) */
     /* DDP */

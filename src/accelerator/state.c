@@ -167,7 +167,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     }
     acc->o = o;
     acc->o.mixed_precision = NULL;
-    acc->project_dir = accel_strdup(o.project_dir ? o.project_dir : accel__default_project_dir());
+    /* "" is the working directory, as os.path.join("", "checkpoints") is Accelerate's
+     * (not "/checkpoints" at the file system's root) */
+    acc->project_dir =
+        accel_strdup(!o.project_dir ? accel__default_project_dir() : *o.project_dir ? o.project_dir : ".");
     acc->o.project_dir = acc->project_dir;
     acc->mp = mp;
     if (mp == ACCEL_MP_FP8) {

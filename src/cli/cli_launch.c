@@ -23,6 +23,7 @@
 #include <strings.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1192,6 +1193,23 @@ static int run_group(job *J, int restart) {
 }
 
 /* Frees what resolve() built and returns rc. */
+/* The launcher holds descriptors for each local worker while it runs (its
+ * stderr pipe; its stdout pipe when teed or logged; its two log files with
+ * --log_dir): a group that needs more than the open-file limit would fail
+ * part-way ("pipe: Too many open files") with thousands of workers started.
+ * Refused before any starts, naming the limit. */
+static bool descriptors_suffice(const launch_cfg *L, int local_n) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
+    int each = 1 + (((L->tee & 1) || L->log_dir) ? 1 : 0) + (L->log_dir ? 2 : 0);
+    unsigned long long need = (unsigned long long)local_n * (unsigned long long)each + 32; /* + the launcher's own */
+    if (need <= (unsigned long long)rl.rlim_cur) return true;
+    fprintf(stderr, "accel launch: error: %d processes on this machine need about %llu open files in the launcher "
+                    "(%d each), over its limit of %llu (ulimit -n): start fewer, or raise the limit\n",
+            local_n, need, each, (unsigned long long)rl.rlim_cur);
+    return false;
+}
+
 static int finish(launch_cfg *L, cv *cfg, int rc) {
     env_free(&L->env);
     cv_free(cfg);
@@ -1210,6 +1228,7 @@ int accel_cli_launch(int argc, char **argv) {
     memset(&J, 0, sizeof J);
     J.L = &L;
     J.local_n = L.num_processes / L.num_machines;
+    if (!descriptors_suffice(&L, J.local_n)) return finish(&L, cfg, 1);
     J.launcher = g_launcher_pid = getpid();
     /* The job secret authenticates connections to the store and between
      * workers. Machines of one job cannot agree on a random one: they share

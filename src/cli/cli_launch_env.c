@@ -711,12 +711,23 @@ static bool parallel_read(const launch_settings *ls, const cv *pc_config, const 
                            errn);
 }
 
+/* A section that is off exports nothing (as Accelerate's launcher), so the
+ * sizes it was given above 1 would lay out no mesh without a word: say so. */
+static void warn_unused_sizes(const setting *tab, size_t n, const long *ints, const char *use_flag) {
+    for (size_t i = 0; i < n; i++)
+        if (tab[i].type == K_INT && ints[i] > 1)
+            fprintf(stderr, "accel launch: warning: --%s %ld is ignored without %s (as Accelerate's launcher "
+                            "ignores it): no mesh is laid out from it\n", tab[i].name, ints[i], use_flag);
+}
+
 bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
                                bool use_pc, bool use_mega, int procs, char *err, size_t errn) {
     parallel_vals v;
     if (!parallel_read(ls, pc_config, mega_config, &v, err, errn) ||
         ((use_pc || use_mega) && !check_mesh(v.pc, v.mega, use_pc, use_mega, procs, err, errn)))
         return false;
+    if (!use_pc) warn_unused_sizes(PARALLELISM, NPARALLELISM, v.pc, "--use_parallelism_config");
+    if (!use_mega) warn_unused_sizes(MEGATRON, NMEGATRON, v.mega, "--use_megatron_lm");
     /* each section used: its switch, then every setting that has a value
      * (the cp comm strategy only where there is context parallelism) */
     const struct {
