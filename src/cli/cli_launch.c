@@ -1192,7 +1192,6 @@ static int run_group(job *J, int restart) {
     return ret;
 }
 
-/* Frees what resolve() built and returns rc. */
 /* The launcher holds descriptors for each local worker while it runs (its
  * stderr pipe; its stdout pipe when teed or logged; its two log files with
  * --log_dir): a group that needs more than the open-file limit would fail
@@ -1210,6 +1209,7 @@ static bool descriptors_suffice(const launch_cfg *L, int local_n) {
     return false;
 }
 
+/* Frees what resolve() built and returns rc. */
 static int finish(launch_cfg *L, cv *cfg, int rc) {
     env_free(&L->env);
     cv_free(cfg);
