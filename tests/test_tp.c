@@ -9,6 +9,7 @@
  * results (their staging freed). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "accel/parallel.h"
@@ -308,6 +309,23 @@ static void test_user_model(accel_pg *pg, int rank, int world) {
     }
     CHECK(accel_module_parallelize(tp, plan + 1, 1, pg) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "fc1 is already parallelized");
+    /* a model still tied to the handle its load returned: refused, naming the
+     * handle to free; freed, the same plan cuts it */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/accel_test_tp_%d_%d", (int)getpid(), world);
+    CHECK(accel_save_module(dir, fresh, 0) == ACCEL_OK);
+    accel_module *loaded = tiny_lm();
+    accel_dispatched *d = accel_load_checkpoint_in_model(loaded, dir, NULL, NULL);
+    CHECK_MSG(d != NULL, "%s", accel_last_error());
+    CHECK(accel_module_parallelize(loaded, plan, 4, pg) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "after freeing the accel_dispatched handle");
+    accel_dispatched_free(d);
+    CHECK_MSG(accel_module_parallelize(loaded, plan, 4, pg) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_module_get_tensor(loaded, "fc1.weight")->shape[0] == H / world);
+    accel_module_free(loaded);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
     accel_module_free(fresh), accel_module_free(ref), accel_module_free(tp);
     accel_tensor_free(ids), accel_tensor_free(labels);
 }
