@@ -26,7 +26,8 @@
  * under ZeRO-3): the same losses, gradients and save_model. StableLM with
  * qk_layernorm (per-head q/k norms, each rank its heads') at tp 2 under DDP
  * and over dp_shard 2 x tp 2 under ZeRO-3 with sequence parallelism, both
- * with clipping: the same. Under DDP (Llama, Phi-3)
+ * with clipping, and with each per-head norm a ZeRO-3 unit of its own (its
+ * weight read inside its hooks): the same. Under DDP (Llama, Phi-3)
  * each rank's parameter, gradient and momentum bytes are the plan's 1/tp
  * arithmetic (estimate-memory's per-mesh count; the tiny Llama's by hand). */
 #include <stdlib.h>
@@ -44,7 +45,13 @@ enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 /* user: the test parallelizes the model itself (accel_llama_parallelize over
  * accel_accelerator_tp_group) before prepare, which keeps that plan; qk: the
  * family's qk_layernorm on (StableLM's per-head q/k norms) */
-static struct { int tp, dp_shard, zero_stage; double clip; bool sp, user, qk; const char *family; char dir[64]; } CFG;
+static struct {
+    int tp, dp_shard, zero_stage;
+    double clip;
+    bool sp, user, qk;
+    const char *family, *wrap; /* wrap: ZeRO-3's wrap classes (TRANSFORMER_BASED_WRAP), NULL: the default */
+    char dir[64];
+} CFG;
 
 /* The tiny model of CFG's family, seeded (tiny_family, with CFG.qk). */
 static accel_module *cfg_model(uint64_t seed) {
@@ -166,6 +173,7 @@ static int body(int rank, int world) {
     o.gradient_clipping = CFG.clip;
     o.parallelism = (accel_parallelism_opts){.tp_size = CFG.tp, .dp_shard_size = CFG.dp_shard,
                                              .sequence_parallelism = CFG.sp ? ACCEL_TRUE : 0};
+    if (CFG.wrap) o.fsdp_auto_wrap_policy = "TRANSFORMER_BASED_WRAP", o.fsdp_transformer_layer_cls_to_wrap = CFG.wrap;
     accel_accelerator *acc = accel_accelerator_new(&o);
     if (!acc) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
@@ -295,6 +303,10 @@ int main(void) {
     CFG.qk = true;
     run_family("stablelm", 2, 2, 1, 0, 0.05, false);
     run_family("stablelm", 4, 2, 2, 3, 0.05, true);
+    /* each per-head norm a ZeRO-3 unit of its own: its weight read inside its hooks under tp too */
+    CFG.wrap = "StableLmDecoderLayer,LayerNorm";
+    run_family("stablelm", 4, 2, 2, 3, 0.05, false);
+    CFG.wrap = NULL;
     CFG.qk = false;
     CFG.user = true;
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);

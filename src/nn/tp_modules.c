@@ -266,8 +266,37 @@ static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
     }
     accel_tensor **ws = accel_arena_alloc(accel_step_arena(), (size_t)all * sizeof *ws, 64);
     if (!ws) return NULL;
-    for (int h = 0; h < all; h++) ws[h] = accel__module_tensor(norms->children[h], "weight");
-    head_norms hn = {t, accel_tp_copy_to_region(accel_concat(all, ws, 0), t->pg), x->shape[3]};
+    /* Each norm's weight is read inside its own module's hooks, as the plain
+     * path calls each norm (a ZeRO-3 unit on norms.h gathers the weight on
+     * enter, lets it go on exit and follows the module's output into the
+     * backward): per norm, entered, its weight copied (the copy holds the
+     * values once the hook lets the weight go; the gradient flows back
+     * through it unchanged), exited with the copy as its output, and what
+     * the hook hands back taken. A hook that would change the norm's input
+     * has nothing to act on here: refused. */
+    for (int h = 0; h < all; h++) {
+        accel_module *n = norms->children[h];
+        accel_tensor *in = x;
+        if (accel_module_enter(n, &in) != ACCEL_OK) return NULL;
+        accel_tensor *wh = accel__module_tensor(n, "weight");
+        ws[h] = in != x ? NULL : wh ? accel_mul_scalar(wh, 1.0) : NULL;
+        if (!ws[h] && (in != x || !wh))
+            accel_set_error(in != x ? ACCEL_ERR_UNSUPPORTED : ACCEL_ERR_STATE, "TensorParallelLayerNormPerHead: norms.%d %s",
+                            h, in != x ? "has a hook that replaces its input: not run under tensor parallelism"
+                                       : "has no weight");
+        char why[512] = "";
+        accel_status st = ws[h] ? ACCEL_OK : accel_last_status();
+        if (st) snprintf(why, sizeof why, "%s", accel_last_error());
+        accel_status e = accel_module_exit(n, &ws[h]); /* runs the post hook, with no output after a failure */
+        if (st) {
+            accel_set_error(st, "%s", why);
+            return NULL;
+        }
+        if (e) return NULL;
+    }
+    accel_tensor *w = accel_concat(all, ws, 0);
+    if (!w) return NULL;
+    head_norms hn = {t, accel_tp_copy_to_region(w, t->pg), x->shape[3]};
     return hn.w ? accel__each_head(x, rank_head_norm, &hn) : NULL;
 }
 
