@@ -15,9 +15,10 @@
  *        and normalises again.
  *   'G'  a GEMM choice table (ACCEL_GEMM_CACHE's file, or a checkpoint's
  *        bundle of them: accel__gemm_choices_install). After a table it
- *        accepts, GEMMs still multiply exactly: a small one, and one of the
- *        first class the table names for this thread count (at most 2^27
- *        multiply-adds). The table is reset after each input.
+ *        accepts, GEMMs still multiply exactly: a small f32 and a small bf16
+ *        one, and one of the first class the table names for this thread
+ *        count (at most 2^27 multiply-adds). The table is reset after each
+ *        input.
  *   'K'  accel_checkpoint.json, the completion marker of a save_state folder
  *        (accel__marker_check over a folder holding a few small files). A
  *        "marker_crc32c" of "recompute" is replaced by the marker's right
@@ -71,7 +72,7 @@ static const char *tmp_dir(void) {
     return g_tmp;
 }
 
-/* tmp/sub (a folder, made when missing) into out. */
+/* The path of sub in the temporary folder into out. */
 static void tmp_path(const char *sub, char *out, size_t n) {
     snprintf(out, n, "%s/%s", tmp_dir(), sub);
 }
