@@ -19,6 +19,10 @@
  *        one, and one of the first class the table names for this thread
  *        count (at most 2^27 multiply-adds). The table is reset after each
  *        input.
+ *   'D'  a device map saved as JSON (accel_device_map_load, as
+ *        `json.dump(model.hf_device_map)` writes it): one that loads is
+ *        written out (into a short buffer too), looked up, each value taken
+ *        as a device, and cleaned (clean_device_map).
  *   'K'  accel_checkpoint.json, the completion marker of a save_state folder
  *        (accel__marker_check over a folder holding a few small files). A
  *        "marker_crc32c" of "recompute" is replaced by the marker's right
@@ -287,6 +291,28 @@ static void fuzz_gemm_choices(const uint8_t *data, size_t size) {
     accel_clear_error();
 }
 
+/* ---------------------------------------------------------------- D: device map */
+
+static void fuzz_device_map(const uint8_t *data, size_t size) {
+    char path[320];
+    tmp_path("device_map.json", path, sizeof path);
+    write_file(path, data, size);
+    accel_device_map *m = accel_device_map_load(path);
+    if (!m) return;
+    char small[16], big[4096];
+    accel_device_map_str(m, small, sizeof small);
+    accel_device_map_str(m, big, sizeof big);
+    for (int i = 0; i < m->n; i++) {
+        accel_device d;
+        accel_device_map_device(m->e[i].device, &d);
+        accel_device_map_lookup(m, m->e[i].prefix);
+    }
+    accel_device_map_lookup(m, "model.layers.0.self_attn.q_proj.weight");
+    accel_clean_device_map(m);
+    accel_device_map_free(m);
+    accel_clear_error();
+}
+
 /* ---------------------------------------------------------------- K: checkpoint marker */
 
 /* The checkpoint folder the markers describe: a file, one a level down, an empty one. */
@@ -350,6 +376,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'C': fuzz_hf_config(data + 1, size - 1); break;
     case 'Y': fuzz_accel_config(data + 1, size - 1); break;
     case 'G': fuzz_gemm_choices(data + 1, size - 1); break;
+    case 'D': fuzz_device_map(data + 1, size - 1); break;
     case 'K': fuzz_checkpoint_marker(data + 1, size - 1); break;
     default: break;
     }
