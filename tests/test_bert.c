@@ -371,6 +371,17 @@ static void test_refused_config_fields(void) {
         {"\"hidden_dropout_prob\": -0.1", "hidden_dropout_prob"},
         {"\"hidden_dropout_prob\": 1", "hidden_dropout_prob"},
         {"\"attention_probs_dropout_prob\": 2", "attention_probs_dropout_prob"},
+        /* hostile values: sizes at INT64_MAX (overflow-checked), floats and
+         * negatives for integers, a key twice, a NUL inside a string */
+        {"\"max_position_embeddings\": 9223372036854775807", "the weights would take more than 2^63 bytes"},
+        {"\"type_vocab_size\": 9223372036854775807", "the weights would take more than 2^63 bytes"},
+        {"\"num_labels\": 9223372036854775807", "the weights would take more than 2^63 bytes"},
+        {"\"num_hidden_layers\": 9223372036854775807", "num_hidden_layers is over accel's limit of 65536"},
+        {"\"intermediate_size\": 9223372036854775808", "too big integer"},
+        {"\"hidden_size\": 768.0", "'hidden_size' must be a positive integer"},
+        {"\"num_hidden_layers\": -1", "'num_hidden_layers' must be a non-negative integer"},
+        {"\"vocab_size\": 65", "duplicate object key near '\"vocab_size\"'"},
+        {"\"hidden_act\": \"gelu\\u0000\"", "\\u0000 is not allowed"},
     };
     char path[200];
     snprintf(path, sizeof path, "%s/config.json", g_tmp);

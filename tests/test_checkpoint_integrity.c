@@ -22,6 +22,8 @@
 #include "accel/accelerator.h"
 #include "accel/dist.h"
 #include "check.h"
+#include "core/checksum.h"
+#include "io/checkpoint_marker.h"
 #include "sibling_exe.h"
 
 static char ROOT[256];
@@ -207,6 +209,60 @@ static void test_marker_versions(void) {
     run_free(&r);
 }
 
+/* The marker lists bytes, CRC and name of a file outside the checkpoint
+ * ("../outside.bin", its true size and CRC, the marker's own checksum
+ * recomputed): the check refuses the name instead of reading that file.
+ * Also an absolute name, "." / ".." parts and a name two folders deep, none
+ * of which accel__marker_write lists. */
+static void write_marker_listing(const char *dir, const char *name, const char *outside) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, ACCEL__MARKER);
+    json_t *root = json_load_file(path, 0, NULL);
+    CHECK(root != NULL);
+    FILE *f = fopen(outside, "rb");
+    char bytes[64];
+    size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (f) fclose(f);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", accel__crc32c(bytes, n));
+    json_object_set_new(json_object_get(root, "files"), name, json_integer((json_int_t)n));
+    json_object_set_new(json_object_get(root, "crc32c"), name, json_string(hex));
+    json_object_del(root, "marker_crc32c");
+    char *body = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf(hex, sizeof hex, "%08x", accel__crc32c(body, strlen(body)));
+    free(body);
+    json_object_set_new(root, "marker_crc32c", json_string(hex));
+    CHECK(json_dump_file(root, path, JSON_INDENT(2)) == 0);
+    json_decref(root);
+}
+
+static void test_marker_names_outside_refused(void) {
+    char dir[400], file[500], outside[500];
+    snprintf(dir, sizeof dir, "%s/names_%d", ROOT, R);
+    snprintf(outside, sizeof outside, "%s/outside_%d.bin", ROOT, R);
+    mkdir(ROOT, 0755);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    FILE *f = fopen(file, "wb");
+    CHECK(f && fputs("weights", f) >= 0 && fclose(f) == 0);
+    f = fopen(outside, "wb");
+    CHECK(f && fputs("not the checkpoint's", f) >= 0 && fclose(f) == 0);
+    CHECK(accel__marker_write(dir, 1, "test") == ACCEL_OK);
+    CHECK_MSG(accel__marker_check(dir, true, NULL, "test") == ACCEL_OK, "%s", accel_last_error());
+    char name[64], abs_name[600];
+    snprintf(name, sizeof name, "../outside_%d.bin", R);
+    snprintf(abs_name, sizeof abs_name, "%s", outside);
+    const char *bad[] = {name, abs_name, "./model.safetensors", "a/../model.safetensors", "a/b/model.safetensors", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(accel__marker_write(dir, 1, "test") == ACCEL_OK);
+        write_marker_listing(dir, bad[i], outside);
+        CHECK_MSG(accel__marker_check(dir, true, NULL, "test") == ACCEL_ERR_FORMAT, "\"%s\" was not refused",
+                  bad[i]);
+        CHECK_STR_CONTAINS(accel_last_error(), "which is no file of the checkpoint");
+        accel_clear_error();
+    }
+}
+
 /* Automatic naming: a corrupted newest checkpoint is skipped with a warning
  * naming the file; the previous one loads. */
 static void test_falls_back_to_previous(void) {
@@ -325,6 +381,7 @@ int main(void) {
     RUN(test_sweep_zero3_full);
     RUN(test_sweep_zero3_sharded);
     RUN(test_marker_versions);
+    RUN(test_marker_names_outside_refused);
     RUN(test_falls_back_to_previous);
     RUN(test_merge_weights_refuses_corruption);
     if (R == 0) rm_tree(ROOT);

@@ -144,6 +144,22 @@ static void test_rejections(void) {
                    "booleans");
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  use_autocast_during_eval: maybe\n", "f5.yaml",
                    "bad value for `fp8_config.use_autocast_during_eval`: 'maybe' (expected true or false)");
+    /* hostile values: integers at the int64 limits and floats where integers go */
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: 9223372036854775807\n", "i1.yaml",
+                   "invalid value '9223372036854775807' (expected an integer from -1 to 2147483647)");
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: -9223372036854775808\n", "i2.yaml",
+                   "invalid value '-9223372036854775808' (expected an integer from -1 to 2147483647)");
+    launch_rejects("distributed_type: MULTI_CPU\nnum_processes: 2.0\n", "i3.yaml",
+                   "bad value for `num_processes`: 2.0 (expected an integer)");
+    /* "billion laughs": nine levels of nine aliases each would be 9^9 strings
+     * if aliases were expanded; the reader refuses the first alias */
+    char laughs[1024] = "distributed_type: MULTI_CPU\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+    for (int i = 1; i < 10; i++) {
+        size_t n = strlen(laughs);
+        snprintf(laughs + n, sizeof laughs - n, "l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n",
+                 i, i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+    }
+    launch_rejects(laughs, "laughs.yaml", "laughs.yaml could not be parsed: line 3: unsupported YAML (anchors/aliases?)");
     const char *a[] = {"launch", "--config_file", "/nonexistent.yaml", "/bin/true", NULL};
     CHECK(run(a, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "does not exist");
@@ -179,6 +195,12 @@ static char *nested(const char *prefix, const char *open, const char *close, int
 static void test_config_limits(void) {
     char *deep = nested("distributed_type: MULTI_CPU\nfsdp_config: ", "[", "]", 50000, "\n");
     launch_rejects(deep, "deep.yaml", "line 2: nested deeper than 64 levels");
+    free(deep);
+    /* block style: a mapping per indented line, 500 deep */
+    deep = malloc(500 * 512);
+    size_t n = (size_t)sprintf(deep, "distributed_type: MULTI_CPU\n");
+    for (int i = 0; i < 500; i++) n += (size_t)sprintf(deep + n, "%*sk%d:\n", i, "", i);
+    launch_rejects(deep, "deep_block.yaml", "line 66: nested deeper than 64 levels");
     free(deep);
     deep = nested("{\"distributed_type\": \"MULTI_CPU\", \"fsdp_config\": ", "[", "]", 100, "}");
     launch_rejects(deep, "deep.json", "nested deeper than 64 levels");

@@ -216,6 +216,9 @@ static void test_clean_device_map(void) {
         {"a.x:0,a.y:0,b.x:1,b.y:1,c:1", "{\"c\": 1, \"a\": 0, \"b\": 1}"},
         {"a.x:0,a.y:0,b.x.0:1,b.x.1:1,b.y.0:2,b.y.1:2,c:2", "{\"c\": 2, \"a\": 0, \"b.x\": 1, \"b.y\": 2}"},
         {"a:cpu,b:disk", "{\"a\": \"cpu\", \"b\": \"disk\"}"},
+        /* a name with an empty first part (set by a program; a file's is refused):
+         * its child under the root was "" again, and the recursion never ended */
+        {".x:0,b:1", "{\".x\": 0, \"b\": 1}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         accel_device_map *m = accel_device_map_parse(cases[i][0]);
@@ -499,7 +502,8 @@ static void load_refused(const char *text, const char *needle) {
 /* A device map saved as JSON (json.dump(model.hf_device_map)): the file's
  * order, GPU indices as integers, every entry of a large file; refused by
  * name: no file, not an object, a key twice, a value of another type or a
- * device accel_device_map_set refuses. */
+ * device accel_device_map_set refuses, or a key no module has (a part
+ * empty, more than 256 parts). */
 static void test_device_map_load(void) {
     char path[128], buf[256];
     map_file("{\"model.embed_tokens\": 0, \"model.layers\": \"cpu\", \"lm_head\": \"disk\"}", path, sizeof path);
@@ -528,6 +532,17 @@ static void test_device_map_load(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "/nonexistent/accel_map.json");
     accel_clear_error();
     load_refused("[\"cpu\"]", "a device map is a JSON object of prefix -> device, not a list");
+    /* a key no module has: an empty part (fuzz_config: ".Nmodel.layers" made
+     * accel_clean_device_map recurse until the stack overflowed), or more parts
+     * than the clean's recursion should go (200,000 overflowed it too) */
+    load_refused("{\"model.embed_tokens\": \"cpu\", \".Nmodel.layers\": \"disk\"}",
+                 "key '.Nmodel.layers': a part of the name is empty");
+    load_refused("{\"model.\": \"cpu\"}", "key 'model.': a part of the name is empty");
+    load_refused("{\"model..layers\": \"cpu\"}", "key 'model..layers': a part of the name is empty");
+    char deep[1024] = "{\"a";
+    for (int i = 0; i < 256; i++) strcat(deep, ".a");
+    strcat(deep, "\": \"cpu\"}");
+    load_refused(deep, "the name has more than 256 dotted parts");
     load_refused("{\"a\": \"cpu\", \"a\": 0}", "duplicate");
     load_refused("{\"a\": true}", "key 'a': the value is neither a device name nor a GPU index");
     load_refused("{\"a\": -1}", "key 'a': the value is neither");

@@ -1,7 +1,7 @@
 /* The GEMM choice file (src/backends/cpu/gemm_choice.c) as an unlucky user
  * or an adversary leaves it: hand-edited (a class given twice, an "op" that
  * is no string, "rows" on an attention tile class, a bundle holding one
- * thread count twice), so full that `accel env` lists 256 classes, its
+ * thread count twice, or 65536 tables), so full that `accel env` lists 256 classes, its
  * directory's name too long to keep, or
  * naming a tile class far beyond any machine's memory that `accel env
  * --measure-gemm` would time. Each is refused naming the problem, or runs
@@ -125,6 +125,25 @@ static void test_bundle_thread_count_twice(void) {
     while (cache_file(path, sizeof path)) CHECK(unlink(path) == 0);
 }
 
+/* A bundle of more tables than bundle_json writes (one per thread count of
+ * its at most 256 classes, and the sender's own: 257) is refused for their
+ * number: a hostile checkpoint's 65536 empty tables (3 MB) took minutes in
+ * the pairwise check of their thread counts. 258 are refused, 257 install. */
+static void test_bundle_too_many_tables(void) {
+    restart();
+    json_t *b = json_pack("{s:[]}", "tables"), *tables = json_object_get(b, "tables");
+    for (int t = 1; t <= 258; t++)
+        json_array_append_new(tables, json_pack("{s:s, s:i, s:[]}", "key", "hostile", "threads", t, "choices"));
+    const char *why = accel__gemm_choices_install(b);
+    CHECK_MSG(why != NULL, "a bundle of 258 tables was installed");
+    if (why) CHECK_STR_CONTAINS(why, "more tables than a bundle holds (257)");
+    CHECK(json_array_remove(tables, 257) == 0);
+    why = accel__gemm_choices_install(b);
+    CHECK_MSG(why == NULL, "a bundle of 257 tables was refused: %s", why);
+    json_decref(b);
+    accel__gemm_choice_reset();
+}
+
 /* `accel env` with every slot of the table filled (256 classes, as a
  * long-lived cache reaches): each class on a line of its own, no crash (its
  * text overran a 16 KiB buffer and the listing walked off its end). */
@@ -195,6 +214,7 @@ int main(void) {
     accel__gemm_choice_set_timer(fake_time, NULL);
     RUN(test_malformed_entries);
     RUN(test_bundle_thread_count_twice);
+    RUN(test_bundle_too_many_tables);
     RUN(test_env_full_table);
     RUN(test_cache_dir_too_long);
     RUN(test_tiles_beyond_memory);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "check.h"
 #include "nn/arch.h"
@@ -141,6 +142,47 @@ static void test_errors(void) {
     snprintf(path, sizeof path, "%s/config.json", write_cfg("plain.json", "{}"));
     CHECK(accel_llama_config_load(path, &c) == ACCEL_ERR_IO);
     CHECK_STR_CONTAINS(accel_last_error(), "plain.json/config.json: cannot be read: Not a directory");
+    accel_clear_error();
+}
+
+/* Hostile values the fuzzer reaches slowly: sizes at INT64_MAX (refused by
+ * the overflow-checked sizes, never wrapped), an integer past 64 bits, a key
+ * twice, NUL inside a string (escaped and raw), JSON nested 3000 deep
+ * (jansson stops at 2048 levels: no stack overflow). An accepted
+ * max_position_embeddings of INT64_MAX loads (transformers takes it), and the
+ * training memory estimate of that many tokens is refused, not overflowed. */
+static void test_hostile_values(void) {
+    expect_error("h1.json", "{\"hidden_size\": 9223372036854775807, \"num_attention_heads\": 1}", ACCEL_ERR_FORMAT,
+                 "head_dim (hidden_size / num_attention_heads) must be positive and even");
+    expect_error("h2.json", "{\"vocab_size\": 9223372036854775807}", ACCEL_ERR_FORMAT, "more than 2^63 bytes");
+    expect_error("h3.json", "{\"num_hidden_layers\": 9223372036854775807}", ACCEL_ERR_FORMAT,
+                 "over accel's limit of 65536");
+    expect_error("h4.json", "{\"vocab_size\": 9223372036854775808}", ACCEL_ERR_FORMAT, "too big integer");
+    expect_error("h5.json", "{\"hidden_size\": 64, \"hidden_size\": 128}", ACCEL_ERR_FORMAT,
+                 "duplicate object key near '\"hidden_size\"'");
+    expect_error("h6.json", "{\"model_type\": \"llama\\u0000x\"}", ACCEL_ERR_FORMAT, "\\u0000 is not allowed");
+    expect_error("h7.json", "{\"num_attention_heads\": -9223372036854775808}", ACCEL_ERR_FORMAT,
+                 "'num_attention_heads' must be a positive integer");
+    char *deep = malloc(6001);
+    memset(deep, '[', 3000);
+    memset(deep + 3000, ']', 3000);
+    deep[6000] = 0;
+    expect_error("h8.json", deep, ACCEL_ERR_FORMAT, "maximum parsing depth reached");
+    free(deep);
+    char path[256];
+    snprintf(path, sizeof path, "%s/h9.json", g_dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite("{\"model_type\": \"lla\0ma\"}", 1, 24, f) == 24 && fclose(f) == 0);
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(path, &c) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "control character 0x0");
+    accel_clear_error();
+    CHECK_MSG(accel_llama_config_load(write_cfg("h10.json", "{\"max_position_embeddings\": 9223372036854775807}"),
+                                      &c) == ACCEL_OK, "%s", accel_last_error());
+    accel_activation_opts o = {.batch_size = 1, .seq_len = c.max_position_embeddings, .autocast = ACCEL_F32};
+    accel_activation_bytes out;
+    CHECK(accel_llama_activation_bytes(&c, &o, &out) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "seq_len 9223372036854775807 would take more than 2^62 bytes");
     accel_clear_error();
 }
 
@@ -1231,6 +1273,7 @@ int main(void) {
     RUN(test_defaults);
     RUN(test_layouts);
     RUN(test_errors);
+    RUN(test_hostile_values);
     RUN(test_save);
     RUN(test_big_file_few_reads);
     RUN(test_save_families);

@@ -146,6 +146,24 @@ accel_device_map *accel_device_map_parse(const char *spec) {
     return m;
 }
 
+/* The most dotted parts of a module name in a device map file (real ones have
+ * under 20); accel_clean_device_map recurses once per part. */
+#define MAP_MAX_PARTS 256
+
+/* Why key is no module name a device map file can hold, or NULL: "" (the
+ * root) or dotted parts, none empty, at most MAP_MAX_PARTS. A key with an
+ * empty part (".x", "x.", "a..b") names no module; ".x" had
+ * accel_clean_device_map recurse forever. */
+static const char *key_problem(const char *key) {
+    size_t n = strlen(key);
+    if (n == 0) return NULL;
+    if (key[0] == '.' || key[n - 1] == '.' || strstr(key, ".."))
+        return "a part of the name is empty (a module name is dotted names, as \"model.layers.0\")";
+    int parts = 1;
+    for (const char *p = key; *p; p++) parts += *p == '.';
+    return parts > MAP_MAX_PARTS ? "the name has more than 256 dotted parts" : NULL;
+}
+
 accel_device_map *accel_device_map_load(const char *path) {
     if (!path) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_device_map_load: path is NULL");
@@ -165,8 +183,10 @@ accel_device_map *accel_device_map_load(const char *path) {
         if (json_is_string(v)) dev = json_string_value(v);
         else if (json_is_integer(v) && json_integer_value(v) >= 0)
             snprintf(index, sizeof index, "%lld", (long long)json_integer_value(v)), dev = index;
-        accel_status st = dev ? accel_device_map_set(m, key, dev)
-                              : accel_set_error(ACCEL_ERR_FORMAT, "the value is neither a device name nor a GPU index");
+        const char *bad_key = key_problem(key);
+        accel_status st = bad_key ? accel_set_error(ACCEL_ERR_FORMAT, "%s", bad_key)
+                          : dev   ? accel_device_map_set(m, key, dev)
+                                  : accel_set_error(ACCEL_ERR_FORMAT, "the value is neither a device name nor a GPU index");
         if (st) {
             accel_set_error(st, "%s: key '%s': %s", path, key, accel_last_error()); /* formatted aside: no copy */
             accel_device_map_free(m);
@@ -242,6 +262,7 @@ static void clean_rec(accel_device_map *m, const char *module) {
         if (strncmp(k, prefix, ml) != 0 || strlen(k) <= strlen(module)) continue;
         const char *dot = strchr(k + ml, '.');
         size_t cl = dot ? (size_t)(dot - k) : strlen(k);
+        if (cl <= strlen(module)) continue; /* ".x" at the root (a program's set): its child would be "" again */
         bool seen = false;
         for (int j = 0; j < n_child && !seen; j++) seen = strlen(child[j]) == cl && strncmp(child[j], k, cl) == 0;
         if (seen) continue;

@@ -108,6 +108,20 @@ static accel_status check_self(const json_t *root, const char *dir, const char *
     return ACCEL_OK;
 }
 
+/* Whether the n bytes at p are a name of a file or folder: not empty, "." or "..". */
+static bool part_ok(const char *p, size_t n) {
+    return n > 0 && !(n == 1 && p[0] == '.') && !(n == 2 && p[0] == '.' && p[1] == '.');
+}
+
+/* Whether name is one accel__marker_write lists, "FILE" or "FOLDER/FILE":
+ * any other ("../x", "/etc/x", "a/b/c") would have the check read a file
+ * outside the checkpoint, or one no save writes. */
+static bool name_in_checkpoint(const char *name) {
+    size_t first = strcspn(name, "/");
+    const char *second = name[first] ? name + first + 1 : NULL;
+    return part_ok(name, first) && (!second || (!strchr(second, '/') && part_ok(second, strlen(second))));
+}
+
 static accel_status check_file(const char *dir, const char *name, const json_t *size, const json_t *sum,
                                bool checksums, const char *op) {
     char path[3 * PATHN];
@@ -161,7 +175,12 @@ accel_status accel__marker_check(const char *dir, bool checksums, const char *on
     json_object_foreach(files, name, size) {
         if (s) break;
         json_t *sum = sums ? json_object_get(sums, name) : NULL;
-        if (sums && !sum)
+        if (!name_in_checkpoint(name))
+            s = accel_set_error(ACCEL_ERR_FORMAT,
+                                "%s: %s/%s lists \"%s\", which is no file of the checkpoint (a name is FILE or "
+                                "FOLDER/FILE inside it, without \".\", \"..\" or a leading \"/\")",
+                                op, dir, ACCEL__MARKER, name);
+        else if (sums && !sum)
             s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s lists %s without its CRC-32C", op, dir, ACCEL__MARKER,
                                 name);
         else if (wanted(name, only))

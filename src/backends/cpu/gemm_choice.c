@@ -364,6 +364,10 @@ static const char *bundle_parse(json_t *j, choice *out, int *n) {
     *n = 0;
     if (!tables) return table_parse(j, NULL, omp_get_max_threads(), out, MAX_CHOICES, n);
     if (!json_is_array(tables)) return "\"tables\" is no list";
+    /* bundle_json writes one table per thread count of the choices and the
+     * sender's own: at most MAX_CHOICES + 1. More (a hostile checkpoint's
+     * 65536 empty tables) took minutes in the pairwise check below. */
+    if (json_array_size(tables) > MAX_CHOICES + 1) return "more tables than a bundle holds (257)";
     for (size_t i = 0; i < json_array_size(tables); i++) {
         json_t *t = json_array_get(tables, i), *th = json_object_get(t, "threads");
         if (!json_is_integer(th) || json_integer_value(th) < 1 || json_integer_value(th) > 1 << 16)
