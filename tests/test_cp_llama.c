@@ -6,7 +6,11 @@
  * sliding window of 4 over sequences of 8 and 16) and Gemma2 (the window on
  * even layers, attention and final soft-capping) and Gemma 3 (a window and
  * a local RoPE base on layer 0, linear RoPE scaling on layer 1, per-head q/k
- * norms). The group is the model's:
+ * norms), and, each strategy at 2 and 4 ranks, Phi (half of each head
+ * rotated, parallel blocks, qk_layernorm), GPT-NeoX (half rotated, parallel
+ * residual, its fused per-head query_key_value), StableLM (half rotated,
+ * q/k/v biases; sequential, and parallel with per-head q/k LayerNorms) and
+ * Starcoder2 (a window of 4, biases, LayerNorms), all tied. The group is the model's:
  * a second model on the same thread runs unsharded meanwhile. Also the
  * refusals: a KV cache (until cp is undone), a sequence that is not a
  * multiple of 2*cp, named by accel_llama_loss with both numbers, and at
@@ -19,12 +23,25 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "dist_group.h"
+#include "tiny_llama.h"
 
 static const char *g_family = "llama";
+/* StableLM's variant: its parallel residual (one input_layernorm feeding
+ * both branches) with per-head q/k LayerNorms, rather than tiny_llama.h's
+ * sequential default */
+static bool g_stablelm_parallel_qk;
+
+static bool newer_family(const char *f) {
+    return !strcmp(f, "phi") || !strcmp(f, "gpt_neox") || !strcmp(f, "stablelm") || !strcmp(f, "starcoder2");
+}
 
 static accel_llama_config tiny(void) {
-    accel_llama_config c = accel_llama_config_default();
+    /* the newer families as the other tests build them (tiny_family_config:
+     * partial rotary, biases, qk_layernorm, Starcoder2's window of 4; tied),
+     * at this test's vocabulary and positions below */
+    accel_llama_config c = newer_family(g_family) ? tiny_family_config(g_family) : accel_llama_config_default();
     snprintf(c.model_type, sizeof c.model_type, "%s", g_family);
+    if (!strcmp(g_family, "stablelm") && g_stablelm_parallel_qk) c.sequential_residual = false, c.qk_layernorm = true;
     if (!strcmp(g_family, "mistral")) c.sliding_window = 4;
     if (!strcmp(g_family, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
@@ -36,7 +53,7 @@ static accel_llama_config tiny(void) {
     c.intermediate_size = 24;
     c.num_hidden_layers = 2;
     c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
+    if (!newer_family(g_family)) c.num_key_value_heads = 2; /* GPT-NeoX's are its heads */
     c.max_position_embeddings = 64;
     c.torch_dtype = ACCEL_F32;
     return c;
@@ -225,6 +242,25 @@ static void test_gemma2_window_softcap(void) {
     run_family(4, ACCEL_CP_ALLGATHER, "gemma2");
 }
 static void test_gemma3_layer_types(void) { run_family(2, ACCEL_CP_ALLTOALL, "gemma3_text"); }
+/* The newer families, each strategy at 2 and 4 ranks: a partial rotary's
+ * global positions (Phi, GPT-NeoX, StableLM), parallel blocks (Phi,
+ * GPT-NeoX, StableLM's option), per-head norms (Phi's shared one,
+ * StableLM's own per head), biases, Starcoder2's window over the chunks. */
+static void run_each_strategy(const char *family) {
+    run_family(2, ACCEL_CP_ALLGATHER, family);
+    run_family(2, ACCEL_CP_ALLTOALL, family);
+    run_family(4, ACCEL_CP_ALLGATHER, family);
+    run_family(4, ACCEL_CP_ALLTOALL, family);
+}
+static void test_phi(void) { run_each_strategy("phi"); }
+static void test_gpt_neox(void) { run_each_strategy("gpt_neox"); }
+static void test_stablelm_sequential(void) { run_each_strategy("stablelm"); }
+static void test_stablelm_parallel_qk_layernorm(void) {
+    g_stablelm_parallel_qk = true;
+    run_each_strategy("stablelm");
+    g_stablelm_parallel_qk = false;
+}
+static void test_starcoder2_window(void) { run_each_strategy("starcoder2"); }
 
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
@@ -235,5 +271,10 @@ int main(void) {
     RUN(test_mistral_window);
     RUN(test_gemma2_window_softcap);
     RUN(test_gemma3_layer_types);
+    RUN(test_phi);
+    RUN(test_gpt_neox);
+    RUN(test_stablelm_sequential);
+    RUN(test_stablelm_parallel_qk_layernorm);
+    RUN(test_starcoder2_window);
     return check_summary();
 }
