@@ -83,17 +83,33 @@ static const char *after_who(const char *e) {
     return p ? p + 2 : e;
 }
 
+/* The families whose attention has a dropout: theirs above 0 is refused
+ * under cp (the sharded attention has none). */
+static const char *const ATTENTION_DROPOUT_FAMILIES[] = {"phi", "gpt_neox", "stablelm", "starcoder2"};
+enum { N_REFUSALS = 2 + sizeof ATTENTION_DROPOUT_FAMILIES / sizeof *ATTENTION_DROPOUT_FAMILIES };
+
+/* Refused case k of tiny()'s Llama sizes: 0 GPT-2, 1 three heads (all-to-all),
+ * then each family's attention dropout. */
+static accel_llama_config refused_config(int k) {
+    accel_llama_config c = tiny();
+    if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
+    else if (k == 1) c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
+    else {
+        snprintf(c.model_type, sizeof c.model_type, "%s", ATTENTION_DROPOUT_FAMILIES[k - 2]);
+        c.attn_pdrop = 0.1;
+        if (!strcmp(c.model_type, "gpt_neox")) c.num_key_value_heads = 4; /* GPT-NeoX's are its heads */
+    }
+    return c;
+}
+
 /* GPT-2 (learned positions), 3 heads under all-to-all over 2 or 4 ranks,
- * and Phi's and GPT-NeoX's attention dropout (the sharded attention has none): refused by the runtime, and by the estimate in the same words
- * after the function's name. Returns the failures. */
+ * and the attention dropout of Phi, GPT-NeoX, StableLM and Starcoder2:
+ * refused by the runtime, and by the estimate in the same words after the
+ * function's name. Returns the failures. */
 static int refusals_agree(accel_pg *pg, int world) {
     int bad = 0;
-    for (int k = 0; k < 4; k++) {
-        accel_llama_config c = tiny();
-        if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
-        else if (k == 1) c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
-        else if (k == 2) snprintf(c.model_type, sizeof c.model_type, "phi"), c.attn_pdrop = 0.1;
-        else snprintf(c.model_type, sizeof c.model_type, "gpt_neox"), c.attn_pdrop = 0.1, c.num_key_value_heads = 4;
+    for (int k = 0; k < N_REFUSALS; k++) {
+        accel_llama_config c = refused_config(k);
         accel_status want = k == 1 ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED;
         const char *words = k == 1 ? "the all-to-all strategy splits a rank's 3 query heads (num_attention_heads 3 / tp 1)"
                             : k >= 2 ? "attention dropout (attention_dropout 0.1) under context parallelism is not "
