@@ -64,9 +64,11 @@ if(TARGET accel_cli)
 endif()
 # Context parallelism under pipeline parallelism (test_pipeline.c's 11th to 13th
 # fields: cp size, strategy allgather / alltoall or sp for Ulysses' sp_size,
-# family llama, gemma2, gemma3_text, phi or gpt_neox): cp 2 x pp 2 on 4 processes with each schedule and
-# strategy, Llama and Gemma-2 (its sliding window of 4 bites at T = 12; Gemma 3's too,
-# with its two RoPEs; Phi's parallel blocks, tied with its head's bias; GPT-NeoX's own tree), and
+# family llama, gemma2, gemma3_text, phi, gpt_neox, stablelm or starcoder2): cp 2 x pp 2 on 4 processes
+# with each schedule and strategy, Llama and Gemma-2 (its sliding window of 4 bites at T = 12; Gemma 3's too,
+# with its two RoPEs; Phi's parallel blocks, tied with its head's bias; GPT-NeoX's own tree; StableLM's
+# parallel residual with per-head q/k norms; Starcoder2's window, biases, tied), StableLM and Starcoder2
+# also at cp 1 (pp 2 alone: 1F1B, GPipe and interleaved 1F1B), and
 # tp 2 x cp 2 x pp 2 (sequence parallel) and dp_shard 2 x cp 2 x pp 2 (DDP,
 # and ZeRO-2 over dp_shard x cp) on 8. Fields: pp dp sched tied tp sp virt
 # zero cp strategy family.
@@ -79,7 +81,10 @@ if(TARGET accel_cli)
               "2;1;1f1b;1;2;1;1;0;2;alltoall;llama" "2;2;gpipe;0;1;0;1;0;2;allgather;llama"
               "2;2;interleaved;1;1;0;2;2;2;alltoall;gemma2" "2;1;1f1b;0;1;0;1;0;2;alltoall;gemma3_text"
               "2;1;1f1b;1;1;0;1;0;2;allgather;phi" "2;1;gpipe;0;1;0;1;0;2;sp;phi"
-              "2;1;1f1b;1;1;0;1;0;2;allgather;gpt_neox" "2;1;gpipe;0;1;0;1;0;2;sp;gpt_neox")
+              "2;1;1f1b;1;1;0;1;0;2;allgather;gpt_neox" "2;1;gpipe;0;1;0;1;0;2;sp;gpt_neox"
+              "2;1;1f1b;0;1;0;1;0;1;allgather;stablelm" "2;1;interleaved;1;1;0;2;0;1;allgather;stablelm"
+              "2;1;gpipe;1;1;0;1;0;2;alltoall;stablelm" "2;1;gpipe;1;1;0;1;0;1;allgather;starcoder2"
+              "2;1;1f1b;1;1;0;1;0;2;allgather;starcoder2" "2;1;interleaved;0;1;0;2;0;2;sp;starcoder2")
     list(GET cfg 0 pp)
     list(GET cfg 1 dp)
     list(GET cfg 2 sched)

@@ -24,7 +24,11 @@ typedef struct pipeline_model {
      * qk_layernorm; "gpt_neox": GPT-NeoX (its own tree, per-head fused
      * query_key_value, parallel attention and MLP from two LayerNorms,
      * attention biases) with as many kv heads as heads, rotating half of
-     * each head */
+     * each head; "stablelm": StableLM's parallel residual (one
+     * input_layernorm feeding both branches) with per-head q/k LayerNorms
+     * (qk_layernorm), q/k/v biases, rotating half of each head;
+     * "starcoder2": Starcoder2 (LayerNorms, biases everywhere, a window of
+     * 4 keys, which bites at the tests' T = 12) */
     const char *family;
 } pipeline_model;
 
@@ -48,6 +52,9 @@ static inline accel_module *pipeline_llama(pipeline_model p) {
     if (p.family && !strcmp(p.family, "phi")) c.partial_rotary_factor = 0.5, c.qk_layernorm = true;
     if (p.family && !strcmp(p.family, "gpt_neox"))
         c.num_key_value_heads = p.heads, c.partial_rotary_factor = 0.5, c.attention_bias = true;
+    if (p.family && !strcmp(p.family, "stablelm"))
+        c.partial_rotary_factor = 0.5, c.qk_layernorm = true, c.attention_bias = true, c.sequential_residual = false;
+    if (p.family && !strcmp(p.family, "starcoder2")) c.attention_bias = c.mlp_bias = true, c.sliding_window = 4;
     c.torch_dtype = ACCEL_F32;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }

@@ -14,7 +14,9 @@
  * (grouped-query attention), Gemma-2 (a sliding window that bites on
  * layer 0, soft-capped scores and logits) and OLMo 2 (q/k norms over every
  * head, their mean square summed over the tp group) in each of these
- * meshes, Phi-3 (fused projections) in two of them, Mixtral (tp 2 x cp 2
+ * meshes, Phi-3 (fused projections), Phi, GPT-NeoX and StableLM (its
+ * per-head q/k LayerNorms on: tp 2 x cp 2 all-gather, and all-to-all with
+ * sequence parallelism) in two of them, Mixtral (tp 2 x cp 2
  * with sequence parallelism) and Qwen3-MoE (tp 2 x sp 2) in one: each
  * rank routes its chunks' tokens, its tp group alike. OLMo 2 steps with lr
  * 0.02, the others 0.05: at 0.05 its tiny model's trajectory turns
@@ -43,11 +45,20 @@ static struct {
     int cp, sp, zero_stage;
     double lr;
     bool seq_par;
+    bool qk_layernorm; /* StableLM's per-head q/k LayerNorms on (tiny_family_config's StableLM has none) */
     char dir[64];
 } CFG;
 
 static void sequences(int64_t *ids) {
     for (int i = 0; i < SEQS * T; i++) ids[i] = (i * 7 + i / T * 5 + 3) % 40;
+}
+
+/* tiny_family(seed, CFG.family), with qk_layernorm when CFG asks for it. */
+static accel_module *family_model(uint64_t seed) {
+    accel_manual_seed(seed);
+    accel_llama_config c = tiny_family_config(CFG.family);
+    if (CFG.qk_layernorm) c.qk_layernorm = true;
+    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
 /* Under all-to-all a model of 2 heads has one per tp rank: nothing to
@@ -87,7 +98,7 @@ static int body(int rank, int world) {
     accel_dataloader_opts dlo = accel_dataloader_opts_default();
     dlo.batch_size = BS;
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
-    accel_module *ref = tiny_family(11, CFG.family), *m = tiny_family(11, CFG.family);
+    accel_module *ref = family_model(11), *m = family_model(11);
     accel_optim_hparams h = {.lr = CFG.lr, .momentum = 0.9};
     accel_optimizer *o_ref = accel_optimizer_new_module(ACCEL_OPTIM_SGD, ref, &h);
     /* made over the whole model, re-targeted to the tp slices by prepare */
@@ -102,6 +113,9 @@ static int body(int rank, int world) {
                                                   : neox ? "gpt_neox.layers.0.attention.query_key_value.weight"
                                                          : "model.layers.0.self_attn.k_proj.weight");
     CHECK(kw && kw->shape[0] == (fused ? 2 + 1 + 1 : neox ? 2 * 3 : 1) * 4 && accel_llama_cp_group(m, NULL) != NULL);
+    /* StableLM's per-head norms: one per head, whole on every rank (4 query heads, 2 key/value heads) */
+    CHECK(!CFG.qk_layernorm || (accel_module_get_tensor(m, "model.layers.1.self_attn.q_layernorm.norms.3.weight") &&
+                                accel_module_get_tensor(m, "model.layers.1.self_attn.k_layernorm.norms.1.weight")));
     accel_tensor **ps;
     int n_ref = accel_module_parameters(ref, &ps);
     for (int s = 0; s < STEPS; s++) {
@@ -193,6 +207,12 @@ int main(void) {
     /* GPT-NeoX's per-head query_key_value cut by heads, parallel attention and MLP from two LayerNorms */
     run("gpt_neox", 2, 0, "allgather", true, 0);
     run("gpt_neox", 0, 2, NULL, false, 0);
+    /* StableLM's per-head q/k LayerNorms (each tp rank normalizes its heads with their own norms, their
+     * gradients summed over tp and cp), q/k/v biases, partial RoPE at the chunks' global positions */
+    CFG.qk_layernorm = true;
+    run("stablelm", 2, 0, "allgather", false, 0);
+    run("stablelm", 2, 0, "alltoall", true, 0);
+    CFG.qk_layernorm = false;
     /* experts: each rank routes its sequence chunks' tokens, its tp group the same ones */
     run("mixtral", 2, 0, "allgather", true, 0);
     run("qwen3_moe", 0, 2, NULL, false, 0);

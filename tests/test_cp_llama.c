@@ -6,25 +6,46 @@
  * sliding window of 4 over sequences of 8 and 16) and Gemma2 (the window on
  * even layers, attention and final soft-capping) and Gemma 3 (a window and
  * a local RoPE base on layer 0, linear RoPE scaling on layer 1, per-head q/k
- * norms). The group is the model's:
+ * norms), and, each strategy at 2 and 4 ranks, Phi (half of each head
+ * rotated, parallel blocks, qk_layernorm), GPT-NeoX (half rotated, parallel
+ * residual, its fused per-head query_key_value), StableLM (half rotated,
+ * q/k/v biases; sequential, and parallel with per-head q/k LayerNorms) and
+ * Starcoder2 (a window of 4, biases, LayerNorms), all tied; for each, the
+ * estimate (accel_llama_activation_bytes, .cp_size) counts the step or,
+ * with a window or soft-capping, says it does not model it (never a
+ * refusal of what the runtime runs). The group is the model's:
  * a second model on the same thread runs unsharded meanwhile. Also the
  * refusals: a KV cache (until cp is undone), a sequence that is not a
  * multiple of 2*cp, named by accel_llama_loss with both numbers, and at
- * accel_llama_context_parallelize GPT-2 and the all-to-all strategy over
- * heads cp does not divide, which accel_llama_activation_bytes (.cp_size)
- * refuses in the same words. */
+ * accel_llama_context_parallelize GPT-2, the attention dropout of Phi,
+ * GPT-NeoX, StableLM and Starcoder2, and the all-to-all strategy over heads
+ * cp does not divide, which accel_llama_activation_bytes (.cp_size) refuses
+ * in the same words. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "accel/accel.h"
 #include "check.h"
 #include "dist_group.h"
+#include "tiny_llama.h"
 
 static const char *g_family = "llama";
+/* StableLM's variant: its parallel residual (one input_layernorm feeding
+ * both branches) with per-head q/k LayerNorms, rather than tiny_llama.h's
+ * sequential default */
+static bool g_stablelm_parallel_qk;
+
+static bool newer_family(const char *f) {
+    return !strcmp(f, "phi") || !strcmp(f, "gpt_neox") || !strcmp(f, "stablelm") || !strcmp(f, "starcoder2");
+}
 
 static accel_llama_config tiny(void) {
-    accel_llama_config c = accel_llama_config_default();
+    /* the newer families as the other tests build them (tiny_family_config:
+     * partial rotary, biases, qk_layernorm, Starcoder2's window of 4; tied),
+     * at this test's vocabulary and positions below */
+    accel_llama_config c = newer_family(g_family) ? tiny_family_config(g_family) : accel_llama_config_default();
     snprintf(c.model_type, sizeof c.model_type, "%s", g_family);
+    if (!strcmp(g_family, "stablelm") && g_stablelm_parallel_qk) c.sequential_residual = false, c.qk_layernorm = true;
     if (!strcmp(g_family, "mistral")) c.sliding_window = 4;
     if (!strcmp(g_family, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
@@ -36,7 +57,7 @@ static accel_llama_config tiny(void) {
     c.intermediate_size = 24;
     c.num_hidden_layers = 2;
     c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
+    if (!newer_family(g_family)) c.num_key_value_heads = 2; /* GPT-NeoX's are its heads */
     c.max_position_embeddings = 64;
     c.torch_dtype = ACCEL_F32;
     return c;
@@ -66,17 +87,33 @@ static const char *after_who(const char *e) {
     return p ? p + 2 : e;
 }
 
+/* The families whose attention has a dropout: theirs above 0 is refused
+ * under cp (the sharded attention has none). */
+static const char *const ATTENTION_DROPOUT_FAMILIES[] = {"phi", "gpt_neox", "stablelm", "starcoder2"};
+enum { N_REFUSALS = 2 + sizeof ATTENTION_DROPOUT_FAMILIES / sizeof *ATTENTION_DROPOUT_FAMILIES };
+
+/* Refused case k of tiny()'s Llama sizes: 0 GPT-2, 1 three heads (all-to-all),
+ * then each family's attention dropout. */
+static accel_llama_config refused_config(int k) {
+    accel_llama_config c = tiny();
+    if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
+    else if (k == 1) c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
+    else {
+        snprintf(c.model_type, sizeof c.model_type, "%s", ATTENTION_DROPOUT_FAMILIES[k - 2]);
+        c.attn_pdrop = 0.1;
+        if (!strcmp(c.model_type, "gpt_neox")) c.num_key_value_heads = 4; /* GPT-NeoX's are its heads */
+    }
+    return c;
+}
+
 /* GPT-2 (learned positions), 3 heads under all-to-all over 2 or 4 ranks,
- * and Phi's and GPT-NeoX's attention dropout (the sharded attention has none): refused by the runtime, and by the estimate in the same words
- * after the function's name. Returns the failures. */
+ * and the attention dropout of Phi, GPT-NeoX, StableLM and Starcoder2:
+ * refused by the runtime, and by the estimate in the same words after the
+ * function's name. Returns the failures. */
 static int refusals_agree(accel_pg *pg, int world) {
     int bad = 0;
-    for (int k = 0; k < 4; k++) {
-        accel_llama_config c = tiny();
-        if (k == 0) snprintf(c.model_type, sizeof c.model_type, "gpt2"), c.num_key_value_heads = 4;
-        else if (k == 1) c.hidden_size = 12, c.num_attention_heads = c.num_key_value_heads = 3;
-        else if (k == 2) snprintf(c.model_type, sizeof c.model_type, "phi"), c.attn_pdrop = 0.1;
-        else snprintf(c.model_type, sizeof c.model_type, "gpt_neox"), c.attn_pdrop = 0.1, c.num_key_value_heads = 4;
+    for (int k = 0; k < N_REFUSALS; k++) {
+        accel_llama_config c = refused_config(k);
         accel_status want = k == 1 ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED;
         const char *words = k == 1 ? "the all-to-all strategy splits a rank's 3 query heads (num_attention_heads 3 / tp 1)"
                             : k >= 2 ? "attention dropout (attention_dropout 0.1) under context parallelism is not "
@@ -101,6 +138,24 @@ static int refusals_agree(accel_pg *pg, int world) {
         accel_clear_error();
     }
     return bad;
+}
+
+/* What the runtime runs the estimate (accel_llama_activation_bytes with
+ * cp_size) counts, or, for a layer of explicit scores (a window that
+ * bites, soft-capping), says it does not model but the runtime runs: it
+ * never refuses the family. Returns the failures. */
+static int estimate_runs(const accel_llama_config *c, int64_t B, int64_t T, int world) {
+    accel_activation_opts o = {.batch_size = B, .seq_len = T, .autocast = ACCEL_F32, .cp_size = world,
+                               .cp_alltoall = g_strategy == ACCEL_CP_ALLTOALL};
+    accel_activation_bytes b;
+    accel_status st = accel_llama_activation_bytes(c, &o, &b);
+    bool windowed = c->sliding_window > 0 && c->sliding_window < T, capped = c->attn_logit_softcapping > 0;
+    bool ok = windowed || capped ? st == ACCEL_ERR_UNSUPPORTED &&
+                                       strstr(accel_last_error(), "not modelled here (the runtime runs it")
+                                 : st == ACCEL_OK;
+    if (!ok) fprintf(stderr, "%s under cp %d: the estimate %d \"%s\"\n", g_family, world, (int)st, accel_last_error());
+    accel_clear_error();
+    return !ok;
 }
 
 static int body(int rank, int world) {
@@ -167,6 +222,7 @@ static int body(int rank, int world) {
     free(g);
     free(g_ref);
     accel_step_reset();
+    bad += estimate_runs(&c, B, T, world);
     /* refusals (no collective is issued) */
     x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(1, T + 2), ids);
     char want_t[96];
@@ -225,6 +281,25 @@ static void test_gemma2_window_softcap(void) {
     run_family(4, ACCEL_CP_ALLGATHER, "gemma2");
 }
 static void test_gemma3_layer_types(void) { run_family(2, ACCEL_CP_ALLTOALL, "gemma3_text"); }
+/* The newer families, each strategy at 2 and 4 ranks: a partial rotary's
+ * global positions (Phi, GPT-NeoX, StableLM), parallel blocks (Phi,
+ * GPT-NeoX, StableLM's option), per-head norms (Phi's shared one,
+ * StableLM's own per head), biases, Starcoder2's window over the chunks. */
+static void run_each_strategy(const char *family) {
+    run_family(2, ACCEL_CP_ALLGATHER, family);
+    run_family(2, ACCEL_CP_ALLTOALL, family);
+    run_family(4, ACCEL_CP_ALLGATHER, family);
+    run_family(4, ACCEL_CP_ALLTOALL, family);
+}
+static void test_phi(void) { run_each_strategy("phi"); }
+static void test_gpt_neox(void) { run_each_strategy("gpt_neox"); }
+static void test_stablelm_sequential(void) { run_each_strategy("stablelm"); }
+static void test_stablelm_parallel_qk_layernorm(void) {
+    g_stablelm_parallel_qk = true;
+    run_each_strategy("stablelm");
+    g_stablelm_parallel_qk = false;
+}
+static void test_starcoder2_window(void) { run_each_strategy("starcoder2"); }
 
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
@@ -235,5 +310,10 @@ int main(void) {
     RUN(test_mistral_window);
     RUN(test_gemma2_window_softcap);
     RUN(test_gemma3_layer_types);
+    RUN(test_phi);
+    RUN(test_gpt_neox);
+    RUN(test_stablelm_sequential);
+    RUN(test_stablelm_parallel_qk_layernorm);
+    RUN(test_starcoder2_window);
     return check_summary();
 }

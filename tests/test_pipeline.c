@@ -33,7 +33,8 @@
  * parallelism: STRATEGY allgather or alltoall as cp_comm_strategy, sp as
  * Ulysses' sp_size; the replicas then dp_shard ranks, DDP or ZeRO over
  * dp_shard x cp), the ranks of a cp group given the same rows, for FAMILY
- * llama, gemma2, gemma3_text (pipeline_model.h: their windows bite at T = 12) or phi: the same
+ * llama, gemma2, gemma3_text, starcoder2 (pipeline_model.h: their windows bite at T = 12), phi,
+ * gpt_neox or stablelm (CP 1: pipeline parallelism alone): the same
  * checks against one process, the held bytes a cp rank's T / CP positions',
  * and a sequence that 2 CP does not divide refused by name. Prints "pipeline
  * pp=.. dp=.. tp=.. sp=.. <schedule> accum=.. zero=.. cp=.. <strategy>
@@ -61,7 +62,8 @@
 #define ROWS 16 /* per replica: 4 micro-batches of 4 rows */
 #define STEPS 5
 
-static const char *g_family; /* pipeline_model's family: NULL (Llama), "gemma2", "gemma3_text", "phi" or "gpt_neox" */
+static const char *g_family; /* pipeline_model's family: NULL (Llama), "gemma2", "gemma3_text", "phi", "gpt_neox",
+                               * "stablelm" or "starcoder2" */
 
 static accel_module *tiny_of(bool tied, int64_t vocab, int64_t hidden, int layers) {
     return pipeline_llama((pipeline_model){.seed = 7, .vocab = vocab, .hidden = hidden, .ffn = 2 * hidden,

@@ -26,10 +26,11 @@
  *   tp rank is the same and starts the others' afresh;
  *   accel_set_seed(device_specific) gives the ranks of a tp group one seed
  *   (dp_shard 2 x tp 2);
- * - pipeline parallelism (pp 2) refuses dropout while training by name,
- *   context parallelism the embeddings' and branches' dropout while
- *   training, and so does accel_llama_activation_bytes' cp estimate (both
- *   run the same models in eval). */
+ * - pipeline parallelism (pp 2) refuses dropout while training by name
+ *   (GPT-NeoX, StableLM, Starcoder2), context parallelism the embeddings'
+ *   and branches' dropout while training (Phi, GPT-NeoX, StableLM's
+ *   branches only, Starcoder2), and so does accel_llama_activation_bytes'
+ *   cp estimate (both run the same models in eval). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,11 +45,12 @@
 enum { B = 2, T = 8, MAX_WORLD = 4 };
 
 /* The tiny model of family with attention dropout attn and the embeddings'
- * and branches' hidden, of seed (alike on every rank). */
+ * and branches' hidden (StableLM, which has no embedding dropout: the
+ * branches' only), of seed (alike on every rank). */
 static accel_module *seeded_model(uint64_t seed, const char *family, double attn, double hidden) {
     accel_manual_seed(seed);
     accel_llama_config c = tiny_family_config(family);
-    c.attn_pdrop = attn, c.resid_pdrop = hidden, c.embd_pdrop = hidden;
+    c.attn_pdrop = attn, c.resid_pdrop = hidden, c.embd_pdrop = strcmp(family, "stablelm") ? hidden : 0;
     accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
     CHECK_MSG(m != NULL, "%s: %s", family, accel_last_error());
     return m;
@@ -377,16 +379,17 @@ static void context_parallel_refused(accel_pg *pg, const char *family) {
     accel_module *m = dropout_model(family, 0.0, 0.3);
     CHECK(accel_llama_context_parallelize(m, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
     accel_tensor *ids = ids_of(false);
-    static const char *WORDS = "the embeddings' and branches' dropout while training (resid_pdrop 0.3, "
-                               "embd_pdrop 0.3) is not implemented under context parallelism";
+    char words[160];
+    snprintf(words, sizeof words, "the embeddings' and branches' dropout while training (resid_pdrop 0.3, "
+             "embd_pdrop %g) is not implemented under context parallelism", accel_llama_config_of(m)->embd_pdrop);
     CHECK(!accel_llama_loss(m, ids));
-    CHECK_STR_CONTAINS(accel_last_error(), WORDS);
+    CHECK_STR_CONTAINS(accel_last_error(), words);
     accel_clear_error();
     /* the training step's estimate refuses it in the same words */
     accel_activation_opts o = {.batch_size = B, .seq_len = T, .autocast = ACCEL_F32, .cp_size = accel_pg_size(pg)};
     accel_activation_bytes ab;
     CHECK(accel_llama_activation_bytes(accel_llama_config_of(m), &o, &ab) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), WORDS);
+    CHECK_STR_CONTAINS(accel_last_error(), words);
     accel_clear_error();
     accel_step_reset();
     accel_module_train(m, false);
@@ -417,6 +420,8 @@ static int body(int rank, int world) {
     sequence_shards_differ(pg, "gpt_neox");
     context_parallel_refused(pg, "phi");
     context_parallel_refused(pg, "gpt_neox");
+    context_parallel_refused(pg, "stablelm");
+    context_parallel_refused(pg, "starcoder2");
     accel_dist_finalize();
     return check_summary();
 }
@@ -548,9 +553,29 @@ static int mesh_body(int rank, int world) {
     return check_summary();
 }
 
-/* pp 2: dropout while training refused by name (a stage recomputes its
- * forward in the backward without replaying the generators); in eval the
- * same model's step runs. */
+/* pp 2, a family's model: dropout while training refused by name (a stage
+ * recomputes its forward in the backward without replaying the
+ * generators); in eval the same model's step runs. Returns the model,
+ * which the accelerator holds until it is freed. */
+static accel_module *pipeline_refuses(accel_accelerator *acc, const char *family) {
+    accel_module *m = dropout_model(family, 0.3, 0.3);
+    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    accel_tensor *ids = ids_of(false);
+    double loss;
+    char words[160];
+    snprintf(words, sizeof words, "dropout while training (attn_pdrop 0.3, resid_pdrop 0.3, embd_pdrop %g) is not "
+             "built with pipeline parallelism", accel_llama_config_of(m)->embd_pdrop);
+    CHECK(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), words);
+    accel_clear_error();
+    accel_module_train(m, false);
+    CHECK_MSG(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_OK, "%s: %s", family,
+              accel_last_error());
+    accel_step_reset();
+    accel_tensor_free(ids);
+    return m;
+}
+
 static int pipeline_body(int rank, int world) {
     (void)world;
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -561,20 +586,11 @@ static int pipeline_body(int rank, int world) {
         fprintf(stderr, "rank %d: %s\n", rank, accel_last_error());
         return 1;
     }
-    accel_module *m = dropout_model("gpt_neox", 0.3, 0.3);
-    CHECK_MSG(accel_accelerator_prepare_model(acc, m) == ACCEL_OK, "%s", accel_last_error());
-    accel_tensor *ids = ids_of(false);
-    double loss;
-    CHECK(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(accel_last_error(), "dropout while training (attn_pdrop 0.3, resid_pdrop 0.3, embd_pdrop 0.3) "
-                                           "is not built with pipeline parallelism");
-    accel_clear_error();
-    accel_module_train(m, false);
-    CHECK_MSG(accel_accelerator_pipeline_step(acc, m, ids, &loss, NULL) == ACCEL_OK, "%s", accel_last_error());
-    accel_step_reset();
-    accel_tensor_free(ids);
+    static const char *const FAMILIES[] = {"gpt_neox", "stablelm", "starcoder2"};
+    accel_module *m[3];
+    for (int f = 0; f < 3; f++) m[f] = pipeline_refuses(acc, FAMILIES[f]);
     accel_accelerator_free(acc);
-    accel_module_free(m);
+    for (int f = 0; f < 3; f++) accel_module_free(m[f]);
     return check_summary();
 }
 
