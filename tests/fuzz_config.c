@@ -186,7 +186,7 @@ static void launch_exports(const cv *cfg) {
     launch_export_deepspeed(&e, &ls, cv_get(cfg, "deepspeed_config"), mp != NULL, NULL, true, err, sizeof err);
     launch_export_fp8(&e, &ls, cv_get(cfg, "fp8_config"), fp8, err, sizeof err);
     launch_export_parallelism(&e, &ls, cv_get(cfg, "parallelism_config"), cv_get(cfg, "megatron_lm_config"), true,
-                              true, procs, err, sizeof err);
+                              true, procs, true, err, sizeof err);
     cfg_describe_mesh(cfg, mesh, sizeof mesh);
     char repr[4096];
     cv_repr(cfg, true, repr, sizeof repr);

@@ -73,12 +73,26 @@ static void test_parallelism_flags_env(void) {
     const char *c[] = {"launch", "--parallelism_config_tp_size", "2", "/usr/bin/env", NULL};
     CHECK(run(c, NULL) == 0);
     CHECK(!strstr(OUT, "PARALLELISM_CONFIG"));
-    CHECK_STR_CONTAINS(ERR, "warning: --parallelism_config_tp_size 2 is ignored without --use_parallelism_config");
+    CHECK_STR_CONTAINS(ERR, "warning: argument --parallelism_config_tp_size (2) is ignored: the parallelism_config "
+                            "section is off");
     const char *d[] = {"launch", "--megatron_lm_pp_degree", "2", "/usr/bin/env", NULL};
     CHECK(run(d, NULL) == 0);
     CHECK(!strstr(OUT, "MEGATRON"));
-    CHECK_STR_CONTAINS(ERR, "warning: --megatron_lm_pp_degree 2 is ignored without --use_megatron_lm");
-    CHECK(run(a, NULL) == 0 && !strstr(ERR, "is ignored without")); /* a section in use: no word */
+    CHECK_STR_CONTAINS(ERR, "warning: argument --megatron_lm_pp_degree (2) is ignored: the megatron_lm_config section "
+                            "is off");
+    CHECK(run(a, NULL) == 0 && !strstr(ERR, "is ignored")); /* a section in use: no word */
+    /* a switch of the section that is off, beside one that is on: named too (tp ran without its sp) */
+    const char *sw[] = {"launch", "--num_processes", "2", "--use_parallelism_config", "--parallelism_config_tp_size",
+                        "2", "--megatron_lm_sequence_parallelism", "true", "/usr/bin/env", NULL};
+    CHECK(run(sw, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON_LM_SEQUENCE_PARALLELISM"));
+    CHECK_STR_CONTAINS(ERR, "argument --megatron_lm_sequence_parallelism (true) is ignored");
+    /* a size of 1 and a false switch ask for nothing: no word; -q: no word either */
+    const char *none[] = {"launch", "--parallelism_config_tp_size", "1", "--megatron_lm_sequence_parallelism", "false",
+                          "/usr/bin/env", NULL};
+    CHECK(run(none, NULL) == 0 && !strstr(ERR, "is ignored"));
+    const char *quiet[] = {"launch", "-q", "--parallelism_config_tp_size", "2", "/usr/bin/env", NULL};
+    CHECK(run(quiet, NULL) == 0 && !strstr(ERR, "is ignored"));
 }
 
 static void test_megatron_flags_env(void) {
@@ -186,6 +200,10 @@ static void test_config_sections(void) {
     CHECK(run(b, NULL) == 0);
     CHECK(!strstr(OUT, "MEGATRON_LM_") && !strstr(OUT, "PARALLELISM_CONFIG_"));
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_USE_FSDP=true\n");
+    /* ... and their keys are named as the config's, not as flags never given */
+    CHECK_STR_CONTAINS(ERR, "config key megatron_lm_config.megatron_lm_tp_degree (2) is ignored");
+    CHECK_STR_CONTAINS(ERR, "config key parallelism_config.parallelism_config_tp_size (2) is ignored");
+    CHECK(!strstr(ERR, "argument --megatron_lm_tp_degree"));
     /* keys and types checked, naming the key */
     static const char *const BAD[][2] = {
         {"distributed_type: MEGATRON_LM\nmegatron_lm_config:\n  megatron_lm_tp_degre: 2\n",

@@ -167,9 +167,10 @@ bool cfg_check_deepspeed_config(const cv *ds_config, const char *path, char *err
  * PARALLELISM_CONFIG_*; ACCELERATE_USE_MEGATRON_LM, MEGATRON_LM_*; each also as
  * ACCEL_<name>), flag > parallelism_config / megatron_lm_config > default,
  * exported when use_pc / use_mega; the flags are checked either way, and the
- * mesh they ask for against procs processes. False + err naming the flag. */
+ * mesh they ask for against procs processes. A setting given to a section
+ * that is off is named on stderr (unless quiet). False + err naming the flag. */
 bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
-                               bool use_pc, bool use_mega, int procs, char *err, size_t errn);
+                               bool use_pc, bool use_mega, int procs, bool quiet, char *err, size_t errn);
 
 /* parallelism_config's and megatron_lm_config's keys (the flags' names) and
  * value types; false + err naming the key. */

@@ -259,7 +259,7 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         return false;
     }
     if (!launch_export_parallelism(e, ls, cv_get(cfg, "parallelism_config"), cv_get(cfg, "megatron_lm_config"),
-                                   L->parallelism, L->megatron, L->num_processes, err, sizeof err)) {
+                                   L->parallelism, L->megatron, L->num_processes, L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
     }

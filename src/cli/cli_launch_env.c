@@ -711,23 +711,38 @@ static bool parallel_read(const launch_settings *ls, const cv *pc_config, const 
                            errn);
 }
 
-/* A section that is off exports nothing (as Accelerate's launcher), so the
- * sizes it was given above 1 would lay out no mesh without a word: say so. */
-static void warn_unused_sizes(const setting *tab, size_t n, const long *ints, const char *use_flag) {
-    for (size_t i = 0; i < n; i++)
-        if (tab[i].type == K_INT && ints[i] > 1)
-            fprintf(stderr, "accel launch: warning: --%s %ld is ignored without %s (as Accelerate's launcher "
-                            "ignores it): no mesh is laid out from it\n", tab[i].name, ints[i], use_flag);
+/* A section that is off exports nothing (as Accelerate's launcher), so a
+ * setting given to it (a flag, or a key of its config section) would change
+ * nothing without a word: each is named, with where it came from and what
+ * turns the section on. A size of 1 and a false switch ask for nothing. */
+static void warn_unused_settings(const setting *tab, size_t n, const launch_settings *ls, const cv *section,
+                                 const char *section_name, char (*vals)[64], const char *turn_on) {
+    for (size_t i = 0; i < n; i++) {
+        const setting *s = &tab[i];
+        bool given = ls->vals[cli_idx(ls->opts, ls->nopts, s->name)] || cv_get(section, s->name);
+        if (!given || !vals[i][0] || (s->type == K_INT && !strcmp(vals[i], "1")) ||
+            (s->type == K_BOOL && accel__str_to_bool(vals[i], strlen(vals[i])) == 0))
+            continue;
+        char from[160];
+        source_of(s, ls, section_name, from, sizeof from);
+        fprintf(stderr, "accel launch: warning: %s (%s) is ignored: the %s section is off (as Accelerate's launcher, "
+                        "accel exports it only when %s)\n", from, vals[i], section_name, turn_on);
+    }
 }
 
 bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv *pc_config, const cv *mega_config,
-                               bool use_pc, bool use_mega, int procs, char *err, size_t errn) {
+                               bool use_pc, bool use_mega, int procs, bool quiet, char *err, size_t errn) {
     parallel_vals v;
     if (!parallel_read(ls, pc_config, mega_config, &v, err, errn) ||
         ((use_pc || use_mega) && !check_mesh(v.pc, v.mega, use_pc, use_mega, procs, err, errn)))
         return false;
-    if (!use_pc) warn_unused_sizes(PARALLELISM, NPARALLELISM, v.pc, "--use_parallelism_config");
-    if (!use_mega) warn_unused_sizes(MEGATRON, NMEGATRON, v.mega, "--use_megatron_lm");
+    if (!use_pc && !quiet)
+        warn_unused_settings(PARALLELISM, NPARALLELISM, ls, pc_config, "parallelism_config", v.pv,
+                             "--use_parallelism_config is given, or the config file's parallelism_config has keys and "
+                             "no other paradigm flag is given");
+    if (!use_mega && !quiet)
+        warn_unused_settings(MEGATRON, NMEGATRON, ls, mega_config, "megatron_lm_config", v.mv,
+                             "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM");
     /* each section used: its switch, then every setting that has a value
      * (the cp comm strategy only where there is context parallelism) */
     const struct {
