@@ -101,7 +101,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of x[n] (n >= 1; sorts x). */
 /* " name=rate" (tokens per second), or " name=n/a" where none was measured
  * (it printed 0.0): no token after the first, or a generation timed no longer
  * than its prompt alone (a cold first prompt call; a decode too short to time). */
@@ -113,6 +112,7 @@ static void print_rate(const char *name, double tokens, double seconds) {
                         "first call, or too few new tokens to time: --warm-up and more --new-tokens help)\n", name);
 }
 
+/* The median of x[n] (n >= 1; sorts x). */
 static double median(double *x, int64_t n) {
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;

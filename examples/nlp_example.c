@@ -27,6 +27,7 @@
  * process, per epoch:
  *     epoch 0: {'accuracy': 0.7745, 'f1': 0.8231} (this process's train loss 0.5621)
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,12 +213,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]\n");
         return 2;
     }
-    int epochs = argc > 3 ? atoi(argv[3]) : 3;
-    double lr = argc > 4 ? atof(argv[4]) : 2e-5;
-    int batch = argc > 5 ? atoi(argv[5]) : 16;
-    long long seed = argc > 6 ? atoll(argv[6]) : 42;
+    /* each argument whole ("3x" read by atoi was 3 epochs), the counts integers */
+    double v[4] = {3, 2e-5, 16, 42};
+    bool ok = true;
+    for (int i = 0; i < 4 && 3 + i < argc; i++) {
+        char *end;
+        v[i] = strtod(argv[3 + i], &end);
+        ok = ok && end != argv[3 + i] && !*end && v[i] == v[i] && v[i] < 1e15 && (i == 1 || v[i] == (long long)v[i]);
+    }
+    int epochs = ok && v[0] >= 1 && v[0] <= 1e6 ? (int)v[0] : 0, batch = ok && v[2] >= 1 && v[2] <= 1e6 ? (int)v[2] : 0;
+    double lr = ok ? v[1] : 0;
+    long long seed = ok ? (long long)v[3] : -1;
     if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
-        fprintf(stderr, "nlp_example: EPOCHS and BATCH must be >= 1, LR > 0 and SEED >= 0\n");
+        fprintf(stderr, "nlp_example: EPOCHS and BATCH must be integers >= 1, LR a number > 0 and SEED an integer >= 0\n");
         return 2;
     }
     accel_accelerator *acc = accel_accelerator_new(NULL); /* what `accel launch` set */

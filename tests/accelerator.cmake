@@ -73,6 +73,21 @@ foreach(bad "checkpoint_resume;run;abc" "checkpoint_resume;run;20;12x" "grad_acc
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(example_${prog}_bad_args_${name} PROPERTIES TIMEOUT 60)
 endforeach()
+# ... and so are finetune's STEPS and nlp_example's EPOCHS / BATCH / SEED ("12x" was 12 steps, "3x" 3 epochs),
+# refused before any file is read.
+foreach(bad "finetune|STEPS must be an integer|M;I;O;12x" "finetune|STEPS must be an integer|M;I;O;5;1e-4x"
+            "nlp_example|EPOCHS and BATCH must be integers|T;M;3x" "nlp_example|EPOCHS and BATCH must be integers|T;M;3;2e-5;16;4.5")
+  string(REPLACE "|" ";" parts "${bad}")
+  list(GET parts 0 prog)
+  list(GET parts 1 words)
+  list(SUBLIST parts 2 -1 args)
+  string(JOIN "_" name ${args})
+  string(REGEX REPLACE "[^A-Za-z0-9_]" "_" name "${name}")
+  add_test(NAME example_${prog}_bad_args_${name}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 2 "${words}" $<TARGET_FILE:${prog}> ${args}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(example_${prog}_bad_args_${name} PROPERTIES TIMEOUT 60)
+endforeach()
 
 # A few Llama steps on 2 processes (byte-level, bf16): the progress bar, TensorBoard logs and the save.
 if(TARGET accel_cli)

@@ -203,7 +203,7 @@ const char *accel_device_map_str(const accel_device_map *m, char *buf, size_t n)
     buf[0] = 0;
 #define PUT(...)                                                                   \
     do {                                                                           \
-        int w_ = snprintf(buf + used, used < n ? n - used : 0, __VA_ARGS__);       \
+        int w_ = used < n ? snprintf(buf + used, n - used, __VA_ARGS__) : 0;       \
         if (w_ > 0) used += (size_t)w_;                                            \
     } while (0)
     PUT("{");

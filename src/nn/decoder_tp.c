@@ -218,6 +218,8 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
         static const char *const NAMES[2][2] = {{"self_attn.q_norm", "self_attn.k_norm"},
                                                 {"self_attn.q_layernorm", "self_attn.k_layernorm"}};
         accel_module *norm = accel_module_find(layer, NAMES[a->phi_blocks || a->stablelm_blocks][kq]);
+        snprintf(path, sizeof path, "%s.%d.%s", prefix, i, NAMES[a->phi_blocks || a->stablelm_blocks][kq]);
+        if (!norm) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_parallelize: the model has no %s", path);
         /* Qwen3's per-head norms: whole on every rank, each normalizing its
          * heads; OLMo 2's over every head: this rank's rows of the weight,
          * the mean square over the group (each key/value head counted once) */

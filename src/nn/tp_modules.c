@@ -613,11 +613,12 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", FN, !root ? "module is NULL" : !pg ? "process group is NULL"
                                : "plan is NULL or n_entries negative");
     if (root->links)
-        return accel_set_error(ACCEL_ERR_STATE, "%s: the model is already prepared or dispatched: parallelize it "
-                               "before accel_accelerator_prepare, and after freeing the accel_dispatched handle its "
-                               "load or dispatch returned (accel_dispatched_free: once every weight is materialised, "
-                               "as accel_llama_from_pretrained without a device map leaves them, the model needs "
-                               "nothing of it)", FN);
+        return accel_set_error(ACCEL_ERR_STATE, "%s: the model is tied to an Accelerator that prepared it or to the "
+                               "accel_dispatched handle its load or dispatch returned: a model is cut for tensor "
+                               "parallelism before accel_accelerator_prepare (which cuts it itself under a tp mesh), "
+                               "and only once that handle is freed (accel_dispatched_free: with every weight "
+                               "materialised, as accel_llama_from_pretrained without a device map leaves them, the "
+                               "model needs nothing of it)", FN);
     for (int e = 0; e < n_entries; e++)
         if (!plan[e].pattern || !*plan[e].pattern)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: plan entry %d has no pattern", FN, e);
