@@ -476,26 +476,22 @@ static void test_arch_rows_supported(void) {
           !accel__arch_find("qwen2_moe")->experts_alias);
 }
 
-/* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on
- * disk (brought in by hooks only when a token chose them), the rest on the
- * cpu: transformers' logits and greedy tokens, as fully loaded. */
-static void test_moe_offload(void) {
-    accel_safetensors *st = open_expected("data/hf_arch_mixtral");
-    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0.self_attn:cpu,"
-                                                   "model.layers.0.block_sparse_moe.gate:cpu,"
-                                                   "model.layers.0.block_sparse_moe.experts.1:disk,"
-                                                   "model.layers.0.block_sparse_moe.experts:cpu,"
-                                                   "model.layers.0.input_layernorm:cpu,"
-                                                   "model.layers.0.post_attention_layernorm:cpu,"
-                                                   "model.layers.1:disk,model.norm:cpu,lm_head:cpu");
+/* The fixture `dir` loaded under the device map `map` (parsed from its
+ * text): the tensor `on_disk` is on meta (on disk until a hook brings it
+ * in), and transformers' logits and greedy tokens come out as fully loaded. */
+static void check_offloaded(const char *dir, const char *map_text, const char *on_disk, const char *label) {
+    char path[128];
+    snprintf(path, sizeof path, "data/%s", dir);
+    accel_safetensors *st = open_expected(path);
+    accel_device_map *map = accel_device_map_parse(map_text);
     accel_dispatched *d = NULL;
-    accel_module *m = map && st ? accel_llama_from_pretrained("data/hf_arch_mixtral", map, NULL, NULL, NULL, &d) : NULL;
-    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    accel_module *m = map && st ? accel_llama_from_pretrained(path, map, NULL, NULL, NULL, &d) : NULL;
+    CHECK_MSG(m != NULL, "%s: %s", label, accel_last_error());
     if (m) {
-        accel_tensor *w = accel_module_get_tensor(m, "model.layers.0.block_sparse_moe.experts.1.w1.weight");
-        CHECK(w && w->device.type == ACCEL_DEV_META); /* on disk until a hook brings it in */
-        check_logits(m, st, "mixtral offloaded");
-        check_greedy(m, st, "mixtral offloaded");
+        accel_tensor *w = accel_module_get_tensor(m, on_disk);
+        CHECK_MSG(w && w->device.type == ACCEL_DEV_META, "%s: %s is not on meta", label, on_disk);
+        check_logits(m, st, label);
+        check_greedy(m, st, label);
     }
     accel_dispatched_free(d);
     accel_module_free(m);
@@ -503,30 +499,30 @@ static void test_moe_offload(void) {
     accel_safetensors_close(st);
 }
 
+/* Mixtral's experts offloaded: one expert of layer 0 and all of layer 1 on
+ * disk (brought in by hooks only when a token chose them), the rest on the
+ * cpu: transformers' logits and greedy tokens, as fully loaded. */
+static void test_moe_offload(void) {
+    check_offloaded("hf_arch_mixtral", "model.embed_tokens:cpu,model.layers.0.self_attn:cpu,"
+                    "model.layers.0.block_sparse_moe.gate:cpu,"
+                    "model.layers.0.block_sparse_moe.experts.1:disk,"
+                    "model.layers.0.block_sparse_moe.experts:cpu,"
+                    "model.layers.0.input_layernorm:cpu,"
+                    "model.layers.0.post_attention_layernorm:cpu,"
+                    "model.layers.1:disk,model.norm:cpu,lm_head:cpu",
+                    "model.layers.0.block_sparse_moe.experts.1.w1.weight", "mixtral offloaded");
+}
+
 /* StableLM's per-head q/k norms with two of them on disk by a device map
  * that names them (norms.1 of q, norms.0 of k in layer 0): each norm's hook
  * brings its weight in around its own call, head by head; transformers'
  * logits and greedy tokens. */
 static void test_stablelm_qk_norm_offload(void) {
-    accel_safetensors *st = open_expected("data/hf_arch_stablelm_qk");
-    accel_device_map *map = accel_device_map_parse("model.embed_tokens:cpu,model.layers.0:cpu,"
-                                                   "model.layers.0.self_attn.q_layernorm.norms.1:disk,"
-                                                   "model.layers.0.self_attn.k_layernorm.norms.0:disk,"
-                                                   "model.layers.1:cpu,model.norm:cpu,lm_head:cpu");
-    accel_dispatched *d = NULL;
-    accel_module *m = map && st ? accel_llama_from_pretrained("data/hf_arch_stablelm_qk", map, NULL, NULL, NULL, &d)
-                                : NULL;
-    CHECK_MSG(m != NULL, "%s", accel_last_error());
-    if (m) {
-        accel_tensor *w = accel_module_get_tensor(m, "model.layers.0.self_attn.q_layernorm.norms.1.weight");
-        CHECK(w && w->device.type == ACCEL_DEV_META); /* on disk until its hook brings it in */
-        check_logits(m, st, "stablelm_qk offloaded norms");
-        check_greedy(m, st, "stablelm_qk offloaded norms");
-    }
-    accel_dispatched_free(d);
-    accel_module_free(m);
-    accel_device_map_free(map);
-    accel_safetensors_close(st);
+    check_offloaded("hf_arch_stablelm_qk", "model.embed_tokens:cpu,model.layers.0:cpu,"
+                    "model.layers.0.self_attn.q_layernorm.norms.1:disk,"
+                    "model.layers.0.self_attn.k_layernorm.norms.0:disk,"
+                    "model.layers.1:cpu,model.norm:cpu,lm_head:cpu",
+                    "model.layers.0.self_attn.q_layernorm.norms.1.weight", "stablelm_qk offloaded norms");
 }
 
 /* Gemma 3 dispatched: layer 1 (its full_attention layer) on disk, layer 2
