@@ -118,14 +118,11 @@ static accel_tensor *pad_by_index(accel_tensor *x, int npad, const int64_t *pad,
         int d = x->ndim - 1 - i;
         int64_t lo = pad[2 * i], size = x->shape[d], n = size + lo + pad[2 * i + 1];
         if (size == 0 || lo + pad[2 * i + 1] == 0) continue; /* nothing to pad from, or nothing to pad */
-        int64_t *idx = accel_malloc((size_t)n * sizeof *idx);
-        if (!idx) {
-            accel_set_error(ACCEL_ERR_OOM, "accel_pad: out of memory (%lld indices)", (long long)n);
-            return NULL;
-        }
+        /* step memory, as the ids tensor it is copied into: no malloc per forward */
+        int64_t *idx = accel_arena_alloc(accel_step_arena(), (size_t)n * sizeof *idx, 64);
+        if (!idx) return NULL;
         for (int64_t o = 0; o < n; o++) idx[o] = source_of(mode, o, lo, size);
         y = gather_dim(y, d, idx, n);
-        accel_free(idx);
     }
     return y == x ? accel_contiguous(accel_mul_scalar(x, 1.0)) : accel_contiguous(y);
 }
