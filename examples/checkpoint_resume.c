@@ -9,26 +9,17 @@
  *                                         # loss as an uninterrupted run
  * Each save is logged at INFO on stderr (accel_get_logger, main process only),
  * the resume point and the final loss are printed on stdout (accelerator.print). */
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
-
-/* The whole of s as a step count in [1, 1e9] (atoi read "abc" as 0 steps, "12x" as 12). */
-static bool parse_steps(const char *s, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < 1 || v > 1000000000) return false;
-    *out = (int)v;
-    return true;
-}
+#include "example_args.h"
 
 int main(int argc, char **argv) {
-    int total = 20, crash = -1;
-    if (argc < 2 || argc > 4 || (argc > 2 && !parse_steps(argv[2], &total)) ||
-        (argc > 3 && !parse_steps(argv[3], &crash))) {
+    long long total, crash; /* crash: -1, none */
+    if (argc < 2 || argc > 4 || !arg_int(argc, argv, 2, 20, &total) || !arg_int(argc, argv, 3, -1, &crash) ||
+        total < 1 || total > 1000000000 || (argc > 3 && (crash < 1 || crash > 1000000000))) {
         fprintf(stderr, "usage: checkpoint_resume PROJECT_DIR [TOTAL_STEPS] [CRASH_AFTER] (steps: integers >= 1)\n");
         return 2;
     }

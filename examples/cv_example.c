@@ -35,6 +35,7 @@
 
 #include "accel/accel.h"
 #include "cv_resnet.h"
+#include "example_args.h"
 
 #define IMG 16
 #define CLASSES 4
@@ -113,20 +114,6 @@ static double evaluate(accel_accelerator *acc, accel_module *model, accel_datalo
 
 /* argv[i] (else dflt when i >= argc) read whole: false for "1e3" as an integer, "3e-3x", "" or a value out of
  * range (atoi / atof took 1, 3e-3 and 0 silently). */
-static bool arg_int(int argc, char **argv, int i, long long dflt, long long *out) {
-    char *end;
-    errno = 0;
-    *out = i < argc ? strtoll(argv[i], &end, 10) : dflt;
-    return i >= argc || (end != argv[i] && !*end && !errno);
-}
-
-static bool arg_real(int argc, char **argv, int i, double dflt, double *out) {
-    char *end;
-    errno = 0;
-    *out = i < argc ? strtod(argv[i], &end) : dflt;
-    return i >= argc || (end != argv[i] && !*end && !errno);
-}
-
 int main(int argc, char **argv) {
     bool sync_bn = argc > 1 && !strcmp(argv[1], "--sync_bn");
     if (sync_bn) { /* the positional arguments follow it */

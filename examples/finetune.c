@@ -19,6 +19,7 @@
 #include "accel/accelerator.h"
 #include "accel/bigmodel.h"
 #include "accel/io.h"
+#include "example_args.h"
 
 #define SEQ 32
 
@@ -69,24 +70,15 @@ static int read_ids(const char *path, int64_t vocab, corpus *c) {
     return rc;
 }
 
-/* The whole of s as a finite number (atoi / atof read "12x" as 12, "abc" as 0). */
-static bool whole_number(const char *s, double *out) {
-    char *end;
-    *out = strtod(s, &end);
-    return end != s && !*end && *out == *out && *out - *out == 0;
-}
-
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: finetune MODEL_DIR IDS_FILE OUT_DIR [STEPS] [LR]\n");
         return 2;
     }
-    double steps_d = 20, lr = 1e-4;
-    if ((argc > 4 && !whole_number(argv[4], &steps_d)) || (argc > 5 && !whole_number(argv[5], &lr)) ||
-        steps_d != (int)steps_d)
-        steps_d = 0; /* refused below ("12x" read by atoi was 12 steps) */
-    int steps = steps_d >= 1 && steps_d <= 1e9 ? (int)steps_d : 0;
-    if (steps < 1 || !(lr > 0)) {
+    long long steps;
+    double lr;
+    if (!arg_int(argc, argv, 4, 20, &steps) || !arg_real(argc, argv, 5, 1e-4, &lr) || steps < 1 || steps > 1000000000 ||
+        !(lr > 0)) {
         fprintf(stderr, "finetune: STEPS must be an integer >= 1 and LR a number > 0\n");
         return 2;
     }

@@ -9,19 +9,16 @@
 
 #include "accel/accel.h"
 #include "accel/accelerator.h"
+#include "example_args.h"
 
 int main(int argc, char **argv) {
     accel_accelerator_opts ao = accel_accelerator_opts_default();
-    ao.gradient_accumulation_steps = 4;
-    if (argc > 1) { /* the whole argument: atoi read "abc" as 0, accel launch's value */
-        char *end;
-        long v = strtol(argv[1], &end, 10);
-        if (argc > 2 || end == argv[1] || *end || v < 0 || v > 1000000) {
-            fprintf(stderr, "usage: grad_accumulation [STEPS] (an integer >= 0; 0: accel launch's)\n");
-            return 2;
-        }
-        ao.gradient_accumulation_steps = (int)v; /* 0: from accel launch */
+    long long steps; /* 0: from accel launch */
+    if (argc > 2 || !arg_int(argc, argv, 1, 4, &steps) || steps < 0 || steps > 1000000) {
+        fprintf(stderr, "usage: grad_accumulation [STEPS] (an integer >= 0; 0: accel launch's)\n");
+        return 2;
     }
+    ao.gradient_accumulation_steps = (int)steps;
     accel_accelerator *acc = accel_accelerator_new(&ao);
     if (!acc) {
         fprintf(stderr, "grad_accumulation: %s\n", accel_last_error());

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "accel/accel.h"
+#include "example_args.h"
 
 #define SEQ 24 /* the longest pair, [CLS] 7 words . [SEP] 7 words . [SEP], is 19 */
 #define N_TRAIN 2048
@@ -213,18 +214,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]\n");
         return 2;
     }
-    /* each argument whole ("3x" read by atoi was 3 epochs), the counts integers */
-    double v[4] = {3, 2e-5, 16, 42};
-    bool ok = true;
-    for (int i = 0; i < 4 && 3 + i < argc; i++) {
-        char *end;
-        v[i] = strtod(argv[3 + i], &end);
-        ok = ok && end != argv[3 + i] && !*end && v[i] == v[i] && v[i] < 1e15 && (i == 1 || v[i] == (long long)v[i]);
-    }
-    int epochs = ok && v[0] >= 1 && v[0] <= 1e6 ? (int)v[0] : 0, batch = ok && v[2] >= 1 && v[2] <= 1e6 ? (int)v[2] : 0;
-    double lr = ok ? v[1] : 0;
-    long long seed = ok ? (long long)v[3] : -1;
-    if (epochs < 1 || !(lr > 0) || batch < 1 || seed < 0) {
+    long long epochs, batch, seed;
+    double lr;
+    bool ok = arg_int(argc, argv, 3, 3, &epochs) && arg_real(argc, argv, 4, 2e-5, &lr) &&
+              arg_int(argc, argv, 5, 16, &batch) && arg_int(argc, argv, 6, 42, &seed);
+    if (!ok || epochs < 1 || epochs > 1000000 || !(lr > 0) || batch < 1 || batch > 1000000 || seed < 0) {
         fprintf(stderr, "nlp_example: EPOCHS and BATCH must be integers >= 1, LR a number > 0 and SEED an integer >= 0\n");
         return 2;
     }
