@@ -101,6 +101,14 @@ if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
   set_tests_properties(bigmodel_hf_check_accel_nosan PROPERTIES FIXTURES_REQUIRED fake_llama TIMEOUT 300)
 endif()
 
+# bigmodel_estimate_memory_NAME: `accel estimate-memory data/DIR ARGS...`
+# run from tests/, its output matching REGEX (the rows below).
+function(estimate_memory_test name dir regex)
+  add_test(NAME bigmodel_estimate_memory_${name} COMMAND accel_cli estimate-memory data/${dir} ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_estimate_memory_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
+
 # accel estimate-memory on the seed's 20-layer config: the exact table
 # Accelerate 1.15's estimate-memory prints for the same LlamaConfig (it
 # measures AutoModel: no lm_head).
@@ -111,83 +119,44 @@ if(TARGET accel_cli)
     "│ Memory Usage for loading `data/llama_seed_config`  │\n├───────┬─────────────┬──────────┬───────────────────┤\n│ dtype │Largest Layer│Total Size│Training using Adam│\n├───────┼─────────────┼──────────┼───────────────────┤\n│float32│   62.5 MB   │262.58 MB │      1.03 GB      │\n│float16│   31.25 MB  │131.29 MB │     525.16 MB     │\n│  int8 │   15.62 MB  │ 65.65 MB │        N/A        │\n│  int4 │   7.81 MB   │ 32.82 MB │        N/A        │\n└───────┴─────────────┴──────────┴───────────────────┘")
   # A Qwen2 (q/k/v biases; Qwen2DecoderLayer not split): Accelerate's calculate_maximum_sizes of
   # transformers' Qwen2Model of that config.json gives 24.5 KB / 57.16 KB.
-  add_test(NAME bigmodel_estimate_memory_qwen2 COMMAND accel_cli estimate-memory data/hf_arch_qwen2 --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_qwen2 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   24.5 KB   │ 57.16 KB │     228.62 KB     │")
+  estimate_memory_test(qwen2 hf_arch_qwen2 "│float32│   24.5 KB   │ 57.16 KB │     228.62 KB     │" --dtypes float32)
   # Gemma2 (four norms a layer; the embedding's scale buffer) and Granite: Accelerate's
   # calculate_maximum_sizes of transformers' Gemma2Model / GraniteModel of those config.json files.
-  add_test(NAME bigmodel_estimate_memory_gemma2 COMMAND accel_cli estimate-memory data/hf_arch_gemma2 --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_gemma2 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │")
+  estimate_memory_test(gemma2 hf_arch_gemma2 "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │" --dtypes float32)
   # Gemma 3 (q/k norms; a pair of rotary buffers for each of its two layer types, the first
   # layer a full_attention one): Accelerate's calculate_maximum_sizes of transformers'
   # Gemma3TextModel of that config.json gives 24.56 KB / 81.88 KB (83844 bytes).
-  add_test(NAME bigmodel_estimate_memory_gemma3 COMMAND accel_cli estimate-memory data/hf_arch_gemma3_linear
-           --dtypes float32 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_gemma3 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   24.56 KB  │ 81.88 KB │      327.52 KB      │")
+  estimate_memory_test(gemma3 hf_arch_gemma3_linear "│float32│   24.56 KB  │ 81.88 KB │      327.52 KB      │" --dtypes float32)
   # Phi-3 with partial_rotary_factor 0.5: transformers' rotary buffers hold rotary_dim / 2 = 2 floats
   # each (Accelerate: 24.25 KB / 56.64 KB; they were counted as head_dim / 2, 56.66 KB)
-  add_test(NAME bigmodel_estimate_memory_phi3 COMMAND accel_cli estimate-memory data/hf_arch_phi3 --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_phi3 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   24.25 KB  │ 56.64 KB │     226.56 KB     │")
+  estimate_memory_test(phi3 hf_arch_phi3 "│float32│   24.25 KB  │ 56.64 KB │     226.56 KB     │" --dtypes float32)
   # microsoft/phi-2 (PhiModel, tools/gen_moe_memory_fixture.py phi2_config): `accelerate estimate-memory`'s
   # own table (2779683840 parameters in the causal LM, as transformers counts them); per rank under tp 2:
   # q/k/v, fc1 and the vocabulary (lm_head's bias too) halved, dense and fc2 by their inputs (biases
   # whole), LayerNorms whole: 1390008320 f32 parameters, 5.18 GiB (summed by hand from the config)
-  add_test(NAME bigmodel_estimate_memory_phi2 COMMAND accel_cli estimate-memory data/phi2_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_phi2 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   500.0 MB  │ 9.87 GB  │      39.47 GB     │\n│float16│   250.0 MB  │ 4.93 GB  │      19.73 GB     │\n│  int8 │   125.0 MB  │ 2.47 GB  │        N/A        │\n│  int4 │   62.5 MB   │ 1.23 GB  │        N/A        │")
-  add_test(NAME bigmodel_estimate_memory_phi2_tp COMMAND accel_cli estimate-memory data/phi2_config
-           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_phi2_tp PROPERTIES PASS_REGULAR_EXPRESSION
-    "DDP \\(NO_SHARD\\)    │5.18 GB│ 5.18 GB │ 10.36 GB│")
+  estimate_memory_test(phi2 phi2_config "│float32│   500.0 MB  │ 9.87 GB  │      39.47 GB     │\n│float16│   250.0 MB  │ 4.93 GB  │      19.73 GB     │\n│  int8 │   125.0 MB  │ 2.47 GB  │        N/A        │\n│  int4 │   62.5 MB   │ 1.23 GB  │        N/A        │")
+  estimate_memory_test(phi2_tp phi2_config "DDP \\(NO_SHARD\\)    │5.18 GB│ 5.18 GB │ 10.36 GB│" --num_processes 2 --tp_size 2)
   # EleutherAI/pythia-1b (GPTNeoXModel, tools/gen_moe_memory_fixture.py pythia1b_config): `accelerate
   # estimate-memory`'s own table (1011781632 parameters in the causal LM, as transformers counts them; embed_in
   # the largest layer); per rank under tp 2: query_key_value (by heads), dense_h_to_4h and the vocabulary
   # (embed_in, embed_out) halved, dense and dense_4h_to_h by their inputs (biases whole), LayerNorms whole:
   # 505991168 f32 parameters, 1.88 GiB (summed by hand from the config)
-  add_test(NAME bigmodel_estimate_memory_pythia1b COMMAND accel_cli estimate-memory data/pythia1b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_pythia1b PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   393.0 MB  │ 3.39 GB  │      13.54 GB     │\n│float16│   196.5 MB  │ 1.69 GB  │      6.77 GB      │\n│  int8 │   98.25 MB  │866.66 MB │        N/A        │\n│  int4 │   49.12 MB  │433.33 MB │        N/A        │")
-  add_test(NAME bigmodel_estimate_memory_pythia1b_tp COMMAND accel_cli estimate-memory data/pythia1b_config
-           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_pythia1b_tp PROPERTIES PASS_REGULAR_EXPRESSION
-    "DDP \\(NO_SHARD\\)    │1.88 GB│ 1.88 GB │ 3.77 GB │")
+  estimate_memory_test(pythia1b pythia1b_config "│float32│   393.0 MB  │ 3.39 GB  │      13.54 GB     │\n│float16│   196.5 MB  │ 1.69 GB  │      6.77 GB      │\n│  int8 │   98.25 MB  │866.66 MB │        N/A        │\n│  int4 │   49.12 MB  │433.33 MB │        N/A        │")
+  estimate_memory_test(pythia1b_tp pythia1b_config "DDP \\(NO_SHARD\\)    │1.88 GB│ 1.88 GB │ 3.77 GB │" --num_processes 2 --tp_size 2)
   # stabilityai/stablelm-2-1_6b and bigcode/starcoder2-3b (StableLmModel, Starcoder2Model;
   # tools/gen_moe_memory_fixture.py stablelm2_1_6b_config starcoder2_3b_config): `accelerate
   # estimate-memory`'s own tables (1644515328 and 3181366272 parameters in the causal LMs, as
   # transformers counts them; Starcoder2's biases and tied head, StableLM's q/k/v biases)
-  add_test(NAME bigmodel_estimate_memory_stablelm COMMAND accel_cli estimate-memory data/stablelm2_1_6b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_stablelm PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   784.0 MB  │ 5.36 GB  │       21.44 GB      │\n│float16│   392.0 MB  │ 2.68 GB  │       10.72 GB      │\n│  int8 │   196.0 MB  │ 1.34 GB  │         N/A         │\n│  int4 │   98.0 MB   │686.17 MB │         N/A         │")
+  estimate_memory_test(stablelm stablelm2_1_6b_config "│float32│   784.0 MB  │ 5.36 GB  │       21.44 GB      │\n│float16│   392.0 MB  │ 2.68 GB  │       10.72 GB      │\n│  int8 │   196.0 MB  │ 1.34 GB  │         N/A         │\n│  int4 │   98.0 MB   │686.17 MB │         N/A         │")
   # stabilityai/stablelm-2-12b's sizes with qk_layernorm (gen_moe_memory_fixture.py stablelm2_12b_config:
   # 12143185920 parameters in the causal LM; its per-head q/k norms' 256000 also in test_device_map)
-  add_test(NAME bigmodel_estimate_memory_stablelm_12b COMMAND accel_cli estimate-memory data/stablelm2_12b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_stablelm_12b PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   1.91 GB   │ 43.32 GB │       173.29 GB       │\n│float16│   980.0 MB  │ 21.66 GB │        86.65 GB       │\n│  int8 │   490.0 MB  │ 10.83 GB │          N/A          │\n│  int4 │   245.0 MB  │ 5.42 GB  │          N/A          │")
-  add_test(NAME bigmodel_estimate_memory_starcoder2 COMMAND accel_cli estimate-memory data/starcoder2_3b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_starcoder2 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   576.0 MB  │ 11.29 GB │        45.16 GB       │\n│float16│   288.0 MB  │ 5.64 GB  │        22.58 GB       │\n│  int8 │   144.0 MB  │ 2.82 GB  │          N/A          │\n│  int4 │   72.0 MB   │ 1.41 GB  │          N/A          │")
-  add_test(NAME bigmodel_estimate_memory_granite COMMAND accel_cli estimate-memory data/hf_arch_granite --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_granite PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   24.25 KB  │ 56.66 KB │     226.62 KB     │")
+  estimate_memory_test(stablelm_12b stablelm2_12b_config "│float32│   1.91 GB   │ 43.32 GB │       173.29 GB       │\n│float16│   980.0 MB  │ 21.66 GB │        86.65 GB       │\n│  int8 │   490.0 MB  │ 10.83 GB │          N/A          │\n│  int4 │   245.0 MB  │ 5.42 GB  │          N/A          │")
+  estimate_memory_test(starcoder2 starcoder2_3b_config "│float32│   576.0 MB  │ 11.29 GB │        45.16 GB       │\n│float16│   288.0 MB  │ 5.64 GB  │        22.58 GB       │\n│  int8 │   144.0 MB  │ 2.82 GB  │          N/A          │\n│  int4 │   72.0 MB   │ 1.41 GB  │          N/A          │")
+  estimate_memory_test(granite hf_arch_granite "│float32│   24.25 KB  │ 56.66 KB │     226.62 KB     │" --dtypes float32)
   # GPT-2 (GPT2Block not split, no RoPE buffers): Accelerate's calculate_maximum_sizes of transformers'
   # GPT2Model of that config.json gives 112.5 KB / 216.0 KB. With a batch, its own step's activations
   # (tests/test_training_memory.c measures them; f32: the same figure on every CPU).
-  add_test(NAME bigmodel_estimate_memory_gpt2 COMMAND accel_cli estimate-memory data/hf_arch_gpt2 --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_gpt2 PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   112.5 KB  │ 216.0 KB │      864.0 KB     │")
+  estimate_memory_test(gpt2 hf_arch_gpt2 "│float32│   112.5 KB  │ 216.0 KB │      864.0 KB     │" --dtypes float32)
   add_test(NAME bigmodel_estimate_memory_gpt2_batch COMMAND accel_cli estimate-memory data/hf_arch_gpt2
            --num_processes 2 --batch_size 2 --seq_len 16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_gpt2_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
@@ -198,25 +167,13 @@ if(TARGET accel_cli)
   # `accelerate estimate-memory`'s own table of transformers' MixtralModel / Qwen3MoeModel of those configs
   # (tools/gen_moe_memory_fixture.py; MixtralDecoderLayer / Qwen3MoeDecoderLayer unsplit). Under --tp_size
   # the experts are refused (no tp plan for them).
-  add_test(NAME bigmodel_estimate_memory_mixtral COMMAND accel_cli estimate-memory data/mixtral_8x7b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_mixtral PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   5.41 GB   │173.49 GB │        693.97 GB        │\n│float16│    2.7 GB   │ 86.75 GB │        346.99 GB        │\n│  int8 │   1.35 GB   │ 43.37 GB │           N/A           │\n│  int4 │  692.02 MB  │ 21.69 GB │           N/A           │")
-  add_test(NAME bigmodel_estimate_memory_qwen3_moe COMMAND accel_cli estimate-memory data/qwen3_30b_a3b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_qwen3_moe PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   2.32 GB   │112.58 GB │       450.33 GB       │\n│float16│   1.16 GB   │ 56.29 GB │       225.16 GB       │\n│  int8 │  594.25 MB  │ 28.15 GB │          N/A          │\n│  int4 │  297.13 MB  │ 14.07 GB │          N/A          │")
+  estimate_memory_test(mixtral mixtral_8x7b_config "│float32│   5.41 GB   │173.49 GB │        693.97 GB        │\n│float16│    2.7 GB   │ 86.75 GB │        346.99 GB        │\n│  int8 │   1.35 GB   │ 43.37 GB │           N/A           │\n│  int4 │  692.02 MB  │ 21.69 GB │           N/A           │")
+  estimate_memory_test(qwen3_moe qwen3_30b_a3b_config "│float32│   2.32 GB   │112.58 GB │       450.33 GB       │\n│float16│   1.16 GB   │ 56.29 GB │       225.16 GB       │\n│  int8 │  594.25 MB  │ 28.15 GB │          N/A          │\n│  int4 │  297.13 MB  │ 14.07 GB │          N/A          │")
   # Qwen1.5-MoE-A2.7B (Qwen2MoeModel: 60 experts beside a shared expert in each layer)
-  add_test(NAME bigmodel_estimate_memory_qwen2_moe COMMAND accel_cli estimate-memory data/qwen15_moe_a27b_config
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_qwen2_moe PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   2.13 GB   │ 52.17 GB │     208.69 GB     │\n│float16│   1.06 GB   │ 26.09 GB │     104.34 GB     │\n│  int8 │  544.13 MB  │ 13.04 GB │        N/A        │\n│  int4 │  272.06 MB  │ 6.52 GB  │        N/A        │")
+  estimate_memory_test(qwen2_moe qwen15_moe_a27b_config "│float32│   2.13 GB   │ 52.17 GB │     208.69 GB     │\n│float16│   1.06 GB   │ 26.09 GB │     104.34 GB     │\n│  int8 │  544.13 MB  │ 13.04 GB │        N/A        │\n│  int4 │  272.06 MB  │ 6.52 GB  │        N/A        │")
   # per rank under tp 2: as Qwen3-30B-A3B's, and the shared experts halved, their gates whole:
   # 26.671 GiB of f32 weights (summed by hand from the config)
-  add_test(NAME bigmodel_estimate_memory_qwen2_moe_tp COMMAND accel_cli estimate-memory data/qwen15_moe_a27b_config
-           --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_qwen2_moe_tp PROPERTIES PASS_REGULAR_EXPRESSION
-    "DDP \\(NO_SHARD\\)    │26.67 GB│ 26.67 GB│ 53.34 GB│")
+  estimate_memory_test(qwen2_moe_tp qwen15_moe_a27b_config "DDP \\(NO_SHARD\\)    │26.67 GB│ 26.67 GB│ 53.34 GB│" --num_processes 2 --tp_size 2)
   add_test(NAME bigmodel_estimate_memory_moe_tp COMMAND accel_cli estimate-memory data/qwen3_30b_a3b_config
            --num_processes 2 --tp_size 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   # per rank under tp 2: q/k/v/o, the experts' projections and the vocabulary halved, the routers
@@ -226,19 +183,10 @@ if(TARGET accel_cli)
   # BERT: Accelerate's calculate_maximum_sizes of transformers' BertModel of those config.json files
   # (its position_ids / token_type_ids buffers counted; BertLayer and BertEmbeddings unsplit: the
   # embeddings are hf_bert_nlp's largest layer, with the buffers).
-  add_test(NAME bigmodel_estimate_memory_bert COMMAND accel_cli estimate-memory data/hf_bert_cls --dtypes float32
-           float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   29.31 KB  │ 75.75 KB │      303.0 KB     │\n│float16│   14.66 KB  │ 37.88 KB │      151.5 KB     │")
+  estimate_memory_test(bert hf_bert_cls "│float32│   29.31 KB  │ 75.75 KB │      303.0 KB     │\n│float16│   14.66 KB  │ 37.88 KB │      151.5 KB     │" --dtypes float32 float16)
   # a token classifier's (and a QA model's) body has no pooler; Accelerate's AutoModel, a BertModel, has
-  add_test(NAME bigmodel_estimate_memory_bert_token COMMAND accel_cli estimate-memory data/hf_bert_tok --dtypes float32
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_token PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   7.66 KB   │ 12.72 KB │      50.88 KB     │")
-  add_test(NAME bigmodel_estimate_memory_bert_embeddings COMMAND accel_cli estimate-memory data/hf_bert_nlp
-           --dtypes float32 --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_embeddings PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   159.5 KB  │230.38 KB │      921.5 KB     │.*│ ZeRO-3 \\(FULL_SHARD\\)  │114.82 KB│114.82 KB│229.63 KB│")
+  estimate_memory_test(bert_token hf_bert_tok "│float32│   7.66 KB   │ 12.72 KB │      50.88 KB     │" --dtypes float32)
+  estimate_memory_test(bert_embeddings hf_bert_nlp "│float32│   159.5 KB  │230.38 KB │      921.5 KB     │.*│ ZeRO-3 \\(FULL_SHARD\\)  │114.82 KB│114.82 KB│229.63 KB│" --dtypes float32 --num_processes 2)
   # BERT's step activations (accel_bert_activation_bytes; f32: the same figure on every CPU), and a
   # sequence longer than its positions refused
   add_test(NAME bigmodel_estimate_memory_bert_batch COMMAND accel_cli estimate-memory data/hf_bert_nlp
@@ -251,18 +199,9 @@ if(TARGET accel_cli)
   # which no RoBERTa head has, RobertaEmbeddings unsplit with its two buffers), and for the tiny
   # hf_xlm_roberta_tok (a few bytes off would show); and RoBERTa's step activations (its masked LM's:
   # roberta_base_config names RobertaForMaskedLM).
-  add_test(NAME bigmodel_estimate_memory_roberta COMMAND accel_cli estimate-memory data/roberta_base_config
-           --dtypes float32 float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_roberta PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│  148.78 MB  │475.49 MB │         1.86 GB         │\n│float16│   74.39 MB  │237.75 MB │        950.99 MB        │")
-  add_test(NAME bigmodel_estimate_memory_xlm_roberta COMMAND accel_cli estimate-memory data/xlm_roberta_base_config
-           --dtypes float32 float16 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_xlm_roberta PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│  733.95 MB  │ 1.04 GB  │       4.14 GB       │\n│float16│  366.98 MB  │530.33 MB │       2.07 GB       │")
-  add_test(NAME bigmodel_estimate_memory_xlm_roberta_tiny COMMAND accel_cli estimate-memory data/hf_xlm_roberta_tok
-           --dtypes float32 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_xlm_roberta_tiny PROPERTIES PASS_REGULAR_EXPRESSION
-    "│float32│   2.08 KB   │ 4.23 KB  │          16.94 KB         │")
+  estimate_memory_test(roberta roberta_base_config "│float32│  148.78 MB  │475.49 MB │         1.86 GB         │\n│float16│   74.39 MB  │237.75 MB │        950.99 MB        │" --dtypes float32 float16)
+  estimate_memory_test(xlm_roberta xlm_roberta_base_config "│float32│  733.95 MB  │ 1.04 GB  │       4.14 GB       │\n│float16│  366.98 MB  │530.33 MB │       2.07 GB       │" --dtypes float32 float16)
+  estimate_memory_test(xlm_roberta_tiny hf_xlm_roberta_tok "│float32│   2.08 KB   │ 4.23 KB  │          16.94 KB         │" --dtypes float32)
   add_test(NAME bigmodel_estimate_memory_roberta_batch COMMAND accel_cli estimate-memory data/roberta_base_config
            --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_roberta_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
@@ -280,10 +219,7 @@ if(TARGET accel_cli)
   set_tests_properties(bigmodel_estimate_memory_bert_mc_batch PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2"
     PASS_REGULAR_EXPRESSION
     "per rank \\(batch 2 x 4 choices x 8, f32\\).*│    DDP \\(NO_SHARD\\)    │12.54 KB│ 12.54 KB│ 25.07 KB│   0 bytes    │ 258.83 KB │308.97 KB│")
-  add_test(NAME bigmodel_estimate_memory_bert_mc_no_choices COMMAND accel_cli estimate-memory data/hf_bert_mc
-           --batch_size 2 --seq_len 8 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_mc_no_choices PROPERTIES PASS_REGULAR_EXPRESSION
-    "a BertForMultipleChoice runs each of the --batch_size examples as one row per choice: give --num_choices N")
+  estimate_memory_test(bert_mc_no_choices hf_bert_mc "a BertForMultipleChoice runs each of the --batch_size examples as one row per choice: give --num_choices N" --batch_size 2 --seq_len 8)
   add_test(NAME bigmodel_estimate_memory_bert_choices_elsewhere COMMAND accel_cli estimate-memory data/hf_bert_cls
            --batch_size 2 --seq_len 8 --num_choices 4 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_bert_choices_elsewhere PROPERTIES PASS_REGULAR_EXPRESSION
@@ -294,10 +230,7 @@ if(TARGET accel_cli)
   set_tests_properties(bigmodel_estimate_memory_choices_decoder_pp PROPERTIES PASS_REGULAR_EXPRESSION
     "--num_choices is for a multiple-choice model \\(BertForMultipleChoice\\); this one is a decoder")
   # the training tables hold the config's own head (the masked LM's decoder and transform), batch or not
-  add_test(NAME bigmodel_estimate_memory_bert_mlm_ranks COMMAND accel_cli estimate-memory data/hf_bert_mlm
-           --num_processes 2 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_mlm_ranks PROPERTIES PASS_REGULAR_EXPRESSION
-    "│    DDP \\(NO_SHARD\\)    │12.75 KB│ 12.75 KB│ 25.5 KB │   0 bytes    │51.0 KB │")
+  estimate_memory_test(bert_mlm_ranks hf_bert_mlm "│    DDP \\(NO_SHARD\\)    │12.75 KB│ 12.75 KB│ 25.5 KB │   0 bytes    │51.0 KB │" --num_processes 2)
   # the loading table of a masked LM accel cannot build (an untied decoder) does not depend on the head: printed
   add_test(NAME bigmodel_estimate_memory_bert_mlm_untied COMMAND sh -c
            "d=$(mktemp -d) && sed 's/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/' data/hf_bert_mlm/config.json > $d/config.json && $<TARGET_FILE:accel_cli> estimate-memory $d --dtypes float32; echo rc=$?; rm -rf $d"
@@ -310,10 +243,7 @@ if(TARGET accel_cli)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_estimate_memory_full_stdout PROPERTIES PASS_REGULAR_EXPRESSION
     "cannot write the tables: No space left on device.*rc=1")
-  add_test(NAME bigmodel_estimate_memory_bert_long COMMAND accel_cli estimate-memory data/hf_bert_nlp
-           --batch_size 2 --seq_len 65 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(bigmodel_estimate_memory_bert_long PROPERTIES PASS_REGULAR_EXPRESSION
-    "accel_bert_activation_bytes: seq_len 65 is more than max_position_embeddings \\(64\\)")
+  estimate_memory_test(bert_long hf_bert_nlp "accel_bert_activation_bytes: seq_len 65 is more than max_position_embeddings \\(64\\)" --batch_size 2 --seq_len 65)
 endif()
 
 # 200000 members built, addressed, measured, saved and loaded: linear in the
