@@ -54,12 +54,7 @@ static void sequences(int64_t *ids) {
 }
 
 /* tiny_family(seed, CFG.family), with qk_layernorm when CFG asks for it. */
-static accel_module *family_model(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_llama_config c = tiny_family_config(CFG.family);
-    if (CFG.qk_layernorm) c.qk_layernorm = true;
-    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
-}
+static accel_module *family_model(uint64_t seed) { return tiny_family_qk(seed, CFG.family, CFG.qk_layernorm); }
 
 /* Under all-to-all a model of 2 heads has one per tp rank: nothing to
  * split over cp 2, refused at prepare naming it. */
@@ -114,8 +109,7 @@ static int body(int rank, int world) {
                                                          : "model.layers.0.self_attn.k_proj.weight");
     CHECK(kw && kw->shape[0] == (fused ? 2 + 1 + 1 : neox ? 2 * 3 : 1) * 4 && accel_llama_cp_group(m, NULL) != NULL);
     /* StableLM's per-head norms: one per head, whole on every rank (4 query heads, 2 key/value heads) */
-    CHECK(!CFG.qk_layernorm || (accel_module_get_tensor(m, "model.layers.1.self_attn.q_layernorm.norms.3.weight") &&
-                                accel_module_get_tensor(m, "model.layers.1.self_attn.k_layernorm.norms.1.weight")));
+    CHECK(!CFG.qk_layernorm || has_per_head_qk_norms(m));
     accel_tensor **ps;
     int n_ref = accel_module_parameters(ref, &ps);
     for (int s = 0; s < STEPS; s++) {

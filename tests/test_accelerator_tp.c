@@ -53,13 +53,9 @@ static struct {
     char dir[64];
 } CFG;
 
-/* The tiny model of CFG's family, seeded (tiny_family, with CFG.qk). */
-static accel_module *cfg_model(uint64_t seed) {
-    accel_manual_seed(seed);
-    accel_llama_config c = tiny_family_config(CFG.family);
-    c.qk_layernorm = CFG.qk;
-    return accel_llama_new(&c, ACCEL_CPU_DEVICE);
-}
+/* The tiny model of CFG's family, seeded (qk_layernorm on with CFG.qk, as
+ * the family has it otherwise: Phi's on). */
+static accel_module *cfg_model(uint64_t seed) { return tiny_family_qk(seed, CFG.family, CFG.qk); }
 
 /* ACCEL_TP_KEEP=1: each run's save_model folder is kept (its path printed)
  * with accel_logits.safetensors beside the weights: ids [BS, T] and the tp

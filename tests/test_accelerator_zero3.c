@@ -232,13 +232,8 @@ static bool g_qk_layernorm;
 
 static accel_module *tiny_lm(uint64_t seed) {
     if (g_gpt2) return tiny_gpt2(seed);
-    accel_manual_seed(seed);
-    accel_llama_config c = tiny_family_config(FAMILY);
-    c.qk_layernorm = g_qk_layernorm;
-    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
-    /* the per-head norms are there to train (k's 2 for its 2 kv heads) */
-    CHECK(!g_qk_layernorm || (accel_module_get_tensor(m, "model.layers.1.self_attn.q_layernorm.norms.3.weight") &&
-                              accel_module_get_tensor(m, "model.layers.1.self_attn.k_layernorm.norms.1.weight")));
+    accel_module *m = tiny_family_qk(seed, FAMILY, g_qk_layernorm); /* (Phi's own qk_layernorm kept) */
+    CHECK(!g_qk_layernorm || has_per_head_qk_norms(m)); /* the per-head norms are there to train */
     return m;
 }
 

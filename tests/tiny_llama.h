@@ -5,6 +5,7 @@
 #ifndef ACCEL_TESTS_TINY_LLAMA_H
 #define ACCEL_TESTS_TINY_LLAMA_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,11 +65,25 @@ static inline accel_llama_config tiny_family_config(const char *model_type) {
     return c;
 }
 
-/* The tiny model of tiny_family_config(model_type), seeded. */
-static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
+/* The tiny model of tiny_family_config(model_type), seeded, with
+ * qk_layernorm turned on where qk (StableLM's per-head q/k norms), kept as
+ * the family has it otherwise (Phi's on). */
+static inline accel_module *tiny_family_qk(uint64_t seed, const char *model_type, bool qk) {
     accel_manual_seed(seed);
     accel_llama_config c = tiny_family_config(model_type);
+    if (qk) c.qk_layernorm = true;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
+}
+
+static inline accel_module *tiny_family(uint64_t seed, const char *model_type) {
+    return tiny_family_qk(seed, model_type, false);
+}
+
+/* Whether m (a tiny model of 2 layers, 4 query heads, 2 key/value heads)
+ * has StableLM's per-head q/k norms: one per head. */
+static inline bool has_per_head_qk_norms(accel_module *m) {
+    return accel_module_get_tensor(m, "model.layers.1.self_attn.q_layernorm.norms.3.weight") &&
+           accel_module_get_tensor(m, "model.layers.1.self_attn.k_layernorm.norms.1.weight");
 }
 
 static inline accel_module *tiny_llama(uint64_t seed) { return tiny_family(seed, "llama"); }
