@@ -71,7 +71,7 @@ static int read_ids(const char *path, int64_t vocab, corpus *c) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) {
+    if (argc < 4 || argc > 6) {
         fprintf(stderr, "usage: finetune MODEL_DIR IDS_FILE OUT_DIR [STEPS] [LR]\n");
         return 2;
     }

@@ -210,7 +210,7 @@ static int evaluate(accel_accelerator *acc, accel_module *model, accel_dataloade
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
+    if (argc < 3 || argc > 7) {
         fprintf(stderr, "usage: nlp_example TOKENIZER_JSON MODEL_DIR [EPOCHS=3] [LR=2e-5] [BATCH=16] [SEED=42]\n");
         return 2;
     }

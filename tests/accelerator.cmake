@@ -63,20 +63,15 @@ cat '${_cr}/straight.txt'")
                        PASS_REGULAR_EXPRESSION "step=20 final_loss=")
 endif()
 
-# The examples' step counts are whole integers: "abc" was read as 0 steps (a run that did nothing).
-foreach(bad "checkpoint_resume;run;abc" "checkpoint_resume;run;20;12x" "grad_accumulation;abc")
-  list(GET bad 0 prog)
-  list(SUBLIST bad 1 -1 args)
-  string(JOIN "_" name ${args})
-  add_test(NAME example_${prog}_bad_args_${name}
-           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 2 "usage: ${prog}" $<TARGET_FILE:${prog}> ${args}
-           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
-  set_tests_properties(example_${prog}_bad_args_${name} PROPERTIES TIMEOUT 60)
-endforeach()
-# ... and so are finetune's STEPS and nlp_example's EPOCHS / BATCH / SEED ("12x" was 12 steps, "3x" 3 epochs),
-# refused before any file is read.
-foreach(bad "finetune|STEPS must be an integer|M;I;O;12x" "finetune|STEPS must be an integer|M;I;O;5;1e-4x"
-            "nlp_example|EPOCHS and BATCH must be integers|T;M;3x" "nlp_example|EPOCHS and BATCH must be integers|T;M;3;2e-5;16;4.5")
+# The examples' arguments are read whole ("abc" was 0 steps, "12x" 12, "3x" 3 epochs) and extra ones refused,
+# before any file is read: prog|words of the error|args.
+foreach(bad "checkpoint_resume|usage: checkpoint_resume|run;abc" "checkpoint_resume|usage: checkpoint_resume|run;20;12x"
+            "grad_accumulation|usage: grad_accumulation|abc"
+            "finetune|STEPS must be an integer|M;I;O;12x" "finetune|STEPS must be an integer|M;I;O;5;1e-4x"
+            "finetune|usage: finetune|M;I;O;5;1e-4;extra"
+            "nlp_example|EPOCHS and BATCH must be integers|T;M;3x"
+            "nlp_example|EPOCHS and BATCH must be integers|T;M;3;2e-5;16;4.5"
+            "nlp_example|usage: nlp_example|T;M;3;2e-5;16;42;extra")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 prog)
   list(GET parts 1 words)
