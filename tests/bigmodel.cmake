@@ -146,7 +146,8 @@ if(TARGET accel_cli)
   # stabilityai/stablelm-2-1_6b and bigcode/starcoder2-3b (StableLmModel, Starcoder2Model;
   # tools/gen_moe_memory_fixture.py stablelm2_1_6b_config starcoder2_3b_config): `accelerate
   # estimate-memory`'s own tables (1644515328 and 3181366272 parameters in the causal LMs, as
-  # transformers counts them; Starcoder2's biases and tied head, StableLM's q/k/v biases)
+  # transformers' estimate counts them, Starcoder2's tied head counted apart from the embedding; Starcoder2's
+  # biases, StableLM's q/k/v biases)
   estimate_memory_test(stablelm stablelm2_1_6b_config "│float32│   784.0 MB  │ 5.36 GB  │       21.44 GB      │\n│float16│   392.0 MB  │ 2.68 GB  │       10.72 GB      │\n│  int8 │   196.0 MB  │ 1.34 GB  │         N/A         │\n│  int4 │   98.0 MB   │686.17 MB │         N/A         │")
   # stabilityai/stablelm-2-12b's sizes with qk_layernorm (gen_moe_memory_fixture.py stablelm2_12b_config:
   # 12143185920 parameters in the causal LM; its per-head q/k norms' 256000 also in test_device_map)
