@@ -32,8 +32,9 @@
  * dp_shard 2 x tp 2 under ZeRO-3 with sequence parallelism, both with
  * clipping: the same. Padded batches (the loader's fields ids,
  * attention_mask and position_ids; rows padded on the left or the right):
- * Llama at tp 2 and over dp_shard 2 x tp 2 with sequence parallelism,
- * Starcoder2 and GPT-2 at tp 2 with it, Phi over dp_shard 2 x tp 2 under
+ * Llama at tp 2, and over dp_shard 2 x tp 2 and at tp 4 (its 2 key/value
+ * heads replicated) with sequence parallelism, Starcoder2 and GPT-2 at tp 2
+ * with it, Phi over dp_shard 2 x tp 2 under
  * ZeRO-3, all with clipping: the same losses, gradients and save_model.
  * Under DDP (every family but GPT-2 and the experts': Llama, Phi-3, Phi,
  * GPT-NeoX, StableLM, Starcoder2) each rank's parameter, gradient and
@@ -350,6 +351,7 @@ int main(void) {
     CFG.padded = true;
     run_family("llama", 2, 2, 1, 0, 0.05, false);
     run_family("llama", 4, 2, 2, 0, 0.05, true);
+    run_family("llama", 4, 4, 1, 0, 0.05, true); /* 2 key/value heads, each on 2 ranks */
     run_family("starcoder2", 2, 2, 1, 0, 0.05, true);
     run_family("phi", 4, 2, 2, 3, 0.05, false);
     run_family("gpt2", 2, 2, 1, 0, 0.05, true); /* learned positions: the position ids' own rows */

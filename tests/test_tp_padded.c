@@ -9,7 +9,8 @@
  * tokens): the loss with a left-padded mask and every gradient within 1e-5
  * of one process, then accel_generate_batch's greedy tokens identical;
  * Llama, Phi and Starcoder2 also with a right-padded row and one padded on
- * both sides (loss and gradients); all of it again under
+ * both sides (loss and gradients); Llama (left) and Starcoder2 (right) also
+ * with the tp model's layers checkpointed; all of it again under
  * sequence parallelism (each rank's T / tp positions between the tp regions:
  * the mask and position ids are the whole sequence's, as attention sees it);
  * under context parallelism the mask is refused by name. */
@@ -71,11 +72,14 @@ static void generation_matches(accel_module *ref, accel_module *tp, const int64_
               family);
 }
 
-/* maskv MASK: also the greedy tokens */
-static void family_matches(accel_pg *pg, const char *family, bool balance, bool sp, const int64_t *maskv) {
+/* maskv MASK: also the greedy tokens; ckpt: the tp model's layers
+ * recomputed in the backward (the padding's state read again there) */
+static void family_matches(accel_pg *pg, const char *family, bool balance, bool sp, const int64_t *maskv, bool ckpt) {
     bool qk = !strcmp(family, "stablelm"); /* its per-head norms, each rank its heads' */
     accel_module *ref = model_of(family, balance, qk), *tp = model_of(family, balance, qk);
-    CHECK_MSG(accel_llama_parallelize(tp, pg, sp) == ACCEL_OK, "%s: %s", family, accel_last_error());
+    accel_status st = accel_llama_parallelize(tp, pg, sp);
+    if (st == ACCEL_OK && ckpt) st = accel_module_set_gradient_checkpointing(tp, true);
+    CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
     int64_t idv[B * T];
     for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
     loss_grads_match(pg, ref, tp, idv, maskv, family, sp);
@@ -106,13 +110,17 @@ static int body(int rank, int world) {
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi", "gpt_neox", "stablelm", "starcoder2"};
     for (int sp = 0; sp < 2; sp++) {
-        for (size_t f = 0; f < sizeof families / sizeof *families; f++) family_matches(pg, families[f], false, sp, MASK);
-        family_matches(pg, "mixtral", true, sp, MASK);
-        family_matches(pg, "qwen2_moe", true, sp, MASK);
+        for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+            family_matches(pg, families[f], false, sp, MASK, false);
+        family_matches(pg, "mixtral", true, sp, MASK, false);
+        family_matches(pg, "qwen2_moe", true, sp, MASK, false);
         /* right padding (and both sides): Llama, a family with biases, one with a window and biases */
-        family_matches(pg, "llama", false, sp, RIGHT);
-        family_matches(pg, "phi", false, sp, RIGHT);
-        family_matches(pg, "starcoder2", false, sp, RIGHT);
+        family_matches(pg, "llama", false, sp, RIGHT, false);
+        family_matches(pg, "phi", false, sp, RIGHT, false);
+        family_matches(pg, "starcoder2", false, sp, RIGHT, false);
+        /* checkpointed: the fused key ranges (Llama), the explicit scores of a window (Starcoder2) */
+        family_matches(pg, "llama", false, sp, MASK, true);
+        family_matches(pg, "starcoder2", false, sp, RIGHT, true);
     }
     context_parallel_refused(pg);
     accel_dist_finalize();
