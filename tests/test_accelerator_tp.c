@@ -27,9 +27,19 @@
  * qk_layernorm (per-head q/k norms, each rank its heads') at tp 2 under DDP
  * and over dp_shard 2 x tp 2 under ZeRO-3 with sequence parallelism, both
  * with clipping, and with each per-head norm a ZeRO-3 unit of its own (its
- * weight read inside its hooks): the same. Under DDP (Llama, Phi-3)
- * each rank's parameter, gradient and momentum bytes are the plan's 1/tp
- * arithmetic (estimate-memory's per-mesh count; the tiny Llama's by hand). */
+ * weight read inside its hooks): the same. Starcoder2 (biases on the
+ * row-parallel o_proj and c_proj, a window of 4) at tp 2 under DDP and over
+ * dp_shard 2 x tp 2 under ZeRO-3 with sequence parallelism, both with
+ * clipping: the same. Padded batches (the loader's fields ids,
+ * attention_mask and position_ids; rows padded on the left or the right):
+ * Llama at tp 2, and over dp_shard 2 x tp 2 and at tp 4 (its 2 key/value
+ * heads replicated) with sequence parallelism, Starcoder2 and GPT-2 at tp 2
+ * with it, Phi over dp_shard 2 x tp 2 under
+ * ZeRO-3, all with clipping: the same losses, gradients and save_model.
+ * Under DDP (every family but GPT-2 and the experts': Llama, Phi-3, Phi,
+ * GPT-NeoX, StableLM, Starcoder2) each rank's parameter, gradient and
+ * momentum bytes are the plan's 1/tp arithmetic (estimate-memory's
+ * per-mesh count; the tiny Llama's by hand). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,11 +54,12 @@ enum { SEQS = 24, T = 8, BS = 2, STEPS = 5 };
 
 /* user: the test parallelizes the model itself (accel_llama_parallelize over
  * accel_accelerator_tp_group) before prepare, which keeps that plan; qk: the
- * family's qk_layernorm on (StableLM's per-head q/k norms) */
+ * family's qk_layernorm on (StableLM's per-head q/k norms); padded: the
+ * batches carry an attention_mask and position_ids (padded_rows) */
 static struct {
     int tp, dp_shard, zero_stage;
     double clip;
-    bool sp, user, qk;
+    bool sp, user, qk, padded;
     const char *family, *wrap; /* wrap: ZeRO-3's wrap classes (TRANSFORMER_BASED_WRAP), NULL: the default */
     char dir[64];
 } CFG;
@@ -126,8 +137,29 @@ static void sequences(int64_t *ids) {
     for (int i = 0; i < SEQS * T; i++) ids[i] = (i * 7 + i / T * 5 + 3) % 40;
 }
 
-static accel_tensor *rows(const int64_t *ids, int64_t first) {
-    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(BS, T), ids + first * T);
+/* Sequence i's attention_mask keeps T - i % 3 positions, its pads on the
+ * left (i / 3 even) or on the right, and its position ids count the kept
+ * positions from 0 (the pads' 0), as accel_generate_batch derives them. */
+static void padded_rows(int64_t *mask, int64_t *pos) {
+    for (int i = 0; i < SEQS; i++) {
+        int pads = i % 3, first = i / 3 % 2 ? 0 : pads; /* the kept run [first, first + T - pads) */
+        for (int t = 0; t < T; t++) {
+            bool kept = t >= first && t < first + T - pads;
+            mask[i * T + t] = kept, pos[i * T + t] = kept ? t - first : 0;
+        }
+    }
+}
+
+/* rows [first, first + BS) of a [SEQS, T] array */
+static accel_tensor *rows(const int64_t *v, int64_t first) {
+    return accel_from_data(ACCEL_I64, ACCEL_SHAPE(BS, T), v + first * T);
+}
+
+/* The loss of a batch: fields ids, and with CFG.padded its mask and position ids. */
+static accel_tensor *batch_loss(accel_module *m, accel_tensor *const *fields) {
+    accel_llama_inputs in = {.ids = fields[0]};
+    if (CFG.padded) in.attention_mask = fields[1], in.position_ids = fields[2];
+    return accel_llama_loss_ex(m, &in);
 }
 
 static void refuses_plainless(accel_accelerator *acc) {
@@ -176,11 +208,15 @@ static int body(int rank, int world) {
         return 1;
     }
     int dp = world / CFG.tp, dp_rank = rank / CFG.tp;
-    int64_t ids[SEQS * T];
-    sequences(ids);
-    accel_tensor *all = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){SEQS, T}, ACCEL_CPU_DEVICE);
-    accel_tensor_from_host(all, ids);
-    accel_dataset *ds = accel_tensor_dataset_new(1, &all);
+    int64_t ids[SEQS * T], mask[SEQS * T], pos[SEQS * T];
+    sequences(ids), padded_rows(mask, pos);
+    const int64_t *host[3] = {ids, mask, pos};
+    accel_tensor *all[3];
+    for (int k = 0; k < 3; k++) {
+        all[k] = accel_tensor_new(ACCEL_I64, 2, (int64_t[]){SEQS, T}, ACCEL_CPU_DEVICE);
+        accel_tensor_from_host(all[k], host[k]);
+    }
+    accel_dataset *ds = accel_tensor_dataset_new(CFG.padded ? 3 : 1, all);
     accel_dataloader_opts dlo = accel_dataloader_opts_default();
     dlo.batch_size = BS;
     accel_dataloader *dl = accel_dataloader_new(ds, &dlo);
@@ -199,6 +235,7 @@ static int body(int rank, int world) {
                                                    : phi3     ? "model.layers.0.mlp.gate_up_proj.weight"
                                                    : !strcmp(CFG.family, "phi") ? "model.layers.0.mlp.fc1.weight"
                                                    : !strcmp(CFG.family, "gpt_neox") ? "gpt_neox.layers.0.mlp.dense_h_to_4h.weight"
+                                                   : !strcmp(CFG.family, "starcoder2") ? "model.layers.0.mlp.c_fc.weight"
                                                    : mixtral  ? "model.layers.0.block_sparse_moe.experts.5.w3.weight"
                                                    : qwen_moe ? "model.layers.0.mlp.experts.9.up_proj.weight"
                                                               : "model.layers.0.mlp.up_proj.weight");
@@ -213,13 +250,14 @@ static int body(int rank, int world) {
     for (int s = 0; s < STEPS; s++) {
         accel_batch b;
         CHECK(accel_dataloader_next(dl, &b));
-        accel_tensor *loss = accel_llama_loss(tp, b.fields[0]);
+        accel_tensor *loss = batch_loss(tp, b.fields);
         CHECK_MSG(loss && accel_accelerator_backward(acc, loss) == ACCEL_OK, "%s", accel_last_error());
         double mine = loss ? accel_item(loss) : NAN, want = NAN;
         /* the global batch: data-parallel rank r's is batch s dp + r */
         accel_tensor *total = NULL;
         for (int r = 0; r < dp; r++) {
-            accel_tensor *l = accel_llama_loss(ref, rows(ids, (int64_t)(s * dp + r) * BS));
+            int64_t first = (int64_t)(s * dp + r) * BS;
+            accel_tensor *l = batch_loss(ref, (accel_tensor *[]){rows(ids, first), rows(mask, first), rows(pos, first)});
             if (r == dp_rank) want = accel_item(l);
             total = total ? accel_add(total, l) : l;
         }
@@ -261,7 +299,8 @@ static int body(int rank, int world) {
 out:
     accel_accelerator_free(acc);
     accel_module_free(ref), accel_module_free(tp);
-    accel_dataloader_free(dl), accel_dataset_free(ds), accel_tensor_free(all);
+    accel_dataloader_free(dl), accel_dataset_free(ds);
+    for (int k = 0; k < 3; k++) accel_tensor_free(all[k]);
     return check_summary();
 }
 
@@ -273,8 +312,9 @@ static void run_family(const char *family, int world, int tp, int dp_shard, int 
     int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
     for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s%s tp %d x dp_shard %d, zero %d%s: rank %d failed", family,
-                  CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage, sp ? ", sequence parallel" : "", r);
+        CHECK_MSG(dist_exited_ok(status[r]), "%s%s tp %d x dp_shard %d, zero %d%s%s: rank %d failed", family,
+                  CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage, sp ? ", sequence parallel" : "",
+                  CFG.padded ? ", padded" : "", r);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(getenv("ACCEL_TP_KEEP") || system(cmd) == 0);
@@ -304,6 +344,18 @@ int main(void) {
     run_family("stablelm", 4, 2, 2, 3, 0.05, false);
     CFG.wrap = NULL;
     CFG.qk = false;
+    /* Starcoder2: o_proj's and c_proj's biases on row-parallel Linears (added once, after the ranks' sum) */
+    run_family("starcoder2", 2, 2, 1, 0, 0.05, false);
+    run_family("starcoder2", 4, 2, 2, 3, 0.05, true);
+    /* padded batches (left and right, each sequence its position ids): the mask every rank's whole */
+    CFG.padded = true;
+    run_family("llama", 2, 2, 1, 0, 0.05, false);
+    run_family("llama", 4, 2, 2, 0, 0.05, true);
+    run_family("llama", 4, 4, 1, 0, 0.05, true); /* 2 key/value heads, each on 2 ranks */
+    run_family("starcoder2", 2, 2, 1, 0, 0.05, true);
+    run_family("phi", 4, 2, 2, 3, 0.05, false);
+    run_family("gpt2", 2, 2, 1, 0, 0.05, true); /* learned positions: the position ids' own rows */
+    CFG.padded = false;
     CFG.user = true;
     run_family("gpt2", 2, 2, 1, 0, 0.05, false);
     run_family("phi3", 2, 2, 1, 0, 0.05, false);

@@ -2,11 +2,15 @@
  * forked processes: the heads are split, the attention_mask is every rank's
  * whole. For Llama, Gemma2 (window of 4 under prompts of 8, soft-capping),
  * GPT-2 (learned positions from position_ids), Qwen3-MoE, Phi (its head's
- * bias cut with the vocabulary), GPT-NeoX (query_key_value by heads), and Mixtral and
+ * bias cut with the vocabulary), GPT-NeoX (query_key_value by heads),
+ * StableLM with qk_layernorm (per-head q/k norms), Starcoder2 (biases on the
+ * row-parallel o_proj and c_proj, a window of 4), and Mixtral and
  * Qwen2-MoE with the routers' load-balancing loss (its means over the kept
  * tokens): the loss with a left-padded mask and every gradient within 1e-5
- * of one process, then
- * accel_generate_batch's greedy tokens identical; all of it again under
+ * of one process, then accel_generate_batch's greedy tokens identical;
+ * Llama, Phi and Starcoder2 also with a right-padded row and one padded on
+ * both sides (loss and gradients); Llama (left) and Starcoder2 (right) also
+ * with the tp model's layers checkpointed; all of it again under
  * sequence parallelism (each rank's T / tp positions between the tp regions:
  * the mask and position ids are the whole sequence's, as attention sees it);
  * under context parallelism the mask is refused by name. */
@@ -19,23 +23,28 @@
 enum { B = 2, T = 8, NEW = 6 };
 
 static const int64_t MASK[B * T] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
+/* row 0 right-padded, row 1 padded on both sides (loss and gradients only) */
+static const int64_t RIGHT[B * T] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0};
 
-/* The tiny model of `family`, seeded alike; with the balancing loss when `balance`. */
-static accel_module *model_of(const char *family, bool balance) {
+/* The tiny model of `family`, seeded alike; with the balancing loss when
+ * `balance`, StableLM's per-head q/k norms when `qk`. */
+static accel_module *model_of(const char *family, bool balance, bool qk) {
     accel_manual_seed(11);
     accel_llama_config c = tiny_family_config(family);
     if (balance) c.output_router_logits = true, c.router_aux_loss_coef = 0.5;
+    if (qk) c.qk_layernorm = true;
     return accel_llama_new(&c, ACCEL_CPU_DEVICE);
 }
 
-static void family_matches(accel_pg *pg, const char *family, bool balance, bool sp) {
-    accel_module *ref = model_of(family, balance), *tp = model_of(family, balance);
-    CHECK_MSG(accel_llama_parallelize(tp, pg, sp) == ACCEL_OK, "%s: %s", family, accel_last_error());
-    int64_t idv[B * T], pos[B * T];
-    for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
+/* The loss of ids with attention_mask mask (position ids counting its kept
+ * positions from 0) on one process (ref) and under tp: within 1e-5, and
+ * every gradient. */
+static void loss_grads_match(accel_pg *pg, accel_module *ref, accel_module *tp, const int64_t *idv,
+                             const int64_t *maskv, const char *family, bool sp) {
+    int64_t pos[B * T];
     for (int b = 0; b < B; b++)
-        for (int t = 0, seen = 0; t < T; t++) seen += (int)MASK[b * T + t], pos[b * T + t] = MASK[b * T + t] ? seen - 1 : 0;
-    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK),
+        for (int t = 0, seen = 0; t < T; t++) seen += (int)maskv[b * T + t], pos[b * T + t] = maskv[b * T + t] ? seen - 1 : 0;
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), maskv),
                  *p = pi64(ACCEL_SHAPE(B, T), pos);
     accel_llama_inputs in = {.ids = ids, .attention_mask = mask, .position_ids = p};
     accel_tensor *lr = accel_llama_loss_ex(ref, &in);
@@ -46,17 +55,35 @@ static void family_matches(accel_pg *pg, const char *family, bool balance, bool 
     CHECK_MSG(lt && accel_backward(lt) == ACCEL_OK, "%s (sp %d): %s", family, sp, accel_last_error());
     if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK); /* the norms' partial gradients */
     if (lt)
-        CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s (sp %d): loss %.9g, want %.9g",
-                  family, sp, accel_item(lt), want);
+        CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s (sp %d%s): loss %.9g, want %.9g",
+                  family, sp, maskv == RIGHT ? ", right-padded" : "", accel_item(lt), want);
     grads_match(tp, ref);
     accel_step_reset();
+    accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(p);
+}
+
+/* accel_generate_batch's greedy tokens from the left-padded MASK: identical. */
+static void generation_matches(accel_module *ref, accel_module *tp, const int64_t *idv, const char *family) {
     int64_t a[B * (T + NEW)], b[B * (T + NEW)], ca = 0, cb = 0;
     accel_generate_opts o = {.max_new_tokens = NEW};
     CHECK(accel_generate_batch(ref, idv, MASK, B, T, &o, a, &ca) == ACCEL_OK);
     CHECK_MSG(accel_generate_batch(tp, idv, MASK, B, T, &o, b, &cb) == ACCEL_OK, "%s: %s", family, accel_last_error());
     CHECK_MSG(ca == cb && !memcmp(a, b, sizeof(int64_t) * (size_t)(B * ca)), "%s: batched tokens differ under tp",
               family);
-    accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(p);
+}
+
+/* maskv MASK: also the greedy tokens; ckpt: the tp model's layers
+ * recomputed in the backward (the padding's state read again there) */
+static void family_matches(accel_pg *pg, const char *family, bool balance, bool sp, const int64_t *maskv, bool ckpt) {
+    bool qk = !strcmp(family, "stablelm"); /* its per-head norms, each rank its heads' */
+    accel_module *ref = model_of(family, balance, qk), *tp = model_of(family, balance, qk);
+    accel_status st = accel_llama_parallelize(tp, pg, sp);
+    if (st == ACCEL_OK && ckpt) st = accel_module_set_gradient_checkpointing(tp, true);
+    CHECK_MSG(st == ACCEL_OK, "%s: %s", family, accel_last_error());
+    int64_t idv[B * T];
+    for (int i = 0; i < B * T; i++) idv[i] = (i * 7 + 1) % 40;
+    loss_grads_match(pg, ref, tp, idv, maskv, family, sp);
+    if (maskv == MASK) generation_matches(ref, tp, idv, family);
     accel_module_free(ref), accel_module_free(tp);
 }
 
@@ -81,11 +108,19 @@ static int body(int rank, int world) {
         return 1;
     }
     accel_pg *pg = accel_dist_default_group();
-    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi", "gpt_neox"};
+    const char *families[] = {"llama", "gemma2", "gpt2", "qwen3_moe", "phi", "gpt_neox", "stablelm", "starcoder2"};
     for (int sp = 0; sp < 2; sp++) {
-        for (size_t f = 0; f < sizeof families / sizeof *families; f++) family_matches(pg, families[f], false, sp);
-        family_matches(pg, "mixtral", true, sp);
-        family_matches(pg, "qwen2_moe", true, sp);
+        for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+            family_matches(pg, families[f], false, sp, MASK, false);
+        family_matches(pg, "mixtral", true, sp, MASK, false);
+        family_matches(pg, "qwen2_moe", true, sp, MASK, false);
+        /* right padding (and both sides): Llama, a family with biases, one with a window and biases */
+        family_matches(pg, "llama", false, sp, RIGHT, false);
+        family_matches(pg, "phi", false, sp, RIGHT, false);
+        family_matches(pg, "starcoder2", false, sp, RIGHT, false);
+        /* checkpointed: the fused key ranges (Llama), the explicit scores of a window (Starcoder2) */
+        family_matches(pg, "llama", false, sp, MASK, true);
+        family_matches(pg, "starcoder2", false, sp, RIGHT, true);
     }
     context_parallel_refused(pg);
     accel_dist_finalize();
