@@ -7,13 +7,16 @@
  * compare CPU time).
  *
  *   bench_sdpa [--mixed_precision no|bf16|fp16] [--batch B] [--seq T] [--heads H]
- *              [--kv-heads Hkv] [--kv-seq Tk] [--hidden C] [--steps N] [--threads N]
+ *              [--kv-heads Hkv] [--kv-seq Tk] [--hidden C] [--steps N] [--threads N] [--dense-qk 1]
  *
  * --kv-heads (default: --heads) gives grouped-query attention, H / Hkv query
  * heads per kv head. --kv-seq (default: --seq) gives T queries against Tk
  * keys (the mask aligned bottom-right): a long context's tile class at a
  * short query block's cost (--warmup 0 --steps 1 times its first call, the
  * class's timing included where the cache lacks it).
+ * --dense-qk 1 gives the kernels q and k as the Llama step does, each head's
+ * rows contiguous ([B, h, T, D]: RoPE's output; its copy is timed too), v
+ * still the projection's view.
  * (bench_util.h's flags and defaults: the Llama step's heads and head dim
  * C / H; the other model flags are accepted and unused.) */
 #include <time.h>
@@ -60,12 +63,17 @@ static int64_t take_flag(const char *flag, int *argc, char **argv) {
 
 int main(int argc, char **argv) {
     bench_llama_args a;
-    int64_t kv_heads = take_flag("--kv-heads", &argc, argv), kv_seq = take_flag("--kv-seq", &argc, argv);
+    int64_t kv_heads = take_flag("--kv-heads", &argc, argv), kv_seq = take_flag("--kv-seq", &argc, argv),
+            dense_qk = take_flag("--dense-qk", &argc, argv);
     if (bench_llama_parse("bench_sdpa", "threads mixed_precision", argc, argv, &a)) return 2;
     accel_llama_config cfg = bench_llama_config(&a);
     if (kv_heads) cfg.num_key_value_heads = kv_heads;
     if (kv_heads < 0 || cfg.num_attention_heads % cfg.num_key_value_heads) {
         fprintf(stderr, "bench_sdpa: --kv-heads must divide --heads\n");
+        return 2;
+    }
+    if (dense_qk < 0 || dense_qk > 1) {
+        fprintf(stderr, "bench_sdpa: --dense-qk must be 0 or 1\n");
         return 2;
     }
     if (kv_seq < 0 || (kv_seq && kv_seq < a.T)) {
@@ -95,8 +103,9 @@ int main(int argc, char **argv) {
         accel_tensor *x[3] = {step_copy(q), step_copy(k), step_copy(v)};
         long mf;
         double w0 = now(), c0 = bench_cpu_seconds(&mf);
-        accel_tensor *o = accel_sdpa(accel_transpose(x[0], 1, 2), accel_transpose(x[1], 1, 2),
-                                     accel_transpose(x[2], 1, 2), true, 0.0);
+        accel_tensor *qh = accel_transpose(x[0], 1, 2), *kh = accel_transpose(x[1], 1, 2);
+        if (dense_qk) qh = accel_contiguous(qh), kh = accel_contiguous(kh);
+        accel_tensor *o = accel_sdpa(qh, kh, accel_transpose(x[2], 1, 2), true, 0.0);
         double c1 = bench_cpu_seconds(&mf);
         if (!o || accel_backward(accel_sum_all(o)) != ACCEL_OK) {
             fprintf(stderr, "bench_sdpa: %s\n", accel_last_error());
@@ -109,9 +118,10 @@ int main(int argc, char **argv) {
             fwd[it] = c1 - c0;
         }
     }
-    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld Tk=%lld D=%lld threads=%d: forward+backward median wall %.2f ms, cpu "
+    printf("sdpa %s B=%lld H=%lld Hkv=%lld T=%lld Tk=%lld D=%lld threads=%d%s: forward+backward median wall %.2f ms, cpu "
            "%.2f ms (forward cpu %.2f ms)\n",
            dts, (long long)B, (long long)H, (long long)Hkv, (long long)T, (long long)Tk, (long long)D, threads,
+           dense_qk ? " dense q, k" : "",
            1e3 * bench_median(wall, iters), 1e3 * bench_median(cpu, iters), 1e3 * bench_median(fwd, iters));
     free(wall);
     free(fwd);
