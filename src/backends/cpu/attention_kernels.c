@@ -96,14 +96,11 @@ static tile tile_load(const accel_tensor *t, int64_t off, int64_t rows, int64_t 
 }
 
 /* A gradient's f32 accumulator tile of t's rows (tile_at): t's values to
- * be added into (tile_load), or zeros where `fresh` (t's old values are
- * not part of the result and are not read). */
+ * be added into (tile_load), or where `fresh` (t's old values are not part
+ * of the result and are not read) its memory as it is, to be written. */
 static tile grad_tile(const accel_tensor *t, int64_t off, int64_t rows, int64_t cols, int64_t stride, float *scratch,
                       bool dense, bool fresh) {
-    if (!fresh) return tile_load(t, off, rows, cols, stride, scratch, dense);
-    tile w = tile_at(t, off, stride, scratch, cols, dense);
-    for (int64_t r = 0; r < rows; r++) memset(w.p + r * w.ld, 0, (size_t)cols * sizeof *w.p);
-    return w;
+    return fresh ? tile_at(t, off, stride, scratch, cols, dense) : tile_load(t, off, rows, cols, stride, scratch, dense);
 }
 
 /* Writes a tile that tile_at gave back into t's rows (stride apart):
@@ -660,16 +657,31 @@ static int64_t bwd_scratch_at(const accel_k_sdpa_backward *a, tiles t, float *ba
     return n;
 }
 
-/* A kv head's gradient accumulators, f32: dK and dV [Tk, D(v)]. */
+/* A kv head's gradient accumulators, f32: dK and dV [Tk, D(v)]. Fresh
+ * ones (grad_tile) hold values in keys [0, written) only, and their
+ * GEMMs write (beta 0) until the first block has: the blocks run last
+ * first (kv_backward), and the last block's keys reach furthest, so the
+ * first write covers every key a later block adds into, and the keys no
+ * query sees are zeroed at the end. Zeroing the whole tiles first took a
+ * pass over them per kv head (3% of the f32 backward, one thread). */
 typedef struct kv_grads {
     tile dkh, dvh;
+    float beta;
+    int64_t written;
 } kv_grads;
+
+/* After a block's dK and dV GEMMs over keys [0, kend). */
+static void kv_grads_wrote(kv_grads *gr, int64_t kend) {
+    if (gr->beta != 0.0f) return;
+    gr->beta = 1.0f;
+    gr->written = kend;
+}
 
 /* The gradients of query block i0 (nq rows) of head bh: P again from the
  * forward's lse, then on the native path (nq = QB) P and s dS rounded to
  * t.dt, chunk-major, for the GEMMs that take them. */
 static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int64_t bh, int64_t i0, int64_t nq,
-                                   const kv_head *kv, const kv_grads *gr, const bwd_scratch *s) {
+                                   const kv_head *kv, kv_grads *gr, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t b = bh / d->H, h = bh % d->H, kend = block_keys(d, b, i0, nq), dqoff = row_at(a->dqs, b, h, i0);
     if (kend <= 0) { /* no key: dQ is zero, nothing reaches dK, dV */
@@ -691,9 +703,12 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
     const float *pb = s->pr;
     operand go = tile_operand(t, a->g, row_at(a->gs, b, h, i0), nq, d->Dv, a->gs[2], s->g);
     if (a->dv) /* dV[0:kend] += P^T dO */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, native(t) ? s->pl : pb, kend, go.p, go.ld, 1.0f, gr->dvh.p,
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->Dv, 1.0f, native(t) ? s->pl : pb, kend, go.p, go.ld, gr->beta, gr->dvh.p,
                         gr->dvh.ld);
-    if (st != ACCEL_OK || (!a->dq && !a->dk)) return st;
+    if (st != ACCEL_OK || (!a->dq && !a->dk)) {
+        kv_grads_wrote(gr, kend);
+        return st;
+    }
     /* dP = dO V^T, then dS in its rows: on the native path the GEMM's
      * chunk-major dP, already rows when it is one chunk */
     float *dp = s->dp;
@@ -723,28 +738,35 @@ static accel_status block_backward(const accel_k_sdpa_backward *a, tiles t, int6
         tile_store(a->dq, dqoff, nq, d->D, ld, dqb);
     }
     if (a->dk) /* dK[0:kend] += s dS^T Q */
-        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, alpha, ds, ldp, q.p, q.ld, 1.0f, gr->dkh.p, gr->dkh.ld);
+        st = tiles_gemm(t, KEYS_M, nq, kend, d->D, alpha, ds, ldp, q.p, q.ld, gr->beta, gr->dkh.p, gr->dkh.ld);
+    kv_grads_wrote(gr, kend);
     return st;
 }
 
 /* The gradients of the G query heads of kv head `kvb` (= b * Hkv + kv), block
- * by block of queries as in the forward. dK and dV of the kv head are
- * accumulated in f32 over the G heads and written once; K and V are read
- * once (kv_load). */
+ * by block of queries, the last first (kv_grads). dK and dV of the kv head
+ * are accumulated in f32 over the G heads and written once; K and V are
+ * read once (kv_load). */
 static accel_status kv_backward(const accel_k_sdpa_backward *a, tiles t, int64_t kvb, const bwd_scratch *s) {
     const accel_k_sdpa_dims *d = &a->dims;
     int64_t G = d->H / d->Hkv, b = kvb / d->Hkv, kv = kvb % d->Hkv;
     int64_t dkoff = row_at(a->dks, b, kv, 0), dvoff = row_at(a->dvs, b, kv, 0);
     kv_head kvh = kv_load(t, a->k, row_at(d->ks, b, kv, 0), d->ks[2], a->v, row_at(d->vs, b, kv, 0), d->vs[2], d, s->k,
                           s->v);
-    kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}};
-    if (a->dk) gr.dkh = grad_tile(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk, native(t), a->dkv_overwrite);
-    if (a->dv) gr.dvh = grad_tile(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv, native(t), a->dkv_overwrite);
+    bool fresh = a->dkv_overwrite;
+    kv_grads gr = {{NULL, d->D}, {NULL, d->Dv}, fresh ? 0.0f : 1.0f, fresh ? 0 : d->Tk};
+    if (a->dk) gr.dkh = grad_tile(a->dk, dkoff, d->Tk, d->D, a->dks[2], s->dk, native(t), fresh);
+    if (a->dv) gr.dvh = grad_tile(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], s->dv, native(t), fresh);
     accel_status st = ACCEL_OK;
+    int64_t last = d->Tq > 0 ? (d->Tq - 1) / QB * QB : -1; /* the last block's first query */
     for (int64_t gi = 0; gi < G && st == ACCEL_OK; gi++)
-        for (int64_t i0 = 0; i0 < d->Tq && st == ACCEL_OK; i0 += QB)
+        for (int64_t i0 = last; i0 >= 0 && st == ACCEL_OK; i0 -= QB)
             st = block_backward(a, t, b * d->H + kv * G + gi, i0, d->Tq - i0 < QB ? d->Tq - i0 : QB, &kvh, &gr, s);
     if (st != ACCEL_OK) return st;
+    for (int64_t r = gr.written; r < d->Tk; r++) { /* keys no query saw */
+        if (a->dk) memset(gr.dkh.p + r * gr.dkh.ld, 0, (size_t)d->D * sizeof(float));
+        if (a->dv) memset(gr.dvh.p + r * gr.dvh.ld, 0, (size_t)d->Dv * sizeof(float));
+    }
     if (a->dk) tile_store(a->dk, dkoff, d->Tk, d->D, a->dks[2], gr.dkh);
     if (a->dv) tile_store(a->dv, dvoff, d->Tk, d->Dv, a->dvs[2], gr.dvh);
     return ACCEL_OK;
