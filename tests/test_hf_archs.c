@@ -77,6 +77,7 @@ static const struct {
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
+    {"qwen2_moe_nobias", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
     {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
