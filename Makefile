@@ -59,7 +59,8 @@ test-asan: deps build-asan/CMakeCache.txt
 test: test-fast test-asan
 
 # clang build of everything (-Werror) + the safetensors/index/PyTorch-file parser, tokenizer and configuration-file
-# (config.json, accel config YAML, GEMM choice table, device map, checkpoint marker) fuzzers for 20 s each.
+# (config.json, accel config YAML, GEMM choice table, device map, checkpoint marker, ZeRO-3 sharded index) fuzzers
+# for 20 s each.
 fuzz: deps
 	@dpkg-query -W -f='$${Status}' clang 2>/dev/null | grep -q "install ok installed" && \
 	  dpkg-query -W -f='$${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed" || \

@@ -66,8 +66,9 @@ static accel_llama_config moe_config(const bench_llama_args *a, const moe_args *
     c.num_local_experts = m->experts, c.num_experts_per_tok = m->topk;
     c.router_aux_loss_coef = 0.001;
     if (!strcmp(m->family, "qwen3_moe")) c.moe_intermediate_size = a->F, c.decoder_sparse_step = 1, c.norm_topk_prob = true;
-    if (!strcmp(m->family, "qwen2_moe"))
-        c.moe_intermediate_size = a->F, c.decoder_sparse_step = 1, c.shared_expert_intermediate_size = a->F;
+    if (!strcmp(m->family, "qwen2_moe")) /* attention_bias: Qwen2MoeConfig's default qkv_bias, as the peer's */
+        c.moe_intermediate_size = a->F, c.decoder_sparse_step = 1, c.shared_expert_intermediate_size = a->F,
+        c.attention_bias = true;
     return c;
 }
 

@@ -1,6 +1,7 @@
 # The configuration files a user hands accel: fuzz target tests/fuzz_config.c
 # (config.json of every family, `accel config`'s YAML / JSON, the GEMM choice
-# table, a device map, a checkpoint's completion marker), registered as io.cmake registers
+# table, a device map, a checkpoint's completion marker, a ZeRO-3 sharded checkpoint's
+# index), registered as io.cmake registers
 # the safetensors one: a replay driver always (gcc, ASan included), libFuzzer
 # for 20 s under clang. The `accel config` reader lives in the CLI, not in the
 # library: its three files are compiled into both targets.
@@ -20,7 +21,7 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   add_executable(fuzz_config_libfuzzer ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_config.c ${_cfg_cli_sources}
     ${CMAKE_SOURCE_DIR}/src/io/hf_config.c ${CMAKE_SOURCE_DIR}/src/io/bert_config.c
     ${CMAKE_SOURCE_DIR}/src/io/checkpoint_marker.c ${CMAKE_SOURCE_DIR}/src/backends/cpu/gemm_choice.c
-    ${CMAKE_SOURCE_DIR}/src/bigmodel/device_map.c)
+    ${CMAKE_SOURCE_DIR}/src/bigmodel/device_map.c ${CMAKE_SOURCE_DIR}/src/accelerator/zero3_checkpoint.c)
   target_include_directories(fuzz_config_libfuzzer PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_compile_definitions(fuzz_config_libfuzzer PRIVATE ACCEL_LIBFUZZER)
   target_compile_options(fuzz_config_libfuzzer PRIVATE -fsanitize=fuzzer,address,undefined)

@@ -27,6 +27,12 @@
  *        (accel__marker_check over a folder holding a few small files). A
  *        "marker_crc32c" of "recompute" is replaced by the marker's right
  *        checksum, so that mutations reach the file checks behind it.
+ *   'Z'  sharded_index.json of a ZeRO-3 SHARDED_STATE_DICT checkpoint
+ *        (src/accelerator/zero3_checkpoint.c's index reader), over a folder
+ *        of two ranks' shard files and replicated.safetensors
+ *        (tests/zero3_index_fixture.h), merged as merge-weights merges it
+ *        (accel__zero3_merge) into safetensors and torch files: a merge that
+ *        succeeds wrote a file that opens with every entry of the index.
  * Anything else is ignored.
  *
  * Built as fuzz_safetensors.c is (tests/config.cmake): a libFuzzer target
@@ -49,6 +55,8 @@
 #include "core/checksum.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
+#include "accelerator/accelerator_internal.h"
+#include "zero3_index_fixture.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -370,6 +378,41 @@ static void fuzz_checkpoint_marker(const uint8_t *data, size_t size) {
     accel_clear_error();
 }
 
+/* ---------------------------------------------------------------- Z: ZeRO-3 sharded index */
+
+/* The sharded folder the index describes (made once; the index replaced per input). */
+static const char *sharded_dir(void) {
+    static char dir[320];
+    if (dir[0]) return dir;
+    tmp_path("sharded", dir, sizeof dir);
+    if ((mkdir(dir, 0755) && !accel__is_dir(dir)) || !zero3_index_folder(dir)) fail("sharded folder", dir);
+    return dir;
+}
+
+/* A merge that succeeded: out/file opens (a torch.save file through the
+ * same reader) and holds n tensors, one per state-dict entry. */
+static void check_merged(const char *out, bool torch_format, int n) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", out, torch_format ? "pytorch_model.bin" : "model.safetensors");
+    accel_safetensors *f = accel_safetensors_open(path);
+    if (!f) fail("a merged file does not open", accel_last_error());
+    if (accel_safetensors_count(f) != n) fail("a merged file has another tensor count than the index", path);
+    accel_safetensors_close(f);
+}
+
+static void fuzz_sharded_index(const uint8_t *data, size_t size) {
+    const char *dir = sharded_dir();
+    char out[320];
+    tmp_path("merged", out, sizeof out);
+    if (mkdir(out, 0755) && !accel__is_dir(out)) fail("merge folder", out);
+    if (!zero3_index_write(dir, data, size)) fail("sharded_index.json", dir);
+    for (int torch_format = 0; torch_format < 2; torch_format++) {
+        int n = -1;
+        if (accel__zero3_merge(dir, out, torch_format, &n) == ACCEL_OK) check_merged(out, torch_format, n);
+        accel_clear_error();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     switch (data[0]) {
@@ -378,6 +421,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 'G': fuzz_gemm_choices(data + 1, size - 1); break;
     case 'D': fuzz_device_map(data + 1, size - 1); break;
     case 'K': fuzz_checkpoint_marker(data + 1, size - 1); break;
+    case 'Z': fuzz_sharded_index(data + 1, size - 1); break;
     default: break;
     }
     accel_clear_error();

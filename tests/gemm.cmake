@@ -61,6 +61,27 @@ foreach(lvl ${_isa_levels})
     set_tests_properties(${t}_isa_${lvl} PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_CPU_ISA=${lvl}")
   endforeach()
 endforeach()
+# OPENBLAS_CORETYPE takes effect only in an OpenBLAS built with DYNAMIC_ARCH
+# (Debian's libopenblas0-pthread is); one built for a single core runs it
+# whatever the variable says, and the forced runs below would repeat the plain
+# ones (cli_env_blas_core_forced would fail). openblas_get_config() of the
+# library the build links names DYNAMIC_ARCH where it is.
+try_run(_blas_probe_ran _blas_probe_built ${CMAKE_CURRENT_BINARY_DIR}/openblas_probe
+        ${CMAKE_CURRENT_SOURCE_DIR}/openblas_config_probe.c LINK_LIBRARIES ${OPENBLAS_LIB}
+        RUN_OUTPUT_VARIABLE _blas_config)
+string(STRIP "${_blas_config}" _blas_config)
+if(_blas_probe_built AND "${_blas_probe_ran}" STREQUAL "0" AND _blas_config MATCHES "(^| )DYNAMIC_ARCH( |$)")
+  set(_blas_coretype_forces TRUE)
+else()
+  set(_blas_coretype_forces FALSE)
+  if(_blas_probe_built AND "${_blas_probe_ran}" STREQUAL "0")
+    set(_blas_why "(\"${_blas_config}\") is not built with DYNAMIC_ARCH: OPENBLAS_CORETYPE cannot take effect there")
+  else()
+    set(_blas_why "could not be asked for its build (tests/openblas_config_probe.c did not build or run)")
+  endif()
+  message(STATUS "OpenBLAS ${OPENBLAS_LIB} ${_blas_why}, so the tests' _blas_<core> variants and "
+          "cli_env_blas_core_forced are not registered")
+endif()
 # OpenBLAS's core forced to one of this machine's level (OPENBLAS_CORETYPE):
 # where OpenBLAS does not know the CPU it runs a core below it and gives its
 # f32 work to oneDNN (openblas_core.h), so the path of a machine whose
@@ -71,11 +92,12 @@ endforeach()
 set(_blas_core_tests ops_matmul gemm_packed gemm_providers gemm_choice training_memory ops_attention_lowp openblas_core
     conv_dnnl)
 set(_blas_cores)
-if(_cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma " AND _cpu_flags MATCHES " f16c ")
+if(_blas_coretype_forces AND _cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma " AND _cpu_flags MATCHES " f16c ")
   list(APPEND _blas_cores avx2_haswell)
   set(_blas_env_avx2_haswell "ACCEL_CPU_ISA=avx2;OPENBLAS_CORETYPE=Haswell")
 endif()
-if(_cpu_flags MATCHES " avx512f " AND _cpu_flags MATCHES " avx512bw " AND _cpu_flags MATCHES " avx512vl ")
+if(_blas_coretype_forces AND _cpu_flags MATCHES " avx512f " AND _cpu_flags MATCHES " avx512bw "
+   AND _cpu_flags MATCHES " avx512vl ")
   list(APPEND _blas_cores skylakex)
   set(_blas_env_skylakex "OPENBLAS_CORETYPE=SkylakeX")
 endif()
@@ -102,7 +124,7 @@ if(TARGET accel_cli)
   # the user forced said to be forced (Haswell's kernels run on any AVX2 CPU)
   add_test(NAME cli_env_blas_core COMMAND accel_cli env)
   set_tests_properties(cli_env_blas_core PROPERTIES PASS_REGULAR_EXPRESSION "- BLAS core: [A-Za-z0-9_]+ \\(")
-  if(_cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma ")
+  if(_blas_coretype_forces AND _cpu_flags MATCHES " avx2 " AND _cpu_flags MATCHES " fma ")
     add_test(NAME cli_env_blas_core_forced COMMAND accel_cli env)
     set_tests_properties(cli_env_blas_core_forced PROPERTIES ENVIRONMENT "OPENBLAS_CORETYPE=Haswell"
                          PASS_REGULAR_EXPRESSION "- BLAS core: Haswell \\(AVX2 kernels, [^\n]*OPENBLAS_CORETYPE[= ][^\n]*set")

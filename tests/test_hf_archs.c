@@ -77,6 +77,7 @@ static const struct {
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
+    {"qwen2_moe_nobias", "Qwen2MoeForCausalLM", "Qwen2MoeDecoderLayer"},
     {"phi", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_linear", "PhiForCausalLM", "PhiDecoderLayer"},
     {"phi_qk", "PhiForCausalLM", "PhiDecoderLayer"},
@@ -457,6 +458,13 @@ static void test_arch_rows_supported(void) {
     accel__arch l = *accel__arch_find("llama");
     l.experts_alias = true;
     CHECK(accel__arch_unsupported(&l) && strstr(accel__arch_unsupported(&l), "experts_alias"));
+    /* qkv_only_bias places the config's attention_bias: a row must honour it, and have no always-biased q/k/v */
+    accel__arch qb = *accel__arch_find("qwen2_moe");
+    qb.attention_bias = false;
+    CHECK(accel__arch_unsupported(&qb) && strstr(accel__arch_unsupported(&qb), "qkv_only_bias"));
+    qb = *accel__arch_find("qwen2");
+    qb.qkv_only_bias = qb.attention_bias = true;
+    CHECK(accel__arch_unsupported(&qb) && strstr(accel__arch_unsupported(&qb), "qkv_only_bias"));
     /* parallel_residual's one norm; Phi's own projections, norms and MLP */
     accel__arch p = *accel__arch_find("phi");
     p.sandwich_norms = true;

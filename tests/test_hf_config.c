@@ -51,6 +51,29 @@ static void test_layouts(void) {
     }
 }
 
+/* The tiny model of config.json keys (family keys; the sizes added) built
+ * on the meta device: whether layer 0's q/k/v_proj and o_proj have biases. */
+static void check_attention_biases(const char *name, const char *keys, bool qkv, bool o) {
+    char text[512];
+    snprintf(text, sizeof text, "{%s, \"vocab_size\": 16, \"hidden_size\": 16, \"intermediate_size\": 16, "
+             "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"num_experts\": 2, "
+             "\"num_experts_per_tok\": 1, \"moe_intermediate_size\": 8, \"shared_expert_intermediate_size\": 8}",
+             keys);
+    accel_llama_config c;
+    CHECK_MSG(accel_llama_config_load(write_cfg(name, text), &c) == ACCEL_OK, "%s: %s", name, accel_last_error());
+    accel_module *m = accel_llama_new(&c, ACCEL_META_DEVICE);
+    CHECK_MSG(m != NULL, "%s: %s", name, accel_last_error());
+    if (!m) return;
+    static const char *const QKV[] = {"q_proj", "k_proj", "v_proj"};
+    char path[80];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "model.layers.0.self_attn.%s.bias", QKV[i]);
+        CHECK_MSG((accel_module_get_tensor(m, path) != NULL) == qkv, "%s: %s", name, path);
+    }
+    CHECK_MSG((accel_module_get_tensor(m, "model.layers.0.self_attn.o_proj.bias") != NULL) == o, "%s: o_proj", name);
+    accel_module_free(m);
+}
+
 static void expect_error(const char *name, const char *text, accel_status code, const char *needle) {
     accel_llama_config c;
     accel_clear_error();
@@ -1136,11 +1159,11 @@ static void test_moe_fields(void) {
           c.shared_expert_intermediate_size == 5632 && c.intermediate_size == 5632 && c.hidden_size == 2048 &&
           c.num_hidden_layers == 24 && c.num_attention_heads == 16 && c.num_key_value_heads == 16 &&
           c.decoder_sparse_step == 1 && !c.norm_topk_prob && c.sliding_window == 0 && c.max_window_layers == 28 &&
-          c.router_aux_loss_coef == 0.001 && c.n_mlp_only_layers == 0);
+          c.router_aux_loss_coef == 0.001 && c.n_mlp_only_layers == 0 && c.attention_bias);
     CHECK(accel_llama_config_load(write_cfg("q2b.json", "{\"model_type\": \"qwen2_moe\", \"num_experts\": 6, "
                                             "\"num_experts_per_tok\": 2, \"shared_expert_intermediate_size\": 40, "
                                             "\"qkv_bias\": true}"), &c) == ACCEL_OK);
-    CHECK(c.num_local_experts == 6 && c.shared_expert_intermediate_size == 40);
+    CHECK(c.num_local_experts == 6 && c.shared_expert_intermediate_size == 40 && c.attention_bias);
     /* transformers 5 writes sliding_window 0 with use_sliding_window off */
     CHECK(accel_llama_config_load(write_cfg("q2i.json", "{\"model_type\": \"qwen2_moe\", \"sliding_window\": 0}"),
                                   &c) == ACCEL_OK && c.sliding_window == 0);
@@ -1164,8 +1187,15 @@ static void test_moe_fields(void) {
     /* Qwen2MoeConfig's even layers slide then, and its forward fails on the missing window */
     expect_error("q2n.json", "{\"model_type\": \"qwen2_moe\", \"use_sliding_window\": true, \"sliding_window\": null}",
                  ACCEL_ERR_FORMAT, "'sliding_window' must be a positive integer with use_sliding_window");
-    expect_error("q2e.json", "{\"model_type\": \"qwen2_moe\", \"qkv_bias\": false}", ACCEL_ERR_UNSUPPORTED,
-                 "qkv_bias false is not implemented for qwen2_moe models");
+    /* qkv_bias: q/k/v's biases (held in attention_bias), o_proj's never; null fails Qwen2MoeConfig's validation */
+    CHECK(accel_llama_config_load(write_cfg("q2e.json", "{\"model_type\": \"qwen2_moe\", \"qkv_bias\": false}"),
+                                  &c) == ACCEL_OK && !c.attention_bias);
+    check_attention_biases("q2j.json", "\"model_type\": \"qwen2_moe\", \"qkv_bias\": false", false, false);
+    check_attention_biases("q2k.json", "\"model_type\": \"qwen2_moe\", \"qkv_bias\": true", true, false);
+    expect_error("q2l.json", "{\"model_type\": \"qwen2_moe\", \"qkv_bias\": null}", ACCEL_ERR_FORMAT,
+                 "'qkv_bias' must be true or false");
+    /* Qwen2Config has no qkv_bias: the key is unread, q/k/v biased as ever */
+    check_attention_biases("q2m.json", "\"model_type\": \"qwen2\", \"qkv_bias\": false", true, false);
     expect_error("q2f.json", "{\"model_type\": \"qwen2_moe\", \"shared_expert_intermediate_size\": 0}",
                  ACCEL_ERR_FORMAT, "'shared_expert_intermediate_size' must be a positive integer");
     expect_error("q2g.json", "{\"model_type\": \"qwen2_moe\", \"attention_bias\": true}", ACCEL_ERR_UNSUPPORTED,

@@ -33,7 +33,7 @@ static inline accel_llama_config tiny_llama_config(void) {
  * full with linear RoPE scaling; soft-capped logits), "granite" (its four multipliers),
  * "mixtral" (2 of 8 experts), "qwen3_moe" (2 of 16 experts of ffn 12),
  * "qwen2_moe" (2 of 8 experts of ffn 12 beside a shared expert of ffn 8;
- * layer 0 dense by mlp_only_layers), "phi" (half of each head rotated, as
+ * layer 0 dense by mlp_only_layers; q/k/v biases), "phi" (half of each head rotated, as
  * PhiConfig's default; qk_layernorm; tied, its head's bias its own),
  * "gpt_neox" (as many kv heads as heads, half of each head rotated,
  * attention biases; tied), "stablelm" (sequential, its config.json's
@@ -59,6 +59,7 @@ static inline accel_llama_config tiny_family_config(const char *model_type) {
     if (!strcmp(model_type, "qwen2_moe")) {
         c.num_local_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 12, c.decoder_sparse_step = 1;
         c.shared_expert_intermediate_size = 8, c.n_mlp_only_layers = 1, c.mlp_only_layers[0] = 0;
+        c.attention_bias = true; /* its qkv_bias: q/k/v biases, as Qwen2MoeConfig's default */
     }
     if (!strcmp(model_type, "granite"))
         c.embedding_multiplier = 6, c.attention_multiplier = 0.2, c.residual_multiplier = 0.4, c.logits_scaling = 4;

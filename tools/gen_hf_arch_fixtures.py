@@ -135,6 +135,11 @@ FIXTURES = {
                                     mlp_only_layers=[1], output_router_logits=True, router_aux_loss_coef=0.05,
                                     use_sliding_window=True, sliding_window=8, max_window_layers=2),
                   dict(seed=18)),
+    # Qwen2-MoE with qkv_bias false: no q/k/v biases (o_proj has none either);
+    # every layer sparse, no window
+    "qwen2_moe_nobias": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+                                           shared_expert_intermediate_size=16, qkv_bias=False),
+                         dict(seed=31)),
     # Phi: parallel attention and MLP from one LayerNorm, biases (lm_head's
     # too), half of each head rotated (PhiConfig's default), grouped kv heads,
     # phi-2's resid_pdrop (no effect in eval and the loss's gradients: eval mode)

@@ -308,7 +308,7 @@ typedef struct accel_llama_config {
     double rope_theta;
     double initializer_range;         /* std of normal init (0.02) */
     bool tie_word_embeddings;
-    /* StableLM: use_qkv_bias (q/k/v only); Starcoder2: use_bias (with mlp_bias, equal) */
+    /* StableLM: use_qkv_bias, Qwen2-MoE: qkv_bias (q/k/v only); Starcoder2: use_bias (with mlp_bias, equal) */
     bool attention_bias;
     bool mlp_bias;
     accel_dtype torch_dtype;          /* dtype of the weights */

@@ -1112,8 +1112,8 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                .attn_pdrop = drops ? cfg->attn_pdrop : 0, .resid_pdrop = drops ? cfg->resid_pdrop : 0,
                .embd_pdrop = drops ? cfg->embd_pdrop : 0, .mlp_drop_only = a->stablelm_blocks,
                .qkv_bias = a->qkv_bias || (a->attention_bias && cfg->attention_bias) || phi,
-               /* StableLM's attention_bias (use_qkv_bias): q/k/v only */
-               .o_bias = (a->attention_bias && cfg->attention_bias && !a->stablelm_blocks) || phi,
+               /* StableLM's, Qwen2-MoE's attention_bias (use_qkv_bias, qkv_bias): q/k/v only */
+               .o_bias = (a->attention_bias && cfg->attention_bias && !a->qkv_only_bias) || phi,
                .mlp_bias = (a->mlp_bias && cfg->mlp_bias) || phi || neox,
                .gelu_mlp = phi || neox || a->starcoder2_blocks, /* Starcoder2's c_fc -> gelu -> c_proj */
                .parallel = accel__arch_parallel(a, cfg), .norm2 = neox,

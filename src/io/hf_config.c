@@ -447,9 +447,11 @@ static accel_status parse_moe(json_t *root, const char *file, const accel__arch 
         get_int(root, file, "decoder_sparse_step", &c->decoder_sparse_step, false, false) ||
         get_bool(root, file, "norm_topk_prob", &c->norm_topk_prob))
         return accel_last_status();
+    /* Qwen2MoeConfig's qkv_bias (q/k/v's biases, held in attention_bias; null fails its validation) */
     if (a->shared_expert && (get_int(root, file, "shared_expert_intermediate_size",
                                      &c->shared_expert_intermediate_size, false, false) ||
-                             want_bool(root, file, a, "qkv_bias", true)))
+                             not_null(root, file, "qkv_bias", "true or false") ||
+                             get_bool(root, file, "qkv_bias", &c->attention_bias)))
         return accel_last_status();
     /* null: [] (transformers'); the indices' range is accel_llama_config_check's */
     json_t *v = json_object_get(root, "mlp_only_layers");
@@ -691,7 +693,8 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         (!a->neox_blocks && get_real(root, file, "partial_rotary_factor", &c->partial_rotary_factor)) ||
         /* StableLM's and Starcoder2's biases come from their own keys (above) */
         (!a->stablelm_blocks && !a->starcoder2_blocks &&
-         (get_bias(root, file, "attention_bias", a, a->attention_bias, &c->attention_bias) ||
+         /* Qwen2-MoE's is qkv_bias (parse_moe): an attention_bias key is refused when true */
+         (get_bias(root, file, "attention_bias", a, a->attention_bias && !a->qkv_only_bias, &c->attention_bias) ||
           get_bias(root, file, "mlp_bias", a, a->mlp_bias, &c->mlp_bias))) ||
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) ||
         get_dtype(root, file, "dtype", &c->torch_dtype) ||
@@ -1110,7 +1113,8 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     }
     /* Keys sorted, as json.dumps(sort_keys=True, indent=2); vocab_size is last. */
     fprintf(m, "{\n  \"architectures\": [\n    \"%s\"\n  ],\n", a->causal_lm.type_name);
-    if (a->attention_bias) fprintf(m, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");
+    if (a->attention_bias && !a->qkv_only_bias)
+        fprintf(m, "  \"attention_bias\": %s,\n", c->attention_bias ? "true" : "false");
     write_float(m, "attention_dropout", c->attn_pdrop); /* 0 but for Phi's */
     /* Granite's multipliers: 0 is 1.0; Gemma2's query_pre_attn_scalar: 0 is head_dim */
     if (a->multipliers) write_real(m, "attention_multiplier", nonzero(c->attention_multiplier, 1.0));
@@ -1180,6 +1184,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     }
     if (!strcmp(a->model_type, "llama")) fprintf(m, "  \"pretraining_tp\": 1,\n");
     if (a->phi_blocks) fprintf(m, "  \"qk_layernorm\": %s,\n", c->qk_layernorm ? "true" : "false");
+    if (a->qkv_only_bias) fprintf(m, "  \"qkv_bias\": %s,\n", c->attention_bias ? "true" : "false"); /* Qwen2-MoE */
     /* an int in transformers 5's Gemma2Config (which refuses 16.0) */
     double qpas = nonzero(c->query_pre_attn_scalar, (double)hd);
     if (a->softcap && qpas == floor(qpas) && qpas < 0x1p53)

@@ -130,7 +130,10 @@ static accel_status push(up *u, int kind, int64_t i) {
     return ACCEL_OK;
 }
 
+/* *out is V_UNSET on failure: the compiler cannot see that fail() never
+ * returns ACCEL_OK, so a caller's value is set on every path. */
 static accel_status pop(up *u, val *out) {
+    *out = (val){V_UNSET, 0};
     if (u->sp <= fence(u)) return fail(u, ACCEL_ERR_FORMAT, "pops from an empty stack (or past a MARK)");
     *out = u->stack[--u->sp];
     return ACCEL_OK;

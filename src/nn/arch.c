@@ -118,14 +118,16 @@ static const accel__arch ARCHS[] = {
                   .rope_theta = 10000.0, .initializer_range = 0.02, .tie_word_embeddings = true,
                   .torch_dtype = ACCEL_F32, .model_type = "gpt2", .attn_pdrop = 0.1, .resid_pdrop = 0.1,
                   .embd_pdrop = 0.1, TOKENS(50256, 50256)}},
-    /* Qwen2-MoE: Qwen2's attention (q/k/v biases), experts in mlp beside a
-     * shared expert; the window on the even layers below max_window_layers */
-    {.model_type = "qwen2_moe", ARCH_OPS("Qwen2Moe"), .qkv_bias = true, .window = ACCEL__WINDOW_QWEN2_MOE,
+    /* Qwen2-MoE: Qwen2's attention (q/k/v biases unless qkv_bias is false),
+     * experts in mlp beside a shared expert; the window on the even layers
+     * below max_window_layers */
+    {.model_type = "qwen2_moe", ARCH_OPS("Qwen2Moe"), .attention_bias = true, .qkv_only_bias = true,
+     .window = ACCEL__WINDOW_QWEN2_MOE,
      .moe = ACCEL__MOE_QWEN, .shared_expert = true, .moe_block = {"Qwen2MoeSparseMoeBlock", accel__moe_forward, NULL},
      .defaults = {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 5632, .num_hidden_layers = 24,
                   .num_attention_heads = 16, .num_key_value_heads = 16, .max_position_embeddings = 32768,
                   .rms_norm_eps = 1e-6, .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
-                  .model_type = "qwen2_moe", .sliding_window = 4096, .max_window_layers = 28,
+                  .model_type = "qwen2_moe", .attention_bias = true, .sliding_window = 4096, .max_window_layers = 28,
                   .num_local_experts = 60, .num_experts_per_tok = 4, .moe_intermediate_size = 1408,
                   .shared_expert_intermediate_size = 5632, .decoder_sparse_step = 1, .router_aux_loss_coef = 0.001,
                   TOKENS(-1, -1)}},
@@ -165,8 +167,8 @@ static const accel__arch ARCHS[] = {
      .model = {"StableLmModel", accel__decoder_no_forward, NULL},
      .layer = {"StableLmDecoderLayer", accel__decoder_layer_call, NULL}, .attn = {"StableLmAttention", NULL, NULL},
      .mlp = {"StableLmMLP", accel__decoder_mlp_forward, NULL}, .norm = {"LayerNorm", accel__layer_norm_forward, NULL},
-     .window = ACCEL__WINDOW_NONE, .partial_rotary = true, .attention_bias = true, .layer_norms = true,
-     .residual_choice = true, .stablelm_blocks = true, .dropouts = true,
+     .window = ACCEL__WINDOW_NONE, .partial_rotary = true, .attention_bias = true, .qkv_only_bias = true,
+     .layer_norms = true, .residual_choice = true, .stablelm_blocks = true, .dropouts = true,
      .defaults = {.vocab_size = 50304, .hidden_size = 2560, .intermediate_size = 6912, .num_hidden_layers = 32,
                   .num_attention_heads = 32, .num_key_value_heads = 32, .max_position_embeddings = 4096,
                   .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .initializer_range = 0.02, .torch_dtype = ACCEL_F32,
@@ -252,6 +254,9 @@ const char *accel__arch_unsupported(const accel__arch *a) {
          a->fused_gate_up || a->qkv_bias || a->moe))
         return "stablelm_blocks or starcoder2_blocks with another family's blocks, fused projections, qkv_bias or "
                "experts (their projections are Llama's q/k/v/o, their MLP their own)";
+    if (a->qkv_only_bias && (!a->attention_bias || a->qkv_bias))
+        return "qkv_only_bias without attention_bias or with qkv_bias (it places the config's attention_bias; "
+               "qkv_bias is a bias on q/k/v always)";
     if (a->shared_expert && a->moe != ACCEL__MOE_QWEN)
         return "shared_expert without Qwen's sparse block (the shared expert is the family's MLP in `mlp`)";
     return NULL;

@@ -91,6 +91,9 @@ typedef struct accel__arch {
      * long factors (Phi-3's prepare_inputs_for_generation). */
     bool longrope_regenerate;
     bool attention_bias; /* the config's attention_bias is honoured (else the family has none) */
+    /* that attention_bias is on q/k/v_proj only, o_proj never (StableLM's
+     * use_qkv_bias, Qwen2-MoE's qkv_bias) */
+    bool qkv_only_bias;
     bool mlp_bias;       /* the config's mlp_bias is honoured */
     accel__window_rule window;
     /* Gemma: embeddings times sqrt(hidden_size) (rounded to the weights'
@@ -131,8 +134,7 @@ typedef struct accel__arch {
      * mlp(ln2(x)), unless its sequential_residual (GPT-NeoX; StableLM, whose
      * parallel layer has one input_layernorm and no post_attention_layernorm). */
     bool residual_choice;
-    /* StableLM's blocks (StableLmForCausalLM): the config's attention_bias
-     * (use_qkv_bias) on q/k/v_proj only, o_proj never; resid_pdrop
+    /* StableLM's blocks (StableLmForCausalLM): resid_pdrop
      * (hidden_dropout) on the MLP's output only, no embedding dropout; the
      * parallel layer summed x + attn + mlp in that order. */
     bool stablelm_blocks;

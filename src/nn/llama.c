@@ -1018,9 +1018,9 @@ static accel_module *new_layer(const accel__arch *a, const accel_llama_config *c
     int64_t C = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
     /* Phi: every projection has a bias; GPT-NeoX: the MLP's always */
-    /* StableLM: attention_bias (use_qkv_bias) on q/k/v only */
+    /* StableLM, Qwen2-MoE: attention_bias (use_qkv_bias, qkv_bias) on q/k/v only */
     bool qkvb = a->qkv_bias || c->attention_bias || a->phi_blocks;
-    bool ob = (!a->qkv_bias && !a->stablelm_blocks && c->attention_bias) || a->phi_blocks;
+    bool ob = (!a->qkv_bias && !a->qkv_only_bias && c->attention_bias) || a->phi_blocks;
     bool mb = c->mlp_bias || a->phi_blocks || a->neox_blocks;
     accel_module *attn = accel_module_add_child(layer, a->neox_blocks ? "attention" : "self_attn",
                                                 accel_module_new(&a->attn, NULL));

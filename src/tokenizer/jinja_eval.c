@@ -144,7 +144,10 @@ static bool placed(rstate *r, const jnode *at) {
     return err(r, at, st ? st : ACCEL_ERR_INVALID_ARG, "%s", msg);
 }
 
+/* v as a string into *out (None when it fails: the compiler cannot see that
+ * placed() never returns true, so *out is set on every path). */
 static bool str_of(rstate *r, const jnode *at, jv v, jv *out) {
+    *out = jv_none();
     if (v.k == JV_STR) {
         *out = v;
         return true;
