@@ -227,13 +227,14 @@ static void shape_str(char *out, size_t n, int nd, const int64_t *shape) {
     if (k < n) snprintf(out + k, n - k, "]");
 }
 
-static accel_status shape_mismatch(const char *where, const char *name, int nd, const int64_t *shape,
+/* who: the error's prefix (sharded_index). */
+static accel_status shape_mismatch(const char *who, const char *where, const char *name, int nd, const int64_t *shape,
                                    const accel_tensor *like) {
     char a[128], b[128];
     shape_str(a, sizeof a, nd, shape);
     shape_str(b, sizeof b, like->ndim, like->shape);
-    return accel_set_error(ACCEL_ERR_SHAPE, FN_LOAD ": %s: parameter %s has shape %s there, %s in this model (the "
-                           "checkpoint is of another model)", where, name, a, b);
+    return accel_set_error(ACCEL_ERR_SHAPE, "%s%s: parameter %s has shape %s there, %s in this model (the "
+                           "checkpoint is of another model)", who, where, name, a, b);
 }
 
 /* A FULL_STATE_DICT file (model.safetensors) as a source, with the model's
@@ -263,7 +264,7 @@ static accel_status read_full(void *src, const char *name, const accel_tensor *l
         accel_tensor_free(cut);
         return st;
     }
-    if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(accel_safetensors_path(f), name, in->ndim, in->shape, like);
+    if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(FN_LOAD ": ", accel_safetensors_path(f), name, in->ndim, in->shape, like);
     if (in->dtype != ACCEL_F32)
         return accel_set_error(ACCEL_ERR_DTYPE, FN_LOAD ": %s: %s is %s; ZeRO-3 loads f32 parameters",
                                accel_safetensors_path(f), name, accel_dtype_name(in->dtype));
@@ -303,6 +304,7 @@ typedef struct saved_range {
 
 typedef struct sharded_index {
     char path[PATHN + 64];
+    const char *who;        /* its errors' prefix: FN_LOAD ": ", or "" for accel merge-weights (which names itself) */
     json_t *root;           /* owns the strings below */
     int world, n_units;
     int n_params, n_ranges, n_files;
@@ -323,7 +325,7 @@ static void index_free(sharded_index *ix) {
 }
 
 static accel_status bad_index(const sharded_index *ix, const char *what) {
-    return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: %s", ix->path, what);
+    return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: %s", ix->who, ix->path, what);
 }
 
 static bool get_i64(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out) {
@@ -377,8 +379,8 @@ static accel_status check_disjoint(const sharded_index *ix) {
         const saved_range *r = &s[i];
         if (r->lo == r->hi) continue;
         if (prev && prev->unit == r->unit && r->lo < prev->hi)
-            st = accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) "
-                                 "(%s) overlap", ix->path, r->unit, (long long)prev->lo, (long long)prev->hi,
+            st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) "
+                                 "(%s) overlap", ix->who, ix->path, r->unit, (long long)prev->lo, (long long)prev->hi,
                                  ix->files[prev->file], (long long)r->lo, (long long)r->hi, ix->files[r->file]);
         prev = r;
     }
@@ -415,8 +417,10 @@ static accel_status parse_files(sharded_index *ix, json_t *files) {
     return check_disjoint(ix);
 }
 
-static accel_status index_open(sharded_index *ix, const char *sub) {
+/* who: FN_LOAD ": " or "" (sharded_index). */
+static accel_status index_open(sharded_index *ix, const char *sub, const char *who) {
     memset(ix, 0, sizeof *ix);
+    ix->who = who;
     snprintf(ix->path, sizeof ix->path, "%s/%s", sub, INDEX);
     ix->root = accel__json_load_file(ix->path); /* names the file */
     if (!ix->root) return accel_last_status();
@@ -433,7 +437,7 @@ static accel_status index_open(sharded_index *ix, const char *sub) {
     ix->n_units = (int)json_array_size(units);
     ix->params = accel_calloc(json_array_size(ix->state_dict) + 1, sizeof *ix->params);
     if (!ix->params) return accel_last_status();
-    if (!(ix->by_name = json_object())) return accel_set_error(ACCEL_ERR_OOM, FN_LOAD ": out of memory");
+    if (!(ix->by_name = json_object())) return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
     size_t i;
     json_t *e;
     json_array_foreach(ix->state_dict, i, e) {
@@ -444,7 +448,7 @@ static accel_status index_open(sharded_index *ix, const char *sub) {
         accel_status st = parse_param(ix, e, p);
         if (st) return st;
         if (!json_object_get(ix->by_name, p->name) && json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
-            return accel_set_error(ACCEL_ERR_OOM, FN_LOAD ": out of memory");
+            return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
         ix->n_params++;
     }
     return parse_files(ix, files);
@@ -482,8 +486,8 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
         char path[2 * PATHN];
         snprintf(path, sizeof path, "%s/%s", fs->dir, fs->ix->files[r->file]);
         if (!accel__is_file(path))
-            return accel_set_error(ACCEL_ERR_IO, FN_LOAD ": %s is missing (it holds unit %d's range [%lld, %lld) of "
-                                   "the sharded checkpoint)", path, r->unit, (long long)r->lo, (long long)r->hi);
+            return accel_set_error(ACCEL_ERR_IO, "%s%s is missing (it holds unit %d's range [%lld, %lld) of "
+                                   "the sharded checkpoint)", fs->ix->who, path, r->unit, (long long)r->lo, (long long)r->hi);
         if (!(fs->open[r->file] = accel_safetensors_open(path))) return accel_last_status();
     }
     accel_safetensors *f = fs->open[r->file];
@@ -491,8 +495,8 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
     snprintf(name, sizeof name, "%s%s", r->tensor, fs->suffix);
     const accel_st_info *in = accel_safetensors_find(f, name);
     if (!in || in->dtype != ACCEL_F32 || in->nbytes != (size_t)(r->hi - r->lo) * sizeof(float))
-        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: the index says it holds unit %d's range [%lld, %lld) "
-                               "as tensor %s (f32, %lld elements); it does not", accel_safetensors_path(f), r->unit,
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) "
+                               "as tensor %s (f32, %lld elements); it does not", fs->ix->who, accel_safetensors_path(f), r->unit,
                                (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
     if (!fs->check)
         memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
@@ -506,9 +510,10 @@ static accel_status read_sharded(void *src, const char *name, const accel_tensor
     shard_files *fs = src;
     const saved_param *p = find_param(fs->ix, name);
     if (!p)
-        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s has no parameter %s: the checkpoint does not cover "
-                               "this model", fs->ix->path, name);
-    if (like && !same_shape(p->ndim, p->shape, like)) return shape_mismatch(fs->ix->path, name, p->ndim, p->shape, like);
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s%s has no parameter %s: the checkpoint does not cover "
+                               "this model", fs->ix->who, fs->ix->path, name);
+    if (like && !same_shape(p->ndim, p->shape, like))
+        return shape_mismatch(fs->ix->who, fs->ix->path, name, p->ndim, p->shape, like);
     int64_t lo = p->offset + e0, hi = p->offset + e1, got = 0;
     for (int i = 0; i < fs->ix->n_ranges; i++) {
         const saved_range *r = &fs->ix->ranges[i];
@@ -519,9 +524,9 @@ static accel_status read_sharded(void *src, const char *name, const accel_tensor
         got += c - a;
     }
     if (got != hi - lo)
-        return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s: unit %d's elements [%lld, %lld) (parameter %s) are "
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's elements [%lld, %lld) (parameter %s) are "
                                "in none of its files or in several: the index does not cover the model",
-                               fs->ix->path, p->unit, (long long)lo, (long long)hi, name);
+                               fs->ix->who, fs->ix->path, p->unit, (long long)lo, (long long)hi, name);
     return ACCEL_OK;
 }
 
@@ -1074,7 +1079,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
     if (accel__is_dir(sub)) {
         sharded_index ix;
         shard_files fs = {0};
-        st = index_open(&ix, sub);
+        st = index_open(&ix, sub, FN_LOAD ": ");
         if (!st) st = files_init(&fs, &ix, sub, "");
         st = load_shard(acc, pm, &nm, read_sharded, &fs, st);
         if (!st) st = refresh_gathered(acc, pm, &nm, read_sharded, &fs);
@@ -1253,7 +1258,7 @@ static accel_status optimizer_shards(accel_accelerator *acc, int i, const char *
     int nsc = -1;
     accel_status st = optim_index_open(&oi, sub, acc, i);
     snprintf(msub, sizeof msub, "%s/%s", dir, st ? "" : oi.model);
-    if (!st) st = index_open(&ix, msub);
+    if (!st) st = index_open(&ix, msub, FN_LOAD ": ");
     if (!st) st = names_of(pm, &nm);
     for (int k = 0; k < accel__zero_kinds(acc, i) && !st; k++) {
         char suffix[64];
@@ -1371,7 +1376,7 @@ accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch
     sharded_index ix;
     shard_files fs = {0};
     accel_safetensors *rf = NULL;
-    accel_status st = index_open(&ix, sub);
+    accel_status st = index_open(&ix, sub, "");
     if (!st) st = files_init(&fs, &ix, sub, "");
     snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
     if (!st && !(rf = accel_safetensors_open(path))) st = accel_last_status();
