@@ -87,10 +87,11 @@ static void family_matches(accel_pg *pg, const char *family, bool balance, bool 
     accel_module_free(ref), accel_module_free(tp);
 }
 
-/* Under context parallelism each rank holds chunks of the positions: refused. */
-static void context_parallel_refused(accel_pg *pg) {
+/* Under context parallelism each rank holds chunks of the positions:
+ * refused, under either strategy (all-gather's ring, Ulysses' all-to-all). */
+static void context_parallel_refused(accel_pg *pg, accel_cp_strategy strategy) {
     accel_module *cp = tiny_family(11, "llama");
-    CHECK(accel_llama_context_parallelize(cp, pg, ACCEL_CP_ALLGATHER) == ACCEL_OK);
+    CHECK(accel_llama_context_parallelize(cp, pg, strategy) == ACCEL_OK);
     int64_t idv[B * T] = {0};
     accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), MASK);
     CHECK(!accel_llama_loss_ex(cp, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}));
@@ -122,7 +123,8 @@ static int body(int rank, int world) {
         family_matches(pg, "llama", false, sp, MASK, true);
         family_matches(pg, "starcoder2", false, sp, RIGHT, true);
     }
-    context_parallel_refused(pg);
+    context_parallel_refused(pg, ACCEL_CP_ALLGATHER);
+    context_parallel_refused(pg, ACCEL_CP_ALLTOALL);
     accel_dist_finalize();
     return check_summary();
 }
