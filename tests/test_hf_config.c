@@ -1200,6 +1200,8 @@ static void test_moe_fields(void) {
                  ACCEL_ERR_FORMAT, "'shared_expert_intermediate_size' must be a positive integer");
     expect_error("q2g.json", "{\"model_type\": \"qwen2_moe\", \"attention_bias\": true}", ACCEL_ERR_UNSUPPORTED,
                  "attention_bias is true, but qwen2_moe models take their q/k/v biases from qkv_bias (o_proj has none)");
+    expect_error("q2h.json", "{\"model_type\": \"qwen2_moe\", \"mlp_bias\": true}", ACCEL_ERR_UNSUPPORTED,
+                 "mlp_bias is true, but qwen2_moe models have no such bias");
 
     expect_error("me1.json", "{\"model_type\": \"mixtral\", \"num_local_experts\": 0}", ACCEL_ERR_FORMAT,
                  "'num_local_experts' must be a positive integer");

@@ -301,7 +301,7 @@ static accel_status get_bias(json_t *root, const char *file, const char *key, co
     if (has) return get_bool(root, file, key, out);
     bool on = false;
     if (get_bool(root, file, key, &on)) return accel_last_status();
-    if (on && a->qkv_only_bias) /* Qwen2-MoE: its own key places them */
+    if (on && a->qkv_only_bias && !strcmp(key, "attention_bias")) /* Qwen2-MoE: its own key places them */
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s is true, but %s models take their q/k/v biases from "
                                "qkv_bias (o_proj has none)", file, key, a->model_type);
     if (on)
