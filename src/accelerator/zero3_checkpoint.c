@@ -525,7 +525,7 @@ static accel_status read_sharded(void *src, const char *name, const accel_tensor
     }
     if (got != hi - lo)
         return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's elements [%lld, %lld) (parameter %s) are "
-                               "in none of its files or in several: the index does not cover the model",
+                               "in none of its files: the index does not cover the model",
                                fs->ix->who, fs->ix->path, p->unit, (long long)lo, (long long)hi, name);
     return ACCEL_OK;
 }
