@@ -193,10 +193,18 @@ accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_
 /* ------------------------------------------------------------ HF config.json (Llama) */
 
 /* Loads config.json (a file, or a directory containing one). Missing keys take
- * transformers' LlamaConfig defaults; num_key_value_heads defaults to
- * num_attention_heads; head_dim is kept 0 unless given. rope_scaling must be null
- * or of type "default". Wrong types -> ACCEL_ERR_FORMAT naming key and file. */
+ * transformers' defaults of its model_type's family (XConfig(); "llama"
+ * without one); num_key_value_heads defaults to num_attention_heads; head_dim
+ * is kept 0 unless given. Wrong types -> ACCEL_ERR_FORMAT naming key and file;
+ * what accel does not build -> ACCEL_ERR_UNSUPPORTED naming it (docs/nn.md). */
 accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config *out);
+/* transformers' AutoConfig.for_model(model_type): the family's defaults, as a
+ * config.json holding only {"model_type": model_type} loads (accel_llama_config
+ * fields such as attention_bias then say what that family's default model has:
+ * Qwen2-MoE's and Starcoder2's biases on, StableLM's off). A model_type accel
+ * does not build -> ACCEL_ERR_UNSUPPORTED naming the ones it does; *out is
+ * written only on success. */
+accel_status accel_llama_config_for(const char *model_type, accel_llama_config *out);
 /* dir/generation_config.json's bos_token_id, eos_token_id and pad_token_id
  * (each as config.json takes it) over c's, the keys it has: what
  * transformers' generate reads first. No such file: c unchanged, ACCEL_OK;

@@ -741,6 +741,21 @@ accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config
     return st;
 }
 
+accel_status accel_llama_config_for(const char *model_type, accel_llama_config *out) {
+    static const char *FN = "accel_llama_config_for";
+    if (!model_type || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
+    json_t *mt = json_string(model_type), *root = mt ? json_object() : NULL;
+    if (!mt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not UTF-8 text", FN);
+    accel_llama_config c = {0};
+    accel_status st = !root || json_object_set_new(root, "model_type", mt)
+                          ? accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", FN)
+                          : parse_config(root, FN, &c);
+    if (!root) json_decref(mt); /* else root owns it, set or not */
+    json_decref(root);
+    if (st == ACCEL_OK) *out = c;
+    return st;
+}
+
 accel_status accel_generation_config_load(const char *dir, accel_llama_config *c) {
     if (!dir || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_generation_config_load: NULL argument");
     char *file = accel__path_join(dir, "generation_config.json");
