@@ -73,6 +73,7 @@ static const struct {
     {"gpt2", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_untied", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_long", "GPT2LMHeadModel", "GPT2Block"},
+    {"gpt2_layer_scale", "GPT2LMHeadModel", "GPT2Block"},
     {"mixtral", "MixtralForCausalLM", "MixtralDecoderLayer"},
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
@@ -317,8 +318,7 @@ static void test_gpt2_refusals(void) {
     accel_module_free(m);
     accel_step_reset();
     static const struct { const char *json, *needle; } BAD[] = {
-        {"\"scale_attn_by_inverse_layer_idx\": true", "scale_attn_by_inverse_layer_idx true is not implemented"},
-        {"\"reorder_and_upcast_attn\": true", "reorder_and_upcast_attn true is not implemented"},
+        {"\"scale_attn_by_inverse_layer_idx\": 1", "'scale_attn_by_inverse_layer_idx' must be"},
         {"\"add_cross_attention\": true", "add_cross_attention true is not implemented"},
         {"\"activation_function\": \"relu\"", "activation_function must be \"gelu_new\""},
         {"\"attn_pdrop\": 1.5", "'attn_pdrop' must be a number in [0, 1]"},
@@ -329,6 +329,12 @@ static void test_gpt2_refusals(void) {
     l.unscaled_attention = true; /* GPT-2's only */
     CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "unscaled_attention (GPT-2's scale_attn_weights false) is set");
+    l.unscaled_attention = false, l.scale_attn_by_inverse_layer_idx = true;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "scale_attn_by_inverse_layer_idx (GPT-2's) is set, but llama models");
+    l.scale_attn_by_inverse_layer_idx = false, l.reorder_and_upcast_attn = true;
+    CHECK(accel_llama_config_check(&l, "t") == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "reorder_and_upcast_attn (GPT-2's) is set, but llama models");
     char path[] = "/tmp/accel_gpt2_cfg_XXXXXX.json";
     int fd = mkstemps(path, 5);
     CHECK(fd >= 0);
@@ -342,6 +348,13 @@ static void test_gpt2_refusals(void) {
         CHECK(accel_llama_config_load(path, &c) != ACCEL_OK);
         CHECK_STR_CONTAINS(accel_last_error(), BAD[i].needle);
     }
+    /* the layer scaling and the upcast attention written back as read */
+    CHECK(accel_llama_config_load("data/hf_arch_gpt2_layer_scale", &c) == ACCEL_OK);
+    CHECK(c.scale_attn_by_inverse_layer_idx && c.reorder_and_upcast_attn);
+    CHECK(accel_llama_config_save(path, &c) == ACCEL_OK);
+    accel_llama_config back = accel_llama_config_default();
+    CHECK(accel_llama_config_load(path, &back) == ACCEL_OK);
+    CHECK(back.scale_attn_by_inverse_layer_idx && back.reorder_and_upcast_attn);
     unlink(path);
     accel_clear_error();
 }

@@ -617,8 +617,8 @@ static accel_status parse_gpt2(json_t *root, const char *file, const accel__arch
         get_dtype(root, file, "torch_dtype", &c->torch_dtype) || get_dtype(root, file, "dtype", &c->torch_dtype) ||
         get_prob(root, file, "attn_pdrop", &c->attn_pdrop) || get_prob(root, file, "resid_pdrop", &c->resid_pdrop) ||
         get_prob(root, file, "embd_pdrop", &c->embd_pdrop) || get_bool(root, file, "scale_attn_weights", &scale) ||
-        want_bool(root, file, a, "scale_attn_by_inverse_layer_idx", false) ||
-        want_bool(root, file, a, "reorder_and_upcast_attn", false) ||
+        get_bool(root, file, "scale_attn_by_inverse_layer_idx", &c->scale_attn_by_inverse_layer_idx) ||
+        get_bool(root, file, "reorder_and_upcast_attn", &c->reorder_and_upcast_attn) ||
         want_bool(root, file, a, "add_cross_attention", false))
         return accel_last_status();
     json_t *v = json_object_get(root, "activation_function");
@@ -931,16 +931,17 @@ static void write_gpt2(FILE *m, const accel__arch *a, const accel_llama_config *
             (long long)c->intermediate_size, (long long)c->num_hidden_layers, (long long)c->max_position_embeddings);
     write_pad_token_id(m, a, c);
     fprintf(m,
-            "  \"reorder_and_upcast_attn\": false,\n"
+            "  \"reorder_and_upcast_attn\": %s,\n"
             "  \"resid_pdrop\": %s,\n"
-            "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+            "  \"scale_attn_by_inverse_layer_idx\": %s,\n"
             "  \"scale_attn_weights\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
             "  \"torch_dtype\": \"%s\",\n"
             "  \"transformers_version\": \"%s\",\n"
             "  \"use_cache\": true,\n"
             "  \"vocab_size\": %lld\n}\n",
-            resid, c->unscaled_attention ? "false" : "true",
+            c->reorder_and_upcast_attn ? "true" : "false", resid,
+            c->scale_attn_by_inverse_layer_idx ? "true" : "false", c->unscaled_attention ? "false" : "true",
             c->tie_word_embeddings ? "true" : "false", accel_dtype_name(c->torch_dtype), TRANSFORMERS_VERSION,
             (long long)c->vocab_size);
 }

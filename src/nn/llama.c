@@ -282,6 +282,11 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
     if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
                                "but %s models always scale", who, a->model_type);
+    if ((c->scale_attn_by_inverse_layer_idx || c->reorder_and_upcast_attn) && a->blocks != ACCEL__BLOCKS_GPT2)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s (GPT-2's) is set, but %s models have no such setting", who,
+                               c->scale_attn_by_inverse_layer_idx ? "scale_attn_by_inverse_layer_idx"
+                                                                  : "reorder_and_upcast_attn",
+                               a->model_type);
     int64_t wpe; /* GPT-2's position table, which weight_bytes does not count */
     if (a->blocks == ACCEL__BLOCKS_GPT2 &&
         (c->max_position_embeddings <= 0 || __builtin_mul_overflow(c->max_position_embeddings, c->hidden_size, &wpe) ||
@@ -699,6 +704,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
+    if (c->scale_attn_by_inverse_layer_idx) /* GPT-2's: one scaling, as transformers folds it */
+        scale = (scale > 0.0 ? scale : 1.0 / sqrt((double)q->shape[3])) / (double)(li->index + 1);
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
     accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
