@@ -42,7 +42,9 @@ static void int_field(const char *mt, json_t *row, const char *key, int64_t v) {
 
 static void family_matches(const char *mt, json_t *row) {
     accel_llama_config c;
-    CHECK_MSG(accel_llama_config_for(mt, &c) == ACCEL_OK, "%s: %s", mt, accel_last_error());
+    bool ok = accel_llama_config_for(mt, &c) == ACCEL_OK;
+    CHECK_MSG(ok, "%s: %s", mt, accel_last_error());
+    if (!ok) return;
     CHECK_MSG(!strcmp(c.model_type, mt), "%s: model_type %s", mt, c.model_type);
     int_field(mt, row, "vocab_size", c.vocab_size);
     int_field(mt, row, "hidden_size", c.hidden_size);

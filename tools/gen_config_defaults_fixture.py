@@ -24,7 +24,7 @@ FIELDS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
           "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings"]
 
 
-def q_biased(mt, cfg):
+def q_biased(mt):
     """Whether a model of cfg's sizes, shrunk, has a bias on its first q projection (or GPT-2's c_attn,
     GPT-NeoX's query_key_value)."""
     small = AutoConfig.for_model(mt)
@@ -53,7 +53,7 @@ def main():
             v = getattr(cfg, f, None)
             if v is not None:
                 row[f] = v
-        row["qkv_biased"] = q_biased(mt, cfg)
+        row["qkv_biased"] = q_biased(mt)
         out["families"][mt] = row
     path = sys.argv[1] if len(sys.argv) > 1 else "tests/data/hf_config_defaults.json"
     with open(path, "w") as f:

@@ -186,8 +186,9 @@ FIXTURES = {
     # no biases, an untied head, eps 1e-3, RoPE of base 500, no window
     "starcoder2_nobias": ("starcoder2", dict(use_bias=False, tie_word_embeddings=False, norm_epsilon=1e-3,
                                              rope_theta=500.0), dict(seed=28)),
-    # GPT-2 as Stanford CRFM's: layer i's scores also divided by i + 1, the
-    # attention upcast and reordered (eager attention; f32: the same values)
+    # GPT-2 as Stanford CRFM's: layer i's scores also divided by i + 1,
+    # reorder_and_upcast_attn set (read by transformers' eager attention only;
+    # built with its default SDPA, as accel's fused attention)
     "gpt2_layer_scale": ("gpt2", dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
                          dict(seed=32, new_tokens=29)),
 }

@@ -199,11 +199,13 @@ accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_
  * what accel does not build -> ACCEL_ERR_UNSUPPORTED naming it (docs/nn.md). */
 accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config *out);
 /* transformers' AutoConfig.for_model(model_type): the family's defaults, as a
- * config.json holding only {"model_type": model_type} loads (accel_llama_config
- * fields such as attention_bias then say what that family's default model has:
- * Qwen2-MoE's and Starcoder2's biases on, StableLM's off). A model_type accel
- * does not build -> ACCEL_ERR_UNSUPPORTED naming the ones it does; *out is
- * written only on success. */
+ * config.json holding only {"model_type": model_type} loads ("" as one without
+ * it: Llama's), so that a model built from it has the biases the family's
+ * default model has (attention_bias on for Qwen2-MoE and Starcoder2, whose
+ * config keys it holds; Qwen2's, Phi's and GPT-2's biases come with the family
+ * whatever the field says). A model_type accel does not build ->
+ * ACCEL_ERR_UNSUPPORTED naming the ones it does; *out is written only on
+ * success. */
 accel_status accel_llama_config_for(const char *model_type, accel_llama_config *out);
 /* dir/generation_config.json's bos_token_id, eos_token_id and pad_token_id
  * (each as config.json takes it) over c's, the keys it has: what

@@ -363,9 +363,11 @@ typedef struct accel_llama_config {
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
     /* GPT-2's scale_attn_by_inverse_layer_idx: layer i's scores also divided
-     * by i + 1; its reorder_and_upcast_attn, kept for config save (accel's
-     * scores and softmax are f32 in every dtype, which is what it asks for).
-     * Set on another family: refused. */
+     * by i + 1; its reorder_and_upcast_attn, kept for config save and
+     * otherwise unread, as transformers' default (SDPA) attention leaves it:
+     * the fused attention's scores and softmax are f32 in every dtype anyway;
+     * the explicit-score path (attention dropout, masks with holes) keeps
+     * them in the autocast dtype. Set on another family: refused. */
     bool scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn;
     /* qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each head of
      * q and k (eps rms_norm_eps) before RoPE: Phi's one LayerNorm [head_dim]

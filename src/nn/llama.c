@@ -704,7 +704,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                    : a->softcap && c->query_pre_attn_scalar > 0 ? 1.0 / sqrt(c->query_pre_attn_scalar)
                    : c->unscaled_attention                       ? 1.0
                                                                  : 0.0;
-    if (c->scale_attn_by_inverse_layer_idx) /* GPT-2's: one scaling, as transformers folds it */
+    if (c->scale_attn_by_inverse_layer_idx && q) /* GPT-2's: one scaling, as transformers folds it */
         scale = (scale > 0.0 ? scale : 1.0 / sqrt((double)q->shape[3])) / (double)(li->index + 1);
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
