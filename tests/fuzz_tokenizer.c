@@ -83,11 +83,15 @@ static accel_tokenizer **fixtures(void) {
 }
 
 /* Encodes (with special tokens) and decodes; returns the decoded text
- * (malloc'd) or NULL after a refusal. */
-static char *round_trip(const accel_tokenizer *t, const char *text, size_t n, bool skip_special, size_t *len) {
+ * (malloc'd) or NULL after a refusal. A real tokenizer (`real`) encodes
+ * every valid text; a fuzzed tokenizer.json may refuse one with an error (a
+ * Unigram model without unk_id meeting a character it lacks: the tokenizers
+ * library refuses it too). */
+static char *round_trip(const accel_tokenizer *t, const char *text, size_t n, bool skip_special, bool real,
+                        size_t *len) {
     int64_t *ids = NULL, k = 0;
     if (accel_tokenizer_encode(t, text, n, true, &ids, &k) != ACCEL_OK) {
-        if (tok_utf8_invalid_at(text, n) == n) { /* valid text must always encode */
+        if (real && tok_utf8_invalid_at(text, n) == n) { /* valid text must always encode */
             fprintf(stderr, "fuzz_tokenizer: valid UTF-8 refused: %s\n", accel_last_error());
             abort();
         }
@@ -107,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         accel_tokenizer *t = tok_load_json_text("fuzz/tokenizer.json", (const char *)data + 1, size - 1);
         static const char text[] = "Hello wörld 東京 😀 12345 <s> [CLS] \t\n  end";
         size_t len;
-        if (t) free(round_trip(t, text, sizeof text - 1, true, &len));
+        if (t) free(round_trip(t, text, sizeof text - 1, true, false, &len));
         accel_tokenizer_free(t);
         accel_clear_error();
         return 0;
@@ -143,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     accel_tokenizer **t = fixtures();
     for (int i = 0; i < N_FAMILIES; i++) {
         size_t len = 0;
-        char *out = round_trip(t[i], (const char *)data, size, i != 0, &len);
+        char *out = round_trip(t[i], (const char *)data, size, i != 0, true, &len);
         if (out && i == 0 && (len != size || memcmp(out, data, size))) {
             fprintf(stderr, "fuzz_tokenizer: gpt2 decode(encode(x)) != x (%zu bytes in, %zu out)\n", size, len);
             abort();

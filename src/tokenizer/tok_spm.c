@@ -391,7 +391,8 @@ bool tok_spm_decode(const tok_spm *m, const int64_t *ids, size_t n, bool render_
     size_t byte_start = 0;
     for (size_t i = 0; i <= n; i++) {
         if (i < n && m->pc[ids[i]].type == SPM_BYTE) continue;
-        if (!put_bytes(m, ids + byte_start, i - byte_start, out)) return false;
+        /* ids NULL with n 0 (no arithmetic on it) */
+        if (!put_bytes(m, n ? ids + byte_start : ids, i - byte_start, out)) return false;
         byte_start = i + 1;
         if (i == n) break;
         const struct tok_spm_piece *pc = &m->pc[ids[i]];
