@@ -15,7 +15,9 @@
  * transformers' Phi3 does), OLMo 2 (norms on the attention and MLP outputs,
  * q/k norms over the whole projection), GPT-2 (learned positions, LayerNorm,
  * Conv1D; tied, and untied with unscaled attention and inputs up to
- * n_positions exactly, and one with room for 32 new tokens), Mixtral,
+ * n_positions exactly, and one with room for 32 new tokens; and layer i's
+ * scores also divided by i + 1 (scale_attn_by_inverse_layer_idx), on scaled
+ * and on unscaled attention), Mixtral,
  * Qwen3-MoE and Qwen2-MoE (its shared expert, a dense layer by
  * mlp_only_layers, the load-balancing loss in the loss), Phi (attention and
  * MLP in parallel from one LayerNorm, biases on every projection and on
@@ -74,6 +76,7 @@ static const struct {
     {"gpt2_untied", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_long", "GPT2LMHeadModel", "GPT2Block"},
     {"gpt2_layer_scale", "GPT2LMHeadModel", "GPT2Block"},
+    {"gpt2_unscaled_layer_scale", "GPT2LMHeadModel", "GPT2Block"},
     {"mixtral", "MixtralForCausalLM", "MixtralDecoderLayer"},
     {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
     {"qwen3_moe_balance", "Qwen3MoeForCausalLM", "Qwen3MoeDecoderLayer"},
