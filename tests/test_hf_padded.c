@@ -4,14 +4,19 @@
  * Mistral, Qwen2, Gemma2/3, Phi-3, Mixtral, Qwen2-MoE, Starcoder2;
  * soft-capping: Gemma2; learned positions: GPT-2; experts: Mixtral,
  * Qwen3-MoE, Qwen2-MoE; Phi; GPT-NeoX; StableLM, also with qk_layernorm's
- * per-head norms). A
+ * per-head norms; GPT-2 with scale_attn_by_inverse_layer_idx). A
  * left-padded batch of three prompts (20, 13, 9 tokens): accel_llama_forward_ex's
  * logits at the mask's ones within 1e-5 of transformers' forward with the
  * attention_mask (and with generate's position ids), finite everywhere; the
  * loss with the mask (labels -100 at the pads) and every gradient within 1e-5
  * relative, also with gradient checkpointing (Mixtral's and Qwen2-MoE's with
  * the routers' balance over the kept tokens); accel_generate_batch's greedy tokens identical
- * with an eos that ends one row early (pads after it). Then the refusals
+ * with an eos that ends one row early (pads after it). GPT-2 with the layer
+ * scaling also trains (accel_module_train) with an attention dropout that
+ * drops nothing (attn_pdrop 1e-30, the other dropouts off): the attention
+ * then takes the explicit scores (attention_masked.h) where the eval above
+ * takes the fused kernel's key ranges, the loss and gradients within 1e-5 of
+ * transformers' in model.train(). Then the refusals
  * (mask shape, dtype, values, cache length, batch), a NULL mask and a mask of
  * ones bit for bit accel_llama_forward, and the batch generation's rules
  * (right padding, empty rows, sampling by seed, eos as the pad). */
@@ -28,14 +33,16 @@
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2",
                                     "gemma3", "granite", "phi3", "olmo2", "gpt2_long", "mixtral",
                                     "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
-                                    "stablelm_qk"};
+                                    "stablelm_qk", "gpt2_layer_scale"};
+/* the fixtures with transformers' loss in model.train() (train_loss, train_g.*) and its attention dropout at
+ * TRAIN_ATTN_P, the others off (tools/gen_hf_padded_fixtures.py's TRAIN, ATTN_P) */
+static const char *const TRAIN[] = {"gpt2_layer_scale"};
+#define TRAIN_ATTN_P 1e-30
 enum { B = 3, T = 20, NEW = 12, PAD = 3 };
 
-/* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
-static accel_module *load(const char *dir) {
-    accel_llama_config c;
-    if (accel_llama_config_load(dir, &c) != ACCEL_OK) return NULL;
-    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+/* dir's checkpoint built from c, weights loaded by name, in eval. */
+static accel_module *load_as(const char *dir, const accel_llama_config *c) {
+    accel_module *m = accel_llama_new(c, ACCEL_CPU_DEVICE);
     char path[320];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     accel_safetensors *w = m ? accel_safetensors_open(path) : NULL;
@@ -51,6 +58,12 @@ static accel_module *load(const char *dir) {
     }
     accel_module_train(m, false);
     return m;
+}
+
+/* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
+static accel_module *load(const char *dir) {
+    accel_llama_config c;
+    return accel_llama_config_load(dir, &c) == ACCEL_OK ? load_as(dir, &c) : NULL;
 }
 
 /* The rows (flat b T + t) of logits [B, T, V] the fixture lists, [n, V] (step tensor); all finite. */
@@ -78,26 +91,51 @@ static accel_tensor *positions_of(const int64_t *mask) {
     return accel_from_data(ACCEL_I64, 2, (int64_t[]){B, T}, p);
 }
 
+/* The loss and every gradient against the fixture's <prefix>loss and <prefix>g.<param>. */
 static void check_loss(accel_module *m, accel_safetensors *st, accel_llama_inputs *in, const char *name,
-                       bool checkpointing) {
+                       bool checkpointing, const char *prefix) {
+    char key[200];
     CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
-    accel_tensor *want = accel_safetensors_tensor(st, "loss", -1);
+    snprintf(key, sizeof key, "%sloss", prefix);
+    accel_tensor *want = accel_safetensors_tensor(st, key, -1);
     accel_tensor *loss = accel_llama_loss_ex(m, in);
     CHECK_MSG(want && loss != NULL, "%s: %s", name, accel_last_error());
-    check_tensor_close(st, "loss", loss, 1e-5, 0);
+    check_tensor_close(st, key, loss, 1e-5, 0);
     CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s: %s", name, accel_last_error());
     accel_state_dict *sd = accel_module_state_dict(m);
     for (int i = 0; loss && i < sd->n; i++) {
         if (sd->entries[i].is_tied_alias) continue;
-        char g[200];
-        snprintf(g, sizeof g, "g.%s", sd->entries[i].name);
-        check_tensor_close(st, g, sd->entries[i].t->grad, 1e-5, 1e-6);
+        snprintf(key, sizeof key, "%sg.%s", prefix, sd->entries[i].name);
+        check_tensor_close(st, key, sd->entries[i].t->grad, 1e-5, 1e-6);
         accel_zero_(sd->entries[i].t->grad);
     }
     accel_state_dict_free(sd);
     accel_tensor_free(want);
     accel_step_reset();
     CHECK(accel_module_set_gradient_checkpointing(m, false) == ACCEL_OK);
+}
+
+/* Whether name's fixture has the loss of model.train() (TRAIN). */
+static bool trains(const char *name) {
+    for (size_t k = 0; k < sizeof TRAIN / sizeof *TRAIN; k++)
+        if (!strcmp(TRAIN[k], name)) return true;
+    return false;
+}
+
+/* dir's model training with attention dropout at TRAIN_ATTN_P (which drops nothing, 1 - p being 1.0, but
+ * routes the attention through the explicit scores) and no other: the fixture's train_ loss and gradients,
+ * plain and with gradient checkpointing. */
+static void check_training(const char *dir, accel_safetensors *st, accel_llama_inputs *in, const char *name) {
+    accel_llama_config c;
+    CHECK(accel_llama_config_load(dir, &c) == ACCEL_OK);
+    c.attn_pdrop = TRAIN_ATTN_P, c.resid_pdrop = 0, c.embd_pdrop = 0;
+    accel_module *m = load_as(dir, &c);
+    CHECK_MSG(m != NULL, "%s: %s", name, accel_last_error());
+    if (!m) return;
+    accel_module_train(m, true);
+    check_loss(m, st, in, name, false, "train_");
+    check_loss(m, st, in, name, true, "train_");
+    accel_module_free(m);
 }
 
 static void check_greedy(accel_module *m, accel_safetensors *st, const int64_t *ids, const int64_t *mask,
@@ -146,8 +184,9 @@ static void run(const char *name) {
         if (y) check_tensor_close(st, "logits_pos", gather_rows(y, hrows, n, name), 0, 1e-5);
         accel_step_reset();
         in.position_ids = NULL;
-        check_loss(m, st, &in, name, false);
-        check_loss(m, st, &in, name, true);
+        check_loss(m, st, &in, name, false, "");
+        check_loss(m, st, &in, name, true, "");
+        if (trains(name)) check_training(dir, st, &in, name);
         check_greedy(m, st, hid, hmask, name);
     }
     accel_tensor_free(ids);

@@ -191,6 +191,11 @@ FIXTURES = {
     # built with its default SDPA, as accel's fused attention)
     "gpt2_layer_scale": ("gpt2", dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True),
                          dict(seed=32, new_tokens=29)),
+    # the layer scaling on unscaled attention (scale_attn_weights false):
+    # transformers' scaling is then 1 / (i + 1) alone, on every attention
+    # implementation; three layers (factors 1, 2, 3), room for 32 new tokens
+    "gpt2_unscaled_layer_scale": ("gpt2", dict(vocab_size=64, n_layer=3, n_positions=40, scale_attn_weights=False,
+                                               scale_attn_by_inverse_layer_idx=True), dict(seed=33)),
 }
 
 # fixtures whose sparse block model.layers.0.mlp also runs in bf16 (block.x, block.y)

@@ -22,6 +22,13 @@ Writes tests/data/hf_padded/<name>.safetensors:
     eos        [1] i64       row 1's third (or later) new token of a run without
                              eos, one no other row makes before it: row 1 stops
                              early, pads after (the first seed with one)
+and, for the names of TRAIN (gpt2_layer_scale):
+    train_loss, train_g.<param>  the loss and gradients of model.train() with
+                             attn_pdrop ATTN_P (an attention dropout that drops
+                             nothing: 1 - p is 1.0 in double) and no other
+                             dropout: what a model training with attention
+                             dropout computes, minus the draws (accel then
+                             takes its explicit-score attention)
 """
 import os
 import sys
@@ -33,7 +40,10 @@ from transformers.core_model_loading import revert_weight_conversion
 
 NAMES = ["llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2", "gemma3", "granite", "phi3",
          "olmo2", "gpt2_long", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
-         "stablelm_qk"]
+         "stablelm_qk", "gpt2_layer_scale"]
+# GPT-2 with scale_attn_by_inverse_layer_idx: also in training mode, its attention dropout on
+TRAIN = {"gpt2_layer_scale"}
+ATTN_P = 1e-30
 LENGTHS = [20, 13, 9]
 PAD_ID = 3
 NEW = 12
@@ -61,6 +71,30 @@ def pick_eos(model, ids, mask):
         if tok != PAD_ID and first[1] == k and all(first[b] > k + 1 for b in (0, 2)):
             return tok
     return None
+
+
+def loss_and_grads(model, ids, mask, prefix):
+    """{prefix + "loss": the loss of ids with the mask (labels -100 at the pads), prefix + "g.<param>": its
+    gradients} under the checkpoint's names."""
+    model.zero_grad()
+    loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+    loss.backward()
+    out = {prefix + "loss": loss.detach().float()}
+    grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
+    for n, t in revert_weight_conversion(model, grads).items():
+        out[prefix + "g." + n] = t
+    return out
+
+
+def training_with_attention_dropout(model, ids, mask):
+    """loss_and_grads as "train_" in model.train(), every attention dropout at ATTN_P, the other dropouts off."""
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = ATTN_P if name.endswith("attn_dropout") else 0.0
+    model.train()
+    out = loss_and_grads(model, ids, mask, "train_")
+    model.eval()
+    return out
 
 
 def main():
@@ -91,18 +125,15 @@ def main():
             out["logits_pos"] = model(input_ids=ids, attention_mask=mask,
                                       position_ids=pos).logits.reshape(-1, V)[rows].float()
         model.config.output_router_logits = balance
-        model.zero_grad()
-        loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
-        loss.backward()
+        out.update(loss_and_grads(model, ids, mask, ""))
         model.config.output_router_logits = False
-        out["loss"] = loss.detach().float()
-        grads = {n: p.grad.detach().float() for n, p in model.named_parameters()}
-        for n, t in revert_weight_conversion(model, grads).items():
-            out["g." + n] = t
         with torch.no_grad():
             out["greedy"] = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False,
                                            eos_token_id=eos, pad_token_id=PAD_ID)
         out["eos"] = torch.tensor([eos])
+        if name in TRAIN:
+            out.update(training_with_attention_dropout(model, ids, mask))
+            print(f"  train: loss {float(out['train_loss']):.6g} (eval {float(out['loss']):.6g})")
         path = os.path.join(DATA, "hf_padded", name + ".safetensors")
         save_file({k: t.contiguous() for k, t in out.items()}, path)
         print(f"{path}: {os.path.getsize(path)} bytes, eos {eos}, greedy rows end "

@@ -363,11 +363,18 @@ typedef struct accel_llama_config {
     double attn_pdrop, resid_pdrop, embd_pdrop;
     bool unscaled_attention;          /* scale_attn_weights false: scores not divided by sqrt(head_dim) */
     /* GPT-2's scale_attn_by_inverse_layer_idx: layer i's scores also divided
-     * by i + 1; its reorder_and_upcast_attn, kept for config save and
-     * otherwise unread, as transformers' default (SDPA) attention leaves it:
-     * the fused attention's scores and softmax are f32 in every dtype anyway;
-     * the explicit-score path (attention dropout, masks with holes) keeps
-     * them in the autocast dtype. Set on another family: refused. */
+     * by i + 1 (with unscaled_attention: by i + 1 alone), on every attention
+     * path. Its reorder_and_upcast_attn: kept for config save and otherwise
+     * unread. transformers 5.25 reads it in its eager attention only
+     * (attn_implementation "eager"); from_pretrained and from_config give
+     * SDPA, where it changes nothing. Not built: eager's upcast (q k^T in f32
+     * with autocast off). accel's fused attention computes the scores and
+     * softmax in f32 in every dtype anyway; its explicit-score path
+     * (attention dropout while training; a padding mask that the fused
+     * kernel's key ranges do not take) rounds the scores to the autocast
+     * dtype before an f32 softmax, as eager attention without the flag.
+     * Any of the three set on another family: refused by accel_llama_new
+     * and accel_llama_config_save alike. */
     bool scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn;
     /* qk_layernorm: q_layernorm / k_layernorm, a LayerNorm over each head of
      * q and k (eps rms_norm_eps) before RoPE: Phi's one LayerNorm [head_dim]

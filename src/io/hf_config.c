@@ -1080,6 +1080,7 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
     if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
         return accel_last_status();
+    if (accel__arch_gpt2_flags_check(a, c, "accel_llama_config_save")) return accel_last_status();
     if (c->neox_hidden_act < 0 || c->neox_hidden_act > 3 || (c->neox_hidden_act && !a->neox_blocks))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: neox_hidden_act %d: 0 to 3, and "
                                "gpt_neox models only (%s here)", c->neox_hidden_act, a->model_type);

@@ -269,6 +269,19 @@ accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, 
                            who, key, (unsigned)type < 6 ? NAMES[type] : "(invalid)", a->model_type);
 }
 
+accel_status accel__arch_gpt2_flags_check(const accel__arch *a, const accel_llama_config *c, const char *who) {
+    if (a->blocks == ACCEL__BLOCKS_GPT2) return ACCEL_OK;
+    if (c->unscaled_attention)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
+                               "but %s models always scale", who, a->model_type);
+    if (c->scale_attn_by_inverse_layer_idx || c->reorder_and_upcast_attn)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s (GPT-2's) is set, but %s models have no such setting", who,
+                               c->scale_attn_by_inverse_layer_idx ? "scale_attn_by_inverse_layer_idx"
+                                                                  : "reorder_and_upcast_attn",
+                               a->model_type);
+    return ACCEL_OK;
+}
+
 const char *accel__arch_names(void) {
     return "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"granite\", \"phi3\", "
            "\"olmo2\", \"gpt2\", \"mixtral\", \"qwen3_moe\", \"qwen2_moe\", \"phi\", \"gpt_neox\", \"stablelm\", "

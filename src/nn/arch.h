@@ -164,6 +164,12 @@ const char *accel__arch_unsupported(const accel__arch *a);
 /* ACCEL_OK when row a takes RoPE of this type, else an error "who: key of type
  * ..." (longrope_only rows: default and longrope). */
 accel_status accel__arch_rope_check(const accel__arch *a, accel_rope_type type, const char *who, const char *key);
+/* ACCEL_OK unless c sets one of GPT-2's attention flags (unscaled_attention,
+ * scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn) and row a is
+ * not GPT-2: then ACCEL_ERR_UNSUPPORTED "who: <flag> ... is set, but <model_type>
+ * models ...", as the build and config save both refuse it (the other
+ * families' files have no key for it). */
+accel_status accel__arch_gpt2_flags_check(const accel__arch *a, const accel_llama_config *c, const char *who);
 /* Whether layer i of a model of row a and resolved config c attends to the
  * last c->sliding_window keys only. */
 bool accel__arch_layer_windowed(const accel__arch *a, const accel_llama_config *c, int64_t i);

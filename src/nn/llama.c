@@ -279,14 +279,7 @@ static accel_status resolve_config(const accel_llama_config *in, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: gpt_neox models have one hidden_dropout for the embeddings "
                                "and the branches: embd_pdrop (%g) must equal resid_pdrop (%g)", who, c->embd_pdrop,
                                c->resid_pdrop);
-    if (c->unscaled_attention && a->blocks != ACCEL__BLOCKS_GPT2)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: unscaled_attention (GPT-2's scale_attn_weights false) is set, "
-                               "but %s models always scale", who, a->model_type);
-    if ((c->scale_attn_by_inverse_layer_idx || c->reorder_and_upcast_attn) && a->blocks != ACCEL__BLOCKS_GPT2)
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s (GPT-2's) is set, but %s models have no such setting", who,
-                               c->scale_attn_by_inverse_layer_idx ? "scale_attn_by_inverse_layer_idx"
-                                                                  : "reorder_and_upcast_attn",
-                               a->model_type);
+    if (accel__arch_gpt2_flags_check(a, c, who)) return accel_last_status();
     int64_t wpe; /* GPT-2's position table, which weight_bytes does not count */
     if (a->blocks == ACCEL__BLOCKS_GPT2 &&
         (c->max_position_embeddings <= 0 || __builtin_mul_overflow(c->max_position_embeddings, c->hidden_size, &wpe) ||
