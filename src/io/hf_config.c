@@ -744,8 +744,10 @@ accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config
 accel_status accel_llama_config_for(const char *model_type, accel_llama_config *out) {
     static const char *FN = "accel_llama_config_for";
     if (!model_type || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
+    if (!accel__is_utf8(model_type))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not UTF-8 text", FN);
+    /* valid text: a NULL from jansson is its out of memory */
     json_t *mt = json_string(model_type), *root = mt ? json_object() : NULL;
-    if (!mt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not UTF-8 text", FN);
     accel_llama_config c = {0};
     accel_status st = !root || json_object_set_new(root, "model_type", mt)
                           ? accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", FN)
