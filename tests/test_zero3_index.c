@@ -82,6 +82,80 @@ static void test_shape_past_the_files(void) {
                                      "its files");
 }
 
+/* An index of no tensors: nothing to merge is a broken index, not a
+ * success (merge-weights wrote an empty model.safetensors, and
+ * --remove_checkpoint_dir then deleted the shards). */
+static void test_no_tensors(void) {
+    expect_refused(ZERO3_INDEX("[]", ZERO3_FILES_OK), ACCEL_ERR_FORMAT,
+                   "sharded_index.json: its \"state_dict\" holds no tensors: nothing to merge");
+}
+
+/* A fresh fixture folder (its index ZERO3_INDEX_OK) in dir [64]. */
+static bool fresh_folder(char *dir) {
+    snprintf(dir, 64, "/tmp/accel_zero3_index_XXXXXX");
+    return mkdtemp(dir) && zero3_index_folder(dir) && zero3_index_write(dir, ZERO3_INDEX_OK, strlen(ZERO3_INDEX_OK));
+}
+
+static bool exists_in(const char *dir, const char *name) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void remove_folder(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* --remove_checkpoint_dir deletes the files the index names (its ranks'
+ * files, replicated.safetensors, the index) and nothing else: a
+ * shard_7.safetensors it does not list (another save's, a user's copy) was
+ * deleted as well, though nothing of it had been merged. */
+static void test_remove_only_listed(void) {
+    char dir[64];
+    CHECK(fresh_folder(dir));
+    static const char *const NAMES[] = {"unit_0"};
+    static const int64_t SIZES[] = {4};
+    static const float FIRST[] = {0};
+    CHECK(zero3_fixture_file(dir, "shard_7.safetensors", 1, NAMES, SIZES, FIRST));
+    CHECK_MSG(accel__zero3_remove_sharded(dir) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(exists_in(dir, "shard_7.safetensors"));
+    CHECK(!exists_in(dir, "shard_0.safetensors") && !exists_in(dir, "shard_1.safetensors"));
+    CHECK(!exists_in(dir, "replicated.safetensors") && !exists_in(dir, "sharded_index.json"));
+    remove_folder(dir);
+}
+
+/* A file the merge reads that is its output (merged into the checkpoint's
+ * own folder, the index naming a rank file model.safetensors) or the
+ * output's scratch file: refused before anything is written, the file left
+ * as it was (the merge replaced that rank's file by the merged model). */
+static void test_output_is_a_read_file(void) {
+    static const char *const AS[] = {"model.safetensors", "model.safetensors.tmp", "pytorch_model.bin"};
+    for (int k = 0; k < 3; k++) {
+        char dir[64], from[160], to[160];
+        CHECK(fresh_folder(dir));
+        snprintf(from, sizeof from, "%s/shard_1.safetensors", dir);
+        snprintf(to, sizeof to, "%s/%s", dir, AS[k]);
+        CHECK(rename(from, to) == 0);
+        char text[sizeof ZERO3_INDEX_OK + 32], *at;
+        snprintf(text, sizeof text, "%s", ZERO3_INDEX_OK);
+        CHECK((at = strstr(text, "shard_1.safetensors")) != NULL);
+        if (!at) return;
+        memmove(at + strlen(AS[k]), at + strlen("shard_1.safetensors"), strlen(at + strlen("shard_1.safetensors")) + 1);
+        memcpy(at, AS[k], strlen(AS[k]));
+        CHECK(zero3_index_write(dir, text, strlen(text)));
+        struct stat before, after;
+        CHECK(stat(to, &before) == 0);
+        int n = 0;
+        accel_status st = accel__zero3_merge(dir, dir, k == 2, &n);
+        CHECK_MSG(st == ACCEL_ERR_INVALID_ARG, "%s: %d %s", AS[k], st, accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "merge into another folder");
+        CHECK(stat(to, &after) == 0 && after.st_ino == before.st_ino && after.st_size == before.st_size);
+        remove_folder(dir);
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_zero3_index_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -90,6 +164,9 @@ int main(void) {
     RUN(test_merge);
     RUN(test_overlapping_ranges);
     RUN(test_shape_past_the_files);
+    RUN(test_no_tensors);
+    RUN(test_remove_only_listed);
+    RUN(test_output_is_a_read_file);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);

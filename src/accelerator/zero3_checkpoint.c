@@ -28,7 +28,6 @@
  *
  * The files go through checkpoint.c's crash-safe machinery (temporary
  * directory, completion marker listing them, one rename). */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -40,6 +39,7 @@
 #include "accelerator_internal.h"
 #include "zero3.h"
 #include "strategy.h"
+#include "core/afile.h" /* ACCEL__AFILE_TMP_SUFFIX */
 #include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
@@ -223,7 +223,8 @@ static bool same_shape(int nd, const int64_t *shape, const accel_tensor *t) {
 
 static void shape_str(char *out, size_t n, int nd, const int64_t *shape) {
     size_t k = (size_t)snprintf(out, n, "[");
-    for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    for (int d = 0; d < nd && k < n; d++)
+        k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
     if (k < n) snprintf(out + k, n - k, "]");
 }
 
@@ -264,7 +265,8 @@ static accel_status read_full(void *src, const char *name, const accel_tensor *l
         accel_tensor_free(cut);
         return st;
     }
-    if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(FN_LOAD ": ", accel_safetensors_path(f), name, in->ndim, in->shape, like);
+    if (!same_shape(in->ndim, in->shape, like))
+        return shape_mismatch(FN_LOAD ": ", accel_safetensors_path(f), name, in->ndim, in->shape, like);
     if (in->dtype != ACCEL_F32)
         return accel_set_error(ACCEL_ERR_DTYPE, FN_LOAD ": %s: %s is %s; ZeRO-3 loads f32 parameters",
                                accel_safetensors_path(f), name, accel_dtype_name(in->dtype));
@@ -339,7 +341,8 @@ static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
     json_t *shape = json_object_get(e, "shape");
     int64_t unit;
     p->name = json_string_value(json_object_get(e, "name"));
-    if (!p->name || !get_i64(e, "unit", 0, ix->n_units - 1, &unit) || !get_i64(e, "offset", 0, INT64_MAX / 2, &p->offset) ||
+    if (!p->name || !get_i64(e, "unit", 0, ix->n_units - 1, &unit) ||
+        !get_i64(e, "offset", 0, INT64_MAX / 2, &p->offset) ||
         !json_is_array(shape) || json_array_size(shape) > ACCEL_MAX_DIMS)
         return bad_index(ix, "a \"state_dict\" entry with a unit needs \"name\", \"unit\" (a unit of \"units\"), "
                              "\"offset\" and \"shape\"");
@@ -408,7 +411,8 @@ static accel_status parse_files(sharded_index *ix, json_t *files) {
             int64_t unit;
             sr->file = (int)i;
             sr->tensor = json_string_value(json_object_get(r, "tensor"));
-            if (!sr->tensor || !get_i64(r, "unit", 0, ix->n_units - 1, &unit) || !get_i64(r, "lo", 0, INT64_MAX / 2, &sr->lo) ||
+            if (!sr->tensor || !get_i64(r, "unit", 0, ix->n_units - 1, &unit) ||
+                !get_i64(r, "lo", 0, INT64_MAX / 2, &sr->lo) ||
                 !get_i64(r, "hi", sr->lo, INT64_MAX / 2, &sr->hi))
                 return bad_index(ix, "every range needs \"unit\", \"tensor\", \"lo\" and \"hi\" >= lo");
             sr->unit = (int)unit;
@@ -447,7 +451,8 @@ static accel_status index_open(sharded_index *ix, const char *sub, const char *w
         saved_param *p = &ix->params[ix->n_params];
         accel_status st = parse_param(ix, e, p);
         if (st) return st;
-        if (!json_object_get(ix->by_name, p->name) && json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
+        if (!json_object_get(ix->by_name, p->name) &&
+            json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
             return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
         ix->n_params++;
     }
@@ -487,7 +492,8 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
         snprintf(path, sizeof path, "%s/%s", fs->dir, fs->ix->files[r->file]);
         if (!accel__is_file(path))
             return accel_set_error(ACCEL_ERR_IO, "%s%s is missing (it holds unit %d's range [%lld, %lld) of "
-                                   "the sharded checkpoint)", fs->ix->who, path, r->unit, (long long)r->lo, (long long)r->hi);
+                                   "the sharded checkpoint)", fs->ix->who, path, r->unit, (long long)r->lo,
+                                   (long long)r->hi);
         if (!(fs->open[r->file] = accel_safetensors_open(path))) return accel_last_status();
     }
     accel_safetensors *f = fs->open[r->file];
@@ -496,7 +502,8 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
     const accel_st_info *in = accel_safetensors_find(f, name);
     if (!in || in->dtype != ACCEL_F32 || in->nbytes != (size_t)(r->hi - r->lo) * sizeof(float))
         return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) "
-                               "as tensor %s (f32, %lld elements); it does not", fs->ix->who, accel_safetensors_path(f), r->unit,
+                               "as tensor %s (f32, %lld elements); it does not", fs->ix->who,
+                               accel_safetensors_path(f), r->unit,
                                (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
     if (!fs->check)
         memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
@@ -1308,19 +1315,24 @@ bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n) {
     return true;
 }
 
+/* sub/name removed; one already gone (a file the index names twice) is fine. */
+static accel_status remove_file(const char *sub, const char *name) {
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", sub, name);
+    if (unlink(path) == 0 || errno == ENOENT) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+}
+
+/* The files the index names, replicated.safetensors, then the index: a
+ * file of sub the index does not name (another save's rank file, a user's)
+ * was never merged, and is left. */
 accel_status accel__zero3_remove_sharded(const char *sub) {
-    DIR *d = opendir(sub);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s: %s", sub, strerror(errno));
-    accel_status st = ACCEL_OK;
-    for (struct dirent *e; !st && (e = readdir(d));) {
-        int r, end = 0;
-        bool ours = !strcmp(e->d_name, INDEX) || !strcmp(e->d_name, REPLICATED) ||
-                    (sscanf(e->d_name, "shard_%d.safetensors%n", &r, &end) == 1 && !e->d_name[end]);
-        char path[2 * PATHN];
-        snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
-        if (ours && unlink(path)) st = accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
-    }
-    closedir(d);
+    sharded_index ix;
+    accel_status st = index_open(&ix, sub, "");
+    for (int i = 0; !st && i < ix.n_files; i++) st = remove_file(sub, ix.files[i]);
+    if (!st) st = remove_file(sub, REPLICATED);
+    if (!st) st = remove_file(sub, INDEX);
+    index_free(&ix);
     if (!st && rmdir(sub)) fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", sub, strerror(errno));
     return st;
 }
@@ -1371,15 +1383,38 @@ static accel_tensor *merged_entry(shard_files *fs, accel_safetensors *rf, json_t
     return whole_param(fs, find_param(fs->ix, name));
 }
 
+/* A file the merge reads that is out (the merged file: merged into the
+ * checkpoint's own folder, a rank file of that name) or its scratch file:
+ * the write replaced it (or the writer refused the scratch only after
+ * everything was read). Refused naming it. */
+static accel_status out_is_read(const sharded_index *ix, const char *sub, const char *out) {
+    char scratch[2 * PATHN + 8], read[2 * PATHN];
+    snprintf(scratch, sizeof scratch, "%s%s", out, ACCEL__AFILE_TMP_SUFFIX);
+    for (int i = 0; i < ix->n_files; i++) {
+        snprintf(read, sizeof read, "%s/%s", sub, ix->files[i]);
+        if (accel__same_file(read, out) || accel__same_file(read, scratch))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s, which %s names as a rank file of the checkpoint, is "
+                                   "the merge's output %s or its scratch file (written, then renamed over it): "
+                                   "merge into another folder", read, ix->path, out);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch_format, int *n_tensors) {
     char path[2 * PATHN];
     sharded_index ix;
     shard_files fs = {0};
     accel_safetensors *rf = NULL;
+    snprintf(path, sizeof path, "%s/%s", out_dir, torch_format ? "pytorch_model.bin" : "model.safetensors");
     accel_status st = index_open(&ix, sub, "");
+    /* nothing to merge is a broken index, not a success (nor a reason for --remove_checkpoint_dir) */
+    if (!st && json_array_size(ix.state_dict) == 0)
+        st = bad_index(&ix, "its \"state_dict\" holds no tensors: nothing to merge");
+    if (!st) st = out_is_read(&ix, sub, path);
     if (!st) st = files_init(&fs, &ix, sub, "");
-    snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
-    if (!st && !(rf = accel_safetensors_open(path))) st = accel_last_status();
+    char replicated[2 * PATHN];
+    snprintf(replicated, sizeof replicated, "%s/%s", sub, REPLICATED);
+    if (!st && !(rf = accel_safetensors_open(replicated))) st = accel_last_status();
     int n = st ? 0 : (int)json_array_size(ix.state_dict), made = 0;
     const char **nms = accel_calloc((size_t)n + 1, sizeof *nms);
     accel_tensor **ts = accel_calloc((size_t)n + 1, sizeof *ts);
@@ -1391,7 +1426,6 @@ accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch
         ts[made] = merged_entry(&fs, rf, e, nms, ts, made, &owned[made]);
         if (!ts[made]) st = accel_last_status();
     }
-    snprintf(path, sizeof path, "%s/%s", out_dir, torch_format ? "pytorch_model.bin" : "model.safetensors");
     if (!st) st = torch_format ? accel_torch_save(path, n, nms, ts) : accel_safetensors_save(path, n, nms, ts, 0, NULL);
     for (int k = 0; k < made; k++)
         if (owned[k]) accel_tensor_free(ts[k]);

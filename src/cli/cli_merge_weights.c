@@ -30,11 +30,6 @@
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 
-static bool same_file(const char *a, const char *b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 /* Whether the merge's scratch file, path + ACCEL__AFILE_TMP_SUFFIX (the atomic writer's: written, then
  * renamed over path), is one of the shards it reads: the writer never takes a file of that name it did not
  * create (its own carry a mark until renamed), but it would refuse the shard only once the merge had read
@@ -45,7 +40,7 @@ static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char
     snprintf(scratch, sizeof scratch, "%s%s", path, ACCEL__AFILE_TMP_SUFFIX);
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
-        if (same_file(shard, scratch)) {
+        if (accel__same_file(shard, scratch)) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "the shard %s is the merge's scratch file %s (written, then "
                             "renamed to %s): rename the shard (and its index entries) or merge into another folder",
                             shard, scratch, path);
@@ -65,7 +60,7 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *inde
     for (int i = 0; i < n; i++) {
         char shard[8192];
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
-        if (same_file(shard, merged)) continue;
+        if (accel__same_file(shard, merged)) continue;
         if (unlink(shard) != 0 && errno != ENOENT) {
             fprintf(stderr, "accel merge-weights: cannot remove %s: %s\n", shard, strerror(errno));
             return 1;
@@ -119,7 +114,7 @@ static void note_single(accel_checkpoint *ck, const char *dir, const char *index
         for (int i = 0; i < accel_checkpoint_num_shards(ck) && !shard; i++)
             shard = !strcmp(accel_checkpoint_shard_path(ck, i), names[k]);
         if (shard || !accel__is_file(single)) continue;
-        if (same_file(single, out))
+        if (accel__same_file(single, out))
             fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: the merge of the shards "
                             "of %s replaces it\n", single, index);
         else
