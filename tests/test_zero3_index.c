@@ -82,6 +82,38 @@ static void test_shape_past_the_files(void) {
                                      "its files");
 }
 
+/* Two parameters of a unit sharing elements (a.bias placed at 4, inside
+ * a.weight's [0, 6)): merged as copies of each other's elements, loaded the
+ * same way, without a word. */
+static void test_overlapping_parameters(void) {
+    expect_refused(ZERO3_INDEX("[{\"name\": \"a.weight\", \"unit\": 0, \"offset\": 0, \"shape\": [2, 3]}, "
+                               "{\"name\": \"a.bias\", \"unit\": 0, \"offset\": 4, \"shape\": [2]}]",
+                               ZERO3_FILES_OK),
+                   ACCEL_ERR_FORMAT, "sharded_index.json: parameters a.weight [0, 6) and a.bias [4, 6) of unit 0 "
+                                     "overlap");
+}
+
+/* A range's tensor name longer than the reader's buffer: cut, it named
+ * another tensor of the file (here the cut name's, which the merge read). */
+static void test_long_tensor_name(void) {
+    char name[300], cut[300], text[sizeof ZERO3_INDEX_OK + 600];
+    memset(name, 'u', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    memcpy(cut, name, 255); /* what a 256-byte buffer held */
+    cut[255] = 0;
+    const char *names[] = {cut, "unit_1"};
+    static const int64_t SIZES[] = {4, 3};
+    static const float FIRST[] = {0, 10};
+    CHECK(zero3_fixture_file(g_dir, "long.safetensors", 2, names, SIZES, FIRST));
+    snprintf(text, sizeof text, ZERO3_INDEX(ZERO3_STATE_DICT_OK, "[{\"file\": \"long.safetensors\", \"ranges\": ["
+             "{\"unit\": 0, \"tensor\": \"%s\", \"lo\": 0, \"hi\": 4}, {\"unit\": 1, \"tensor\": \"unit_1\", "
+             "\"lo\": 0, \"hi\": 3}]}, {\"file\": \"shard_1.safetensors\", \"ranges\": [{\"unit\": 0, \"tensor\": "
+             "\"unit_0\", \"lo\": 4, \"hi\": 8}, {\"unit\": 1, \"tensor\": \"unit_1\", \"lo\": 3, \"hi\": 6}]}]"),
+             name);
+    expect_refused(text, ACCEL_ERR_FORMAT, "long.safetensors: the index says it holds unit 0's range [0, 4) as tensor "
+                                           "uuuu");
+}
+
 /* An index of no tensors: nothing to merge is a broken index, not a
  * success (merge-weights wrote an empty model.safetensors, and
  * --remove_checkpoint_dir then deleted the shards). */
@@ -165,6 +197,8 @@ int main(void) {
     RUN(test_overlapping_ranges);
     RUN(test_shape_past_the_files);
     RUN(test_no_tensors);
+    RUN(test_overlapping_parameters);
+    RUN(test_long_tensor_name);
     RUN(test_remove_only_listed);
     RUN(test_output_is_a_read_file);
     char cmd[128];

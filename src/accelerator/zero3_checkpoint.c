@@ -362,30 +362,71 @@ static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
     return ACCEL_OK;
 }
 
-static int range_order(const void *x, const void *y) {
-    const saved_range *a = x, *b = y;
+/* A flat span [lo, hi) of a unit: a file's range or a parameter's place (`of` its index). */
+typedef struct span {
+    int unit, of;
+    int64_t lo, hi;
+} span;
+
+static int span_order(const void *x, const void *y) {
+    const span *a = x, *b = y;
     if (a->unit != b->unit) return a->unit < b->unit ? -1 : 1;
     return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Whether two of the n spans s (sorted here) share an element: their `of`s,
+ * the one that starts first in *first. Empty spans share nothing. */
+static bool spans_overlap(span *s, int n, int *first, int *second) {
+    qsort(s, (size_t)n, sizeof *s, span_order);
+    const span *prev = NULL; /* the unit's last non-empty span, the one ending last */
+    for (int i = 0; i < n; i++) {
+        if (s[i].lo == s[i].hi) continue;
+        if (prev && prev->unit == s[i].unit && s[i].lo < prev->hi) {
+            *first = prev->of;
+            *second = s[i].of;
+            return true;
+        }
+        prev = &s[i];
+    }
+    return false;
 }
 
 /* No two ranges of a unit share an element: read_sharded counts the elements
  * it copies, and an overlap would make up for a hole (elements never read,
  * left as they were: a merge would write uninitialised memory). */
 static accel_status check_disjoint(const sharded_index *ix) {
-    saved_range *s = accel_malloc(((size_t)ix->n_ranges + 1) * sizeof *s);
+    span *s = accel_malloc(((size_t)ix->n_ranges + 1) * sizeof *s);
     if (!s) return accel_last_status();
-    if (ix->n_ranges) memcpy(s, ix->ranges, (size_t)ix->n_ranges * sizeof *s);
-    qsort(s, (size_t)ix->n_ranges, sizeof *s, range_order);
+    for (int i = 0; i < ix->n_ranges; i++) s[i] = (span){ix->ranges[i].unit, i, ix->ranges[i].lo, ix->ranges[i].hi};
+    int a, b;
     accel_status st = ACCEL_OK;
-    const saved_range *prev = NULL; /* the unit's last non-empty range, the one ending last */
-    for (int i = 0; i < ix->n_ranges && !st; i++) {
-        const saved_range *r = &s[i];
-        if (r->lo == r->hi) continue;
-        if (prev && prev->unit == r->unit && r->lo < prev->hi)
-            st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) "
-                                 "(%s) overlap", ix->who, ix->path, r->unit, (long long)prev->lo, (long long)prev->hi,
-                                 ix->files[prev->file], (long long)r->lo, (long long)r->hi, ix->files[r->file]);
-        prev = r;
+    if (spans_overlap(s, ix->n_ranges, &a, &b)) {
+        const saved_range *p = &ix->ranges[a], *r = &ix->ranges[b];
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) (%s) "
+                             "overlap", ix->who, ix->path, r->unit, (long long)p->lo, (long long)p->hi,
+                             ix->files[p->file], (long long)r->lo, (long long)r->hi, ix->files[r->file]);
+    }
+    accel_free(s);
+    return st;
+}
+
+/* No two parameters of a unit share an element: each would be read as the
+ * other's (a merge writing copies, a load the same values into both). */
+static accel_status check_params_disjoint(const sharded_index *ix) {
+    span *s = accel_malloc(((size_t)ix->n_params + 1) * sizeof *s);
+    if (!s) return accel_last_status();
+    for (int i = 0; i < ix->n_params; i++) {
+        const saved_param *p = &ix->params[i];
+        s[i] = (span){p->unit, i, p->offset, p->offset + p->numel};
+    }
+    int a, b;
+    accel_status st = ACCEL_OK;
+    if (spans_overlap(s, ix->n_params, &a, &b)) {
+        const saved_param *p = &ix->params[a], *q = &ix->params[b];
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: parameters %s [%lld, %lld) and %s [%lld, %lld) of unit %d "
+                             "overlap", ix->who, ix->path, p->name, (long long)p->offset,
+                             (long long)(p->offset + p->numel), q->name, (long long)q->offset,
+                             (long long)(q->offset + q->numel), p->unit);
     }
     accel_free(s);
     return st;
@@ -456,7 +497,7 @@ static accel_status index_open(sharded_index *ix, const char *sub, const char *w
             return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
         ix->n_params++;
     }
-    return parse_files(ix, files);
+    return check_params_disjoint(ix) ? accel_last_status() : parse_files(ix, files);
 }
 
 static const saved_param *find_param(const sharded_index *ix, const char *name) {
@@ -497,17 +538,21 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
         if (!(fs->open[r->file] = accel_safetensors_open(path))) return accel_last_status();
     }
     accel_safetensors *f = fs->open[r->file];
-    char name[256];
-    snprintf(name, sizeof name, "%s%s", r->tensor, fs->suffix);
+    /* the index's name whole: cut to a fixed buffer, a long one named another tensor of the file */
+    size_t n = strlen(r->tensor) + strlen(fs->suffix) + 1;
+    char *name = accel_malloc(n);
+    if (!name) return accel_last_status();
+    snprintf(name, n, "%s%s", r->tensor, fs->suffix);
     const accel_st_info *in = accel_safetensors_find(f, name);
+    accel_status st = ACCEL_OK;
     if (!in || in->dtype != ACCEL_F32 || in->nbytes != (size_t)(r->hi - r->lo) * sizeof(float))
-        return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) "
-                               "as tensor %s (f32, %lld elements); it does not", fs->ix->who,
-                               accel_safetensors_path(f), r->unit,
-                               (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
-    if (!fs->check)
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) as tensor "
+                             "%s (f32, %lld elements); it does not", fs->ix->who, accel_safetensors_path(f), r->unit,
+                             (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
+    else if (!fs->check)
         memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
-    return ACCEL_OK;
+    accel_free(name);
+    return st;
 }
 
 /* A SHARDED_STATE_DICT directory as a source: the parameter's elements from
