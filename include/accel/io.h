@@ -216,7 +216,10 @@ accel_status accel_generation_config_load(const char *dir, accel_llama_config *c
  * to dir/config.json (or to the path if it ends in ".json"), 2-space indent.
  * What load would refuse is not written: rms_norm_eps and rope_theta must be
  * finite and > 0, initializer_range finite and >= 0 (ACCEL_ERR_INVALID_ARG
- * naming the key). */
+ * naming the key). Nor is a config accel_llama_config_check refuses (its
+ * error, prefixed accel_llama_config_save): a field of another family
+ * (GPT-2's scale_attn_by_inverse_layer_idx on a Llama, a bias the family
+ * has no key for) would be missing from the file. */
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *cfg);
 
 #ifdef __cplusplus

@@ -1097,6 +1097,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: starcoder2 models have one use_bias: "
                                "attention_bias (%d) must equal mlp_bias (%d)", c->attention_bias, c->mlp_bias);
+    /* the rest of what the model build refuses: a field of another family
+     * (GPT-2's layer scaling on a Llama, a bias the family has no key for)
+     * has no key in this family's file, and was dropped without a word */
+    if (accel_llama_config_check(c, "accel_llama_config_save")) return accel_last_status();
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
