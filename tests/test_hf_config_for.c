@@ -124,6 +124,11 @@ int main(void) {
     refused("bert", ACCEL_ERR_UNSUPPORTED, "model_type is \"bert\", accel builds");
     refused("gemma3", ACCEL_ERR_UNSUPPORTED, "builds the text-only \"gemma3_text\"");
     refused("\xff", ACCEL_ERR_INVALID_ARG, "model_type is not UTF-8 text");
+    /* a long one is cut (at a character) so that the message still names the families */
+    char long_type[3001];
+    for (int i = 0; i < 1000; i++) memcpy(long_type + 3 * i, "\xe2\x82\xac", 3); /* 3-byte characters */
+    long_type[3000] = 0;
+    refused(long_type, ACCEL_ERR_UNSUPPORTED, "\xe2\x82\xac...\", accel builds \"llama\"");
     CHECK(accel_llama_config_for(NULL, &c) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_llama_config_for("llama", NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_config_for: NULL argument");

@@ -658,6 +658,16 @@ static accel_status parse_token_ids(json_t *root, const char *file, accel_llama_
     return ACCEL_OK;
 }
 
+/* The bytes of the UTF-8 text s to show within max: all of it, or a cut
+ * before a character that would cross max (never inside one). */
+static int shown_bytes(const char *s, int max) {
+    int n = 0;
+    while (s[n] && n < max) n++;
+    if (s[n])
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n] a continuation byte: back to its lead */
+    return n;
+}
+
 static accel_status parse_config(json_t *root, const char *file, accel_llama_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
@@ -666,11 +676,13 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type \"gemma3\" (Gemma3ForConditionalGeneration, "
                                "images and text, its language model under text_config) is not implemented: accel "
                                "builds the text-only \"gemma3_text\" (Gemma3ForCausalLM)", file);
-    if (mt && (!json_is_string(mt) || !a))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, accel builds %s", file,
-                               json_is_string(mt) ? "\"" : "",
-                               json_is_string(mt) ? json_string_value(mt) : "not a string",
+    if (mt && (!json_is_string(mt) || !a)) {
+        const char *name = json_is_string(mt) ? json_string_value(mt) : "not a string";
+        int shown = shown_bytes(name, 64); /* whole, a message's 1024 bytes cut the families off */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%.*s%s%s, accel builds %s", file,
+                               json_is_string(mt) ? "\"" : "", shown, name, name[shown] ? "..." : "",
                                json_is_string(mt) ? "\"" : "", accel__arch_names());
+    }
     *c = a->defaults; /* transformers' defaults of the family */
     if (parse_token_ids(root, file, c)) return accel_last_status();
     if (a->blocks == ACCEL__BLOCKS_GPT2) {
