@@ -263,6 +263,10 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
     }
+    if (!L->fsdp && !launch_check_fsdp_off(ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return false;
+    }
     if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
