@@ -217,6 +217,20 @@ static void drop_out_dir(const char *out_dir, bool created) {
     if (created) rmdir(out_dir);
 }
 
+/* A save_state checkpoint of several models (dir holds pytorch_model_fsdp_0/,
+ * which is merged, and pytorch_model_fsdp_1/, ...): each other one is named
+ * in a note, with how to merge it, instead of being left out without a word. */
+static void note_other_models(const char *dir, const char *sub) {
+    if (!strcmp(sub, dir)) return; /* a model's folder given itself */
+    for (int i = 1;; i++) {
+        char other[8192];
+        snprintf(other, sizeof other, "%s/pytorch_model_fsdp_%d", dir, i);
+        if (!accel__is_dir(other)) return;
+        fprintf(stderr, "accel merge-weights: note: %s (model %d of the checkpoint) is not merged: this merges "
+                        "pytorch_model_fsdp_0; give that folder itself to merge it\n", other, i);
+    }
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
 static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
@@ -289,8 +303,10 @@ int accel_cli_merge_weights(int argc, char **argv) {
     char sub[8192];
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
     if (sharded && verify_marker(dir, sub)) return 1;
-    if (sharded)
+    if (sharded) {
+        note_other_models(dir, sub);
         return merge_sharded(sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
+    }
     char index[4096];
     int indexed = has_index(dir, index, sizeof index);
     if (indexed < 0) return 1;
