@@ -471,7 +471,7 @@ static bool zero3_checkpoint(const char *name, int n, const char *index) {
  * folder) and names the other, which it merged nothing of without a word. */
 static void test_zero3_second_model_named(void) {
     CHECK(zero3_checkpoint("two_models", 2, ZERO3_INDEX_OK));
-    char args[PATH_MAX + 64], err[4096];
+    char args[3 * PATH_MAX], err[4096];
     snprintf(args, sizeof args, "merge-weights %s/two_models %s/two_models_out", TMP, TMP);
     CHECK(run(args) == 0);
     slurp("err", err, sizeof err);
@@ -489,7 +489,7 @@ static void test_zero3_second_model_named(void) {
 static void test_zero3_nothing_to_merge(void) {
     const char *empty = ZERO3_INDEX("[]", ZERO3_FILES_OK);
     CHECK(zero3_checkpoint("no_tensors", 1, empty));
-    char args[PATH_MAX + 64], err[4096], shard[PATH_MAX + 96];
+    char args[3 * PATH_MAX], err[4096], shard[PATH_MAX + 96];
     snprintf(args, sizeof args, "merge-weights %s/no_tensors %s/no_tensors_out --remove_checkpoint_dir", TMP, TMP);
     CHECK(run(args) == 1);
     slurp("err", err, sizeof err);
