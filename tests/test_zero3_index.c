@@ -114,6 +114,19 @@ static void test_long_tensor_name(void) {
                                            "uuuu");
 }
 
+/* A state-dict name given twice (a parameter, or a replicated entry under a
+ * parameter's name): load_state read the first, merge-weights failed only
+ * in the writer, naming the output file. */
+static void test_name_twice(void) {
+    expect_refused(ZERO3_INDEX("[{\"name\": \"a.weight\", \"unit\": 0, \"offset\": 0, \"shape\": [2, 3]}, "
+                               "{\"name\": \"a.weight\", \"unit\": 1, \"offset\": 0, \"shape\": [5]}]",
+                               ZERO3_FILES_OK),
+                   ACCEL_ERR_FORMAT, "sharded_index.json: \"state_dict\" names a.weight twice");
+    expect_refused(ZERO3_INDEX("[{\"name\": \"a.weight\", \"unit\": 0, \"offset\": 0, \"shape\": [2, 3]}, "
+                               "{\"name\": \"a.weight\", \"replicated\": true}]", ZERO3_FILES_OK),
+                   ACCEL_ERR_FORMAT, "sharded_index.json: \"state_dict\" names a.weight twice");
+}
+
 /* An index of no tensors: nothing to merge is a broken index, not a
  * success (merge-weights wrote an empty model.safetensors, and
  * --remove_checkpoint_dir then deleted the shards). */
@@ -197,6 +210,7 @@ int main(void) {
     RUN(test_overlapping_ranges);
     RUN(test_shape_past_the_files);
     RUN(test_no_tensors);
+    RUN(test_name_twice);
     RUN(test_overlapping_parameters);
     RUN(test_long_tensor_name);
     RUN(test_remove_only_listed);

@@ -314,7 +314,7 @@ typedef struct sharded_index {
     saved_range *ranges;
     const char **files;
     json_t *state_dict;     /* [{"name", "unit"|"replicated"|"alias_of"}] in state-dict order */
-    json_t *by_name;        /* {name: index in params}, the first of a name: a lookup per name, not a scan */
+    json_t *by_name;        /* {name: index in params, or null for the other entries}: a lookup, not a scan */
 } sharded_index;
 
 static void index_free(sharded_index *ix) {
@@ -486,23 +486,24 @@ static accel_status index_open(sharded_index *ix, const char *sub, const char *w
     size_t i;
     json_t *e;
     json_array_foreach(ix->state_dict, i, e) {
-        if (!json_is_string(json_object_get(e, "name")))
-            return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
-        if (!json_object_get(e, "unit")) continue; /* replicated, or an alias */
-        saved_param *p = &ix->params[ix->n_params];
-        accel_status st = parse_param(ix, e, p);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name) return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
+        /* a name twice: a load read the first, a merge wrote both */
+        if (json_object_get(ix->by_name, name))
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: \"state_dict\" names %s twice", ix->who, ix->path, name);
+        bool param = json_object_get(e, "unit") != NULL; /* else replicated, or an alias */
+        accel_status st = param ? parse_param(ix, e, &ix->params[ix->n_params]) : ACCEL_OK;
         if (st) return st;
-        if (!json_object_get(ix->by_name, p->name) &&
-            json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
+        if (json_object_set_new(ix->by_name, name, param ? json_integer(ix->n_params) : json_null()))
             return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
-        ix->n_params++;
+        ix->n_params += param;
     }
     return check_params_disjoint(ix) ? accel_last_status() : parse_files(ix, files);
 }
 
 static const saved_param *find_param(const sharded_index *ix, const char *name) {
     json_t *i = json_object_get(ix->by_name, name);
-    return i ? &ix->params[json_integer_value(i)] : NULL;
+    return json_is_integer(i) ? &ix->params[json_integer_value(i)] : NULL; /* null: a replicated entry, an alias */
 }
 
 /* The files of one sharded directory (the model's or an optimizer's), opened
