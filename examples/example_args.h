@@ -19,12 +19,13 @@ static inline bool arg_int(int argc, char **argv, int i, long long dflt, long lo
     return i >= argc || (end != argv[i] && !*end && !errno);
 }
 
-/* argv[i] as a whole finite number into *out (dflt where i >= argc). */
+/* argv[i] as a whole finite number into *out (dflt where i >= argc). An
+ * underflow is read as Python's float() reads it (1e-320 subnormal, 1e-400
+ * 0): strtod's ERANGE there is no error; an overflow is infinite, refused. */
 static inline bool arg_real(int argc, char **argv, int i, double dflt, double *out) {
-    char *end;
-    errno = 0;
+    char *end = NULL;
     *out = i < argc ? strtod(argv[i], &end) : dflt;
-    return i >= argc || (end != argv[i] && !*end && !errno && isfinite(*out));
+    return i >= argc || (end != argv[i] && !*end && isfinite(*out));
 }
 
 #endif

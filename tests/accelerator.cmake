@@ -83,6 +83,13 @@ foreach(bad "checkpoint_resume|usage: checkpoint_resume|run;abc" "checkpoint_res
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(example_${prog}_bad_args_${name} PROPERTIES TIMEOUT 60)
 endforeach()
+# A subnormal LR is a number > 0 (Python's float() reads it): read, the run goes on to the missing model
+# (strtod's ERANGE on underflow refused it, saying the LR must be > 0)
+add_test(NAME example_finetune_subnormal_lr
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh 1 "finetune: M: no such file" $<TARGET_FILE:finetune>
+                 M I O 5 1e-320
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(example_finetune_subnormal_lr PROPERTIES TIMEOUT 60)
 
 # A few Llama steps on 2 processes (byte-level, bf16): the progress bar, TensorBoard logs and the save.
 if(TARGET accel_cli)

@@ -541,6 +541,27 @@ static void test_accelerate_fsdp_env(void) {
     const char *none[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
     CHECK(run(none, NULL) == 0);
     CHECK(!strstr(OUT, "FSDP_") && !strstr(OUT, "ACCELERATE_USE_DEEPSPEED"));
+    /* the section off: --fsdp_sharding_strategy alone turns on accel's ZeRO, but the other settings
+     * beside it are not exported (Accelerate's FSDP section); each that asks for something is named
+     * (the offload was dropped without a word), its default or -q no word, a bad value refused */
+    const char *off[] = {ACCEL, "launch", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_offload_params", "true",
+                         "--fsdp_min_num_params", "100000000", "/usr/bin/env", NULL};
+    CHECK(run(off, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=FULL_SHARD\n");
+    CHECK(!strstr(OUT, "FSDP_OFFLOAD_PARAMS"));
+    CHECK_STR_CONTAINS(ERR, "accel launch: warning: argument --fsdp_offload_params (true) is ignored: the fsdp_config "
+                            "section is off");
+    CHECK(!strstr(ERR, "fsdp_sharding_strategy (") && !strstr(ERR, "fsdp_min_num_params ("));
+    const char *from_cfg = write_config("ddp_fsdp.yaml", "distributed_type: MULTI_GPU\nnum_processes: 1\nfsdp_config:\n"
+                                        "  fsdp_activation_checkpointing: true\n");
+    const char *keyed[] = {ACCEL, "launch", "--config_file", from_cfg, "/usr/bin/env", NULL};
+    CHECK(run(keyed, NULL) == 0);
+    CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.fsdp_activation_checkpointing (true) is ignored");
+    const char *quiet[] = {ACCEL, "launch", "-q", "--fsdp_offload_params", "true", "/usr/bin/env", NULL};
+    CHECK(run(quiet, NULL) == 0 && !strstr(ERR, "is ignored"));
+    const char *bad_off[] = {ACCEL, "launch", "--fsdp_offload_params", "maybe", "/usr/bin/env", NULL};
+    CHECK(run(bad_off, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "fsdp_offload_params");
 }
 
 /* A boolean setting that str_to_bool refuses is refused at launch, by name

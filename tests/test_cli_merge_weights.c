@@ -12,6 +12,7 @@
 #include "accel/io.h"
 #include "check.h"
 #include "sibling_exe.h"
+#include "zero3_index_fixture.h"
 
 static char ACCEL[PATH_MAX + 32], TMP[PATH_MAX];
 
@@ -452,6 +453,53 @@ static void test_shard_named_as_the_scratch_file(void) {
     CHECK_MSG(system(cmd) == 0, "the shard %s/model.safetensors.tmp was changed, or a merged file written", ck);
 }
 
+/* TMP/name/pytorch_model_fsdp_<i> for i < n: the ZeRO-3 fixture folder
+ * (tests/zero3_index_fixture.h) with its index, as a save_state of n models. */
+static bool zero3_checkpoint(const char *name, int n, const char *index) {
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/%s", TMP, name);
+    bool ok = mkdir(dir, 0755) == 0;
+    for (int i = 0; i < n && ok; i++) {
+        char sub[PATH_MAX + 96];
+        snprintf(sub, sizeof sub, "%s/pytorch_model_fsdp_%d", dir, i);
+        ok = mkdir(sub, 0755) == 0 && zero3_index_folder(sub) && zero3_index_write(sub, index, strlen(index));
+    }
+    return ok;
+}
+
+/* A save_state of two models: merge-weights merges model 0 (as it finds the
+ * folder) and names the other, which it merged nothing of without a word. */
+static void test_zero3_second_model_named(void) {
+    CHECK(zero3_checkpoint("two_models", 2, ZERO3_INDEX_OK));
+    char args[3 * PATH_MAX], err[4096];
+    snprintf(args, sizeof args, "merge-weights %s/two_models %s/two_models_out", TMP, TMP);
+    CHECK(run(args) == 0);
+    slurp("err", err, sizeof err);
+    CHECK_STR_CONTAINS(err, "accel merge-weights: note: ");
+    CHECK_STR_CONTAINS(err, "two_models/pytorch_model_fsdp_1 (model 1 of the checkpoint) is not merged");
+    CHECK(run(args) == 0); /* one model: no word */
+    CHECK(zero3_checkpoint("one_model", 1, ZERO3_INDEX_OK));
+    snprintf(args, sizeof args, "merge-weights %s/one_model %s/one_model_out", TMP, TMP);
+    CHECK(run(args) == 0);
+    slurp("err", err, sizeof err);
+    CHECK_MSG(!strstr(err, "note"), "%s", err);
+}
+
+/* An index of no tensors with --remove_checkpoint_dir: exit 1, its files left. */
+static void test_zero3_nothing_to_merge(void) {
+    const char *empty = ZERO3_INDEX("[]", ZERO3_FILES_OK);
+    CHECK(zero3_checkpoint("no_tensors", 1, empty));
+    char args[3 * PATH_MAX], err[4096], shard[PATH_MAX + 96];
+    snprintf(args, sizeof args, "merge-weights %s/no_tensors %s/no_tensors_out --remove_checkpoint_dir", TMP, TMP);
+    CHECK(run(args) == 1);
+    slurp("err", err, sizeof err);
+    CHECK_STR_CONTAINS(err, "holds no tensors: nothing to merge");
+    snprintf(shard, sizeof shard, "%s/no_tensors/pytorch_model_fsdp_0/shard_0.safetensors", TMP);
+    CHECK(access(shard, F_OK) == 0);
+    snprintf(shard, sizeof shard, "%s/no_tensors_out", TMP);
+    CHECK(access(shard, F_OK) != 0);
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -472,6 +520,8 @@ int main(void) {
     RUN(test_failed_write_leaves_no_trace);
     RUN(test_shard_link_loop);
     RUN(test_shard_named_as_the_scratch_file);
+    RUN(test_zero3_second_model_named);
+    RUN(test_zero3_nothing_to_merge);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

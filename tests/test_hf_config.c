@@ -377,6 +377,47 @@ static void test_save_families(void) {
     accel_clear_error();
 }
 
+/* Fields a family's config.json has no key for (GPT-2's layer scaling on a
+ * Llama, a bias Qwen2-MoE or GPT-2 does not have): save refuses them as the
+ * model build does, naming the field, and writes nothing; they were dropped
+ * without a word (the file read back as another model than the struct). */
+static void test_save_other_family_fields(void) {
+    static const struct {
+        const char *model_type, *needle;
+        bool scale, reorder, attention_bias, mlp_bias;
+    } CASES[] = {
+        {"llama", "scale_attn_by_inverse_layer_idx (GPT-2's) is set, but llama models", true, false, false, false},
+        {"phi", "reorder_and_upcast_attn (GPT-2's) is set, but phi models", false, true, false, false},
+        {"qwen2_moe", "mlp_bias is set, but qwen2_moe models have no such bias", false, false, true, true},
+        {"gpt2", "attention_bias is set, but gpt2 models have no such bias", false, false, true, false},
+        {"qwen2", "attention_bias is set, but qwen2 models have no such bias", false, false, true, false},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        accel_llama_config c;
+        CHECK(accel_llama_config_for(CASES[i].model_type, &c) == ACCEL_OK);
+        c.num_hidden_layers = 2;
+        c.scale_attn_by_inverse_layer_idx = CASES[i].scale;
+        c.reorder_and_upcast_attn = CASES[i].reorder;
+        c.attention_bias = CASES[i].attention_bias;
+        c.mlp_bias = CASES[i].mlp_bias;
+        char path[160];
+        snprintf(path, sizeof path, "%s/other_%s.json", g_dir, CASES[i].model_type);
+        CHECK_MSG(accel_llama_config_save(path, &c) == ACCEL_ERR_UNSUPPORTED, "%s", CASES[i].model_type);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_config_save: ");
+        CHECK_STR_CONTAINS(accel_last_error(), CASES[i].needle);
+        CHECK_MSG(access(path, F_OK) != 0, "%s written", path);
+        accel_clear_error();
+    }
+    /* GPT-2's own: written and read back */
+    accel_llama_config g, back;
+    CHECK(accel_llama_config_for("gpt2", &g) == ACCEL_OK);
+    g.scale_attn_by_inverse_layer_idx = g.reorder_and_upcast_attn = true;
+    char path[160];
+    snprintf(path, sizeof path, "%s/gpt2_scaled.json", g_dir);
+    CHECK(accel_llama_config_save(path, &g) == ACCEL_OK && accel_llama_config_load(path, &back) == ACCEL_OK);
+    CHECK(back.scale_attn_by_inverse_layer_idx && back.reorder_and_upcast_attn);
+}
+
 /* Layers [0, n) of c: 'f' full_attention, 's' sliding_attention. */
 static void layer_kinds(const accel_llama_config *c, int n, char *out) {
     const accel__arch *a = accel__arch_find(c->model_type);
@@ -1309,6 +1350,7 @@ int main(void) {
     RUN(test_save);
     RUN(test_big_file_few_reads);
     RUN(test_save_families);
+    RUN(test_save_other_family_fields);
     RUN(test_gemma_granite_fields);
     RUN(test_gemma3_fields);
     RUN(test_rope_window_edges);

@@ -4,6 +4,7 @@
  * model has q/k/v biases (a model built on meta from the config: its q
  * projection's bias, whatever the family calls it); its refusals. */
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accel/io.h"
@@ -62,6 +63,40 @@ static void family_matches(const char *mt, json_t *row) {
               json_is_true(json_object_get(row, "qkv_biased")) ? "missing" : "built");
 }
 
+/* jansson's allocator failing from its `fail_from`-th call on (counted by
+ * calls; -1: never): what an out-of-memory does to the library's jansson. */
+static int json_calls, fail_from = -1;
+
+static void *failing_malloc(size_t n) {
+    return fail_from >= 0 && json_calls++ >= fail_from ? NULL : malloc(n);
+}
+
+/* Out of memory at each of jansson's allocations in turn: every call either
+ * succeeds or says out of memory (never "not UTF-8 text" for "llama"), *out
+ * untouched on a failure. */
+static void oom_named(void) {
+    bool failed = true;
+    json_set_alloc_funcs(failing_malloc, free);
+    for (fail_from = 0; failed && fail_from < 64; fail_from++) {
+        accel_llama_config c = accel_llama_config_default();
+        c.vocab_size = 7;
+        json_calls = 0;
+        accel_status st = accel_llama_config_for("qwen2_moe", &c);
+        failed = st != ACCEL_OK;
+        if (failed) {
+            CHECK_MSG(st == ACCEL_ERR_OOM, "allocation %d failing: status %d (%s)", fail_from, (int)st,
+                      accel_last_error());
+            CHECK_STR_CONTAINS(accel_last_error(), "out of memory");
+            CHECK(c.vocab_size == 7);
+        }
+        accel_clear_error();
+    }
+    CHECK(!failed); /* some count of allocations is enough */
+    CHECK(fail_from > 1); /* and the first ones failed */
+    fail_from = -1;
+    json_set_alloc_funcs(malloc, free);
+}
+
 /* A refusal: the status and the message, *out untouched. */
 static void refused(const char *mt, accel_status code, const char *needle) {
     accel_llama_config c = accel_llama_config_default();
@@ -89,10 +124,16 @@ int main(void) {
     refused("bert", ACCEL_ERR_UNSUPPORTED, "model_type is \"bert\", accel builds");
     refused("gemma3", ACCEL_ERR_UNSUPPORTED, "builds the text-only \"gemma3_text\"");
     refused("\xff", ACCEL_ERR_INVALID_ARG, "model_type is not UTF-8 text");
+    /* a long one is cut (at a character) so that the message still names the families */
+    char long_type[3001];
+    for (int i = 0; i < 1000; i++) memcpy(long_type + 3 * i, "\xe2\x82\xac", 3); /* 3-byte characters */
+    long_type[3000] = 0;
+    refused(long_type, ACCEL_ERR_UNSUPPORTED, "\xe2\x82\xac...\", accel builds \"llama\"");
     CHECK(accel_llama_config_for(NULL, &c) == ACCEL_ERR_INVALID_ARG);
     CHECK(accel_llama_config_for("llama", NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_llama_config_for: NULL argument");
     accel_clear_error();
+    oom_named();
     /* a handled error, then more calls */
     CHECK(accel_llama_config_for("qwen2_moe", &c) == ACCEL_OK && c.attention_bias);
     return check_summary();

@@ -11,6 +11,7 @@
 #ifndef ACCEL_TESTS_ZERO3_INDEX_FIXTURE_H
 #define ACCEL_TESTS_ZERO3_INDEX_FIXTURE_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -47,7 +48,7 @@ static inline bool zero3_fixture_file(const char *dir, const char *file, int n, 
     float buf[2][8];
     accel_tensor *ts[2] = {NULL, NULL};
     for (int i = 0; i < n; i++) ts[i] = zero3_fixture_tensor(buf[i], sizes[i], firsts[i]);
-    char path[600];
+    char path[2 * PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     bool ok = ts[0] && (n < 2 || ts[1]) && accel_safetensors_save(path, n, names, ts, 0, NULL) == ACCEL_OK;
     for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
@@ -66,7 +67,7 @@ static inline bool zero3_index_folder(const char *dir) {
 
 /* text (n bytes) as dir/sharded_index.json. */
 static inline bool zero3_index_write(const char *dir, const void *text, size_t n) {
-    char path[600];
+    char path[2 * PATH_MAX];
     snprintf(path, sizeof path, "%s/sharded_index.json", dir);
     FILE *f = fopen(path, "wb");
     bool ok = f && (!n || fwrite(text, 1, n, f) == n);

@@ -395,12 +395,14 @@ void accel__zero_groups_free(accel_accelerator *acc);
 /* Hybrid sharding: a piece of the gradient shard, averaged in place with the
  * same piece on the other machines (collective over replica_pg; no-op without). */
 accel_status accel__zero_replica_average(accel_accelerator *acc, float *piece, int64_t n);
-/* zero3_checkpoint.c, for accel merge-weights: true when dir is a SHARDED_STATE_DICT: true when dir is a SHARDED_STATE_DICT
- * model directory or a checkpoint holding pytorch_model_fsdp_0/, which goes into sub. merge
- * writes that model whole (Hugging Face names, tied aliases included) into
- * out_dir/model.safetensors (torch_format: out_dir/pytorch_model.bin, as
- * torch.save writes it) and says how many tensors; remove deletes sub's
- * files of the format, then sub. */
+/* zero3_checkpoint.c, for accel merge-weights: find_sharded is true when dir
+ * is a SHARDED_STATE_DICT model directory or a checkpoint holding
+ * pytorch_model_fsdp_0/, which goes into sub. merge writes that model whole
+ * (Hugging Face names, tied aliases included) into out_dir/model.safetensors
+ * (torch_format: out_dir/pytorch_model.bin, as torch.save writes it) and says
+ * how many tensors; an index of no tensors, or a rank file that is that file
+ * or its scratch file, is refused. remove deletes the rank files sub's index
+ * names, replicated.safetensors and the index, then sub when empty. */
 bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n);
 accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch_format, int *n_tensors);
 accel_status accel__zero3_remove_sharded(const char *sub);

@@ -28,7 +28,6 @@
  *
  * The files go through checkpoint.c's crash-safe machinery (temporary
  * directory, completion marker listing them, one rename). */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -40,6 +39,7 @@
 #include "accelerator_internal.h"
 #include "zero3.h"
 #include "strategy.h"
+#include "core/afile.h" /* ACCEL__AFILE_TMP_SUFFIX */
 #include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
@@ -223,7 +223,8 @@ static bool same_shape(int nd, const int64_t *shape, const accel_tensor *t) {
 
 static void shape_str(char *out, size_t n, int nd, const int64_t *shape) {
     size_t k = (size_t)snprintf(out, n, "[");
-    for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    for (int d = 0; d < nd && k < n; d++)
+        k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
     if (k < n) snprintf(out + k, n - k, "]");
 }
 
@@ -264,7 +265,8 @@ static accel_status read_full(void *src, const char *name, const accel_tensor *l
         accel_tensor_free(cut);
         return st;
     }
-    if (!same_shape(in->ndim, in->shape, like)) return shape_mismatch(FN_LOAD ": ", accel_safetensors_path(f), name, in->ndim, in->shape, like);
+    if (!same_shape(in->ndim, in->shape, like))
+        return shape_mismatch(FN_LOAD ": ", accel_safetensors_path(f), name, in->ndim, in->shape, like);
     if (in->dtype != ACCEL_F32)
         return accel_set_error(ACCEL_ERR_DTYPE, FN_LOAD ": %s: %s is %s; ZeRO-3 loads f32 parameters",
                                accel_safetensors_path(f), name, accel_dtype_name(in->dtype));
@@ -312,7 +314,7 @@ typedef struct sharded_index {
     saved_range *ranges;
     const char **files;
     json_t *state_dict;     /* [{"name", "unit"|"replicated"|"alias_of"}] in state-dict order */
-    json_t *by_name;        /* {name: index in params}, the first of a name: a lookup per name, not a scan */
+    json_t *by_name;        /* {name: index in params, or null for the other entries}: a lookup, not a scan */
 } sharded_index;
 
 static void index_free(sharded_index *ix) {
@@ -339,7 +341,8 @@ static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
     json_t *shape = json_object_get(e, "shape");
     int64_t unit;
     p->name = json_string_value(json_object_get(e, "name"));
-    if (!p->name || !get_i64(e, "unit", 0, ix->n_units - 1, &unit) || !get_i64(e, "offset", 0, INT64_MAX / 2, &p->offset) ||
+    if (!p->name || !get_i64(e, "unit", 0, ix->n_units - 1, &unit) ||
+        !get_i64(e, "offset", 0, INT64_MAX / 2, &p->offset) ||
         !json_is_array(shape) || json_array_size(shape) > ACCEL_MAX_DIMS)
         return bad_index(ix, "a \"state_dict\" entry with a unit needs \"name\", \"unit\" (a unit of \"units\"), "
                              "\"offset\" and \"shape\"");
@@ -359,30 +362,71 @@ static accel_status parse_param(sharded_index *ix, json_t *e, saved_param *p) {
     return ACCEL_OK;
 }
 
-static int range_order(const void *x, const void *y) {
-    const saved_range *a = x, *b = y;
+/* A flat span [lo, hi) of a unit: a file's range or a parameter's place (`of` its index). */
+typedef struct span {
+    int unit, of;
+    int64_t lo, hi;
+} span;
+
+static int span_order(const void *x, const void *y) {
+    const span *a = x, *b = y;
     if (a->unit != b->unit) return a->unit < b->unit ? -1 : 1;
     return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Whether two of the n spans s (sorted here) share an element: their `of`s,
+ * the one that starts first in *first. Empty spans share nothing. */
+static bool spans_overlap(span *s, int n, int *first, int *second) {
+    qsort(s, (size_t)n, sizeof *s, span_order);
+    const span *prev = NULL; /* the unit's last non-empty span, the one ending last */
+    for (int i = 0; i < n; i++) {
+        if (s[i].lo == s[i].hi) continue;
+        if (prev && prev->unit == s[i].unit && s[i].lo < prev->hi) {
+            *first = prev->of;
+            *second = s[i].of;
+            return true;
+        }
+        prev = &s[i];
+    }
+    return false;
 }
 
 /* No two ranges of a unit share an element: read_sharded counts the elements
  * it copies, and an overlap would make up for a hole (elements never read,
  * left as they were: a merge would write uninitialised memory). */
 static accel_status check_disjoint(const sharded_index *ix) {
-    saved_range *s = accel_malloc(((size_t)ix->n_ranges + 1) * sizeof *s);
+    span *s = accel_malloc(((size_t)ix->n_ranges + 1) * sizeof *s);
     if (!s) return accel_last_status();
-    if (ix->n_ranges) memcpy(s, ix->ranges, (size_t)ix->n_ranges * sizeof *s);
-    qsort(s, (size_t)ix->n_ranges, sizeof *s, range_order);
+    for (int i = 0; i < ix->n_ranges; i++) s[i] = (span){ix->ranges[i].unit, i, ix->ranges[i].lo, ix->ranges[i].hi};
+    int a, b;
     accel_status st = ACCEL_OK;
-    const saved_range *prev = NULL; /* the unit's last non-empty range, the one ending last */
-    for (int i = 0; i < ix->n_ranges && !st; i++) {
-        const saved_range *r = &s[i];
-        if (r->lo == r->hi) continue;
-        if (prev && prev->unit == r->unit && r->lo < prev->hi)
-            st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) "
-                                 "(%s) overlap", ix->who, ix->path, r->unit, (long long)prev->lo, (long long)prev->hi,
-                                 ix->files[prev->file], (long long)r->lo, (long long)r->hi, ix->files[r->file]);
-        prev = r;
+    if (spans_overlap(s, ix->n_ranges, &a, &b)) {
+        const saved_range *p = &ix->ranges[a], *r = &ix->ranges[b];
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: unit %d's ranges [%lld, %lld) (%s) and [%lld, %lld) (%s) "
+                             "overlap", ix->who, ix->path, r->unit, (long long)p->lo, (long long)p->hi,
+                             ix->files[p->file], (long long)r->lo, (long long)r->hi, ix->files[r->file]);
+    }
+    accel_free(s);
+    return st;
+}
+
+/* No two parameters of a unit share an element: each would be read as the
+ * other's (a merge writing copies, a load the same values into both). */
+static accel_status check_params_disjoint(const sharded_index *ix) {
+    span *s = accel_malloc(((size_t)ix->n_params + 1) * sizeof *s);
+    if (!s) return accel_last_status();
+    for (int i = 0; i < ix->n_params; i++) {
+        const saved_param *p = &ix->params[i];
+        s[i] = (span){p->unit, i, p->offset, p->offset + p->numel};
+    }
+    int a, b;
+    accel_status st = ACCEL_OK;
+    if (spans_overlap(s, ix->n_params, &a, &b)) {
+        const saved_param *p = &ix->params[a], *q = &ix->params[b];
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: parameters %s [%lld, %lld) and %s [%lld, %lld) of unit %d "
+                             "overlap", ix->who, ix->path, p->name, (long long)p->offset,
+                             (long long)(p->offset + p->numel), q->name, (long long)q->offset,
+                             (long long)(q->offset + q->numel), p->unit);
     }
     accel_free(s);
     return st;
@@ -408,7 +452,8 @@ static accel_status parse_files(sharded_index *ix, json_t *files) {
             int64_t unit;
             sr->file = (int)i;
             sr->tensor = json_string_value(json_object_get(r, "tensor"));
-            if (!sr->tensor || !get_i64(r, "unit", 0, ix->n_units - 1, &unit) || !get_i64(r, "lo", 0, INT64_MAX / 2, &sr->lo) ||
+            if (!sr->tensor || !get_i64(r, "unit", 0, ix->n_units - 1, &unit) ||
+                !get_i64(r, "lo", 0, INT64_MAX / 2, &sr->lo) ||
                 !get_i64(r, "hi", sr->lo, INT64_MAX / 2, &sr->hi))
                 return bad_index(ix, "every range needs \"unit\", \"tensor\", \"lo\" and \"hi\" >= lo");
             sr->unit = (int)unit;
@@ -441,22 +486,24 @@ static accel_status index_open(sharded_index *ix, const char *sub, const char *w
     size_t i;
     json_t *e;
     json_array_foreach(ix->state_dict, i, e) {
-        if (!json_is_string(json_object_get(e, "name")))
-            return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
-        if (!json_object_get(e, "unit")) continue; /* replicated, or an alias */
-        saved_param *p = &ix->params[ix->n_params];
-        accel_status st = parse_param(ix, e, p);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name) return bad_index(ix, "every \"state_dict\" entry needs a \"name\"");
+        /* a name twice: a load read the first, a merge wrote both */
+        if (json_object_get(ix->by_name, name))
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: \"state_dict\" names %s twice", ix->who, ix->path, name);
+        bool param = json_object_get(e, "unit") != NULL; /* else replicated, or an alias */
+        accel_status st = param ? parse_param(ix, e, &ix->params[ix->n_params]) : ACCEL_OK;
         if (st) return st;
-        if (!json_object_get(ix->by_name, p->name) && json_object_set_new(ix->by_name, p->name, json_integer(ix->n_params)))
+        if (json_object_set_new(ix->by_name, name, param ? json_integer(ix->n_params) : json_null()))
             return accel_set_error(ACCEL_ERR_OOM, "%sout of memory", ix->who);
-        ix->n_params++;
+        ix->n_params += param;
     }
-    return parse_files(ix, files);
+    return check_params_disjoint(ix) ? accel_last_status() : parse_files(ix, files);
 }
 
 static const saved_param *find_param(const sharded_index *ix, const char *name) {
     json_t *i = json_object_get(ix->by_name, name);
-    return i ? &ix->params[json_integer_value(i)] : NULL;
+    return json_is_integer(i) ? &ix->params[json_integer_value(i)] : NULL; /* null: a replicated entry, an alias */
 }
 
 /* The files of one sharded directory (the model's or an optimizer's), opened
@@ -487,20 +534,26 @@ static accel_status read_piece(shard_files *fs, const saved_range *r, int64_t a,
         snprintf(path, sizeof path, "%s/%s", fs->dir, fs->ix->files[r->file]);
         if (!accel__is_file(path))
             return accel_set_error(ACCEL_ERR_IO, "%s%s is missing (it holds unit %d's range [%lld, %lld) of "
-                                   "the sharded checkpoint)", fs->ix->who, path, r->unit, (long long)r->lo, (long long)r->hi);
+                                   "the sharded checkpoint)", fs->ix->who, path, r->unit, (long long)r->lo,
+                                   (long long)r->hi);
         if (!(fs->open[r->file] = accel_safetensors_open(path))) return accel_last_status();
     }
     accel_safetensors *f = fs->open[r->file];
-    char name[256];
-    snprintf(name, sizeof name, "%s%s", r->tensor, fs->suffix);
+    /* the index's name whole: cut to a fixed buffer, a long one named another tensor of the file */
+    size_t n = strlen(r->tensor) + strlen(fs->suffix) + 1;
+    char *name = accel_malloc(n);
+    if (!name) return accel_last_status();
+    snprintf(name, n, "%s%s", r->tensor, fs->suffix);
     const accel_st_info *in = accel_safetensors_find(f, name);
+    accel_status st = ACCEL_OK;
     if (!in || in->dtype != ACCEL_F32 || in->nbytes != (size_t)(r->hi - r->lo) * sizeof(float))
-        return accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) "
-                               "as tensor %s (f32, %lld elements); it does not", fs->ix->who, accel_safetensors_path(f), r->unit,
-                               (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
-    if (!fs->check)
+        st = accel_set_error(ACCEL_ERR_FORMAT, "%s%s: the index says it holds unit %d's range [%lld, %lld) as tensor "
+                             "%s (f32, %lld elements); it does not", fs->ix->who, accel_safetensors_path(f), r->unit,
+                             (long long)r->lo, (long long)r->hi, name, (long long)(r->hi - r->lo));
+    else if (!fs->check)
         memcpy(dst, (const char *)in->bytes + (a - r->lo) * (int64_t)sizeof(float), (size_t)(c - a) * sizeof(float));
-    return ACCEL_OK;
+    accel_free(name);
+    return st;
 }
 
 /* A SHARDED_STATE_DICT directory as a source: the parameter's elements from
@@ -1308,19 +1361,24 @@ bool accel__zero3_find_sharded(const char *dir, char *sub, size_t n) {
     return true;
 }
 
+/* sub/name removed; one already gone (a file the index names twice) is fine. */
+static accel_status remove_file(const char *sub, const char *name) {
+    char path[2 * PATHN];
+    snprintf(path, sizeof path, "%s/%s", sub, name);
+    if (unlink(path) == 0 || errno == ENOENT) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+}
+
+/* The files the index names, replicated.safetensors, then the index: a
+ * file of sub the index does not name (another save's rank file, a user's)
+ * was never merged, and is left. */
 accel_status accel__zero3_remove_sharded(const char *sub) {
-    DIR *d = opendir(sub);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s: %s", sub, strerror(errno));
-    accel_status st = ACCEL_OK;
-    for (struct dirent *e; !st && (e = readdir(d));) {
-        int r, end = 0;
-        bool ours = !strcmp(e->d_name, INDEX) || !strcmp(e->d_name, REPLICATED) ||
-                    (sscanf(e->d_name, "shard_%d.safetensors%n", &r, &end) == 1 && !e->d_name[end]);
-        char path[2 * PATHN];
-        snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
-        if (ours && unlink(path)) st = accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
-    }
-    closedir(d);
+    sharded_index ix;
+    accel_status st = index_open(&ix, sub, "");
+    for (int i = 0; !st && i < ix.n_files; i++) st = remove_file(sub, ix.files[i]);
+    if (!st) st = remove_file(sub, REPLICATED);
+    if (!st) st = remove_file(sub, INDEX);
+    index_free(&ix);
     if (!st && rmdir(sub)) fprintf(stderr, "accel merge-weights: note: %s not removed: %s\n", sub, strerror(errno));
     return st;
 }
@@ -1371,15 +1429,38 @@ static accel_tensor *merged_entry(shard_files *fs, accel_safetensors *rf, json_t
     return whole_param(fs, find_param(fs->ix, name));
 }
 
+/* A file the merge reads that is out (the merged file: merged into the
+ * checkpoint's own folder, a rank file of that name) or its scratch file:
+ * the write replaced it (or the writer refused the scratch only after
+ * everything was read). Refused naming it. */
+static accel_status out_is_read(const sharded_index *ix, const char *sub, const char *out) {
+    char scratch[2 * PATHN + 8], read[2 * PATHN];
+    snprintf(scratch, sizeof scratch, "%s%s", out, ACCEL__AFILE_TMP_SUFFIX);
+    for (int i = 0; i < ix->n_files; i++) {
+        snprintf(read, sizeof read, "%s/%s", sub, ix->files[i]);
+        if (accel__same_file(read, out) || accel__same_file(read, scratch))
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s, which %s names as a rank file of the checkpoint, is "
+                                   "the merge's output %s or its scratch file (written, then renamed over it): "
+                                   "merge into another folder", read, ix->path, out);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch_format, int *n_tensors) {
     char path[2 * PATHN];
     sharded_index ix;
     shard_files fs = {0};
     accel_safetensors *rf = NULL;
+    snprintf(path, sizeof path, "%s/%s", out_dir, torch_format ? "pytorch_model.bin" : "model.safetensors");
     accel_status st = index_open(&ix, sub, "");
+    /* nothing to merge is a broken index, not a success (nor a reason for --remove_checkpoint_dir) */
+    if (!st && json_array_size(ix.state_dict) == 0)
+        st = bad_index(&ix, "its \"state_dict\" holds no tensors: nothing to merge");
+    if (!st) st = out_is_read(&ix, sub, path);
     if (!st) st = files_init(&fs, &ix, sub, "");
-    snprintf(path, sizeof path, "%s/%s", sub, REPLICATED);
-    if (!st && !(rf = accel_safetensors_open(path))) st = accel_last_status();
+    char replicated[2 * PATHN];
+    snprintf(replicated, sizeof replicated, "%s/%s", sub, REPLICATED);
+    if (!st && !(rf = accel_safetensors_open(replicated))) st = accel_last_status();
     int n = st ? 0 : (int)json_array_size(ix.state_dict), made = 0;
     const char **nms = accel_calloc((size_t)n + 1, sizeof *nms);
     accel_tensor **ts = accel_calloc((size_t)n + 1, sizeof *ts);
@@ -1391,7 +1472,6 @@ accel_status accel__zero3_merge(const char *sub, const char *out_dir, bool torch
         ts[made] = merged_entry(&fs, rf, e, nms, ts, made, &owned[made]);
         if (!ts[made]) st = accel_last_status();
     }
-    snprintf(path, sizeof path, "%s/%s", out_dir, torch_format ? "pytorch_model.bin" : "model.safetensors");
     if (!st) st = torch_format ? accel_torch_save(path, n, nms, ts) : accel_safetensors_save(path, n, nms, ts, 0, NULL);
     for (int k = 0; k < made; k++)
         if (owned[k]) accel_tensor_free(ts[k]);

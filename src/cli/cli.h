@@ -155,6 +155,13 @@ int launch_setting_opts(cli_opt *out);
 /* ACCELERATE_USE_FSDP and FSDP_* (flag > fsdp_config > default). False + err on a bad value. */
 bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
                         size_t errn);
+/* The FSDP settings with the section off (no --use_fsdp, distributed_type
+ * not FSDP): nothing is exported but accel's ACCEL_FSDP_SHARDING_STRATEGY
+ * (cli_launch.c), so a setting given beside it (--fsdp_offload_params true)
+ * would be dropped without a word: each one given that is not Accelerate's
+ * default is named on stderr (unless quiet). Values checked as with the
+ * section on: false + err on a bad one. */
+bool launch_check_fsdp_off(const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err, size_t errn);
 /* ACCELERATE_USE_DEEPSPEED, ACCELERATE_CONFIG_DS_FIELDS, ACCELERATE_DEEPSPEED_* (flag > deepspeed_config);
  * unless quiet, a warning for each deepspeed_config key that is no setting. */
 bool launch_export_deepspeed(env_list *e, const launch_settings *ls, const cv *ds_config, bool mp_from_config,

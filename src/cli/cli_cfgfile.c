@@ -1064,11 +1064,7 @@ static void mkdir_p(const char *path) {
     cli_mkdirs(d); /* a failure shows when the file is opened */
 }
 
-bool cli_is_utf8(const char *s) {
-    json_t *j = json_string(s); /* jansson takes valid UTF-8 only */
-    json_decref(j);
-    return j != NULL;
-}
+bool cli_is_utf8(const char *s) { return accel__is_utf8(s); }
 
 /* Whether a key or string under v (named name) is not UTF-8, which YAML and
  * JSON cannot hold (libyaml's emitter failed with errno 0, jansson dropped

@@ -263,6 +263,10 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
     }
+    if (!L->fsdp && !launch_check_fsdp_off(ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return false;
+    }
     if (L->fsdp && !launch_export_fsdp(e, ls, cv_get(cfg, "fsdp_config"), L->quiet, err, sizeof err)) {
         fprintf(stderr, "accel launch: error: %s\n", err);
         return false;
@@ -1201,11 +1205,15 @@ static bool descriptors_suffice(const launch_cfg *L, int local_n) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
     int each = 1 + (((L->tee & 1) || L->log_dir) ? 1 : 0) + (L->log_dir ? 2 : 0);
-    unsigned long long need = (unsigned long long)local_n * (unsigned long long)each + 32; /* + the launcher's own */
+    /* + the launcher's own, 9 measured with one worker (the standard streams, /dev/null, the port's socket,
+     * pipes), and a worker's pipes while it starts: 32 refused every launch under ulimit -n 32, though one
+     * worker runs in 10 */
+    unsigned long long need = (unsigned long long)local_n * (unsigned long long)each + 16;
     if (need <= (unsigned long long)rl.rlim_cur) return true;
     fprintf(stderr, "accel launch: error: %d processes on this machine need about %llu open files in the launcher "
-                    "(%d each), over its limit of %llu (ulimit -n): start fewer, or raise the limit\n",
-            local_n, need, each, (unsigned long long)rl.rlim_cur);
+                    "(%d each), over its limit of %llu (ulimit -n): %s\n",
+            local_n, need, each, (unsigned long long)rl.rlim_cur,
+            local_n > 1 ? "start fewer, or raise the limit" : "raise the limit");
     return false;
 }
 

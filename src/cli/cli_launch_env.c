@@ -716,10 +716,11 @@ static bool parallel_read(const launch_settings *ls, const cv *pc_config, const 
  * nothing without a word: each is named, with where it came from and what
  * turns the section on. A size of 1 and a false switch ask for nothing. */
 static void warn_unused_settings(const setting *tab, size_t n, const launch_settings *ls, const cv *section,
-                                 const char *section_name, char (*vals)[64], const char *turn_on) {
+                                 const char *prefix, const char *section_name, char (*vals)[64],
+                                 const char *turn_on) {
     for (size_t i = 0; i < n; i++) {
         const setting *s = &tab[i];
-        bool given = ls->vals[cli_idx(ls->opts, ls->nopts, s->name)] || cv_get(section, s->name);
+        bool given = ls->vals[cli_idx(ls->opts, ls->nopts, s->name)] || config_value(section, s, prefix);
         if (!given || !vals[i][0] || (s->type == K_INT && !strcmp(vals[i], "1")) ||
             (s->type == K_BOOL && accel__str_to_bool(vals[i], strlen(vals[i])) == 0))
             continue;
@@ -737,11 +738,11 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
         ((use_pc || use_mega) && !check_mesh(v.pc, v.mega, use_pc, use_mega, procs, err, errn)))
         return false;
     if (!use_pc && !quiet)
-        warn_unused_settings(PARALLELISM, NPARALLELISM, ls, pc_config, "parallelism_config", v.pv,
+        warn_unused_settings(PARALLELISM, NPARALLELISM, ls, pc_config, NULL, "parallelism_config", v.pv,
                              "--use_parallelism_config is given, or the config file's parallelism_config has keys and "
                              "no other paradigm flag is given");
     if (!use_mega && !quiet)
-        warn_unused_settings(MEGATRON, NMEGATRON, ls, mega_config, "megatron_lm_config", v.mv,
+        warn_unused_settings(MEGATRON, NMEGATRON, ls, mega_config, NULL, "megatron_lm_config", v.mv,
                              "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM");
     /* each section used: its switch, then every setting that has a value
      * (the cp comm strategy only where there is context parallelism) */
@@ -763,6 +764,21 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
             if (sections[k].vals[i][0] && !idle) both_env_add(e, sections[k].tab[i].env, sections[k].vals[i]);
         }
     }
+    return true;
+}
+
+bool launch_check_fsdp_off(const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err, size_t errn) {
+    char vals[NFSDP][64];
+    for (size_t i = 0; i < NFSDP; i++) {
+        const setting *s = &FSDP[i];
+        if (!value_of(s, ls, fsdp_config, "fsdp_", vals[i], sizeof vals[i], err, errn)) return false;
+        /* Accelerate's default asks for nothing; the strategy is read with the section off too */
+        if ((s->dflt && !strcmp(vals[i], s->dflt)) || !strcmp(s->name, "fsdp_sharding_strategy")) vals[i][0] = 0;
+    }
+    if (!quiet)
+        warn_unused_settings(FSDP, NFSDP, ls, fsdp_config, "fsdp_", "fsdp_config", vals,
+                             "--use_fsdp is given, or the config file says distributed_type: FSDP; "
+                             "--fsdp_sharding_strategy alone turns on accel's ZeRO without it");
     return true;
 }
 

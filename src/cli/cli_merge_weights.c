@@ -30,11 +30,6 @@
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 
-static bool same_file(const char *a, const char *b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 /* Whether the merge's scratch file, path + ACCEL__AFILE_TMP_SUFFIX (the atomic writer's: written, then
  * renamed over path), is one of the shards it reads: the writer never takes a file of that name it did not
  * create (its own carry a mark until renamed), but it would refuse the shard only once the merge had read
@@ -45,7 +40,7 @@ static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char
     snprintf(scratch, sizeof scratch, "%s%s", path, ACCEL__AFILE_TMP_SUFFIX);
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
-        if (same_file(shard, scratch)) {
+        if (accel__same_file(shard, scratch)) {
             accel_set_error(ACCEL_ERR_INVALID_ARG, "the shard %s is the merge's scratch file %s (written, then "
                             "renamed to %s): rename the shard (and its index entries) or merge into another folder",
                             shard, scratch, path);
@@ -65,7 +60,7 @@ static int remove_shards(accel_checkpoint *ck, const char *dir, const char *inde
     for (int i = 0; i < n; i++) {
         char shard[8192];
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
-        if (same_file(shard, merged)) continue;
+        if (accel__same_file(shard, merged)) continue;
         if (unlink(shard) != 0 && errno != ENOENT) {
             fprintf(stderr, "accel merge-weights: cannot remove %s: %s\n", shard, strerror(errno));
             return 1;
@@ -119,7 +114,7 @@ static void note_single(accel_checkpoint *ck, const char *dir, const char *index
         for (int i = 0; i < accel_checkpoint_num_shards(ck) && !shard; i++)
             shard = !strcmp(accel_checkpoint_shard_path(ck, i), names[k]);
         if (shard || !accel__is_file(single)) continue;
-        if (same_file(single, out))
+        if (accel__same_file(single, out))
             fprintf(stderr, "accel merge-weights: note: %s is not one of the index's shards: the merge of the shards "
                             "of %s replaces it\n", single, index);
         else
@@ -222,6 +217,20 @@ static void drop_out_dir(const char *out_dir, bool created) {
     if (created) rmdir(out_dir);
 }
 
+/* A save_state checkpoint of several models (dir holds pytorch_model_fsdp_0/,
+ * which is merged, and pytorch_model_fsdp_1/, ...): each other one is named
+ * in a note, with how to merge it, instead of being left out without a word. */
+static void note_other_models(const char *dir, const char *sub) {
+    if (!strcmp(sub, dir)) return; /* a model's folder given itself */
+    for (int i = 1;; i++) {
+        char other[8192];
+        snprintf(other, sizeof other, "%s/pytorch_model_fsdp_%d", dir, i);
+        if (!accel__is_dir(other)) return;
+        fprintf(stderr, "accel merge-weights: note: %s (model %d of the checkpoint) is not merged: this merges "
+                        "pytorch_model_fsdp_0; give that folder itself to merge it\n", other, i);
+    }
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
 static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
@@ -294,8 +303,10 @@ int accel_cli_merge_weights(int argc, char **argv) {
     char sub[8192];
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
     if (sharded && verify_marker(dir, sub)) return 1;
-    if (sharded)
+    if (sharded) {
+        note_other_models(dir, sub);
         return merge_sharded(sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
+    }
     char index[4096];
     int indexed = has_index(dir, index, sizeof index);
     if (indexed < 0) return 1;

@@ -221,5 +221,9 @@ int accel__shortest_digits(double v, char digits[18], int *exponent);
  * for a whole number, an exponent below 1e-4 and from 1e16 ("1e-05",
  * "1.5e+16"), "nan", "inf", "-inf". buf of 32 bytes holds every value. */
 const char *accel__float_repr(char *buf, size_t n, double v);
+/* Whether s is strict UTF-8 (no overlong forms, surrogates or code points
+ * past U+10FFFF): what JSON, YAML and protobuf strings hold, and the set
+ * jansson's json_string takes (whose NULL is also its out of memory). */
+bool accel__is_utf8(const char *s);
 
 #endif

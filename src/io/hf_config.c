@@ -658,6 +658,16 @@ static accel_status parse_token_ids(json_t *root, const char *file, accel_llama_
     return ACCEL_OK;
 }
 
+/* The bytes of the UTF-8 text s to show within max: all of it, or a cut
+ * before a character that would cross max (never inside one). */
+static int shown_bytes(const char *s, int max) {
+    int n = 0;
+    while (s[n] && n < max) n++;
+    if (s[n])
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n] a continuation byte: back to its lead */
+    return n;
+}
+
 static accel_status parse_config(json_t *root, const char *file, accel_llama_config *c) {
     if (!json_is_object(root)) return accel_set_error(ACCEL_ERR_FORMAT, "%s: must be a JSON object", file);
     json_t *mt = json_object_get(root, "model_type");
@@ -666,11 +676,13 @@ static accel_status parse_config(json_t *root, const char *file, accel_llama_con
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type \"gemma3\" (Gemma3ForConditionalGeneration, "
                                "images and text, its language model under text_config) is not implemented: accel "
                                "builds the text-only \"gemma3_text\" (Gemma3ForCausalLM)", file);
-    if (mt && (!json_is_string(mt) || !a))
-        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%s%s, accel builds %s", file,
-                               json_is_string(mt) ? "\"" : "",
-                               json_is_string(mt) ? json_string_value(mt) : "not a string",
+    if (mt && (!json_is_string(mt) || !a)) {
+        const char *name = json_is_string(mt) ? json_string_value(mt) : "not a string";
+        int shown = shown_bytes(name, 64); /* whole, a message's 1024 bytes cut the families off */
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: model_type is %s%.*s%s%s, accel builds %s", file,
+                               json_is_string(mt) ? "\"" : "", shown, name, name[shown] ? "..." : "",
                                json_is_string(mt) ? "\"" : "", accel__arch_names());
+    }
     *c = a->defaults; /* transformers' defaults of the family */
     if (parse_token_ids(root, file, c)) return accel_last_status();
     if (a->blocks == ACCEL__BLOCKS_GPT2) {
@@ -744,8 +756,10 @@ accel_status accel_llama_config_load(const char *path_or_dir, accel_llama_config
 accel_status accel_llama_config_for(const char *model_type, accel_llama_config *out) {
     static const char *FN = "accel_llama_config_for";
     if (!model_type || !out) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
+    if (!accel__is_utf8(model_type))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not UTF-8 text", FN);
+    /* valid text: a NULL from jansson is its out of memory */
     json_t *mt = json_string(model_type), *root = mt ? json_object() : NULL;
-    if (!mt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: model_type is not UTF-8 text", FN);
     accel_llama_config c = {0};
     accel_status st = !root || json_object_set_new(root, "model_type", mt)
                           ? accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", FN)
@@ -1080,7 +1094,6 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
                                "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
     if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
         return accel_last_status();
-    if (accel__arch_gpt2_flags_check(a, c, "accel_llama_config_save")) return accel_last_status();
     if (c->neox_hidden_act < 0 || c->neox_hidden_act > 3 || (c->neox_hidden_act && !a->neox_blocks))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: neox_hidden_act %d: 0 to 3, and "
                                "gpt_neox models only (%s here)", c->neox_hidden_act, a->model_type);
@@ -1096,6 +1109,10 @@ accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_
     if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: starcoder2 models have one use_bias: "
                                "attention_bias (%d) must equal mlp_bias (%d)", c->attention_bias, c->mlp_bias);
+    /* the rest of what the model build refuses: a field of another family
+     * (GPT-2's layer scaling on a Llama, a bias the family has no key for)
+     * has no key in this family's file, and was dropped without a word */
+    if (accel_llama_config_check(c, "accel_llama_config_save")) return accel_last_status();
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();

@@ -88,6 +88,9 @@ int accel__bert_model_type_of(json_t *root);
 char *accel__path_join(const char *dir, const char *name);
 bool accel__is_dir(const char *path);
 bool accel__is_file(const char *path);
+/* Whether a and b both exist and are one file (device and inode: a link,
+ * another spelling of the path). */
+bool accel__same_file(const char *a, const char *b);
 /* mkdir -p of one level (existing directory is fine). */
 accel_status accel__mkdir(const char *path);
 

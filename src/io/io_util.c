@@ -155,6 +155,11 @@ bool accel__is_file(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+bool accel__same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 accel_status accel__mkdir(const char *path) {
     if (mkdir(path, 0755) == 0 || (errno == EEXIST && accel__is_dir(path))) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_IO, "cannot create directory %s: %s", path, strerror(errno));

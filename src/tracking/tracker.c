@@ -77,26 +77,6 @@ accel_tracker *accel_tracker_open(const char *name, const char *project, const c
 const char *accel_tracker_name(const accel_tracker *t) { return t ? t->ops->name : NULL; }
 void *accel_tracker_context(const accel_tracker *t) { return t && !t->builtin ? t->ctx : NULL; }
 
-/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF),
- * what JSON and protobuf strings hold. */
-static bool is_utf8(const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        unsigned c = *p++, cp, min;
-        int more;
-        if (c < 0x80) continue;
-        if ((c & 0xE0) == 0xC0) more = 1, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) more = 2, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) more = 3, cp = c & 0x07, min = 0x10000;
-        else return false;
-        for (; more; more--, p++) {
-            if ((*p & 0xC0) != 0x80) return false; /* also stops at the terminating NUL */
-            cp = cp << 6 | (*p & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    }
-    return true;
-}
-
 /* Keys and strings are text, as Python's str in Accelerate: a tag that is
  * not UTF-8 made tensorboard's reader fail on the whole event file ("String
  * field had bad UTF-8"), and only the jsonl tracker refused it. */
@@ -108,12 +88,12 @@ accel_status accel__values_check(const char *fn, int n, const accel_value *v) {
         if ((unsigned)v[i].kind > ACCEL_VALUE_STRING)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: '%s' has an unknown kind %d", fn, v[i].key,
                                    (int)v[i].kind);
-        if (!is_utf8(v[i].key))
+        if (!accel__is_utf8(v[i].key))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: key '%s' (value %d) is not valid UTF-8", fn, v[i].key,
                                    i);
         if (v[i].kind == ACCEL_VALUE_STRING && !v[i].s)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: string '%s' is NULL", fn, v[i].key);
-        if (v[i].kind == ACCEL_VALUE_STRING && !is_utf8(v[i].s))
+        if (v[i].kind == ACCEL_VALUE_STRING && !accel__is_utf8(v[i].s))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: string '%s' is not valid UTF-8", fn, v[i].key);
     }
     return ACCEL_OK;
