@@ -238,6 +238,36 @@ static void test_even_batches_sizes(void) {
     }
 }
 
+/* Batch sizes past what memory holds: even_batches completes the last round
+ * to processes x batch size indices (accelerate's `initial_data += initial_data`
+ * until that long). The product past int64 is refused at once (it overflowed,
+ * and the doubling ran on to a 32 GiB allocation), and the loader's error says
+ * which epoch, process and batch size it was making (it was the allocator's
+ * bare "out of memory allocating N bytes"). */
+static void test_absurd_batch_sizes(void) {
+    accel_dataset *ds = range_dataset(7);
+    struct { int64_t bs; int n, split; } cases[] = {{INT64_MAX, 3, 0}, {(int64_t)1 << 62, 2, 1}};
+    for (size_t c = 0; c < 2; c++) {
+        accel_dataloader_opts o = {.batch_size = cases[c].bs, .num_processes = cases[c].n,
+                                   .process_index = cases[c].n - 1, .split_batches = cases[c].split};
+        accel_dataloader *dl = accel_dataloader_new(ds, &o);
+        CHECK_MSG(dl != NULL, "%s", accel_last_error());
+        if (!dl) continue;
+        CHECK(accel_dataloader_len(dl) == 1);
+        accel_batch b = {.n_fields = 5}; /* a failure leaves it holding no batch */
+        CHECK(!accel_dataloader_next(dl, &b) && accel_last_status() == ACCEL_ERR_OOM && b.n_fields == 0);
+        char want[160];
+        snprintf(want, sizeof want, "epoch 0's batches for process %d of %d (batch size %lld, a dataset of 7)",
+                 cases[c].n - 1, cases[c].n, (long long)cases[c].bs);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_dataloader_next: ");
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        CHECK_STR_CONTAINS(accel_last_error(), "entries do not fit in memory");
+        accel_clear_error();
+        accel_dataloader_free(dl);
+    }
+    accel_dataset_free(ds);
+}
+
 static accel_status varying(void *ctx, int64_t epoch, int64_t len, accel_batches *out) {
     static const int64_t sizes[] = {3, 2, 4, 3, 2};
     int64_t idx[14];
@@ -314,6 +344,7 @@ int main(void) {
     RUN(test_state_resume);
     RUN(test_map_dataset_collate);
     RUN(test_even_batches_sizes);
+    RUN(test_absurd_batch_sizes);
     accel_thread_cleanup();
     return check_summary();
 }
