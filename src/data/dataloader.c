@@ -81,7 +81,12 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
-    if (n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
+    /* the shuffle's permutation (only then: in order, the epoch's list is its own) */
+    if (r.shuffle && n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        accel_set_error(ACCEL_ERR_OOM, "accel_dataloader_new: the shuffle order of a dataset of %lld samples (%lld "
+                        "bytes) does not fit in memory: %s", (long long)n, (long long)n * 8, why);
         accel_free(dl);
         return NULL;
     }
