@@ -210,6 +210,7 @@ static void test_map_dataset_collate(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "2305843009213693953 samples is too long");
     accel_clear_error();
     accel_dataset_free(huge);
+#if !defined(__SANITIZE_ADDRESS__) /* ASan aborts on an allocation past 1 TiB instead of failing it */
     /* One whose shuffle order memory cannot hold (8 TiB) is named as such (it
      * was the allocator's bare "out of memory allocating 8796093022208 bytes") */
     huge = accel_map_dataset_new((int64_t)1 << 40, 2, specs, square_sample, &calls);
@@ -218,6 +219,7 @@ static void test_map_dataset_collate(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "accel_dataloader_new: the shuffle order of a dataset of 1099511627776 samples");
     accel_clear_error();
     accel_dataset_free(huge);
+#endif
 }
 
 /* §9.4: batch sizes per rank with and without even_batches (2 processes). */
