@@ -532,6 +532,15 @@ static void test_api(void) {
     CHECK(accel_chat_template_load("data/chat_templates") == NULL); /* no config, no template */
     CHECK_STR_CONTAINS(accel_last_error(), "has no chat template");
     CHECK(accel_chat_template_load("data/tokenizers/llama3") == NULL);
+    /* a folder that is not there (a typo) or a file is named as such, not as a
+     * folder without a template */
+    accel_clear_error();
+    CHECK(accel_chat_template_load("data/no_such_model") == NULL && accel_last_status() == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "data/no_such_model: no such directory");
+    CHECK(accel_chat_template_load("data/chat_templates/chatml.jinja") == NULL &&
+          accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "chatml.jinja: not a directory (a model folder)");
+    accel_clear_error();
 }
 
 /* Every truncation and 400 random byte flips, insertions and deletions of each family

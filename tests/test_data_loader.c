@@ -210,6 +210,20 @@ static void test_map_dataset_collate(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "2305843009213693953 samples is too long");
     accel_clear_error();
     accel_dataset_free(huge);
+#if !defined(__SANITIZE_ADDRESS__) /* ASan aborts on an allocation past 1 TiB instead of failing it */
+    /* One whose shuffle order memory cannot hold (8 TiB) is named as such (it
+     * was the allocator's bare "out of memory allocating 8796093022208 bytes") */
+    huge = accel_map_dataset_new((int64_t)1 << 40, 2, specs, square_sample, &calls);
+    accel_dataloader *granted = accel_dataloader_new(huge, &(accel_dataloader_opts){.batch_size = 2, .shuffle = true});
+    if (granted) { /* a kernel that overcommits always (vm.overcommit_memory=1) lends 8 TiB untouched */
+        accel_dataloader_free(granted);
+    } else {
+        CHECK(accel_last_status() == ACCEL_ERR_OOM);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_dataloader_new: the shuffle order of a dataset of 1099511627776 samples");
+    }
+    accel_clear_error();
+    accel_dataset_free(huge);
+#endif
 }
 
 /* §9.4: batch sizes per rank with and without even_batches (2 processes). */
@@ -236,6 +250,36 @@ static void test_even_batches_sizes(void) {
         }
         accel_dataset_free(ds);
     }
+}
+
+/* Batch sizes past what memory holds: even_batches completes the last round
+ * to processes x batch size indices (accelerate's `initial_data += initial_data`
+ * until that long). The product past int64 is refused at once (it overflowed,
+ * and the doubling ran on to a 32 GiB allocation), and the loader's error says
+ * which epoch, process and batch size it was making (it was the allocator's
+ * bare "out of memory allocating N bytes"). */
+static void test_absurd_batch_sizes(void) {
+    accel_dataset *ds = range_dataset(7);
+    struct { int64_t bs; int n, split; } cases[] = {{INT64_MAX, 3, 0}, {(int64_t)1 << 62, 2, 1}};
+    for (size_t c = 0; c < 2; c++) {
+        accel_dataloader_opts o = {.batch_size = cases[c].bs, .num_processes = cases[c].n,
+                                   .process_index = cases[c].n - 1, .split_batches = cases[c].split};
+        accel_dataloader *dl = accel_dataloader_new(ds, &o);
+        CHECK_MSG(dl != NULL, "%s", accel_last_error());
+        if (!dl) continue;
+        CHECK(accel_dataloader_len(dl) == 1);
+        accel_batch b = {.n_fields = 5}; /* a failure leaves it holding no batch */
+        CHECK(!accel_dataloader_next(dl, &b) && accel_last_status() == ACCEL_ERR_OOM && b.n_fields == 0);
+        char want[160];
+        snprintf(want, sizeof want, "epoch 0's batches for process %d of %d (batch size %lld, a dataset of 7)",
+                 cases[c].n - 1, cases[c].n, (long long)cases[c].bs);
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_dataloader_next: ");
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        CHECK_STR_CONTAINS(accel_last_error(), "entries do not fit in memory");
+        accel_clear_error();
+        accel_dataloader_free(dl);
+    }
+    accel_dataset_free(ds);
 }
 
 static accel_status varying(void *ctx, int64_t epoch, int64_t len, accel_batches *out) {
@@ -314,6 +358,7 @@ int main(void) {
     RUN(test_state_resume);
     RUN(test_map_dataset_collate);
     RUN(test_even_batches_sizes);
+    RUN(test_absurd_batch_sizes);
     accel_thread_cleanup();
     return check_summary();
 }

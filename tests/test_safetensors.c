@@ -513,6 +513,31 @@ static void test_parse_size(void) {
     }
 }
 
+/* A byte count is exact up to INT64_MAX (it went through a double: 2^53 + 1
+ * came back as 2^53, and 9.2e18..2^63 - 1 were refused), and a size past
+ * int64 (Python takes any) is refused as too large, not as a bad format. */
+static void test_parse_size_limits(void) {
+    static const struct { const char *s; int64_t v; } ok[] = {
+        {"9007199254740993", 9007199254740993LL}, {"9223372036854775807", INT64_MAX},
+        {"9223372036854775000", 9223372036854775000LL}, {"8GiB", 8589934592LL}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t v = -1;
+        CHECK_MSG(accel_parse_size(ok[i].s, &v) == ACCEL_OK && v == ok[i].v, "%s -> %lld (%s)", ok[i].s,
+                  (long long)v, accel_last_error());
+        accel_clear_error();
+    }
+    static const char *big[] = {"9223372036854775808", "99999999999999999999999", "1e30GB", "9223372036854775807KB",
+                                "8589934592GiB"};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        int64_t v = -1;
+        CHECK_MSG(accel_parse_size(big[i], &v) == ACCEL_ERR_INVALID_ARG && v == -1, "%s -> %lld", big[i],
+                  (long long)v);
+        CHECK_STR_CONTAINS(accel_last_error(), big[i]);
+        CHECK_STR_CONTAINS(accel_last_error(), "too large");
+        accel_clear_error();
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_st_XXXXXX");
     if (!mkdtemp(g_dir)) return 2;
@@ -524,6 +549,7 @@ int main(void) {
     RUN(test_index_errors);
     RUN(test_hf_checkpoints);
     RUN(test_parse_size);
+    RUN(test_parse_size_limits);
     rm_rf(g_dir);
     accel_thread_cleanup();
     return check_summary();

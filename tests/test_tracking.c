@@ -420,6 +420,50 @@ static void test_accelerator_trackers(void) {
     rm_rf(dir);
 }
 
+/* A log_with tracker that cannot be opened (here log.csv is a directory)
+ * fails init_trackers naming it and keeps none of log_with's trackers, and
+ * the call does not count: once the cause is gone, init_trackers opens them
+ * (it answered "already initialized" for good, and logged to what had opened). */
+static void test_init_trackers_retry(void) {
+    char *dir = temp_dir(), path[512];
+    snprintf(path, sizeof path, "%s/exp", dir);
+    CHECK(mkdir(path, 0777) == 0);
+    snprintf(path, sizeof path, "%s/exp/log.csv", dir);
+    CHECK(mkdir(path, 0777) == 0);
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.log_with = "jsonl,csv";
+    o.project_dir = dir;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    CHECK(acc);
+    static const accel_tracker_ops ops = {"mine", my_config, my_log, my_finish};
+    counts k = {0};
+    CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, &k)) == ACCEL_OK);
+    CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "log.csv");
+    CHECK_STR_CONTAINS(accel_last_error(), "call init_trackers again");
+    CHECK(!accel_accelerator_get_tracker(acc, "jsonl") && !accel_accelerator_get_tracker(acc, "csv"));
+    CHECK(accel_accelerator_get_tracker(acc, "mine") && k.configs == 0 && k.finishes == 0);
+    accel_clear_error();
+    CHECK(rmdir(path) == 0);
+    CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_OK);
+    CHECK(accel_accelerator_get_tracker(acc, "jsonl") && accel_accelerator_get_tracker(acc, "csv"));
+    CHECK(k.configs == N_CONFIG);
+    accel_value v[] = {ACCEL_VALUE_F("loss", 1.5)};
+    CHECK(accel_accelerator_log(acc, 1, v, 7) == ACCEL_OK);
+    CHECK(accel_accelerator_init_trackers(acc, "exp", 0, NULL) == ACCEL_ERR_STATE);
+    accel_clear_error();
+    accel_accelerator_free(acc);
+    CHECK(k.finishes == 1);
+    char *s = slurp(path);
+    CHECK(s && !strcmp(s, "step,loss\n7,1.5\n"));
+    free(s);
+    snprintf(path, sizeof path, "%s/exp/log.jsonl", dir);
+    s = slurp(path);
+    CHECK(s && !strcmp(s, "{\"step\":7,\"loss\":1.5}\n"));
+    free(s);
+    rm_rf(dir);
+}
+
 /* ---------------------------------------------------------------- logger */
 
 static char *read_stream(FILE *f) {
@@ -866,6 +910,7 @@ int main(int argc, char **argv) {
     RUN(test_csv_keeps_earlier_runs);
     RUN(test_tracker_errors);
     RUN(test_accelerator_trackers);
+    RUN(test_init_trackers_retry);
     RUN(test_logger);
     RUN(test_library_warnings);
     RUN(test_progress_plain_lines);

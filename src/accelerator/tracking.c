@@ -106,6 +106,30 @@ void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const acce
     mark_resume(acc);
 }
 
+/* Opens the log_with trackers. One that cannot be (an unwritable or missing
+ * directory) closes those this call opened and uncounts the call: the cause
+ * fixed, init_trackers can be called again (it was refused as already
+ * initialized, and logs went to the trackers opened before the failure). */
+static accel_status open_log_with(accel_accelerator *acc, const char *project_name) {
+    accel__tracking *tk = acc->tracking;
+    int had = tk->n, failed = -1;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; accel_tracker_builtin(i) && !st; i++) {
+        if (!(tk->want & 1u << i)) continue;
+        accel_tracker *t = accel_tracker_open(accel_tracker_builtin(i), project_name, acc->project_dir);
+        st = t ? add(tk, t) : accel_last_status();
+        failed = i;
+    }
+    if (!st) return ACCEL_OK;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    while (tk->n > had) accel_tracker_finish(tk->trackers[--tk->n]);
+    tk->initialized = false;
+    return accel_set_error(st, "accel_accelerator_init_trackers: the %s tracker could not be opened (%s); none of "
+                           "log_with's trackers were kept: fix it and call init_trackers again",
+                           accel_tracker_builtin(failed), why);
+}
+
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config) {
     if (accel__acc_null(acc, "accel_accelerator_init_trackers")) return accel_last_status();
@@ -119,12 +143,7 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
     if (accel__values_check("accel_accelerator_init_trackers", n, config)) return accel_last_status();
     tk->initialized = true;
     if (acc->rank != 0) return ACCEL_OK;
-    accel_status st = ACCEL_OK;
-    for (int i = 0; accel_tracker_builtin(i) && !st; i++) {
-        if (!(tk->want & 1u << i)) continue;
-        accel_tracker *t = accel_tracker_open(accel_tracker_builtin(i), project_name, acc->project_dir);
-        st = t ? add(tk, t) : accel_last_status();
-    }
+    accel_status st = open_log_with(acc, project_name);
     for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);
     if (!st) mark_resume(acc); /* load_state came first */
     return st;

@@ -182,6 +182,10 @@ static accel_status shard_split(const accel_batches *g, const accel_shard_opts *
     /* batch + initial_data (the first batch, doubled until >= bs), then slice r. */
     ivec init = {0}, cat = {0};
     accel_status st = ACCEL_ERR_OOM;
+    if (bs > MAX_ENTRIES / 2) { /* the doubling reaches up to 2 bs entries */
+        too_many(bs);
+        goto done;
+    }
     if (!ivec_push(&init, accel_batches_at(g, 0), accel_batches_size(g, 0))) goto done;
     while (init.n < bs)
         if (!ivec_push(&init, init.v, init.n)) goto done;
@@ -230,7 +234,13 @@ static accel_status shard_no_split(const accel_batches *g, const accel_shard_opt
         /* Variable size: initial_data is a list of batches, doubled until it has
          * N of them; fixed size: a flat list doubled until N * bs indices. */
         int64_t init_count = var ? n_init_batches : init.n;
-        int64_t need = var ? N : N * bs;
+        int64_t need = N;
+        /* N * bs past int64 is no list memory holds (it overflowed: the doubling went on to a huge allocation) */
+        if (!var && __builtin_mul_overflow(N, bs, &need)) need = INT64_MAX;
+        if (!var && need > MAX_ENTRIES) {
+            too_many(need);
+            goto oom;
+        }
         /* batch offsets of the initial batches (variable-size case), doubled alongside. */
         ivec starts = {0};
         if (var) {

@@ -81,7 +81,12 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
-    if (n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
+    /* the shuffle's permutation (only then: in order, the epoch's list is its own) */
+    if (r.shuffle && n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        accel_set_error(ACCEL_ERR_OOM, "accel_dataloader_new: the shuffle order of a dataset of %lld samples (%lld "
+                        "bytes) does not fit in memory: %s", (long long)n, (long long)n * 8, why);
         accel_free(dl);
         return NULL;
     }
@@ -226,6 +231,20 @@ static accel_status not_moved(const accel_dataloader *dl, int64_t i, int f, int 
                            why);
 }
 
+/* The epoch's batches could not be made (its batch sampler failed, or they
+ * do not fit in memory: even_batches completes the last round to processes x
+ * batch size indices): said with what the loader was making. Returns false. */
+static bool not_started(const accel_dataloader *dl) {
+    char why[512];
+    accel_status st = accel_last_status();
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    accel_set_error(st, "accel_dataloader_next: epoch %lld's batches for process %d of %d (batch size %lld, a "
+                    "dataset of %lld) could not be made: %s",
+                    (long long)dl->epoch, dl->o.process_index, dl->o.num_processes, (long long)dl->o.batch_size,
+                    (long long)accel_dataset_len(dl->ds), why);
+    return false;
+}
+
 bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
     /* false means the end or a failure: accel_last_status() tells which, for this call alone. */
     accel_clear_error();
@@ -233,7 +252,8 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_next: NULL argument");
         return false;
     }
-    if (!dl->active && start_epoch(dl)) return false;
+    memset(out, 0, sizeof *out); /* no batch on every failure, the epoch's start's too */
+    if (!dl->active && start_epoch(dl)) return not_started(dl);
     if (dl->pos >= dl->shard.n) {
         dl->active = false;
         dl->pos = 0;
@@ -241,7 +261,6 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
         return false;
     }
     int64_t i = dl->pos;
-    memset(out, 0, sizeof *out);
     accel_status st = accel__dataset_collate(dl->ds, accel_batches_size(&dl->shard, i),
                                              accel_batches_at(&dl->shard, i), out);
     /* collated in host memory, then moved whole to the device the loader is placed on */

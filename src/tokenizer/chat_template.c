@@ -2,9 +2,11 @@
  * tokens found as transformers 5 finds them, the template variables built as
  * apply_chat_template builds them, the text rendered by jinja_eval.c and encoded
  * by the model's tokenizer. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -107,11 +109,28 @@ static accel_status config_special(accel_chat_template *ct, const char *path, js
     return ACCEL_OK;
 }
 
+/* dir is a folder: one that is not there (a typo) or a file is named as such,
+ * not as a folder without a chat template. */
+static bool is_model_dir(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb)) {
+        accel_set_error(ACCEL_ERR_IO, "accel_chat_template_load: %s: %s", dir,
+                        errno == ENOENT ? "no such directory" : strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_chat_template_load: %s: not a directory (a model folder)", dir);
+        return false;
+    }
+    return true;
+}
+
 accel_chat_template *accel_chat_template_load(const char *dir) {
     if (!dir) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_chat_template_load: dir is NULL");
         return NULL;
     }
+    if (!is_model_dir(dir)) return NULL;
     accel_chat_template *ct = calloc(1, sizeof *ct);
     size_t dn = strlen(dir);
     char *cfg_path = malloc(dn + 32), *jinja_path = malloc(dn + 32);
