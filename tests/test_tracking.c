@@ -410,6 +410,21 @@ static void test_accelerator_trackers(void) {
     accel_accelerator_free(acc);
     CHECK(k2.finishes == 1);
 
+    /* The values are checked with no tracker open too (as on the ranks that
+     * write nothing): a bad key fails wherever log is called, not only where
+     * a tracker would have written it. */
+    unsetenv("ACCEL_LOG_WITH");
+    acc = accel_accelerator_new(NULL);
+    accel_value bad[] = {ACCEL_VALUE_F("lo\xffss", 1.0)}, none[] = {ACCEL_VALUE_F("", 1.0)};
+    CHECK(accel_accelerator_log(acc, 1, bad, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_log: key 'lo");
+    CHECK(accel_accelerator_log(acc, 1, none, 1) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "value 0 has no key");
+    CHECK(accel_accelerator_log(acc, -1, NULL, 1) == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(accel_accelerator_log(acc, 1, v, 1) == ACCEL_OK);
+    accel_accelerator_free(acc);
+
     setenv("ACCEL_LOG_WITH", "tensorboard,wandb", 1);
     accel_clear_error();
     CHECK(!accel_accelerator_new(NULL));

@@ -639,8 +639,9 @@ static inline accel_preparable accel__prep_none(void *null) { return (accel_prep
 #define ACCEL__PREP_12(a, ...) ACCEL__PREP(a), ACCEL__PREP_11(__VA_ARGS__)
 /* ---------------------------------------------------------------- trackers (tracking.h)
  * Trackers write under project_dir (opts.project_dir, else ACCEL_PROJECT_DIR,
- * else "."), Accelerate's logging_dir. Everything here acts on the main
- * process only; the other ranks return ACCEL_OK. */
+ * else "."), Accelerate's logging_dir. Everything here writes on the main
+ * process only; the other ranks return ACCEL_OK (but for bad values, which
+ * init_trackers and log refuse on every rank). */
 
 /* Adds a tracker of your own (log_with=[MyTracker(...)]); the accelerator owns
  * it from here (on every rank: it is finished by end_training or free). Call
@@ -651,7 +652,10 @@ accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker
  * accelerator (ACCEL_ERR_STATE the second time). */
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config);
-/* log(values, step): to every tracker; step < 0 = none. */
+/* log(values, step): to every tracker; step < 0 = none. The values are
+ * checked on every rank, trackers or none (ACCEL_ERR_INVALID_ARG: a key
+ * missing or not UTF-8, a NULL or non-UTF-8 string), so a bad one fails
+ * every rank alike; only the main process writes. */
 accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step);
 /* get_tracker(name): NULL (no error) when none has that name, and on other ranks. */
 accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name);

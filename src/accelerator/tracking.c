@@ -151,6 +151,10 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
 
 accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step) {
     if (accel__acc_null(acc, "accel_accelerator_log")) return accel_last_status();
+    /* on every rank and with no tracker open, as init_trackers checks its
+     * config: a bad key refused on the main process only would part the
+     * ranks (one returns an error, the others go on to the next collective) */
+    if (accel__values_check("accel_accelerator_log", n, values)) return accel_last_status();
     if (acc->rank != 0) return ACCEL_OK;
     accel_status st = ACCEL_OK;
     for (int i = 0; i < acc->tracking->n && !st; i++) st = accel_tracker_log(acc->tracking->trackers[i], n, values, step);
