@@ -243,11 +243,44 @@ static void test_bert_shape(void) {
     free_all(in, 3), free_all(ref, 3);
 }
 
+/* A forward's shared padding mask (accel__pad_mask_make) for bf16 layers
+ * that upcast is made f32 (accel__scores_dtype_of) and fits them, giving
+ * the per-call mask's output bit for bit; one made in bf16 fits the eager
+ * calls only. */
+static void test_shared_mask_dtype(void) {
+    const scase *c = &CASES[2];
+    uint8_t *keep = keep_of(c);
+    accel_tensor *in[3] = {leaf(51, c->B, c->H, c->T, c->D, ACCEL_BF16), leaf(52, c->B, c->Hkv, c->S, c->D, ACCEL_BF16),
+                           leaf(53, c->B, c->Hkv, c->S, c->D, ACCEL_BF16)};
+    int64_t G = c->H / c->Hkv, pos = c->S - c->T;
+    accel__pad_mask up, eager;
+    CHECK(accel__scores_dtype_of(ACCEL_BF16, true) == ACCEL_F32);
+    CHECK(accel__scores_dtype_of(ACCEL_BF16, false) == ACCEL_BF16);
+    CHECK(accel__scores_dtype_of(ACCEL_F32, true) == ACCEL_F32);
+    CHECK(accel__pad_mask_make(&up, keep, c->B, G, c->T, c->S, pos, c->W, accel__scores_dtype_of(ACCEL_BF16, true),
+                               ACCEL_CPU_DEVICE) == ACCEL_OK);
+    CHECK(accel__pad_mask_make(&eager, keep, c->B, G, c->T, c->S, pos, c->W, ACCEL_BF16, ACCEL_CPU_DEVICE) == ACCEL_OK);
+    CHECK(accel__pad_mask_fits(&up, in[0], in[1], pos, c->W, true) &&
+          !accel__pad_mask_fits(&up, in[0], in[1], pos, c->W, false));
+    CHECK(accel__pad_mask_fits(&eager, in[0], in[1], pos, c->W, false) &&
+          !accel__pad_mask_fits(&eager, in[0], in[1], pos, c->W, true));
+    accel_tensor *a = accel__masked_attention_pad(in[0], in[1], in[2], pos, c->W, &up, true, 0.0, 0.0, 0.0, NULL, true);
+    accel_tensor *b = accel__masked_attention(in[0], in[1], in[2], pos, c->W, keep, true, 0.0, 0.0, 0.0, NULL, true);
+    CHECK(a && b && ulps_apart(a, b) == 0.0);
+    CHECK(!accel__masked_attention_pad(in[0], in[1], in[2], pos, c->W, &eager, true, 0.0, 0.0, 0.0, NULL, true));
+    CHECK_STR_CONTAINS(accel_last_error(), "made for another window, shape, dtype or device");
+    accel_clear_error();
+    accel_step_reset();
+    free_all(in, 3);
+    free(keep);
+}
+
 int main(void) {
     RUN(test_bf16_as_sdpa);
     RUN(test_autocast_rounds_inputs);
     RUN(test_softcap_eager_pinned);
     RUN(test_f32_unchanged);
     RUN(test_bert_shape);
+    RUN(test_shared_mask_dtype);
     return check_summary();
 }
