@@ -96,7 +96,7 @@ static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double
                  *gy = as_dtype(gc_randn(4, ACCEL_SHAPE(B, H, T, D)), dt);
     /* the unsharded reference, on every rank */
     bool masked = m.W || m.cap > 0;
-    accel_tensor *y = masked ? accel__masked_attention(q, k, v, 0, m.W, NULL, false, 0.0, m.cap, 0.0, NULL) : accel_sdpa(q, k, v, true, 0.0);
+    accel_tensor *y = masked ? accel__masked_attention(q, k, v, 0, m.W, NULL, false, 0.0, m.cap, 0.0, NULL, false) : accel_sdpa(q, k, v, true, 0.0);
     accel_backward_with(y, gy);
     float *ref[4] = {host(y), host(q->grad), host(k->grad), host(v->grad)};
     float *full_in[4] = {host(q), host(k), host(v), host(gy)};

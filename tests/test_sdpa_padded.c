@@ -124,7 +124,7 @@ static void check_case(const pcase *c, const char *what) {
     free(fo);
     grads_of(o, in, g);
     /* the explicit scores with the same keys masked, the SDPA rule */
-    accel_tensor *oe = accel__masked_attention(q, k, v, c->Tk - c->Tq, 0, keep, true, 0.0, 0.0, 0.0, NULL);
+    accel_tensor *oe = accel__masked_attention(q, k, v, c->Tk - c->Tq, 0, keep, true, 0.0, 0.0, 0.0, NULL, false);
     CHECK_MSG(fx_compare(what, oe, wt, 1e-5, 1e-6) == 0, "%s: explicit vs reference", what);
     grads_of(oe, in, ge);
     for (int i = 0; i < 3; i++) CHECK_MSG(fx_compare(what, g[i], ge[i], 1e-4, 1e-5) == 0, "%s: grad %d", what, i);
@@ -202,7 +202,7 @@ static accel_tensor *loss_window(accel_tensor *const *in, int n, void *ctx) {
     (void)n;
     const window_case *w = ctx;
     return gc_weighted_sum(
-        accel__masked_attention(in[0], in[1], in[2], w->c.Tk - w->c.Tq, w->W, w->keep, true, 0.0, 0.0, 0.0, NULL));
+        accel__masked_attention(in[0], in[1], in[2], w->c.Tk - w->c.Tq, w->W, w->keep, true, 0.0, 0.0, 0.0, NULL, false));
 }
 
 static void test_gradcheck(void) {
@@ -232,7 +232,7 @@ static void test_window_padding(void) {
     float *want = malloc(sizeof(float) * (size_t)accel_numel(q));
     for (int zero = 0; zero < 2; zero++) {
         reference(&c, fq, fk, fv, keep, 3, zero, want);
-        accel_tensor *o = accel__masked_attention(q, k, v, 0, 3, keep, zero, 0.0, 0.0, 0.0, NULL);
+        accel_tensor *o = accel__masked_attention(q, k, v, 0, 3, keep, zero, 0.0, 0.0, 0.0, NULL, false);
         CHECK_MSG(fx_compare("window + padding", o, accel_from_data(ACCEL_F32, 4, q->shape, want), 1e-5, 1e-6) == 0,
                   "unseen_zero %d", zero);
     }
@@ -252,14 +252,14 @@ static void test_shared_mask(void) {
     uint8_t *keep = keep_of(&c);
     accel__pad_mask pm;
     CHECK(accel__pad_mask_make(&pm, keep, c.B, 2, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
-    accel_tensor *a = accel__masked_attention_pad(q, k, v, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL),
-                 *b = accel__masked_attention(q, k, v, 3, 4, keep, true, 0.0, 0.0, 0.0, NULL);
+    accel_tensor *a = accel__masked_attention_pad(q, k, v, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false),
+                 *b = accel__masked_attention(q, k, v, 3, 4, keep, true, 0.0, 0.0, 0.0, NULL, false);
     CHECK(a && b && fx_compare("shared mask", a, b, 0.0, 0.0) == 0);
-    CHECK(!accel__masked_attention_pad(q, k, v, 3, 0, &pm, true, 0.0, 0.0, 0.0, NULL));
+    CHECK(!accel__masked_attention_pad(q, k, v, 3, 0, &pm, true, 0.0, 0.0, 0.0, NULL, false));
     CHECK_STR_CONTAINS(accel_last_error(), "made for another window");
-    CHECK(!accel__masked_attention_pad(q, k, v, 2, 4, &pm, true, 0.0, 0.0, 0.0, NULL));
+    CHECK(!accel__masked_attention_pad(q, k, v, 2, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false));
     accel_tensor *k1 = accel_slice(k, 1, 0, 1, 1), *v1 = accel_slice(v, 1, 0, 1, 1); /* G 4, not 2 */
-    CHECK(!accel__masked_attention_pad(q, k1, v1, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL));
+    CHECK(!accel__masked_attention_pad(q, k1, v1, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false));
     accel_clear_error();
     accel_step_reset();
     free(keep);

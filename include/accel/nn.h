@@ -368,11 +368,12 @@ typedef struct accel_llama_config {
      * unread. transformers 5.25 reads it in its eager attention only
      * (attn_implementation "eager"); from_pretrained and from_config give
      * SDPA, where it changes nothing. Not built: eager's upcast (q k^T in f32
-     * with autocast off). accel's fused attention computes the scores and
-     * softmax in f32 in every dtype anyway; its explicit-score path
-     * (attention dropout while training; a padding mask that the fused
-     * kernel's key ranges do not take) rounds the scores to the autocast
-     * dtype before an f32 softmax, as eager attention without the flag.
+     * with autocast off). accel computes GPT-2's attention in f32 on both
+     * paths, as torch's SDPA: the fused kernel's scores and softmax are f32
+     * in every dtype, and its explicit-score path (attention dropout while
+     * training; a padding mask that the fused kernel's key ranges do not
+     * take) computes bf16/f16 q, k, v in f32, the output rounded once
+     * (Gemma2's alone keeps eager's scores in the autocast dtype).
      * Any of the three set on another family: refused by accel_llama_new
      * and accel_llama_config_save alike. */
     bool scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn;

@@ -143,6 +143,7 @@ typedef struct fam {
     bool fused_qkv, fused_gate_up; /* Phi-3 (GPT-NeoX: its per-head query_key_value): one projection each, sliced */
     bool multipliers;   /* Granite: embedding, residual branches and logits scaled */
     double cap;         /* Gemma2's attn_logit_softcapping (0: none) */
+    bool eager_scores;  /* Gemma2: explicit scores in the autocast dtype, as transformers' eager attention */
     bool final_cap;     /* Gemma2's final_logit_softcapping */
     double attn_pdrop, resid_pdrop, embd_pdrop; /* GPT-2's dropouts (a training step) */
     bool mlp_drop_only; /* StableLM: resid_pdrop (hidden_dropout) on the MLP's output, not the attention's */
@@ -564,6 +565,82 @@ static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtyp
     if (rep) bwd->bytes += 2 * (4 * eK + grad_copy(eK, kk, false)); /* the repeats summed back */
 }
 
+/* accel__scores_attention's body (src/ops/attention_masked.c) past its
+ * mask's conversion, on q [B, Hkv, G T, D] (dense, dtype q), k and v
+ * [B, Hkv, S, D] (k read through its transposed view; v made dense in s
+ * unless v_dense) in the mm dtype s: Q K^T, scale, cap, + mask, softmax,
+ * dropout (drop), P V. Forward into fwd, backward into bwd. */
+static void scores_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v, bool v_dense,
+                        bool drop) {
+    const dims *d = fwd->d;
+    const step_kind *k = fwd->k;
+    double eQ = d->n * d->Q, eK = d->n * d->K, E = d->B * d->H * d->T * d->T;
+    accel_dtype s = mm_dtype(k);
+    /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
+    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
+    gemm_call(fwd, eQ + eK, matmul_c(E / (d->B * d->Hkv), s), 0); /* a GEMM per batch and key/value head */
+    int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
+    for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
+    /* + mask (in q's dtype, broadcast over B, Hkv: its f32 copy is small): the
+     * output in their promotion, the scores made f32, an f32 result copied
+     * out where the output is not f32 */
+    accel_dtype sc = q == ACCEL_F32 ? ACCEL_F32 : s;
+    fwd->bytes += E * esz(sc) + f32_contig(E, s, true) + (sc == ACCEL_F32 ? 0 : 4 * E);
+    fwd->bytes += 4 * E + f32_contig(E, sc, true);       /* softmax: f32 (also under autocast) */
+    if (drop) dropout_fwd(fwd, E, ACCEL_F32);
+    /* P V: the output in s, P in s, v made dense in s */
+    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, v_dense);
+    gemm_call(fwd, E + eK, matmul_c(eQ / (d->B * d->Hkv), s), 0);
+    /* backward: the reshape of P V's output passes its gradient on; P V's:
+     * the output gradient read, P's and v's gradients */
+    bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
+    gemm_call(bwd, eQ + eK, 0, 0);
+    if (drop) dropout_bwd(bwd, E, ACCEL_F32);
+    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
+    bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
+    for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
+    /* Q K^T: the output gradient read, q's (its reshape view and the
+     * contiguous node pass it on into q) and k^T's (its dense transpose,
+     * taken by k) */
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
+    gemm_call(bwd, E + eK, 0, 0);
+}
+
+/* Whether the step's explicit scores compute in f32 (accel__scores_attention's
+ * upcast): a bf16/f16 autocast, in every family but Gemma2's (transformers'
+ * eager attention: src/nn/llama.c sdpa_numerics). */
+static bool upcasts(const ledger *l) { return l->k->ac != ACCEL_F32 && !l->f->eager_scores; }
+
+/* An input of e elements of dtype dt rounded to the autocast dtype s where
+ * it is not in s, then made f32 (accel__scores_attention's rounded_f32); its
+ * backward: each conversion's input's first gradient, a copy in its dtype. */
+static double rounded_f32(double e, accel_dtype dt, accel_dtype s) { return (dt == s ? 0 : e * esz(s)) + 4 * e; }
+static double rounded_f32_bwd(double e, accel_dtype dt, accel_dtype s) {
+    return grad_copy(e, s, false) + (dt == s ? 0 : grad_copy(e, dt, false));
+}
+
+/* accel__scores_attention where it upcasts (upcasts()): q [B, Hkv, G T, D],
+ * k, v [B, Hkv, S, D] of dtypes q, kk, v rounded to the autocast dtype s and
+ * made f32 (dense), scores_step in f32 (the autocast off: no GEMM widens or
+ * rounds), the output rounded to s; backward: that rounding's (the f32
+ * output's gradient, a copy), scores_step's, the inputs' conversions'. */
+static void upcast_scores_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v) {
+    const dims *d = fwd->d;
+    double eQ = d->n * d->Q, eK = d->n * d->K;
+    accel_dtype s = mm_dtype(fwd->k);
+    fwd->bytes += rounded_f32(eQ, q, s) + rounded_f32(eK, kk, s) + rounded_f32(eK, v, s);
+    step_kind k32 = *fwd->k;
+    k32.ac = ACCEL_F32, k32.native = k32.widens_per_call = false;
+    ledger f32f = {&k32, d, fwd->f, 0, 0}, f32b = f32f;
+    scores_step(&f32f, &f32b, ACCEL_F32, ACCEL_F32, ACCEL_F32, true, fwd->f->attn_pdrop > 0);
+    scratch(fwd, f32f.top);
+    fwd->bytes += f32f.bytes + eQ * esz(s);
+    bwd->bytes += grad_copy(eQ, ACCEL_F32, false);
+    scratch(bwd, f32b.top);
+    bwd->bytes += f32b.bytes;
+    bwd->bytes += rounded_f32_bwd(eQ, q, s) + rounded_f32_bwd(eK, kk, s) + rounded_f32_bwd(eK, v, s);
+}
+
 /* The attention of q [B, H, T, D] (dtype q, dense: RoPE's output, or GPT-2's
  * transposed view when q_view), k, v (k likewise; v a transposed view), to
  * its output [B, H, T, D] in the mm dtype s: accel__sdpa_heads_last (its
@@ -595,39 +672,18 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
                       gbuf_native(eK, v, false);
         return;
     }
-    double E = d->B * d->H * d->T * d->T, GT_S = d->H / d->Hkv * d->T * d->T;
+    double GT_S = d->H / d->Hkv * d->T * d->T;
+    bool up = upcasts(fwd);
     /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
-     * RoPE's output); the mask [G T, S] in the arena, as a tensor, in q's dtype */
-    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S + (q == ACCEL_F32 ? 0 : GT_S * esz(q));
-    /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
-    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
-    gemm_call(fwd, eQ + eK, matmul_c(E / (d->B * d->Hkv), s), 0); /* a GEMM per batch and key/value head */
-    int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
-    for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
-    /* + mask (in q's dtype, broadcast over B, Hkv: its f32 copy is small): the
-     * output in their promotion, the scores made f32, an f32 result copied
-     * out where the output is not f32 */
-    accel_dtype sc = q == ACCEL_F32 ? ACCEL_F32 : s;
-    fwd->bytes += E * esz(sc) + f32_contig(E, s, true) + (sc == ACCEL_F32 ? 0 : 4 * E);
-    fwd->bytes += 4 * E + f32_contig(E, sc, true);       /* softmax: f32 (also under autocast) */
-    bool drop = fwd->f->attn_pdrop > 0;
-    if (drop) dropout_fwd(fwd, E, ACCEL_F32);
-    /* P V: the output in s, P in s, v a transposed view made dense in s */
-    fwd->bytes += eQ * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eK, v, d->Hkv == 1);
-    gemm_call(fwd, E + eK, matmul_c(eQ / (d->B * d->Hkv), s), 0);
-    /* backward: the reshape of P V's output passes its gradient on; P V's:
-     * the output gradient read, P's and v's gradients */
-    bwd->bytes += mm_grad(k, eQ, s) + gbuf(E, ACCEL_F32, false) + gbuf(eK, v, false);
-    gemm_call(bwd, eQ + eK, 0, 0);
-    if (drop) dropout_bwd(bwd, E, ACCEL_F32);
-    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-    bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
-    for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
-    /* Q K^T: the output gradient read, q's (its reshape view and the
-     * contiguous node pass it on into q) and k^T's (its dense transpose,
-     * taken by k) */
-    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
-    gemm_call(bwd, E + eK, 0, 0);
+     * RoPE's output); the mask [G T, S] in the arena, as a tensor, in the
+     * scores' dtype (q's, or f32 where they upcast) */
+    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S;
+    if (up) {
+        upcast_scores_step(fwd, bwd, q, kk, v);
+        return;
+    }
+    fwd->bytes += q == ACCEL_F32 ? 0 : GT_S * esz(q);
+    scores_step(fwd, bwd, q, kk, v, d->Hkv == 1, fwd->f->attn_pdrop > 0);
 }
 
 /* The dense MLP of n2 (the norm's output): its forward into fwd, its
@@ -1107,7 +1163,7 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
                .qk_norm = accel__arch_qk_norm_heads(a, cfg),
                .qk_norm_heads = a->stablelm_blocks && cfg->qk_layernorm, .qk_norm_full = a->qk_norm_full, .fused_qkv = a->fused_qkv || neox,
                .fused_gate_up = a->fused_gate_up, .multipliers = a->multipliers,
-               .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0,
+               .cap = a->score_softcap ? cfg->attn_logit_softcapping : 0, .eager_scores = a->score_softcap,
                .final_cap = a->softcap && cfg->final_logit_softcapping > 0,
                .attn_pdrop = drops ? cfg->attn_pdrop : 0, .resid_pdrop = drops ? cfg->resid_pdrop : 0,
                .embd_pdrop = drops ? cfg->embd_pdrop : 0, .mlp_drop_only = a->stablelm_blocks,
@@ -1146,16 +1202,32 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
     linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false); /* k and v read q's operand */
     linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false);
-    /* q k^T of the two transposed views (each made dense in s), scaled, + mask, softmax, dropout */
-    fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
-    gemm_call(fwd, 2 * eC, matmul_c(E / (d->B * d->H), s), 0); /* a GEMM per batch and head */
-    accel_dtype sc = unary_fwd(fwd, E, s);
-    sc = binary_fwd(fwd, E, sc, ACCEL_F32);
-    fwd->bytes += 4 * E + f32_contig(E, sc, true);
-    if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
-    /* P V: the output, P in s, v's view dense in s; its transpose made dense for the reshape */
-    fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false) + dense(eC, s, false);
-    gemm_call(fwd, E + eC, matmul_c(eC / (d->B * d->H), s), 0);
+    /* the attention: under a bf16/f16 autocast in f32 (upcast_scores_step,
+     * q, k, v its views), else q k^T of the two transposed views (each made
+     * dense in s), scaled, + mask, softmax, dropout, P V (the output, P in s,
+     * v's view dense in s); the output's transpose made dense for the reshape */
+    ledger abwd = {k, d, fwd->f, 0, 0};
+    bool up = upcasts(fwd);
+    accel_dtype sc = s;
+    if (up) {
+        fam fa = *fwd->f; /* with BERT's dropout on the probabilities */
+        fa.attn_pdrop = pa;
+        ledger af = {k, d, &fa, 0, 0}, ab = af;
+        upcast_scores_step(&af, &ab, q, q, q);
+        scratch(fwd, af.top);
+        fwd->bytes += af.bytes;
+        abwd = ab;
+    } else {
+        fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
+        gemm_call(fwd, 2 * eC, matmul_c(E / (d->B * d->H), s), 0); /* a GEMM per batch and head */
+        sc = unary_fwd(fwd, E, s);
+        sc = binary_fwd(fwd, E, sc, ACCEL_F32);
+        fwd->bytes += 4 * E + f32_contig(E, sc, true);
+        if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
+        fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false);
+        gemm_call(fwd, E + eC, matmul_c(eC / (d->B * d->H), s), 0);
+    }
+    fwd->bytes += dense(eC, s, false);
     /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
     accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
     if (ph > 0) dropout_fwd(fwd, eC, o);
@@ -1183,18 +1255,23 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     /* the reshape's gradient taken by the transposed view, its dense
      * transpose by P V's output */
     bwd->bytes += dense(eC, s, false);
-    /* P V: the output gradient read, P's and v's view's gradients */
-    bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
-    gemm_call(bwd, eC + E, 0, 0);
-    if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
-    bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-    bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
-    unary_bwd(bwd, E, s);                                              /* the scale */
-    /* q k^T: the output gradient read, q's and k^T's views' (k^T's then made
-     * dense into k's view) */
-    bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
-                  grad_copy(eC, q, false);
-    gemm_call(bwd, E + eC, 0, 0);
+    if (up) {
+        scratch(bwd, abwd.top);
+        bwd->bytes += abwd.bytes;
+    } else {
+        /* P V: the output gradient read, P's and v's view's gradients */
+        bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
+        gemm_call(bwd, eC + E, 0, 0);
+        if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
+        bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
+        bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
+        unary_bwd(bwd, E, s);                                              /* the scale */
+        /* q k^T: the output gradient read, q's and k^T's views' (k^T's then
+         * made dense into k's view) */
+        bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
+                      grad_copy(eC, q, false);
+        gemm_call(bwd, E + eC, 0, 0);
+    }
     for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H, false);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);

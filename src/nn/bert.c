@@ -13,6 +13,7 @@
 
 #include "accel/bert.h"
 #include "family.h"
+#include "ops/attention_masked.h"
 #include "nn_internal.h"
 
 accel_bert_config accel_bert_config_default(void) {
@@ -606,12 +607,13 @@ static accel_tensor *attention_forward(accel_module *attn, accel_tensor *x, cons
     accel_tensor *q = heads(accel_module_call(p[SELF_Q], x), H), *k = heads(accel_module_call(p[SELF_K], x), H),
                  *v = heads(accel_module_call(p[SELF_V], x), H);
     if (!q || !k || !v) return NULL;
-    /* scores [B, H, T, T]: every query sees every key but the padding */
-    accel_tensor *s = accel_mul_scalar(accel_matmul(q, accel_transpose(k, 2, 3)), 1.0 / sqrt((double)D));
-    if (f->mask && s) /* made on the ids' device; a dispatched layer may run on another */
-        s = accel_add(s, accel_device_eq(f->mask->device, s->device) ? f->mask : accel_to_device(f->mask, s->device));
-    accel_tensor *probs = accel_dropout(accel_softmax(s, 3), c->attention_probs_dropout_prob, self->training, NULL);
-    accel_tensor *o = accel_matmul(probs, v); /* [B, H, T, D] */
+    /* scores [B, H, T, T]: every query sees every key but the padding (the
+     * mask made on the ids' device, moved where a dispatched layer runs);
+     * bf16/f16 computed in f32 as torch's SDPA, transformers' default
+     * attention for BERT and RoBERTa */
+    accel__scores_opts so = {.scale = 1.0 / sqrt((double)D),
+                             .drop = self->training ? c->attention_probs_dropout_prob : 0.0, .upcast = true};
+    accel_tensor *o = accel__scores_attention(q, k, v, f->mask, &so); /* [B, H, T, D] */
     if (!o) return NULL;
     o = accel_reshape(accel_transpose(o, 1, 2), 3, (int64_t[]){x->shape[0], x->shape[1], c->hidden_size});
     return dense_norm_forward(attn->children[ATTN_OUT], o, x, c);

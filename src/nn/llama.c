@@ -630,6 +630,14 @@ static accel_rng *hidden_dropout_rng(const accel_llama_config *c) {
     return accel__decoder_tp_rng_of(c)->seq_split && accel__tp_sequence_splits() ? sharded_dropout_rng(c) : NULL;
 }
 
+/* Whether the explicit scores of a's layers compute as torch's SDPA does
+ * (attention_masked.h: bf16/f16 in f32, a query that sees no key 0) rather
+ * than as transformers' eager attention (scores rounded to bf16/f16, such a
+ * query the mean of the values): transformers builds every family with its
+ * default attention, "sdpa", except Gemma 2, the soft-capping one, which it
+ * builds "eager" (soft-capping is eager's alone). */
+static bool sdpa_numerics(const accel__arch *a) { return !a->score_softcap; }
+
 /* Whether attention module attn of li takes the explicit scores
  * (attention_masked.h) on dev with window W: for the window, soft-capping,
  * GPT-2's dropout while training, and a padded batch the fused kernel does
@@ -643,7 +651,7 @@ static bool explicit_scores(const accel_module *attn, const layer_impl *li, cons
     const uint8_t *keep = pad ? pad->keep : NULL;
     bool drop = a->dropouts && attn->training && li->cfg->attn_pdrop > 0;
     bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
-    *ranged = keep && pad->key_range && !a->score_softcap && accel__sdpa_key_range_on(dev);
+    *ranged = keep && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
     return (W || cap || drop || (keep && !*ranged)) && dev.type != ACCEL_DEV_META;
 }
 
@@ -703,16 +711,17 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
     accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
     bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
+    bool sdpa = sdpa_numerics(a);
     /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
     const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
-    bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W);
+    bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W, sdpa);
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
-                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, !a->score_softcap, scale, cap, drop,
-                                                             drop_rng)
-                      : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, !a->score_softcap,
-                                                         scale, cap, drop, drop_rng)
+                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
+                                                             sdpa)
+                      : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, sdpa, scale, cap,
+                                                         drop, drop_rng, sdpa)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
@@ -1288,8 +1297,9 @@ static accel_status rope_tables_once(accel_module *llama, const accel_llama_conf
 
 /* pad's padding masks (pad_state) for the layers that take the explicit
  * scores, one a window, made as rope_tables_once's tables are: on dev (the
- * ids'), in the dtype the layers compute in (the autocast's, else the
- * weights': the embedding's stands for them); a layer that computes
+ * ids'), in the dtype of the layers' scores (accel__scores_dtype_of the
+ * dtype they compute in: the autocast's, else the weights', the
+ * embedding's standing for them); a layer that computes
  * elsewhere or otherwise makes its own. After llama's hooks have begun
  * (autocast). */
 static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, int64_t pos, accel_device dev,
@@ -1307,7 +1317,7 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
             pad->masks[W != 0].mask)
             continue;
         accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, B, li->heads / li->kv_heads, T, pos + T,
-                                               pos, W, dt, dev);
+                                               pos, W, accel__scores_dtype_of(dt, sdpa_numerics(li->arch)), dev);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;

@@ -595,8 +595,9 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
  * fused causal sdpa, or the explicit scores when a window or soft-capping
  * applies. */
 static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, const cp_mask *m) {
-    return m->W || m->cap > 0 ? accel__masked_attention(q, k, v, pos, m->W, NULL, false, m->scale, m->cap, 0.0, NULL)
-                              : accel_sdpa(q, k, v, true, m->scale);
+    return m->W || m->cap > 0
+               ? accel__masked_attention(q, k, v, pos, m->W, NULL, false, m->scale, m->cap, 0.0, NULL, false)
+               : accel_sdpa(q, k, v, true, m->scale);
 }
 
 /* allgather with a window or soft-capping: the gathered K, V [B, Hkv, T, D]

@@ -67,8 +67,8 @@ accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int6
 }
 
 bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,
-                          int64_t W) {
-    return pm && pm->mask && q && k && pm->W == W && pm->pos == pos && pm->dt == q->dtype &&
+                          int64_t W, bool upcast) {
+    return pm && pm->mask && q && k && pm->W == W && pm->pos == pos && pm->dt == accel__scores_dtype(q, upcast) &&
            accel_device_eq(pm->dev, q->device) && pm->G * k->shape[1] == q->shape[1] &&
            pm->mask->shape[0] == q->shape[0] && pm->mask->shape[2] == pm->G * q->shape[2] &&
            pm->mask->shape[3] == k->shape[2];
@@ -76,20 +76,21 @@ bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, cons
 
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                       const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop,
-                                      accel_rng *drop_rng) {
+                                      accel_rng *drop_rng, bool upcast) {
     if (!q || !k || !v) return NULL;
     accel__pad_mask pm = {0};
     if (keep && accel__pad_mask_make(&pm, keep, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2], pos,
-                                     W, q->dtype, q->device) != ACCEL_OK)
+                                     W, accel__scores_dtype(q, upcast), q->device) != ACCEL_OK)
         return NULL;
-    return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop, drop_rng);
+    return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop, drop_rng,
+                                       upcast);
 }
 
 accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                           const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
-                                          double drop, accel_rng *drop_rng) {
+                                          double drop, accel_rng *drop_rng, bool upcast) {
     if (!q || !k || !v) return NULL;
-    if (pm && !accel__pad_mask_fits(pm, q, k, pos, W)) {
+    if (pm && !accel__pad_mask_fits(pm, q, k, pos, W, upcast)) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__masked_attention: the padding mask was made for another "
                         "window, shape, dtype or device");
         return NULL;
@@ -98,15 +99,65 @@ accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, acce
     int64_t G = H / Hkv;
     /* query head h uses kv head h / G: rows of one kv head's G query heads together */
     accel_tensor *qg = accel_reshape(accel_contiguous(q), 4, (int64_t[]){B, Hkv, G * T, D});
-    accel_tensor *live = pm ? pm->live : NULL;
-    accel_tensor *mask = like(!qg ? NULL : pm ? pm->mask : accel__window_mask(G * T, T, S, pos, 0, W), qg);
-    accel_tensor *scores = accel_mul_scalar(accel_matmul(qg, accel_transpose(k, 2, 3)),
-                                            scale > 0 ? scale : 1.0 / sqrt((double)D));
-    if (cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / cap)), cap);
-    accel_tensor *probs = accel_softmax(accel_add(scores, mask), 3);
+    accel_tensor *mask = !qg ? NULL : pm ? pm->mask : accel__window_mask(G * T, T, S, pos, 0, W);
+    if (!mask) return NULL;
+    accel__scores_opts o = {.scale = scale, .cap = cap, .drop = drop, .drop_rng = drop_rng,
+                            .live = pm && unseen_zero ? pm->live : NULL, .upcast = upcast};
+    accel_tensor *out = accel__scores_attention(qg, k, v, mask, &o); /* [B, Hkv, G T, D] */
+    return accel_reshape(out, 4, (int64_t[]){B, H, T, D});
+}
+
+/* The dtype explicit scores over q compute in: the autocast's when it is
+ * on (q, k and v rounded to it, as torch's autocast hands them to its SDPA),
+ * else q's own. */
+static accel_dtype compute_dtype(const accel_tensor *q) {
+    return accel_autocast_dtype() != ACCEL_F32 ? accel_autocast_dtype() : q->dtype;
+}
+
+static bool low_precision(accel_dtype dt) { return dt == ACCEL_BF16 || dt == ACCEL_F16; }
+
+static bool upcasts(const accel_tensor *q, bool upcast) { return upcast && low_precision(compute_dtype(q)); }
+
+accel_dtype accel__scores_dtype(const accel_tensor *q, bool upcast) {
+    return upcasts(q, upcast) ? ACCEL_F32 : q->dtype;
+}
+
+accel_dtype accel__scores_dtype_of(accel_dtype compute, bool upcast) {
+    return upcast && low_precision(compute) ? ACCEL_F32 : compute;
+}
+
+/* t rounded to dt (when it is not dt) and made f32: what torch's autocast
+ * and SDPA make of an input. */
+static accel_tensor *rounded_f32(accel_tensor *t, accel_dtype dt) {
+    if (t && t->dtype != dt) t = accel_to_dtype(t, dt);
+    return t ? accel_to_dtype(t, ACCEL_F32) : NULL;
+}
+
+/* The scores, mask, softmax, dropout and P V of accel__scores_attention in
+ * the dtype of q, k, v (and the autocast's, when on). */
+static accel_tensor *scores_body(accel_tensor *q, accel_tensor *k, accel_tensor *v, accel_tensor *mask,
+                                 const accel__scores_opts *o) {
+    accel_tensor *m = mask ? like(mask, q) : NULL;
+    if (mask && !m) return NULL;
+    accel_tensor *scores = accel_mul_scalar(accel_matmul(q, accel_transpose(k, 2, 3)),
+                                            o->scale > 0 ? o->scale : 1.0 / sqrt((double)q->shape[3]));
+    if (o->cap > 0) scores = accel_mul_scalar(accel_tanh(accel_mul_scalar(scores, 1.0 / o->cap)), o->cap);
+    accel_tensor *probs = accel_softmax(m ? accel_add(scores, m) : scores, 3);
     /* torch's SDPA: a query that sees no key gets probabilities 0 (and no gradient) */
-    if (live && unseen_zero) probs = accel_mul(probs, like(live, probs));
-    if (drop > 0) probs = accel_dropout(probs, drop, true, drop_rng);
-    accel_tensor *o = accel_matmul(probs, v); /* [B, Hkv, G T, D] */
-    return accel_reshape(o, 4, (int64_t[]){B, H, T, D});
+    if (o->live) probs = accel_mul(probs, like(o->live, probs));
+    if (o->drop > 0) probs = accel_dropout(probs, o->drop, true, o->drop_rng);
+    return accel_matmul(probs, v);
+}
+
+accel_tensor *accel__scores_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, accel_tensor *mask,
+                                      const accel__scores_opts *o) {
+    if (!q || !k || !v) return NULL;
+    if (!upcasts(q, o->upcast)) return scores_body(q, k, v, mask, o);
+    /* torch's SDPA on bf16/f16 inputs: everything in f32, the output rounded once */
+    accel_dtype dt = compute_dtype(q);
+    accel_tensor *q32 = rounded_f32(q, dt), *k32 = rounded_f32(k, dt), *v32 = rounded_f32(v, dt);
+    accel_dtype autocast = accel_autocast_begin(ACCEL_F32);
+    accel_tensor *out = q32 && k32 && v32 ? scores_body(q32, k32, v32, mask, o) : NULL;
+    accel_autocast_end(autocast);
+    return out ? accel_to_dtype(out, dt) : NULL;
 }

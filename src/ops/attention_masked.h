@@ -21,18 +21,52 @@
  * only where keep[b S + j] (a padded batch's attention_mask); a query row
  * that then sees no key (a left pad) gets 0 with unseen_zero (torch's
  * SDPA, transformers' default attention), else the mean of all S values
- * (its eager attention, Gemma 2's), finite either way. q [B, H, T, D],
- * k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D]. Differentiable. */
+ * (its eager attention, Gemma 2's), finite either way. upcast: the
+ * numerics of torch's SDPA (transformers' default attention) for bf16/f16
+ * (accel__scores_attention), else those of transformers' eager attention.
+ * q [B, H, T, D], k, v [B, Hkv, S, D] (H % Hkv == 0) -> [B, H, T, D].
+ * Differentiable. */
 accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                       const uint8_t *keep, bool unseen_zero, double scale, double cap, double drop,
-                                      accel_rng *drop_rng);
+                                      accel_rng *drop_rng, bool upcast);
+
+/* What accel__scores_attention reads beside q, k, v and the mask. */
+typedef struct accel__scores_opts {
+    double scale;         /* of the scores; <= 0: 1/sqrt(D) */
+    double cap;           /* soft-capping cap tanh(s / cap) when > 0 (Gemma2) */
+    double drop;          /* dropout probability on the probabilities (0: none) */
+    accel_rng *drop_rng;  /* its generator (NULL: the default one) */
+    accel_tensor *live;   /* [B, 1, R, 1]: 0 zeroes row r's probabilities (a query that sees no key); NULL: none */
+    bool upcast;          /* bf16/f16: compute in f32 as torch's SDPA (below) */
+} accel__scores_opts;
+
+/* softmax(q k^T scale (soft-capped) + mask) v over explicit scores, the
+ * probabilities zeroed where live is 0 and dropped out: q [B, Hkv, R, D]
+ * (R rows per key/value head), k, v [B, Hkv, S, D], mask additive,
+ * broadcast to [B, Hkv, R, S] (made the scores' dtype and device; NULL:
+ * none) -> [B, Hkv, R, D]. Where q's dtype (the autocast's when on) is
+ * bf16/f16: with o->upcast as torch's SDPA computes them, q, k, v rounded
+ * to that dtype and made f32, everything in f32 with the autocast off, the
+ * output rounded once to that dtype; without, as transformers' eager
+ * attention: the scores rounded to it before the softmax. f32: the same
+ * either way. The decoders' (accel__masked_attention) and BERT's
+ * attention. Differentiable. */
+accel_tensor *accel__scores_attention(accel_tensor *q, accel_tensor *k, accel_tensor *v, accel_tensor *mask,
+                                      const accel__scores_opts *o);
+
+/* The dtype the scores (and so a padding mask) of accel__scores_attention
+ * take for q: f32 where it upcasts, else q's. _of: for the compute dtype
+ * (the autocast's, else the weights') a forward's layers share. */
+accel_dtype accel__scores_dtype(const accel_tensor *q, bool upcast);
+accel_dtype accel__scores_dtype_of(accel_dtype compute, bool upcast);
 
 /* A padded batch's additive mask for accel__masked_attention_pad, made
  * once for every layer of the same window W, grouped-query factor G
  * (heads / kv heads), first query position pos, dtype and device (a
  * forward's layers share it; each made its own, on the host, and uploaded
  * it): mask [B, 1, G T, S] and live [B, 1, G T, 1] (NULL when every query
- * row sees a key), as accel__masked_attention's keep gives them. */
+ * row sees a key), as accel__masked_attention's keep gives them. The dtype
+ * is the scores' (accel__scores_dtype). */
 typedef struct accel__pad_mask {
     int64_t W, G, pos;
     accel_dtype dt;
@@ -43,14 +77,15 @@ typedef struct accel__pad_mask {
 /* *pm for keep [B, S] (host), queries at pos .. pos + T - 1 (step tensors). */
 accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int64_t B, int64_t G, int64_t T, int64_t S,
                                   int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
-/* Whether pm was made for q [B, H, T, D] and k [B, Hkv, S, D] at pos and W. */
+/* Whether pm was made for q [B, H, T, D] and k [B, Hkv, S, D] at pos and
+ * W, in the dtype of their scores with upcast. */
 bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,
-                          int64_t W);
+                          int64_t W, bool upcast);
 /* accel__masked_attention with the padding mask pm (made for these
  * operands: refused otherwise; NULL: no padding). */
 accel_tensor *accel__masked_attention_pad(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, int64_t W,
                                           const accel__pad_mask *pm, bool unseen_zero, double scale, double cap,
-                                          double drop, accel_rng *drop_rng);
+                                          double drop, accel_rng *drop_rng, bool upcast);
 
 /* The additive mask [rows, S] (f32, a step tensor on the cpu) of query row
  * r, at position pos + r % T (rows: T positions of one or more heads), over
