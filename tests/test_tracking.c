@@ -874,8 +874,26 @@ static int launched(const char *trackers) {
     char path[1024];
     snprintf(path, sizeof path, "%s/launched", pd);
     if (rank == 0) rm_rf(path); /* jsonl appends to an earlier run's log */
+    /* the csv tracker cannot open (log.csv a directory): the main process
+     * fails, the call is made again on every rank once the cause is gone,
+     * and succeeds on every rank (the others had counted the first call and
+     * refused the second as already initialized); a third call is refused
+     * on the main process, which alone opens trackers */
+    char csv[1100];
+    snprintf(csv, sizeof csv, "%s/log.csv", path);
+    if (rank == 0) CHECK(mkdir(path, 0777) == 0 && mkdir(csv, 0777) == 0);
     accel_accelerator_wait_for_everyone(acc);
-    CHECK(accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG) == ACCEL_OK);
+    accel_status first = accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG);
+    CHECK_MSG(rank == 0 ? first == ACCEL_ERR_IO : first == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
+    accel_clear_error();
+    accel_accelerator_wait_for_everyone(acc);
+    if (rank == 0) CHECK(rmdir(csv) == 0);
+    accel_accelerator_wait_for_everyone(acc);
+    CHECK_MSG(accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG) == ACCEL_OK, "rank %d: %s", rank,
+              accel_last_error());
+    accel_status third = accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG);
+    CHECK(rank == 0 ? third == ACCEL_ERR_STATE : third == ACCEL_OK);
+    accel_clear_error();
     accel_value v[] = {ACCEL_VALUE_I("rank", rank)};
     CHECK(accel_accelerator_log(acc, 1, v, 1) == ACCEL_OK);
     CHECK(accel_accelerator_end_training(acc) == ACCEL_OK);

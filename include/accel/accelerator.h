@@ -649,7 +649,9 @@ static inline accel_preparable accel__prep_none(void *null) { return (accel_prep
 accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t);
 /* init_trackers(project_name, config): opens the log_with trackers in
  * <project_dir>/<project_name>/ and stores config in every tracker. Once per
- * accelerator (ACCEL_ERR_STATE the second time). */
+ * accelerator (ACCEL_ERR_STATE the second time, on the main process: a call
+ * that failed to open a tracker does not count, and is made again on every
+ * rank once its cause is fixed). */
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config);
 /* log(values, step): to every tracker; step < 0 = none. The values are

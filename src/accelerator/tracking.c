@@ -136,13 +136,16 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
     accel__tracking *tk = acc->tracking;
     if (!project_name || !*project_name)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_init_trackers: project_name is empty");
-    if (tk->initialized)
-        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
     /* on every rank, before the call counts: a bad config (n < 0 was taken
      * as none) is the caller's to fix and retry */
     if (accel__values_check("accel_accelerator_init_trackers", n, config)) return accel_last_status();
-    tk->initialized = true;
+    /* the call counts on the main process only, which opens the trackers:
+     * after its failure to open one, the call made again on every rank (as
+     * the error says) must not be refused on the others */
     if (acc->rank != 0) return ACCEL_OK;
+    if (tk->initialized)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
+    tk->initialized = true;
     accel_status st = open_log_with(acc, project_name);
     for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);
     if (!st) mark_resume(acc); /* load_state came first */
