@@ -153,6 +153,25 @@ static void remove_folder(const char *dir) {
     CHECK(system(cmd) == 0);
 }
 
+/* A rank file named "", ".", ".." or as the index itself: no rank file of
+ * the folder ("." listed last, --remove_checkpoint_dir removed the shards
+ * before it, then stopped on "Is a directory", the index pointing at
+ * shards that were gone). Refused as the index opens, before anything. */
+static void test_file_not_a_rank_file(void) {
+    static const char *const TEXTS[] = {
+        ZERO3_INDEX(ZERO3_STATE_DICT_OK, "[{\"file\": \"shard_0.safetensors\", \"ranges\": []}, "
+                                         "{\"file\": \".\", \"ranges\": []}]"),
+        ZERO3_INDEX(ZERO3_STATE_DICT_OK, "[{\"file\": \"\", \"ranges\": []}]"),
+        ZERO3_INDEX(ZERO3_STATE_DICT_OK, "[{\"file\": \"sharded_index.json\", \"ranges\": []}]"),
+    };
+    for (int i = 0; i < 3; i++) {
+        expect_refused(TEXTS[i], ACCEL_ERR_FORMAT, "a plain file name, not the index's");
+        CHECK(accel__zero3_remove_sharded(g_dir) == ACCEL_ERR_FORMAT);
+        CHECK(exists_in(g_dir, "shard_0.safetensors") && exists_in(g_dir, "shard_1.safetensors"));
+    }
+    accel_clear_error();
+}
+
 /* --remove_checkpoint_dir deletes the files the index names (its ranks'
  * files, replicated.safetensors, the index) and nothing else: a
  * shard_7.safetensors it does not list (another save's, a user's copy) was
@@ -213,6 +232,7 @@ int main(void) {
     RUN(test_name_twice);
     RUN(test_overlapping_parameters);
     RUN(test_long_tensor_name);
+    RUN(test_file_not_a_rank_file);
     RUN(test_remove_only_listed);
     RUN(test_output_is_a_read_file);
     char cmd[128];

@@ -444,8 +444,13 @@ static accel_status parse_files(sharded_index *ix, json_t *files) {
     json_array_foreach(files, i, f) {
         ix->files[i] = json_string_value(json_object_get(f, "file"));
         json_t *ranges = json_object_get(f, "ranges"), *r;
-        if (!ix->files[i] || strchr(ix->files[i], '/') || !strcmp(ix->files[i], "..") || !json_is_array(ranges))
-            return bad_index(ix, "every \"files\" entry needs \"file\" (a plain file name) and \"ranges\"");
+        /* a name that is no file of the folder ("", ".", "..": --remove_checkpoint_dir
+         * stopped there half done) or is the index itself */
+        const char *fn = ix->files[i];
+        if (!fn || !*fn || strchr(fn, '/') || !strcmp(fn, ".") || !strcmp(fn, "..") || !strcmp(fn, INDEX) ||
+            !json_is_array(ranges))
+            return bad_index(ix, "every \"files\" entry needs \"file\" (a plain file name, not the index's) and "
+                                 "\"ranges\"");
         size_t j;
         json_array_foreach(ranges, j, r) {
             saved_range *sr = &ix->ranges[ix->n_ranges++];
