@@ -349,9 +349,37 @@ static void test_custom_batch_sampler_each_epoch(void) {
     accel_dataset_free(ds);
 }
 
+/* Fails without setting an error, as data.h allows (it asks only for a status). */
+static accel_status silent_failure(void *ctx, int64_t epoch, int64_t len, accel_batches *out) {
+    (void)ctx, (void)epoch, (void)len, (void)out;
+    return ACCEL_ERR_IO;
+}
+
+/* A batch sampler's failure is the loader's error with the sampler's status,
+ * not an end of epoch: without an error of the sampler's own, the last
+ * status was read (OK), and next() said false with ACCEL_OK, which a loop
+ * takes for the epoch's end. */
+static void test_batch_sampler_fails_silently(void) {
+    accel_dataset *ds = range_dataset(7);
+    accel_dataloader_opts o = accel_dataloader_opts_default();
+    o.batch_size = 0;
+    o.batch_sampler = silent_failure;
+    accel_dataloader *dl = accel_dataloader_new(ds, &o);
+    CHECK(dl != NULL);
+    accel_batch b;
+    CHECK(dl && !accel_dataloader_next(dl, &b));
+    CHECK(accel_last_status() == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "(batch size its batch sampler's, a dataset of 7) could not be made: "
+                                           "the batch sampler gave no reason");
+    accel_clear_error();
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+}
+
 int main(void) {
     RUN(test_custom_batch_sampler);
     RUN(test_custom_batch_sampler_each_epoch);
+    RUN(test_batch_sampler_fails_silently);
     RUN(test_end_of_dataloader);
     RUN(test_skip_first_batches);
     RUN(test_shuffle_reproducible);

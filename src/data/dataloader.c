@@ -85,8 +85,8 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     if (r.shuffle && n > 0 && !(dl->order = accel_malloc((size_t)n * sizeof(int64_t)))) {
         char why[256];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        accel_set_error(ACCEL_ERR_OOM, "accel_dataloader_new: the shuffle order of a dataset of %lld samples (%lld "
-                        "bytes) does not fit in memory: %s", (long long)n, (long long)n * 8, why);
+        accel_set_error(ACCEL_ERR_OOM, "accel_dataloader_new: the shuffle order of a dataset of %lld samples (%llu "
+                        "bytes) does not fit in memory: %s", (long long)n, (unsigned long long)n * 8, why);
         accel_free(dl);
         return NULL;
     }
@@ -234,13 +234,16 @@ static accel_status not_moved(const accel_dataloader *dl, int64_t i, int f, int 
 /* The epoch's batches could not be made (its batch sampler failed, or they
  * do not fit in memory: even_batches completes the last round to processes x
  * batch size indices): said with what the loader was making. Returns false. */
-static bool not_started(const accel_dataloader *dl) {
-    char why[512];
-    accel_status st = accel_last_status();
-    snprintf(why, sizeof why, "%s", accel_last_error());
-    accel_set_error(st, "accel_dataloader_next: epoch %lld's batches for process %d of %d (batch size %lld, a "
+static bool not_started(const accel_dataloader *dl, accel_status st) {
+    /* st is start_epoch's: a batch sampler may fail without setting an error
+     * (data.h asks only for its status), and then the last status is OK */
+    char why[512], bs[32];
+    snprintf(why, sizeof why, "%s", accel_last_status() ? accel_last_error() : "the batch sampler gave no reason");
+    if (dl->o.batch_sampler) snprintf(bs, sizeof bs, "its batch sampler's");
+    else snprintf(bs, sizeof bs, "%lld", (long long)dl->o.batch_size);
+    accel_set_error(st, "accel_dataloader_next: epoch %lld's batches for process %d of %d (batch size %s, a "
                     "dataset of %lld) could not be made: %s",
-                    (long long)dl->epoch, dl->o.process_index, dl->o.num_processes, (long long)dl->o.batch_size,
+                    (long long)dl->epoch, dl->o.process_index, dl->o.num_processes, bs,
                     (long long)accel_dataset_len(dl->ds), why);
     return false;
 }
@@ -253,7 +256,8 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
         return false;
     }
     memset(out, 0, sizeof *out); /* no batch on every failure, the epoch's start's too */
-    if (!dl->active && start_epoch(dl)) return not_started(dl);
+    accel_status started = dl->active ? ACCEL_OK : start_epoch(dl);
+    if (started) return not_started(dl, started);
     if (dl->pos >= dl->shard.n) {
         dl->active = false;
         dl->pos = 0;
