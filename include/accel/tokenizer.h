@@ -103,7 +103,9 @@ typedef struct accel_chat_template accel_chat_template;
  * chooses; the named special tokens (bos_token, eos_token, unk_token, sep_token,
  * pad_token, cls_token, mask_token: strings or AddedToken dicts) come from
  * tokenizer_config.json. NULL + error naming the file and key when there is no
- * template, or on anything malformed. */
+ * template, or on anything malformed; a dir that does not exist is
+ * ACCEL_ERR_IO "no such directory", one that is a file ACCEL_ERR_INVALID_ARG
+ * "not a directory". */
 accel_chat_template *accel_chat_template_load(const char *dir);
 /* A template from its source (n bytes of UTF-8), with no special tokens (pass
  * them as variables to accel_chat_template_render_json). */

@@ -81,7 +81,8 @@ void *accel_tracker_context(const accel_tracker *t) { return t && !t->builtin ? 
  * not UTF-8 made tensorboard's reader fail on the whole event file ("String
  * field had bad UTF-8"), and only the jsonl tracker refused it. */
 accel_status accel__values_check(const char *fn, int n, const accel_value *v) {
-    if (n < 0 || (n > 0 && !v)) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d values at NULL", fn, n);
+    if (n < 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d values (a count, >= 0)", fn, n);
+    if (n > 0 && !v) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %d values at NULL", fn, n);
     for (int i = 0; i < n; i++) {
         if (!v[i].key || !*v[i].key)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %d has no key", fn, i);
