@@ -26,6 +26,7 @@
 #include "accel/bert.h"
 #include "accel/bigmodel.h"
 #include "nn/arch.h"
+#include "hf_load.h"
 #include "nn_fixture.h"
 
 typedef struct named {
@@ -67,23 +68,7 @@ static double rel_err(accel_safetensors *st, const char *key, accel_tensor *got,
 static accel_module *load(const char *dir, accel_llama_config *c, bool train) {
     if (accel_llama_config_load(dir, c) != ACCEL_OK) return NULL;
     if (train && accel__arch_find(c->model_type)->dropouts) c->attn_pdrop = ATTN_P, c->resid_pdrop = c->embd_pdrop = 0;
-    accel_module *m = accel_llama_new(c, ACCEL_CPU_DEVICE);
-    char path[320];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    accel_safetensors *w = m ? accel_safetensors_open(path) : NULL;
-    accel_state_dict *sd = w ? accel_module_state_dict(m) : NULL;
-    bool ok = sd != NULL;
-    for (int i = 0; ok && i < sd->n; i++)
-        ok = sd->entries[i].is_tied_alias ||
-             accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK;
-    accel_state_dict_free(sd);
-    accel_safetensors_close(w);
-    if (!ok) {
-        accel_module_free(m);
-        return NULL;
-    }
-    accel_module_train(m, train);
-    return m;
+    return hf_load_as(dir, c, train);
 }
 
 /* The logits at the mask's ones against transformers' and the other rounding. */

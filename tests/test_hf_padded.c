@@ -27,6 +27,7 @@
 #include "accel/bigmodel.h"
 #include "nn/arch.h"
 #include "gpt2_generate.h"
+#include "hf_load.h"
 #include "nn_fixture.h"
 #include "sibling_exe.h"
 
@@ -40,30 +41,10 @@ static const char *const TRAIN[] = {"gpt2_layer_scale"};
 #define TRAIN_ATTN_P 1e-30
 enum { B = 3, T = 20, NEW = 12, PAD = 3 };
 
-/* dir's checkpoint built from c, weights loaded by name, in eval. */
-static accel_module *load_as(const char *dir, const accel_llama_config *c) {
-    accel_module *m = accel_llama_new(c, ACCEL_CPU_DEVICE);
-    char path[320];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    accel_safetensors *w = m ? accel_safetensors_open(path) : NULL;
-    accel_state_dict *sd = w ? accel_module_state_dict(m) : NULL;
-    bool ok = sd != NULL;
-    for (int i = 0; ok && i < sd->n; i++)
-        ok = sd->entries[i].is_tied_alias || accel_safetensors_load_into(w, sd->entries[i].name, sd->entries[i].t) == ACCEL_OK;
-    accel_state_dict_free(sd);
-    accel_safetensors_close(w);
-    if (!ok) {
-        accel_module_free(m);
-        return NULL;
-    }
-    accel_module_train(m, false);
-    return m;
-}
-
 /* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
 static accel_module *load(const char *dir) {
     accel_llama_config c;
-    return accel_llama_config_load(dir, &c) == ACCEL_OK ? load_as(dir, &c) : NULL;
+    return accel_llama_config_load(dir, &c) == ACCEL_OK ? hf_load_as(dir, &c, false) : NULL;
 }
 
 /* The rows (flat b T + t) of logits [B, T, V] the fixture lists, [n, V] (step tensor); all finite. */
@@ -129,7 +110,7 @@ static void check_training(const char *dir, accel_safetensors *st, accel_llama_i
     accel_llama_config c;
     CHECK(accel_llama_config_load(dir, &c) == ACCEL_OK);
     c.attn_pdrop = TRAIN_ATTN_P, c.resid_pdrop = 0, c.embd_pdrop = 0;
-    accel_module *m = load_as(dir, &c);
+    accel_module *m = hf_load_as(dir, &c, false);
     CHECK_MSG(m != NULL, "%s: %s", name, accel_last_error());
     if (!m) return;
     accel_module_train(m, true);

@@ -366,6 +366,19 @@ static accel_status my_finish(void *ctx) {
     return ACCEL_OK;
 }
 
+/* dir/exp's csv and jsonl logs hold the one line of loss 1.5 at step 7. */
+static void check_exp_logs(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/exp/log.csv", dir);
+    char *s = slurp(path);
+    CHECK(s && !strcmp(s, "step,loss\n7,1.5\n"));
+    free(s);
+    snprintf(path, sizeof path, "%s/exp/log.jsonl", dir);
+    s = slurp(path);
+    CHECK(s && !strcmp(s, "{\"step\":7,\"loss\":1.5}\n"));
+    free(s);
+}
+
 static void test_accelerator_trackers(void) {
     char *dir = temp_dir();
     setenv("ACCEL_LOG_WITH", "jsonl, csv", 1);
@@ -393,15 +406,7 @@ static void test_accelerator_trackers(void) {
     CHECK(k.finishes == 1);
     CHECK(accel_accelerator_end_training(acc) == ACCEL_OK && k.finishes == 1);
     accel_accelerator_free(acc);
-    char path[512];
-    snprintf(path, sizeof path, "%s/exp/log.csv", dir);
-    char *s = slurp(path);
-    CHECK(s && !strcmp(s, "step,loss\n7,1.5\n"));
-    free(s);
-    snprintf(path, sizeof path, "%s/exp/log.jsonl", dir);
-    s = slurp(path);
-    CHECK(s && !strcmp(s, "{\"step\":7,\"loss\":1.5}\n"));
-    free(s);
+    check_exp_logs(dir);
 
     /* Without end_training, free finishes the trackers. */
     acc = accel_accelerator_new(NULL);
@@ -469,13 +474,7 @@ static void test_init_trackers_retry(void) {
     accel_clear_error();
     accel_accelerator_free(acc);
     CHECK(k.finishes == 1);
-    char *s = slurp(path);
-    CHECK(s && !strcmp(s, "step,loss\n7,1.5\n"));
-    free(s);
-    snprintf(path, sizeof path, "%s/exp/log.jsonl", dir);
-    s = slurp(path);
-    CHECK(s && !strcmp(s, "{\"step\":7,\"loss\":1.5}\n"));
-    free(s);
+    check_exp_logs(dir);
     rm_rf(dir);
 }
 
