@@ -403,6 +403,17 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         cv_free(cfg);
         return 2;
     }
+    /* An empty OMP_NUM_THREADS would reach every worker as it is: libgomp
+     * ignores it and runs each worker as wide as the machine, and accel's
+     * own per-rank cap takes it for the user's choice. */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp && !*omp && !V("num_cpu_threads_per_process")) {
+        fprintf(stderr, "accel launch: error: the environment: OMP_NUM_THREADS is set but empty (OpenMP would ignore "
+                        "it and run every worker on all cores): unset it to give each worker cores / local processes, "
+                        "or set a number, or pass --num_cpu_threads_per_process\n");
+        cv_free(cfg);
+        return 2;
+    }
     L->cpu = V("cpu") || (cfg && cv_get(cfg, "use_cpu") && cv_get(cfg, "use_cpu")->b) || env_cpu || env_cpu2 ||
              !cli_machine_gpus(gpus, sizeof gpus);
     L->affinity = V("enable_cpu_affinity") || (cfg && cv_get(cfg, "enable_cpu_affinity") && cv_get(cfg, "enable_cpu_affinity")->b);
