@@ -108,6 +108,15 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, want);
     CHECK_STR_CONTAINS(buf, "num_processes: 2\n");
     CHECK(!strstr(OUT, "Note: "));
+    /* Two machines: the answer is the total, written as given (as Accelerate
+     * writes it, and as accel launch reads it); it was multiplied by the
+     * machines (4 became 8). One that is not a multiple of the machines,
+     * which accel launch refuses, is asked again. */
+    CHECK(run(a, "0\nmulti-CPU\n2\n0\n127.0.0.1\n29600\n\nno\nno\nno\nno\n3\n4\nno\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Please enter a multiple of the number of machines (2)");
+    cli_slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "num_machines: 2\n");
+    CHECK_STR_CONTAINS(buf, "num_processes: 4\n");
 }
 
 static void launch_rejects(const char *yaml, const char *name, const char *want) {
