@@ -119,6 +119,21 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, "num_processes: 4\n");
 }
 
+/* A --config_file that is a directory: the wizard asked every question and
+ * only then failed on the rename; `default` said a configuration already
+ * existed there. Both now refuse it first, naming it, as `update` does. */
+static void test_config_file_is_directory(void) {
+    const char *wizard[] = {"config", "--config_file", TMP, NULL};
+    CHECK(run(wizard, "0\n0\nno\nno\nno\n\n") == 1);
+    CHECK_STR_CONTAINS(ERR, "is a directory, not a config file");
+    CHECK_STR_CONTAINS(ERR, TMP);
+    CHECK(!strstr(OUT, "In which compute environment"));
+    const char *dflt[] = {"config", "default", "--config_file", TMP, NULL};
+    CHECK(run(dflt, "") == 1);
+    CHECK_STR_CONTAINS(ERR, "is a directory, not a config file");
+    CHECK(!strstr(OUT, "already exists"));
+}
+
 static void launch_rejects(const char *yaml, const char *name, const char *want) {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", TMP, name);
@@ -372,6 +387,7 @@ int main(void) {
     CHECK_STR_CONTAINS(OUT, "");
     RUN(test_default_and_update);
     RUN(test_interactive);
+    RUN(test_config_file_is_directory);
     RUN(test_rejections);
     RUN(test_accelerate_yaml_and_json);
     RUN(test_config_limits);

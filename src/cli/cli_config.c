@@ -362,6 +362,10 @@ int accel_cli_config(int argc, char **argv) {
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);
     else cfg_default_path(path, sizeof path);
+    if (!cfg_check_write_target(path, err, sizeof err)) { /* before any question is asked */
+        fprintf(stderr, "accel config%s%s: error: %s\n", sub ? " " : "", sub ? sub : "", err);
+        return 1;
+    }
     if (!sub) {
         cv *c = wizard();
         bool ok = cfg_write(path, c, err, sizeof err);
