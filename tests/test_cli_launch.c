@@ -160,6 +160,11 @@ static void test_monitor_interval(void) {
     const char *inf[] = {ACCEL, "launch", "--monitor_interval", "inf", WORKER, "env", NULL};
     CHECK(run(inf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "--monitor_interval 'inf' is not a positive number");
+    /* -1 is a config file's "pass it on the command line": given as the flag, it
+     * was answered with that request */
+    const char *minus[] = {ACCEL, "launch", "--num_processes", "-1", WORKER, "env", NULL};
+    CHECK(run(minus, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--num_processes must be at least 1");
 }
 
 static void test_env_contract(void) {

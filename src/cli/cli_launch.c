@@ -497,7 +497,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->num_machines = 1;
     L->machine_rank = 0;
     if (np && !parse_int("num_processes", np, -1, INT_MAX, &L->num_processes)) return 2;
-    if (L->num_processes == -1) {
+    if (L->num_processes == -1 && !V("num_processes")) { /* the config's "ask on the command line" */
         fprintf(stderr, "accel launch: error: You need to manually pass in `--num_processes` using this config yaml.\n");
         return 2;
     }
