@@ -659,6 +659,20 @@ static void test_empty_omp_num_threads(void) {
     CHECK_STR_CONTAINS(OUT, "OMP_NUM_THREADS=3\n");
 }
 
+/* An empty main process address reached the workers as MASTER_ADDR=, which
+ * accel_dist_init refuses: the flag is refused by name at launch, and a
+ * config's empty value counts as none (127.0.0.1 on one machine). */
+static void test_empty_main_process_ip(void) {
+    const char *flag[] = {ACCEL, "launch", "--num_processes", "2", "--main_process_ip", "", "/usr/bin/env", NULL};
+    CHECK(run(flag, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --main_process_ip: expected an address, got ''");
+    CHECK(!strstr(OUT, "RANK="));
+    const char *cfg = write_config("emptyip.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\nmain_process_ip: ''\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "MASTER_ADDR=127.0.0.1\n");
+}
+
 /* Issue #12: mixed_precision in any case, as Accelerate lowercases it. */
 static void test_mixed_precision_case(void) {
     const char *cfg = write_config("bf16.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\nmixed_precision: BF16\n");
@@ -830,6 +844,7 @@ int main(void) {
     RUN(test_accelerate_deepspeed_env);
     RUN(test_accelerate_use_cpu);
     RUN(test_empty_omp_num_threads);
+    RUN(test_empty_main_process_ip);
     RUN(test_mixed_precision_case);
     RUN(test_fp8_env);
     RUN(test_fp8_flag_errors);

@@ -386,6 +386,13 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank");
     const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port");
     L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip");
+    /* an empty address would reach the workers as MASTER_ADDR=, which they refuse */
+    if (V("main_process_ip") && !*L->ip) {
+        fprintf(stderr, "accel launch: error: argument --main_process_ip: expected an address, got ''\n");
+        cv_free(cfg);
+        return 2;
+    }
+    if (L->ip && !*L->ip) L->ip = NULL; /* a config's '' is no address, as null */
     const char *mp = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision");
     bool mp_from_config = !V("mixed_precision") && mp;
     if (!mp) mp = "no";
