@@ -108,6 +108,30 @@ static void test_interactive(void) {
     CHECK_STR_CONTAINS(buf, want);
     CHECK_STR_CONTAINS(buf, "num_processes: 2\n");
     CHECK(!strstr(OUT, "Note: "));
+    /* Two machines: the answer is the total, written as given (as Accelerate
+     * writes it, and as accel launch reads it); it was multiplied by the
+     * machines (4 became 8). One that is not a multiple of the machines,
+     * which accel launch refuses, is asked again. */
+    CHECK(run(a, "0\nmulti-CPU\n2\n0\n127.0.0.1\n29600\n\nno\nno\nno\nno\n3\n4\nno\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "Please enter a multiple of the number of machines (2)");
+    cli_slurp(CFG, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "num_machines: 2\n");
+    CHECK_STR_CONTAINS(buf, "num_processes: 4\n");
+}
+
+/* A --config_file that is a directory: the wizard asked every question and
+ * only then failed on the rename; `default` said a configuration already
+ * existed there. Both now refuse it first, naming it, as `update` does. */
+static void test_config_file_is_directory(void) {
+    const char *wizard[] = {"config", "--config_file", TMP, NULL};
+    CHECK(run(wizard, "0\n0\nno\nno\nno\n\n") == 1);
+    CHECK_STR_CONTAINS(ERR, "is a directory, not a config file");
+    CHECK_STR_CONTAINS(ERR, TMP);
+    CHECK(!strstr(OUT, "In which compute environment"));
+    const char *dflt[] = {"config", "default", "--config_file", TMP, NULL};
+    CHECK(run(dflt, "") == 1);
+    CHECK_STR_CONTAINS(ERR, "is a directory, not a config file");
+    CHECK(!strstr(OUT, "already exists"));
 }
 
 static void launch_rejects(const char *yaml, const char *name, const char *want) {
@@ -363,6 +387,7 @@ int main(void) {
     CHECK_STR_CONTAINS(OUT, "");
     RUN(test_default_and_update);
     RUN(test_interactive);
+    RUN(test_config_file_is_directory);
     RUN(test_rejections);
     RUN(test_accelerate_yaml_and_json);
     RUN(test_config_limits);

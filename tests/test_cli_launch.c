@@ -160,6 +160,11 @@ static void test_monitor_interval(void) {
     const char *inf[] = {ACCEL, "launch", "--monitor_interval", "inf", WORKER, "env", NULL};
     CHECK(run(inf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "--monitor_interval 'inf' is not a positive number");
+    /* -1 is a config file's "pass it on the command line": given as the flag, it
+     * was answered with that request */
+    const char *minus[] = {ACCEL, "launch", "--num_processes", "-1", WORKER, "env", NULL};
+    CHECK(run(minus, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--num_processes must be at least 1");
 }
 
 static void test_env_contract(void) {
@@ -638,6 +643,36 @@ static void test_accelerate_use_cpu(void) {
     CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: ACCEL_USE_CPU=maybe is not a boolean");
 }
 
+/* A caller's OMP_NUM_THREADS set but empty went to every worker as it was:
+ * libgomp ignores it (a warning) and ran each worker as wide as the machine,
+ * and accel's own cap took it for the user's choice. Refused by name unless
+ * --num_cpu_threads_per_process replaces it. */
+static void test_empty_omp_num_threads(void) {
+    const char *a[] = {ACCEL, "launch", "--num_processes", "2", "/usr/bin/env", NULL};
+    const char *empty[] = {"OMP_NUM_THREADS=", NULL};
+    CHECK(run(a, empty) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: OMP_NUM_THREADS is set but empty");
+    CHECK(!strstr(OUT, "RANK="));
+    const char *flag[] = {ACCEL, "launch", "--num_processes", "2", "--num_cpu_threads_per_process", "3",
+                          "/usr/bin/env", NULL};
+    CHECK(run(flag, empty) == 0);
+    CHECK_STR_CONTAINS(OUT, "OMP_NUM_THREADS=3\n");
+}
+
+/* An empty main process address reached the workers as MASTER_ADDR=, which
+ * accel_dist_init refuses: the flag is refused by name at launch, and a
+ * config's empty value counts as none (127.0.0.1 on one machine). */
+static void test_empty_main_process_ip(void) {
+    const char *flag[] = {ACCEL, "launch", "--num_processes", "2", "--main_process_ip", "", "/usr/bin/env", NULL};
+    CHECK(run(flag, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --main_process_ip: expected an address, got ''");
+    CHECK(!strstr(OUT, "RANK="));
+    const char *cfg = write_config("emptyip.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\nmain_process_ip: ''\n");
+    const char *a[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "MASTER_ADDR=127.0.0.1\n");
+}
+
 /* Issue #12: mixed_precision in any case, as Accelerate lowercases it. */
 static void test_mixed_precision_case(void) {
     const char *cfg = write_config("bf16.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\nmixed_precision: BF16\n");
@@ -808,6 +843,8 @@ int main(void) {
     RUN(test_fsdp_bool_settings);
     RUN(test_accelerate_deepspeed_env);
     RUN(test_accelerate_use_cpu);
+    RUN(test_empty_omp_num_threads);
+    RUN(test_empty_main_process_ip);
     RUN(test_mixed_precision_case);
     RUN(test_fp8_env);
     RUN(test_fp8_flag_errors);

@@ -465,7 +465,7 @@ static void test_estimate_memory_cp(void) {
     CHECK_STR_CONTAINS(OUT, "│DDP (NO_SHARD)│162.58 MB│162.58 MB│325.16 MB│   0 bytes    │ 330.59 MB │    980.91 MB    │");
     static const char *const BAD[][7] = {
         {"--cp_size", "3", "--batch_size", "1", "--seq_len", "64",
-         "--seq_len 64 is not a multiple of 2 x --cp_size = 6: each of the cp ranks holds 2 of 2 cp equal chunks"},
+         "--seq_len 64 is not a multiple of 2 x --cp_size = 6: each of the cp ranks holds 2 of the 2 x cp equal chunks"},
         {"--cp_comm_strategy", "alltoall", "--strategy", "DDP", NULL, NULL,
          "--cp_comm_strategy chooses how context parallelism's ranks exchange K and V: give it with --cp_size above 1"},
         {"--cp_size", "2", "--parallelism_config_cp_comm_strategy", "ring", NULL, NULL,

@@ -8,6 +8,7 @@
  *   ACCEL_TCP_CHUNK_KB=abc    was ignored (default used)
  *   ACCEL_DIST_TIMEOUT=1e19   overflowed time_t / the poll timeout in ms
  *   ACCEL_DEBUG_MODE=maybe    was read as false (ACCELERATE_DEBUG_MODE too)
+ *   MASTER_ADDR=, ACCEL_DIST_HOST_ADDR=  were read as unset
  * and a job on several machines without ACCEL_JOB_SECRET (it accepted anyone):
  * refused, naming ACCEL_JOB_SECRET, unless ACCEL_INSECURE_NO_SECRET=1, which
  * runs it with a warning on stderr. */
@@ -54,6 +55,10 @@ static void test_tcp_chunk_abc(void) { check_bad_env("ACCEL_TCP_CHUNK_KB", "abc"
 static void test_timeout_1e19(void) { check_bad_env("ACCEL_DIST_TIMEOUT", "1e19", false); }
 static void test_debug_mode_maybe(void) { check_bad_env("ACCEL_DEBUG_MODE", "maybe", true); }
 static void test_accelerate_debug_mode_2(void) { check_bad_env("ACCELERATE_DEBUG_MODE", "2", true); }
+/* Set but empty: read as unset (127.0.0.1, the route's address), which the
+ * strict reading of every variable refuses. */
+static void test_master_addr_empty(void) { check_bad_env("MASTER_ADDR", "", true); }
+static void test_host_addr_empty(void) { check_bad_env("ACCEL_DIST_HOST_ADDR", "", false); }
 
 static void test_no_secret_several_machines(void) {
     g_var = "ACCEL_JOB_SECRET";
@@ -105,6 +110,8 @@ int main(void) {
     RUN(test_timeout_1e19);
     RUN(test_debug_mode_maybe);
     RUN(test_accelerate_debug_mode_2);
+    RUN(test_master_addr_empty);
+    RUN(test_host_addr_empty);
     RUN(test_no_secret_several_machines);
     RUN(test_insecure_opt_out);
     return check_summary();

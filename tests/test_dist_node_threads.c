@@ -16,7 +16,7 @@
 #include "check.h"
 #include "dist_group.h"
 
-typedef enum mode { UNSET, OMP_ENV, API_CHOICE } mode;
+typedef enum mode { UNSET, OMP_ENV, API_CHOICE, OMP_EMPTY } mode;
 static mode g_mode;
 static int g_default; /* OpenMP's pool before init (the affinity mask's size when nothing is set) */
 
@@ -54,7 +54,7 @@ static int body(int rank, int world) {
         return 10;
     }
     int share = expected_share(2), after = accel_num_threads();
-    int want = g_mode == UNSET && share < before ? share : before;
+    int want = (g_mode == UNSET || g_mode == OMP_EMPTY) && share < before ? share : before;
     bool capped = want < before;
     const char *line = strstr(said, "processes share this machine");
     int rc = 0;
@@ -75,6 +75,7 @@ static int body(int rank, int world) {
 static void run(mode m, const char *what) {
     g_mode = m;
     if (m == OMP_ENV) setenv("OMP_NUM_THREADS", "2", 1); /* read by the library's check, not by OpenMP here */
+    else if (m == OMP_EMPTY) setenv("OMP_NUM_THREADS", "", 1);
     else unsetenv("OMP_NUM_THREADS");
     dist_group g = {.world = 2, .one_machine = true, .timeout = "30", .kill_after_s = 60};
     int st[2];
@@ -86,6 +87,9 @@ static void run(mode m, const char *what) {
 static void test_unset_sized_to_share(void) { run(UNSET, "OMP_NUM_THREADS unset"); }
 static void test_omp_env_kept(void) { run(OMP_ENV, "OMP_NUM_THREADS set"); }
 static void test_api_choice_kept(void) { run(API_CHOICE, "accel_set_num_threads(3)"); }
+/* Set but empty: OpenMP ignores it (a warning, the machine-wide pool), so it
+ * is no choice; it was taken for one and the pools stayed machine-wide. */
+static void test_omp_empty_sized_to_share(void) { run(OMP_EMPTY, "OMP_NUM_THREADS empty"); }
 
 /* One process alone: nothing to share, nothing changed or said. */
 static void test_single_process_untouched(void) {
@@ -117,6 +121,7 @@ int main(int argc, char **argv) {
     RUN(test_unset_sized_to_share);
     RUN(test_omp_env_kept);
     RUN(test_api_choice_kept);
+    RUN(test_omp_empty_sized_to_share);
     RUN(test_single_process_untouched);
     return check_summary();
 }

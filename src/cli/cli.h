@@ -121,6 +121,9 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn);
 /* Writes sorted keys, empty dicts and nulls dropped (like to_dict + safe_dump);
  * JSON when the name ends in .json. Creates the parent directory. */
 bool cfg_write(const char *path, const cv *root, char *err, size_t errn);
+/* false + err when the file a config write to path would replace (through
+ * links) exists and is no regular file (a directory, a FIFO, a device). */
+bool cfg_check_write_target(const char *path, char *err, size_t errn);
 /* cfg_write keeping null values and empty mappings (yaml.dump of the dict as
  * it was read: `accel to-fsdp2`). */
 bool cfg_write_as_is(const char *path, const cv *root, char *err, size_t errn);

@@ -1120,13 +1120,30 @@ static bool write_target(const char *path, char *out, size_t n, char *err, size_
     }
 }
 
+/* The file a write would replace (through links) is a regular file or none:
+ * renaming over a directory fails only after the work, and over a FIFO or a
+ * device (/dev/null) it would replace the node itself. */
+static bool target_is_file_or_none(const char *path, const char *target, char *err, size_t errn) {
+    struct stat st;
+    if (stat(target, &st) != 0 || S_ISREG(st.st_mode)) return true;
+    snprintf(err, errn, "The passed configuration file `%s` is %s, not a config file.", path,
+             accel__file_kind(st.st_mode));
+    return false;
+}
+
+bool cfg_check_write_target(const char *path, char *err, size_t errn) {
+    char target[4096];
+    return write_target(path, target, sizeof target, err, errn) && target_is_file_or_none(path, target, err, errn);
+}
+
 static bool write_config(const char *path, const cv *root, bool all, char *err, size_t errn) {
     char bad[512], target[4096];
     if (find_non_utf8(root, "", bad, sizeof bad)) {
         snprintf(err, errn, "cannot write %s: %s is not UTF-8 text (config files hold UTF-8 only)", path, bad);
         return false;
     }
-    if (!write_target(path, target, sizeof target, err, errn)) return false;
+    if (!write_target(path, target, sizeof target, err, errn) || !target_is_file_or_none(path, target, err, errn))
+        return false;
     mkdir_p(target);
     /* through the atomic writer (core/afile.h): "<target>.tmp", never a user's file of that name */
     accel__afile af;

@@ -84,6 +84,18 @@ static long ask_int(const char *q, long dflt, long lo, long hi) {
     }
 }
 
+/* num_processes is the total over all machines (as Accelerate writes the
+ * answer and accel launch reads it), so it must split evenly between them:
+ * accel launch refuses any other. */
+static long ask_total_processes(bool cpu_type, long machines) {
+    for (;;) {
+        long n = ask_int(cpu_type ? "How many processes should be used for distributed training? [1]: "
+                                  : "How many GPU(s) should be used for distributed training? [1]: ", 1, 1, INT_MAX);
+        if (n % machines == 0) return n;
+        printf("Please enter a multiple of the number of machines (%ld): the total over all machines.\n", machines);
+    }
+}
+
 /* A finite number >= 0 (a gradient norm). */
 static double ask_norm(const char *q, double dflt) {
     for (;;) {
@@ -294,10 +306,7 @@ static cv *wizard(void) {
         cv_set(c, "megatron_lm_config", ask_megatron());
     }
     long procs = 1;
-    if (multi) {
-        procs = ask_int(cpu_type ? "How many processes should be used for distributed training? [1]: "
-                                 : "How many GPU(s) should be used for distributed training? [1]: ", 1, 1, INT_MAX);
-    }
+    if (multi) procs = ask_total_processes(cpu_type, machines);
     if (!strcmp(dtype, "MULTI_GPU") && machines == 1 && procs == 1) {
         fprintf(stderr, "accel config: error: Specified distributed type MULTI_GPU but only using 1 GPU on a single "
                         "machine. Please select `No distributed training` for the type of machine you are using.\n");
@@ -320,7 +329,7 @@ static cv *wizard(void) {
     cv_set(c, "main_training_function", cv_str("main"));
     cv_set(c, "mixed_precision", cv_str(PRECISION[mp]));
     cv_set(c, "num_machines", cv_int(machines));
-    cv_set(c, "num_processes", cv_int(procs * (machines > 1 ? machines : 1)));
+    cv_set(c, "num_processes", cv_int(procs));
     if (!cv_get(c, "rdzv_backend")) cv_set(c, "rdzv_backend", cv_str("static"));
     if (!cv_get(c, "same_network")) cv_set(c, "same_network", cv_bool(true));
     cv_set(c, "tpu_env", cv_new(CV_SEQ));
@@ -353,6 +362,10 @@ int accel_cli_config(int argc, char **argv) {
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);
     else cfg_default_path(path, sizeof path);
+    if (!cfg_check_write_target(path, err, sizeof err)) { /* before any question is asked */
+        fprintf(stderr, "accel config%s%s: error: %s\n", sub ? " " : "", sub ? sub : "", err);
+        return 1;
+    }
     if (!sub) {
         cv *c = wizard();
         bool ok = cfg_write(path, c, err, sizeof err);

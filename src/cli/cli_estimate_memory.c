@@ -675,7 +675,7 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
                  "--cp_size above 1", cp_strategy);
     else if (q.have_batch && q.act.cp_size > 1 && q.act.seq_len % (2 * q.act.cp_size))
         snprintf(tp_bad, sizeof tp_bad, "--seq_len %lld is not a multiple of 2 x --cp_size = %d: each of the cp "
-                 "ranks holds 2 of 2 cp equal chunks of the sequence (the load-balanced causal split)",
+                 "ranks holds 2 of the 2 x cp equal chunks of the sequence (the load-balanced causal split)",
                  (long long)q.act.seq_len, 2 * q.act.cp_size);
     if (tp_bad[0]) {
         usage(stderr);

@@ -386,6 +386,13 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     const char *mr = V("machine_rank") ? V("machine_rank") : cfg_s(cfg, "machine_rank");
     const char *port = V("main_process_port") ? V("main_process_port") : cfg_s(cfg, "main_process_port");
     L->ip = V("main_process_ip") ? V("main_process_ip") : cfg_s(cfg, "main_process_ip");
+    /* an empty address would reach the workers as MASTER_ADDR=, which they refuse */
+    if (V("main_process_ip") && !*L->ip) {
+        fprintf(stderr, "accel launch: error: argument --main_process_ip: expected an address, got ''\n");
+        cv_free(cfg);
+        return 2;
+    }
+    if (L->ip && !*L->ip) L->ip = NULL; /* a config's '' is no address, as null */
     const char *mp = V("mixed_precision") ? V("mixed_precision") : cfg_s(cfg, "mixed_precision");
     bool mp_from_config = !V("mixed_precision") && mp;
     if (!mp) mp = "no";
@@ -400,6 +407,17 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->insecure = false;
     if (!env_flag("ACCELERATE_USE_CPU", &env_cpu) || !env_flag("ACCEL_USE_CPU", &env_cpu2) ||
         !env_flag("ACCEL_INSECURE_NO_SECRET", &L->insecure)) {
+        cv_free(cfg);
+        return 2;
+    }
+    /* An empty OMP_NUM_THREADS would reach every worker as it is: libgomp
+     * ignores it and runs each worker as wide as the machine, and accel's
+     * own per-rank cap takes it for the user's choice. */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp && !*omp && !V("num_cpu_threads_per_process")) {
+        fprintf(stderr, "accel launch: error: the environment: OMP_NUM_THREADS is set but empty (OpenMP would ignore "
+                        "it and run every worker on all cores): unset it to give each worker cores / local processes, "
+                        "or set a number, or pass --num_cpu_threads_per_process\n");
         cv_free(cfg);
         return 2;
     }
@@ -486,7 +504,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->num_machines = 1;
     L->machine_rank = 0;
     if (np && !parse_int("num_processes", np, -1, INT_MAX, &L->num_processes)) return 2;
-    if (L->num_processes == -1) {
+    if (L->num_processes == -1 && !V("num_processes")) { /* the config's "ask on the command line" */
         fprintf(stderr, "accel launch: error: You need to manually pass in `--num_processes` using this config yaml.\n");
         return 2;
     }

@@ -41,7 +41,11 @@ bool accel_set_reference_kernels(bool on) {
 
 bool accel_reference_kernels(void) { return tl_reference; }
 
-bool accel__num_threads_chosen(void) { return atomic_load(&g_chosen) || getenv("OMP_NUM_THREADS"); }
+/* An OMP_NUM_THREADS that is set but empty is no choice: OpenMP ignores it. */
+bool accel__num_threads_chosen(void) {
+    const char *omp = getenv("OMP_NUM_THREADS");
+    return atomic_load(&g_chosen) || (omp && *omp);
+}
 
 void accel__cap_num_threads(int n) {
     atomic_store(&g_cap, n);

@@ -162,6 +162,9 @@ static accel_status read_env(dist_env *e) {
                                "LOCAL_WORLD_SIZE=%d", e->local_rank, e->local_world);
     note_batch_script(e);
     const char *addr = getenv("MASTER_ADDR");
+    if (addr && !*addr) /* read strictly, as every variable: set but empty is not "unset" */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: MASTER_ADDR is set but empty (unset it to "
+                               "use 127.0.0.1 on one machine, or name the main machine)");
     if ((!addr || !*addr) && slurm && e->local_world < e->world) {
         /* Exported, so that the tcp backend finds its route to it as for a launcher's MASTER_ADDR. */
         char host[256];

@@ -9,6 +9,7 @@
  * user chose (OMP_NUM_THREADS, accel_set_num_threads), and says so once. */
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "core/core_internal.h"
@@ -34,6 +35,7 @@ void accel__fit_threads_to_node(int rank, int local_world) {
     if (rank != 0 || said) return;
     said = true;
     fprintf(stderr, "accel: %d processes share this machine's %ld cores: %d OpenMP thread%s each, not %d "
-                    "(OMP_NUM_THREADS is not set; set it to choose)\n",
-            local_world, sysconf(_SC_NPROCESSORS_ONLN), share, share == 1 ? "" : "s", had);
+                    "(OMP_NUM_THREADS is %s; set it to choose)\n",
+            local_world, sysconf(_SC_NPROCESSORS_ONLN), share, share == 1 ? "" : "s", had,
+            getenv("OMP_NUM_THREADS") ? "empty, which OpenMP ignores" : "not set");
 }

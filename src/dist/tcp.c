@@ -927,7 +927,11 @@ static void tcp_finalize(accel_pg *pg) {
  * the local address of the route to MASTER_ADDR (a UDP connect sends nothing). */
 accel_status accel__tcp_local_ip(char *out, size_t n) {
     const char *forced = getenv("ACCEL_DIST_HOST_ADDR");
-    if (forced && *forced) {
+    if (forced && !*forced)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_HOST_ADDR is set but empty (unset "
+                               "it to publish the address of the route to MASTER_ADDR, or give this machine's "
+                               "address)");
+    if (forced) {
         snprintf(out, n, "%s", forced);
         return ACCEL_OK;
     }
