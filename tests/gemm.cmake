@@ -129,6 +129,10 @@ if(TARGET accel_cli)
     set_tests_properties(cli_env_blas_core_forced PROPERTIES ENVIRONMENT "OPENBLAS_CORETYPE=Haswell"
                          PASS_REGULAR_EXPRESSION "- BLAS core: Haswell \\(AVX2 kernels, [^\n]*OPENBLAS_CORETYPE[= ][^\n]*set")
   endif()
+  # set but empty: refused, as every variable (it was read as unset)
+  add_test(NAME cli_env_isa_cap_empty COMMAND accel_cli env)
+  set_tests_properties(cli_env_isa_cap_empty PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA="
+                       PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=: expected baseline, avx2 or avx512\\)")
   add_test(NAME cli_env_isa_cap_refused COMMAND accel_cli env)
   set_tests_properties(cli_env_isa_cap_refused PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=sse9"
                        PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=sse9: expected baseline, avx2 or avx512\\)")

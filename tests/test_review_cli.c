@@ -164,6 +164,15 @@ static void test_no_model_type(void) {
     accel_module_free(m);
 }
 
+/* An unknown model_type: the decoders' loader lists the decoder families;
+ * estimate-memory reads the encoders too and says so (it listed only the
+ * decoders, as if BERT were refused). */
+static void test_estimate_memory_unknown_family(void) {
+    CHECK_MSG(estimate_f32("t5", "{\"model_type\": \"t5\", \"hidden_size\": 8}") == 1, "%s", OUT);
+    CHECK_STR_CONTAINS(OUT, "model_type is \"t5\", accel builds \"llama\"");
+    CHECK_STR_CONTAINS(OUT, "\"starcoder2\"; and the encoders \"bert\", \"roberta\", \"xlm-roberta\"\n");
+}
+
 /* A config whose weights without lm_head are 4080 x 0.25 TiB (the layers)
  * + 4 TiB (the embedding) + norms = 1024.00 TiB: convert_bytes says "1.0 PB". */
 static void test_estimate_memory_petabytes(void) {
@@ -483,6 +492,7 @@ int main(void) {
     RUN(test_estimate_memory_experts_bounded);
     RUN(test_estimate_memory_long_path_title);
     RUN(test_no_model_type);
+    RUN(test_estimate_memory_unknown_family);
     RUN(test_launch_help_offload_param);
     RUN(test_yaml_nul_and_tags);
     RUN(test_deepspeed_config_types);

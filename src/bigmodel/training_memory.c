@@ -1087,7 +1087,7 @@ static bool cp_dims(const accel_llama_config *cfg, const accel__arch *a, const a
         return false;
     if (o->seq_len % (2 * (int64_t)cp)) { /* int64: 2 cp overflows int for cp_size >= 2^30 */
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: seq_len %lld is not a multiple of 2 x cp_size = %lld: each of the "
-                        "cp ranks holds 2 of 2 cp equal chunks (load-balanced causal split)", FN,
+                        "cp ranks holds 2 of the 2 x cp equal chunks (load-balanced causal split)", FN,
                         (long long)o->seq_len, 2 * (long long)cp);
         return false;
     }

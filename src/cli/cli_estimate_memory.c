@@ -718,7 +718,12 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
     accel_llama_config cfg = {0};
     accel_bert_config bcfg = {0};
     if (bert ? accel_bert_config_load(model, &bcfg) != ACCEL_OK : accel_llama_config_load(model, &cfg) != ACCEL_OK) {
-        fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
+        /* the decoders' loader lists the decoder families only: an unknown
+         * model_type is told the encoders this command reads too */
+        bool unknown = !bert && accel_last_status() == ACCEL_ERR_UNSUPPORTED &&
+                       strstr(accel_last_error(), "model_type is ");
+        fprintf(stderr, "accel estimate-memory: %s%s\n", accel_last_error(),
+                unknown ? "; and the encoders \"bert\", \"roberta\", \"xlm-roberta\"" : "");
         return 1;
     }
     /* (only for the training tables, which hold the head's weights and step: the loading table is the body's,

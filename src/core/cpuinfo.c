@@ -148,10 +148,12 @@ static int g_cap = ACCEL__CPU_ISA_NONE; /* the level in force */
 static char g_cap_error[400];           /* why ACCEL_CPU_ISA was refused; "" when it was not */
 
 /* Applies ACCEL_CPU_ISA to the detected features f (uncapped when it is
- * unset, empty, or refused: then g_cap_error says why). */
+ * unset, or refused: then g_cap_error says why). Set but empty is refused,
+ * as every variable of core/env.h (it was read as unset, where ACCEL_GEMM=
+ * and ACCEL_CONV= are refused). */
 static uint32_t apply_cap(uint32_t f) {
     const char *v = getenv("ACCEL_CPU_ISA");
-    if (!v || !*v) return f;
+    if (!v) return f;
     for (int i = 0; i < N_ISA_LEVELS; i++) {
         const isa_level *l = &ISA_LEVELS[i];
         if (strcmp(v, l->name)) continue;
