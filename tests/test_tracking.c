@@ -5,6 +5,7 @@
  * ACCEL_TRACKING_KEEP=DIR keeps the TensorBoard run this test writes in DIR
  * (tools/check_tensorboard_reads_accel.py reads it with TensorBoard's reader). */
 #include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
 #include <pty.h>
 #include <stdlib.h>
@@ -863,6 +864,21 @@ static void test_find_executable_batch_size(void) {
  * ... | --config_file ...] test_tracking launched TRACKERS`: the flags reach
  * the Accelerator, only rank 0 writes tracker files, and in_order logging
  * comes out rank by rank. */
+/* mkdir -p path: true when it is a directory at the end (the launched
+ * tests' project_dir does not exist yet in a fresh build tree). */
+static bool make_dirs(const char *path) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            mkdir(p, 0777);
+            *c = '/';
+        }
+    struct stat sb;
+    return (mkdir(p, 0777) == 0 || errno == EEXIST) && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 static int launched(const char *trackers) {
     accel_accelerator *acc = accel_accelerator_new(NULL);
     const char *pd = getenv("ACCEL_PROJECT_DIR");
@@ -880,7 +896,7 @@ static int launched(const char *trackers) {
      * on the main process, which alone opens trackers */
     char csv[1100];
     snprintf(csv, sizeof csv, "%s/log.csv", path);
-    if (rank == 0) CHECK(mkdir(path, 0777) == 0 && mkdir(csv, 0777) == 0);
+    if (rank == 0) CHECK(make_dirs(csv));
     accel_accelerator_wait_for_everyone(acc);
     accel_status first = accel_accelerator_init_trackers(acc, "launched", N_CONFIG, CONFIG);
     CHECK_MSG(rank == 0 ? first == ACCEL_ERR_IO : first == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
