@@ -529,8 +529,9 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_config_per_head);
     RUN(test_classifier_dropout);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    /* the saved heads are g_tmp's siblings (g_tmp_tok, g_tmp_qa): removed with it */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s_tok %s_qa", g_tmp, g_tmp, g_tmp);
     CHECK(system(cmd) == 0);
     return check_summary();
 }
