@@ -306,6 +306,12 @@ accel_status accel__offload_check_device(const accel_accelerator *acc);
  * families' plan applied over the tp group, or the user's checked to be over
  * it; nothing when tp_size is 1. */
 accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
+/* When the accelerator lets m go (un-prepared, or the accelerator freed):
+ * m's modules over the tp group get a tombstone of it (nn/tp_internal.h,
+ * accel__tp_orphan), so a forward after the group is freed fails naming
+ * why instead of reading freed memory; accel__tp_prepare gives the group
+ * back to a model prepared again by this accelerator. */
+void accel__tp_release(accel_accelerator *acc, accel_module *m);
 /* The combined partial gradient norm of m (accel_grad_norm_partial's sum or
  * max) in *out, the tp-sharded parameters' reduced over the tp group
  * (collective over it), the replicated ones counted once. A NaN gradient

@@ -409,6 +409,7 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
     accel__cp_release(acc, pm->m);
+    accel__tp_release(acc, pm->m);
     accel__sync_batchnorm_bind(pm->m, NULL);
     if (!pm->fp) return ACCEL_OK;
     accel_status st = pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */

@@ -19,7 +19,15 @@
  * process group unusable.
  *
  * After each refusal the same process makes an agreeing accelerator, and
- * models alike train a step to the same loss on both ranks. */
+ * models alike train a step to the same loss on both ranks.
+ *
+ * Free order under tp 2: the accelerator freed before its tensor-parallel
+ * model (the decoders' own plan, and a plan of the user's over
+ * accel_accelerator_tp_group), the model's forward fails with
+ * ACCEL_ERR_STATE naming why, and the model and optimizer free after it;
+ * a model unprepared and prepared again by the same accelerator trains on.
+ * Before, the model's modules kept the freed tp group and the forward read
+ * it (a segfault). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +128,49 @@ static int prepare_body(int rank, int world) {
     return check_summary();
 }
 
+static const char GONE[] = "the model is tensor-parallel over the tp group of an accelerator that let it go";
+
+static int free_order_body(int rank, int world) {
+    (void)world;
+    accel_parallelism_opts tp2 = {.tp_size = 2};
+    accel_accelerator *acc = make(&tp2);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (!acc) return check_summary();
+    /* unprepared and prepared again: the same slices over the same group */
+    accel_module *m = model(0, 0);
+    CHECK(accel_accelerator_prepare(acc, m) == ACCEL_OK);
+    CHECK(accel_accelerator_unprepare_model(acc, m) == ACCEL_OK);
+    CHECK(accel_llama_loss(m, ids()) == NULL && accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), GONE);
+    accel_step_reset();
+    CHECK_MSG(accel_accelerator_prepare(acc, m) == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
+    accel_tensor *l = accel_llama_loss(m, ids());
+    CHECK_MSG(l && accel_accelerator_backward(acc, l) == ACCEL_OK, "rank %d: %s", rank, accel_last_error());
+    accel_step_reset();
+    /* a plan of the user's over the accelerator's tp group */
+    accel_module *lin[2] = {accel_linear_new(4, 8, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                            accel_linear_new(8, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *own = accel_sequential_new(2, lin);
+    accel_tp_plan_entry plan[] = {{"0", ACCEL_TP_COLWISE, false}, {"1", ACCEL_TP_ROWWISE, false}};
+    CHECK(accel_module_parallelize(own, plan, 2, accel_accelerator_tp_group(acc)) == ACCEL_OK);
+    CHECK(accel_accelerator_prepare_model(acc, own) == ACCEL_OK);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+    CHECK(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_OK);
+    /* the accelerator first: its models are let go, their forwards refused */
+    accel_accelerator_free(acc);
+    CHECK(accel_llama_loss(m, ids()) == NULL && accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), GONE);
+    CHECK(accel_module_call(own, accel_ones(ACCEL_F32, 2, (int64_t[]){3, 4})) == NULL &&
+          accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), GONE);
+    accel_step_reset();
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+    accel_module_free(own);
+    return check_summary();
+}
+
 static void run(const char *what, dist_body_fn body) {
     dist_group g = {.world = 2, .one_machine = true, .timeout = "30", .kill_after_s = 120};
     int status[2];
@@ -187,9 +238,12 @@ static void test_models_disagree(void) {
     run("tp 2, another vocabulary", prepare_body);
 }
 
+static void test_free_order(void) { run("free order under tp 2", free_order_body); }
+
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
     RUN(test_new_disagrees);
     RUN(test_models_disagree);
+    RUN(test_free_order);
     return check_summary();
 }
