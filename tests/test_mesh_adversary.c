@@ -21,7 +21,10 @@
  * After each refusal the same process makes an agreeing accelerator, and
  * models alike train a step to the same loss on both ranks.
  *
- * Free order under tp 2: the accelerator freed before its tensor-parallel
+ * Free order under tp 2 (the job's default group, the accelerator holding
+ * its last reference) and dp_shard 2 x tp 2 (a subgroup of the
+ * accelerator's, the test holding a reference to the job's group too):
+ * the accelerator freed before its tensor-parallel
  * model (the decoders' own plan, and a plan of the user's over
  * accel_accelerator_tp_group), the model's forward fails with
  * ACCEL_ERR_STATE naming why, and the model and optimizer free after it;
@@ -131,8 +134,10 @@ static int prepare_body(int rank, int world) {
 static const char GONE[] = "the model is tensor-parallel over the tp group of an accelerator that let it go";
 
 static int free_order_body(int rank, int world) {
-    (void)world;
-    accel_parallelism_opts tp2 = {.tp_size = 2};
+    /* tp over every rank (the default group, which this accelerator's free tears down), or a subgroup */
+    accel_parallelism_opts tp2 = {.tp_size = 2, .dp_shard_size = world / 2};
+    /* a subgroup goes with its accelerator whoever else holds the job's group */
+    bool held = world > 2 && accel_dist_init() == ACCEL_OK;
     accel_accelerator *acc = make(&tp2);
     CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
     if (!acc) return check_summary();
@@ -168,17 +173,20 @@ static int free_order_body(int rank, int world) {
     accel_optimizer_free(opt);
     accel_module_free(m);
     accel_module_free(own);
+    if (held) accel_dist_finalize();
     return check_summary();
 }
 
-static void run(const char *what, dist_body_fn body) {
-    dist_group g = {.world = 2, .one_machine = true, .timeout = "30", .kill_after_s = 120};
-    int status[2];
+static void run_on(int world, const char *what, dist_body_fn body) {
+    dist_group g = {.world = world, .one_machine = true, .timeout = "30", .kill_after_s = 120};
+    int status[DIST_GROUP_MAX];
     dist_group_run(&g, body, status);
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < world; r++)
         CHECK_MSG(dist_exited_ok(status[r]), "%s: rank %d failed (status %#x)", what, r, status[r]);
     memset(&CASE, 0, sizeof CASE);
 }
+
+static void run(const char *what, dist_body_fn body) { run_on(2, what, body); }
 
 static const char NAMES_IT[] = "(every rank must be given the same opts.parallelism and the same "
                                "PARALLELISM_CONFIG_* / MEGATRON_LM_* variables)";
@@ -238,7 +246,10 @@ static void test_models_disagree(void) {
     run("tp 2, another vocabulary", prepare_body);
 }
 
-static void test_free_order(void) { run("free order under tp 2", free_order_body); }
+static void test_free_order(void) {
+    run("free order under tp 2", free_order_body);
+    run_on(4, "free order under dp_shard 2 x tp 2", free_order_body);
+}
 
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);

@@ -310,7 +310,9 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
  * m's modules over the tp group get a tombstone of it (nn/tp_internal.h,
  * accel__tp_orphan), so a forward after the group is freed fails naming
  * why instead of reading freed memory; accel__tp_prepare gives the group
- * back to a model prepared again by this accelerator. */
+ * back to a model prepared again by this accelerator. Not when the tp group
+ * is the job's default group (tp over every rank) and another holder
+ * (accel_dist_init) keeps it: the model computes over it still. */
 void accel__tp_release(accel_accelerator *acc, accel_module *m);
 /* The combined partial gradient norm of m (accel_grad_norm_partial's sum or
  * max) in *out, the tp-sharded parameters' reduced over the tp group

@@ -16,6 +16,7 @@
 #include "accel/optim.h"
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
+#include "dist/backend.h"
 #include "nn/tp_internal.h"
 #include "strategy.h"
 
@@ -64,7 +65,9 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
 
 void accel__tp_release(accel_accelerator *acc, accel_module *m) {
     accel_pg *tp = acc->mesh.group[ACCEL__MESH_TP];
-    if (TP(acc) > 1 && tp)
+    /* a subgroup goes with the accelerator; a tp group over every rank is the
+     * job's default group, which outlives it while another holder keeps it */
+    if (TP(acc) > 1 && tp && (tp != acc->pg || accel__dist_last_reference()))
         accel__tp_orphan(m, tp, "the model is tensor-parallel over the tp group of an accelerator that let it go "
                          "(accel_accelerator_free, _clear or _unprepare_model): its slices compute only while it "
                          "is prepared (prepare it again, or save it with accel_accelerator_save_model before)");

@@ -38,6 +38,9 @@ bool accel__pg_on_stream(accel_pg *pg, const void *buf);
  * groups that are no tombstones: a no-op). */
 accel_pg *accel__pg_tombstone(const accel_pg *pg, const char *why);
 void accel__pg_tombstone_free(accel_pg *tombstone);
+/* Whether the default group has one holder left at most (accel_dist_init's
+ * references): its accel_dist_finalize tears the group down. */
+bool accel__dist_last_reference(void);
 
 typedef struct accel__stream_ops {
     /* Whether an async call on these buffers (send may be NULL; recv is the

@@ -1228,6 +1228,13 @@ void accel_dist_finalize(void) {
 
 bool accel_dist_is_initialized(void) { return g_default != NULL; }
 
+bool accel__dist_last_reference(void) {
+    pthread_mutex_lock(&g_default_lock);
+    bool last = g_refs <= 1;
+    pthread_mutex_unlock(&g_default_lock);
+    return last;
+}
+
 accel_pg *accel_dist_default_group(void) {
     if (!g_default) accel_set_error(ACCEL_ERR_STATE, "accel_dist_default_group: call accel_dist_init() first");
     return g_default;
