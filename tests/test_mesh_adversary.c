@@ -3,7 +3,8 @@
  *
  * accel_accelerator_new: one rank given other opts.parallelism (another
  * mesh, sequence parallelism, cp_comm_strategy, pp_schedule or
- * num_micro_batches) or a PARALLELISM_CONFIG_* variable the other lacks
+ * num_micro_batches), another zero_stage, or a PARALLELISM_CONFIG_*
+ * variable the other lacks
  * fails on both, each naming its own mesh and the knobs that differ; a rank
  * whose own sizes are wrong keeps its own message and the other names it.
  * Before, the ranks that laid out no subgroup returned an accelerator whose
@@ -49,13 +50,17 @@ static struct {
     const char *want;              /* what new's error says on every rank */
     const char *want_last;         /* ... on the last rank instead, or NULL */
     int64_t ffn_last, vocab_last;  /* the last rank's model in prepare (0: the others') */
+    int zero_last;                 /* the last rank's zero_stage in the disagreeing new (the others: 1); 0: none */
 } CASE;
 
-static accel_accelerator *make(const accel_parallelism_opts *p) {
+static accel_accelerator *make_zero(const accel_parallelism_opts *p, int zero_stage) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism = *p;
+    o.zero_stage = zero_stage;
     return accel_accelerator_new(&o);
 }
+
+static accel_accelerator *make(const accel_parallelism_opts *p) { return make_zero(p, 0); }
 
 static accel_module *model(int64_t ffn, int64_t vocab) {
     accel_llama_config c = tiny_llama_config();
@@ -101,7 +106,8 @@ static int new_body(int rank, int world) {
         setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
         setenv("PARALLELISM_CONFIG_TP_SIZE", CASE.env_last, 1);
     }
-    accel_accelerator *acc = make(last ? &CASE.last : &CASE.agreed);
+    int zero = !CASE.zero_last ? 0 : last ? CASE.zero_last : 1;
+    accel_accelerator *acc = make_zero(last ? &CASE.last : &CASE.agreed, zero);
     CHECK_MSG(acc == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG, "rank %d: new -> %p (%d)", rank,
               (void *)acc, (int)accel_last_status());
     CHECK_STR_CONTAINS(accel_last_error(), last && CASE.want_last ? CASE.want_last : CASE.want);
@@ -217,6 +223,13 @@ static void test_new_disagrees(void) {
     CASE.want = "pp 2 x dp_replicate 1 x dp_shard 1 x cp 1 x tp 1 on rank";
     CASE.want_last = "num_micro_batches from 1 to 2";
     run("num_micro_batches on one rank", new_body);
+
+    /* the ZeRO stage that shards over the mesh: ZeRO-1 on one, ZeRO-2 on the other */
+    CASE.agreed = (accel_parallelism_opts){.dp_shard_size = 2};
+    CASE.last = CASE.agreed;
+    CASE.zero_last = 2;
+    CASE.want = "over the ranks the ZeRO stage (zero_stage, FSDP's sharding, DeepSpeed's) from 1 to 2";
+    run("zero_stage on one rank", new_body);
 
     /* the default mesh on one, a variable's tp on the other */
     CASE.env_last = "2";

@@ -196,7 +196,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
     accel_status laid = accel__offload_check_device(acc) ? accel_last_status()
                                                           : accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par);
-    if (accel__parallelism_agree(acc->pg, laid, &acc->par) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
+    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
         accel__cp_setup(acc))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
