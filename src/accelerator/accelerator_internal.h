@@ -306,6 +306,14 @@ accel_status accel__offload_check_device(const accel_accelerator *acc);
  * families' plan applied over the tp group, or the user's checked to be over
  * it; nothing when tp_size is 1. */
 accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m);
+/* When the accelerator lets m go (un-prepared, or the accelerator freed):
+ * m's modules over the tp group get a tombstone of it (nn/tp_internal.h,
+ * accel__tp_orphan), so a forward after the group is freed fails naming
+ * why instead of reading freed memory; accel__tp_prepare gives the group
+ * back to a model prepared again by this accelerator. Not when the tp group
+ * is the job's default group (tp over every rank) and another holder
+ * (accel_dist_init) keeps it: the model computes over it still. */
+void accel__tp_release(accel_accelerator *acc, accel_module *m);
 /* The combined partial gradient norm of m (accel_grad_norm_partial's sum or
  * max) in *out, the tp-sharded parameters' reduced over the tp group
  * (collective over it), the replicated ones counted once. A NaN gradient
@@ -388,6 +396,15 @@ void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whol
  * data-parallel size (parallelism_env.c). */
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
 double accel__parallelism_model_size(const accel_parallelism_opts *p);
+/* Collective over pg (the world): every rank's mesh (par, and the ZeRO
+ * stage that shards over it; or mine: this rank's failure to lay it out)
+ * compared, so that ranks given different options or variables fail
+ * accel_accelerator_new together, each naming its mesh and what differs
+ * over the ranks (or the rank that failed), rather than meeting in
+ * mismatched collectives, or training apart where the collectives happen to
+ * fit. mine's own message is kept. */
+accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const accel__parallelism *par,
+                                      int zero_stage);
 /* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
  * replica_pg (collective: subgroups are split off the world). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel__parallelism *par);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accelerator_internal.h"
+#include "core/checksum.h"
 #include "core/core_internal.h"
 #include "fp8_scaling.h"
 #include "nn/family.h"
@@ -307,6 +308,57 @@ static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
     return accel__prepare_agree(acc, mine, "place the model on its device");
 }
 
+/* ---------------------------------------------------------------- the ranks' models */
+
+/* What the ranks compare of a model: a CRC-32C of its state dict's names,
+ * dtypes and shapes in order, and its counts of tensors and elements. */
+enum { ARCH_CRC, ARCH_TENSORS, ARCH_NUMEL, ARCH_N };
+
+static accel_status architecture_of(accel_module *m, int64_t *v) {
+    accel_state_dict *sd = accel_module_state_dict(m);
+    if (!sd) return accel_last_status();
+    uint32_t crc = 0;
+    v[ARCH_TENSORS] = sd->n;
+    v[ARCH_NUMEL] = 0;
+    for (int i = 0; i < sd->n; i++) {
+        const accel_tensor *t = sd->entries[i].t;
+        int32_t head[2] = {(int32_t)t->dtype, t->ndim};
+        crc = accel__crc32c_update(crc, sd->entries[i].name, strlen(sd->entries[i].name) + 1);
+        crc = accel__crc32c_update(crc, head, sizeof head);
+        crc = accel__crc32c_update(crc, t->shape, (size_t)t->ndim * sizeof *t->shape);
+        if (!sd->entries[i].is_tied_alias) v[ARCH_NUMEL] += accel_numel(t);
+    }
+    v[ARCH_CRC] = crc;
+    accel_state_dict_free(sd);
+    return ACCEL_OK;
+}
+
+/* Every rank's model compared, as its part of the mesh holds it (a tp rank
+ * its slices, a stage its layers with the others' on meta: equal on every
+ * rank of one model): under DDP the weights' broadcast meets a different
+ * model in mismatched collectives, but a tp group or a pipeline's stages
+ * broadcast nothing between them, and ranks built with different configs
+ * (another intermediate_size, say) trained apart, each its own model,
+ * without an error. */
+static accel_status agree_architecture(accel_accelerator *acc, accel_module *m) {
+    if (acc->world == 1) return ACCEL_OK;
+    int64_t mine[ARCH_N] = {0}, v[2 * ARCH_N];
+    accel_status st = accel__prepare_agree(acc, architecture_of(m, mine), "list the model's tensors");
+    if (st) return st;
+    for (int k = 0; k < ARCH_N; k++) v[k] = mine[k], v[ARCH_N + k] = -mine[k];
+    if ((st = accel_pg_all_reduce(acc->pg, v, 2 * ARCH_N, ACCEL_I64, ACCEL_REDUCE_MAX))) return st;
+    if (v[ARCH_CRC] == -v[ARCH_N + ARCH_CRC]) return ACCEL_OK;
+    char counts[256] = "";
+    if (v[ARCH_TENSORS] != -v[ARCH_N + ARCH_TENSORS] || v[ARCH_NUMEL] != -v[ARCH_N + ARCH_NUMEL])
+        snprintf(counts, sizeof counts, "; over the ranks from %lld to %lld tensors of %lld to %lld elements",
+                 (long long)-v[ARCH_N + ARCH_TENSORS], (long long)v[ARCH_TENSORS],
+                 (long long)-v[ARCH_N + ARCH_NUMEL], (long long)v[ARCH_NUMEL]);
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the ranks' models differ in their tensors' names, shapes or "
+                           "dtypes (rank %d's has %lld tensors of %lld elements%s): every rank must build the same "
+                           "model (the same config and dtype)", PREPARE, acc->rank, (long long)mine[ARCH_TENSORS],
+                           (long long)mine[ARCH_NUMEL], counts);
+}
+
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     /* fp8: TE's convert_model, so the scaling buffers are broadcast and saved like the others */
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
@@ -328,6 +380,7 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
         st = accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm) ? accel_last_status() : ACCEL_OK;
         st = accel__prepare_agree(acc, st, "convert the model for fp8");
     }
+    if (!st) st = agree_architecture(acc, pm->m);
     if (st) return undo_prepare(acc, pm, st);
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;
@@ -356,6 +409,7 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
     accel__fp8_state_free(pm->fp8);
     pm->fp8 = NULL;
     accel__cp_release(acc, pm->m);
+    accel__tp_release(acc, pm->m);
     accel__sync_batchnorm_bind(pm->m, NULL);
     if (!pm->fp) return ACCEL_OK;
     accel_status st = pm->strat->release(acc, pm); /* before the autocast hook goes: stage 3 chains to it */

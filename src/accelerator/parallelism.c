@@ -112,3 +112,68 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
                                "(Megatron's sequence parallelism splits the tp group's activations)");
     return ACCEL_OK;
 }
+
+/* ---------------------------------------------------------------- agreement */
+
+/* What the ranks compare: every knob of the mesh. */
+enum { AGREE_SIZE, AGREE_ALLTOALL = AGREE_SIZE + ACCEL__MESH_DIMS, AGREE_MICRO, AGREE_GPIPE, AGREE_VIRTUAL,
+       AGREE_SEQ_PAR, AGREE_ZERO, AGREE_N };
+/* named as the options' fields; a yes/no knob by what it turns on */
+static const char *const AGREE_NAME[AGREE_N] = {
+    "pp_size", "dp_replicate_size", "dp_shard_size", "cp_size (or sp_size)", "tp_size",
+    "cp_comm_strategy \"alltoall\" (or sp_size)", "num_micro_batches", "pp_schedule \"gpipe\"",
+    "pp_virtual_stages", "sequence_parallelism", "the ZeRO stage (zero_stage, FSDP's sharding, DeepSpeed's)"};
+static bool agree_yes_no(int k) { return k == AGREE_ALLTOALL || k == AGREE_GPIPE || k == AGREE_SEQ_PAR; }
+
+static void agree_row(const accel__parallelism *par, int zero_stage, int32_t *row) {
+    for (int d = 0; d < ACCEL__MESH_DIMS; d++) row[AGREE_SIZE + d] = par->size[d];
+    row[AGREE_ALLTOALL] = par->cp_alltoall;
+    row[AGREE_MICRO] = par->micro_batches;
+    row[AGREE_GPIPE] = par->pp_gpipe;
+    row[AGREE_VIRTUAL] = par->pp_virtual;
+    row[AGREE_SEQ_PAR] = par->sequence_parallel;
+    row[AGREE_ZERO] = zero_stage;
+}
+
+/* The knobs whose max (v[k]) and min (-v[AGREE_N + k]) differ, as "tp_size from 1 to 2, ...". */
+static const char *describe_spread(const int32_t *v, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; k < AGREE_N && at < n; k++)
+        if (v[k] != -v[AGREE_N + k] && agree_yes_no(k))
+            at += (size_t)snprintf(buf + at, n - at, "%s%s on some, not on others", at ? ", " : "", AGREE_NAME[k]);
+        else if (v[k] != -v[AGREE_N + k])
+            at += (size_t)snprintf(buf + at, n - at, "%s%s from %d to %d", at ? ", " : "", AGREE_NAME[k],
+                                   -v[AGREE_N + k], v[k]);
+    return buf;
+}
+
+accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const accel__parallelism *par,
+                                      int zero_stage) {
+    if (accel_pg_size(pg) == 1) return mine;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
+    /* one all-reduce (max): each knob and its negation (the min), then the
+     * failing rank (+ 1: 0 is none) with the highest number */
+    int32_t v[2 * AGREE_N + 1] = {0};
+    if (!mine) {
+        agree_row(par, zero_stage, v);
+        for (int k = 0; k < AGREE_N; k++) v[AGREE_N + k] = -v[k];
+    } else {
+        for (int k = 0; k < 2 * AGREE_N; k++) v[k] = INT32_MIN; /* no knobs of its own */
+        v[2 * AGREE_N] = accel_pg_rank(pg) + 1;
+    }
+    accel_status st = accel_pg_all_reduce(pg, v, 2 * AGREE_N + 1, ACCEL_I32, ACCEL_REDUCE_MAX);
+    if (mine) return accel_set_error(mine, "%s", why);
+    if (st) return st;
+    if (v[2 * AGREE_N])
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": rank %d could not lay out the device mesh (its error is "
+                               "reported there), so it fails on every rank", v[2 * AGREE_N] - 1);
+    char spread[512];
+    if (!*describe_spread(v, spread, sizeof spread)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": the ranks disagree on the device mesh: pp %d x dp_replicate "
+                           "%d x dp_shard %d x cp %d x tp %d on rank %d, and over the ranks %s (every rank must be "
+                           "given the same opts.parallelism and the same PARALLELISM_CONFIG_* / MEGATRON_LM_* "
+                           "variables)", par->size[0], par->size[1], par->size[2], par->size[3], par->size[4],
+                           accel_pg_rank(pg), spread);
+}

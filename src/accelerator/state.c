@@ -194,8 +194,10 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
-    if (accel__offload_check_device(acc) || accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par) ||
-        accel__zero_groups(acc, zc.hybrid, &acc->par) || accel__cp_setup(acc))
+    accel_status laid = accel__offload_check_device(acc) ? accel_last_status()
+                                                          : accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par);
+    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
+        accel__cp_setup(acc))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;

@@ -16,6 +16,7 @@
 #include "accel/optim.h"
 #include "accel/parallel.h"
 #include "accelerator_internal.h"
+#include "dist/backend.h"
 #include "nn/tp_internal.h"
 #include "strategy.h"
 
@@ -41,6 +42,7 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     if (TP(acc) == 1) return ACCEL_OK;
     accel_pg *tp = accel_accelerator_tp_group(acc);
     if (!tp) return accel_last_status();
+    accel__tp_adopt(m, tp); /* prepared before by this accelerator, then let go (accel__tp_release) */
     accel_module *foreign = NULL;
     if (find_tp(m, tp, &foreign)) {
         char path[256];
@@ -59,6 +61,16 @@ accel_status accel__tp_prepare(accel_accelerator *acc, accel_module *m) {
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: opts.parallelism.tp_size is %d, but the model (%s) has no "
                            "tensor-parallel plan of its own: parallelize it first with accel_module_parallelize("
                            "model, plan, n, accel_accelerator_tp_group(acc))", FN, TP(acc), m->ops->type_name);
+}
+
+void accel__tp_release(accel_accelerator *acc, accel_module *m) {
+    accel_pg *tp = acc->mesh.group[ACCEL__MESH_TP];
+    /* a subgroup goes with the accelerator; a tp group over every rank is the
+     * job's default group, which outlives it while another holder keeps it */
+    if (TP(acc) > 1 && tp && (tp != acc->pg || accel__dist_last_reference()))
+        accel__tp_orphan(m, tp, "the model is tensor-parallel over the tp group of an accelerator that let it go "
+                         "(accel_accelerator_free, _clear or _unprepare_model): its slices compute only while it "
+                         "is prepared (prepare it again, or save it with accel_accelerator_save_model before)");
 }
 
 /* Whether entry e is a tp slice (a row-parallel bias is whole on every

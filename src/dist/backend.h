@@ -31,6 +31,16 @@
 /* Whether an async call on buf (in place) goes on pg's backend stream:
  * DDP checks that a device bucket it reduces in place does. */
 bool accel__pg_on_stream(accel_pg *pg, const void *buf);
+/* A stand-in for pg once pg is freed while others still hold it (a
+ * tensor-parallel model's modules, after the accelerator that sliced it
+ * went): pg's rank and size, and every call on it fails (ACCEL_ERR_STATE)
+ * with "accel dist: <why>". Freed with accel__pg_tombstone_free (NULL and
+ * groups that are no tombstones: a no-op). */
+accel_pg *accel__pg_tombstone(const accel_pg *pg, const char *why);
+void accel__pg_tombstone_free(accel_pg *tombstone);
+/* Whether the default group has one holder left at most (accel_dist_init's
+ * references): its accel_dist_finalize tears the group down. */
+bool accel__dist_last_reference(void);
 
 typedef struct accel__stream_ops {
     /* Whether an async call on these buffers (send may be NULL; recv is the

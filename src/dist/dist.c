@@ -506,10 +506,30 @@ static size_t written_bytes(const accel_pg *pg, const call *c) {
     }
 }
 
-/* The refusal of a call on a group broken by an earlier failure. */
+/* A tombstone's backend: no operation, so nothing can reach a transport. */
+static const accel__backend TOMBSTONE = {.name = "gone"};
+
+/* The refusal of a call on a group broken by an earlier failure (a
+ * tombstone's: its own message, the group it stands for being gone). */
 static accel_status refuse_broken(const accel_pg *pg) {
+    if (pg->be == &TOMBSTONE) return accel_set_error(pg->broken, "accel dist: %s", pg->broken_msg);
     return accel_set_error(pg->broken, "accel dist: the process group is unusable after an earlier failure: %s",
                            pg->broken_msg);
+}
+
+accel_pg *accel__pg_tombstone(const accel_pg *pg, const char *why) {
+    accel_pg *t = accel_calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->rank = pg->rank, t->size = pg->size, t->local_rank = pg->local_rank, t->local_size = pg->local_size;
+    t->timeout_s = pg->timeout_s;
+    t->be = &TOMBSTONE;
+    t->broken = ACCEL_ERR_STATE;
+    snprintf(t->broken_msg, sizeof t->broken_msg, "%s", why);
+    return t;
+}
+
+void accel__pg_tombstone_free(accel_pg *t) {
+    if (t && t->be == &TOMBSTONE) accel_free(t);
 }
 
 /* Begins call c on this rank: its record (pg->site, pg->op_desc) and, in
@@ -827,6 +847,10 @@ static void drain(accel_pg *pg) {
 
 static accel_work *submit(accel_pg *pg, call *c, const char *fn) {
     if (check_call(pg, c, fn) != ACCEL_OK) return NULL;
+    if (pg->be == &TOMBSTONE) { /* no queue (a thread) for a group that is gone */
+        refuse_broken(pg);
+        return NULL;
+    }
     if (on_stream(pg, c)) return submit_streamed(pg, c, fn);
     accel__work_queue *q = queue_of(pg);
     if (!q) return NULL;
@@ -1204,6 +1228,13 @@ void accel_dist_finalize(void) {
 
 bool accel_dist_is_initialized(void) { return g_default != NULL; }
 
+bool accel__dist_last_reference(void) {
+    pthread_mutex_lock(&g_default_lock);
+    bool last = g_refs <= 1;
+    pthread_mutex_unlock(&g_default_lock);
+    return last;
+}
+
 accel_pg *accel_dist_default_group(void) {
     if (!g_default) accel_set_error(ACCEL_ERR_STATE, "accel_dist_default_group: call accel_dist_init() first");
     return g_default;
@@ -1369,5 +1400,6 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
 }
 
 void accel_pg_free(accel_pg *pg) {
-    if (pg && pg != g_default) destroy_group(pg); /* the default group is accel_dist_finalize's */
+    /* the default group is accel_dist_finalize's, a tombstone its holder's (accel__pg_tombstone_free) */
+    if (pg && pg != g_default && pg->be != &TOMBSTONE) destroy_group(pg);
 }

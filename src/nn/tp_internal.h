@@ -66,6 +66,15 @@ accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y);
  * when m is none. */
 accel_pg *accel__tp_group(const accel_module *m);
 
+/* When pg's owner lets it go (an accelerator freed, or un-preparing the
+ * model, while m's tensor-parallel modules still compute over pg): each
+ * module over pg gets a tombstone of it (dist/backend.h), so a later forward
+ * fails at its first collective with `why` instead of reading the freed
+ * group. accel__tp_adopt gives pg back to the modules whose tombstone stands
+ * for it (a model prepared again by the same accelerator). */
+void accel__tp_orphan(accel_module *m, const accel_pg *pg, const char *why);
+void accel__tp_adopt(accel_module *m, accel_pg *pg);
+
 /* The weight [out, in] the GEMM of tensor-parallel Linear m reads: its
  * slice (column- or row-parallel) or the rows it uses (replicated rows);
  * false when m is not a tensor-parallel Linear (a Conv1D's, an Embedding,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core_internal.h"
+#include "dist/backend.h"
 #include "nn_internal.h"
 #include "ops/embedding.h"
 #include "tp_internal.h"
@@ -28,6 +29,11 @@ typedef struct tp_impl {
     bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
     bool layer_norm;  /* a LayerNorm with bias (Phi's q/k_layernorm; per head only) */
     int64_t first;    /* a norm of its own per head (StableLM's): this rank's first head */
+    /* Once pg was let go by its owner (accel__tp_orphan): pg is this
+     * tombstone, owned here, and origin the group it stands for (compared,
+     * never read: accel__tp_adopt gives it back to a module over it again). */
+    accel_pg *gone;
+    const accel_pg *origin;
 } tp_impl;
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
@@ -300,12 +306,18 @@ static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
     return hn.w ? accel__each_head(x, rank_head_norm, &hn) : NULL;
 }
 
-static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, NULL};
-static const accel_module_ops ROWWISE_OPS = {"RowwiseParallelLinear", rowwise_forward, NULL};
-static const accel_module_ops VOCAB_OPS = {"VocabParallelEmbedding", vocab_forward, NULL};
-static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_forward, NULL};
-static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, NULL};
-static const accel_module_ops NORM_PER_HEAD_OPS = {"TensorParallelLayerNormPerHead", norm_per_head_forward, NULL};
+static void tp_free(accel_module *m) {
+    tp_impl *t = m->impl;
+    if (t) accel__pg_tombstone_free(t->gone);
+    accel_free(t);
+}
+
+static const accel_module_ops COLWISE_OPS = {"ColwiseParallelLinear", colwise_forward, tp_free};
+static const accel_module_ops ROWWISE_OPS = {"RowwiseParallelLinear", rowwise_forward, tp_free};
+static const accel_module_ops VOCAB_OPS = {"VocabParallelEmbedding", vocab_forward, tp_free};
+static const accel_module_ops REPLICA_OPS = {"ReplicatedRowsLinear", colwise_forward, tp_free};
+static const accel_module_ops REPLICA_NORM_OPS = {"TensorParallelRMSNorm", replica_norm_forward, tp_free};
+static const accel_module_ops NORM_PER_HEAD_OPS = {"TensorParallelLayerNormPerHead", norm_per_head_forward, tp_free};
 
 /* A per-head norm of a tensor-parallel StableLmLayerNormPerHead (its
  * norms.h): a plain LayerNorm whose weight the parent sums. */
@@ -498,6 +510,26 @@ accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) { return l
 
 accel_pg *accel__tp_group(const accel_module *m) {
     return m && is_tp(m) ? ((const tp_impl *)m->impl)->pg : NULL;
+}
+
+void accel__tp_orphan(accel_module *m, const accel_pg *pg, const char *why) {
+    tp_impl *t = is_tp(m) ? m->impl : NULL;
+    if (t && !t->gone && t->pg == pg && (t->gone = accel__pg_tombstone(pg, why))) {
+        t->origin = pg;
+        t->pg = t->gone;
+    }
+    for (int i = 0; i < m->n_children; i++) accel__tp_orphan(m->children[i], pg, why);
+}
+
+void accel__tp_adopt(accel_module *m, accel_pg *pg) {
+    tp_impl *t = is_tp(m) ? m->impl : NULL;
+    if (t && t->gone && t->origin == pg) {
+        accel__pg_tombstone_free(t->gone);
+        t->gone = NULL;
+        t->origin = NULL;
+        t->pg = pg;
+    }
+    for (int i = 0; i < m->n_children; i++) accel__tp_adopt(m->children[i], pg);
 }
 
 accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, const accel__tp_parts *rows, int rep,
