@@ -717,7 +717,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W, sdpa);
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
-    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap, sdpa)
                       : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
                                                              sdpa)
                       : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, sdpa, scale, cap,
