@@ -264,13 +264,6 @@ static int body(int rank, int world) {
  * scores (a window that bites, soft-capping) with the numerics of the same
  * layer in one process: torch's SDPA's (Mistral), eager's (Gemma2). */
 
-/* ||a - b|| / ||b|| over n values. */
-static double rel_dist(const float *a, const float *b, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
-    return sqrt(d / (r > 0 ? r : 1));
-}
-
 /* m's logits of ids [B, T] (under cp, pg's: of this rank's chunks, [B, 2c,
  * V]) into *logits (malloc'd), then its loss of ids (*loss) and the
  * gradients of its parameters (returned, *n of them): the forwards under a
@@ -329,8 +322,8 @@ static int bf16_body(int rank, int world) {
     float *got = bf16_step(m, ids, B, T, pg, &logits, &loss, &n);
     if (!got || accel_pg_all_reduce(pg, got, (size_t)n, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return 12;
     float *rows = rank_rows(want_logits, B, T, V, world, rank);
-    double d_logits = rel_dist(logits, rows, B * (T / world) * V), d_loss = fabs(loss - want_loss),
-           d_grads = rel_dist(got, want, n);
+    double d_logits = check_rel_dist(logits, rows, B * (T / world) * V), d_loss = fabs(loss - want_loss),
+           d_grads = check_rel_dist(got, want, n);
     int bad = !(d_logits <= g_bound_logits) || !(d_loss <= g_bound_loss) || !(d_grads <= g_bound_grads);
     if (bad)
         fprintf(stderr, "rank %d of %d, %s %s, bf16 autocast: under cp the logits are %.3g from one process's "
