@@ -635,7 +635,8 @@ static accel_rng *hidden_dropout_rng(const accel_llama_config *c) {
  * than as transformers' eager attention (scores rounded to bf16/f16, such a
  * query the mean of the values): transformers builds every family with its
  * default attention, "sdpa", except Gemma 2, the soft-capping one, which it
- * builds "eager" (soft-capping is eager's alone). */
+ * builds "eager" (soft-capping is eager's alone). Under cp too: the sharded
+ * attention takes the same choice (accel__decoder_cp_attention). */
 static bool sdpa_numerics(const accel__arch *a) { return !a->score_softcap; }
 
 /* Whether attention module attn of li takes the explicit scores
