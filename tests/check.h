@@ -66,6 +66,15 @@ static int check_count_ = 0;
         fprintf(stderr, "%s %s\n", check_failures_ == before_ ? "ok  " : "FAIL", #fn); \
     } while (0)
 
+/* ||a - b|| / ||b|| (2-norms) over n values: how far a is from b as a
+ * whole, where a few ulps' flips here and there weigh little and a rounding
+ * that moves every value weighs its size. */
+static inline double check_rel_dist(const float *a, const float *b, long long n) {
+    double d = 0, r = 0;
+    for (long long i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
 static inline int check_summary(void) {
     fprintf(stderr, "%d checks, %d failed\n", check_count_, check_failures_);
     return check_failures_ ? 1 : 0;

@@ -13,7 +13,11 @@
  * last one short), and the memory it keeps: under the [T, T] square. The
  * decoders' sliding windows and soft-capping (accel__cp_attention) over
  * several query blocks, both strategies, against the unsharded explicit
- * scores (f32 within 1e-5, bf16 within 1e-2); the all-to-all band keeps
+ * scores (f32 within 1e-5, bf16 within 1e-2, with torch's SDPA numerics
+ * and with eager's on both sides), and in f32 the same bit for bit with
+ * either numerics; f32 q, k, v under a bf16 autocast (rounded to bf16
+ * first, as the unsharded attention takes them) within 5e-4 of its output
+ * in 2-norm, with either numerics; the all-to-all band keeps
  * about the window's columns per row, and with soft-capping alone the same
  * as without. The same sums under the reference kernels, whose forward
  * writes each block's rows of the output at the output's strides. */
@@ -74,13 +78,21 @@ static int64_t worst_at(const float *a, const float *b, int64_t n, double tol) {
     return -1;
 }
 
-/* The decoders' sliding window of W keys and soft-capping at cap (0: none). */
+/* The decoders' sliding window of W keys and soft-capping at cap (0: none),
+ * and the numerics of their explicit scores under bf16 (upcast: torch's
+ * SDPA's, else transformers' eager attention's), on both sides; the
+ * forwards under the autocast of dtype autocast (ACCEL_F32: none), their
+ * outputs then also within 2-norm distance norm_tol (relative) of the
+ * reference's. */
 typedef struct case_mask {
     int64_t W;
     double cap;
+    bool upcast;
+    accel_dtype autocast;
+    double norm_tol;
 } case_mask;
 
-static const case_mask NO_MASK = {0, 0.0};
+static const case_mask NO_MASK = {.upcast = true};
 
 /* One case in dtype dt (q, k, v and the output gradient rounded to it, on
  * both sides), compared within tol; returns the number of failed
@@ -96,8 +108,10 @@ static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double
                  *gy = as_dtype(gc_randn(4, ACCEL_SHAPE(B, H, T, D)), dt);
     /* the unsharded reference, on every rank */
     bool masked = m.W || m.cap > 0;
-    accel_tensor *y = masked ? accel__masked_attention(q, k, v, 0, m.W, NULL, false, 0.0, m.cap, 0.0, NULL, false) : accel_sdpa(q, k, v, true, 0.0);
-    accel_backward_with(y, gy);
+    accel_dtype prev = accel_autocast_begin(m.autocast);
+    accel_tensor *y = masked ? accel__masked_attention(q, k, v, 0, m.W, NULL, false, 0.0, m.cap, 0.0, NULL, m.upcast) : accel_sdpa(q, k, v, true, 0.0);
+    accel_autocast_end(prev);
+    accel_backward_with(y, accel_to_dtype(gy, y->dtype));
     float *ref[4] = {host(y), host(q->grad), host(k->grad), host(v->grad)};
     float *full_in[4] = {host(q), host(k), host(v), host(gy)};
     accel_step_reset();
@@ -106,9 +120,11 @@ static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double
     for (int i = 0; i < 4; i++) loc[i] = shard_rows(full_in[i], B, hin[i], T, D);
     accel_tensor *ql = leaf_as(dt, loc[0], B, H, T2, D), *kl = leaf_as(dt, loc[1], B, Hkv, T2, D),
                  *vl = leaf_as(dt, loc[2], B, Hkv, T2, D);
-    accel_tensor *gyl = accel_to_dtype(accel_from_floats(ACCEL_SHAPE(B, H, T2, D), loc[3]), dt);
-    accel_tensor *yl = masked ? accel__cp_attention(pg, ql, kl, vl, s, 0.0, m.W, m.cap)
+    prev = accel_autocast_begin(m.autocast);
+    accel_tensor *yl = masked ? accel__cp_attention(pg, ql, kl, vl, s, 0.0, m.W, m.cap, m.upcast)
                               : accel_cp_attention(pg, ql, kl, vl, s, 0.0);
+    accel_autocast_end(prev);
+    accel_tensor *gyl = yl ? accel_to_dtype(accel_from_floats(ACCEL_SHAPE(B, H, T2, D), loc[3]), yl->dtype) : NULL;
     int bad = 0;
     if (!yl || accel_backward_with(yl, gyl) != ACCEL_OK) {
         fprintf(stderr, "rank %d %s H=%lld Hkv=%lld: %s\n", R, name, (long long)H, (long long)Hkv, accel_last_error());
@@ -118,11 +134,18 @@ static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double
         const char *what[4] = {"output", "dq", "dk", "dv"};
         for (int i = 0; i < 4; i++) {
             float *want = shard_rows(ref[i], B, hs[i], T, D), *g = host(got[i]);
-            int64_t at = worst_at(g, want, B * hs[i] * T2 * D, tol);
+            int64_t n = B * hs[i] * T2 * D, at = worst_at(g, want, n, tol);
             if (at >= 0) {
                 fprintf(stderr, "rank %d of %d, %s %s H=%lld Hkv=%lld T=%lld W=%lld cap=%g: %s[%lld] = %.8g, "
                         "unsharded %.8g\n", R, N, name, accel_dtype_name(dt), (long long)H, (long long)Hkv,
                         (long long)T, (long long)m.W, m.cap, what[i], (long long)at, g[at], want[at]);
+                bad++;
+            }
+            double dist = i == 0 && m.norm_tol > 0 ? check_rel_dist(g, want, n) : 0.0;
+            if (!(dist <= m.norm_tol)) {
+                fprintf(stderr, "rank %d of %d, %s under a %s autocast W=%lld cap=%g: the output is %.3g from the "
+                        "unsharded one (2-norm, relative; bound %.3g)\n", R, N, name, accel_dtype_name(m.autocast),
+                        (long long)m.W, m.cap, dist, m.norm_tol);
                 bad++;
             }
             free(want);
@@ -142,6 +165,41 @@ static int one_case_as(accel_pg *pg, accel_cp_strategy s, accel_dtype dt, double
 
 static int one_case(accel_pg *pg, accel_cp_strategy s, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D) {
     return one_case_as(pg, s, ACCEL_F32, 1e-5, B, H, Hkv, T, D, NO_MASK);
+}
+
+/* The output and gradients (y, dq, dk, dv, each malloc'd) of the decoders'
+ * cp attention with m on this rank's chunks q, k, v [1, 4, 2c, 8] of
+ * seeds 21.., f32, under the output gradient of seed 24. 0 on success. */
+static int cp_attention_f32(accel_pg *pg, accel_cp_strategy s, case_mask m, int64_t T2, float *out[4]) {
+    accel_tensor *x[4];
+    for (int i = 0; i < 4; i++) x[i] = gc_randn(21 + (uint64_t)i, ACCEL_SHAPE(1, 4, T2, 8));
+    accel_tensor *y = accel__cp_attention(pg, x[0], x[1], x[2], s, 0.0, m.W, m.cap, m.upcast);
+    int bad = !y || accel_backward_with(y, x[3]) != ACCEL_OK;
+    if (!bad) {
+        const accel_tensor *got[4] = {y, x[0]->grad, x[1]->grad, x[2]->grad};
+        for (int i = 0; i < 4; i++) out[i] = host(got[i]);
+    }
+    for (int i = 0; i < 4; i++) accel_tensor_free(x[i]);
+    accel_step_reset();
+    return bad;
+}
+
+/* In f32 the explicit scores' numerics (upcast) change nothing: the cp
+ * attention with a window and soft-capping is the same bit for bit either
+ * way, output and gradients, over several query blocks (T = 256). */
+static int f32_either_numerics(accel_pg *pg, accel_cp_strategy s) {
+    int64_t T2 = 256 / N, n = 4 * T2 * 8;
+    float *a[4] = {0}, *b[4] = {0};
+    int bad = cp_attention_f32(pg, s, (case_mask){.W = 40, .cap = 5.0, .upcast = true}, T2, a) +
+              cp_attention_f32(pg, s, (case_mask){.W = 40, .cap = 5.0, .upcast = false}, T2, b);
+    for (int i = 0; !bad && i < 4; i++)
+        if (memcmp(a[i], b[i], (size_t)n * sizeof(float))) {
+            fprintf(stderr, "rank %d of %d, %s f32: output or gradient %d differs with upcast and without\n", R, N,
+                    s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall", i);
+            bad++;
+        }
+    for (int i = 0; i < 4; i++) free(a[i]), free(b[i]);
+    return bad;
 }
 
 /* A target out of range on the last rank only: accel_cp_cross_entropy fails
@@ -235,7 +293,7 @@ static int band_memory_of(accel_pg *pg, case_mask m, double limit) {
     for (int i = 0; i < 3; i++) x[i] = gc_randn(11 + (uint64_t)i, ACCEL_SHAPE(B, H, T2, D)); /* requires grad */
     accel_arena *a = accel_step_arena();
     size_t before = accel_arena_used(a);
-    accel_tensor *y = accel__cp_attention(pg, x[0], x[1], x[2], ACCEL_CP_ALLTOALL, 0.0, m.W, m.cap);
+    accel_tensor *y = accel__cp_attention(pg, x[0], x[1], x[2], ACCEL_CP_ALLTOALL, 0.0, m.W, m.cap, m.upcast);
     double grown = (double)(accel_arena_used(a) - before), square = (double)(B * h * T * T) * sizeof(float);
     int bad = 0;
     if (!y || !(grown < limit * square)) {
@@ -254,8 +312,8 @@ static int band_memory_of(accel_pg *pg, case_mask m, double limit) {
  * the output, 1/32 of it at D = 8: 0.16 measured), where the explicit scores over the square kept it
  * several times over. */
 static int band_memory(accel_pg *pg) {
-    return band_memory_of(pg, NO_MASK, 0.6) + band_memory_of(pg, (case_mask){0, 5.0}, 0.6) +
-           band_memory_of(pg, (case_mask){64, 5.0}, 0.2);
+    return band_memory_of(pg, NO_MASK, 0.6) + band_memory_of(pg, (case_mask){.W = 0, .cap = 5.0, .upcast = false}, 0.6) +
+           band_memory_of(pg, (case_mask){.W = 64, .cap = 5.0, .upcast = false}, 0.2);
 }
 
 static int body(int rank, int world) {
@@ -277,10 +335,18 @@ static int body(int rank, int world) {
          * (alltoall: each block's band starts at its first row's window), one longer than it with
          * soft-capping, soft-capping alone (GQA) */
         accel_cp_strategy st = (accel_cp_strategy)s;
-        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 4, 2, 256, 8, (case_mask){40, 0.0});
-        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 4, 4, 200, 8, (case_mask){70, 5.0});
-        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 8, 2, 136, 8, (case_mask){0, 3.0});
-        bad += one_case_as(pg, st, ACCEL_BF16, 1e-2, 1, 8, 4, 256, 16, (case_mask){40, 5.0});
+        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 4, 2, 256, 8, (case_mask){.W = 40, .cap = 0.0, .upcast = true});
+        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 4, 4, 200, 8, (case_mask){.W = 70, .cap = 5.0, .upcast = false});
+        bad += one_case_as(pg, st, ACCEL_F32, 1e-5, 1, 8, 2, 136, 8, (case_mask){.W = 0, .cap = 3.0, .upcast = false});
+        bad += one_case_as(pg, st, ACCEL_BF16, 1e-2, 1, 8, 4, 256, 16, (case_mask){.W = 40, .cap = 5.0, .upcast = false});
+        bad += one_case_as(pg, st, ACCEL_BF16, 1e-2, 1, 8, 4, 256, 16, (case_mask){.W = 40, .cap = 0.0, .upcast = true});
+        bad += f32_either_numerics(pg, st);
+        /* f32 q, k, v under a bf16 autocast, rounded to bf16 first as the unsharded attention takes them: the
+         * outputs within 5e-4 in 2-norm (measured: 0 and 2e-7; unrounded inputs under SDPA's numerics, 3e-3) */
+        case_mask sdpa = {.W = 40, .upcast = true, .autocast = ACCEL_BF16, .norm_tol = 5e-4}, eager = sdpa;
+        eager.cap = 5.0, eager.upcast = false;
+        bad += one_case_as(pg, st, ACCEL_F32, 1e-2, 1, 8, 4, 256, 16, sdpa);
+        bad += one_case_as(pg, st, ACCEL_F32, 1e-2, 1, 8, 4, 256, 16, eager);
     }
     /* the reference kernels (accel_set_reference_kernels, on both sides): each block of queries writes its
      * rows of the whole output in place, at the output's strides */

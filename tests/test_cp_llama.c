@@ -13,7 +13,12 @@
  * Starcoder2 (a window of 4, biases, LayerNorms), all tied; for each, the
  * estimate (accel_llama_activation_bytes, .cp_size) counts the step or,
  * with a window or soft-capping, says it does not model it (never a
- * refusal of what the runtime runs). The group is the model's:
+ * refusal of what the runtime runs). Under a bf16 autocast (weights of std
+ * 0.5, scores a few units large), each strategy at 2 ranks: Mistral's
+ * window (torch's SDPA numerics) and Gemma2's window and soft-capping
+ * (eager's) compute their logits, loss and summed gradients as the
+ * one-process model within bounds that the other numerics exceed (bounds
+ * at run_bf16's tests). The group is the model's:
  * a second model on the same thread runs unsharded meanwhile. Also the
  * refusals: a KV cache (until cp is undone), a sequence that is not a
  * multiple of 2*cp, named by accel_llama_loss with both numbers, and at
@@ -255,18 +260,120 @@ static int body(int rank, int world) {
     return bad ? 20 : 0;
 }
 
-static void run_family(int world, accel_cp_strategy s, const char *family) {
+/* ---- under a bf16 autocast: the model under cp computes its explicit
+ * scores (a window that bites, soft-capping) with the numerics of the same
+ * layer in one process: torch's SDPA's (Mistral), eager's (Gemma2). */
+
+/* m's logits of ids [B, T] (under cp, pg's: of this rank's chunks, [B, 2c,
+ * V]) into *logits (malloc'd), then its loss of ids (*loss) and the
+ * gradients of its parameters (returned, *n of them): the forwards under a
+ * bf16 autocast, the backward outside it (as torch's). NULL on a failure. */
+static float *bf16_step(accel_module *m, int64_t *ids, int64_t B, int64_t T, accel_pg *pg, float **logits,
+                        double *loss, int64_t *n) {
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *x = accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids);
+    accel_tensor *y = accel_llama_forward(m, pg ? accel_cp_shard(x, accel_pg_size(pg), accel_pg_rank(pg)) : x, NULL);
+    *logits = y ? malloc((size_t)accel_numel(y) * sizeof **logits) : NULL;
+    if (*logits) accel_to_floats(y, *logits);
+    accel_step_reset();
+    accel_tensor *l = *logits ? accel_llama_loss(m, accel_from_data(ACCEL_I64, ACCEL_SHAPE(B, T), ids)) : NULL;
+    accel_autocast_end(prev);
+    *loss = l ? accel_item(l) : NAN;
+    float *g = l && accel_backward(l) == ACCEL_OK ? grads(m, n) : NULL;
+    if (!g) fprintf(stderr, "%s under a bf16 autocast: %s\n", g_family, accel_last_error());
+    accel_step_reset();
+    return g;
+}
+
+/* The rows of the whole sequence's logits [B, T, V] this rank of world
+ * holds (accel_cp_shard's chunks): [B, 2c, V]. */
+static float *rank_rows(const float *full, int64_t B, int64_t T, int64_t V, int world, int rank) {
+    int64_t c = T / (2 * world);
+    float *o = malloc((size_t)(B * 2 * c * V) * sizeof *o);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < 2 * c; t++)
+            memcpy(o + (b * 2 * c + t) * V, full + (b * T + accel_cp_position(t, c, world, rank)) * V,
+                   (size_t)V * sizeof *o);
+    return o;
+}
+
+/* The bounds of the cp model's distance from the one-process one under
+ * the bf16 autocast (bf16_body's figures), set by run_bf16. */
+static double g_bound_logits, g_bound_loss, g_bound_grads;
+
+/* tiny()'s model with weights of std 0.5 (scores a few units large, where
+ * eager's rounding of them moves the output: at 0.02 they are too small to
+ * round), T = 8 cp positions: its logits, loss and gradients summed over
+ * the ranks under cp against the one-process model's, each strategy,
+ * within the bounds. */
+static int bf16_body(int rank, int world) {
+    if (accel_dist_init() != ACCEL_OK) return 10;
+    accel_pg *pg = accel_dist_default_group();
+    accel_llama_config c = tiny();
+    c.initializer_range = 0.5;
+    accel_manual_seed(7);
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    int64_t B = 2, T = 8 * world, V = c.vocab_size, n, ids[2 * 32];
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (i * 11 + 3) % V;
+    float *want_logits = NULL, *logits = NULL;
+    double want_loss, loss;
+    float *want = m ? bf16_step(m, ids, B, T, NULL, &want_logits, &want_loss, &n) : NULL;
+    if (!want || accel_llama_context_parallelize(m, pg, g_strategy) != ACCEL_OK) return 11;
+    float *got = bf16_step(m, ids, B, T, pg, &logits, &loss, &n);
+    if (!got || accel_pg_all_reduce(pg, got, (size_t)n, ACCEL_F32, ACCEL_REDUCE_SUM) != ACCEL_OK) return 12;
+    float *rows = rank_rows(want_logits, B, T, V, world, rank);
+    double d_logits = check_rel_dist(logits, rows, B * (T / world) * V), d_loss = fabs(loss - want_loss),
+           d_grads = check_rel_dist(got, want, n);
+    int bad = !(d_logits <= g_bound_logits) || !(d_loss <= g_bound_loss) || !(d_grads <= g_bound_grads);
+    if (bad)
+        fprintf(stderr, "rank %d of %d, %s %s, bf16 autocast: under cp the logits are %.3g from one process's "
+                "(2-norm, relative; bound %.3g), the loss %.3g (%.9g, %.9g; bound %.3g), the summed gradients %.3g "
+                "(bound %.3g)\n", rank, world, g_family, g_strategy == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall",
+                d_logits, g_bound_logits, d_loss, loss, want_loss, g_bound_loss, d_grads, g_bound_grads);
+    free(rows);
+    free(want_logits);
+    free(logits);
+    free(want);
+    free(got);
+    accel_module_free(m);
+    accel_step_reset();
+    accel_dist_finalize();
+    accel_thread_cleanup();
+    return bad ? 20 : 0;
+}
+
+static void run_body(int world, accel_cp_strategy s, const char *family, int (*fn)(int, int)) {
     g_strategy = s;
     g_family = family;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 120};
     int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
+    dist_group_run(&g, fn, st);
     for (int r = 0; r < world; r++)
         CHECK_MSG(dist_exited_ok(st[r]), "%s, %d ranks, %s: rank %d status %#x", family, world,
                   s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall", r, st[r]);
 }
 
+static void run_family(int world, accel_cp_strategy s, const char *family) { run_body(world, s, family, body); }
+
 static void run(int world, accel_cp_strategy s) { run_family(world, s, "llama"); }
+
+/* bf16_body for family, each strategy at 2 ranks, within the bounds. */
+static void run_bf16(const char *family, double logits, double loss, double grads) {
+    g_bound_logits = logits, g_bound_loss = loss, g_bound_grads = grads;
+    run_body(2, ACCEL_CP_ALLGATHER, family, bf16_body);
+    run_body(2, ACCEL_CP_ALLTOALL, family, bf16_body);
+}
+/* The bounds: logits 1e-3 (a quarter of a bf16 ulp, 2^-8, in 2-norm; the
+ * two forwards compute each row with the same ops: 0 measured), the loss
+ * 2e-4 (5e-7), the summed gradients 1e-2 (a few bf16 ulps: a rank's partial
+ * dK, dV rounded to bf16 before they are summed, and for Gemma2 under
+ * all-to-all its f32 backward where one process rounds each op to bf16:
+ * 3e-3 and 4e-3 measured). The other numerics (eager's scores for
+ * Mistral under all-gather, f32 scores for Gemma2 under all-to-all, as cp
+ * computed them before) measured logits 9e-3 and 6e-3, the loss 2e-3 and
+ * 1e-3, the gradients 3e-2 and 2.5e-2. */
+static void test_mistral_window_bf16(void) { run_bf16("mistral", 1e-3, 2e-4, 1e-2); }
+static void test_gemma2_eager_bf16(void) { run_bf16("gemma2", 1e-3, 2e-4, 1e-2); }
 
 static void test_two_allgather(void) { run(2, ACCEL_CP_ALLGATHER); }
 static void test_two_alltoall(void) { run(2, ACCEL_CP_ALLTOALL); }
@@ -309,6 +416,8 @@ int main(void) {
     RUN(test_four_alltoall);
     RUN(test_mistral_window);
     RUN(test_gemma2_window_softcap);
+    RUN(test_mistral_window_bf16);
+    RUN(test_gemma2_eager_bf16);
     RUN(test_gemma3_layer_types);
     RUN(test_phi);
     RUN(test_gpt_neox);

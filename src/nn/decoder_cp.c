@@ -99,8 +99,8 @@ int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T) 
 }
 
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
-                                          accel_tensor *v, double scale, int64_t W, double cap) {
-    return accel__cp_attention(cp->pg, q, k, v, cp->strategy, scale, W, cap);
+                                          accel_tensor *v, double scale, int64_t W, double cap, bool upcast) {
+    return accel__cp_attention(cp->pg, q, k, v, cp->strategy, scale, W, cap, upcast);
 }
 
 accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *g, accel_tensor *ids) {

@@ -83,9 +83,11 @@ accel_status accel__decoder_cp_check(const accel_llama_config *c, bool training,
 int64_t accel__decoder_cp_seq_len(const accel__decoder_cp *cp, int64_t local_T);
 /* accel_cp_attention over cp's group with its strategy, with a sliding
  * window of W keys (0: none) and soft-capping at cap (0: none) applied on
- * the global positions. */
+ * the global positions, their explicit scores under bf16/f16 with the
+ * numerics upcast names (accel__cp_attention: the family's, as its
+ * one-process attention takes them). */
 accel_tensor *accel__decoder_cp_attention(const accel__decoder_cp *cp, accel_tensor *q, accel_tensor *k,
-                                          accel_tensor *v, double scale, int64_t W, double cap);
+                                          accel_tensor *v, double scale, int64_t W, double cap, bool upcast);
 /* accel_llama_loss of the whole batch ids [B, T] on a model under cp: the
  * forward of this rank's chunks of ids, then accel__causal_lm_loss. */
 accel_tensor *accel__decoder_cp_loss(accel_module *llama, const accel__decoder_cp *cp, accel_tensor *ids);

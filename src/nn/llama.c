@@ -635,7 +635,8 @@ static accel_rng *hidden_dropout_rng(const accel_llama_config *c) {
  * than as transformers' eager attention (scores rounded to bf16/f16, such a
  * query the mean of the values): transformers builds every family with its
  * default attention, "sdpa", except Gemma 2, the soft-capping one, which it
- * builds "eager" (soft-capping is eager's alone). */
+ * builds "eager" (soft-capping is eager's alone). Under cp too: the sharded
+ * attention takes the same choice (accel__decoder_cp_attention). */
 static bool sdpa_numerics(const accel__arch *a) { return !a->score_softcap; }
 
 /* Whether attention module attn of li takes the explicit scores
@@ -717,7 +718,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W, sdpa);
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
-    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap)
+    accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap, sdpa)
                       : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
                                                              sdpa)
                       : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, sdpa, scale, cap,

@@ -15,11 +15,13 @@
  *              blocks of queries over the band of keys each sees (one op:
  *              by the sdpa kernels, which keep each query row's
  *              log-sum-exp, or with a sliding window or soft-capping by
- *              explicit f32 scores, which keep the probabilities of the
- *              band); the output goes back the reverse way. Each crossing
- *              is one op.
+ *              explicit scores, which keep the probabilities of the band);
+ *              the output goes back the reverse way. Each crossing is one
+ *              op.
  *
- * Windows and soft-capping apply at the global positions. Scratch memory
+ * Windows and soft-capping apply at the global positions, their explicit
+ * scores under bf16/f16 with the numerics the caller names (cp_mask's
+ * upcast), as the one-process decoder computes them. Scratch memory
  * (the rank-ordered blocks, the key prefixes) is step-arena memory given
  * back before each op returns. Tensor memory is read and written through
  * the device layer (views and accel_copy_, the sdpa kernels); the process
@@ -31,11 +33,15 @@
 #include "nn_internal.h"
 
 /* What each query chunk's attention applies: the scale (<= 0: 1/sqrt(D)), a
- * sliding window of W keys (0: none), soft-capping at cap (0: none). */
+ * sliding window of W keys (0: none), soft-capping at cap (0: none), and
+ * the explicit scores' numerics under bf16/f16 (upcast: torch's SDPA's,
+ * else transformers' eager attention's; accel__scores_attention): the
+ * decoder's choice for its family, as its one-process path takes it. */
 typedef struct cp_mask {
     double scale;
     int64_t W;
     double cap;
+    bool upcast;
 } cp_mask;
 
 /* ---- the sequence's chunks between rank-ordered blocks [cp, B, h, 2c, D]
@@ -412,12 +418,14 @@ static accel_tensor *allgather_sdpa(accel_pg *pg, accel_tensor *q, accel_tensor 
  * kernels' dtype given back before the next block: the backward kernel
  * takes dense k, v; the backward copies each block's dK, dV band out of the
  * whole gradient for the kernel to add into, and back). With them (which
- * the kernels lack) a block computes explicit f32 scores over its band with
- * the window's mask, soft-capped, and keeps its probabilities [B, h, rows,
- * band] (f32): of the [T, T] square per head only the band left of the
- * diagonal, about rows + W columns per row with a window; its backward
- * recomputes the scores where the soft-cap's derivative needs them, rather
- * than keeping them. */
+ * the kernels lack) a block computes explicit scores over its band with
+ * the window's mask, soft-capped (explicit_dtype: f32 from q, k, v rounded
+ * to the kernels' dtype, as torch's SDPA, or eager's rounding), and keeps
+ * its probabilities [B, h, rows, band] (f32): of the [T, T] square per head
+ * only the band left of the diagonal, about rows + W columns per row with a
+ * window; its backward, in f32 from those probabilities and the rounded q,
+ * k, v, recomputes the scores where the soft-cap's derivative needs them,
+ * rather than keeping them. */
 
 /* Query rows per block: multiples of the kernel's 64-query blocks, at most
  * BLOCKS blocks. More blocks would keep a little less of the explicit
@@ -445,12 +453,27 @@ static bool explicit_band(const band_ctx *x) { return x->m.W || x->m.cap > 0; }
 /* Keys k0 .. k0 + n - 1 of x [B, h, T, D]: a contiguous copy in dtype dt. */
 static accel_tensor *key_band(accel_tensor *x, int64_t k0, int64_t n, accel_dtype dt) { return rows_copy(x, k0, n, dt); }
 
-/* Block b's query (or output gradient) rows of x [B, H, T, D] as f32 [B,
- * hkv, G rows, D]: the G query heads of a kv head together, as the explicit
- * scores take them (accel__masked_attention). */
-static accel_tensor *grouped_rows(const band_ctx *x, int64_t b, accel_tensor *t, int64_t hkv) {
+/* The dtype an explicit block's forward computes in: f32 where its
+ * numerics are torch's SDPA's (or the kernels' dtype is f32), else the
+ * kernels' dtype (transformers' eager attention: the scores, their
+ * soft-capping, the probabilities and P V rounded to it). Its backward
+ * computes in f32 either way. */
+static accel_dtype explicit_dtype(const band_ctx *x) { return accel__scores_dtype_of(x->dt, x->m.upcast); }
+
+/* Rows [r0, r0 + n) of t [B, h, T, D] rounded to the kernels' dtype (as
+ * torch's autocast hands q, k, v to the attention; already so when t is of
+ * it) and made dt: a contiguous copy. */
+static accel_tensor *rounded_rows(const band_ctx *x, accel_tensor *t, int64_t r0, int64_t n, accel_dtype dt) {
+    accel_tensor *r = rows_copy(t, r0, n, t->dtype == x->dt ? dt : x->dt);
+    return r && r->dtype != dt ? accel_to_dtype(r, dt) : r;
+}
+
+/* Block b's query (or output gradient) rows of x [B, H, T, D] as dt [B,
+ * hkv, G rows, D] (rounded_rows): the G query heads of a kv head together,
+ * as the explicit scores take them (accel__masked_attention). */
+static accel_tensor *grouped_rows(const band_ctx *x, int64_t b, accel_tensor *t, int64_t hkv, accel_dtype dt) {
     const accel_k_sdpa_dims *d = &x->dims[b];
-    accel_tensor *r = rows_copy(t, b * x->rows, d->Tq, ACCEL_F32);
+    accel_tensor *r = rounded_rows(x, t, b * x->rows, d->Tq, dt);
     return r ? accel_reshape(r, 4, (int64_t[]){d->B, hkv, d->H / hkv * d->Tq, t->shape[3]}) : NULL;
 }
 
@@ -467,14 +490,17 @@ static accel_tensor *grouped_p(const band_ctx *x, int64_t b, int64_t hkv) {
     return accel_reshape(x->p[b], 4, (int64_t[]){d->B, hkv, d->H / hkv * d->Tq, d->Tk});
 }
 
-/* An explicit block: its probabilities into x->p[b], its output rows into out. */
+/* An explicit block, in explicit_dtype: its probabilities into x->p[b],
+ * its output rows into out. */
 static accel_status explicit_forward(const band_ctx *x, int64_t b, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                      accel_tensor *out) {
     const accel_k_sdpa_dims *d = &x->dims[b];
     int64_t r0 = b * x->rows, hkv = d->Hkv;
-    accel_tensor *qg = grouped_rows(x, b, q, hkv), *kb = qg ? key_band(k, x->k0[b], d->Tk, ACCEL_F32) : NULL;
-    accel_tensor *vb = kb ? key_band(v, x->k0[b], d->Tk, ACCEL_F32) : NULL;
+    accel_dtype dt = explicit_dtype(x);
+    accel_tensor *qg = grouped_rows(x, b, q, hkv, dt), *kb = qg ? rounded_rows(x, k, x->k0[b], d->Tk, dt) : NULL;
+    accel_tensor *vb = kb ? rounded_rows(x, v, x->k0[b], d->Tk, dt) : NULL;
     accel_tensor *mask = vb ? accel__window_mask(d->H / hkv * d->Tq, d->Tq, d->Tk, r0, x->k0[b], x->m.W) : NULL;
+    if (mask && dt != ACCEL_F32) mask = accel_to_dtype(mask, dt);
     accel_tensor *p = mask ? accel_softmax(accel_add(band_scores(x, b, qg, kb), mask), 3) : NULL;
     accel_tensor *pv = p ? grouped_p(x, b, hkv) : NULL;
     if (!pv || accel_copy_(pv, p) != ACCEL_OK) return accel_last_status();
@@ -490,9 +516,9 @@ static accel_status explicit_backward(const band_ctx *x, int64_t b, accel_tensor
                                       accel_tensor *v, accel_tensor *dq, accel_tensor *dk, accel_tensor *dv) {
     const accel_k_sdpa_dims *d = &x->dims[b];
     int64_t r0 = b * x->rows, hkv = d->Hkv, k0 = x->k0[b];
-    accel_tensor *gg = grouped_rows(x, b, g, hkv), *qg = gg ? grouped_rows(x, b, q, hkv) : NULL;
-    accel_tensor *kb = qg ? key_band(k, k0, d->Tk, ACCEL_F32) : NULL;
-    accel_tensor *vb = kb ? key_band(v, k0, d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *gg = grouped_rows(x, b, g, hkv, ACCEL_F32), *qg = gg ? grouped_rows(x, b, q, hkv, ACCEL_F32) : NULL;
+    accel_tensor *kb = qg ? rounded_rows(x, k, k0, d->Tk, ACCEL_F32) : NULL;
+    accel_tensor *vb = kb ? rounded_rows(x, v, k0, d->Tk, ACCEL_F32) : NULL;
     accel_tensor *p = vb ? grouped_p(x, b, hkv) : NULL;
     accel_status st = p ? add_into(rows(dv, k0, d->Tk), accel_matmul(accel_transpose(p, 2, 3), gg))
                         : accel_last_status();
@@ -596,7 +622,7 @@ static accel_tensor *band_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v
  * applies. */
 static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos, const cp_mask *m) {
     return m->W || m->cap > 0
-               ? accel__masked_attention(q, k, v, pos, m->W, NULL, false, m->scale, m->cap, 0.0, NULL, false)
+               ? accel__masked_attention(q, k, v, pos, m->W, NULL, false, m->scale, m->cap, 0.0, NULL, m->upcast)
                : accel_sdpa(q, k, v, true, m->scale);
 }
 
@@ -641,11 +667,11 @@ static accel_tensor *alltoall_attention(accel_pg *pg, accel_tensor *q, accel_ten
 
 accel_tensor *accel_cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                  accel_cp_strategy strategy, double scale) {
-    return accel__cp_attention(pg, q, k, v, strategy, scale, 0, 0.0);
+    return accel__cp_attention(pg, q, k, v, strategy, scale, 0, 0.0, true);
 }
 
 accel_tensor *accel__cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
-                                  accel_cp_strategy strategy, double scale, int64_t W, double cap) {
+                                  accel_cp_strategy strategy, double scale, int64_t W, double cap, bool upcast) {
     static const char *OP = "accel_cp_attention";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -685,7 +711,7 @@ accel_tensor *accel__cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: window %lld and soft-cap %g must be >= 0", OP, (long long)W, cap);
         return NULL;
     }
-    const cp_mask m = {scale, W, cap};
+    const cp_mask m = {scale, W, cap, upcast};
     if (strategy == ACCEL_CP_ALLGATHER) return allgather_attention(pg, q, k, v, &m, cp, rank, T2 / 2);
     if (strategy != ACCEL_CP_ALLTOALL) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: unknown strategy %d", OP, (int)strategy);

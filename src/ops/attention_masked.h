@@ -95,8 +95,10 @@ accel_tensor *accel__window_mask(int64_t rows, int64_t T, int64_t S, int64_t pos
 
 /* accel_cp_attention with a sliding window of W keys (0: none) and
  * soft-capping at cap (0: none), both on the global positions of the
- * chunks: the decoders' attention under cp (src/nn/decoder_cp.c). */
+ * chunks, their explicit scores under bf16/f16 with upcast's numerics (as
+ * accel__masked_attention's): the decoders' attention under cp
+ * (src/nn/decoder_cp.c). */
 accel_tensor *accel__cp_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
-                                  accel_cp_strategy strategy, double scale, int64_t W, double cap);
+                                  accel_cp_strategy strategy, double scale, int64_t W, double cap, bool upcast);
 
 #endif
