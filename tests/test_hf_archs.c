@@ -311,7 +311,7 @@ static void test_gpt2_refusals(void) {
     CHECK(accel_llama_forward(m, ids, kc) != NULL); /* positions 0..19 */
     ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(1, 5));
     CHECK(accel_llama_forward(m, ids, kc) == NULL); /* 20..24: 24 is past */
-    CHECK_STR_CONTAINS(accel_last_error(), "positions 20..24 are past n_positions (24)");
+    CHECK_STR_CONTAINS(accel_last_error(), "positions 20..24 run past n_positions (24)");
     /* 4 + 21 tokens fit (the last is never fed back); one more needs position 24 */
     int64_t prompt[4] = {1, 2, 3, 4}, out[32], n_out = 0;
     accel_generate_opts o = {.max_new_tokens = 21};
@@ -592,7 +592,7 @@ static void test_gemma3_dispatch_bf16_meta(void) {
     accel_tensor *ids = m ? accel_safetensors_tensor(st, "ids", -1) : NULL;
     accel_tensor *y = ids ? accel_llama_forward(m, ids, NULL) : NULL;
     CHECK_MSG(y && y->dtype == ACCEL_BF16, "%s", accel_last_error());
-    /* measured: at most 0.045 off (logits of up to 3, bf16 weights and activations through 3 layers) */
+    /* measured: at most 0.060 off (logits of up to 3, bf16 weights and activations through 3 layers) */
     if (y) check_tensor_close(st, "logits", accel_to_dtype(y, ACCEL_F32), 0, 0.1);
     accel_kv_cache *kc = m ? accel_llama_kv_cache_new(m, 1, 8, ACCEL_CPU_DEVICE) : NULL;
     CHECK(kc && accel_kv_cache_bytes(kc) == 2 * 3 * 2 * 8 * 8 * 2); /* K and V, 3 layers, 2 heads of 8, 8 positions */
