@@ -256,7 +256,8 @@ static void test_autocast_dtypes(void) {
     accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
     accel_tensor *loss = accel_llama_loss(m, accel_zeros(ACCEL_I64, ACCEL_SHAPE(2, 6)));
     accel_autocast_end(prev);
-    CHECK_MSG(loss && loss->dtype == ACCEL_F32, "the loss: %s", loss ? accel_dtype_name(loss->dtype) : accel_last_error());
+    CHECK_MSG(loss && loss->dtype == ACCEL_F32, "the loss: %s",
+              loss ? accel_dtype_name(loss->dtype) : accel_last_error());
     for (int i = 0; i < n; i++)
         CHECK_MSG(probes[i].got == probes[i].want, "%s gives %s under bf16 autocast, not %s", probes[i].path,
                   probes[i].got == (accel_dtype)-1 ? "nothing" : accel_dtype_name(probes[i].got),
