@@ -136,6 +136,22 @@ if(TARGET accel_cli)
   add_test(NAME cli_env_isa_cap_refused COMMAND accel_cli env)
   set_tests_properties(cli_env_isa_cap_refused PROPERTIES ENVIRONMENT "ACCEL_CPU_ISA=sse9"
                        PASS_REGULAR_EXPRESSION "- ISA cap: refused \\(ACCEL_CPU_ISA=sse9: expected baseline, avx2 or avx512\\)")
+  # The measured choice's tuning switches (docs/cpu.md): a value they do not
+  # take is said and the default kept; set but empty alike (both were read
+  # as unset without a word).
+  foreach(v junk empty)
+    set(_value ${v})
+    if(v STREQUAL "empty")
+      set(_value "")
+    endif()
+    add_test(NAME cli_env_gemm_measure_${v} COMMAND accel_cli env)
+    set_tests_properties(cli_env_gemm_measure_${v} PROPERTIES
+                         ENVIRONMENT "ACCEL_GEMM_MEASURE=${_value};ACCEL_GEMM_CACHE=off"
+                         PASS_REGULAR_EXPRESSION "warning: ACCEL_GEMM_MEASURE=${_value} is neither 0 nor 1; measuring as by default")
+  endforeach()
+  add_test(NAME cli_env_gemm_cache_empty COMMAND accel_cli env)
+  set_tests_properties(cli_env_gemm_cache_empty PROPERTIES ENVIRONMENT "ACCEL_GEMM_CACHE="
+                       PASS_REGULAR_EXPRESSION "warning: ACCEL_GEMM_CACHE is set but empty[^\n]*\n(.*\n)*- GEMM choices: 0 measured, not cached")
 endif()
 # Two ranks whose GEMM choice caches disagree multiply on rank 0's choices
 # (test_gemm_choice.c ranks_main; each rank makes its own cache directory).

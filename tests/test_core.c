@@ -363,6 +363,13 @@ static void test_setters_report(void) {
     CHECK(accel_requires_grad_(NULL, true) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_requires_grad_");
     accel_clear_error();
+    /* As torch: only a floating-point tensor can require grad (an integer one
+     * was accepted, then never tracked: its backward said it needed no grad). */
+    accel_tensor *ids = accel_zeros(ACCEL_I64, ACCEL_SHAPE(3));
+    CHECK(accel_requires_grad_(ids, true) == ACCEL_ERR_INVALID_ARG && !ids->requires_grad);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_requires_grad_: t is int64");
+    accel_clear_error();
+    CHECK(accel_requires_grad_(ids, false) == ACCEL_OK); /* turning it off is always fine */
     CHECK(accel_tensor_increment_version(NULL) != ACCEL_OK);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_increment_version");
     accel_clear_error();

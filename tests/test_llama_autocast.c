@@ -28,6 +28,7 @@
 #include "accel/accelerator.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "nn_fixture.h"
+#include "tiny_llama.h"
 
 #define FIXTURE "data/llama_autocast.safetensors"
 #define FIXTURE_64 "data/llama_autocast_64.safetensors"
@@ -217,10 +218,59 @@ static void test_f16_autocast(void) {
     fixture_close(&f);
 }
 
+/* The dtypes docs/nn.md states for a Llama under bf16 autocast, as
+ * transformers' under torch.autocast: the residual stream (embedding,
+ * decoder layer outputs), the norms and the loss f32; the projections, the
+ * attention and the MLP bf16. Read from each module's output by a post hook. */
+typedef struct dtype_probe {
+    const char *path;
+    accel_dtype want, got;
+} dtype_probe;
+
+static accel_status record_dtype(accel_module *m, accel_tensor **y, void *ctx) {
+    (void)m;
+    if (*y) ((dtype_probe *)ctx)->got = (*y)->dtype;
+    return ACCEL_OK;
+}
+
+static void test_autocast_dtypes(void) {
+    accel_llama_config c = tiny_llama_config();
+    accel_module *m = accel_llama_new(&c, ACCEL_CPU_DEVICE);
+    dtype_probe probes[] = {
+        {"model.embed_tokens", ACCEL_F32, -1},
+        {"model.layers.0.input_layernorm", ACCEL_F32, -1},
+        {"model.layers.0.self_attn.q_proj", ACCEL_BF16, -1},
+        {"model.layers.0.self_attn", ACCEL_BF16, -1},
+        {"model.layers.0.post_attention_layernorm", ACCEL_F32, -1},
+        {"model.layers.0.mlp.down_proj", ACCEL_BF16, -1},
+        {"model.layers.0.mlp", ACCEL_BF16, -1},
+        {"model.layers.1", ACCEL_F32, -1},
+        {"model.norm", ACCEL_F32, -1},
+        {"lm_head", ACCEL_BF16, -1},
+    };
+    int n = (int)(sizeof probes / sizeof *probes);
+    for (int i = 0; i < n; i++) {
+        accel_module_hook h = {.post_forward = record_dtype, .ctx = &probes[i]};
+        CHECK(accel_module_set_hook(accel_module_find(m, probes[i].path), &h) == ACCEL_OK);
+    }
+    accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
+    accel_tensor *loss = accel_llama_loss(m, accel_zeros(ACCEL_I64, ACCEL_SHAPE(2, 6)));
+    accel_autocast_end(prev);
+    CHECK_MSG(loss && loss->dtype == ACCEL_F32, "the loss: %s",
+              loss ? accel_dtype_name(loss->dtype) : accel_last_error());
+    for (int i = 0; i < n; i++)
+        CHECK_MSG(probes[i].got == probes[i].want, "%s gives %s under bf16 autocast, not %s", probes[i].path,
+                  probes[i].got == (accel_dtype)-1 ? "nothing" : accel_dtype_name(probes[i].got),
+                  accel_dtype_name(probes[i].want));
+    accel_step_reset();
+    accel_module_free(m);
+}
+
 int main(void) {
     RUN(test_bf16_accelerator);
     RUN(test_bf16_accelerator_64);
     RUN(test_f16_autocast);
+    RUN(test_autocast_dtypes);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -6,9 +6,9 @@ that examples/nlp_example.c trains in its test.
     python3 tools/gen_hf_bert_fixtures.py [OUT_DIR]     # default tests/data
     python3 tools/gen_hf_bert_fixtures.py --heads [OUT_DIR]   # hf_bert_tok and hf_bert_qa only
     python3 tools/gen_hf_bert_fixtures.py --mlm [OUT_DIR]     # hf_bert_mlm only
-    python3 tools/gen_hf_bert_fixtures.py --check-saved DIR
+    python3 tools/gen_hf_bert_fixtures.py --check-saved DIR...
 
---check-saved loads DIR (written by accel's save_pretrained from
+--check-saved loads each DIR (written by accel's save_pretrained from
 tests/data/hf_bert_cls, hf_bert_tok, hf_bert_qa or hf_bert_mlm: the class its config.json's
 "architectures" names picks the fixture) with transformers' AutoModelFor<task>
 and compares its logits with the fixture's; exit status 0 when within 1e-5.
@@ -267,13 +267,32 @@ def user_checkpoints(model, out_dir, cls_dir):
     return base, legacy
 
 
+def run_check_saved(argv, check_saved):
+    """`--check-saved DIR...`: check_saved(DIR) for each DIR; True when argv asks
+    for it. (Only one DIR was taken: a second one made the command line a
+    generation whose OUT_DIR was "--check-saved".)"""
+    if argv[1:2] != ["--check-saved"]:
+        return False
+    if len(argv) < 3:
+        sys.exit("--check-saved needs DIR...")
+    for d in argv[2:]:
+        check_saved(d)
+    return True
+
+
+def out_dir_arg(args):
+    """[OUT_DIR] (tests/data by default). An option or a second argument exits:
+    it used to become the directory the fixtures were written into."""
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        sys.exit(f"unexpected arguments {args}: expected [OUT_DIR], or --check-saved DIR...")
+    return args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+
+
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
-        check_saved(sys.argv[2])
+    if run_check_saved(sys.argv, check_saved):
         return
     heads_only = len(sys.argv) > 1 and sys.argv[1] in ("--heads", "--mlm")
-    args = sys.argv[2:] if heads_only else sys.argv[1:]
-    out_dir = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    out_dir = out_dir_arg(sys.argv[2:] if heads_only else sys.argv[1:])
     if heads_only:
         for x in write_heads(out_dir) if sys.argv[1] == "--heads" else [write_mlm(out_dir)]:
             print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")

@@ -4,9 +4,9 @@
 with transformers' outputs, for tests/test_bert_pretrain.c.
 
     python3 tools/gen_hf_bert_pretrain_fixtures.py [OUT_DIR]     # default tests/data
-    python3 tools/gen_hf_bert_pretrain_fixtures.py --check-saved DIR
+    python3 tools/gen_hf_bert_pretrain_fixtures.py --check-saved DIR...
 
---check-saved loads DIR (written by accel's save_pretrained from one of the
+--check-saved loads each DIR (written by accel's save_pretrained from one of the
 fixtures below: its config.json's "architectures" picks which) with
 transformers' class of that name and compares its outputs with the
 fixture's; exit status 0 when within 1e-5.
@@ -47,7 +47,7 @@ import transformers
 from transformers import BertForNextSentencePrediction, BertForPreTraining
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gen_hf_bert_fixtures import MASK_ID, MASKED, TOK, build, head_inputs  # noqa: E402
+from gen_hf_bert_fixtures import MASK_ID, MASKED, TOK, build, head_inputs, out_dir_arg, run_check_saved  # noqa: E402
 import gen_hf_roberta_fixtures as rob  # noqa: E402
 
 MC_TYPES = {"bert": (transformers.BertConfig, "Bert", TOK)}
@@ -157,10 +157,9 @@ def check_saved(path):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
-        check_saved(sys.argv[2])
+    if run_check_saved(sys.argv, check_saved):
         return
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    out_dir = out_dir_arg(sys.argv[1:])
     dirs = [write_pretrain(out_dir), write_nsp(out_dir)] + [write_mc(out_dir, t) for t in MC_TYPES]
     for x in dirs:
         print(f"{x}: {sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x))} bytes")

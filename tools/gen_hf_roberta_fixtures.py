@@ -3,9 +3,9 @@
 written by transformers, with transformers' outputs, for tests/test_roberta.c.
 
     python3 tools/gen_hf_roberta_fixtures.py [OUT_DIR]     # default tests/data
-    python3 tools/gen_hf_roberta_fixtures.py --check-saved DIR
+    python3 tools/gen_hf_roberta_fixtures.py --check-saved DIR...
 
---check-saved loads DIR (written by accel's save_pretrained from one of the
+--check-saved loads each DIR (written by accel's save_pretrained from one of the
 fixtures below: its config.json's model_type and "architectures" pick which)
 with transformers' AutoModelFor<task> and compares its outputs with the
 fixture's; exit status 0 when within 1e-5.
@@ -55,7 +55,7 @@ from transformers import (AutoModelForMaskedLM, AutoModelForQuestionAnswering, A
 import transformers
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gen_hf_bert_fixtures import randomize  # noqa: E402
+from gen_hf_bert_fixtures import out_dir_arg, randomize, run_check_saved  # noqa: E402
 
 TYPES = {
     "roberta": (RobertaConfig, "Roberta", dict(vocab_size=40, hidden_size=16, intermediate_size=24,
@@ -185,10 +185,9 @@ def check_saved(path):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--check-saved":
-        check_saved(sys.argv[2])
+    if run_check_saved(sys.argv, check_saved):
         return
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    out_dir = out_dir_arg(sys.argv[1:])
     nlp = os.path.join(out_dir, "hf_roberta_nlp")
     RobertaConfig(vocab_size=1200, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   max_position_embeddings=40, type_vocab_size=1, num_labels=2, layer_norm_eps=1e-5).save_pretrained(nlp)

@@ -61,7 +61,8 @@ accel_dtype accel_autocast_begin(accel_dtype dt);
 void accel_autocast_end(accel_dtype previous);
 accel_dtype accel_autocast_dtype(void);
 
-/* Marks a tensor as a leaf that requires grad. Fails on a dead or expired tensor. */
+/* Marks a tensor as a leaf that requires grad. Fails on a dead or expired tensor,
+ * and (as torch) on an integer or bool one asked to require grad. */
 accel_status accel_requires_grad_(accel_tensor *t, bool requires);
 
 /* True when an op with these inputs should record a node. */

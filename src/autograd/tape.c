@@ -40,6 +40,10 @@ bool accel_is_grad_enabled(void) { return !tl_grad_disabled; }
 
 accel_status accel_requires_grad_(accel_tensor *t, bool requires) {
     if (!accel_tensor_check(t, "accel_requires_grad_", "t")) return accel_last_status();
+    if (requires && !accel_dtype_is_float(t->dtype)) /* as torch: the tape never tracks it */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_requires_grad_: t is %s: only a floating-point tensor can require grad",
+                               accel_dtype_name(t->dtype));
     t->requires_grad = requires;
     return ACCEL_OK;
 }

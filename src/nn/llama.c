@@ -1347,7 +1347,7 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     if (accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2 && !in->position_ids && !hp->positions &&
         pos + T > c->max_position_embeddings) {
         accel_set_error(ACCEL_ERR_SHAPE,
-                        "accel_llama_forward: positions %lld..%lld are past n_positions (%lld) of this gpt2 "
+                        "accel_llama_forward: positions %lld..%lld run past n_positions (%lld) of this gpt2 "
                         "model: its learned position embeddings have no row for them",
                         (long long)pos, (long long)(pos + T - 1), (long long)c->max_position_embeddings);
         return NULL;

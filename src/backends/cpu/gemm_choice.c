@@ -99,7 +99,7 @@ static void env_read(void) {
     if (g_env_read) return;
     g_env_read = true;
     const char *m = getenv("ACCEL_GEMM_MEASURE");
-    g_measure_env = !m || !*m ? -1 : !strcmp(m, "0") ? 0 : !strcmp(m, "1") ? 1 : -2;
+    g_measure_env = !m ? -1 : !strcmp(m, "0") ? 0 : !strcmp(m, "1") ? 1 : -2; /* "" said too, as every variable */
     if (g_measure_env == -2) {
         fprintf(stderr, "accel: warning: ACCEL_GEMM_MEASURE=%s is neither 0 nor 1; measuring as by default\n", m);
         g_measure_env = -1;
@@ -111,6 +111,9 @@ static void env_read(void) {
     if (accel_process_count() > 1) g_measure_env = 0;
     const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n = 0;
+    if (d && !*d) /* set but empty: no directory, said (it was taken as off without a word) */
+        fprintf(stderr, "accel: warning: ACCEL_GEMM_CACHE is set but empty; the GEMM choices live in memory only "
+                        "(ACCEL_GEMM_CACHE=off says so without this warning)\n");
     if (d && (!strcmp(d, "off") || !strcmp(d, "0") || !*d)) g_dir[0] = 0;
     else if (d) n = snprintf(g_dir, sizeof g_dir, "%s", d);
     else if (xdg && *xdg) n = snprintf(g_dir, sizeof g_dir, "%s/accel", xdg);
