@@ -109,7 +109,9 @@ accel_optimizer *accel_optimizer_new_params(accel_optim_kind kind, int n,
 accel_optimizer *accel_optimizer_new_flat(accel_optim_kind kind, const accel_tensor *params,
                                           const accel_tensor *grads, const accel_optim_hparams *h);
 /* Convenience, as torch.optim.X(model.parameters(), ...): one group with every
- * parameter of the module (accel_module_parameters order). */
+ * parameter of the module (accel_module_parameters order). The optimizer
+ * keeps a link to the model: freed first, the model leaves it refusing
+ * every call that would read the parameters (ACCEL_ERR_STATE) but its free. */
 accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module *model,
                                             const accel_optim_hparams *h);
 void accel_optimizer_free(accel_optimizer *opt); /* NULL is a no-op; params are not freed */

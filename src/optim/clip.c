@@ -131,7 +131,7 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
         return NAN;
     }
-    if (!accel__check_clip_args(fn, max_norm, norm_type)) return NAN;
+    if (!accel__check_clip_args(fn, max_norm, norm_type) || !accel__optimizer_usable(opt, fn)) return NAN;
     double acc = 0.0;
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;

@@ -44,8 +44,22 @@ struct accel_optimizer {
     accel__segment *segs;
     int64_t steps;
     accel__link *links;    /* the accelerator that prepared it */
+    /* accel_optimizer_new_module's model, linked (its free tells this
+     * optimizer, accel__optimizer_model_freed), else NULL; gone: set once that
+     * model was freed: the segments' parameters are freed memory then, and
+     * every call that would read them refuses (accel__optimizer_usable). */
+    accel_module *model;
+    bool gone;
     struct accel__offload *off; /* where the state lives when not on the segments' device (offload.c); owned */
 };
+
+/* Whether opt's parameters can be read: false + ACCEL_ERR_STATE naming fn
+ * once the model it was made over (accel_optimizer_new_module) was freed
+ * before it (a NULL opt: true, the caller's own check names it). */
+bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn);
+/* accel_optimizer_new_module's link on its model (core/link.h): the model
+ * is being freed (owner: the optimizer, obj: the model). */
+void accel__optimizer_model_freed(void *owner, void *obj);
 
 /* The links of an optimizer / a scheduler (core/link.h). */
 accel__link **accel__optimizer_links(accel_optimizer *opt);

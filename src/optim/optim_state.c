@@ -86,6 +86,7 @@ int accel_optimizer_state(accel_optimizer *opt, accel_named_state **out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_state: NULL argument");
         return -1;
     }
+    if (!accel__optimizer_usable(opt, "accel_optimizer_state")) return -1;
     list l = {0};
     char name[96];
     int *sizes = seg_group_sizes(opt);
@@ -346,6 +347,7 @@ static accel_status check_entries(accel_optimizer *opt, int n, const accel_named
     *own = NULL;
     if (!opt || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_load_state: NULL argument");
+    if (!accel__optimizer_usable(opt, "accel_optimizer_load_state")) return accel_last_status();
     if (!(*own = accel_calloc((size_t)opt->n_segs + 1, sizeof **own))) return accel_last_status();
     accel_optim_hparams *hs = accel_malloc(((size_t)opt->n_groups + 1) * sizeof *hs);
     if (!hs) return accel_last_status();

@@ -40,8 +40,24 @@ accel_optimizer *accel_optimizer_new(accel_optim_kind kind) {
 
 accel__link **accel__optimizer_links(accel_optimizer *opt) { return &opt->links; }
 
+void accel__optimizer_model_freed(void *owner, void *obj) {
+    accel_optimizer *opt = owner;
+    (void)obj;
+    opt->model = NULL; /* its link went with it */
+    opt->gone = true;
+}
+
+bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn) {
+    if (!opt || !opt->gone) return true;
+    accel_set_error(ACCEL_ERR_STATE, "%s: the optimizer's model was freed before it (accel_module_free): its "
+                    "parameters are gone, so it can only be freed (free the model after its optimizer, or make "
+                    "a new optimizer for a new model)", fn);
+    return false;
+}
+
 void accel_optimizer_free(accel_optimizer *opt) {
     if (!opt) return;
+    if (opt->model) accel__link_remove(&opt->model->links, opt);
     accel__link_detach_all(&opt->links, opt);
     for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(opt, &opt->segs[i]);
     accel__offload_free(opt->off);
@@ -244,6 +260,7 @@ int accel_optimizer_add_params(accel_optimizer *opt, int n, accel_tensor *const 
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer or parameter list", fn);
         return -1;
     }
+    if (!accel__optimizer_usable(opt, fn)) return -1;
     accel_optim_hparams rh;
     if (!resolve_hparams(fn, opt->kind, h, &rh)) return -1;
     for (int i = 0; i < n; i++)
@@ -279,6 +296,7 @@ int accel_optimizer_add_flat(accel_optimizer *opt, const accel_tensor *params, c
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
         return -1;
     }
+    if (!accel__optimizer_usable(opt, fn)) return -1;
     accel_optim_hparams rh;
     if (!check_flat(fn, 0, params, grads) || !check_new_flat(fn, opt, params) ||
         !resolve_hparams(fn, opt->kind, h, &rh) || !reserve(opt, 1))
@@ -364,6 +382,7 @@ static accel_status check_groups(const accel_optimizer *opt) {
 
 accel_status accel_optimizer_step(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_step: optimizer is NULL");
+    if (!accel__optimizer_usable(opt, "accel_optimizer_step")) return accel_last_status();
     accel_status ok = accel__offload_check(opt);
     if (ok || (ok = check_groups(opt))) return ok;
     /* a model moved after its optimizer was made (accel_module_to): the
@@ -394,6 +413,7 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
 }
 
 accel_status accel__optimizer_follow_params(accel_optimizer *opt) {
+    if (!accel__optimizer_usable(opt, "accel_accelerator_prepare_optimizer")) return accel_last_status();
     for (int i = 0; i < opt->n_segs && !opt->off; i++) {
         accel__segment *s = &opt->segs[i];
         for (int k = 0; k < 2 && s->param; k++)
@@ -407,6 +427,7 @@ accel_status accel__optimizer_follow_params(accel_optimizer *opt) {
 
 accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_zero_grad: optimizer is NULL");
+    if (!accel__optimizer_usable(opt, "accel_optimizer_zero_grad")) return accel_last_status();
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;
         accel__seg_tensors(&opt->segs[i], &p, &g);
@@ -473,7 +494,7 @@ accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {
 /* ---- re-targeting (ZeRO) */
 
 accel_tensor *accel_optimizer_segment_param(const accel_optimizer *opt, int i, int *group) {
-    if (!opt || i < 0 || i >= opt->n_segs) return NULL;
+    if (!opt || i < 0 || i >= opt->n_segs || !accel__optimizer_usable(opt, "accel_optimizer_segment_param")) return NULL;
     if (group) *group = opt->segs[i].group;
     return opt->segs[i].param;
 }
@@ -484,6 +505,7 @@ accel_status accel_optimizer_set_segments(accel_optimizer *opt, int n, accel_ten
     const char *fn = "accel_optimizer_set_segments";
     if (!opt || n < 0 || (n > 0 && !groups))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL optimizer or groups, or n < 0", fn);
+    if (!accel__optimizer_usable(opt, fn)) return accel_last_status();
     for (int k = 0; k < n; k++) {
         if (groups[k] < 0 || groups[k] >= opt->n_groups)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: segment %d: no param group %d", fn, k, groups[k]);

@@ -1,6 +1,7 @@
 /* accel_optimizer_new_module: an optimizer over a module's parameters. */
 #include "accel/nn.h"
 #include "accel/optim.h"
+#include "optim_internal.h"
 
 accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module *model,
                                             const accel_optim_hparams *h) {
@@ -13,5 +14,12 @@ accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module 
     if (n < 0) return NULL;
     accel_optimizer *opt = accel_optimizer_new_params(kind, n, params, h); /* NULL h: the kind's defaults */
     accel_free(params);
+    /* linked to the model, whose free then marks the optimizer: stepped
+     * after it, the optimizer refuses rather than write freed memory */
+    if (opt && accel__link_add(&model->links, accel__optimizer_model_freed, opt)) {
+        accel_optimizer_free(opt);
+        return NULL;
+    }
+    if (opt) opt->model = model;
     return opt;
 }
