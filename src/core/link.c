@@ -7,9 +7,22 @@ accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *
     l->detach = detach;
     l->away = NULL;
     l->owner = owner;
+    l->observer = false;
     l->next = *head;
     *head = l;
     return ACCEL_OK;
+}
+
+accel_status accel__link_observe(accel__link **head, accel__detach_fn detach, void *owner) {
+    accel_status st = accel__link_add(head, detach, owner);
+    if (!st) (*head)->observer = true;
+    return st;
+}
+
+bool accel__link_binds(const accel__link *head) {
+    for (const accel__link *l = head; l; l = l->next)
+        if (!l->observer) return true;
+    return false;
 }
 
 void accel__link_set_away(accel__link *head, const void *owner, accel__away_fn away) {

@@ -19,11 +19,19 @@ typedef struct accel__link {
     accel__detach_fn detach;
     accel__away_fn away; /* NULL: the owner never takes the values away */
     void *owner;
+    bool observer; /* the owner only needs to know when the object goes (accel__link_observe) */
     struct accel__link *next;
 } accel__link;
 
 /* Adds owner's link (NULL + error on OOM). */
 accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *owner);
+/* Adds owner's link as an observer's: told of the object's free like any
+ * link, but not one that ties the object (accel__link_binds: an optimizer
+ * over a model, which the model's tensor-parallel cut may precede). */
+accel_status accel__link_observe(accel__link **head, accel__detach_fn detach, void *owner);
+/* Whether a link other than an observer's ties the object (an accelerator
+ * that prepared it, a dispatch, flat buffers). */
+bool accel__link_binds(const accel__link *head);
 /* Gives owner's link (made with accel__link_add) the question away. */
 void accel__link_set_away(accel__link *head, const void *owner, accel__away_fn away);
 /* The first owner's answer why obj's values are away (a lower layer saving

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core_internal.h"
+#include "core/link.h"
 #include "dist/backend.h"
 #include "nn_internal.h"
 #include "ops/embedding.h"
@@ -644,7 +645,7 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
     if (!root || !pg || (n_entries > 0 && !plan) || n_entries < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s", FN, !root ? "module is NULL" : !pg ? "process group is NULL"
                                : "plan is NULL or n_entries negative");
-    if (root->links)
+    if (accel__link_binds(root->links))
         return accel_set_error(ACCEL_ERR_STATE, "%s: the model is tied to an Accelerator that prepared it or to the "
                                "accel_dispatched handle its load or dispatch returned: a model is cut for tensor "
                                "parallelism before accel_accelerator_prepare (which cuts it itself under a tp mesh), "

@@ -16,7 +16,7 @@ accel_optimizer *accel_optimizer_new_module(accel_optim_kind kind, accel_module 
     accel_free(params);
     /* linked to the model, whose free then marks the optimizer: stepped
      * after it, the optimizer refuses rather than write freed memory */
-    if (opt && accel__link_add(&model->links, accel__optimizer_model_freed, opt)) {
+    if (opt && accel__link_observe(&model->links, accel__optimizer_model_freed, opt)) {
         accel_optimizer_free(opt);
         return NULL;
     }
