@@ -562,6 +562,12 @@ static void test_accelerate_fsdp_env(void) {
     const char *keyed[] = {ACCEL, "launch", "--config_file", from_cfg, "/usr/bin/env", NULL};
     CHECK(run(keyed, NULL) == 0);
     CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.fsdp_activation_checkpointing (true) is ignored");
+    /* a key without its fsdp_ (Accelerate adds it back) is named as written */
+    const char *short_cfg = write_config("ddp_fsdp_short.yaml", "distributed_type: MULTI_GPU\nnum_processes: 1\n"
+                                         "fsdp_config:\n  offload_params: true\n");
+    const char *short_keyed[] = {ACCEL, "launch", "--config_file", short_cfg, "/usr/bin/env", NULL};
+    CHECK(run(short_keyed, NULL) == 0);
+    CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.offload_params (true) is ignored");
     const char *quiet[] = {ACCEL, "launch", "-q", "--fsdp_offload_params", "true", "/usr/bin/env", NULL};
     CHECK(run(quiet, NULL) == 0 && !strstr(ERR, "is ignored"));
     const char *bad_off[] = {ACCEL, "launch", "--fsdp_offload_params", "maybe", "/usr/bin/env", NULL};
@@ -581,6 +587,19 @@ static void test_fsdp_bool_settings(void) {
     const char *conf[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
     CHECK(run(conf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "config key fsdp_forward_prefetch: 'perhaps' is not a boolean");
+    /* the key as the file spells it, without its fsdp_ */
+    const char *short_cfg = write_config("fsdp_bad_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
+                                         "fsdp_config:\n  offload_params: maybe\n");
+    const char *short_conf[] = {ACCEL, "launch", "--config_file", short_cfg, "/usr/bin/env", NULL};
+    CHECK(run(short_conf, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "config key offload_params: 'maybe' is not a boolean");
+    /* and it reaches the library as the long key does (only FSDP_OFFLOAD_PARAMS was exported) */
+    const char *short_ok = write_config("fsdp_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
+                                        "fsdp_config:\n  offload_params: true\n  sharding_strategy: SHARD_GRAD_OP\n");
+    const char *short_run[] = {ACCEL, "launch", "--config_file", short_ok, "/usr/bin/env", NULL};
+    CHECK(run(short_run, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_OFFLOAD_PARAMS=true\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP\n");
     const char *ds[] = {ACCEL, "launch", "--use_deepspeed", "--zero3_init_flag", "sure", "/usr/bin/env", NULL};
     CHECK(run(ds, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "argument --zero3_init_flag: invalid str_to_bool value: 'sure'");

@@ -155,6 +155,13 @@ static const char *cfg_s(const cv *c, const char *key) {
     return v->s;
 }
 
+/* The fsdp_config key that sets `key` ("fsdp_..."): the key itself, else
+ * the key without its fsdp_, which Accelerate's launcher adds back (so
+ * `offload_params: true` offloads as `fsdp_offload_params: true` does). */
+static const char *fsdp_key(const cv *fsdp_config, const char *key) {
+    return cv_get(fsdp_config, key) ? key : key + strlen("fsdp_");
+}
+
 /* The interpreter of a .py PROGRAM or --module: Accelerate runs them with the
  * Python it runs under; accel has none, so --python, else $PYTHON, else the
  * active virtualenv's, else python3 on PATH (made absolute for the reports). */
@@ -459,16 +466,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */
     if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
-    L->fsdp_strategy = V("fsdp_sharding_strategy")   ? V("fsdp_sharding_strategy")
-                       : cfg_s(fs, "fsdp_sharding_strategy") ? cfg_s(fs, "fsdp_sharding_strategy")
-                                                             : cfg_s(fs, "sharding_strategy"); /* Accelerate adds the fsdp_ */
+    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy")
+                                                   : cfg_s(fs, fsdp_key(fs, "fsdp_sharding_strategy"));
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
     for (int k = 0; k < N_FSDP_KEYS; k++) {
         const char *key = FSDP_KEYS[k].key;
-        const cv *b = cv_get(fs, key);
+        const cv *b = cv_get(fs, fsdp_key(fs, key));
         L->fsdp_vals[k] = V(key)                  ? V(key)
                           : b && b->t == CV_BOOL ? (b->b ? "true" : "false") /* cfg_s drops false */
-                                                 : cfg_s(fs, key);
+                                                 : cfg_s(fs, fsdp_key(fs, key));
     }
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
