@@ -277,6 +277,14 @@ static void test_slurm_machines(void) {
                            WORKER, "env", NULL};
     CHECK(run(flags, env) == 0);
     CHECK_STR_CONTAINS(OUT, "GROUP_WORLD_SIZE=1\n");
+    /* set but empty: refused by name as every variable (it was read as unset: one machine) */
+    const char *no_nodes[] = {"SLURM_STEP_NUM_NODES=", "SLURM_NODEID=1", NULL};
+    CHECK(run(two, no_nodes) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: SLURM_STEP_NUM_NODES is set but empty");
+    CHECK(!strstr(OUT, "RANK="));
+    const char *no_id[] = {"SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=", NULL};
+    CHECK(run(two, no_id) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: SLURM_NODEID is set but empty");
 }
 
 /* `srun -N1 -n2 accel launch --num_processes 2`: two launchers in one step
@@ -820,6 +828,22 @@ static void test_python_interpreter(void) {
     const char *missing[] = {ACCEL, "launch", "--python", "/nonexistent/python", "train.py", NULL};
     CHECK(run(missing, NULL) == 1);
     CHECK_STR_CONTAINS(ERR, "cannot run the Python interpreter '/nonexistent/python' (chosen by --python)");
+    /* PYTHON set but empty is refused as every variable (it was read as unset); --python makes it moot */
+    const char *empty_python[] = {"PYTHON=", venv_env, NULL};
+    CHECK(run(mod, empty_python) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: PYTHON is set but empty: unset it");
+    CHECK(!strstr(OUT, "venv-python"));
+    CHECK(run(flag, empty_python) == 0);
+    CHECK_STR_CONTAINS(OUT, "args=train.py --lr 1\n");
+    /* VIRTUAL_ENV empty is no virtualenv (as Python's tools read it): python3 on PATH, not /bin/python */
+    char path_env[PATH_MAX + 32];
+    snprintf(path_env, sizeof path_env, "PATH=%s/pathbin", TMP);
+    snprintf(venv, sizeof venv, "%s/pathbin", TMP);
+    mkdir(venv, 0755);
+    script("pathbin/python3", "#!/bin/sh\necho \"path-python3 args=$*\"\n");
+    const char *empty_venv[] = {"PYTHON", "VIRTUAL_ENV=", path_env, NULL}; /* glibc's putenv("PYTHON") unsets it */
+    CHECK(run(mod, empty_venv) == 0);
+    CHECK_STR_CONTAINS(OUT, "path-python3 args=-m pkg.train\n");
 }
 
 /* Several machines without ACCEL_JOB_SECRET: refused before any worker starts. */
@@ -828,7 +852,8 @@ static void test_several_machines_need_secret(void) {
                        "--main_process_ip", "127.0.0.1", "--main_process_port", "0", WORKER, "env", NULL};
     const char *no_secret[] = {"ACCEL_JOB_SECRET=", NULL};
     CHECK(run(a, no_secret) == 1);
-    CHECK_STR_CONTAINS(ERR, "needs ACCEL_JOB_SECRET");
+    CHECK_STR_CONTAINS(ERR, "needs ACCEL_JOB_SECRET (it is set but empty: an empty secret is none): export the "
+                            "same non-empty secret on every machine");
     CHECK_STR_CONTAINS(ERR, "ACCEL_INSECURE_NO_SECRET=1");
     CHECK(!strstr(OUT, "RANK="));
 }
