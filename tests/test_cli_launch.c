@@ -526,6 +526,13 @@ static const char *write_config(const char *name, const char *text) {
     return path;
 }
 
+/* `accel launch --config_file TMP/name /usr/bin/env`, the config `yaml`:
+ * its exit status, its output in OUT and ERR. */
+static int launch_with_config(const char *name, const char *yaml) {
+    const char *a[] = {ACCEL, "launch", "--config_file", write_config(name, yaml), "/usr/bin/env", NULL};
+    return run(a, NULL);
+}
+
 /* Issue #10: the fsdp_config / deepspeed_config settings reach a launched
  * PyTorch script as `accelerate launch` exports them (only the sharding
  * strategy did, as ACCEL_FSDP_SHARDING_STRATEGY; the rest was dropped). */
@@ -571,10 +578,8 @@ static void test_accelerate_fsdp_env(void) {
     CHECK(run(keyed, NULL) == 0);
     CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.fsdp_activation_checkpointing (true) is ignored");
     /* a key without its fsdp_ (Accelerate adds it back) is named as written */
-    const char *short_cfg = write_config("ddp_fsdp_short.yaml", "distributed_type: MULTI_GPU\nnum_processes: 1\n"
-                                         "fsdp_config:\n  offload_params: true\n");
-    const char *short_keyed[] = {ACCEL, "launch", "--config_file", short_cfg, "/usr/bin/env", NULL};
-    CHECK(run(short_keyed, NULL) == 0);
+    CHECK(launch_with_config("ddp_fsdp_short.yaml", "distributed_type: MULTI_GPU\nnum_processes: 1\n"
+                                                    "fsdp_config:\n  offload_params: true\n") == 0);
     CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.offload_params (true) is ignored");
     const char *quiet[] = {ACCEL, "launch", "-q", "--fsdp_offload_params", "true", "/usr/bin/env", NULL};
     CHECK(run(quiet, NULL) == 0 && !strstr(ERR, "is ignored"));
@@ -596,16 +601,12 @@ static void test_fsdp_bool_settings(void) {
     CHECK(run(conf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "config key fsdp_forward_prefetch: 'perhaps' is not a boolean");
     /* the key as the file spells it, without its fsdp_ */
-    const char *short_cfg = write_config("fsdp_bad_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
-                                         "fsdp_config:\n  offload_params: maybe\n");
-    const char *short_conf[] = {ACCEL, "launch", "--config_file", short_cfg, "/usr/bin/env", NULL};
-    CHECK(run(short_conf, NULL) == 2);
+    CHECK(launch_with_config("fsdp_bad_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
+                                                    "fsdp_config:\n  offload_params: maybe\n") == 2);
     CHECK_STR_CONTAINS(ERR, "config key offload_params: 'maybe' is not a boolean");
     /* and it reaches the library as the long key does (only FSDP_OFFLOAD_PARAMS was exported) */
-    const char *short_ok = write_config("fsdp_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
-                                        "fsdp_config:\n  offload_params: true\n  sharding_strategy: SHARD_GRAD_OP\n");
-    const char *short_run[] = {ACCEL, "launch", "--config_file", short_ok, "/usr/bin/env", NULL};
-    CHECK(run(short_run, NULL) == 0);
+    CHECK(launch_with_config("fsdp_short.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                "  offload_params: true\n  sharding_strategy: SHARD_GRAD_OP\n") == 0);
     CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_OFFLOAD_PARAMS=true\n");
     CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP\n");
     const char *ds[] = {ACCEL, "launch", "--use_deepspeed", "--zero3_init_flag", "sure", "/usr/bin/env", NULL};

@@ -500,6 +500,13 @@ static void test_zero3_nothing_to_merge(void) {
     CHECK(access(shard, F_OK) != 0);
 }
 
+/* The sharded fixture's index and shards copied into TMP/sub. */
+static bool add_hf_shards(const char *sub) {
+    char cmd[2 * PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/* %s/%s/", TMP, sub);
+    return system(cmd) == 0;
+}
+
 /* A save_state folder holding a ZeRO-3 model (pytorch_model_fsdp_0/) and
  * also a Hugging Face index with its shards (save_model into the same
  * folder): the rank shards were merged without a word, and
@@ -509,8 +516,7 @@ static void test_zero3_nothing_to_merge(void) {
 static void test_zero3_beside_hf_index(void) {
     CHECK(zero3_checkpoint("z3_and_hf", 1, ZERO3_INDEX_OK));
     char cmd[4 * PATH_MAX], err[4096], path[PATH_MAX + 96];
-    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/* %s/z3_and_hf/", TMP);
-    CHECK(system(cmd) == 0);
+    CHECK(add_hf_shards("z3_and_hf"));
     snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf %s/z3_and_hf_out --remove_checkpoint_dir", TMP, TMP);
     CHECK(run(cmd) == 1);
     slurp("err", err, sizeof err);
@@ -526,8 +532,7 @@ static void test_zero3_beside_hf_index(void) {
     snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf/pytorch_model_fsdp_0 %s/z3_and_hf_out", TMP, TMP);
     CHECK(run(cmd) == 0);
     /* both in the model's own folder: move one */
-    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/* %s/z3_and_hf/pytorch_model_fsdp_0/", TMP);
-    CHECK(system(cmd) == 0);
+    CHECK(add_hf_shards("z3_and_hf/pytorch_model_fsdp_0"));
     snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf/pytorch_model_fsdp_0 %s/z3_and_hf_out2", TMP, TMP);
     CHECK(run(cmd) == 1);
     slurp("err", err, sizeof err);
