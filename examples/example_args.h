@@ -10,13 +10,18 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* argv[i] as a whole decimal integer into *out (dflt where i >= argc);
- * false for anything else, or past long long. */
+/* argv[i] as a whole decimal integer into *out (dflt where i >= argc):
+ * digits after an optional '-', as accel's CLI reads an integer; false for
+ * anything else (strtoll alone took " 4", "\t4" and "+4"), or past long long. */
 static inline bool arg_int(int argc, char **argv, int i, long long dflt, long long *out) {
+    *out = dflt;
+    if (i >= argc) return true;
+    const char *digits = argv[i] + (argv[i][0] == '-');
+    if (*digits < '0' || *digits > '9') return false; /* no blank, sign '+' or empty text before the digits */
     char *end;
     errno = 0;
-    *out = i < argc ? strtoll(argv[i], &end, 10) : dflt;
-    return i >= argc || (end != argv[i] && !*end && !errno);
+    *out = strtoll(argv[i], &end, 10);
+    return !*end && !errno;
 }
 
 /* argv[i] as a whole finite number into *out (dflt where i >= argc). An

@@ -63,10 +63,13 @@ cat '${_cr}/straight.txt'")
                        PASS_REGULAR_EXPRESSION "step=20 final_loss=")
 endif()
 
-# The examples' arguments are read whole ("abc" was 0 steps, "12x" 12, "3x" 3 epochs) and extra ones refused,
+# The examples' arguments are read whole ("abc" was 0 steps, "12x" 12, "3x" 3 epochs; " 4" and "+20", which
+# strtoll takes, are refused as by the CLI) and extra ones refused,
 # before any file is read: prog|words of the error|args.
 foreach(bad "checkpoint_resume|usage: checkpoint_resume|run;abc" "checkpoint_resume|usage: checkpoint_resume|run;20;12x"
             "grad_accumulation|usage: grad_accumulation|abc"
+            "grad_accumulation|usage: grad_accumulation| 4" "grad_accumulation|usage: grad_accumulation|4 "
+            "checkpoint_resume|usage: checkpoint_resume|run;+20"
             "finetune|STEPS must be an integer|M;I;O;12x" "finetune|STEPS must be an integer|M;I;O;5;1e-4x"
             "finetune|usage: finetune|M;I;O;5;1e-4;extra"
             "nlp_example|EPOCHS and BATCH must be integers|T;M;3x"

@@ -277,6 +277,14 @@ static void test_slurm_machines(void) {
                            WORKER, "env", NULL};
     CHECK(run(flags, env) == 0);
     CHECK_STR_CONTAINS(OUT, "GROUP_WORLD_SIZE=1\n");
+    /* set but empty: refused by name as every variable (it was read as unset: one machine) */
+    const char *no_nodes[] = {"SLURM_STEP_NUM_NODES=", "SLURM_NODEID=1", NULL};
+    CHECK(run(two, no_nodes) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: SLURM_STEP_NUM_NODES is set but empty");
+    CHECK(!strstr(OUT, "RANK="));
+    const char *no_id[] = {"SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=", NULL};
+    CHECK(run(two, no_id) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: SLURM_NODEID is set but empty");
 }
 
 /* `srun -N1 -n2 accel launch --num_processes 2`: two launchers in one step
@@ -518,6 +526,13 @@ static const char *write_config(const char *name, const char *text) {
     return path;
 }
 
+/* `accel launch --config_file TMP/name /usr/bin/env`, the config `yaml`:
+ * its exit status, its output in OUT and ERR. */
+static int launch_with_config(const char *name, const char *yaml) {
+    const char *a[] = {ACCEL, "launch", "--config_file", write_config(name, yaml), "/usr/bin/env", NULL};
+    return run(a, NULL);
+}
+
 /* Issue #10: the fsdp_config / deepspeed_config settings reach a launched
  * PyTorch script as `accelerate launch` exports them (only the sharding
  * strategy did, as ACCEL_FSDP_SHARDING_STRATEGY; the rest was dropped). */
@@ -562,6 +577,10 @@ static void test_accelerate_fsdp_env(void) {
     const char *keyed[] = {ACCEL, "launch", "--config_file", from_cfg, "/usr/bin/env", NULL};
     CHECK(run(keyed, NULL) == 0);
     CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.fsdp_activation_checkpointing (true) is ignored");
+    /* a key without its fsdp_ (Accelerate adds it back) is named as written */
+    CHECK(launch_with_config("ddp_fsdp_short.yaml", "distributed_type: MULTI_GPU\nnum_processes: 1\n"
+                                                    "fsdp_config:\n  offload_params: true\n") == 0);
+    CHECK_STR_CONTAINS(ERR, "warning: config key fsdp_config.offload_params (true) is ignored");
     const char *quiet[] = {ACCEL, "launch", "-q", "--fsdp_offload_params", "true", "/usr/bin/env", NULL};
     CHECK(run(quiet, NULL) == 0 && !strstr(ERR, "is ignored"));
     const char *bad_off[] = {ACCEL, "launch", "--fsdp_offload_params", "maybe", "/usr/bin/env", NULL};
@@ -581,6 +600,15 @@ static void test_fsdp_bool_settings(void) {
     const char *conf[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
     CHECK(run(conf, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "config key fsdp_forward_prefetch: 'perhaps' is not a boolean");
+    /* the key as the file spells it, without its fsdp_ */
+    CHECK(launch_with_config("fsdp_bad_short.yaml", "distributed_type: FSDP\nnum_processes: 1\n"
+                                                    "fsdp_config:\n  offload_params: maybe\n") == 2);
+    CHECK_STR_CONTAINS(ERR, "config key offload_params: 'maybe' is not a boolean");
+    /* and it reaches the library as the long key does (only FSDP_OFFLOAD_PARAMS was exported) */
+    CHECK(launch_with_config("fsdp_short.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                "  offload_params: true\n  sharding_strategy: SHARD_GRAD_OP\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_OFFLOAD_PARAMS=true\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP\n");
     const char *ds[] = {ACCEL, "launch", "--use_deepspeed", "--zero3_init_flag", "sure", "/usr/bin/env", NULL};
     CHECK(run(ds, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "argument --zero3_init_flag: invalid str_to_bool value: 'sure'");
@@ -801,6 +829,22 @@ static void test_python_interpreter(void) {
     const char *missing[] = {ACCEL, "launch", "--python", "/nonexistent/python", "train.py", NULL};
     CHECK(run(missing, NULL) == 1);
     CHECK_STR_CONTAINS(ERR, "cannot run the Python interpreter '/nonexistent/python' (chosen by --python)");
+    /* PYTHON set but empty is refused as every variable (it was read as unset); --python makes it moot */
+    const char *empty_python[] = {"PYTHON=", venv_env, NULL};
+    CHECK(run(mod, empty_python) == 2);
+    CHECK_STR_CONTAINS(ERR, "accel launch: error: the environment: PYTHON is set but empty: unset it");
+    CHECK(!strstr(OUT, "venv-python"));
+    CHECK(run(flag, empty_python) == 0);
+    CHECK_STR_CONTAINS(OUT, "args=train.py --lr 1\n");
+    /* VIRTUAL_ENV empty is no virtualenv (as Python's tools read it): python3 on PATH, not /bin/python */
+    char path_env[PATH_MAX + 32];
+    snprintf(path_env, sizeof path_env, "PATH=%s/pathbin", TMP);
+    snprintf(venv, sizeof venv, "%s/pathbin", TMP);
+    mkdir(venv, 0755);
+    script("pathbin/python3", "#!/bin/sh\necho \"path-python3 args=$*\"\n");
+    const char *empty_venv[] = {"PYTHON", "VIRTUAL_ENV=", path_env, NULL}; /* glibc's putenv("PYTHON") unsets it */
+    CHECK(run(mod, empty_venv) == 0);
+    CHECK_STR_CONTAINS(OUT, "path-python3 args=-m pkg.train\n");
 }
 
 /* Several machines without ACCEL_JOB_SECRET: refused before any worker starts. */
@@ -809,7 +853,8 @@ static void test_several_machines_need_secret(void) {
                        "--main_process_ip", "127.0.0.1", "--main_process_port", "0", WORKER, "env", NULL};
     const char *no_secret[] = {"ACCEL_JOB_SECRET=", NULL};
     CHECK(run(a, no_secret) == 1);
-    CHECK_STR_CONTAINS(ERR, "needs ACCEL_JOB_SECRET");
+    CHECK_STR_CONTAINS(ERR, "needs ACCEL_JOB_SECRET (it is set but empty: an empty secret is none): export the "
+                            "same non-empty secret on every machine");
     CHECK_STR_CONTAINS(ERR, "ACCEL_INSECURE_NO_SECRET=1");
     CHECK(!strstr(OUT, "RANK="));
 }

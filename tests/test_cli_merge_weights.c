@@ -500,6 +500,46 @@ static void test_zero3_nothing_to_merge(void) {
     CHECK(access(shard, F_OK) != 0);
 }
 
+/* The sharded fixture's index and shards copied into TMP/sub. */
+static bool add_hf_shards(const char *sub) {
+    char cmd[2 * PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "cp data/hf_llama_sharded/* %s/%s/", TMP, sub);
+    return system(cmd) == 0;
+}
+
+/* A save_state folder holding a ZeRO-3 model (pytorch_model_fsdp_0/) and
+ * also a Hugging Face index with its shards (save_model into the same
+ * folder): the rank shards were merged without a word, and
+ * --remove_checkpoint_dir removed them. Refused naming both and how to
+ * choose, nothing written or removed; the model's folder given itself is
+ * merged. The model's folder holding an index too is refused the same way. */
+static void test_zero3_beside_hf_index(void) {
+    CHECK(zero3_checkpoint("z3_and_hf", 1, ZERO3_INDEX_OK));
+    char cmd[4 * PATH_MAX], err[4096], path[PATH_MAX + 96];
+    CHECK(add_hf_shards("z3_and_hf"));
+    snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf %s/z3_and_hf_out --remove_checkpoint_dir", TMP, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", err, sizeof err);
+    CHECK_STR_CONTAINS(err, "z3_and_hf holds two sharded checkpoints: ZeRO-3 rank shards (");
+    CHECK_STR_CONTAINS(err, "z3_and_hf/pytorch_model_fsdp_0/sharded_index.json) and a Hugging Face index (");
+    CHECK_STR_CONTAINS(err, "z3_and_hf/model.safetensors.index.json); give ");
+    CHECK_STR_CONTAINS(err, "z3_and_hf/pytorch_model_fsdp_0 to merge the rank shards, or move the index and its "
+                            "shards to a folder of their own to merge those");
+    snprintf(path, sizeof path, "%s/z3_and_hf/pytorch_model_fsdp_0/sharded_index.json", TMP);
+    CHECK_MSG(access(path, F_OK) == 0, "%s was removed", path);
+    snprintf(path, sizeof path, "%s/z3_and_hf_out", TMP);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was written", path);
+    snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf/pytorch_model_fsdp_0 %s/z3_and_hf_out", TMP, TMP);
+    CHECK(run(cmd) == 0);
+    /* both in the model's own folder: move one */
+    CHECK(add_hf_shards("z3_and_hf/pytorch_model_fsdp_0"));
+    snprintf(cmd, sizeof cmd, "merge-weights %s/z3_and_hf/pytorch_model_fsdp_0 %s/z3_and_hf_out2", TMP, TMP);
+    CHECK(run(cmd) == 1);
+    slurp("err", err, sizeof err);
+    CHECK_STR_CONTAINS(err, "pytorch_model_fsdp_0/model.safetensors.index.json); move one of them, with its files, "
+                            "to a folder of its own and merge that folder");
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     snprintf(TMP, sizeof TMP, "/tmp/accel_merge_XXXXXX");
@@ -522,6 +562,7 @@ int main(void) {
     RUN(test_shard_named_as_the_scratch_file);
     RUN(test_zero3_second_model_named);
     RUN(test_zero3_nothing_to_merge);
+    RUN(test_zero3_beside_hf_index);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -177,6 +177,18 @@ static void test_map_dataset_collate(void) {
     CHECK(accel_tensor_dataset_new(2, (accel_tensor *[]){t2, t3}) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "same first dim");
     accel_clear_error();
+    /* a step tensor whose step ended (its header still in the arena, its
+     * magic intact): refused by the arena's generation, naming which tensor,
+     * never copied into the dataset */
+    accel_tensor *live = accel_zeros(ACCEL_F32, ACCEL_SHAPE(3));
+    accel_step_reset();
+    accel_tensor *fresh = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(3), ACCEL_CPU_DEVICE);
+    CHECK(accel_tensor_dataset_new(2, (accel_tensor *[]){fresh, live}) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_dataset_new: tensors[1] is a step tensor used after its "
+                                           "step ended (accel_step_reset)");
+    accel_clear_error();
+    accel_tensor_free(fresh);
     accel_dataset *d3 = range_dataset(8);
     o = accel_dataloader_opts_default();
     o.batch_size = 3;

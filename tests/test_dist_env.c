@@ -61,7 +61,7 @@ static void test_master_addr_empty(void) { check_bad_env("MASTER_ADDR", "", true
 static void test_host_addr_empty(void) { check_bad_env("ACCEL_DIST_HOST_ADDR", "", false); }
 
 static void test_no_secret_several_machines(void) {
-    g_var = "ACCEL_JOB_SECRET";
+    g_var = "ACCEL_JOB_SECRET is set but empty"; /* the secret "" below: named as such, with what to do */
     dist_group g = {.world = 2, .timeout = "20", .secret = "", .kill_after_s = 30};
     int st[2];
     dist_group_run(&g, bad_env_body, st);

@@ -17,8 +17,8 @@
  *   - persistent tensors (parameters, optimizer state, anything that outlives
  *     a step) come from accel_tensor_new() and are freed by accel_tensor_free();
  *   - step tensors (every op result, accel_empty/zeros/...) live in the
- *     thread's step arena and die together at accel_step_reset(). Using one
- *     after that is detected and reported (a generation counter), not a crash.
+ *     thread's step arena and die together at accel_step_reset(). Using one after that is reported
+ *     (a generation counter), not a crash, until a next step's tensor reuses its memory (then it names that one).
  * Views never own data. accel_tensor_free(NULL) is a no-op.
  *
  * Threading: every thread has its own step arena, tape, error and autocast

@@ -218,7 +218,7 @@ accel_status accel_generation_config_load(const char *dir, accel_llama_config *c
  * What load would refuse is not written: rms_norm_eps and rope_theta must be
  * finite and > 0, initializer_range finite and >= 0 (ACCEL_ERR_INVALID_ARG
  * naming the key). Nor is a config accel_llama_config_check refuses (its
- * error, prefixed accel_llama_config_save): a field of another family
+ * error and status, prefixed accel_llama_config_save): a field of another family
  * (GPT-2's unscaled_attention, scale_attn_by_inverse_layer_idx or
  * reorder_and_upcast_attn on a Llama, a bias the family has no key for)
  * would be missing from the file; nothing is written. */

@@ -566,18 +566,27 @@ static void cp_alltoall_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtyp
 }
 
 /* accel__scores_attention's body (src/ops/attention_masked.c) past its
- * mask's conversion, on q [B, Hkv, G T, D] (dense, dtype q), k and v
- * [B, Hkv, S, D] (k read through its transposed view; v made dense in s
- * unless v_dense) in the mm dtype s: Q K^T, scale, cap, + mask, softmax,
- * dropout (drop), P V. Forward into fwd, backward into bwd. */
+ * mask's conversion, on q [B, Hkv, G T, D] (dtype q), k and v [B, Hkv, S,
+ * D] (k read through its transposed view; v made dense in s unless
+ * v_dense) in the mm dtype s: Q K^T, scale, cap, + mask, softmax, dropout
+ * (drop), P V. Forward into fwd, backward into bwd. q is dense, and k
+ * takes its gradient as it is, but for BERT's f32 step (`bert_views`: q, k
+ * and v the heads' transposed views of the projections' outputs, the
+ * autocast off): there q is made dense for its GEMM, k's dense gradient is
+ * copied into its view, and the mask add's scores take a copy of its
+ * gradient. Those two copies are measured, not derived: without them the
+ * checkpointed step's estimate fell from -0.5% to -4.3% of the measured
+ * peak (tests/test_training_memory.c bert; the un-checkpointed one is
+ * +5.2% with them, +0.4% without: which copy the runtime makes when is
+ * not modelled finer than this). */
 static void scores_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk, accel_dtype v, bool v_dense,
-                        bool drop) {
+                        bool bert_views, bool drop) {
     const dims *d = fwd->d;
     const step_kind *k = fwd->k;
     double eQ = d->n * d->Q, eK = d->n * d->K, E = d->B * d->H * d->T * d->T;
     accel_dtype s = mm_dtype(k);
     /* scores = q k^T: the output in s, the operands in s (k^T a transposed view) */
-    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, true) + mm_operand(k, eK, kk, false);
+    fwd->bytes += E * esz(s) + mm_operand(k, eQ, q, !bert_views) + mm_operand(k, eK, kk, false);
     gemm_call(fwd, eQ + eK, matmul_c(E / (d->B * d->Hkv), s), 0); /* a GEMM per batch and key/value head */
     int n_unary = 1 + (fwd->f->cap > 0 ? 3 : 0); /* the scale; cap * tanh(x / cap) */
     for (int i = 0; i < n_unary; i++) unary_fwd(fwd, E, s);
@@ -597,12 +606,14 @@ static void scores_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype kk,
     gemm_call(bwd, eQ + eK, 0, 0);
     if (drop) dropout_bwd(bwd, E, ACCEL_F32);
     bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-    bwd->bytes += add_bwd(E, sc == s ? ACCEL_F32 : s); /* add: the scores take its gradient (a copy if its dtype differs) */
+    /* add: the scores take its gradient (a copy if its dtype differs; BERT's: a copy) */
+    bwd->bytes += bert_views ? grad_copy(E, s, false) : add_bwd(E, sc == s ? ACCEL_F32 : s);
     for (int i = 0; i < n_unary; i++) unary_bwd(bwd, E, s);
     /* Q K^T: the output gradient read, q's (its reshape view and the
      * contiguous node pass it on into q) and k^T's (its dense transpose,
      * taken by k) */
-    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false);
+    bwd->bytes += mm_grad(k, E, s) + gbuf(eQ, q, false) + gbuf(eK, kk, false) + dense(eK, kk, false) +
+                  grad_copy(eK, kk, !bert_views);
     gemm_call(bwd, E + eK, 0, 0);
 }
 
@@ -632,7 +643,7 @@ static void upcast_scores_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dt
     step_kind k32 = *fwd->k;
     k32.ac = ACCEL_F32, k32.native = k32.widens_per_call = false;
     ledger f32f = {&k32, d, fwd->f, 0, 0}, f32b = f32f;
-    scores_step(&f32f, &f32b, ACCEL_F32, ACCEL_F32, ACCEL_F32, true, fwd->f->attn_pdrop > 0);
+    scores_step(&f32f, &f32b, ACCEL_F32, ACCEL_F32, ACCEL_F32, true, false, fwd->f->attn_pdrop > 0);
     scratch(fwd, f32f.top);
     fwd->bytes += f32f.bytes + eQ * esz(s);
     bwd->bytes += grad_copy(eQ, ACCEL_F32, false);
@@ -683,7 +694,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
         return;
     }
     fwd->bytes += q == ACCEL_F32 ? 0 : GT_S * esz(q);
-    scores_step(fwd, bwd, q, kk, v, d->Hkv == 1, fwd->f->attn_pdrop > 0);
+    scores_step(fwd, bwd, q, kk, v, d->Hkv == 1, false, fwd->f->attn_pdrop > 0);
 }
 
 /* The dense MLP of n2 (the norm's output): its forward into fwd, its
@@ -1195,38 +1206,24 @@ static bool resolve(const accel_llama_config *cfg, dims *d, fam *f, const accel_
 static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c) {
     const dims *d = fwd->d;
     const step_kind *k = fwd->k;
-    double n = d->n, eC = n * d->C, eI = n * d->I, E = d->B * d->H * d->T * d->T;
+    double n = d->n, eC = n * d->C, eI = n * d->I;
     double ph = c->hidden_dropout_prob, pa = c->attention_probs_dropout_prob;
     accel_dtype s = mm_dtype(k);
     /* forward: q, k, v (with bias) split into heads as views */
     accel_dtype q = linear_fwd(fwd, d->C, d->C, ACCEL_F32);
     linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false); /* k and v read q's operand */
     linear_fwd_of(fwd, d->C, d->C, ACCEL_F32, true, false);
-    /* the attention: under a bf16/f16 autocast in f32 (upcast_scores_step,
-     * q, k, v its views), else q k^T of the two transposed views (each made
-     * dense in s), scaled, + mask, softmax, dropout, P V (the output, P in s,
-     * v's view dense in s); the output's transpose made dense for the reshape */
-    ledger abwd = {k, d, fwd->f, 0, 0};
-    bool up = upcasts(fwd);
-    accel_dtype sc = s;
-    if (up) {
-        fam fa = *fwd->f; /* with BERT's dropout on the probabilities */
-        fa.attn_pdrop = pa;
-        ledger af = {k, d, &fa, 0, 0}, ab = af;
-        upcast_scores_step(&af, &ab, q, q, q);
-        scratch(fwd, af.top);
-        fwd->bytes += af.bytes;
-        abwd = ab;
-    } else {
-        fwd->bytes += E * esz(s) + mm_operand(k, eC, q, false) + mm_operand(k, eC, q, false);
-        gemm_call(fwd, 2 * eC, matmul_c(E / (d->B * d->H), s), 0); /* a GEMM per batch and head */
-        sc = unary_fwd(fwd, E, s);
-        sc = binary_fwd(fwd, E, sc, ACCEL_F32);
-        fwd->bytes += 4 * E + f32_contig(E, sc, true);
-        if (pa > 0) dropout_fwd(fwd, E, ACCEL_F32);
-        fwd->bytes += eC * esz(s) + mm_operand(k, E, ACCEL_F32, true) + mm_operand(k, eC, q, false);
-        gemm_call(fwd, E + eC, matmul_c(eC / (d->B * d->H), s), 0);
-    }
+    /* the attention (accel__scores_attention, BERT's dropout on the
+     * probabilities): under a bf16/f16 autocast in f32 (upcast_scores_step),
+     * else scores_step on the heads' views; the output's transpose made
+     * dense for the reshape */
+    fam fa = *fwd->f;
+    fa.attn_pdrop = pa;
+    ledger af = {k, d, &fa, 0, 0}, abwd = af;
+    if (upcasts(fwd)) upcast_scores_step(&af, &abwd, q, q, q);
+    else scores_step(&af, &abwd, q, q, q, false, true, pa > 0);
+    scratch(fwd, af.top);
+    fwd->bytes += af.bytes;
     fwd->bytes += dense(eC, s, false);
     /* BertSelfOutput: dense, dropout, + the layer input, LayerNorm */
     accel_dtype o = linear_fwd(fwd, d->C, d->C, s);
@@ -1255,23 +1252,8 @@ static void bert_layer_step(ledger *fwd, ledger *bwd, const accel_bert_config *c
     /* the reshape's gradient taken by the transposed view, its dense
      * transpose by P V's output */
     bwd->bytes += dense(eC, s, false);
-    if (up) {
-        scratch(bwd, abwd.top);
-        bwd->bytes += abwd.bytes;
-    } else {
-        /* P V: the output gradient read, P's and v's view's gradients */
-        bwd->bytes += mm_grad(k, eC, s) + gbuf(E, ACCEL_F32, false) + gbuf(eC, q, false);
-        gemm_call(bwd, eC + E, 0, 0);
-        if (pa > 0) dropout_bwd(bwd, E, ACCEL_F32);
-        bwd->bytes += f32_contig(E, ACCEL_F32, true) + gbuf(E, sc, false); /* softmax */
-        bwd->bytes += grad_copy(E, s, false);                             /* add: the scores' copy */
-        unary_bwd(bwd, E, s);                                              /* the scale */
-        /* q k^T: the output gradient read, q's and k^T's views' (k^T's then
-         * made dense into k's view) */
-        bwd->bytes += mm_grad(k, E, s) + gbuf(eC, q, false) + gbuf(eC, q, false) + dense(eC, q, false) +
-                      grad_copy(eC, q, false);
-        gemm_call(bwd, E + eC, 0, 0);
-    }
+    scratch(bwd, abwd.top);
+    bwd->bytes += abwd.bytes;
     for (int h = 0; h < 3; h++) split_heads_bwd(bwd, eC, q, d->H, false);
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true); /* the layer input has its gradient (the residual's) */
     proj_bwd(bwd, d->C, d->C, q, ACCEL_F32, true, true);

@@ -155,19 +155,35 @@ static const char *cfg_s(const cv *c, const char *key) {
     return v->s;
 }
 
+/* The fsdp_config key that sets `key` ("fsdp_..."): the key itself, else
+ * the key without its fsdp_, which Accelerate's launcher adds back (so
+ * `offload_params: true` offloads as `fsdp_offload_params: true` does). */
+static const char *fsdp_key(const cv *fsdp_config, const char *key) {
+    return cv_get(fsdp_config, key) ? key : key + strlen("fsdp_");
+}
+
 /* The interpreter of a .py PROGRAM or --module: Accelerate runs them with the
  * Python it runs under; accel has none, so --python, else $PYTHON, else the
- * active virtualenv's, else python3 on PATH (made absolute for the reports). */
-static void choose_python(launch_cfg *L, const char *flag) {
+ * active virtualenv's, else python3 on PATH (made absolute for the reports).
+ * PYTHON set but empty is refused as every variable of accel (it was read as
+ * unset); VIRTUAL_ENV empty is no virtualenv, as Python's tools read it
+ * (deactivate unsets it; an empty one names no folder). false after saying so. */
+static bool choose_python(launch_cfg *L, const char *flag) {
     const char *prog = L->prog_argv[0];
     size_t pl = strlen(prog);
     L->python[0] = 0;
-    if (!L->module && (L->no_python || pl <= 3 || strcmp(prog + pl - 3, ".py"))) return;
+    if (!L->module && (L->no_python || pl <= 3 || strcmp(prog + pl - 3, ".py"))) return true;
     const char *venv = getenv("VIRTUAL_ENV"), *env = getenv("PYTHON");
+    if (!flag && env && !*env) {
+        fprintf(stderr, "accel launch: error: the environment: PYTHON is set but empty: unset it (then "
+                        "$VIRTUAL_ENV/bin/python, else python3 on PATH runs %s), set it to an interpreter, or pass "
+                        "--python\n", L->module ? "the module" : prog);
+        return false;
+    }
     if (flag) {
         snprintf(L->python, sizeof L->python, "%s", flag);
         L->python_from = "--python";
-    } else if (env && *env) {
+    } else if (env) {
         snprintf(L->python, sizeof L->python, "%s", env);
         L->python_from = "$PYTHON";
     } else if (venv && *venv) {
@@ -177,7 +193,7 @@ static void choose_python(launch_cfg *L, const char *flag) {
         snprintf(L->python, sizeof L->python, "python3");
         L->python_from = "PATH";
     }
-    if (strchr(L->python, '/')) return;
+    if (strchr(L->python, '/')) return true;
     const char *path = getenv("PATH");
     for (const char *dir = path; dir && *dir;) {
         size_t dl = strcspn(dir, ":");
@@ -185,10 +201,11 @@ static void choose_python(launch_cfg *L, const char *flag) {
         if (dl && snprintf(cand, sizeof cand, "%.*s/%s", (int)dl, dir, L->python) < (int)sizeof cand &&
             access(cand, X_OK) == 0) {
             snprintf(L->python, sizeof L->python, "%s", cand);
-            return;
+            return true;
         }
         dir += dl + (dir[dl] == ':');
     }
+    return true;
 }
 
 static void env_int(env_list *e, const char *key, long v) {
@@ -304,7 +321,16 @@ static bool slurm_machines(const char *nm_flag, const char *mr_flag, const char 
     static char host[256];
     const char *nodes = getenv("SLURM_STEP_NUM_NODES"), *node_id = getenv("SLURM_NODEID");
     const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
-    if (!nodes || !*nodes || !node_id || !*node_id) return true;
+    /* set but empty is refused as every variable (it was read as unset: a
+     * launcher per node each ran a one-machine job of its own) */
+    const char *empty = nodes && !*nodes ? "SLURM_STEP_NUM_NODES" : node_id && !*node_id ? "SLURM_NODEID" : NULL;
+    if (empty) {
+        fprintf(stderr, "accel launch: error: the environment: %s is set but empty (SLURM sets it to a number in a "
+                        "job step): unset it, or run inside the job step that sets it\n",
+                empty);
+        return false;
+    }
+    if (!nodes || !node_id) return true;
     /* `srun -n 2 accel launch --num_processes 2`: every task is a launcher of
      * its own job (two jobs of 2 on one node, or two launchers claiming one
      * machine_rank): one launcher per node, or none. */
@@ -459,16 +485,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->zero_stage = V("zero_stage") ? V("zero_stage") : cfg_s(ds, "zero_stage");
     /* With a JSON file its zero_optimization.stage decides. */
     if (L->deepspeed && !L->zero_stage && !L->ds_file) L->zero_stage = "2";
-    L->fsdp_strategy = V("fsdp_sharding_strategy")   ? V("fsdp_sharding_strategy")
-                       : cfg_s(fs, "fsdp_sharding_strategy") ? cfg_s(fs, "fsdp_sharding_strategy")
-                                                             : cfg_s(fs, "sharding_strategy"); /* Accelerate adds the fsdp_ */
+    L->fsdp_strategy = V("fsdp_sharding_strategy") ? V("fsdp_sharding_strategy")
+                                                   : cfg_s(fs, fsdp_key(fs, "fsdp_sharding_strategy"));
     if (L->fsdp && !L->fsdp_strategy) L->fsdp_strategy = "FULL_SHARD";
     for (int k = 0; k < N_FSDP_KEYS; k++) {
         const char *key = FSDP_KEYS[k].key;
-        const cv *b = cv_get(fs, key);
+        const cv *b = cv_get(fs, fsdp_key(fs, key));
         L->fsdp_vals[k] = V(key)                  ? V(key)
                           : b && b->t == CV_BOOL ? (b->b ? "true" : "false") /* cfg_s drops false */
-                                                 : cfg_s(fs, key);
+                                                 : cfg_s(fs, fsdp_key(fs, key));
     }
     const char *gas = V("gradient_accumulation_steps") ? V("gradient_accumulation_steps")
                                                          : cfg_s(ds, "gradient_accumulation_steps");
@@ -581,7 +606,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                         "\t`--num_processes` was set to a value of `1`\n"
                         "To avoid this warning pass in values for each of the problematic parameters or run `accel config`.\n");
     L->prog_argv = argv + first;
-    choose_python(L, V("python"));
+    if (!choose_python(L, V("python"))) return 2;
     launch_settings ls = {opts, nopts, v};
     if (!job_env(L, &ls, cfg, mp_from_config)) return 2;
 #undef V
@@ -1265,10 +1290,11 @@ int accel_cli_launch(int argc, char **argv) {
     else if (L.num_machines == 1) random_hex(J.secret, 32);
     else if (!L.insecure) {
         /* the workers would refuse it too (src/dist/dist.c): say so before starting any */
-        fprintf(stderr, "accel launch: error: --num_machines %d needs ACCEL_JOB_SECRET: export the same secret on "
-                        "every machine, e.g. export ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), "
-                        "or set ACCEL_INSECURE_NO_SECRET=1 to run without one (anyone who can reach the ports could "
-                        "join the job)\n", L.num_machines);
+        fprintf(stderr, "accel launch: error: --num_machines %d needs ACCEL_JOB_SECRET%s: export the same non-empty "
+                        "secret on every machine, e.g. export ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d "
+                        "' \\n'), or set ACCEL_INSECURE_NO_SECRET=1 to run without one (anyone who can reach the ports "
+                        "could join the job)\n", L.num_machines,
+                given_secret ? " (it is set but empty: an empty secret is none)" : "");
         return finish(&L, cfg, 1);
     }
     random_hex(J.run_id, 8);

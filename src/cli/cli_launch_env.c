@@ -364,12 +364,21 @@ static void lower(char *s) {
         if (*s >= 'A' && *s <= 'Z') *s = (char)(*s - 'A' + 'a');
 }
 
-/* The section's entry for s: its name, the name without `prefix` ("fsdp_",
- * "fp8_": the keys may omit it), or the wizard's alias. */
+/* The section's key for s as the config file spells it: its name, the name
+ * without `prefix` ("fsdp_", "fp8_": the keys may omit it), or the wizard's
+ * alias; NULL when the section has none. Messages name this key, so that
+ * `offload_params: maybe` is not reported as fsdp_offload_params. */
+static const char *config_key(const cv *section, const setting *s, const char *prefix) {
+    if (cv_get(section, s->name)) return s->name;
+    if (prefix && cv_get(section, s->name + strlen(prefix))) return s->name + strlen(prefix);
+    if (s->alias && cv_get(section, s->alias)) return s->alias;
+    return NULL;
+}
+
+/* The section's entry for s (config_key's), NULL when absent or None. */
 static const cv *config_value(const cv *section, const setting *s, const char *prefix) {
-    const cv *v = cv_get(section, s->name);
-    if (!v && prefix) v = cv_get(section, s->name + strlen(prefix));
-    if (!v && s->alias) v = cv_get(section, s->alias);
+    const char *key = config_key(section, s, prefix);
+    const cv *v = key ? cv_get(section, key) : NULL;
     return v && v->t != CV_NULL ? v : NULL;
 }
 
@@ -397,7 +406,8 @@ static bool value_of(const setting *s, const launch_settings *ls, const cv *sect
     } else if (v) {
         config_str(s, v, out, n);
         if (s->type == K_BOOL && accel__str_to_bool(out, strlen(out)) < 0) {
-            snprintf(err, errn, "config key %s: '%s' is not a boolean (true or false)", s->name, out);
+            snprintf(err, errn, "config key %s: '%s' is not a boolean (true or false)", config_key(section, s, prefix),
+                     out);
             return false;
         }
     } else if (s->dflt) {
@@ -608,10 +618,13 @@ static void both_env_add(env_list *e, const char *name, const char *value) {
     env_add(e, key, value);
 }
 
-/* Where s's value came from, for the errors: "argument --X" or "config key section.X". */
-static void source_of(const setting *s, const launch_settings *ls, const char *section, char *out, size_t n) {
+/* Where s's value came from, for the errors: "argument --X" or "config key
+ * section_name.X", X as the file spells it (config_key). */
+static void source_of(const setting *s, const launch_settings *ls, const cv *section, const char *prefix,
+                      const char *section_name, char *out, size_t n) {
+    const char *key = config_key(section, s, prefix);
     if (ls->vals[cli_idx(ls->opts, ls->nopts, s->name)]) snprintf(out, n, "argument --%s", s->name);
-    else snprintf(out, n, "config key %s.%s", section, s->name);
+    else snprintf(out, n, "config key %s.%s", section_name, key ? key : s->name);
 }
 
 /* The values of a table (flag > config > default) into vals[i]; sizes and
@@ -626,7 +639,7 @@ static bool parallel_values(const setting *tab, size_t n, const launch_settings 
         /* the choices are checked already: a flag's by flag_str, a key's by cfg_check_parallel_config */
         if (!vals[i][0] || (s->type != K_INT && s->type != K_FLOAT)) continue;
         char from[160], *end;
-        source_of(s, ls, section_name, from, sizeof from);
+        source_of(s, ls, section, NULL, section_name, from, sizeof from);
         errno = 0;
         if (s->type == K_INT && ((ints[i] = strtol(vals[i], &end, 10)) < 1 || *end || errno || ints[i] > 1 << 20)) {
             snprintf(err, errn, "%s: '%s' is not a size (an integer from 1 to %d)", from, vals[i], 1 << 20);
@@ -725,7 +738,7 @@ static void warn_unused_settings(const setting *tab, size_t n, const launch_sett
             (s->type == K_BOOL && accel__str_to_bool(vals[i], strlen(vals[i])) == 0))
             continue;
         char from[160];
-        source_of(s, ls, section_name, from, sizeof from);
+        source_of(s, ls, section, prefix, section_name, from, sizeof from);
         fprintf(stderr, "accel launch: warning: %s (%s) is ignored: the %s section is off (as Accelerate's launcher, "
                         "accel exports it only when %s)\n", from, vals[i], section_name, turn_on);
     }

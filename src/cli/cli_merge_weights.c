@@ -231,6 +231,27 @@ static void note_other_models(const char *dir, const char *sub) {
     }
 }
 
+/* A folder holding both a ZeRO-3 sharded checkpoint (sub: dir itself, or
+ * its pytorch_model_fsdp_0/) and a Hugging Face index: neither is the
+ * other's output (a merge writes one model.safetensors, never an index), so
+ * which one the user means cannot be told: the rank shards were merged
+ * without a word, and --remove_checkpoint_dir then removed them, the index
+ * and its shards left. 1 after naming both and how to choose (several
+ * indexes: has_index's error). */
+static int sharded_beside_index(const char *dir, const char *sub) {
+    char index[4096];
+    int indexed = has_index(dir, index, sizeof index);
+    if (indexed <= 0) return indexed < 0;
+    fprintf(stderr, "accel merge-weights: error: %s holds two sharded checkpoints: ZeRO-3 rank shards (%s/"
+                    "sharded_index.json) and a Hugging Face index (%s); ", dir, sub, index);
+    if (strcmp(sub, dir))
+        fprintf(stderr, "give %s to merge the rank shards, or move the index and its shards to a folder of their own "
+                        "to merge those\n", sub);
+    else
+        fprintf(stderr, "move one of them, with its files, to a folder of its own and merge that folder\n");
+    return 1;
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
 static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
@@ -302,7 +323,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     }
     char sub[8192];
     bool sharded = accel__zero3_find_sharded(dir, sub, sizeof sub);
-    if (sharded && verify_marker(dir, sub)) return 1;
+    if (sharded && (sharded_beside_index(dir, sub) || verify_marker(dir, sub))) return 1;
     if (sharded) {
         note_other_models(dir, sub);
         return merge_sharded(sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);

@@ -49,7 +49,9 @@ accel_dataset *accel_tensor_dataset_new(int n_fields, accel_tensor *const *tenso
         return NULL;
     }
     for (int f = 0; f < n_fields; f++) {
-        if (!accel_tensor_check(tensors[f], "accel_tensor_dataset_new", "tensors[f]")) return NULL;
+        char arg[32]; /* the message names which tensor: "tensors[1]" */
+        snprintf(arg, sizeof arg, "tensors[%d]", f);
+        if (!accel_tensor_check(tensors[f], "accel_tensor_dataset_new", arg)) return NULL;
         if (tensors[f]->ndim < 1 || tensors[f]->shape[0] != tensors[0]->shape[0] ||
             tensors[f]->device.type == ACCEL_DEV_META) {
             char a[64], b[64];

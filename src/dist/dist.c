@@ -103,10 +103,10 @@ static accel_status check_job_secret(const dist_env *e) {
     }
     return accel_set_error(ACCEL_ERR_INVALID_ARG,
                            "accel_dist_init: this job spans several machines (LOCAL_WORLD_SIZE=%d < WORLD_SIZE=%d) but "
-                           "ACCEL_JOB_SECRET is not set, so anyone who can reach its ports could join it: export the "
-                           "same secret on every machine, e.g. ACCEL_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | "
-                           "tr -d ' \\n'), or set ACCEL_INSECURE_NO_SECRET=1 to run without one",
-                           e->local_world, e->world);
+                           "ACCEL_JOB_SECRET is %s, so anyone who can reach its ports could join it: export the "
+                           "same non-empty secret on every machine, e.g. ACCEL_JOB_SECRET=$(od -An -N16 -tx1 "
+                           "/dev/urandom | tr -d ' \\n'), or set ACCEL_INSECURE_NO_SECRET=1 to run without one",
+                           e->local_world, e->world, secret ? "set but empty (an empty secret is none)" : "not set");
 }
 
 /* Says once why a program in a SLURM job of several tasks runs alone: no

@@ -1088,31 +1088,13 @@ static void write_starcoder2(FILE *m, const accel__arch *a, const accel_llama_co
 accel_status accel_llama_config_save(const char *dir_or_path, const accel_llama_config *c) {
     if (!dir_or_path || !c) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: NULL argument");
     if (check_reals(c)) return accel_last_status();
-    const accel__arch *a = accel__arch_find(memchr(c->model_type, 0, sizeof c->model_type) ? c->model_type : "?");
-    if (!a)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: model_type \"%.*s\" is not one accel "
-                               "builds (%s)", (int)sizeof c->model_type, c->model_type, accel__arch_names());
-    if (accel__arch_rope_check(a, c->rope_scaling.type, "accel_llama_config_save", "rope_scaling"))
-        return accel_last_status();
-    if (c->neox_hidden_act < 0 || c->neox_hidden_act > 3 || (c->neox_hidden_act && !a->neox_blocks))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: neox_hidden_act %d: 0 to 3, and "
-                               "gpt_neox models only (%s here)", c->neox_hidden_act, a->model_type);
-    if (a->neox_blocks && c->embd_pdrop != c->resid_pdrop) /* one hidden_dropout */
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: gpt_neox models have one "
-                               "hidden_dropout: embd_pdrop (%g) must equal resid_pdrop (%g)", c->embd_pdrop,
-                               c->resid_pdrop);
-    /* what the files' keys cannot say: StableLM's embedding dropout,
-     * Starcoder2's attention and MLP biases apart */
-    if (a->stablelm_blocks && c->embd_pdrop != 0)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: stablelm models have no embedding "
-                               "dropout (embd_pdrop must be 0)");
-    if (a->starcoder2_blocks && c->attention_bias != c->mlp_bias)
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_config_save: starcoder2 models have one use_bias: "
-                               "attention_bias (%d) must equal mlp_bias (%d)", c->attention_bias, c->mlp_bias);
-    /* the rest of what the model build refuses: a field of another family
-     * (GPT-2's layer scaling on a Llama, a bias the family has no key for)
-     * has no key in this family's file, and was dropped without a word */
+    /* what the model build refuses, with its status: a field of another
+     * family (GPT-2's layer scaling on a Llama, a bias the family has no key
+     * for) has no key in this family's file and would be dropped without a
+     * word; two fields one key holds (GPT-NeoX's hidden_dropout, Starcoder2's
+     * use_bias) could not be written apart */
     if (accel_llama_config_check(c, "accel_llama_config_save")) return accel_last_status();
+    const accel__arch *a = accel__arch_find(c->model_type);
     size_t len = strlen(dir_or_path);
     bool is_json = len >= 5 && strcmp(dir_or_path + len - 5, ".json") == 0;
     if (!is_json && accel__mkdir(dir_or_path)) return accel_last_status();
