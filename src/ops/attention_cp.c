@@ -8,7 +8,9 @@
  *              j <= i + g*c). One op whose backward gathers K and V again
  *              and reduce-scatters dK, dV, so that no whole-sequence tensor
  *              outlives the call; with a sliding window or soft-capping
- *              (explicit scores), composed ops over the gathered K and V.
+ *              (explicit scores), composed ops over the gathered K and V
+ *              (f32 under bf16/f16, so that their gradients are summed in
+ *              f32, as the fused op's are).
  *   alltoall   (Ulysses) Q, K, V [B, H, 2c, D] -> [cp, B, H/cp, 2c, D] (head
  *              group k for rank k) -all_to_all-> rank k's chunks of my head
  *              group -> global order [B, H/cp, T, D]; causal attention by
@@ -185,13 +187,15 @@ static accel_status seq_backward(accel_node *n, accel_tensor *g) {
 }
 
 /* to_global (x: this rank's chunks) or from_global (x in global order), as an
- * op whose backward is the other. */
-static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to) {
+ * op whose backward is the other; to_global's result of dtype dt (x's
+ * exchanged in x's dtype, converted on arrival), from_global's x's. */
+static accel_tensor *seq_exchange_as(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to,
+                                     accel_dtype dt) {
     accel_tensor *xs = x && !to ? accel__contig(x) : x, *out = NULL;
     seq_ctx *ctx = xs ? accel_arena_alloc(accel_step_arena(), sizeof *ctx, 64) : NULL;
     if (ctx) {
         *ctx = (seq_ctx){pg, cp, c, a2a};
-        out = other_side(ctx, x, to, x->dtype);
+        out = other_side(ctx, x, to, to ? dt : x->dtype);
     }
     if (!out) return NULL;
     bool grad = accel_set_grad_enabled(false);
@@ -204,6 +208,10 @@ static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t
         n->iarg[0] = to;
     }
     return out;
+}
+
+static accel_tensor *seq_exchange(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool a2a, bool to) {
+    return x ? seq_exchange_as(pg, x, cp, c, a2a, to, x->dtype) : NULL;
 }
 
 /* ---- a block of queries against the key prefix it sees, by the sdpa
@@ -626,21 +634,63 @@ static accel_tensor *attend(accel_tensor *q, accel_tensor *k, accel_tensor *v, i
                : accel_sdpa(q, k, v, true, m->scale);
 }
 
+static bool low_precision(accel_dtype dt) { return dt == ACCEL_BF16 || dt == ACCEL_F16; }
+
+/* t rounded to dt (when it is not dt): a differentiable op. */
+static accel_tensor *rounded(accel_tensor *t, accel_dtype dt) {
+    return t && t->dtype != dt ? accel_to_dtype(t, dt) : t;
+}
+
+/* A query chunk's attention over the gathered key prefix k, v, f32 holding
+ * values of the compute dtype dt (bf16/f16): as attend computes it on k, v
+ * of dt (scores in f32 from q rounded to dt where torch's SDPA's numerics
+ * apply, else eager's in dt), with the gradients of k, v f32 (rounding k,
+ * v to dt is exact, and the gradient's way back through it too). */
+static accel_tensor *attend_f32_keys(accel_tensor *q, accel_tensor *k, accel_tensor *v, int64_t pos,
+                                     const cp_mask *m, accel_dtype dt) {
+    if (accel__scores_dtype_of(dt, m->upcast) != ACCEL_F32) return attend(q, rounded(k, dt), rounded(v, dt), pos, m);
+    accel_tensor *q32 = rounded(rounded(q, dt), ACCEL_F32);
+    accel_dtype ac = accel_autocast_begin(ACCEL_F32);
+    accel_tensor *o = q32 ? attend(q32, k, v, pos, m) : NULL;
+    accel_autocast_end(ac);
+    return rounded(o, dt);
+}
+
+/* x (this rank's K or V) gathered in global order [B, h, T, D]: computing
+ * in bf16/f16 (f32_keys), x rounded to dt (as the attention would round
+ * it), gathered in dt and kept f32, so that the gradients of the two
+ * chunks' key prefixes are added, and reduce-scattered over the ranks, in
+ * f32 and rounded once into x's dtype (one process's gradient of the whole
+ * sequence's keys is one f32 sum over its queries, rounded once); else in
+ * x's dtype. */
+static accel_tensor *gathered_keys(accel_pg *pg, accel_tensor *x, int cp, int64_t c, bool f32_keys, accel_dtype dt) {
+    if (!f32_keys) return seq_exchange(pg, x, cp, c, false, true);
+    accel_tensor *xr = rounded(x, dt);
+    return xr ? seq_exchange_as(pg, xr, cp, c, false, true, ACCEL_F32) : NULL;
+}
+
 /* allgather with a window or soft-capping: the gathered K, V [B, Hkv, T, D]
- * kept for the backward (composed ops), each chunk's queries over the key
- * prefix it can see. */
+ * kept for the backward (composed ops; f32 under bf16/f16: gathered_keys),
+ * each chunk's queries over the key prefix it can see. */
 static accel_tensor *allgather_attention(accel_pg *pg, accel_tensor *q, accel_tensor *k, accel_tensor *v,
                                          const cp_mask *m, int cp, int rank, int64_t c) {
     if (!m->W && !(m->cap > 0)) return allgather_sdpa(pg, q, k, v, m->scale, cp, rank, c);
-    accel_tensor *kg = seq_exchange(pg, k, cp, c, false, true);
-    accel_tensor *vg = kg ? seq_exchange(pg, v, cp, c, false, true) : NULL;
+    accel_tensor *in[3] = {q, k, v};
+    int idt = accel__mm_dtype("accel_cp_attention", 3, in);
+    if (idt < 0) return NULL;
+    accel_dtype dt = (accel_dtype)idt;
+    bool f32_keys = low_precision(dt);
+    accel_tensor *kg = gathered_keys(pg, k, cp, c, f32_keys, dt);
+    accel_tensor *vg = kg ? gathered_keys(pg, v, cp, c, f32_keys, dt) : NULL;
     if (!vg) return NULL;
     accel_tensor *out[2];
     for (int half = 0; half < 2; half++) {
         int64_t g = half == 0 ? rank : 2 * cp - 1 - rank, keys = (g + 1) * c;
         accel_tensor *qh = accel_slice(q, 2, half * c, (half + 1) * c, 1);
         accel_tensor *kh = accel_slice(kg, 2, 0, keys, 1), *vh = accel_slice(vg, 2, 0, keys, 1);
-        out[half] = qh && kh && vh ? attend(qh, kh, vh, g * c, m) : NULL;
+        out[half] = !qh || !kh || !vh ? NULL
+                    : f32_keys           ? attend_f32_keys(qh, kh, vh, g * c, m, dt)
+                                         : attend(qh, kh, vh, g * c, m);
         if (!out[half]) return NULL;
     }
     return accel_concat(2, out, 2);
