@@ -316,7 +316,9 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
 
 /* set_seed: the default generator gets seed (+ process index if device_specific;
  * under tensor parallelism + the index of the rank's tp group, process index /
- * tp_size, so the ranks of a tp group draw the same replicated dropout masks). */
+ * tp_size, so the ranks of a tp group draw the same replicated dropout masks).
+ * A NULL acc is a no-op (the generator is left as it was); accel_manual_seed
+ * seeds it without an accelerator. */
 void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
 
 /* ---------------------------------------------------------------- prepare */
