@@ -568,9 +568,10 @@ static accel_status release_others(accel_accelerator *acc, accel_module *model, 
     for (int i = 0; i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
         if (!e->is_buffer && !e->is_tied_alias && !kept(acc, h, model, e, split, accel_pg_rank(pg)))
-            accel_tensor_to_meta(e->t);
+            (void)accel_tensor_to_meta(e->t); /* a persistent parameter: cannot fail */
     }
     accel_state_dict_free(sd);
+    h->released(model, accel_pg_rank(pg), accel_pg_size(pg));
     return ACCEL_OK;
 }
 

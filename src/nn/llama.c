@@ -1121,6 +1121,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
     r->tp_cut_open = false;
     r->tp_rng = (accel__decoder_tp_rng){.on = false};
+    r->pp_stages = r->pp_stage = 0;
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);
@@ -1334,6 +1335,15 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
 static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
+    const accel__decoder_root *r = llama->impl;
+    if (r->pp_stages > 1) { /* else the meta layers give a result without data, failing only in its backward */
+        accel_set_error(ACCEL_ERR_STATE, "accel_llama_forward: the model holds only pipeline stage %d of %d (a "
+                        "pipeline prepare moved the other stages' parameters to meta, without data, and no unprepare "
+                        "or accel_accelerator_free brings them back): train it with accel_accelerator_pipeline_step "
+                        "while prepared, save it with accel_accelerator_save_model, or build or load it anew",
+                        r->pp_stage, r->pp_stages);
+        return NULL;
+    }
     if (!in) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward_ex: inputs are NULL");
         return NULL;
@@ -1547,6 +1557,11 @@ static accel_tensor *labels_loss(accel_module *llama, accel_tensor *logits, acce
 accel_module *accel__decoder_layers(accel_module *llama) {
     const accel__arch *a = root_arch(llama);
     return a ? llama->children[ROOT_MODEL]->children[layers_index(a)] : NULL;
+}
+
+void accel__decoder_stage_released(accel_module *llama, int stage, int stages) {
+    accel__decoder_root *r = llama->impl;
+    r->pp_stage = stage, r->pp_stages = stages;
 }
 
 accel_tensor *accel__decoder_stage_forward(accel_module *llama, accel_tensor *x, int lo, int hi, bool first,
