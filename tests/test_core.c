@@ -340,6 +340,25 @@ static void test_null_queries(void) {
     accel_tensor_free(own);
 }
 
+/* accel_tensor_to_meta moves a persistent tensor only (as accel_tensor_to_device_): a step tensor is
+ * refused and keeps its data (it used to become meta silently, the next op reading no data), a NULL or
+ * freed one is named. */
+static void test_to_meta_persistent_only(void) {
+    accel_tensor *s = accel_ones(ACCEL_F32, ACCEL_SHAPE(2));
+    void *had = s->data;
+    CHECK(accel_tensor_to_meta(s) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_to_meta: t is a step tensor");
+    CHECK(s->data == had && s->device.type == ACCEL_DEV_CPU);
+    accel_clear_error();
+    CHECK(accel_tensor_to_meta(NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_tensor_to_meta: t is NULL");
+    accel_clear_error();
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE);
+    CHECK(accel_tensor_to_meta(p) == ACCEL_OK && p->data == NULL && p->device.type == ACCEL_DEV_META);
+    accel_tensor_free(p);
+    accel_step_reset();
+}
+
 /* The setters that used to return void report their failures (docs/contract.md). */
 static void test_setters_report(void) {
     accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 3));
@@ -454,6 +473,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_step_tensor_after_growth);
     RUN(test_setters_report);
+    RUN(test_to_meta_persistent_only);
     RUN(test_integer_values_fit);
     RUN(test_materialize_checks_dtype);
     RUN(test_zero_fills);

@@ -301,6 +301,18 @@ static void test_refusals(void) {
                                                                             0, 1, -2, 3, 0, 1, 2, 3})}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids[0][2] is -2");
     accel_clear_error();
+    /* position ids are int64 or int32 (torch's embedding and rope take no other): uint8 and bool, which a
+     * mask may be, are refused with position_ids' own dtypes */
+    accel_dtype not_positions[] = {ACCEL_U8, ACCEL_BOOL, ACCEL_F32};
+    for (size_t i = 0; i < sizeof not_positions / sizeof *not_positions; i++) {
+        CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){
+                                             .ids = ids, .position_ids = accel_to_dtype(ints(2, 4, ones), not_positions[i])}));
+        CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
+        CHECK_STR_CONTAINS(accel_last_error(), "position_ids must be [B, T] as ids: [2, 4] (int64 or int32, with data)");
+        accel_clear_error();
+    }
+    CHECK(accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids,
+                                                          .position_ids = accel_to_dtype(ints(2, 4, id), ACCEL_I32)}));
     accel_kv_cache_free(kc);
     accel_step_reset();
     accel_module_free(m);

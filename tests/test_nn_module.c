@@ -109,6 +109,25 @@ static void test_tie(void) {
     accel_module_free(root); /* the tied tensor is freed once (ASan checks) */
 }
 
+/* As torch's nn.Parameter: an integer or bool tensor cannot require grad, so
+ * it is refused as a parameter (and freed: the module took it); a buffer of
+ * any dtype is taken. */
+static void test_param_must_be_float(void) {
+    accel_module *m = make_block();
+    CHECK(accel_module_add_param(m, "ids", accel_tensor_new(ACCEL_I64, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE)) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_module_add_param: \"ids\" is int64");
+    CHECK_STR_CONTAINS(accel_last_error(), "floating-point");
+    accel_clear_error();
+    CHECK(accel_module_add_param(m, "flag", accel_tensor_new(ACCEL_BOOL, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE)) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    accel_clear_error();
+    CHECK(accel_module_get_tensor(m, "ids") == NULL && accel_module_get_tensor(m, "flag") == NULL);
+    accel_tensor *ids = accel_module_add_buffer(m, "ids", accel_tensor_new(ACCEL_I64, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE));
+    CHECK(ids && !ids->requires_grad);
+    accel_module_free(m); /* the refused tensors were freed (ASan checks) */
+}
+
 /* One tensor added under a second name, or to a second module, would be
  * freed by both owners: refused (accel_module_tie shares a tensor), and left
  * to its owner. */
@@ -452,6 +471,7 @@ int main(void) {
     RUN(test_state_dict_order);
     RUN(test_tie);
     RUN(test_member_owned_once);
+    RUN(test_param_must_be_float);
     RUN(test_child_in_one_tree);
     RUN(test_flatten);
     RUN(test_meta_and_to_empty);

@@ -153,6 +153,19 @@ static void test_megatron_vars(void) {
     setenv("ACCEL_MEGATRON_LM_PP_DEGREE", "5", 1);
     o = accel_accelerator_opts_default();
     CHECK(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == 0.5 && p->pp_size == 5);
+    /* what Python's float() takes (MegatronLMPlugin reads it so): blanks around it, '_' between digits */
+    static const struct {
+        const char *text;
+        double norm;
+    } FLOATS[] = {{" 1.5\n", 1.5}, {"1_000", 1000}, {"1e3", 1000}, {"2.", 2}, {".25", 0.25}, {"+1_0.5_0e0_1", 105}};
+    for (size_t i = 0; i < sizeof FLOATS / sizeof *FLOATS; i++) {
+        setenv("MEGATRON_LM_GRADIENT_CLIPPING", FLOATS[i].text, 1);
+        o = accel_accelerator_opts_default();
+        CHECK_MSG(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == FLOATS[i].norm, "'%s': %s", FLOATS[i].text,
+                  accel_last_error());
+        accel_clear_error();
+    }
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0.5", 1);
     /* the code's fields win */
     o = accel_accelerator_opts_default();
     o.zero_stage = 2;
@@ -184,6 +197,14 @@ static void test_megatron_refusals(void) {
         {"MEGATRON_LM_GRADIENT_CLIPPING", "inf", "MEGATRON_LM_GRADIENT_CLIPPING='inf' is not a gradient norm"},
         {"MEGATRON_LM_GRADIENT_CLIPPING", "", "MEGATRON_LM_GRADIENT_CLIPPING='' is not a gradient norm"},
         {"MEGATRON_LM_GRADIENT_CLIPPING", "1.0x", "MEGATRON_LM_GRADIENT_CLIPPING='1.0x' is not a gradient norm"},
+        /* Python's float() refuses these, though strtod takes the hex ones */
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "0x10", "MEGATRON_LM_GRADIENT_CLIPPING='0x10' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "0x1p3", "MEGATRON_LM_GRADIENT_CLIPPING='0x1p3' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "1__0", "MEGATRON_LM_GRADIENT_CLIPPING='1__0' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "1_", "MEGATRON_LM_GRADIENT_CLIPPING='1_' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "1e", "MEGATRON_LM_GRADIENT_CLIPPING='1e' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", " ", "MEGATRON_LM_GRADIENT_CLIPPING=' ' is not a gradient norm"},
+        {"MEGATRON_LM_GRADIENT_CLIPPING", "INFINITY", "MEGATRON_LM_GRADIENT_CLIPPING='INFINITY' is not a gradient norm"},
     };
     refused_each(BAD, sizeof BAD / sizeof *BAD);
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "1.0", 1);

@@ -509,6 +509,13 @@ static void test_one_stage_micro_batches(void) {
     CHECK(acc != NULL);
     accel_module *model = tiny(true, 40, 32), *ref = tiny(true, 40, 32);
     accel_optimizer *opt = sgd(model);
+    /* no pipeline: an explicit split would be ignored unseen, so it is refused; none given is taken */
+    CHECK(accel_accelerator_pipeline_set_layers(acc, 1, 0) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "pp_size is 1: there is no pipeline");
+    accel_clear_error();
+    CHECK(accel_accelerator_pipeline_set_layers(acc, 0, 2) == ACCEL_ERR_STATE);
+    accel_clear_error();
+    CHECK(accel_accelerator_pipeline_set_layers(acc, 0, 0) == ACCEL_OK);
     CHECK(accel_accelerator_prepare(acc, model, opt) == ACCEL_OK);
     double loss = 0;
     accel_pipeline_report rep;

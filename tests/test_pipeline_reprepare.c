@@ -11,6 +11,7 @@
  * Run plainly (ctest's pipeline_reprepare): one process, pp 1, the same
  * cycle through pipeline_step's one stage. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,17 @@ static void test_other_split_refused(int zero) {
               "after the refusal: %s", accel_last_error());
     accel_step_reset();
     accel_accelerator_free(acc);
+    /* let go, the model holds its stage only: its own forward (and loss) refuses, naming why, where it gave a
+     * result without data whose backward failed with "does not require grad" */
+    char why[64];
+    snprintf(why, sizeof why, "holds only pipeline stage %d of 2", stage);
+    CHECK(accel_llama_forward(m, pipeline_batch(2, 0, ROWS, T, 40), NULL) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), why);
+    accel_clear_error();
+    CHECK(accel_llama_loss(m, pipeline_batch(2, 0, ROWS, T, 40)) == NULL && accel_last_status() == ACCEL_ERR_STATE);
+    accel_clear_error();
+    accel_step_reset();
     accel_optimizer_free(opt);
     accel_module_free(m);
 }

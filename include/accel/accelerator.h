@@ -316,7 +316,9 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
 
 /* set_seed: the default generator gets seed (+ process index if device_specific;
  * under tensor parallelism + the index of the rank's tp group, process index /
- * tp_size, so the ranks of a tp group draw the same replicated dropout masks). */
+ * tp_size, so the ranks of a tp group draw the same replicated dropout masks).
+ * A NULL acc is a no-op (the generator is left as it was); accel_manual_seed
+ * seeds it without an accelerator. */
 void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
 
 /* ---------------------------------------------------------------- prepare */
@@ -479,7 +481,9 @@ accel_status accel_accelerator_pipeline_step(accel_accelerator *acc, accel_modul
  * first and last stages' layer counts (0: not given), the other stages
  * sharing the remaining layers evenly (else prepare fails naming the
  * counts). Set it on every rank alike, before accel_accelerator_prepare: the
- * split is fixed there (a stage keeps only its part), and refused after. */
+ * split is fixed there (a stage keeps only its part), and refused after.
+ * Without a pipeline (pp_size 1) a count is refused (ACCEL_ERR_STATE: one
+ * stage holds every layer); 0 and 0 (no split given) are taken at any pp. */
 accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
                                                    int last_stage_layers);
 

@@ -93,7 +93,10 @@ void accel_module_free(accel_module *m);
 accel_module *accel_module_add_child(accel_module *m, const char *name, accel_module *child);
 /* Takes ownership of t (freed on error too); marks it a parameter
  * (requires_grad) or buffer. A tensor that already is a parameter or buffer
- * of a module is refused and left to it (tie names with accel_module_tie). */
+ * of a module is refused and left to it (tie names with accel_module_tie).
+ * A parameter must be floating-point (as torch's nn.Parameter, which
+ * requires grad): an integer or bool one is refused (and freed); a buffer
+ * may be of any dtype. */
 accel_tensor *accel_module_add_param(accel_module *m, const char *name, accel_tensor *t);
 accel_tensor *accel_module_add_buffer(accel_module *m, const char *name, accel_tensor *t);
 /* Makes `dst_name` (full name) refer to the same tensor as `src_name`; the

@@ -122,10 +122,8 @@ static accel_status megatron_clipping(accel_accelerator_opts *o) {
                      : getenv("ACCEL_DEEPSPEED_CONFIG_FILE") ? "ACCEL_DEEPSPEED_CONFIG_FILE"
                                                              : NULL;
     double norm = 1.0;
-    if (v) {
-        char *end;
-        norm = strtod(v, &end);
-        if (!*v || *end || *v == ' ' || !isfinite(norm) || norm < 0)
+    if (v) { /* MegatronLMPlugin reads it with float(): not strtod's hex */
+        if (!accel__python_float(v, &norm) || !isfinite(norm) || norm < 0)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' is not a gradient norm (a finite number "
                                    ">= 0; 0: no clipping)", who, v);
     }

@@ -399,6 +399,10 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
     if (first_stage_layers < 0 || last_stage_layers < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: layer counts must be "
                                ">= 0 (0: not given), got %d and %d", first_stage_layers, last_stage_layers);
+    if (acc->par.size[ACCEL__MESH_PP] <= 1 && (first_stage_layers || last_stage_layers)) /* else ignored unseen */
+        return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_pipeline_set_layers: pp_size is 1: there is no "
+                               "pipeline to set the first and last stages' layers of (%d and %d given)",
+                               first_stage_layers, last_stage_layers);
     if (acc->par.size[ACCEL__MESH_PP] > 1 && acc->n_models > 0)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_pipeline_set_layers: a model is prepared already "
                                "and its stage kept only its layers: set the split before accel_accelerator_prepare");
@@ -568,9 +572,10 @@ static accel_status release_others(accel_accelerator *acc, accel_module *model, 
     for (int i = 0; i < sd->n; i++) {
         accel_state_entry *e = &sd->entries[i];
         if (!e->is_buffer && !e->is_tied_alias && !kept(acc, h, model, e, split, accel_pg_rank(pg)))
-            accel_tensor_to_meta(e->t);
+            (void)accel_tensor_to_meta(e->t); /* a persistent parameter: cannot fail */
     }
     accel_state_dict_free(sd);
+    h->released(model, accel_pg_rank(pg), accel_pg_size(pg));
     return ACCEL_OK;
 }
 

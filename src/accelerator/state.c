@@ -373,8 +373,9 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
  * must agree; their sharded activations draw from the model's per-rank
  * stream (nn/tp_internal.h). */
 void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific) {
-    int tp = acc ? acc->mesh.size[ACCEL__MESH_TP] : 1;
-    accel_manual_seed(seed + (device_specific && acc ? (uint64_t)(acc->rank / (tp > 0 ? tp : 1)) : 0));
+    if (!acc) return; /* a void setter of a NULL handle (docs/contract.md) */
+    int tp = acc->mesh.size[ACCEL__MESH_TP];
+    accel_manual_seed(seed + (device_specific ? (uint64_t)(acc->rank / (tp > 0 ? tp : 1)) : 0));
 }
 
 /* ---------------------------------------------------------------- prepared objects */

@@ -23,6 +23,12 @@ accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long
 accel_status accel__parse_long(const char *name, const char *text, long lo, long hi, long *out);
 /* Boolean as Accelerate's str_to_bool reads it (y/yes/t/true/on/1, n/no/f/false/off/0). */
 accel_status accel__env_bool(const char *name, bool dflt, bool *out);
+/* text as Python's float() reads it (the peers read Accelerate's number
+ * variables so): blanks around it, a sign, digits with single '_' between
+ * them, an optional fraction and exponent, or inf / infinity / nan in any
+ * case, in ASCII (float()'s other Unicode digits and blanks are refused).
+ * What strtod also takes (hex, "nan(...)") is none: false, *out untouched. */
+bool accel__python_float(const char *text, double *out);
 /* Finite number in (lo, hi]. */
 accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out);
 

@@ -356,12 +356,16 @@ accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev) {
     return ACCEL_OK;
 }
 
-void accel_tensor_to_meta(accel_tensor *t) {
-    if (!t) return;
+accel_status accel_tensor_to_meta(accel_tensor *t) {
+    if (!accel_tensor_check(t, "accel_tensor_to_meta", "t")) return accel_last_status();
+    if (t->flags & ACCEL_TF_ARENA) /* its data is the step pool's: meta would leave its readers none */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_to_meta: t is a step tensor (only a persistent "
+                               "tensor moves to meta)");
     free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = NULL;
     t->device = ACCEL_META_DEVICE;
+    return ACCEL_OK;
 }
 
 /* ---- step tensors */

@@ -38,6 +38,10 @@ typedef struct accel__decoder_root {
     accel__decoder_cp cp;
     bool tp_cut_open;
     accel__decoder_tp_rng tp_rng;
+    /* > 1 once a pipeline prepare moved the other stages' parameters to meta
+     * (accel__decoder_stage_released): the stages this model was cut into,
+     * pp_stage the one it kept. Never reset: no unprepare brings them back. */
+    int pp_stages, pp_stage;
 } accel__decoder_root;
 
 /* The cp setting of the root whose config is c (a root's cfg member). */

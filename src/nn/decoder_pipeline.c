@@ -151,4 +151,5 @@ static accel_status recomputable(accel_module *llama, const char *who) {
 const accel__family_stages accel__decoder_stages = {n_layers,         accel__decoder_stage_split,
                                                     accel__decoder_stage_forward, accel__causal_lm_loss,
                                                     hidden,           owner,
-                                                    tied_embedding,   recomputable};
+                                                    tied_embedding,   recomputable,
+                                                    accel__decoder_stage_released};

@@ -18,6 +18,11 @@ extern const accel__family_stages accel__decoder_stages;
 /* llama.c: the decoder layers' ModuleList of a causal LM root built by
  * accel_llama_new, else NULL (no error). */
 accel_module *accel__decoder_layers(accel_module *llama);
+/* llama.c: llama (a root of accel_llama_new) keeps only stage `stage` of
+ * `stages`, the others' parameters on meta: its own forward (and so its
+ * loss and generation) refuses from then on, ACCEL_ERR_STATE naming why,
+ * instead of computing a result without data. */
+void accel__decoder_stage_released(accel_module *llama, int stage, int stages);
 /* llama.c: one stage's forward, training (no cache), inside the root's and
  * the model's hooks: first: x is ids [B, T] and the embeddings run first,
  * else x is the hidden state [B, T, C]; layers [lo, hi); last: the final

@@ -39,6 +39,9 @@ typedef struct accel__family_stages {
      * while the root trains with dropout (the recompute replays no
      * generator, so it would draw other masks). */
     accel_status (*recomputable)(accel_module *root, const char *who);
+    /* The root keeps only stage `stage` of `stages` (the others' parameters
+     * moved to meta): its own forward refuses from then on. */
+    void (*released)(accel_module *root, int stage, int stages);
 } accel__family_stages;
 
 typedef struct accel__family {

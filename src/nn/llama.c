@@ -1121,6 +1121,7 @@ accel_module *accel_llama_new(const accel_llama_config *cfg, accel_device dev) {
     r->cp = (accel__decoder_cp){NULL, ACCEL_CP_ALLGATHER};
     r->tp_cut_open = false;
     r->tp_rng = (accel__decoder_tp_rng){.on = false};
+    r->pp_stages = r->pp_stage = 0;
     accel_llama_config *c = &r->cfg;
     if (resolve_config(cfg, c, "accel_llama_new")) {
         accel_free(r);
@@ -1182,17 +1183,22 @@ const accel_llama_config *accel_llama_config_of(accel_module *llama) {
     return llama->impl;
 }
 
-/* t [B, n] of integers (an attention_mask or position_ids, named `what`)
- * as host int64 [B n] (step arena); NULL + error naming it for another
- * shape or dtype. */
-static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *what, const char *want) {
+/* t [B, n] of integers (an attention_mask, ids or position_ids, named
+ * `what`) as host int64 [B n] (step arena); NULL + error naming it for
+ * another shape or dtype. A mask (mask_dtypes) may also be uint8 or bool;
+ * ids and position ids only int64 or int32, as torch's embedding and rope
+ * take them. */
+static int64_t *host_ints(accel_tensor *t, int64_t B, int64_t n, const char *what, const char *want,
+                          bool mask_dtypes) {
     if (!accel_tensor_check(t, "accel_llama_forward", what)) return NULL;
-    bool ints = t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32 || t->dtype == ACCEL_U8 || t->dtype == ACCEL_BOOL;
+    bool ints = t->dtype == ACCEL_I64 || t->dtype == ACCEL_I32 ||
+                (mask_dtypes && (t->dtype == ACCEL_U8 || t->dtype == ACCEL_BOOL));
     if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != n || !ints || t->device.type == ACCEL_DEV_META) {
         char b[64];
-        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: %s must be %s [%lld, %lld] (int64, int32, uint8 or "
-                        "bool, with data), got %s %s", what, want, (long long)B, (long long)n,
-                        accel_dtype_name(t->dtype), accel_shape_str(t, b, sizeof b));
+        accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: %s must be %s [%lld, %lld] (%s, with data), got %s %s",
+                        what, want, (long long)B, (long long)n,
+                        mask_dtypes ? "int64, int32, uint8 or bool" : "int64 or int32", accel_dtype_name(t->dtype),
+                        accel_shape_str(t, b, sizeof b));
         return NULL;
     }
     accel_tensor *w = accel_to_dtype(accel_contiguous(t), ACCEL_I64);
@@ -1231,7 +1237,7 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
     if (in->attention_mask || hp->mask) {
         const int64_t *m = hp->mask ? hp->mask
                                     : host_ints(in->attention_mask, B, S, "attention_mask",
-                                                "[B, T] of ids, or with a KV cache [B, cache length + T]:");
+                                                "[B, T] of ids, or with a KV cache [B, cache length + T]:", true);
         if (!m) return accel_last_status();
         uint8_t *keep = accel_arena_alloc(accel_step_arena(), (size_t)(B * S > 0 ? B * S : 1), 64);
         if (!keep) return accel_last_status();
@@ -1249,7 +1255,7 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
     }
     if (in->position_ids || hp->positions) {
         const int64_t *p = hp->positions ? hp->positions : host_ints(in->position_ids, B, T, "position_ids",
-                                                                      "[B, T] as ids:");
+                                                                      "[B, T] as ids:", false);
         if (!p) return accel_last_status();
         /* GPT-2's learned positions have rows up to n_positions only */
         bool gpt2 = accel__arch_find(c->model_type)->blocks == ACCEL__BLOCKS_GPT2;
@@ -1329,6 +1335,15 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
 static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
+    const accel__decoder_root *r = llama->impl;
+    if (r->pp_stages > 1) { /* else the meta layers give a result without data, failing only in its backward */
+        accel_set_error(ACCEL_ERR_STATE, "accel_llama_forward: the model holds only pipeline stage %d of %d (a "
+                        "pipeline prepare moved the other stages' parameters to meta, without data, and no unprepare "
+                        "or accel_accelerator_free brings them back): train it with accel_accelerator_pipeline_step "
+                        "while prepared, save it with accel_accelerator_save_model, or build or load it anew",
+                        r->pp_stage, r->pp_stages);
+        return NULL;
+    }
     if (!in) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward_ex: inputs are NULL");
         return NULL;
@@ -1435,7 +1450,7 @@ accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_i
  * labels -100 at the pads, then its shift), i64 on the ids' device. */
 static accel_tensor *masked_labels(accel_tensor *ids, const int64_t *m) {
     int64_t B = ids->shape[0], T = ids->shape[1];
-    const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]");
+    const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]", false);
     int64_t *l = id ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *l, 64) : NULL;
     if (!l) return NULL;
     for (int64_t b = 0; b < B; b++)
@@ -1482,7 +1497,7 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
      * (transformers' masked means) */
     int64_t B = ids->shape[0], T = ids->shape[1];
     const int64_t *m = in->attention_mask
-                           ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:")
+                           ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:", true)
                            : NULL;
     uint8_t *keep = m && balance ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
     for (int64_t i = 0; keep && i < B * T; i++) keep[i] = m[i] != 0;
@@ -1542,6 +1557,11 @@ static accel_tensor *labels_loss(accel_module *llama, accel_tensor *logits, acce
 accel_module *accel__decoder_layers(accel_module *llama) {
     const accel__arch *a = root_arch(llama);
     return a ? llama->children[ROOT_MODEL]->children[layers_index(a)] : NULL;
+}
+
+void accel__decoder_stage_released(accel_module *llama, int stage, int stages) {
+    accel__decoder_root *r = llama->impl;
+    r->pp_stage = stage, r->pp_stages = stages;
 }
 
 accel_tensor *accel__decoder_stage_forward(accel_module *llama, accel_tensor *x, int lo, int hi, bool first,

@@ -250,6 +250,10 @@ static accel_tensor *add_tensor(accel_module *m, const char *name, accel_tensor 
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\": the tensor is already a %s of a module (\"%s\"); "
                         "share one tensor under two names with accel_module_tie", fn, name ? name : "(null)",
                         t->flags & ACCEL_TF_PARAM ? "parameter" : "buffer", t->name ? t->name : "?");
+    else if (!buffer && !accel_dtype_is_float(t->dtype)) /* as accel_requires_grad_ and torch's nn.Parameter */
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: \"%s\" is %s: only a floating-point tensor can be a parameter "
+                        "(it requires grad); keep integer or bool state as a buffer (accel_module_add_buffer)", fn,
+                        name ? name : "(null)", accel_dtype_name(t->dtype));
     else if (!valid_local_name(fn, name))
         ;
     else if (name_taken(m, name))
