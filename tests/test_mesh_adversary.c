@@ -51,13 +51,19 @@ static struct {
     const char *want_last;         /* ... on the last rank instead, or NULL */
     int64_t ffn_last, vocab_last;  /* the last rank's model in prepare (0: the others') */
     int zero_last;                 /* the last rank's zero_stage in the disagreeing new (the others: 1); 0: none */
+    const char *fsdp_last;         /* the last rank's fsdp_sharding_strategy (the others: FULL_SHARD), or NULL */
 } CASE;
 
-static accel_accelerator *make_zero(const accel_parallelism_opts *p, int zero_stage) {
+static accel_accelerator *make_fsdp(const accel_parallelism_opts *p, int zero_stage, const char *fsdp) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.parallelism = *p;
     o.zero_stage = zero_stage;
+    o.fsdp_sharding_strategy = fsdp;
     return accel_accelerator_new(&o);
+}
+
+static accel_accelerator *make_zero(const accel_parallelism_opts *p, int zero_stage) {
+    return make_fsdp(p, zero_stage, NULL);
 }
 
 static accel_accelerator *make(const accel_parallelism_opts *p) { return make_zero(p, 0); }
@@ -107,7 +113,8 @@ static int new_body(int rank, int world) {
         setenv("PARALLELISM_CONFIG_TP_SIZE", CASE.env_last, 1);
     }
     int zero = !CASE.zero_last ? 0 : last ? CASE.zero_last : 1;
-    accel_accelerator *acc = make_zero(last ? &CASE.last : &CASE.agreed, zero);
+    const char *fsdp = !CASE.fsdp_last ? NULL : last ? CASE.fsdp_last : "FULL_SHARD";
+    accel_accelerator *acc = make_fsdp(last ? &CASE.last : &CASE.agreed, zero, fsdp);
     CHECK_MSG(acc == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG, "rank %d: new -> %p (%d)", rank,
               (void *)acc, (int)accel_last_status());
     CHECK_STR_CONTAINS(accel_last_error(), last && CASE.want_last ? CASE.want_last : CASE.want);
@@ -194,8 +201,9 @@ static void run_on(int world, const char *what, dist_body_fn body) {
 
 static void run(const char *what, dist_body_fn body) { run_on(2, what, body); }
 
-static const char NAMES_IT[] = "(every rank must be given the same opts.parallelism and the same "
-                               "PARALLELISM_CONFIG_* / MEGATRON_LM_* variables)";
+static const char NAMES_IT[] = "(every rank must be given the same opts.parallelism, zero_stage / "
+                               "fsdp_sharding_strategy / DeepSpeed config, and the same PARALLELISM_CONFIG_* / "
+                               "MEGATRON_LM_* / ACCEL_ZERO_STAGE / ACCEL_FSDP_* variables)";
 
 static void test_new_disagrees(void) {
     CASE.agreed = (accel_parallelism_opts){.tp_size = 2};
@@ -230,6 +238,14 @@ static void test_new_disagrees(void) {
     CASE.zero_last = 2;
     CASE.want = "over the ranks the ZeRO stage (zero_stage, FSDP's sharding, DeepSpeed's) from 1 to 2";
     run("zero_stage on one rank", new_body);
+
+    /* both ZeRO-3, FSDP's HYBRID_SHARD on one rank only: it split into its replica groups alone (the other
+     * rank's new returned, to meet it in mismatched collectives at its first step) */
+    CASE.agreed = CASE.last = (accel_parallelism_opts){0};
+    CASE.zero_last = 0;
+    CASE.fsdp_last = "HYBRID_SHARD";
+    CASE.want = "FSDP's HYBRID_SHARD sharding (fsdp_sharding_strategy) on some, not on others";
+    run("HYBRID_SHARD on one rank", new_body);
 
     /* the default mesh on one, a variable's tp on the other */
     CASE.env_last = "2";

@@ -397,14 +397,14 @@ void accel__tp_gather_state_free(const accel_state_dict *sd, accel_tensor **whol
 accel_status accel__parallelism_config(const accel_accelerator_opts *o, int world, accel__parallelism *out);
 double accel__parallelism_model_size(const accel_parallelism_opts *p);
 /* Collective over pg (the world): every rank's mesh (par, and the ZeRO
- * stage that shards over it; or mine: this rank's failure to lay it out)
+ * stage that shards over it, FSDP's HYBRID_SHARD or not; or mine: this rank's failure to lay it out)
  * compared, so that ranks given different options or variables fail
  * accel_accelerator_new together, each naming its mesh and what differs
  * over the ranks (or the rank that failed), rather than meeting in
  * mismatched collectives, or training apart where the collectives happen to
  * fit. mine's own message is kept. */
 accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const accel__parallelism *par,
-                                      int zero_stage);
+                                      int zero_stage, bool hybrid);
 /* The mesh (from par, or under HYBRID_SHARD from the machines), shard_pg and
  * replica_pg (collective: subgroups are split off the world). */
 accel_status accel__zero_groups(accel_accelerator *acc, bool hybrid, const accel__parallelism *par);

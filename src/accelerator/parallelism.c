@@ -117,15 +117,18 @@ accel_status accel__parallelism_config(const accel_accelerator_opts *o, int worl
 
 /* What the ranks compare: every knob of the mesh. */
 enum { AGREE_SIZE, AGREE_ALLTOALL = AGREE_SIZE + ACCEL__MESH_DIMS, AGREE_MICRO, AGREE_GPIPE, AGREE_VIRTUAL,
-       AGREE_SEQ_PAR, AGREE_ZERO, AGREE_N };
+       AGREE_SEQ_PAR, AGREE_ZERO, AGREE_HYBRID, AGREE_N };
 /* named as the options' fields; a yes/no knob by what it turns on */
 static const char *const AGREE_NAME[AGREE_N] = {
     "pp_size", "dp_replicate_size", "dp_shard_size", "cp_size (or sp_size)", "tp_size",
     "cp_comm_strategy \"alltoall\" (or sp_size)", "num_micro_batches", "pp_schedule \"gpipe\"",
-    "pp_virtual_stages", "sequence_parallelism", "the ZeRO stage (zero_stage, FSDP's sharding, DeepSpeed's)"};
-static bool agree_yes_no(int k) { return k == AGREE_ALLTOALL || k == AGREE_GPIPE || k == AGREE_SEQ_PAR; }
+    "pp_virtual_stages", "sequence_parallelism", "the ZeRO stage (zero_stage, FSDP's sharding, DeepSpeed's)",
+    "FSDP's HYBRID_SHARD sharding (fsdp_sharding_strategy)"};
+static bool agree_yes_no(int k) {
+    return k == AGREE_ALLTOALL || k == AGREE_GPIPE || k == AGREE_SEQ_PAR || k == AGREE_HYBRID;
+}
 
-static void agree_row(const accel__parallelism *par, int zero_stage, int32_t *row) {
+static void agree_row(const accel__parallelism *par, int zero_stage, bool hybrid, int32_t *row) {
     for (int d = 0; d < ACCEL__MESH_DIMS; d++) row[AGREE_SIZE + d] = par->size[d];
     row[AGREE_ALLTOALL] = par->cp_alltoall;
     row[AGREE_MICRO] = par->micro_batches;
@@ -133,6 +136,7 @@ static void agree_row(const accel__parallelism *par, int zero_stage, int32_t *ro
     row[AGREE_VIRTUAL] = par->pp_virtual;
     row[AGREE_SEQ_PAR] = par->sequence_parallel;
     row[AGREE_ZERO] = zero_stage;
+    row[AGREE_HYBRID] = hybrid;
 }
 
 /* The knobs whose max (v[k]) and min (-v[AGREE_N + k]) differ, as "tp_size from 1 to 2, ...". */
@@ -149,7 +153,7 @@ static const char *describe_spread(const int32_t *v, char *buf, size_t n) {
 }
 
 accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const accel__parallelism *par,
-                                      int zero_stage) {
+                                      int zero_stage, bool hybrid) {
     if (accel_pg_size(pg) == 1) return mine;
     char why[1024];
     snprintf(why, sizeof why, "%s", mine ? accel_last_error() : "");
@@ -157,7 +161,7 @@ accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const acc
      * failing rank (+ 1: 0 is none) with the highest number */
     int32_t v[2 * AGREE_N + 1] = {0};
     if (!mine) {
-        agree_row(par, zero_stage, v);
+        agree_row(par, zero_stage, hybrid, v);
         for (int k = 0; k < AGREE_N; k++) v[AGREE_N + k] = -v[k];
     } else {
         for (int k = 0; k < 2 * AGREE_N; k++) v[k] = INT32_MIN; /* no knobs of its own */
@@ -173,7 +177,8 @@ accel_status accel__parallelism_agree(accel_pg *pg, accel_status mine, const acc
     if (!*describe_spread(v, spread, sizeof spread)) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": the ranks disagree on the device mesh: pp %d x dp_replicate "
                            "%d x dp_shard %d x cp %d x tp %d on rank %d, and over the ranks %s (every rank must be "
-                           "given the same opts.parallelism and the same PARALLELISM_CONFIG_* / MEGATRON_LM_* "
+                           "given the same opts.parallelism, zero_stage / fsdp_sharding_strategy / DeepSpeed config, "
+                           "and the same PARALLELISM_CONFIG_* / MEGATRON_LM_* / ACCEL_ZERO_STAGE / ACCEL_FSDP_* "
                            "variables)", par->size[0], par->size[1], par->size[2], par->size[3], par->size[4],
                            accel_pg_rank(pg), spread);
 }

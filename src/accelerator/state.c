@@ -196,7 +196,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
     accel_status laid = accel__offload_check_device(acc) ? accel_last_status()
                                                           : accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par);
-    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
+    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage, zc.hybrid) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
         accel__cp_setup(acc))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
@@ -544,6 +544,7 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
 accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
     if (!acc || !opt)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_optimizer: NULL argument");
+    if (!accel__optimizer_usable(opt, __func__)) return accel_last_status();
     bool mine;
     accel__link **links = accel__optimizer_links(opt);
     accel_status st = check_owner(acc, *links, optimizer_detached, __func__, "optimizer", &mine);
