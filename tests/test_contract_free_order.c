@@ -4,6 +4,7 @@
  * step and an offloaded forward. Plain DDP, bf16 (a forward hook on the model)
  * and ZeRO-2 (the optimizer re-targeted to a shard) take turns. Meant for
  * ASan, on 1 process and under `accel launch --num_processes 2`. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,53 @@ static void test_optimizer_outliving_its_model(void) {
     }
 }
 
+/* The optimizer made after its model was prepared (docs/parallelism.md's
+ * order under ZeRO), the model freed first: the accelerator un-prepares the
+ * model while the optimizer is still usable, so a ZeRO optimizer's state is
+ * consolidated without a word (the optimizer's link was newer, told first:
+ * "could not be consolidated" was printed on every rank), and the
+ * accelerator takes another model (its loop over the prepared optimizers
+ * refused, naming accel_accelerator_prepare_optimizer). */
+static void test_optimizer_made_after_prepare(void) {
+    for (int variant = 0; variant < 3; variant++) {
+        accel_accelerator *acc = accelerator(variant);
+        accel_module *model = mlp();
+        CHECK(accel_accelerator_prepare_model(acc, model) == ACCEL_OK);
+        accel_optim_hparams h = {.lr = 0.1};
+        accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_ADAMW, model, &h);
+        CHECK(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_OK);
+        accel_tensor *x = accel_ones(ACCEL_F32, ACCEL_SHAPE(2, 4));
+        CHECK(accel_accelerator_backward(acc, accel_mean(accel_module_call(model, x), 0, NULL, false)) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step(acc, opt) == ACCEL_OK);
+        accel_step_reset();
+        char path[96];
+        snprintf(path, sizeof path, "%s/stderr_%d", g_dir, variant);
+        fflush(stderr);
+        int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        CHECK(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+        accel_module_free(model);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved), close(fd);
+        char said[512] = "";
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(said, 1, sizeof said - 1, f) : 0;
+        said[n] = 0;
+        if (f) fclose(f);
+        CHECK_MSG(n == 0, "variant %d: freeing the model said: %s", variant, said);
+        CHECK(accel_optimizer_step(opt) == ACCEL_ERR_STATE);
+        accel_module *other = mlp();
+        CHECK_MSG(accel_accelerator_prepare_model(acc, other) == ACCEL_OK, "variant %d: %s", variant,
+                  accel_last_error());
+        CHECK(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_ERR_STATE); /* gone: refused by name */
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_prepare_optimizer: the optimizer's model was freed");
+        accel_clear_error();
+        accel_accelerator_free(acc);
+        accel_optimizer_free(opt);
+        accel_module_free(other);
+    }
+}
+
 /* accel_module_flatten's buffers and their module, both orders. */
 static void test_flat_params_either_order(void) {
     for (int module_first = 0; module_first < 2; module_first++) {
@@ -214,6 +262,7 @@ int main(void) {
     RUN(test_every_free_order);
     RUN(test_flat_params_either_order);
     RUN(test_optimizer_outliving_its_model);
+    RUN(test_optimizer_made_after_prepare);
     accel_dataset_free(g_ds);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -131,6 +131,21 @@ static void test_other_split_refused(int zero) {
     CHECK(accel_llama_loss(m, pipeline_batch(2, 0, ROWS, T, 40)) == NULL && accel_last_status() == ACCEL_ERR_STATE);
     accel_clear_error();
     accel_step_reset();
+    /* a checkpoint loaded into it gives every parameter its data back: whole again, its forward runs */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/accel_pp_reload_XXXXXX");
+    accel_module *whole = model(4);
+    CHECK(mkdtemp(dir) && accel_save_module(dir, whole, 1 << 30) == ACCEL_OK);
+    accel_dispatched *d = accel_load_checkpoint_in_model(m, dir, NULL, NULL);
+    CHECK_MSG(d != NULL, "%s", accel_last_error());
+    accel_dispatched_free(d);
+    CHECK_MSG(accel_llama_forward(m, pipeline_batch(2, 0, ROWS, T, 40), NULL) != NULL, "loaded again: %s",
+              accel_last_error());
+    accel_step_reset();
+    char rm[96];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    CHECK(system(rm) == 0);
+    accel_module_free(whole);
     accel_optimizer_free(opt);
     accel_module_free(m);
 }

@@ -14,9 +14,14 @@ accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *
 }
 
 accel_status accel__link_observe(accel__link **head, accel__detach_fn detach, void *owner) {
-    accel_status st = accel__link_add(head, detach, owner);
-    if (!st) (*head)->observer = true;
-    return st;
+    accel__link *l = accel_malloc(sizeof *l);
+    if (!l) return accel_last_status();
+    *l = (accel__link){.detach = detach, .owner = owner, .observer = true};
+    /* at the tail: told after every binding link, whatever the order they came in (an accelerator
+     * un-preparing the model gives a ZeRO optimizer its state back while it is still usable) */
+    while (*head) head = &(*head)->next;
+    *head = l;
+    return ACCEL_OK;
 }
 
 bool accel__link_binds(const accel__link *head) {

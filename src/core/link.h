@@ -26,7 +26,7 @@ typedef struct accel__link {
 /* Adds owner's link (NULL + error on OOM). */
 accel_status accel__link_add(accel__link **head, accel__detach_fn detach, void *owner);
 /* Adds owner's link as an observer's: told of the object's free like any
- * link, but not one that ties the object (accel__link_binds: an optimizer
+ * link, after every binding link (it goes at the tail), but not one that ties the object (accel__link_binds: an optimizer
  * over a model, which the model's tensor-parallel cut may precede). */
 accel_status accel__link_observe(accel__link **head, accel__detach_fn detach, void *owner);
 /* Whether a link other than an observer's ties the object (an accelerator
@@ -42,8 +42,8 @@ void accel__link_remove(accel__link **head, const void *owner);
 /* The owner of the first link made with detach, or NULL. */
 void *accel__link_owner(const accel__link *head, accel__detach_fn detach);
 /* The object is going away: unlinks and calls every detach(owner, obj), the
- * newest link first (a dependant made later, e.g. an accelerator over the flat
- * buffers it made, lets go before what it was built on). */
+ * newest binding link first (a dependant made later, e.g. an accelerator over the flat
+ * buffers it made, lets go before what it was built on), the observers last. */
 void accel__link_detach_all(accel__link **head, void *obj);
 
 #endif

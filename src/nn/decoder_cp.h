@@ -40,7 +40,8 @@ typedef struct accel__decoder_root {
     accel__decoder_tp_rng tp_rng;
     /* > 1 once a pipeline prepare moved the other stages' parameters to meta
      * (accel__decoder_stage_released): the stages this model was cut into,
-     * pp_stage the one it kept. Never reset: no unprepare brings them back. */
+     * pp_stage the one it kept. No unprepare brings them back; reset by the
+     * forward once no parameter is on meta (a load gave them their data). */
     int pp_stages, pp_stage;
 } accel__decoder_root;
 

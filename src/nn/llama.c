@@ -1330,12 +1330,26 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
     return ACCEL_OK;
 }
 
+/* Whether a parameter of m is on meta (true when they cannot be listed: the caller refuses then). */
+static bool any_param_on_meta(accel_module *m) {
+    accel_tensor **p = NULL;
+    int n = accel_module_parameters(m, &p);
+    bool meta = n < 0;
+    for (int i = 0; i < n && !meta; i++) meta = p[i]->device.type == ACCEL_DEV_META;
+    accel_free(p);
+    if (n < 0) accel_clear_error();
+    return meta;
+}
+
 /* accel_llama_forward_ex; `last`: the logits of the last position only, [B, 1, V]; hp: the attention_mask
  * and position ids on the host (in's NULL), or none. */
 static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, bool last, const accel__pad_host *hp) {
     const accel_llama_config *c = accel_llama_config_of(llama);
     if (!c) return NULL;
-    const accel__decoder_root *r = llama->impl;
+    accel__decoder_root *r = llama->impl;
+    /* a load that gave every parameter its data back (accel_load_checkpoint_in_model after the pipeline)
+     * makes the model whole again */
+    if (r->pp_stages > 1 && !any_param_on_meta(llama)) r->pp_stages = r->pp_stage = 0;
     if (r->pp_stages > 1) { /* else the meta layers give a result without data, failing only in its backward */
         accel_set_error(ACCEL_ERR_STATE, "accel_llama_forward: the model holds only pipeline stage %d of %d (a "
                         "pipeline prepare moved the other stages' parameters to meta, without data, and no unprepare "

@@ -413,7 +413,7 @@ accel_status accel_optimizer_step(accel_optimizer *opt) {
 }
 
 accel_status accel__optimizer_follow_params(accel_optimizer *opt) {
-    if (!accel__optimizer_usable(opt, "accel_accelerator_prepare_optimizer")) return accel_last_status();
+    if (opt->gone) return ACCEL_OK; /* no parameters to follow (refused by its own calls) */
     for (int i = 0; i < opt->n_segs && !opt->off; i++) {
         accel__segment *s = &opt->segs[i];
         for (int k = 0; k < 2 && s->param; k++)
