@@ -72,6 +72,37 @@ static void test_features_match_the_kernel(void) {
     }
 }
 
+/* The value of /proc/cpuinfo's first line named key (up to the colon, blanks
+ * trimmed), or -1 where there is none. */
+static long proc_number(const char *key) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[512];
+    long v = -1;
+    while (v < 0 && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        size_t len = (size_t)(colon - line);
+        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t')) len--;
+        if (len == strlen(key) && !strncmp(line, key, len)) v = strtol(colon + 1, NULL, 10);
+    }
+    fclose(f);
+    return v;
+}
+
+/* Virtual machines show brand strings such as "AMD EPYC" for several CPU
+ * generations: the signature is what tells them apart (and keys the GEMM
+ * choices' cache), so it must be the one Linux reports. */
+static void test_signature_matches_the_kernel(void) {
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    long family = proc_number("cpu family"), model = proc_number("model"), stepping = proc_number("stepping");
+    if (family < 0) return; /* no /proc/cpuinfo, or no x86 signature in it */
+    CHECK_MSG(ci->family == (unsigned)family && ci->model_number == (unsigned)model &&
+                  ci->stepping == (unsigned)stepping,
+              "accel: family %u model %u stepping %u; /proc/cpuinfo: %ld %ld %ld", ci->family, ci->model_number,
+              ci->stepping, family, model, stepping);
+}
+
 static void test_strings(void) {
     char isa[256], small[6], desc[512];
     const char *s = accel_cpu_isa_string(isa, sizeof isa);
@@ -88,9 +119,12 @@ static void test_strings(void) {
     CHECK(accel_cpu_isa_string(small, sizeof small) == small && strlen(small) < sizeof small);
     CHECK(strncmp(small, isa, strlen(small)) == 0);
     CHECK(accel_cpu_describe(desc, sizeof desc) == desc);
-    char want[512];
-    snprintf(want, sizeof want, "CPU: %s\nISA: %s\nCPU kernels: %s\n", accel_cpu_info_get()->model, isa,
-             accel_cpu_kernels());
+    char want[512], cpu[160];
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    if (ci->family) snprintf(cpu, sizeof cpu, "%s (family %u model %u stepping %u)", ci->model, ci->family,
+                             ci->model_number, ci->stepping);
+    else snprintf(cpu, sizeof cpu, "%s", ci->model);
+    snprintf(want, sizeof want, "CPU: %s\nISA: %s\nCPU kernels: %s\n", cpu, isa, accel_cpu_kernels());
     CHECK_MSG(strcmp(desc, want) == 0, "%s", desc);
     accel_clear_error();
     CHECK(accel_cpu_describe(NULL, 10) == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG);
@@ -502,6 +536,7 @@ static void test_isa_cap(void) {
 int main(void) {
     RUN(test_isa_cap);
     RUN(test_features_match_the_kernel);
+    RUN(test_signature_matches_the_kernel);
     RUN(test_strings);
     RUN(test_best_variant_is_chosen);
     RUN(test_variants_agree);

@@ -48,6 +48,11 @@ typedef enum accel_cpu_feature {
 typedef struct accel_cpu_info {
     char model[64];    /* cpuid brand string, e.g. "AMD EPYC 7B13"; "unknown" without one */
     uint32_t features; /* accel_cpu_feature bits usable by this process */
+    /* cpuid leaf 1's signature, as /proc/cpuinfo's "cpu family", "model" and
+     * "stepping" (0 where there is none). Virtual machines often show a brand
+     * string without the part number ("AMD EPYC" on Zen 3, 4 and 5 alike):
+     * the family and model tell such CPUs apart. */
+    unsigned family, model_number, stepping;
 } accel_cpu_info;
 
 /* The CPU, detected at the first call. Never NULL; owned by the library. */
@@ -64,7 +69,8 @@ const char *accel_cpu_isa_string(char *buf, size_t size);
  * dispatch). Static string. */
 const char *accel_cpu_kernels(void);
 
-/* Three lines, "CPU: <model>\nISA: <features>\nCPU kernels: <variant>\n",
+/* Three lines, "CPU: <model> (family F model M stepping S)\nISA: <features>\nCPU kernels: <variant>\n"
+ * (the parenthesis only where cpuid has a signature),
  * into buf (truncated to size). Returns buf, or NULL (error set) when buf is
  * NULL or size is 0. */
 const char *accel_cpu_describe(char *buf, size_t size);

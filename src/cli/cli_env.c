@@ -179,7 +179,10 @@ int accel_cli_env(int argc, char **argv) {
     accel__plugins_describe(stdout); /* what each device plug-in finds, or why it did not load */
     printf("- Accel accelerator: CPU\n");
     printf("- GPUs on this machine: %s; accel itself trains on the CPU\n", gpus);
-    printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    if (ci->family) printf("- CPU: %s (%ld cores; family %u model %u stepping %u)\n", model,
+                           sysconf(_SC_NPROCESSORS_ONLN), ci->family, ci->model_number, ci->stepping);
+    else printf("- CPU: %s (%ld cores)\n", model, sysconf(_SC_NPROCESSORS_ONLN));
     char isa[256];
     printf("- ISA: %s\n", accel_cpu_isa_string(isa, sizeof isa));
     if (accel__cpu_isa_check() != ACCEL_OK) printf("- ISA cap: refused (%s)\n", accel_last_error());

@@ -100,11 +100,25 @@ static void detect_model(char *out, size_t n) {
     if (len > 0) snprintf(out, n, "%.*s", (int)len, s);
 }
 
+/* Leaf 1's family, model and stepping, decoded as the kernel does for
+ * /proc/cpuinfo: the extended family adds to family 15, the extended model
+ * is the model's high nibble from family 6 on. */
+static void detect_signature(accel_cpu_info *ci) {
+    if ((unsigned)__get_cpuid_max(0, NULL) < 1) return;
+    unsigned r[4];
+    cpuid(1, 0, r);
+    unsigned family = (r[0] >> 8) & 0xf, model = (r[0] >> 4) & 0xf;
+    if (family == 0xf) family += (r[0] >> 20) & 0xff;
+    if (family >= 6) model |= ((r[0] >> 16) & 0xf) << 4;
+    ci->family = family, ci->model_number = model, ci->stepping = r[0] & 0xf;
+}
+
 #else
 
 static bool g_avx, g_avx512_cd_dq;
 static uint32_t detect_features(void) { return 0; }
 static void detect_model(char *out, size_t n) { (void)out, (void)n; }
+static void detect_signature(accel_cpu_info *ci) { (void)ci; }
 
 #endif
 
@@ -175,6 +189,7 @@ static uint32_t apply_cap(uint32_t f) {
 static void detect(void) {
     snprintf(g_info.model, sizeof g_info.model, "unknown");
     detect_model(g_info.model, sizeof g_info.model);
+    detect_signature(&g_info);
     g_info.features = apply_cap(detect_features());
 }
 
@@ -296,10 +311,18 @@ accel_status accel__cpu_variant_use(accel__cpu_variant v) {
 
 const char *accel_cpu_kernels(void) { return accel__cpu_variant_name(accel__cpu_variant_current()); }
 
+const char *accel__cpu_name(char *buf, size_t size) {
+    const accel_cpu_info *ci = accel_cpu_info_get();
+    if (ci->family) snprintf(buf, size, "%s (family %u model %u stepping %u)", ci->model, ci->family,
+                             ci->model_number, ci->stepping);
+    else snprintf(buf, size, "%s", ci->model);
+    return buf;
+}
+
 const char *accel_cpu_describe(char *buf, size_t size) {
     if (!buf_ok(__func__, buf, size)) return NULL;
-    char isa[256];
-    snprintf(buf, size, "CPU: %s\nISA: %s\nCPU kernels: %s\n", accel_cpu_info_get()->model,
+    char isa[256], cpu[160];
+    snprintf(buf, size, "CPU: %s\nISA: %s\nCPU kernels: %s\n", accel__cpu_name(cpu, sizeof cpu),
              accel_cpu_isa_string(isa, sizeof isa), accel_cpu_kernels());
     return buf;
 }

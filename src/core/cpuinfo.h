@@ -31,6 +31,11 @@ accel_status accel__cpu_variant_use(accel__cpu_variant v);
 /* "baseline", "avx2", "avx512"; "native" for the baseline of an ACCEL_NATIVE build. */
 const char *accel__cpu_variant_name(accel__cpu_variant v);
 
+/* The CPU's name as reports print it: the brand string and, where cpuid has
+ * one, its signature ("AMD EPYC (family 25 model 17 stepping 1)"), into buf.
+ * Returns buf. */
+const char *accel__cpu_name(char *buf, size_t size);
+
 /* The ISA cap: ACCEL_CPU_ISA=baseline|avx2|avx512, read once at detection,
  * makes this process see only the features of that level (avx512: AVX-512
  * F/BW/VL and, where the CPU has them, AVX512-BF16/FP16; no AMX), so the

@@ -15,7 +15,8 @@
  * timing in which a candidate's run failed (no memory for its operands)
  * chooses nothing: the class keeps the incumbent untimed for the process
  * and nothing is cached (timing_failed). The table is kept in memory and
- * in a JSON file per key (CPU model and usable features, OpenBLAS and
+ * in a JSON file per key (CPU model with its cpuid signature, so CPUs
+ * whose brand strings a hypervisor shortens alike stay apart, usable features, OpenBLAS and
  * oneDNN versions, accel's version, threads):
  * ~/.cache/accel/gemm-<hash>.json
  * ($XDG_CACHE_HOME/accel; ACCEL_GEMM_CACHE=DIR relocates it, =off keeps it
@@ -51,6 +52,7 @@
 
 #include "accel/cpu.h"
 #include "accel/tracking.h"
+#include "core/cpuinfo.h"
 #include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
@@ -155,9 +157,10 @@ static void cache_key(int threads, char *out, size_t n) {
     for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS, used = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
         used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
                          accel__gemm_provider_name((accel__gemm_provider)p));
-    const accel_cpu_info *ci = accel_cpu_info_get();
-    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;kernels=%d;accel=%s;threads=%d", ci->model, ci->features,
-             versions, providers, KERNELS, ACCEL_VERSION_STRING, threads);
+    char cpu[160];
+    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;kernels=%d;accel=%s;threads=%d",
+             accel__cpu_name(cpu, sizeof cpu), accel_cpu_info_get()->features, versions, providers, KERNELS,
+             ACCEL_VERSION_STRING, threads);
 }
 
 static uint64_t fnv1a(const char *s) {
