@@ -71,7 +71,11 @@ accel_pg *accel__tp_group(const accel_module *m);
  * module over pg gets a tombstone of it (dist/backend.h), so a later forward
  * fails at its first collective with `why` instead of reading the freed
  * group. accel__tp_adopt gives pg back to the modules whose tombstone stands
- * for it (a model prepared again by the same accelerator). */
+ * for it (a model prepared again by the same accelerator), known by its id
+ * (and its size and this rank's place, which the slices were cut for): a
+ * group made later at the freed one's address is another. A module whose
+ * group is freed with no owner to tell it (accel_pg_free, the last
+ * accel_dist_finalize) gets its tombstone at its next use. */
 void accel__tp_orphan(accel_module *m, const accel_pg *pg, const char *why);
 void accel__tp_adopt(accel_module *m, accel_pg *pg);
 
