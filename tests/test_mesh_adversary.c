@@ -14,7 +14,10 @@
  *
  * accel_accelerator_prepare: ranks whose models differ (intermediate_size,
  * vocab_size) fail on both under tp 2, pp 2, cp 2 and DDP, naming the
- * counts. Before, a tp group or a pipeline's stages broadcast nothing
+ * counts, and each rank's model stays whole: its loss is the one it had
+ * before the prepare (before, the comparison came after the tp plan's cut
+ * and the pipeline's release of the other stages, which left the refused
+ * model sliced or staged, its forward refused). Before, a tp group or a pipeline's stages broadcast nothing
  * between them and trained apart (each rank its own widths) without an
  * error; DDP's broadcast failed in mismatched collectives that left the
  * process group unusable.
@@ -135,9 +138,17 @@ static int prepare_body(int rank, int world) {
     CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
     if (!acc) return check_summary();
     accel_module *m = last ? model(CASE.ffn_last, CASE.vocab_last) : model(0, 0);
+    accel_tensor *before = accel_llama_loss(m, ids());
+    double loss = before ? accel_item(before) : -1;
+    accel_step_reset();
     CHECK(accel_accelerator_prepare(acc, m) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "the ranks' models differ in their tensors' names, shapes or dtypes");
     CHECK_STR_CONTAINS(accel_last_error(), "every rank must build the same model");
+    /* refused before the tp plan cut it or a stage released the others' layers: whole, its loss as before */
+    accel_tensor *after = accel_llama_loss(m, ids());
+    CHECK_MSG(after && accel_item(after) == loss, "rank %d: loss %g before the prepare, %g after (%s)", rank, loss,
+              after ? accel_item(after) : -1, after ? "" : accel_last_error());
+    accel_step_reset();
     accel_module_free(m);
     trains(acc, rank); /* models alike, on the same accelerator */
     accel_accelerator_free(acc);

@@ -168,7 +168,9 @@ accel_status accel_module_parallelize(accel_module *root, const accel_tp_plan_en
  * gradients are whole already) and would multiply them by the group's size. */
 accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg);
 
-/* How a module was parallelized: true with *style, the group and the slice
+/* How a module was parallelized: true with *style, the group (once that
+ * group is freed, a stand-in with its rank and size on which every call fails
+ * with ACCEL_ERR_STATE naming it) and the slice
  * [*start, *start + local) of the split dimension (rows for COLWISE and
  * VOCAB_EMBEDDING, columns for ROWWISE) of *full (its whole size) when m is
  * a parallelized Linear or Embedding whose slice is that one range; false (no

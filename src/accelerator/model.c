@@ -311,8 +311,20 @@ static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
 /* ---------------------------------------------------------------- the ranks' models */
 
 /* What the ranks compare of a model: a CRC-32C of its state dict's names,
- * dtypes and shapes in order, and its counts of tensors and elements. */
+ * dtypes and whole shapes in order (a tp slice's whole tensor's: a model
+ * cut already, by the user's plan or a prepare that failed on another rank
+ * and is retried, is the model another rank's plan is about to cut), and
+ * its counts of tensors and elements. */
 enum { ARCH_CRC, ARCH_TENSORS, ARCH_NUMEL, ARCH_N };
+
+/* The whole shape of entry i of sd: a tp slice's whole tensor's, also
+ * through a name tied to it that is no slice itself (a Llama's lm_head tied
+ * to its cut embed_tokens, when the plan failed before the head). */
+static void whole_shape(const accel_state_dict *sd, int i, int64_t *shape) {
+    if (accel__tp_file_shape(&sd->entries[i], shape)) return;
+    for (int j = 0; j < sd->n; j++)
+        if (j != i && sd->entries[j].t == sd->entries[i].t && accel__tp_file_shape(&sd->entries[j], shape)) return;
+}
 
 static accel_status architecture_of(accel_module *m, int64_t *v) {
     accel_state_dict *sd = accel_module_state_dict(m);
@@ -323,23 +335,27 @@ static accel_status architecture_of(accel_module *m, int64_t *v) {
     for (int i = 0; i < sd->n; i++) {
         const accel_tensor *t = sd->entries[i].t;
         int32_t head[2] = {(int32_t)t->dtype, t->ndim};
+        int64_t whole[ACCEL_MAX_DIMS], numel = 1;
+        whole_shape(sd, i, whole);
+        for (int d = 0; d < t->ndim; d++) numel *= whole[d];
         crc = accel__crc32c_update(crc, sd->entries[i].name, strlen(sd->entries[i].name) + 1);
         crc = accel__crc32c_update(crc, head, sizeof head);
-        crc = accel__crc32c_update(crc, t->shape, (size_t)t->ndim * sizeof *t->shape);
-        if (!sd->entries[i].is_tied_alias) v[ARCH_NUMEL] += accel_numel(t);
+        crc = accel__crc32c_update(crc, whole, (size_t)t->ndim * sizeof *whole);
+        if (!sd->entries[i].is_tied_alias) v[ARCH_NUMEL] += numel;
     }
     v[ARCH_CRC] = crc;
     accel_state_dict_free(sd);
     return ACCEL_OK;
 }
 
-/* Every rank's model compared, as its part of the mesh holds it (a tp rank
- * its slices, a stage its layers with the others' on meta: equal on every
- * rank of one model): under DDP the weights' broadcast meets a different
- * model in mismatched collectives, but a tp group or a pipeline's stages
- * broadcast nothing between them, and ranks built with different configs
- * (another intermediate_size, say) trained apart, each its own model,
- * without an error. */
+/* Every rank's model compared as it comes to prepare, before the tp plan
+ * cuts it and a pipeline stage releases the others' layers, so that a
+ * refused model stays whole and usable (its tp slices compared as the
+ * whole tensors they are cut from): under DDP the weights' broadcast
+ * meets a different model in mismatched collectives, but a tp group or a
+ * pipeline's stages broadcast nothing between them, and ranks built with
+ * different configs (another intermediate_size, say) trained apart, each
+ * its own model, without an error. */
 static accel_status agree_architecture(accel_accelerator *acc, accel_module *m) {
     if (acc->world == 1) return ACCEL_OK;
     int64_t mine[ARCH_N] = {0}, v[2 * ARCH_N];
@@ -364,6 +380,8 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
     static const char FP8_OP[] = "accel_accelerator_prepare (a Linear's weight)";
     accel_status placed = agree_placement(acc, place_model(acc, pm->m));
     if (placed) return placed;
+    /* before anything that cuts the model (the tp plan, the pipeline's release): one refused stays whole */
+    if (agree_architecture(acc, pm->m)) return accel_last_status();
     /* the split agreed on the whole model, then the tp plan slices it, then each stage keeps its part:
      * local steps, each agreed on where it runs (undone: the pipeline's split, the cp group) */
     if (accel__pipeline_split_model(acc, pm)) return accel_last_status();
@@ -380,7 +398,6 @@ accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm) {
         st = accel__fp8_check_devices(pm->m, FP8_OP) || accel__fp8_prepare(acc, pm) ? accel_last_status() : ACCEL_OK;
         st = accel__prepare_agree(acc, st, "convert the model for fp8");
     }
-    if (!st) st = agree_architecture(acc, pm->m);
     if (st) return undo_prepare(acc, pm, st);
     pm->strat = acc->strat;
     int64_t pad = pm->strat->shards ? 16 * (int64_t)acc->world : 1;

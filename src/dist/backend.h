@@ -31,12 +31,24 @@
 /* Whether an async call on buf (in place) goes on pg's backend stream:
  * DDP checks that a device bucket it reduces in place does. */
 bool accel__pg_on_stream(accel_pg *pg, const void *buf);
-/* A stand-in for pg once pg is freed while others still hold it (a
+/* Who a group is, as those that outlive it remember it (a tensor-parallel
+ * module): its id, unique in the process (a group made later never has it,
+ * whatever address it gets: compare ids, not addresses), and this rank's
+ * place in it. */
+typedef struct accel__pg_ident {
+    uint64_t id;
+    int rank, size, local_rank, local_size;
+} accel__pg_ident;
+accel__pg_ident accel__pg_identity(const accel_pg *pg);
+/* Whether the group of that id is made and not yet freed (a tombstone is
+ * no group: its id is the one of the group it stands for). Thread-safe. */
+bool accel__pg_live(uint64_t id);
+/* A stand-in for group `of` once it is freed while others still hold it (a
  * tensor-parallel model's modules, after the accelerator that sliced it
- * went): pg's rank and size, and every call on it fails (ACCEL_ERR_STATE)
+ * went): of's id, rank and size, and every call on it fails (ACCEL_ERR_STATE)
  * with "accel dist: <why>". Freed with accel__pg_tombstone_free (NULL and
  * groups that are no tombstones: a no-op). */
-accel_pg *accel__pg_tombstone(const accel_pg *pg, const char *why);
+accel_pg *accel__pg_tombstone(const accel__pg_ident *of, const char *why);
 void accel__pg_tombstone_free(accel_pg *tombstone);
 /* Whether the default group has one holder left at most (accel_dist_init's
  * references): its accel_dist_finalize tears the group down. */
@@ -184,6 +196,8 @@ bool accel__sites_differ(const accel__site *a, const accel__site *b);
 
 
 struct accel_pg {
+    uint64_t id; /* accel__pg_identity's: numbered as made, from 1 */
+    struct accel_pg *live_next; /* the groups made and not yet freed (dist.c, accel__pg_live) */
     int rank, size, local_rank, local_size;
     const accel__backend *be;
     void *impl;

@@ -517,11 +517,49 @@ static accel_status refuse_broken(const accel_pg *pg) {
                            pg->broken_msg);
 }
 
-accel_pg *accel__pg_tombstone(const accel_pg *pg, const char *why) {
+/* The groups made and not yet freed (linked by live_next), and the last id
+ * given: a module that keeps a group's address asks accel__pg_live before it
+ * reads the group, since the group may be gone and its address another's. */
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static accel_pg *g_live;
+static uint64_t g_last_id;
+
+/* pg, just made (its setup done), gets its id and joins the live groups. */
+static void live_add(accel_pg *pg) {
+    pthread_mutex_lock(&g_live_lock);
+    pg->id = ++g_last_id;
+    pg->live_next = g_live;
+    g_live = pg;
+    pthread_mutex_unlock(&g_live_lock);
+}
+
+static void live_remove(const accel_pg *pg) {
+    pthread_mutex_lock(&g_live_lock);
+    for (accel_pg **p = &g_live; *p; p = &(*p)->live_next)
+        if (*p == pg) {
+            *p = pg->live_next;
+            break;
+        }
+    pthread_mutex_unlock(&g_live_lock);
+}
+
+bool accel__pg_live(uint64_t id) {
+    pthread_mutex_lock(&g_live_lock);
+    const accel_pg *p = g_live;
+    while (p && p->id != id) p = p->live_next;
+    pthread_mutex_unlock(&g_live_lock);
+    return p != NULL;
+}
+
+accel__pg_ident accel__pg_identity(const accel_pg *pg) {
+    return (accel__pg_ident){pg->id, pg->rank, pg->size, pg->local_rank, pg->local_size};
+}
+
+accel_pg *accel__pg_tombstone(const accel__pg_ident *of, const char *why) {
     accel_pg *t = accel_calloc(1, sizeof *t);
     if (!t) return NULL;
-    t->rank = pg->rank, t->size = pg->size, t->local_rank = pg->local_rank, t->local_size = pg->local_size;
-    t->timeout_s = pg->timeout_s;
+    t->id = of->id;
+    t->rank = of->rank, t->size = of->size, t->local_rank = of->local_rank, t->local_size = of->local_size;
     t->be = &TOMBSTONE;
     t->broken = ACCEL_ERR_STATE;
     snprintf(t->broken_msg, sizeof t->broken_msg, "%s", why);
@@ -1182,6 +1220,7 @@ static accel_status create_default_group(void) {
         accel_free(pg);
         return st;
     }
+    live_add(pg);
     g_default = pg;
     return ACCEL_OK;
 }
@@ -1196,6 +1235,7 @@ accel_status accel_dist_init(void) {
 
 /* Waits for its asynchronous work, a final barrier (collective), frees it. */
 static void destroy_group(accel_pg *pg) {
+    live_remove(pg);
     drain(pg);
     queue_destroy(pg);
     /* Before the barrier: a rank past it may init a new group at once, and
@@ -1381,7 +1421,10 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
                                  "expected rank %d of %d", parent->be->name, sub->rank, sub->size, rank, size);
         if (!st) st = sub->be->barrier(sub);
         if (st && sub->impl) sub->be->finalize(sub);
-        if (!st) return sub;
+        if (!st) {
+            live_add(sub);
+            return sub;
+        }
         accel_free(sub);
         return NULL;
     }
@@ -1396,6 +1439,7 @@ accel_pg *accel_pg_split(accel_pg *parent, int color, int key) {
         accel_free(sub);
         return NULL;
     }
+    live_add(sub);
     return sub;
 }
 

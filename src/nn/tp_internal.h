@@ -62,8 +62,9 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
 accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x);
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y);
 
-/* The group of tensor-parallel module m (accel__tp_is_replica's too); NULL
- * when m is none. */
+/* The group of tensor-parallel module m (accel__tp_is_replica's too), its
+ * tombstone once that group is freed (accel__tp_orphan); NULL when m is
+ * none (or, out of memory for that tombstone, NULL + error). */
 accel_pg *accel__tp_group(const accel_module *m);
 
 /* When pg's owner lets it go (an accelerator freed, or un-preparing the
@@ -71,7 +72,11 @@ accel_pg *accel__tp_group(const accel_module *m);
  * module over pg gets a tombstone of it (dist/backend.h), so a later forward
  * fails at its first collective with `why` instead of reading the freed
  * group. accel__tp_adopt gives pg back to the modules whose tombstone stands
- * for it (a model prepared again by the same accelerator). */
+ * for it (a model prepared again by the same accelerator), known by its id
+ * (and its size and this rank's place, which the slices were cut for): a
+ * group made later at the freed one's address is another. A module whose
+ * group is freed with no owner to tell it (accel_pg_free, the last
+ * accel_dist_finalize) gets its tombstone at its next use. */
 void accel__tp_orphan(accel_module *m, const accel_pg *pg, const char *why);
 void accel__tp_adopt(accel_module *m, accel_pg *pg);
 

@@ -30,12 +30,31 @@ typedef struct tp_impl {
     bool plus_one;    /* Gemma's kind: x / rms * (1 + weight), in f32 (per head only) */
     bool layer_norm;  /* a LayerNorm with bias (Phi's q/k_layernorm; per head only) */
     int64_t first;    /* a norm of its own per head (StableLM's): this rank's first head */
-    /* Once pg was let go by its owner (accel__tp_orphan): pg is this
-     * tombstone, owned here, and origin the group it stands for (compared,
-     * never read: accel__tp_adopt gives it back to a module over it again). */
+    /* The group it was parallelized over, as made (its id: pg's address may
+     * be a later group's once pg is freed). Once its owner let pg go
+     * (accel__tp_orphan), or pg was found freed (group_ok): pg is `gone`, a
+     * tombstone of it owned here; accel__tp_adopt gives the group of that id
+     * back to it (a model prepared again by the same accelerator). */
+    accel__pg_ident of;
     accel_pg *gone;
-    const accel_pg *origin;
 } tp_impl;
+
+/* Whether t may read t->pg: a live group, or a tombstone. A group freed
+ * under t by an owner that could not tell it (the accelerator whose tp group
+ * a model was parallelized over, never prepared; the last
+ * accel_dist_finalize of a default group that tp spans) gets its tombstone
+ * here, before anything reads the freed memory; false + error when that
+ * cannot be made (out of memory). */
+static bool group_ok(tp_impl *t) {
+    if (t->gone || accel__pg_live(t->of.id)) return true;
+    char why[320];
+    snprintf(why, sizeof why, "the model is tensor-parallel over process group #%llu (%d ranks), which was freed "
+             "(its accelerator freed, accel_pg_free, or the last accel_dist_finalize): its slices compute only while "
+             "that group lives", (unsigned long long)t->of.id, t->of.size);
+    if (!(t->gone = accel__pg_tombstone(&t->of, why))) return false;
+    t->pg = t->gone;
+    return true;
+}
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
  * the modules run as if planned without sequence parallelism. */
@@ -162,6 +181,7 @@ static accel_tensor *replica_rows(accel_tensor *w, const tp_impl *t, int dim) {
  * each part, for a fused projection), from its slice of the weight or, with
  * replicated rows, from its rows of the whole weight. */
 static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
+    if (!group_ok(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     if (t->style == ACCEL__TP_REPLICA_ROWS) {
@@ -174,6 +194,7 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
  * ranks; the bias, whole on every rank, added once after the sum. */
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
+    if (!group_ok(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     int64_t start = t->w.start[0], local = t->w.local[0];
     if (!t->inner && x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
@@ -193,6 +214,7 @@ static accel_tensor *id_scalar(const accel_tensor *ids, int64_t v) {
 /* ids [...] of the full vocabulary -> [..., D]: rows this rank holds looked
  * up, zeros for the others, summed over the ranks. */
 static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
+    if (!group_ok(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     int64_t start = t->w.start[0], end = start + t->w.local[0];
@@ -219,6 +241,7 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
  * width: x / rms(every rank's x) * its rows of the weight, the mean square
  * from the group's sum of squares (each row counted by `rep` ranks). */
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
+    if (!group_ok(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     if (t->layer_norm) /* its weight and bias through the region's copy: their gradients summed */
@@ -263,6 +286,7 @@ static accel_tensor *rank_head_norm(void *ctx, int64_t h, accel_tensor *xh) {
 }
 
 static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
+    if (!group_ok(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_module *norms = m->children[0];
     int all = norms->n_children;
@@ -368,7 +392,7 @@ bool accel__tp_linear_gemm_shape(const accel_module *m, int64_t shape[2]) {
  * Conv1D's columns nor a fused projection's parts: no slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m) || accel__tp_is_replica(m)) return false;
+    if (!m || !is_tp(m) || accel__tp_is_replica(m) || !group_ok(m->impl)) return false;
     const tp_impl *t = m->impl;
     if (t->conv1d || t->w.n_parts != 1) return false;
     if (style) *style = t->style;
@@ -469,7 +493,7 @@ static accel_status apply_one(accel_module *m, accel_tp_style style, accel_pg *p
     bool conv1d = is_conv1d(m);
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.style = style, .pg = pg, .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
+    *t = (tp_impl){.style = style, .pg = pg, .of = accel__pg_identity(pg), .w = slice_from(split_dim(style, conv1d), parts), .conv1d = conv1d,
                    .sp = sp, .inner = inner, .pad = style == ACCEL_TP_VOCAB_EMBEDDING ? accel__embedding_padding_idx(m) : -1};
     if (style != ACCEL__TP_REPLICA_ROWS) {
         bool cut_b = b && style == ACCEL_TP_COLWISE && cut_bias;
@@ -505,29 +529,36 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
     return apply_one(m, style, pg, parts, true, true, sp, inner);
 }
 
-accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) { return enter(m->impl, x); }
+accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) {
+    return group_ok(m->impl) ? enter(m->impl, x) : NULL;
+}
 
-accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) { return leave(m->impl, y); }
+accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) {
+    return group_ok(m->impl) ? leave(m->impl, y) : NULL;
+}
 
 accel_pg *accel__tp_group(const accel_module *m) {
-    return m && is_tp(m) ? ((const tp_impl *)m->impl)->pg : NULL;
+    return m && is_tp(m) && group_ok(m->impl) ? ((const tp_impl *)m->impl)->pg : NULL;
+}
+
+/* Whether pg is the group t was parallelized over, with this rank where t's
+ * slices were cut for (by id: a group made at a freed one's address is another). */
+static bool same_group(const tp_impl *t, const accel_pg *pg) {
+    accel__pg_ident g = accel__pg_identity(pg);
+    return g.id == t->of.id && g.size == t->of.size && g.rank == t->of.rank;
 }
 
 void accel__tp_orphan(accel_module *m, const accel_pg *pg, const char *why) {
     tp_impl *t = is_tp(m) ? m->impl : NULL;
-    if (t && !t->gone && t->pg == pg && (t->gone = accel__pg_tombstone(pg, why))) {
-        t->origin = pg;
-        t->pg = t->gone;
-    }
+    if (t && !t->gone && same_group(t, pg) && (t->gone = accel__pg_tombstone(&t->of, why))) t->pg = t->gone;
     for (int i = 0; i < m->n_children; i++) accel__tp_orphan(m->children[i], pg, why);
 }
 
 void accel__tp_adopt(accel_module *m, accel_pg *pg) {
     tp_impl *t = is_tp(m) ? m->impl : NULL;
-    if (t && t->gone && t->origin == pg) {
+    if (t && t->gone && same_group(t, pg)) {
         accel__pg_tombstone_free(t->gone);
         t->gone = NULL;
-        t->origin = NULL;
         t->pg = pg;
     }
     for (int i = 0; i < m->n_children; i++) accel__tp_adopt(m->children[i], pg);
@@ -541,7 +572,7 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
     ACCEL_ASSERT(!(layer_norm && (rows || plus_one)));
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps, .rep = rep, .plus_one = plus_one, .layer_norm = layer_norm};
+    *t = (tp_impl){.pg = pg, .of = accel__pg_identity(pg), .eps = eps, .rep = rep, .plus_one = plus_one, .layer_norm = layer_norm};
     if (rows) {
         t->w = slice_from(0, rows);
         t->width = rows->size[0];
@@ -555,7 +586,7 @@ accel_status accel__tp_replica_norm(accel_module *m, accel_pg *pg, double eps, c
 accel_status accel__tp_norm_per_head(accel_module *m, accel_pg *pg, double eps, int64_t first) {
     tp_impl *t = accel_malloc(sizeof *t);
     if (!t) return accel_last_status();
-    *t = (tp_impl){.pg = pg, .eps = eps, .first = first};
+    *t = (tp_impl){.pg = pg, .of = accel__pg_identity(pg), .eps = eps, .first = first};
     accel_free(m->impl);
     m->ops = &NORM_PER_HEAD_OPS;
     m->impl = t;
