@@ -466,11 +466,48 @@ static void test_refusals(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "unknown policy (TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)");
     unsetenv("ACCEL_FSDP_AUTO_WRAP_POLICY");
     accel_clear_error();
-    setenv("ACCEL_FSDP_MIN_NUM_PARAMS", "1e8x", 1);
-    CHECK(accel_accelerator_new(&o) == NULL);
-    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_FSDP_MIN_NUM_PARAMS=\"1e8x\" is not a count");
+    /* the two numbers as Python's float() reads them: blanks around, '_' between digits, no hex (strtod's
+     * 0x10 was 16) */
+    static const char *const BAD_MIN[] = {"1e8x", "0x10", "1.5", "-1", "1__0", "nan", "1e19"};
+    for (size_t k = 0; k < sizeof BAD_MIN / sizeof *BAD_MIN; k++) {
+        setenv("ACCEL_FSDP_MIN_NUM_PARAMS", BAD_MIN[k], 1);
+        CHECK_MSG(accel_accelerator_new(&o) == NULL, "%s", BAD_MIN[k]);
+        char want[64];
+        snprintf(want, sizeof want, "ACCEL_FSDP_MIN_NUM_PARAMS=\"%s\" is not a count", BAD_MIN[k]);
+        CHECK_STR_CONTAINS(accel_last_error(), want);
+        accel_clear_error();
+    }
+    static const struct {
+        const char *text;
+        int64_t count;
+    } MIN[] = {{" 1_000\t", 1000}, {"1e8", 100000000}, {"2.0", 2}};
+    for (size_t k = 0; k < sizeof MIN / sizeof *MIN; k++) {
+        setenv("ACCEL_FSDP_MIN_NUM_PARAMS", MIN[k].text, 1);
+        accel__zero_cfg zc;
+        CHECK_MSG(accel__zero_config(&o, &zc) == ACCEL_OK && zc.fsdp.min_num_params == MIN[k].count, "'%s': %s",
+                  MIN[k].text, accel_last_error());
+    }
     unsetenv("ACCEL_FSDP_MIN_NUM_PARAMS");
+    /* ACCEL_GRADIENT_CLIPPING is read without a DeepSpeed config: the launcher's (some runs of this test
+     * have one, or a clipping of their own) set aside meanwhile */
+    static const char *const ASIDE[] = {"ACCEL_DEEPSPEED_CONFIG_FILE", "ACCEL_GRADIENT_CLIPPING"};
+    char *kept[2];
+    for (int k = 0; k < 2; k++) {
+        kept[k] = getenv(ASIDE[k]) ? strdup(getenv(ASIDE[k])) : NULL;
+        unsetenv(ASIDE[k]);
+    }
+    accel__zero_cfg zc;
+    setenv("ACCEL_GRADIENT_CLIPPING", "0x10", 1);
+    CHECK(accel__zero_config(&o, &zc) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCEL_GRADIENT_CLIPPING='0x10' is not a number >= 0");
     accel_clear_error();
+    setenv("ACCEL_GRADIENT_CLIPPING", " 2_0\n", 1);
+    CHECK_MSG(accel__zero_config(&o, &zc) == ACCEL_OK && zc.clip == 20, "%s", accel_last_error());
+    for (int k = 0; k < 2; k++) {
+        if (kept[k]) setenv(ASIDE[k], kept[k], 1);
+        else unsetenv(ASIDE[k]);
+        free(kept[k]);
+    }
     setenv("ACCEL_FSDP_OFFLOAD_PARAMS", "true", 1); /* FULL_SHARD on the cpu: the shards are in host memory already */
     accel_accelerator *offloaded = accel_accelerator_new(&o);
     CHECK_MSG(offloaded != NULL, "%s", accel_last_error());

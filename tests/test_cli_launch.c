@@ -167,6 +167,26 @@ static void test_monitor_interval(void) {
     CHECK_STR_CONTAINS(ERR, "--num_processes must be at least 1");
 }
 
+/* The float flags as argparse's type=float (Python's float()) reads them:
+ * blanks around, '_' between two digits; not strtod's hex, which took
+ * --monitor_interval 0x10 as 16 s and --gradient_clipping 0x10 as a norm of 16. */
+static void test_float_flags(void) {
+    static const char *const HEX[][3] = {
+        {"--monitor_interval", "0x10", "--monitor_interval '0x10' is not a positive number"},
+        {"--gradient_clipping", "0x10", "--gradient_clipping: invalid value '0x10'"},
+        {"--gradient_clipping", "1__0", "--gradient_clipping: invalid value '1__0'"},
+    };
+    for (size_t i = 0; i < sizeof HEX / sizeof *HEX; i++) {
+        const char *a[] = {ACCEL, "launch", HEX[i][0], HEX[i][1], "/usr/bin/env", NULL};
+        CHECK_MSG(run(a, NULL) == 2, "%s %s", HEX[i][0], HEX[i][1]);
+        CHECK_STR_CONTAINS(ERR, HEX[i][2]);
+    }
+    const char *ok[] = {ACCEL, "launch", "--monitor_interval", " 0.0_5 ", "--use_deepspeed", "--gradient_clipping",
+                        " 1_0 ", "/usr/bin/env", NULL};
+    CHECK_MSG(run(ok, NULL) == 0, "%s", ERR);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_GRADIENT_CLIPPING=10.0\n"); /* str(float(' 1_0 ')) */
+}
+
 static void test_env_contract(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", "--mixed-precision", "bf16",
                        "--num_cpu_threads_per_process", "1", "--use_deepspeed", "--zero_stage", "3",
@@ -884,6 +904,7 @@ int main(void) {
     RUN(test_config_precedence);
     RUN(test_launcher_sigkill_wrapper);
     RUN(test_monitor_interval);
+    RUN(test_float_flags);
     RUN(test_accelerate_fsdp_env);
     RUN(test_fsdp_bool_settings);
     RUN(test_accelerate_deepspeed_env);

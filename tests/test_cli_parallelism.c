@@ -116,6 +116,10 @@ static void test_megatron_flags_env(void) {
     all_in_out(dflt, sizeof dflt / sizeof *dflt);
     CHECK(!strstr(OUT, "NUM_MICRO_BATCHES") && !strstr(OUT, "SEQUENCE_PARALLELISM") &&
           !strstr(OUT, "RECOMPUTE_ACTIVATIONS"));
+    /* what argparse's float() takes: blanks around, '_' between digits; exported as str(float(v)) */
+    const char *c[] = {"launch", "--use_megatron_lm", "--megatron_lm_gradient_clipping", " 2_5\t", "/usr/bin/env", NULL};
+    CHECK(run(c, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "MEGATRON_LM_GRADIENT_CLIPPING=25.0\n");
 }
 
 /* Accelerate's argparse refusals, and the values its dataclasses refuse later, named at launch. */
@@ -134,6 +138,9 @@ static void test_flag_errors(void) {
          "argument --megatron_lm_recompute_activations: invalid str_to_bool value: 'maybe'"},
         {"--megatron_lm_gradient_clipping", "-1", "argument --megatron_lm_gradient_clipping: '-1.0' is not a gradient norm"},
         {"--megatron_lm_gradient_clipping", "inf", "argument --megatron_lm_gradient_clipping: 'inf' is not a gradient norm"},
+        /* argparse's float() refuses hex (strtod took it) and a '_' not between two digits */
+        {"--megatron_lm_gradient_clipping", "0x10", "argument --megatron_lm_gradient_clipping: invalid float value: '0x10'"},
+        {"--megatron_lm_gradient_clipping", "1_", "argument --megatron_lm_gradient_clipping: invalid float value: '1_'"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         const char *a[] = {"launch", i % 2 ? "--use_megatron_lm" : "--use_parallelism_config", BAD[i][0], BAD[i][1],
@@ -281,9 +288,11 @@ static void test_config_wizard(void) {
     const char *a[] = {"config", "--config_file", path, NULL};
     /* This machine, multi-GPU, 1 machine, no debug, no DeepSpeed, no FSDP, Megatron: tp 2, sequence parallelism
      * (default yes), pp 2, 4 micro-batches, recompute (default yes), no distributed optimizer, clipping 0.5; 8 GPUs,
-     * all, no mixed precision */
-    CHECK(run_answering(a, "0\nmulti-GPU\n\nno\nno\nno\nyes\n2\n\n2\n4\n\nno\n0.5\n8\n\nno\n") == 0);
+     * all, no mixed precision; the clipping asked again after 0x10, which Python's float() refuses (strtod took
+     * it as 16), and 0_0.5 taken as float() takes it */
+    CHECK(run_answering(a, "0\nmulti-GPU\n\nno\nno\nno\nyes\n2\n\n2\n4\n\nno\n0x10\n0_0.5\n8\n\nno\n") == 0);
     CHECK_STR_CONTAINS(OUT, "Do you want to use Megatron-LM ? [yes/NO]: ");
+    CHECK_STR_CONTAINS(OUT, "(0 to disable)? [1.0]: Please enter a number >= 0.\n");
     cli_slurp(path, buf, sizeof buf);
     CHECK_STR_CONTAINS(buf, "distributed_type: MEGATRON_LM\n");
     CHECK_STR_CONTAINS(buf, "megatron_lm_config:\n  megatron_lm_gradient_clipping: 0.5\n  megatron_lm_num_micro_batches: "

@@ -231,15 +231,43 @@ static void test_parser(void) {
     CHECK(accel__env_double("ACCEL_TEST_STRICT", 1.5, 0, 10, &d) == ACCEL_ERR_INVALID_ARG);
     setenv("ACCEL_TEST_STRICT", "On", 1);
     CHECK(accel__env_bool("ACCEL_TEST_STRICT", false, &b) == ACCEL_OK && b);
-    setenv("ACCEL_TEST_STRICT", "2.5", 1);
-    CHECK(accel__env_double("ACCEL_TEST_STRICT", 1.5, 0, 10, &d) == ACCEL_OK && d == 2.5);
-    static const char *const BAD_D[] = {"0", "10.5", "inf", "nan", " 1", "1s", "-1"};
+    /* a number as Python's float() reads it (tests/test_python_float.c: the parser) */
+    static const struct {
+        const char *text;
+        double value;
+    } GOOD_D[] = {{"2.5", 2.5}, {" 1\n", 1}, {"1_0", 10}, {"2_5e-1", 2.5}, {"+.5", 0.5}};
+    for (size_t i = 0; i < sizeof GOOD_D / sizeof *GOOD_D; i++) {
+        setenv("ACCEL_TEST_STRICT", GOOD_D[i].text, 1);
+        CHECK_MSG(accel__env_double("ACCEL_TEST_STRICT", 1.5, 0, 10, &d) == ACCEL_OK && d == GOOD_D[i].value,
+                  "'%s': %g %s", GOOD_D[i].text, d, accel_last_error());
+        CHECK_MSG(accel__env_nonneg("ACCEL_TEST_STRICT", 1.5, &d) == ACCEL_OK && d == GOOD_D[i].value, "'%s': %g",
+                  GOOD_D[i].text, d);
+    }
+    static const char *const BAD_D[] = {"0", "10.5", "inf", "nan", "1s", "-1", "0x10", "0x1p1", "1__0", "1_"};
     for (size_t i = 0; i < sizeof BAD_D / sizeof *BAD_D; i++) {
         setenv("ACCEL_TEST_STRICT", BAD_D[i], 1);
         CHECK_MSG(accel__env_double("ACCEL_TEST_STRICT", 1.5, 0, 10, &d) == ACCEL_ERR_INVALID_ARG &&
-                      strstr(accel_last_error(), "ACCEL_TEST_STRICT"),
+                      strstr(accel_last_error(), "ACCEL_TEST_STRICT='") && strstr(accel_last_error(), BAD_D[i]),
                   "'%s'", BAD_D[i]);
     }
+    /* accel__env_nonneg: >= 0, 0 and infinity included (a norm that clips nothing) */
+    static const char *const NONNEG[] = {"0", "1e400", "inf", " Infinity "};
+    for (size_t i = 0; i < sizeof NONNEG / sizeof *NONNEG; i++) {
+        setenv("ACCEL_TEST_STRICT", NONNEG[i], 1);
+        CHECK_MSG(accel__env_nonneg("ACCEL_TEST_STRICT", 1.5, &d) == ACCEL_OK && d == (i ? INFINITY : 0), "'%s'",
+                  NONNEG[i]);
+    }
+    static const char *const BAD_NONNEG[] = {"", " ", "-1", "-0.5", "nan", "0x10", "nan(1)", "1 1", "1_"};
+    for (size_t i = 0; i < sizeof BAD_NONNEG / sizeof *BAD_NONNEG; i++) {
+        setenv("ACCEL_TEST_STRICT", BAD_NONNEG[i], 1);
+        d = 7;
+        CHECK_MSG(accel__env_nonneg("ACCEL_TEST_STRICT", 1.5, &d) == ACCEL_ERR_INVALID_ARG && d == 7 &&
+                      strstr(accel_last_error(), "ACCEL_TEST_STRICT='") &&
+                      strstr(accel_last_error(), "is not a number >= 0"),
+                  "'%s': %s", BAD_NONNEG[i], accel_last_error());
+    }
+    unsetenv("ACCEL_TEST_STRICT");
+    CHECK(accel__env_nonneg("ACCEL_TEST_STRICT", 1.5, &d) == ACCEL_OK && d == 1.5);
     accel_clear_error();
     unsetenv("ACCEL_TEST_STRICT");
 }

@@ -223,7 +223,13 @@ static void test_megatron_refusals(void) {
     refused("MEGATRON_LM_GRADIENT_CLIPPING='0.5' and the DeepSpeed config (ACCEL_DEEPSPEED_CONFIG_FILE) both set");
     unsetenv("ACCEL_DEEPSPEED_CONFIG_FILE");
     setenv("ACCEL_GRADIENT_CLIPPING", "lots", 1);
-    refused("ACCEL_GRADIENT_CLIPPING=\"lots\" is not a norm >= 0");
+    refused("ACCEL_GRADIENT_CLIPPING='lots' is not a number >= 0");
+    setenv("ACCEL_GRADIENT_CLIPPING", "0x10", 1); /* Python's float() refuses hex: strtod took it as 16 */
+    refused("ACCEL_GRADIENT_CLIPPING='0x10' is not a number >= 0");
+    setenv("ACCEL_GRADIENT_CLIPPING", " 2_0\t", 1); /* and takes blanks around and '_' between digits: 20 */
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "20", 1);
+    o = accel_accelerator_opts_default();
+    CHECK_MSG(read_env(&o, &pe) == ACCEL_OK && o.gradient_clipping == 20, "%s", accel_last_error());
     unsetenv("ACCEL_GRADIENT_CLIPPING");
     unsetenv("MEGATRON_LM_GRADIENT_CLIPPING");
     setenv("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", "true", 1);

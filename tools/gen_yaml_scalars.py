@@ -7,7 +7,7 @@ Writes tests/data/yaml_scalars.tsv, one row a scalar: `scalar<TAB>repr` with
 repr Python's repr of the value, `!range` for an int beyond 64 bits (which
 accel's config reader refuses: an out-of-range error naming the key), or
 `!error` where safe_load raises (accel refuses it naming the key). Tagged
-texts that only Python's int()/float() leniency takes (a second sign in an int, inner
+texts that only Python's int() leniency takes (a second sign in an int, inner
 blanks, "0x0x1f") are not listed: accel refuses those, as docs/cli.md says. tests/test_cli_launch.c (test_yaml_scalars) reads
 every row back through `accel env --config_file`.
 
@@ -33,7 +33,10 @@ TAGGED = ["!!int " + s for s in """
 """.split()] + ["!!float " + s for s in """
 1e-3 1E3 1 -1 +1 1. .5 1_0.5 .inf -.Inf .NaN -.nan inf nan infinity -Infinity 1:30 1:30.5 -1:1e1 1:inf
 nan(1) 0x1p3 abc 1e 1e+ 1.5e-2_0 1,5 1::2 . e3 26.96:62.29:49.443 0.1:0.2:0.3:0.7
-""".split()]
+""".split()] + [
+    # float()'s blanks around each part, which construct_yaml_float leaves to it (quoted: a plain scalar has none)
+    '!!float " 1"', '!!float "1 "', '!!float "\\t-1_0\\n"', '!!float "- 1"', '!!float "1: 30"',
+]
 
 
 def row(s):

@@ -317,9 +317,15 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
 /* set_seed: the default generator gets seed (+ process index if device_specific;
  * under tensor parallelism + the index of the rank's tp group, process index /
  * tp_size, so the ranks of a tp group draw the same replicated dropout masks).
- * A NULL acc is a no-op (the generator is left as it was); accel_manual_seed
- * seeds it without an accelerator. */
-void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
+ * A NULL acc is Accelerate's set_seed(seed) before any Accelerator exists
+ * (no no-op, unlike other setters of a NULL handle, docs/contract.md: ported
+ * code seeds so before making the accelerator): accel_manual_seed(seed), +
+ * the launcher's rank when device_specific (RANK, PMI_RANK,
+ * OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK or srun's SLURM_PROCID, as
+ * accel_dist_init reads it; 0 when none is set). ACCEL_OK; a rank variable
+ * that is no integer from 0 to 10^6 is ACCEL_ERR_INVALID_ARG naming it, the
+ * generator left as it was. */
+accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
 
 /* ---------------------------------------------------------------- prepare */
 

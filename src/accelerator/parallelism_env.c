@@ -133,11 +133,8 @@ static accel_status megatron_clipping(accel_accelerator_opts *o) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' and the DeepSpeed config (%s) both set the "
                                "gradient clipping: give one of them", who, v, ds);
     if (other) {
-        char *end;
-        double given = strtod(other, &end);
-        if (!*other || *end || !(given >= 0))
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0",
-                                   other);
+        double given;
+        if (accel__env_nonneg("ACCEL_GRADIENT_CLIPPING", 0, &given) != ACCEL_OK) return accel_last_status();
         if (given != norm)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": %s='%s' and ACCEL_GRADIENT_CLIPPING='%s' disagree "
                                    "on the gradient clipping: give one of them", who, v, other);

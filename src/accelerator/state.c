@@ -16,6 +16,7 @@
 #include "backends/cpu/gemm.h"
 #include "gemm_choices.h"
 #include "core/env.h"
+#include "dist/env_rank.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
     accel_accelerator_opts o;
@@ -371,11 +372,20 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
  * (consecutive ranks, mesh.h): they hold replicas of the activations
  * outside the tp regions, whose dropout masks (the default generator's)
  * must agree; their sharded activations draw from the model's per-rank
- * stream (nn/tp_internal.h). */
-void accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific) {
-    if (!acc) return; /* a void setter of a NULL handle (docs/contract.md) */
+ * stream (nn/tp_internal.h). No accelerator: Accelerate's set_seed(seed),
+ * a module function ported code calls before making one, seeds the process
+ * all the same, + the launcher's rank (PartialState's process_index) when
+ * device_specific; a no-op here lost that seeding silently. */
+accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific) {
+    if (!acc) {
+        int rank = 0;
+        if (device_specific && accel__dist_env_rank(&rank) != ACCEL_OK) return accel_last_status();
+        accel_manual_seed(seed + (uint64_t)rank);
+        return ACCEL_OK;
+    }
     int tp = acc->mesh.size[ACCEL__MESH_TP];
     accel_manual_seed(seed + (device_specific ? (uint64_t)(acc->rank / (tp > 0 ? tp : 1)) : 0));
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- prepared objects */

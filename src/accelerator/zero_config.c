@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "accelerator_internal.h"
 #include "strategy.h"
+#include "core/env.h"
 #include "core/str_to_bool.h"
 #include "io/io_internal.h"
 
@@ -460,10 +462,9 @@ static accel_status read_min_num_params(const accel_accelerator_opts *o, accel__
                                (long long)o->fsdp_min_num_params);
     if (o->fsdp_min_num_params > 0) {
         f->min_num_params = o->fsdp_min_num_params;
-    } else if (min) {
-        char *end;
-        double v = strtod(min, &end);
-        if (end == min || *end || !(v >= 0) || v > 9e18)
+    } else if (min) { /* a count, written as Python's float() reads it: 1e8 as the docs write it, no hex */
+        double v;
+        if (!accel__python_float(min, &v) || !(v >= 0) || v > 9e18 || v != floor(v))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_FSDP_MIN_NUM_PARAMS=\"%s\" is not a count", min);
         f->min_num_params = (int64_t)v;
     }
@@ -568,12 +569,8 @@ static accel_status zero_config(const accel_accelerator_opts *o, const char *ds,
                                o->gradient_clipping);
     if (o->gradient_clipping > 0) {
         c->clip = o->gradient_clipping;
-    } else if (!ds && env("ACCEL_GRADIENT_CLIPPING")) {
-        char *end;
-        const char *v = env("ACCEL_GRADIENT_CLIPPING");
-        c->clip = strtod(v, &end);
-        if (end == v || *end || !(c->clip >= 0))
-            return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": ACCEL_GRADIENT_CLIPPING=\"%s\" is not a norm >= 0", v);
+    } else if (!ds && accel__env_nonneg("ACCEL_GRADIENT_CLIPPING", 0, &c->clip) != ACCEL_OK) {
+        return accel_last_status();
     }
     return read_offload(o, &og, stage, &c->offload);
 }

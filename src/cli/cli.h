@@ -100,14 +100,6 @@ void cv_append(cv *seq, cv *val);
 /* Python repr, as `accelerate env` prints values (True, 'x' inside dicts). */
 void cv_repr(const cv *v, bool top, char *out, size_t n);
 
-/* One number as Python's float() takes it (ASCII; the words inf, infinity,
- * nan in lower case): what strtod also takes (hex, "nan(...)", blanks) is
- * none: false. */
-bool cli_python_float(const char *s, double *out);
-/* A command-line or config text as Python's float() reads it, the words'
- * case ignored (blanks around it, which float() strips, are refused: the
- * text is exported as given), else cli_python_float. */
-bool cli_float_arg(const char *text, double *out);
 /* mkdir -p dir (mode 0755): false with errno set when a part cannot be made
  * or dir is no directory (ENOTDIR). */
 bool cli_mkdirs(const char *dir);

@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "core/core_internal.h"
+#include "core/env.h"
 #include "io/io_internal.h"
 
 /* ---------------------------------------------------------------- tree */
@@ -240,44 +241,8 @@ static const char *skip_digits(const char *p) {
     return p;
 }
 
-/* One number as Python's float() takes it, in ASCII (the words in lower
- * case: !!float's text is folded, a plain float has none):
- * [-+]?(digits[.digits]|.digits)([eE][-+]?digits)?, inf, infinity, nan. What
- * strtod also takes (hex, "nan(...)", leading blanks) is no float to
- * Python: false. */
-bool cli_python_float(const char *s, double *out) {
-    const char *p = s + (*s == '-' || *s == '+');
-    if (!strcmp(p, "inf") || !strcmp(p, "infinity") || !strcmp(p, "nan")) {
-        *out = !strcmp(p, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
-        return true;
-    }
-    const char *q = p;
-    while (*q >= '0' && *q <= '9') q++;
-    size_t digits = (size_t)(q - p);
-    if (*q == '.')
-        for (q++; *q >= '0' && *q <= '9'; q++) digits++;
-    if (!digits) return false;
-    if (*q == 'e' || *q == 'E') {
-        q += q[1] == '-' || q[1] == '+';
-        if (!(*++q >= '0' && *q <= '9')) return false;
-        while (*q >= '0' && *q <= '9') q++;
-    }
-    if (*q) return false;
-    *out = strtod(s, NULL);
-    return true;
-}
-
-bool cli_float_arg(const char *text, double *out) {
-    char low[128];
-    size_t len = strlen(text);
-    if (len >= sizeof low) return false;
-    for (size_t k = 0; k < len; k++) low[k] = (char)tolower((unsigned char)text[k]);
-    low[len] = 0;
-    return cli_python_float(low, out);
-}
-
 /* s ("1:30:05.5", no '_'; cut in place at each ':') as PyYAML's
- * construct_yaml_float reads base 60: each part a float, summed from the
+ * construct_yaml_float reads base 60: each part Python's float(), summed from the
  * last, the k-th from the end times 60^k. Another order rounds otherwise:
  * 26.96:62.29:49.443 was 100842.84300000001, PyYAML's 100842.843. */
 static bool base60_float(char *s, double *out) {
@@ -290,7 +255,7 @@ static bool base60_float(char *s, double *out) {
     for (size_t i = 0; i < n && ok; i++) {
         char *colon = strchr(part, ':');
         if (colon) *colon = 0;
-        ok = cli_python_float(part, &parts[i]);
+        ok = accel__python_float(part, &parts[i]);
         if (colon) part = colon + 1;
     }
     double v = 0.0, base = 1.0;
@@ -453,7 +418,7 @@ static bool yaml_float_text(const char *text, double *out) {
     bool ok = true;
     if (!strcmp(u, ".inf")) v = INFINITY;
     else if (!strcmp(u, ".nan")) v = NAN, sign = 1.0; /* PyYAML drops its sign */
-    else ok = base60_float((char *)u, &v); /* one part: cli_python_float's */
+    else ok = base60_float((char *)u, &v); /* one part: float(u), as PyYAML's */
     free(t);
     if (ok) *out = sign * v;
     return ok;

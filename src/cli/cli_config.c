@@ -4,6 +4,7 @@
  * text, empty lines take the default, bad answers are asked again. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/env.h"
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The path to the config file to write (default: the accelerate cache)."},
@@ -96,15 +98,15 @@ static long ask_total_processes(bool cpu_type, long machines) {
     }
 }
 
-/* A finite number >= 0 (a gradient norm). */
+/* A finite number >= 0 (a gradient norm), as Python's float() reads it
+ * (Accelerate's wizard asks with _ask_field(..., float)). */
 static double ask_norm(const char *q, double dflt) {
     for (;;) {
         char a[64];
         ask_line(q, a, sizeof a);
         if (!*a) return dflt;
-        char *end;
-        double v = strtod(a, &end);
-        if (!*end && v >= 0 && v < 1e308) return v;
+        double v;
+        if (accel__python_float(a, &v) && v >= 0 && isfinite(v)) return v;
         printf("Please enter a number >= 0.\n");
     }
 }

@@ -580,17 +580,16 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     if (V("tee") && !parse_int("tee", V("tee"), 0, 3, &L->tee)) return 2;
     if (L->grad_clip) {
         double norm;
-        if (!cli_float_arg(L->grad_clip, &norm) || !isfinite(norm) || norm < 0) {
+        if (!accel__python_float(L->grad_clip, &norm) || !isfinite(norm) || norm < 0) {
             fprintf(stderr, "accel launch: error: argument --gradient_clipping: invalid value '%s' (expected a finite "
                             "number >= 0)\n", L->grad_clip);
             return 2;
         }
     }
     L->monitor_interval = 0.1;
-    if (V("monitor_interval")) {
-        char *end;
-        L->monitor_interval = strtod(V("monitor_interval"), &end);
-        if (*end || !(L->monitor_interval > 0) || !isfinite(L->monitor_interval)) {
+    if (V("monitor_interval")) { /* argparse's type=float */
+        if (!accel__python_float(V("monitor_interval"), &L->monitor_interval) || !(L->monitor_interval > 0) ||
+            !isfinite(L->monitor_interval)) {
             fprintf(stderr, "accel launch: error: --monitor_interval '%s' is not a positive number\n", V("monitor_interval"));
             return 2;
         }

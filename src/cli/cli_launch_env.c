@@ -15,6 +15,7 @@
 
 #include "cli/cli.h"
 #include "core/core_internal.h"
+#include "core/env.h"
 #include "core/str_to_bool.h"
 
 /* A flag's argparse type or action, which also says what a config value must be. */
@@ -329,9 +330,9 @@ static bool flag_str(const setting *s, const char *text, char *out, size_t n, ch
         snprintf(out, n, "%lld", i);
         return true;
     }
-    case K_FLOAT: { /* as argparse's float(): strtod's hex and "nan(...)" are none ('0x10' was exported as 16.0) */
+    case K_FLOAT: { /* argparse's float(): strtod's hex and "nan(...)" are none ('0x10' was exported as 16.0) */
         double f;
-        if (!cli_float_arg(text, &f)) break;
+        if (!accel__python_float(text, &f)) break;
         accel__float_repr(out, n, f);
         return true;
     }
@@ -645,7 +646,7 @@ static bool parallel_values(const setting *tab, size_t n, const launch_settings 
             snprintf(err, errn, "%s: '%s' is not a size (an integer from 1 to %d)", from, vals[i], 1 << 20);
             return false;
         }
-        if (s->type == K_FLOAT && (!cli_float_arg(vals[i], norm) || !isfinite(*norm) || *norm < 0)) {
+        if (s->type == K_FLOAT && (!accel__python_float(vals[i], norm) || !isfinite(*norm) || *norm < 0)) {
             snprintf(err, errn, "%s: '%s' is not a gradient norm (a finite number >= 0; 0: no clipping)", from,
                      vals[i]);
             return false;

@@ -45,63 +45,78 @@ accel_status accel__env_bool(const char *name, bool dflt, bool *out) {
     return v ? accel__parse_bool("the environment", name, v, out) : ACCEL_OK;
 }
 
-/* Python's whitespace that float() strips, in ASCII. */
+/* The blanks float() strips, in ASCII: ' ' and \t \n \v \f \r (not
+ * \x1c-\x1f, which str.isspace() takes and float() refuses). */
 static bool py_blank(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-/* Copies the digits at *s (single '_' between two digits, as Python's
- * literals) to *d; the count of digits. */
-static size_t py_digits(const char **s, char **d, const char *dend) {
-    const char *p = *s;
-    size_t n = 0;
-    while (*p >= '0' && *p <= '9' && *d < dend) {
-        *(*d)++ = *p++, n++;
-        if (*p == '_' && p[1] >= '0' && p[1] <= '9') p++;
+static bool py_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Past the digits from p, a single '_' only between two of them (Python's
+ * literals); *n: how many digits. */
+static const char *py_digits(const char *p, size_t *n) {
+    *n = 0;
+    while (py_digit(*p)) {
+        p++, (*n)++;
+        if (*p == '_' && py_digit(p[1])) p++;
     }
-    *s = p;
-    return n;
+    return p;
 }
 
 bool accel__python_float(const char *text, double *out) {
-    const char *p = text;
-    while (py_blank(*p)) p++;
-    const char *end = p + strlen(p);
-    while (end > p && py_blank(end[-1])) end--;
-    char buf[256], *d = buf, *dend = buf + sizeof buf - 1;
-    if ((size_t)(end - p) >= sizeof buf) return false;
-    if (*p == '-' || *p == '+') *d++ = *p++;
-    static const char *const WORDS[] = {"inf", "infinity", "nan"};
-    for (size_t i = 0; i < sizeof WORDS / sizeof *WORDS; i++)
-        if ((size_t)(end - p) == strlen(WORDS[i]) && !strncasecmp(p, WORDS[i], strlen(WORDS[i]))) {
-            *out = i == 2 ? NAN : buf[0] == '-' ? -INFINITY : INFINITY;
-            return true;
-        }
-    size_t digits = py_digits(&p, &d, dend);
-    if (*p == '.') {
-        *d++ = *p++;
-        digits += py_digits(&p, &d, dend);
+    const char *num = text;
+    while (py_blank(*num)) num++;
+    const char *end = num + strlen(num);
+    while (end > num && py_blank(end[-1])) end--;
+    const char *p = num + (*num == '-' || *num == '+');
+    size_t len = (size_t)(end - p), n, more;
+    if ((len == 3 || len == 8) && !strncasecmp(p, "infinity", len)) /* "inf" is its first 3 */
+        return *out = *num == '-' ? -INFINITY : INFINITY, true;
+    if (len == 3 && !strncasecmp(p, "nan", 3)) return *out = NAN, true;
+    const char *q = py_digits(p, &n);
+    if (*q == '.') q = py_digits(q + 1, &more), n += more;
+    if (!n) return false;
+    if (*q == 'e' || *q == 'E') {
+        q = py_digits(q + 1 + (q[1] == '-' || q[1] == '+'), &more);
+        if (!more) return false;
     }
-    if (!digits) return false;
-    if (*p == 'e' || *p == 'E') {
-        *d++ = *p++;
-        if (*p == '-' || *p == '+') *d++ = *p++;
-        if (!py_digits(&p, &d, dend)) return false;
+    if (q != end) return false;
+    /* [num, end) is decimal text that strtod reads the same way, but for the '_': a copy without them */
+    if (!memchr(num, '_', (size_t)(end - num))) {
+        *out = strtod(num, NULL); /* stops at end: a blank or the text's end */
+        return true;
     }
-    if (p != end) return false;
+    char *plain = malloc((size_t)(end - num) + 1), *d = plain;
+    if (!plain) return false;
+    for (const char *c = num; c < end; c++)
+        if (*c != '_') *d++ = *c;
     *d = 0;
-    *out = strtod(buf, NULL); /* buf: decimal digits only, '_' dropped */
+    *out = strtod(plain, NULL);
+    free(plain);
     return true;
 }
 
 accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out) {
     const char *v = getenv(name);
+    double x;
     if (!v) {
         *out = dflt;
         return ACCEL_OK;
     }
-    char *end;
-    double x = strtod(v, &end);
-    if (!*v || *end || *v == ' ' || !isfinite(x) || !(x > lo && x <= hi))
+    if (!accel__python_float(v, &x) || !isfinite(x) || !(x > lo && x <= hi))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s='%s' is not a number in (%g, %g]", name, v, lo, hi);
+    *out = x;
+    return ACCEL_OK;
+}
+
+accel_status accel__env_nonneg(const char *name, double dflt, double *out) {
+    const char *v = getenv(name);
+    double x;
+    if (!v) {
+        *out = dflt;
+        return ACCEL_OK;
+    }
+    if (!accel__python_float(v, &x) || !(x >= 0)) /* NaN too */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s='%s' is not a number >= 0", name, v);
     *out = x;
     return ACCEL_OK;
 }

@@ -3,9 +3,11 @@
  *
  * Every integer, boolean and number accel reads from the environment goes
  * through these, so that every variable is read the same strict way: the
- * whole text must be the value (no "4x", no " 4"), a variable that is set
- * but empty is an error (RANK= is not "rank 0"), and the error names the
- * variable and its value, as Python's int() / str_to_bool do for the peers.
+ * whole text must be the value (no "4x"; no " 4" for an integer, while a
+ * number, as Python's float() reads it, may have blanks around it), a
+ * variable that is set but empty is an error (RANK= is not "rank 0"), and
+ * the error names the variable and its value, as Python's int() /
+ * str_to_bool / float() do for the peers.
  * Unset: *out gets the default. Errors: ACCEL_ERR_INVALID_ARG, "NAME='value'
  * is not ..." (the caller's entry point is not known here: the variable's
  * name says where to look). */
@@ -23,13 +25,20 @@ accel_status accel__env_long(const char *name, long dflt, long lo, long hi, long
 accel_status accel__parse_long(const char *name, const char *text, long lo, long hi, long *out);
 /* Boolean as Accelerate's str_to_bool reads it (y/yes/t/true/on/1, n/no/f/false/off/0). */
 accel_status accel__env_bool(const char *name, bool dflt, bool *out);
-/* text as Python's float() reads it (the peers read Accelerate's number
- * variables so): blanks around it, a sign, digits with single '_' between
- * them, an optional fraction and exponent, or inf / infinity / nan in any
- * case, in ASCII (float()'s other Unicode digits and blanks are refused).
- * What strtod also takes (hex, "nan(...)") is none: false, *out untouched. */
+/* text as Python's float() reads it (Accelerate's number variables and
+ * argparse's type=float flags are read so; every number accel reads from the
+ * environment or a launcher flag goes through it): blanks (ASCII ' ', \t to
+ * \r) around it, a sign, digits with single '_' between two of them, an
+ * optional fraction and exponent, or inf / infinity / nan in any case.
+ * ASCII only: float()'s other scripts' digits and Unicode blanks are
+ * refused. What strtod also takes (hex, "nan(...)") is none. False, *out
+ * untouched, when it is none (or when memory for a copy without the '_'
+ * runs out). */
 bool accel__python_float(const char *text, double *out);
-/* Finite number in (lo, hi]. */
+/* As Python's float(), a finite number in (lo, hi]. */
 accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out);
+/* As Python's float(), a number >= 0, infinity included (a norm that clips
+ * nothing). */
+accel_status accel__env_nonneg(const char *name, double dflt, double *out);
 
 #endif

@@ -23,6 +23,7 @@
 #include "core/str_to_bool.h"
 #include "dist/backend.h"
 #include "dist/claim.h"
+#include "dist/env_rank.h"
 #include "dist/slurm.h"
 
 /* ---------------------------------------------------------------- environment */
@@ -134,10 +135,17 @@ static const accel__backend *builtin_backend(const char *name) {
     return NULL;
 }
 
+accel_status accel__dist_env_rank(int *rank) {
+    long r = env_int(RANK_VARS, 0);
+    if (r == -2) return accel_last_status();
+    *rank = r < 0 ? 0 : (int)r;
+    return ACCEL_OK;
+}
+
 static accel_status read_env(dist_env *e) {
-    long r = env_int(RANK_VARS, 0), w = env_int(WORLD_VARS, 1);
-    long lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
-    if (r == -2 || w == -2 || lr == -2 || lw == -2) return accel_last_status();
+    accel_status rank_st = accel__dist_env_rank(&e->rank);
+    long w = env_int(WORLD_VARS, 1), lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
+    if (rank_st != ACCEL_OK || w == -2 || lr == -2 || lw == -2) return accel_last_status();
     bool slurm = accel__slurm_started(); /* srun: SLURM says how many tasks share this machine */
     int slurm_local;
     if (slurm && lw < 0) {
@@ -145,7 +153,6 @@ static accel_status read_env(dist_env *e) {
         lw = slurm_local;
     }
     e->world = w < 0 ? 1 : (int)w;
-    e->rank = r < 0 ? 0 : (int)r;
     if (e->rank >= e->world)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: rank %d is not below the world size %d",
                                e->rank, e->world);

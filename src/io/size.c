@@ -1,5 +1,4 @@
 /* src/io/size.c — accelerate's convert_file_size_to_int. */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,31 +6,16 @@
 #include <strings.h>
 
 #include "accel/io.h"
+#include "core/env.h"
 
 /* The number before the unit as Python's float() reads it (Accelerate parses
- * it so): blanks around it, a sign, '_' between two digits ("1_000"), a
- * fraction and an exponent ("1.5", "2e3", " +5 "); no hex, inf or nan. */
+ * it so: " 5GB", "1_000MB", "1e3KB"), finite (int() of inf or nan fails). */
 static bool parse_number(const char *s, size_t len, double *out) {
-    while (len > 0 && isspace((unsigned char)s[0])) s++, len--;
-    while (len > 0 && isspace((unsigned char)s[len - 1])) len--;
-    if (len == 0 || len > 63) return false;
     char buf[64];
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        bool digit_before = i > 0 && isdigit((unsigned char)s[i - 1]);
-        if (c == '_') {
-            if (!digit_before || i + 1 == len || !isdigit((unsigned char)s[i + 1])) return false;
-            continue; /* a digit separator, not part of the value */
-        }
-        bool sign = (c == '-' || c == '+') && (i == 0 || s[i - 1] == 'e' || s[i - 1] == 'E');
-        if (!isdigit((unsigned char)c) && c != '.' && c != 'e' && c != 'E' && !sign) return false;
-        buf[n++] = c;
-    }
-    buf[n] = 0;
-    char *end;
-    *out = strtod(buf, &end);
-    return *end == 0 && end != buf && isfinite(*out);
+    if (len >= sizeof buf) return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    return accel__python_float(buf, out) && isfinite(*out);
 }
 
 /* A bare integer: a byte count, exact (a double rounds past 2^53). *v gets
