@@ -9,7 +9,9 @@
  *     is told, at the failure or at exit;
  *   - a child forked after the failure tells nothing at its exit;
  *   - on a store: an abort record is a rank's own (a connection of another
- *     rank cannot post it), and the rank connecting again withdraws it.
+ *     rank cannot post it), and the rank connecting again withdraws it;
+ *   - a rank claimed twice by one process says so, and two processes with
+ *     the same host name and pid are told apart (src/dist/claim.c).
  * The ranks run with ACCEL_DIST_TIMEOUT=600: a regression shows as this
  * test's ctest TIMEOUT. Loopback only. */
 #include <signal.h>
@@ -20,6 +22,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
+#include "dist/claim.h"
 #include "dist/store.h"
 #include "dist_group.h"
 
@@ -168,8 +171,61 @@ static void test_abort_record_is_the_ranks_own(void) {
     accel__store_close(server);
 }
 
+/* whoami's words for this process (claim.c): "host (machine_rank ?, pid N)". */
+static void my_words(char *out, size_t n) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const char *machine = getenv("GROUP_RANK");
+    snprintf(out, n, "%s (machine_rank %s, pid %d)", host, machine && *machine ? machine : "?", (int)getpid());
+}
+
+static void test_rank_claimed_twice(void) {
+    char me[320], forged[400];
+    my_words(me, sizeof me);
+    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 1);
+    CHECK(server && accel__claim_rank(server, 0, 2) == ACCEL_OK);
+    int port = accel__store_port(server);
+    /* this process, twice (an accel_dist_init called again while rank 0 serves the first one's store) */
+    accel__store *first = accel__store_open("127.0.0.1", port, false, SECRET, 1, 1);
+    CHECK(first && accel__claim_rank(first, 1, 2) == ACCEL_OK);
+    accel__store_close(first);
+    accel__store *again = accel__store_open("127.0.0.1", port, false, SECRET, 1, 1);
+    CHECK(again && accel__claim_rank(again, 1, 2) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "rank 1 was claimed before in this store by this same process, ");
+    CHECK_STR_CONTAINS(accel_last_error(), me);
+    accel__store_close(again);
+    /* another process with this host name and pid (its own token) claimed rank 2 first */
+    accel__store *other = accel__store_open("127.0.0.1", port, false, SECRET, 2, 1);
+    snprintf(forged, sizeof forged, "%032d %s", 7, me);
+    CHECK(other && accel__store_add(other, "claims/2", 1, NULL) == ACCEL_OK &&
+          accel__store_set(other, "claim/2/1", forged, strlen(forged) + 1) == ACCEL_OK);
+    CHECK(accel__claim_rank(other, 2, 2) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "rank 2 is claimed by 2 processes: first by ");
+    CHECK_STR_CONTAINS(accel_last_error(), "now by another process with the same host name and pid");
+    accel__store_close(other);
+    /* and a plain duplicate: a child claimed rank 3 first; both pids named */
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        accel__store *s = accel__store_open("127.0.0.1", port, false, SECRET, 3, 1);
+        exit(s && accel__claim_rank(s, 3, 2) == ACCEL_OK ? 0 : 1);
+    }
+    int st;
+    waitpid(child, &st, 0);
+    CHECK(dist_exited_ok(st));
+    accel__store *dup = accel__store_open("127.0.0.1", port, false, SECRET, 3, 1);
+    CHECK(dup && accel__claim_rank(dup, 3, 2) == ACCEL_ERR_INVALID_ARG);
+    char child_pid[32];
+    snprintf(child_pid, sizeof child_pid, "pid %d), now by ", (int)child);
+    CHECK_STR_CONTAINS(accel_last_error(), child_pid);
+    CHECK_STR_CONTAINS(accel_last_error(), me);
+    accel__store_close(dup);
+    accel__store_close(server);
+}
+
 int main(void) {
     RUN(test_abort_record_is_the_ranks_own);
+    RUN(test_rank_claimed_twice);
     RUN(test_forked_child_tells_nothing);
     RUN(test_others_fail_naming_it);
     RUN(test_recovered_rank_tells_nothing);
