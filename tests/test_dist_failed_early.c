@@ -102,13 +102,13 @@ static void test_recovered_rank_tells_nothing(void) {
  * on the store misses, as before); rank 1 tells at its own exit (a get then
  * fails at once naming it). */
 static void test_forked_child_tells_nothing(void) {
-    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 1);
-    CHECK(server != NULL);
-    int port = accel__store_port(server), child_gone[2], may_exit[2];
-    CHECK(pipe(child_gone) == 0 && pipe(may_exit) == 0);
+    int port = dist_free_port(), child_gone[2], go_on[2];
+    CHECK(pipe(child_gone) == 0 && pipe(go_on) == 0);
     fflush(NULL);
-    pid_t rank1 = fork();
+    pid_t rank1 = fork(); /* before the store's thread: a child inherits no store to leak */
     if (rank1 == 0) {
+        char c = 'x';
+        if (read(go_on[0], &c, 1) != 1) exit(2); /* go_on: the store listens; then: exit */
         dist_setenv_int("RANK", 1);
         dist_setenv_int("WORLD_SIZE", 2);
         setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -121,22 +121,24 @@ static void test_forked_child_tells_nothing(void) {
         pid_t child = fork();
         if (child == 0) exit(0);
         int st;
-        char c = 'x';
         waitpid(child, &st, 0);
-        if (write(child_gone[1], &c, 1) != 1 || read(may_exit[0], &c, 1) != 1) exit(2);
+        if (write(child_gone[1], &c, 1) != 1 || read(go_on[0], &c, 1) != 1) exit(2);
         exit(0);
     }
+    accel__store *server = accel__store_open("127.0.0.1", port, true, SECRET, 0, 1);
+    CHECK(server != NULL);
     char c = 'x';
+    CHECK(write(go_on[1], &c, 1) == 1);
     CHECK(read(child_gone[0], &c, 1) == 1);
     CHECK_MSG(accel__store_get(server, "x", NULL, NULL) == ACCEL_ERR_TIMEOUT, "the child told: %s", accel_last_error());
-    CHECK(write(may_exit[1], &c, 1) == 1);
+    CHECK(write(go_on[1], &c, 1) == 1);
     int st;
     waitpid(rank1, &st, 0);
     CHECK_MSG(dist_exited_ok(st), "rank 1: status %#x", st);
     CHECK(accel__store_get(server, "x", NULL, NULL) == ACCEL_ERR_DIST);
     CHECK_STR_CONTAINS(accel_last_error(),
                        "rendezvous failed: rank 1 failed before the rendezvous: the environment: ACCEL_DEBUG_MODE=maybe");
-    for (int i = 0; i < 2; i++) close(child_gone[i]), close(may_exit[i]);
+    for (int i = 0; i < 2; i++) close(child_gone[i]), close(go_on[i]);
     accel__store_close(server);
 }
 
@@ -182,9 +184,17 @@ static void my_words(char *out, size_t n) {
 static void test_rank_claimed_twice(void) {
     char me[320], forged[400];
     my_words(me, sizeof me);
-    accel__store *server = accel__store_open("127.0.0.1", 0, true, SECRET, 0, 1);
+    int port = dist_free_port();
+    fflush(NULL);
+    pid_t child = fork(); /* claims rank 3 first; forked before the store's thread (nothing inherited to leak) */
+    if (child == 0) {
+        accel__store *s = accel__store_open("127.0.0.1", port, false, SECRET, 3, 600);
+        accel_status st = s ? accel__claim_rank(s, 3, 2) : accel_last_status();
+        accel__store_close(s);
+        exit(st == ACCEL_OK ? 0 : 1);
+    }
+    accel__store *server = accel__store_open("127.0.0.1", port, true, SECRET, 0, 1);
     CHECK(server && accel__claim_rank(server, 0, 2) == ACCEL_OK);
-    int port = accel__store_port(server);
     /* this process, twice (an accel_dist_init called again while rank 0 serves the first one's store) */
     accel__store *first = accel__store_open("127.0.0.1", port, false, SECRET, 1, 1);
     CHECK(first && accel__claim_rank(first, 1, 2) == ACCEL_OK);
@@ -203,13 +213,7 @@ static void test_rank_claimed_twice(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "rank 2 is claimed by 2 processes: first by ");
     CHECK_STR_CONTAINS(accel_last_error(), "now by another process with the same host name and pid");
     accel__store_close(other);
-    /* and a plain duplicate: a child claimed rank 3 first; both pids named */
-    fflush(NULL);
-    pid_t child = fork();
-    if (child == 0) {
-        accel__store *s = accel__store_open("127.0.0.1", port, false, SECRET, 3, 1);
-        exit(s && accel__claim_rank(s, 3, 2) == ACCEL_OK ? 0 : 1);
-    }
+    /* and a plain duplicate: the child claimed rank 3 first; both pids named */
     int st;
     waitpid(child, &st, 0);
     CHECK(dist_exited_ok(st));
