@@ -25,3 +25,6 @@ endif()
 # A rank killed during the rendezvous must be named at once: the ranks run with
 # ACCEL_DIST_TIMEOUT=600, so a regression shows as this TIMEOUT.
 set_tests_properties(dist_rdv_dead PROPERTIES TIMEOUT 30)
+# A rank that fails before the rendezvous must be named at once: the ranks run
+# with ACCEL_DIST_TIMEOUT=600, so a regression shows as this TIMEOUT.
+set_tests_properties(dist_failed_early PROPERTIES TIMEOUT 60)

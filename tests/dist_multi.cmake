@@ -37,6 +37,13 @@ if(TARGET accel_cli)
                    $<TARGET_FILE:test_dist_collectives>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(dist_two_machines_wrong_secret PROPERTIES TIMEOUT 60 ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
+  # machine 1's rank 2 refuses its environment before the rendezvous: machine
+  # 0 must name it and its message at once (the timeout, 300 s, is far above ctest's)
+  add_test(NAME dist_two_machines_failed_early
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_two_machines_failed_early.sh $<TARGET_FILE:accel_cli>
+                   $<TARGET_FILE:test_dist_faults> accelerator
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(dist_two_machines_failed_early PROPERTIES TIMEOUT 60 ENVIRONMENT "ACCEL_DIST_TIMEOUT=300")
   # the interleaving that once hung it under load: machine 1's rank 2 never
   # reaches the store (killed by its launcher once rank 3 was refused), so
   # machine 0's wait is stuck on rank 2 and must fail on rank 3's refusal

@@ -16,6 +16,7 @@
 #include "backends/cpu/gemm.h"
 #include "gemm_choices.h"
 #include "core/env.h"
+#include "dist/backend.h"
 #include "dist/env_rank.h"
 
 accel_accelerator_opts accel_accelerator_opts_default(void) {
@@ -102,80 +103,91 @@ static accel_status parse_precision(const char *s, const char *var, const accel_
     return ACCEL_OK;
 }
 
-accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
-    accel_accelerator_opts o = opts ? *opts : accel_accelerator_opts_default();
-    accel__parallelism_env pe; /* before the ZeRO stage and clipping are read: Megatron's may set them */
-    if (resolve_scaler(&o) || accel__parallelism_env_read(&o, &pe)) return NULL;
-    accel_mixed_precision mp = ACCEL_MP_NO;
-    const char *mp_var = o.mixed_precision ? NULL : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
-    const char *mps = mp_var ? getenv(mp_var) : o.mixed_precision;
+/* What accel_accelerator_new settles from its options and the environment
+ * before it joins the job's group. */
+typedef struct settled {
+    accel_accelerator_opts o;
+    accel__parallelism_env pe;
+    accel_mixed_precision mp;
     accel__fp8_recipe fp8;
-    if (parse_precision(mps, mp_var, &o, &mp, &fp8)) return NULL;
     accel__zero_cfg zc;
-    if (accel__zero_config(&o, &zc)) return NULL;
     bool cpu_env;
-    if (use_cpu_env(&o, &cpu_env)) return NULL;
-    if (mp == ACCEL_MP_FP8 && accept_fp8(&o, cpu_env, &zc)) return NULL;
-    if (zc.mp >= 0 && (accel_mixed_precision)zc.mp != mp) {
+    int steps;
+} settled;
+
+static accel_status settle(const accel_accelerator_opts *opts, settled *s) {
+    s->o = opts ? *opts : accel_accelerator_opts_default();
+    accel_accelerator_opts *o = &s->o;
+    /* before the ZeRO stage and clipping are read: Megatron's may set them */
+    if (resolve_scaler(o) || accel__parallelism_env_read(o, &s->pe)) return accel_last_status();
+    s->mp = ACCEL_MP_NO;
+    const char *mp_var = o->mixed_precision ? NULL : env2("ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION");
+    const char *mps = mp_var ? getenv(mp_var) : o->mixed_precision;
+    if (parse_precision(mps, mp_var, o, &s->mp, &s->fp8) || accel__zero_config(o, &s->zc) ||
+        use_cpu_env(o, &s->cpu_env))
+        return accel_last_status();
+    if (s->mp == ACCEL_MP_FP8 && accept_fp8(o, s->cpu_env, &s->zc)) return accel_last_status();
+    if (s->zc.mp >= 0 && (accel_mixed_precision)s->zc.mp != s->mp) {
         /* The DeepSpeed JSON decides unless the code or the launcher chose another precision. */
-        if (o.mixed_precision || mp != ACCEL_MP_NO) {
-            accel_set_error(ACCEL_ERR_INVALID_ARG,
-                            "accel_accelerator_new: mixed precision %s disagrees with the DeepSpeed config's %s",
-                            accel_mixed_precision_name(mp), accel_mixed_precision_name((accel_mixed_precision)zc.mp));
-            return NULL;
-        }
-        mp = (accel_mixed_precision)zc.mp;
+        if (o->mixed_precision || s->mp != ACCEL_MP_NO)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                   "accel_accelerator_new: mixed precision %s disagrees with the DeepSpeed config's %s",
+                                   accel_mixed_precision_name(s->mp),
+                                   accel_mixed_precision_name((accel_mixed_precision)s->zc.mp));
+        s->mp = (accel_mixed_precision)s->zc.mp;
     }
-    int steps = o.gradient_accumulation_steps;
-    if (steps == 0) {
+    s->steps = o->gradient_accumulation_steps;
+    if (s->steps == 0) {
         const char *var = env2("ACCEL_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
         long from_env = 1;
-        if (var && accel__env_long(var, 1, 1, INT_MAX, &from_env)) return NULL;
-        steps = (int)from_env;
-        if (zc.accum) {
+        if (var && accel__env_long(var, 1, 1, INT_MAX, &from_env)) return accel_last_status();
+        s->steps = (int)from_env;
+        if (s->zc.accum) {
             /* The launcher always sets 1; anything else must agree with the JSON. */
-            if (steps != 1 && steps != zc.accum) {
-                accel_set_error(ACCEL_ERR_INVALID_ARG,
-                                "accel_accelerator_new: gradient_accumulation_steps %d disagrees with the DeepSpeed "
-                                "config's %d", steps, zc.accum);
-                return NULL;
-            }
-            steps = zc.accum;
+            if (s->steps != 1 && s->steps != s->zc.accum)
+                return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                       "accel_accelerator_new: gradient_accumulation_steps %d disagrees with the "
+                                       "DeepSpeed config's %d", s->steps, s->zc.accum);
+            s->steps = s->zc.accum;
         }
     }
-    if (steps < 1) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "accel_accelerator_new: gradient_accumulation_steps must be >= 1 (got %d)", steps);
+    if (s->steps < 1)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_new: gradient_accumulation_steps must be >= 1 (got %d)", s->steps);
+    if (o->total_limit < 0) /* 0 keeps them all; a negative count kept them all too, silently */
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_new: total_limit must be >= 0 (0 keeps every checkpoint; got %d)",
+                               o->total_limit);
+    if (o->bucket_cap_bytes < 0)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: bucket_cap_bytes must be >= 0 (got %lld)",
+                               (long long)o->bucket_cap_bytes);
+    if (o->bucket_cap_bytes == 0) o->bucket_cap_bytes = s->zc.bucket_bytes ? s->zc.bucket_bytes : 25 << 20;
+    return ACCEL_OK;
+}
+
+accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
+    settled s;
+    if (settle(opts, &s) != ACCEL_OK) {
+        accel__dist_failed_early(); /* the other ranks are told at exit, not left waiting for this one */
         return NULL;
     }
-    if (o.total_limit < 0) { /* 0 keeps them all; a negative count kept them all too, silently */
-        accel_set_error(ACCEL_ERR_INVALID_ARG,
-                        "accel_accelerator_new: total_limit must be >= 0 (0 keeps every checkpoint; got %d)",
-                        o.total_limit);
-        return NULL;
-    }
-    if (o.bucket_cap_bytes < 0) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_new: bucket_cap_bytes must be >= 0 (got %lld)",
-                        (long long)o.bucket_cap_bytes);
-        return NULL;
-    }
-    if (o.bucket_cap_bytes == 0) o.bucket_cap_bytes = zc.bucket_bytes ? zc.bucket_bytes : 25 << 20;
+    accel_accelerator_opts *o = &s.o;
     if (accel_dist_init() != ACCEL_OK) return NULL; /* this accelerator's reference to the group */
     accel_accelerator *acc = accel_calloc(1, sizeof *acc);
     if (!acc) {
         accel_dist_finalize();
         return NULL;
     }
-    acc->o = o;
+    acc->o = *o;
     acc->o.mixed_precision = NULL;
     /* "" is the working directory, as os.path.join("", "checkpoints") is Accelerate's
      * (not "/checkpoints" at the file system's root) */
     acc->project_dir =
-        accel_strdup(!o.project_dir ? accel__default_project_dir() : *o.project_dir ? o.project_dir : ".");
+        accel_strdup(!o->project_dir ? accel__default_project_dir() : *o->project_dir ? o->project_dir : ".");
     acc->o.project_dir = acc->project_dir;
-    acc->mp = mp;
-    if (mp == ACCEL_MP_FP8) {
-        acc->fp8 = fp8;
+    acc->mp = s.mp;
+    if (s.mp == ACCEL_MP_FP8) {
+        acc->fp8 = s.fp8;
         acc->fp8.deferred_update = true; /* once per forward and backward, amaxes reduced (fp8_scaling.h) */
     }
     acc->pg = accel_dist_default_group();
@@ -183,22 +195,22 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->world = accel_pg_size(acc->pg);
     acc->local_rank = accel_dist_local_rank();
     acc->local_world = accel_dist_local_world_size();
-    acc->device = pick_device(&o, cpu_env, acc->local_rank);
-    acc->accum_steps = steps;
+    acc->device = pick_device(o, s.cpu_env, acc->local_rank);
+    acc->accum_steps = s.steps;
     acc->sync_gradients = true;
-    acc->scale = mp == ACCEL_MP_FP16 ? o.init_scale : 1.0;
-    acc->strat = accel__strategy_of(zc.stage);
-    acc->fsdp = zc.fsdp;
-    acc->offload = zc.offload;
-    acc->clip = zc.clip;
-    acc->recompute_layers = pe.recompute_activations;
+    acc->scale = s.mp == ACCEL_MP_FP16 ? o->init_scale : 1.0;
+    acc->strat = accel__strategy_of(s.zc.stage);
+    acc->fsdp = s.zc.fsdp;
+    acc->offload = s.zc.offload;
+    acc->clip = s.zc.clip;
+    acc->recompute_layers = s.pe.recompute_activations;
     acc->o.deepspeed_config_file = acc->o.fsdp_sharding_strategy = NULL; /* borrowed: not kept */
     /* every rank multiplies on rank 0's GEMM choices (docs/cpu.md "Measured choice") */
     if (accel__gemm_choices_share(acc->pg)) return accel_accelerator_free(acc), NULL;
     accel_status laid = accel__offload_check_device(acc) ? accel_last_status()
-                                                          : accel__parallelism_env_resolve(&o, &pe, acc->world, &acc->par);
-    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage, zc.hybrid) || accel__zero_groups(acc, zc.hybrid, &acc->par) ||
-        accel__cp_setup(acc))
+                                                          : accel__parallelism_env_resolve(o, &s.pe, acc->world, &acc->par);
+    if (accel__parallelism_agree(acc->pg, laid, &acc->par, acc->strat->stage, s.zc.hybrid) ||
+        accel__zero_groups(acc, s.zc.hybrid, &acc->par) || accel__cp_setup(acc))
         return accel_accelerator_free(acc), NULL;
     if (accel__tracking_attach(acc)) return accel_accelerator_free(acc), NULL;
     return acc;

@@ -53,6 +53,11 @@ void accel__pg_tombstone_free(accel_pg *tombstone);
 /* Whether the default group has one holder left at most (accel_dist_init's
  * references): its accel_dist_finalize tears the group down. */
 bool accel__dist_last_reference(void);
+/* The pending error keeps this process from its job's rendezvous (a refused
+ * option or variable, before accel_dist_init): unless a group is up, the
+ * other ranks are told why when the process exits (dist/failed_early.h). The
+ * pending error stays as it is. */
+void accel__dist_failed_early(void);
 
 typedef struct accel__stream_ops {
     /* Whether an async call on these buffers (send may be NULL; recv is the

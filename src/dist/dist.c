@@ -24,6 +24,7 @@
 #include "dist/backend.h"
 #include "dist/claim.h"
 #include "dist/env_rank.h"
+#include "dist/failed_early.h"
 #include "dist/slurm.h"
 
 /* ---------------------------------------------------------------- environment */
@@ -33,6 +34,7 @@ typedef struct dist_env {
     const char *addr;
     int port;
     double timeout_s;
+    bool check_sites;
 } dist_env;
 
 /* The first of names that is set (empty counts: `RANK=` is an error, not
@@ -96,10 +98,13 @@ static accel_status check_job_secret(const dist_env *e) {
     if (accel__env_bool("ACCEL_INSECURE_NO_SECRET", false, &insecure) != ACCEL_OK) return accel_last_status();
     if (e->local_world == e->world || (secret && *secret) || want_mpi()) return ACCEL_OK;
     if (insecure) {
-        if (e->local_rank == 0)
+        static bool said; /* once: read again when the rank fails before the rendezvous */
+        if (e->local_rank == 0 && !said) {
+            said = true;
             fprintf(stderr, "accel: WARNING: ACCEL_INSECURE_NO_SECRET=1: this job on several machines has no "
                             "ACCEL_JOB_SECRET; any process that can reach %s:%d or the workers' ports can join it\n",
                     e->addr, e->port);
+        }
         return ACCEL_OK;
     }
     return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -142,7 +147,11 @@ accel_status accel__dist_env_rank(int *rank) {
     return ACCEL_OK;
 }
 
-static accel_status read_env(dist_env *e) {
+/* Where this process meets its job: rank, world, local ranks, the store's
+ * address and port, the timeout, and a secret when the job needs one. What it
+ * has read of these lets a rank that fails later, before the rendezvous, tell
+ * the others why (accel__dist_failed_early). */
+static accel_status read_meeting(dist_env *e) {
     accel_status rank_st = accel__dist_env_rank(&e->rank);
     long w = env_int(WORLD_VARS, 1), lr = env_int(LRANK_VARS, 0), lw = env_int(LWORLD_VARS, 1);
     if (rank_st != ACCEL_OK || w == -2 || lr == -2 || lw == -2) return accel_last_status();
@@ -191,6 +200,11 @@ static accel_status read_env(dist_env *e) {
     /* bounded: deadlines become ints of ms and time_t */
     if (accel__env_double("ACCEL_DIST_TIMEOUT", 300, 0, ACCEL__MAX_TIMEOUT_S, &e->timeout_s) != ACCEL_OK)
         return accel_last_status();
+    return check_job_secret(e);
+}
+
+/* The group's options: debug mode, call-site checks, a forced backend. */
+static accel_status read_options(dist_env *e) {
     for (int i = 0; i < 2; i++) {
         bool on;
         if (accel__env_bool(DEBUG_MODE_VARS[i], false, &on)) return accel_last_status();
@@ -204,7 +218,10 @@ static accel_status read_env(dist_env *e) {
     if (forced && !builtin_backend(forced) && !accel__plugin_knows_pg(forced))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: ACCEL_DIST_BACKEND='%s' names no backend "
                                "(shm, tcp, self, or a plug-in's process group such as nccl)", forced);
-    return check_job_secret(e);
+    long check_sites;
+    if (accel__env_long("ACCEL_DIST_CHECK_CALL_SITES", 1, 0, 1, &check_sites) != ACCEL_OK) return accel_last_status();
+    e->check_sites = check_sites == 1;
+    return ACCEL_OK;
 }
 
 bool accel_dist_debug_mode(void) {
@@ -1167,9 +1184,33 @@ static accel_status choose_backend(accel__store *st, const dist_env *e, const ac
     return ACCEL_OK;
 }
 
+/* The pending error keeps this process from the rendezvous: noted with the
+ * job's meeting place, to tell the others at exit (failed_early.h), when the
+ * environment says where the job meets and it meets on the store. The
+ * pending error stays the caller's. */
+static void note_failed_early(void) {
+    accel_status st = accel_last_status();
+    char why[1024];
+    snprintf(why, sizeof why, "%s", accel_last_error());
+    dist_env e = {0};
+    if (read_meeting(&e) == ACCEL_OK && e.world > 1 && !want_mpi())
+        accel__failed_early_note(e.rank, e.world, e.addr, e.port, getenv("ACCEL_JOB_SECRET"), e.timeout_s, why);
+    accel_set_error(st, "%s", why);
+}
+
+void accel__dist_failed_early(void) {
+    pthread_mutex_lock(&g_default_lock);
+    if (!g_default) note_failed_early(); /* a group is up: its rendezvous is over */
+    pthread_mutex_unlock(&g_default_lock);
+}
+
 static accel_status create_default_group(void) {
     dist_env e = {0};
-    if (read_env(&e) != ACCEL_OK) return accel_last_status();
+    if (read_meeting(&e) != ACCEL_OK) return accel_last_status();
+    if (read_options(&e) != ACCEL_OK) {
+        note_failed_early();
+        return accel_last_status();
+    }
     accel__fit_threads_to_node(e.rank, e.local_world);
     accel_pg *pg = accel_calloc(1, sizeof *pg);
     if (!pg) return accel_set_error(ACCEL_ERR_OOM, "accel_dist_init: out of memory");
@@ -1180,12 +1221,7 @@ static accel_status create_default_group(void) {
     pg->timeout_s = e.timeout_s;
     pg->debug = accel_dist_debug_mode();
     pg->hashed.line = -1;
-    long check_sites;
-    if (accel__env_long("ACCEL_DIST_CHECK_CALL_SITES", 1, 0, 1, &check_sites) != ACCEL_OK) {
-        accel_free(pg);
-        return accel_last_status();
-    }
-    pg->check_sites = check_sites == 1;
+    pg->check_sites = e.check_sites;
     snprintf(pg->op_desc, sizeof pg->op_desc, "init");
     accel_status st = ACCEL_OK;
     /* One process is the local "self" group, unless it asks for nccl: a
@@ -1229,6 +1265,7 @@ static accel_status create_default_group(void) {
     }
     live_add(pg);
     g_default = pg;
+    accel__failed_early_forget(); /* it joined after all */
     return ACCEL_OK;
 }
 

@@ -33,7 +33,14 @@
  * fails at once naming it rather than wait out ACCEL_DIST_TIMEOUT with no
  * launcher to notice the death. Only when no other connection claiming that
  * rank is open (a duplicate claimer's exit is not the genuine rank's death),
- * and a new connection claiming it takes it off the list again. */
+ * and a new connection claiming it takes it off the list again.
+ *
+ * A rank that failed before the rendezvous (its own environment refused)
+ * posts why under "abort/<rank>" (accel__store_abort), its own number only,
+ * and is listed as aborted ("a<rank>" in "lost"), so that every wait on the
+ * store fails at once with that message rather than wait out the timeout for
+ * a rank that is not coming. A new connection claiming the rank unlists it,
+ * as it does a gone one. */
 #include "dist/store.h"
 
 #include "core/core_internal.h"
@@ -326,6 +333,7 @@ static long message_size(const conn *c) {
  * getpeername() no longer knows it. */
 #define REFUSED 'r'
 #define GONE 'g'
+#define ABORTED 'a'
 
 /* The next rank tagged tag in the list at *p, stepping *p past it; -1 at
  * the list's end. */
@@ -389,17 +397,18 @@ static void note_refused(accel__store *s, const conn *c, int32_t rank) {
     if (!put_kv(s, key, v, (size_t)n + 1)) accel_free(v);
 }
 
-/* A connection claiming rank is back (a new process for that rank, or the
- * same one opening a store again): the rank is no longer gone. */
-static void unlist_gone(accel__store *s, int32_t rank) {
-    if (!rank_listed(s, GONE, rank)) return;
+/* Takes rank's entry tagged tag off "lost". A connection claiming rank is
+ * back (a new process for that rank, or the same one opening a store again):
+ * the rank is no longer gone, nor aborted. */
+static void unlist_rank(accel__store *s, char tag, int32_t rank) {
+    if (!rank_listed(s, tag, rank)) return;
     kv *list = find_kv(s, "lost");
     char *l = accel_malloc(list->len), *w = l; /* never longer than the list it rewrites */
     if (!l) return;
     for (char *p = list->val, *end; *p; p = end + strspn(end, " ")) {
         long r = strtol(p + 1, &end, 10);
         if (end == p + 1) break;
-        if (*p != GONE || r != rank) w += sprintf(w, "%c%ld ", *p, r);
+        if (*p != tag || r != rank) w += sprintf(w, "%c%ld ", *p, r);
     }
     *w = 0;
     if (!put_kv(s, "lost", l, (size_t)(w - l) + 1)) accel_free(l);
@@ -436,10 +445,19 @@ static bool serve_hello(accel__store *s, conn *c) {
     c->authed = true;
     c->rank = rank;
     atomic_fetch_add(&s->n_authed, 1);
-    unlist_gone(s, rank);
+    unlist_rank(s, GONE, rank);
+    unlist_rank(s, ABORTED, rank);
     code[0] = HELLO_OK;
     accel__auth_mac(s->secret, LABEL_SERVER, nc, c->nonce, &rank, 4, code + 1);
     return reply(c, code, sizeof code);
+}
+
+/* Whether key is c's own "abort/<rank>", of a rank the list can hold: a
+ * connection aborts only the rank its hello claimed. */
+static bool own_abort_record(const conn *c, const char *key) {
+    char own[32];
+    snprintf(own, sizeof own, "abort/%d", (int)c->rank);
+    return c->rank >= 0 && c->rank < (1 << 20) && !strcmp(key, own);
 }
 
 static bool serve_request(accel__store *s, conn *c) {
@@ -454,6 +472,8 @@ static bool serve_request(accel__store *s, conn *c) {
     const char *val = c->in + 13 + klen;
     if (op != OP_GET && store_record(key)) return false; /* a client that skipped the library's check */
     if (op == OP_SET) {
+        bool abort_record = !strncmp(key, "abort/", 6);
+        if (abort_record && !own_abort_record(c, key)) return false;
         void *v = accel_malloc(vlen ? vlen : 1);
         if (!v) return false;
         memcpy(v, val, vlen);
@@ -461,6 +481,7 @@ static bool serve_request(accel__store *s, conn *c) {
             accel_free(v);
             return false;
         }
+        if (abort_record && !list_rank(s, ABORTED, c->rank)) return false;
         uint8_t z = 0;
         return reply(c, &z, 1);
     }
@@ -890,12 +911,72 @@ static accel_status try_get(accel__store *s, const char *key, bool *found, void 
     return ACCEL_OK;
 }
 
+/* Fails the wait called what (ACCEL_ERR_DIST) when lost (the store's "lost"
+ * list, NULL when absent) lists a rank that posted an abort record: the
+ * rendezvous cannot complete without that rank, so no wait need run on. */
+static accel_status check_aborted(accel__store *s, const char *lost, const char *what) {
+    long rank = next_listed(&lost, ABORTED);
+    if (rank < 0) return ACCEL_OK;
+    char key[32];
+    void *why = NULL;
+    bool found;
+    snprintf(key, sizeof key, "abort/%ld", rank);
+    if (try_get(s, key, &found, &why, NULL) != ACCEL_OK) return accel_last_status();
+    accel_set_error(ACCEL_ERR_DIST, "%s failed: rank %ld failed before the rendezvous: %s", what, rank,
+                    found ? (char *)why : "(its message is gone)");
+    accel_free(why);
+    return ACCEL_ERR_DIST;
+}
+
+/* check_aborted on the list as the store holds it now. */
+static accel_status fetch_aborted(accel__store *s, const char *what) {
+    void *lost = NULL;
+    bool listed;
+    if (try_get(s, "lost", &listed, &lost, NULL) != ACCEL_OK) return accel_last_status();
+    accel_status st = check_aborted(s, lost, what);
+    accel_free(lost);
+    return st;
+}
+
+accel_status accel__store_abort(accel__store *s, const char *why) {
+    char key[32];
+    snprintf(key, sizeof key, "abort/%d", s->rank);
+    return accel__store_set(s, key, why, strlen(why) + 1);
+}
+
+accel_status accel__store_wait_heard(accel__store *s, int world, double timeout_s) {
+    double deadline = accel_now_seconds() + timeout_s, nap = 0.0002;
+    for (int k = 0; k < world;) {
+        char key[32];
+        bool found = k == s->rank;
+        snprintf(key, sizeof key, "claims/%d", k);
+        if (!found && try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+        snprintf(key, sizeof key, "abort/%d", k);
+        if (!found && try_get(s, key, &found, NULL, NULL) != ACCEL_OK) return accel_last_status();
+        if (found) {
+            k++;
+            continue;
+        }
+        if (accel_now_seconds() > deadline)
+            return accel_set_error(ACCEL_ERR_TIMEOUT, "accel store: rank %d of %d did not connect within %g s", k,
+                                   world, timeout_s);
+        sleep_s(nap);
+        if (nap < 0.02) nap *= 1.5;
+    }
+    /* They fail at their next poll and close; the one left is this process's own. */
+    for (double until = accel_now_seconds() + GONE_LINGER_S;
+         atomic_load(&s->n_authed) > 1 && accel_now_seconds() < until;)
+        sleep_s(0.005);
+    return ACCEL_OK;
+}
+
 accel_status accel__store_get(accel__store *s, const char *key, void **val, size_t *len) {
     double deadline = accel_now_seconds() + s->timeout_s, nap = 0.0002;
     for (;;) {
         bool found;
         if (try_get(s, key, &found, val, len) != ACCEL_OK) return accel_last_status();
         if (found) return ACCEL_OK;
+        if (fetch_aborted(s, "rendezvous") != ACCEL_OK) return accel_last_status();
         if (accel_now_seconds() > deadline)
             return accel_set_error(ACCEL_ERR_TIMEOUT, "accel store: timed out after %g s waiting for key '%s'",
                                    s->timeout_s, key);
@@ -1038,11 +1119,11 @@ accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int wo
             next++;
         }
         if (next == world) return ACCEL_OK;
-        /* the refused and gone ranks: one request a poll */
+        /* the refused, gone and aborted ranks: one request a poll */
         void *lost = NULL;
         bool listed;
         if (try_get(s, "lost", &listed, &lost, NULL) != ACCEL_OK) return accel_last_status();
-        if (check_gone(s, lost, prefix, next, world, what) != ACCEL_OK) {
+        if (check_aborted(s, lost, what) != ACCEL_OK || check_gone(s, lost, prefix, next, world, what) != ACCEL_OK) {
             accel_free(lost);
             return accel_last_status();
         }

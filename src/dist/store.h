@@ -27,8 +27,21 @@ accel__store *accel__store_open(const char *addr, int port, bool serve, const ch
 int accel__store_port(const accel__store *s);
 void accel__store_close(accel__store *s);
 accel_status accel__store_set(accel__store *s, const char *key, const void *val, size_t len);
-/* Waits (up to the store timeout) until key exists; *val is malloc'd (free()). */
+/* Waits (up to the store timeout) until key exists; *val is malloc'd (free()).
+ * A rank's abort record (below) fails the wait at once (ACCEL_ERR_DIST). */
 accel_status accel__store_get(accel__store *s, const char *key, void **val, size_t *len);
+/* This rank failed before the rendezvous: why (its error message) becomes
+ * its abort record ("abort/<rank>"), and every wait on the store, on every
+ * rank, fails at once (ACCEL_ERR_DIST):
+ * "rendezvous failed: rank 1 failed before the rendezvous: <why>".
+ * A connection claiming that rank again (a new process) withdraws it. */
+accel_status accel__store_abort(accel__store *s, const char *why);
+/* The store s serves (rank 0's), after its own abort: waits until every
+ * other rank below world has connected and claimed its number or posted its
+ * own abort (ACCEL_ERR_TIMEOUT naming the first missing one after
+ * timeout_s), then until their connections have closed, at most 5 s: they
+ * have then read why. */
+accel_status accel__store_wait_heard(accel__store *s, int world, double timeout_s);
 /* This rank's part of the rendezvous is over: its connection may close from
  * now on without failing anyone ("done/<rank>"). A rank's authenticated
  * connection that closes before this (exit, kill, a failed init) makes every
@@ -42,7 +55,8 @@ accel_status accel__store_add(accel__store *s, const char *key, int64_t delta, i
  * names the missing ranks: "<what> timed out after 30 s: ranks 2, 3 of 4 did not arrive".
  * Any missing rank that the store refused for a wrong secret (not only the
  * lowest missing one) fails it within 2 s (ACCEL_ERR_DIST naming the refused
- * address and "wrong job secret"). */
+ * address and "wrong job secret"); an abort record fails it at once, as
+ * accel__store_get. */
 accel_status accel__store_wait_ranks(accel__store *s, const char *prefix, int world,
                                      const char *what);
 
