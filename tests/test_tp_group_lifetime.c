@@ -14,7 +14,9 @@
  * prepared under tp over every rank, its accelerator freed while the test
  * holds the default group (the model computes on), then the default group
  * finalized (and a new one made, at the same address or not; the models'
- * first forward after the free before it or only under it). Each forward
+ * first forward after the free before it or only under it); and models cut
+ * over a 1-rank default group (no collective in their forwards), then the
+ * group finalized. Each forward
  * after the group is gone fails with ACCEL_ERR_STATE naming the freed group,
  * and the models free cleanly. Before, the modules read the freed group
  * (a use-after-free: a crash, a hang or collectives on garbage). */
@@ -163,6 +165,22 @@ static int first_forward_under_new_group_body(int rank, int world) {
     return check_summary();
 }
 
+/* A 1-rank group: its forwards call no collective, and computed on over the freed group; refused as on
+ * more ranks. */
+static int one_rank_body(int rank, int world) {
+    (void)world;
+    CHECK(accel_dist_init() == ACCEL_OK);
+    accel_module *m = llama(), *own = own_model(accel_dist_default_group());
+    CHECK(accel_llama_parallelize(m, accel_dist_default_group(), false) == ACCEL_OK);
+    CHECK_MSG(accel_llama_loss(m, ids()) && own_forward(own), "rank %d: %s", rank, accel_last_error());
+    accel_step_reset();
+    accel_dist_finalize(); /* the last holder: the group is freed */
+    refused(m, own, rank, "a 1-rank group finalized");
+    accel_module_free(m);
+    accel_module_free(own);
+    return check_summary();
+}
+
 static void run(int world, const char *what, dist_body_fn body) {
     dist_group g = {.world = world, .one_machine = true, .timeout = "30", .kill_after_s = 120};
     int status[DIST_GROUP_MAX];
@@ -184,6 +202,7 @@ static void test_never_prepared(void) {
 static void test_default_group_finalized(void) {
     run(2, "tp over every rank, the default group finalized", default_group_body);
     run(2, "tp over every rank, the first forward under a new default group", first_forward_under_new_group_body);
+    run(1, "a 1-rank group finalized", one_rank_body);
 }
 
 int main(void) {

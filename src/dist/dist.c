@@ -594,6 +594,8 @@ void accel__pg_tombstone_free(accel_pg *t) {
     if (t && t->be == &TOMBSTONE) accel_free(t);
 }
 
+accel_status accel__pg_not_gone(const accel_pg *pg) { return pg->be == &TOMBSTONE ? refuse_broken(pg) : ACCEL_OK; }
+
 /* Begins call c on this rank: its record (pg->site, pg->op_desc) and, in
  * debug mode, the comparison with every rank's call. */
 static accel_status open_call(accel_pg *pg, const call *c) {

@@ -56,6 +56,11 @@ static bool group_ok(tp_impl *t) {
     return true;
 }
 
+/* Whether t's forward may run: its group lives. Over a tombstone it fails
+ * as the group's collectives do, whatever the group's size (a 1-rank
+ * group's forward calls none: it computed on over a freed group). */
+static bool group_runs(tp_impl *t) { return group_ok(t) && accel__pg_not_gone(t->pg) == ACCEL_OK; }
+
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
  * the modules run as if planned without sequence parallelism. */
 static _Thread_local bool tl_no_seq_split;
@@ -181,7 +186,7 @@ static accel_tensor *replica_rows(accel_tensor *w, const tp_impl *t, int dim) {
  * each part, for a fused projection), from its slice of the weight or, with
  * replicated rows, from its rows of the whole weight. */
 static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     if (t->style == ACCEL__TP_REPLICA_ROWS) {
@@ -194,7 +199,7 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
  * ranks; the bias, whole on every rank, added once after the sum. */
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     int64_t start = t->w.start[0], local = t->w.local[0];
     if (!t->inner && x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
@@ -214,7 +219,7 @@ static accel_tensor *id_scalar(const accel_tensor *ids, int64_t v) {
 /* ids [...] of the full vocabulary -> [..., D]: rows this rank holds looked
  * up, zeros for the others, summed over the ranks. */
 static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     int64_t start = t->w.start[0], end = start + t->w.local[0];
@@ -241,7 +246,7 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
  * width: x / rms(every rank's x) * its rows of the weight, the mean square
  * from the group's sum of squares (each row counted by `rep` ranks). */
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     if (t->layer_norm) /* its weight and bias through the region's copy: their gradients summed */
@@ -286,7 +291,7 @@ static accel_tensor *rank_head_norm(void *ctx, int64_t h, accel_tensor *xh) {
 }
 
 static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_module *norms = m->children[0];
     int all = norms->n_children;
@@ -530,11 +535,11 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
 }
 
 accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) {
-    return group_ok(m->impl) ? enter(m->impl, x) : NULL;
+    return group_runs(m->impl) ? enter(m->impl, x) : NULL;
 }
 
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) {
-    return group_ok(m->impl) ? leave(m->impl, y) : NULL;
+    return group_runs(m->impl) ? leave(m->impl, y) : NULL;
 }
 
 accel_pg *accel__tp_group(const accel_module *m) {
