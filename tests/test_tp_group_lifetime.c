@@ -27,6 +27,7 @@
 #include "check.h"
 #include "dist_group.h"
 #include "recycle_alloc.h"
+#include "refuse_band.h"
 #include "tiny_llama.h"
 
 enum { B = 2, T = 8 };
@@ -166,7 +167,7 @@ static int first_forward_under_new_group_body(int rank, int world) {
 }
 
 /* A 1-rank group: its forwards call no collective, and computed on over the freed group; refused as on
- * more ranks. */
+ * more ranks. Its tombstone out of memory, the module reported no tp group (read as a plain module). */
 static int one_rank_body(int rank, int world) {
     (void)world;
     CHECK(accel_dist_init() == ACCEL_OK);
@@ -175,6 +176,15 @@ static int one_rank_body(int rank, int world) {
     CHECK_MSG(accel_llama_loss(m, ids()) && own_forward(own), "rank %d: %s", rank, accel_last_error());
     accel_step_reset();
     accel_dist_finalize(); /* the last holder: the group is freed */
+    /* its tombstone out of memory: still tensor-parallel (not read as a plain Linear), its group refused */
+    refuse_band all = {.min = 0, .max = SIZE_MAX};
+    accel_pg *g = NULL;
+    refuse_band_install(&all);
+    bool tp = accel_module_tp_info(own->children[0], NULL, &g, NULL, NULL);
+    refuse_band_install(NULL);
+    CHECK_MSG(all.refused && tp && g, "refused %d, tp %d, group %p", all.refused, tp, (void *)g);
+    CHECK(g && accel_pg_barrier(g) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "was freed (out of memory recording which)");
     refused(m, own, rank, "a 1-rank group finalized");
     accel_module_free(m);
     accel_module_free(own);
