@@ -361,6 +361,10 @@ static void test_review(void) {
                "{{ 7.0 // 0.1 }} {{ -7.5 // 2 }} {{ 7.5 % -2 }} {{ -0.0 // 1 }} {{ 1 // -3.0 }} {{ 5 % -0.5 }} {{ 'inf' | int }}",
                "-1 1 1 0 1 -9223372036854775808|7 1000 42 -42 1000 0 5 31 0 0 3 5|2.5 0.0 1000.5 inf -inf 0.0 0.5 5.0 0.0 3.0|"
                "0.0 69.0 -4.0 -0.5 -0.0 -1.0 -0.0 0");
+    /* float()'s and int()'s blanks are ' ' and \t to \r, not str.isspace()'s \x1c-\x1f (refused: the default) */
+    renders_as("{{ '\x1c" "5' | float }} {{ '\x1c" "5' | int }} {{ '5\x1f' | float }} {{ '5\x1f' | int }} "
+               "{{ '\v5\f' | float }} {{ '\v5\f' | int }} {{ '\t1_0.5 ' | float }} {{ '\t1_0.5 ' | int }}",
+               "0.0 0 0.0 0 5.0 5 10.5 10");
     /* int(base=0): the base from the prefix, no leading zeros in base 10 (then float()'s
      * reading, as jinja's int filter falls back to); rsplit's matches are the
      * rightmost ones (overlaps differ from split's) */

@@ -256,6 +256,26 @@ static void test_fp8_linear_errors(void) {
     accel_tensor_free(meta);
 }
 
+/* The ranks' prepares compare their models without the metas: a prepare whose fp8 conversion failed on
+ * one rank left them on the others only, and the retry was refused as "the ranks' models differ". */
+static void test_architecture_without_metas(void) {
+    accel_module *kids[2] = {accel_linear_new(32, 48, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                             accel_linear_new(48, 16, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+    accel_module *seq = accel_sequential_new(2, kids);
+    int64_t before[3], after[3], other[3];
+    CHECK(accel__model_architecture(seq, before) == ACCEL_OK);
+    CHECK(accel__fp8_convert_model(seq, accel__fp8_recipe_default()) == ACCEL_OK);
+    CHECK(accel__model_architecture(seq, after) == ACCEL_OK);
+    CHECK_MSG(!memcmp(before, after, sizeof after), "crc %lld -> %lld, %lld -> %lld tensors", (long long)before[0],
+              (long long)after[0], (long long)before[1], (long long)after[1]);
+    /* a buffer of the model's own, of a name like it, counts */
+    CHECK(accel_module_add_buffer(kids[1], "x_fp8_meta", accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(2), ACCEL_CPU_DEVICE)) !=
+          NULL);
+    CHECK(accel__model_architecture(seq, other) == ACCEL_OK);
+    CHECK(other[0] != after[0] && other[1] == after[1] + 1);
+    accel_module_free(seq);
+}
+
 /* convert_model gives the Linears with dims multiple of 16 their fp8 meta
  * (in the state_dict); they run fp8 only under an fp8 autocast. */
 static void test_convert_model(void) {
@@ -858,6 +878,7 @@ int main(void) {
     RUN(test_delayed_scaling);
     RUN(test_fp8_linear_reference);
     RUN(test_fp8_linear_errors);
+    RUN(test_architecture_without_metas);
     RUN(test_convert_model);
     RUN(test_refused);
     RUN(test_recipe_options);

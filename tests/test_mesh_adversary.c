@@ -22,6 +22,11 @@
  * error; DDP's broadcast failed in mismatched collectives that left the
  * process group unusable.
  *
+ * accel_accelerator_prepare_model: a refusal of one rank's before the
+ * prepare's first collective (Megatron's recompute_activations refused for
+ * a module without a forward) fails on both at once, naming it. Before,
+ * the others went on into the models' comparison, alone.
+ *
  * After each refusal the same process makes an agreeing accelerator, and
  * models alike train a step to the same loss on both ranks.
  *
@@ -151,6 +156,30 @@ static int prepare_body(int rank, int world) {
     accel_step_reset();
     accel_module_free(m);
     trains(acc, rank); /* models alike, on the same accelerator */
+    accel_accelerator_free(acc);
+    return check_summary();
+}
+
+/* Megatron's recompute_activations on every rank, and the last rank given a module without a forward to
+ * recompute (its model's ModuleList): refused there before the prepare's first collective, the others
+ * told at once. Before, they waited in the models' comparison until ACCEL_DIST_TIMEOUT. */
+static int recompute_body(int rank, int world) {
+    setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);
+    setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "true", 1);
+    accel_accelerator *acc = make(&CASE.agreed);
+    unsetenv("ACCELERATE_USE_MEGATRON_LM");
+    unsetenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS");
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (!acc) return check_summary();
+    accel_module *m = model(0, 0);
+    bool last = rank == world - 1;
+    CHECK(accel_accelerator_prepare_model(acc, last ? accel_module_find(m, "model.layers") : m) ==
+          ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), last ? "rank 1 could not accept the model, so it fails on every rank"
+                                                : "another rank (1) could not accept the model");
+    if (last) CHECK_STR_CONTAINS(accel_last_error(), "ModuleList has no single-tensor forward to recompute");
+    accel_module_free(m);
+    trains(acc, rank); /* the same models, checkpointed */
     accel_accelerator_free(acc);
     return check_summary();
 }
@@ -286,6 +315,8 @@ static void test_models_disagree(void) {
     run("tp 2, another vocabulary", prepare_body);
 }
 
+static void test_recompute_refused_on_one_rank(void) { run("recompute refused on one rank", recompute_body); }
+
 static void test_free_order(void) {
     run("free order under tp 2", free_order_body);
     run_on(4, "free order under dp_shard 2 x tp 2", free_order_body);
@@ -295,6 +326,7 @@ int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);
     RUN(test_new_disagrees);
     RUN(test_models_disagree);
+    RUN(test_recompute_refused_on_one_rank);
     RUN(test_free_order);
     return check_summary();
 }

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "core/env.h"
+#include "refuse_band.h"
 
 typedef struct row {
     const char *text;
@@ -120,8 +121,47 @@ static void test_long(void) {
     CHECK(!accel__python_float(text, &v));
 }
 
+/* accel__python_float_n reads len bytes, whatever follows them (size.c's number before its unit, a chat
+ * template's string). */
+static void test_bounded(void) {
+    double v = 0;
+    CHECK_MSG(accel__python_float_n("12345", 2, &v) && v == 12, "%a", v);
+    CHECK_MSG(accel__python_float_n("1_0_0", 3, &v) && v == 10, "%a", v);
+    CHECK_MSG(accel__python_float_n(" 5 e3", 3, &v) && v == 5, "%a", v);
+    CHECK_MSG(accel__python_float_n("2e3", 2, &v) == false && v == 5, "%a", v);
+    CHECK_MSG(accel__python_float_n("1_0", 2, &v) == false && v == 5, "%a", v);
+    CHECK(!accel__python_float_n("", 0, &v));
+}
+
+/* The copy without the '_' on the stack up to 127 characters, on the heap past them: out of memory
+ * there is ACCEL_ERR_OOM, not a number refused in silence. */
+static void test_out_of_memory(void) {
+    char text[256];
+    text[0] = '1';
+    for (int i = 0; i < 60; i++) memcpy(text + 1 + 2 * i, "_0", 2); /* 121 characters */
+    text[121] = 0;
+    refuse_band none = {.min = 0, .max = SIZE_MAX};
+    refuse_band_install(&none);
+    double v = 0;
+    bool ok = accel__python_float(text, &v);
+    refuse_band_install(NULL);
+    CHECK_MSG(ok && v == 1e60 && !none.refused, "%a", v);
+    for (int i = 60; i < 100; i++) memcpy(text + 1 + 2 * i, "_0", 2); /* 201 */
+    text[201] = 0;
+    none.refused = false;
+    refuse_band_install(&none);
+    accel_clear_error();
+    ok = accel__python_float(text, &v);
+    refuse_band_install(NULL);
+    CHECK(!ok && none.refused && accel_last_status() == ACCEL_ERR_OOM);
+    accel_clear_error();
+    CHECK_MSG(accel__python_float(text, &v) && v == 1e100, "%a", v);
+}
+
 int main(void) {
     RUN(test_table);
     RUN(test_long);
+    RUN(test_bounded);
+    RUN(test_out_of_memory);
     return check_summary();
 }

@@ -511,6 +511,15 @@ static void test_parse_size(void) {
         CHECK_STR_CONTAINS(accel_last_error(), "is not in a valid format");
         accel_clear_error();
     }
+    /* float() takes any length: 70 blanks before the number, 90 zeros in it (a 63-character cap refused both) */
+    char padded[96], zeros[128];
+    snprintf(padded, sizeof padded, "%70s5GB", "");
+    snprintf(zeros, sizeof zeros, "%090d5.5MB", 0);
+    int64_t v = -1;
+    CHECK_MSG(accel_parse_size(padded, &v) == ACCEL_OK && v == 5000000000LL, "'%s' -> %lld (%s)", padded,
+              (long long)v, accel_last_error());
+    CHECK_MSG(accel_parse_size(zeros, &v) == ACCEL_OK && v == 5500000, "'%s' -> %lld (%s)", zeros, (long long)v,
+              accel_last_error());
 }
 
 /* A byte count is exact up to INT64_MAX (it went through a double: 2^53 + 1

@@ -2,10 +2,13 @@
  * called before any Accelerator exists (ported code does so), which seeds
  * the process all the same, + PartialState's process index (the launcher's
  * rank) when device_specific. It was a no-op: the seeding was lost
- * silently and the first draws came from seed 0. One process, the rank
- * variables set by hand. */
+ * silently and the first draws came from seed 0. Under tensor parallelism
+ * (the environment's tp size) the rank / tp_size, as with an accelerator
+ * (the raw rank gave the ranks of a tp group different dropout masks). One
+ * process, the rank variables set by hand. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -75,8 +78,42 @@ static void test_bad_rank(void) {
     clear_rank_vars();
 }
 
+/* Under tensor parallelism the rank's tp group, rank / tp_size, as accel_set_seed(acc, ...) adds: the ranks of
+ * one tp group share the default generator (docs/parallelism.md). The size from the variables that
+ * accel_accelerator_new reads; one it refuses is refused here, naming it. */
+static void test_tp_size_from_env(void) {
+    clear_rank_vars();
+    setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
+    setenv("PARALLELISM_CONFIG_TP_SIZE", "2", 1);
+    setenv("RANK", "3", 1);
+    seeds_as(42, true, 43, "RANK=3, PARALLELISM_CONFIG_TP_SIZE=2");
+    seeds_as(42, false, 42, "RANK=3, PARALLELISM_CONFIG_TP_SIZE=2, not device_specific");
+    setenv("PARALLELISM_CONFIG_TP_SIZE", "x", 1);
+    accel_manual_seed(9);
+    uint64_t ref[3], got[3];
+    draws(ref);
+    accel_manual_seed(9);
+    accel_status st = accel_set_seed(NULL, 42, true);
+    draws(got);
+    CHECK_MSG(st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), "PARALLELISM_CONFIG_TP_SIZE='x'") &&
+                  !memcmp(got, ref, sizeof got),
+              "PARALLELISM_CONFIG_TP_SIZE=x: status %d, %s", (int)st, accel_last_error());
+    accel_clear_error();
+    unsetenv("ACCELERATE_USE_PARALLELISM_CONFIG");
+    unsetenv("PARALLELISM_CONFIG_TP_SIZE");
+    setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);
+    setenv("MEGATRON_LM_TP_DEGREE", "4", 1);
+    setenv("RANK", "5", 1);
+    seeds_as(42, true, 43, "RANK=5, MEGATRON_LM_TP_DEGREE=4");
+    unsetenv("ACCELERATE_USE_MEGATRON_LM");
+    unsetenv("MEGATRON_LM_TP_DEGREE");
+    seeds_as(42, true, 47, "RANK=5, no tp");
+    clear_rank_vars();
+}
+
 int main(void) {
     RUN(test_no_accelerator);
     RUN(test_bad_rank);
+    RUN(test_tp_size_from_env);
     return check_summary();
 }

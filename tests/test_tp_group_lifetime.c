@@ -13,7 +13,10 @@
  * last holder; a tp subgroup under dp_shard 2 x tp 2 on 4); and a model
  * prepared under tp over every rank, its accelerator freed while the test
  * holds the default group (the model computes on), then the default group
- * finalized (and a new one made, at the same address or not). Each forward
+ * finalized (and a new one made, at the same address or not; the models'
+ * first forward after the free before it or only under it); and models cut
+ * over a 1-rank default group (no collective in their forwards), then the
+ * group finalized. Each forward
  * after the group is gone fails with ACCEL_ERR_STATE naming the freed group,
  * and the models free cleanly. Before, the modules read the freed group
  * (a use-after-free: a crash, a hang or collectives on garbage). */
@@ -23,6 +26,8 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "dist_group.h"
+#include "recycle_alloc.h"
+#include "refuse_band.h"
 #include "tiny_llama.h"
 
 enum { B = 2, T = 8 };
@@ -137,6 +142,55 @@ static int default_group_body(int rank, int world) {
     return check_summary();
 }
 
+/* As above, but the models' first forward after the free comes only under a new default group (made at
+ * the freed group's address or not): nothing gave them a tombstone before, and the group they hold is
+ * known freed by its id, which no live group has. */
+static int first_forward_under_new_group_body(int rank, int world) {
+    CHECK(accel_dist_init() == ACCEL_OK);
+    accel_accelerator *acc = make(world, 1);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (!acc) return check_summary();
+    accel_module *m = llama(), *own = own_model(accel_accelerator_tp_group(acc));
+    CHECK(accel_accelerator_prepare(acc, m) == ACCEL_OK);
+    accel_accelerator_free(acc);
+    const accel_pg *freed = accel_dist_default_group();
+    recycle_install(); /* the new group at the freed one's address */
+    accel_dist_finalize(); /* the last holder: the group is freed */
+    CHECK(accel_dist_init() == ACCEL_OK);
+    recycle_uninstall();
+    CHECK_MSG(accel_dist_default_group() == freed, "rank %d: the new group is not at the freed one's address", rank);
+    refused(m, own, rank, "first forward under a new default group");
+    accel_dist_finalize();
+    accel_module_free(m);
+    accel_module_free(own);
+    return check_summary();
+}
+
+/* A 1-rank group: its forwards call no collective, and computed on over the freed group; refused as on
+ * more ranks. Its tombstone out of memory, the module reported no tp group (read as a plain module). */
+static int one_rank_body(int rank, int world) {
+    (void)world;
+    CHECK(accel_dist_init() == ACCEL_OK);
+    accel_module *m = llama(), *own = own_model(accel_dist_default_group());
+    CHECK(accel_llama_parallelize(m, accel_dist_default_group(), false) == ACCEL_OK);
+    CHECK_MSG(accel_llama_loss(m, ids()) && own_forward(own), "rank %d: %s", rank, accel_last_error());
+    accel_step_reset();
+    accel_dist_finalize(); /* the last holder: the group is freed */
+    /* its tombstone out of memory: still tensor-parallel (not read as a plain Linear), its group refused */
+    refuse_band all = {.min = 0, .max = SIZE_MAX};
+    accel_pg *g = NULL;
+    refuse_band_install(&all);
+    bool tp = accel_module_tp_info(own->children[0], NULL, &g, NULL, NULL);
+    refuse_band_install(NULL);
+    CHECK_MSG(all.refused && tp && g, "refused %d, tp %d, group %p", all.refused, tp, (void *)g);
+    CHECK(g && accel_pg_barrier(g) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "was freed (out of memory recording which)");
+    refused(m, own, rank, "a 1-rank group finalized");
+    accel_module_free(m);
+    accel_module_free(own);
+    return check_summary();
+}
+
 static void run(int world, const char *what, dist_body_fn body) {
     dist_group g = {.world = world, .one_machine = true, .timeout = "30", .kill_after_s = 120};
     int status[DIST_GROUP_MAX];
@@ -155,7 +209,11 @@ static void test_never_prepared(void) {
     run(4, "never prepared, dp_shard 2 x tp 2", never_prepared_body);
 }
 
-static void test_default_group_finalized(void) { run(2, "tp over every rank, the default group finalized", default_group_body); }
+static void test_default_group_finalized(void) {
+    run(2, "tp over every rank, the default group finalized", default_group_body);
+    run(2, "tp over every rank, the first forward under a new default group", first_forward_under_new_group_body);
+    run(1, "a 1-rank group finalized", one_rank_body);
+}
 
 int main(void) {
     setenv("OMP_NUM_THREADS", "1", 0);

@@ -322,9 +322,12 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
  * code seeds so before making the accelerator): accel_manual_seed(seed), +
  * the launcher's rank when device_specific (RANK, PMI_RANK,
  * OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK or srun's SLURM_PROCID, as
- * accel_dist_init reads it; 0 when none is set). ACCEL_OK; a rank variable
- * that is no integer from 0 to 10^6 is ACCEL_ERR_INVALID_ARG naming it, the
- * generator left as it was. */
+ * accel_dist_init reads it; 0 when none is set), divided by the tp size the
+ * environment gives accel_accelerator_new (PARALLELISM_CONFIG_TP_SIZE,
+ * MEGATRON_LM_TP_DEGREE, docs/parallelism.md) as with an accelerator.
+ * ACCEL_OK; a rank variable that is no integer from 0 to 10^6, or a
+ * variable accel_accelerator_new refuses, is ACCEL_ERR_INVALID_ARG naming
+ * it, the generator left as it was. */
 accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific);
 
 /* ---------------------------------------------------------------- prepare */

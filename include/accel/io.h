@@ -35,7 +35,9 @@ extern "C" {
 /* ------------------------------------------------------------ size strings */
 
 /* accelerate's convert_file_size_to_int: "10GB" (decimal), "2GiB" (binary),
- * "1.5GB", "500" (bytes, exact up to INT64_MAX), "100Mb" (lowercase b = bits, /8).
+ * "1.5GB", "500" (bytes, exact up to INT64_MAX), "100Mb" (lowercase b = bits, /8);
+ * the number before the unit as Python's float() reads it, of any length (" 5 GB",
+ * "1_000MB", "1e3KB").
  * "5MBB", "5k0MB", "-1GB", "" -> ACCEL_ERR_INVALID_ARG naming the string; so is a
  * size past int64 ("1e30GB"), named as too large. */
 accel_status accel_parse_size(const char *s, int64_t *out);

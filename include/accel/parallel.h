@@ -170,7 +170,8 @@ accel_status accel_module_tp_reduce_grads(accel_module *root, accel_pg *pg);
 
 /* How a module was parallelized: true with *style, the group (once that
  * group is freed, a stand-in with its rank and size on which every call fails
- * with ACCEL_ERR_STATE naming it) and the slice
+ * with ACCEL_ERR_STATE naming it; out of memory for that stand-in, one of no
+ * group, rank 0 of 1, whose calls fail so too) and the slice
  * [*start, *start + local) of the split dimension (rows for COLWISE and
  * VOCAB_EMBEDDING, columns for ROWWISE) of *full (its whole size) when m is
  * a parallelized Linear or Embedding whose slice is that one range; false (no

@@ -227,6 +227,11 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
  * on unchanged, naming the rank that failed: the ranks of that agreement
  * would each name themselves otherwise. */
 accel_status accel__prepare_agree(accel_accelerator *acc, accel_status mine, const char *what);
+/* What the ranks' prepares compare of model m (model.c): v[0] a CRC-32C of
+ * its state_dict's names, dtypes and whole shapes in order, v[1] its count
+ * of tensors, v[2] of elements; fp8's metas (buffers accel adds, left on
+ * some ranks only by a prepare that failed there) left out. */
+accel_status accel__model_architecture(accel_module *m, int64_t v[3]);
 void accel__backward_begin(accel_accelerator *acc);
 accel_status accel__backward_end(accel_accelerator *acc);
 

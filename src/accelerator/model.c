@@ -314,8 +314,9 @@ static accel_status agree_placement(accel_accelerator *acc, accel_status mine) {
  * dtypes and whole shapes in order (a tp slice's whole tensor's: a model
  * cut already, by the user's plan or a prepare that failed on another rank
  * and is retried, is the model another rank's plan is about to cut), and
- * its counts of tensors and elements. */
+ * its counts of tensors and elements; not fp8's metas (accelerator_internal.h). */
 enum { ARCH_CRC, ARCH_TENSORS, ARCH_NUMEL, ARCH_N };
+_Static_assert(ARCH_N == 3, "accel__model_architecture's v[3]");
 
 /* The whole shape of entry i of sd: a tp slice's whole tensor's, also
  * through a name tied to it that is no slice itself (a Llama's lm_head tied
@@ -326,13 +327,16 @@ static void whole_shape(const accel_state_dict *sd, int i, int64_t *shape) {
         if (j != i && sd->entries[j].t == sd->entries[i].t && accel__tp_file_shape(&sd->entries[j], shape)) return;
 }
 
-static accel_status architecture_of(accel_module *m, int64_t *v) {
+accel_status accel__model_architecture(accel_module *m, int64_t v[3]) {
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     uint32_t crc = 0;
-    v[ARCH_TENSORS] = sd->n;
+    v[ARCH_TENSORS] = 0;
     v[ARCH_NUMEL] = 0;
     for (int i = 0; i < sd->n; i++) {
+        /* not fp8's metas, which a failed prepare's conversion left on some ranks only */
+        if (sd->entries[i].is_buffer && accel__fp8_meta_name(sd->entries[i].name)) continue;
+        v[ARCH_TENSORS]++;
         const accel_tensor *t = sd->entries[i].t;
         int32_t head[2] = {(int32_t)t->dtype, t->ndim};
         int64_t whole[ACCEL_MAX_DIMS], numel = 1;
@@ -359,7 +363,7 @@ static accel_status architecture_of(accel_module *m, int64_t *v) {
 static accel_status agree_architecture(accel_accelerator *acc, accel_module *m) {
     if (acc->world == 1) return ACCEL_OK;
     int64_t mine[ARCH_N] = {0}, v[2 * ARCH_N];
-    accel_status st = accel__prepare_agree(acc, architecture_of(m, mine), "list the model's tensors");
+    accel_status st = accel__prepare_agree(acc, accel__model_architecture(m, mine), "list the model's tensors");
     if (st) return st;
     for (int k = 0; k < ARCH_N; k++) v[k] = mine[k], v[ARCH_N + k] = -mine[k];
     if ((st = accel_pg_all_reduce(acc->pg, v, 2 * ARCH_N, ACCEL_I64, ACCEL_REDUCE_MAX))) return st;

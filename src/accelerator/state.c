@@ -390,9 +390,19 @@ accel_process_split accel_accelerator_split_between_processes(const accel_accele
  * device_specific; a no-op here lost that seeding silently. */
 accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool device_specific) {
     if (!acc) {
+        /* the tp size the environment gives the accelerator to come (its options' defaults) */
         int rank = 0;
+        accel_accelerator_opts o = accel_accelerator_opts_default();
+        accel__parallelism_env pe;
         if (device_specific && accel__dist_env_rank(&rank) != ACCEL_OK) return accel_last_status();
-        accel_manual_seed(seed + (uint64_t)rank);
+        if (device_specific && accel__parallelism_env_read(&o, &pe) != ACCEL_OK) {
+            char inner[768];
+            snprintf(inner, sizeof inner, "%s", accel_last_error());
+            return accel_set_error(accel_last_status(), "accel_set_seed (the tensor-parallel size the rank is "
+                                   "divided by): %s", inner);
+        }
+        int tp = o.parallelism.tp_size;
+        accel_manual_seed(seed + (uint64_t)(rank / (tp > 0 ? tp : 1)));
         return ACCEL_OK;
     }
     int tp = acc->mesh.size[ACCEL__MESH_TP];
@@ -529,12 +539,15 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_model: NULL argument");
     bool mine;
     accel_status st = check_owner(acc, model->links, model_detached, __func__, "model", &mine);
-    if (st || mine) return st;
-    if (acc->n_models == ACCEL__MAX_PREPARED) return too_many("models");
+    if (mine) return ACCEL_OK;
+    if (!st && acc->n_models == ACCEL__MAX_PREPARED) st = too_many("models");
+    if (!st && acc->recompute_layers) st = recompute_layers(model);
+    /* this rank's refusals agreed on before the prepare's first collective: ranks that built
+     * different models (one recompute refused) left the others there until ACCEL_DIST_TIMEOUT */
+    if ((st = accel__prepare_agree(acc, st, "accept the model"))) return st;
     accel__model *pm = &acc->models[acc->n_models];
     memset(pm, 0, sizeof *pm);
     pm->m = model;
-    if (acc->recompute_layers && (st = recompute_layers(model))) return st;
     if ((st = accel__model_prepare(acc, pm))) {
         memset(pm, 0, sizeof *pm);
         return st;

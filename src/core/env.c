@@ -45,55 +45,58 @@ accel_status accel__env_bool(const char *name, bool dflt, bool *out) {
     return v ? accel__parse_bool("the environment", name, v, out) : ACCEL_OK;
 }
 
-/* The blanks float() strips, in ASCII: ' ' and \t \n \v \f \r (not
- * \x1c-\x1f, which str.isspace() takes and float() refuses). */
-static bool py_blank(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool accel__python_blank(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 static bool py_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* Past the digits from p, a single '_' only between two of them (Python's
- * literals); *n: how many digits. */
-static const char *py_digits(const char *p, size_t *n) {
+/* Past the digits from p (up to end), a single '_' only between two of
+ * them (Python's literals); *n: how many digits. */
+static const char *py_digits(const char *p, const char *end, size_t *n) {
     *n = 0;
-    while (py_digit(*p)) {
+    while (p < end && py_digit(*p)) {
         p++, (*n)++;
-        if (*p == '_' && py_digit(p[1])) p++;
+        if (p + 1 < end && *p == '_' && py_digit(p[1])) p++;
     }
     return p;
 }
 
-bool accel__python_float(const char *text, double *out) {
-    const char *num = text;
-    while (py_blank(*num)) num++;
-    const char *end = num + strlen(num);
-    while (end > num && py_blank(end[-1])) end--;
-    const char *p = num + (*num == '-' || *num == '+');
-    size_t len = (size_t)(end - p), n, more;
-    if ((len == 3 || len == 8) && !strncasecmp(p, "infinity", len)) /* "inf" is its first 3 */
+/* Digits of a number this long or shorter are copied on the stack for
+ * strtod; longer ones (no float setting needs them) on the heap. */
+enum { PLAIN_ON_STACK = 128 };
+
+bool accel__python_float_n(const char *text, size_t len, double *out) {
+    const char *num = text, *end = text + len;
+    while (num < end && accel__python_blank(*num)) num++;
+    while (end > num && accel__python_blank(end[-1])) end--;
+    const char *p = num + (num < end && (*num == '-' || *num == '+'));
+    size_t word = (size_t)(end - p), n, more;
+    if ((word == 3 || word == 8) && !strncasecmp(p, "infinity", word)) /* "inf" is its first 3 */
         return *out = *num == '-' ? -INFINITY : INFINITY, true;
-    if (len == 3 && !strncasecmp(p, "nan", 3)) return *out = NAN, true;
-    const char *q = py_digits(p, &n);
-    if (*q == '.') q = py_digits(q + 1, &more), n += more;
+    if (word == 3 && !strncasecmp(p, "nan", 3)) return *out = NAN, true;
+    const char *q = py_digits(p, end, &n);
+    if (q < end && *q == '.') q = py_digits(q + 1, end, &more), n += more;
     if (!n) return false;
-    if (*q == 'e' || *q == 'E') {
-        q = py_digits(q + 1 + (q[1] == '-' || q[1] == '+'), &more);
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '-' || *q == '+')) q++;
+        q = py_digits(q, end, &more);
         if (!more) return false;
     }
     if (q != end) return false;
-    /* [num, end) is decimal text that strtod reads the same way, but for the '_': a copy without them */
-    if (!memchr(num, '_', (size_t)(end - num))) {
-        *out = strtod(num, NULL); /* stops at end: a blank or the text's end */
-        return true;
-    }
-    char *plain = malloc((size_t)(end - num) + 1), *d = plain;
-    if (!plain) return false;
+    /* [num, end) is decimal text that strtod reads the same way, but for the '_': a NUL-terminated copy
+     * without them (the text may go on past len) */
+    char stack[PLAIN_ON_STACK], *plain = (size_t)(end - num) < sizeof stack ? stack : accel_malloc((size_t)(end - num) + 1);
+    if (!plain) return false; /* ACCEL_ERR_OOM set */
+    char *d = plain;
     for (const char *c = num; c < end; c++)
         if (*c != '_') *d++ = *c;
     *d = 0;
     *out = strtod(plain, NULL);
-    free(plain);
+    if (plain != stack) accel_free(plain);
     return true;
 }
+
+bool accel__python_float(const char *text, double *out) { return accel__python_float_n(text, strlen(text), out); }
 
 accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out) {
     const char *v = getenv(name);

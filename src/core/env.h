@@ -27,14 +27,21 @@ accel_status accel__parse_long(const char *name, const char *text, long lo, long
 accel_status accel__env_bool(const char *name, bool dflt, bool *out);
 /* text as Python's float() reads it (Accelerate's number variables and
  * argparse's type=float flags are read so; every number accel reads from the
- * environment or a launcher flag goes through it): blanks (ASCII ' ', \t to
- * \r) around it, a sign, digits with single '_' between two of them, an
- * optional fraction and exponent, or inf / infinity / nan in any case.
- * ASCII only: float()'s other scripts' digits and Unicode blanks are
- * refused. What strtod also takes (hex, "nan(...)") is none. False, *out
- * untouched, when it is none (or when memory for a copy without the '_'
- * runs out). */
+ * environment or a launcher flag goes through it, and the chat templates'
+ * |float): blanks (ASCII ' ', \t to \r: accel__python_blank) around it, a
+ * sign, digits with single '_' between two of them, an optional fraction and
+ * exponent, or inf / infinity / nan in any case. ASCII only: float()'s other
+ * scripts' digits and Unicode blanks are refused. What strtod also takes
+ * (hex, "nan(...)") is none. False, *out untouched, when it is none; also
+ * when a number of 128 characters or more finds no memory for its copy
+ * (ACCEL_ERR_OOM set, which the callers' "not a number" then replaces: no
+ * setting's number is that long, and a bool keeps every caller one test). */
 bool accel__python_float(const char *text, double *out);
+/* The same of the len bytes at text (no NUL needed after them). */
+bool accel__python_float_n(const char *text, size_t len, double *out);
+/* Whether c is a blank float() and int() strip: ' ' and \t to \r (not
+ * \x1c-\x1f, which str.isspace() takes and they refuse). */
+bool accel__python_blank(char c);
 /* As Python's float(), a finite number in (lo, hi]. */
 accel_status accel__env_double(const char *name, double dflt, double lo, double hi, double *out);
 /* As Python's float(), a number >= 0, infinity included (a norm that clips

@@ -50,6 +50,14 @@ bool accel__pg_live(uint64_t id);
  * groups that are no tombstones: a no-op). */
 accel_pg *accel__pg_tombstone(const accel__pg_ident *of, const char *why);
 void accel__pg_tombstone_free(accel_pg *tombstone);
+/* The stand-in for a freed group whose tombstone found no memory: one for
+ * the process, of no group (id 0, rank 0 of 1), its calls refused
+ * (ACCEL_ERR_STATE, "... freed (out of memory recording which)"); never
+ * freed (accel__pg_tombstone_free leaves it). */
+accel_pg *accel__pg_tombstone_unnamed(void);
+/* ACCEL_OK for a group; a tombstone's refusal, as its calls fail, for a
+ * tombstone: what a 1-rank group's user that calls no collective asks. */
+accel_status accel__pg_not_gone(const accel_pg *pg);
 /* Whether the default group has one holder left at most (accel_dist_init's
  * references): its accel_dist_finalize tears the group down. */
 bool accel__dist_last_reference(void);

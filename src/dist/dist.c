@@ -590,9 +590,18 @@ accel_pg *accel__pg_tombstone(const accel__pg_ident *of, const char *why) {
     return t;
 }
 
+/* accel__pg_tombstone_unnamed's: nothing writes it, every call on a tombstone being refused before. */
+static accel_pg g_unnamed = {.size = 1, .local_size = 1, .be = &TOMBSTONE, .broken = ACCEL_ERR_STATE,
+                             .broken_msg = "the model is tensor-parallel over a process group that was freed "
+                                           "(out of memory recording which)"};
+
+accel_pg *accel__pg_tombstone_unnamed(void) { return &g_unnamed; }
+
 void accel__pg_tombstone_free(accel_pg *t) {
-    if (t && t->be == &TOMBSTONE) accel_free(t);
+    if (t && t != &g_unnamed && t->be == &TOMBSTONE) accel_free(t);
 }
+
+accel_status accel__pg_not_gone(const accel_pg *pg) { return pg->be == &TOMBSTONE ? refuse_broken(pg) : ACCEL_OK; }
 
 /* Begins call c on this rank: its record (pg->site, pg->op_desc) and, in
  * debug mode, the comparison with every rank's call. */

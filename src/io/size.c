@@ -11,11 +11,7 @@
 /* The number before the unit as Python's float() reads it (Accelerate parses
  * it so: " 5GB", "1_000MB", "1e3KB"), finite (int() of inf or nan fails). */
 static bool parse_number(const char *s, size_t len, double *out) {
-    char buf[64];
-    if (len >= sizeof buf) return false;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    return accel__python_float(buf, out) && isfinite(*out);
+    return accel__python_float_n(s, len, out) && isfinite(*out);
 }
 
 /* A bare integer: a byte count, exact (a double rounds past 2^53). *v gets

@@ -35,6 +35,11 @@ accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r) {
     return ACCEL_OK;
 }
 
+bool accel__fp8_meta_name(const char *name) {
+    size_t n = strlen(name), k = sizeof META_NAME - 1;
+    return n >= k && !strcmp(name + n - k, META_NAME) && (n == k || name[n - k - 1] == '.');
+}
+
 /* Appends root's tree's metas to metas and their Linears' weights to
  * weights, depth first; *n counts them (metas NULL: only counts; weights
  * NULL: the metas only). */

@@ -15,6 +15,10 @@
  * have one keep it; others (odd dims, weights on meta) stay bf16. */
 accel_status accel__fp8_convert_model(accel_module *root, accel__fp8_recipe r);
 
+/* Whether a state_dict entry's name is a buffer accel__fp8_convert_model
+ * adds ("fp8_meta" or "<path>.fp8_meta"): accel's own, not the model's. */
+bool accel__fp8_meta_name(const char *name);
+
 /* The fp8 metas of root's tree, depth first (so the same order on
  * every rank of a data-parallel model), and their Linears' weights:
  * *metas and *weights new arrays of *n entries the caller frees with

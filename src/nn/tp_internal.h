@@ -63,8 +63,8 @@ accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x);
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y);
 
 /* The group of tensor-parallel module m (accel__tp_is_replica's too), its
- * tombstone once that group is freed (accel__tp_orphan); NULL when m is
- * none (or, out of memory for that tombstone, NULL + error). */
+ * tombstone once that group is freed (accel__tp_orphan; out of memory for
+ * it, accel__pg_tombstone_unnamed); NULL when m is none. */
 accel_pg *accel__tp_group(const accel_module *m);
 
 /* When pg's owner lets it go (an accelerator freed, or un-preparing the

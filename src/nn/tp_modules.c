@@ -32,29 +32,34 @@ typedef struct tp_impl {
     int64_t first;    /* a norm of its own per head (StableLM's): this rank's first head */
     /* The group it was parallelized over, as made (its id: pg's address may
      * be a later group's once pg is freed). Once its owner let pg go
-     * (accel__tp_orphan), or pg was found freed (group_ok): pg is `gone`, a
+     * (accel__tp_orphan), or pg was found freed (group_of): pg is `gone`, a
      * tombstone of it owned here; accel__tp_adopt gives the group of that id
      * back to it (a model prepared again by the same accelerator). */
     accel__pg_ident of;
     accel_pg *gone;
 } tp_impl;
 
-/* Whether t may read t->pg: a live group, or a tombstone. A group freed
+/* t->pg, which t may read: a live group, or a tombstone. A group freed
  * under t by an owner that could not tell it (the accelerator whose tp group
  * a model was parallelized over, never prepared; the last
  * accel_dist_finalize of a default group that tp spans) gets its tombstone
- * here, before anything reads the freed memory; false + error when that
- * cannot be made (out of memory). */
-static bool group_ok(tp_impl *t) {
-    if (t->gone || accel__pg_live(t->of.id)) return true;
+ * here, before anything reads the freed memory; when that finds no memory,
+ * the unnamed stand-in (tried again at the next use): t stays tensor-
+ * parallel, its uses refused, rather than read as a plain module. */
+static accel_pg *group_of(tp_impl *t) {
+    if (t->gone || accel__pg_live(t->of.id)) return t->pg;
     char why[320];
     snprintf(why, sizeof why, "the model is tensor-parallel over process group #%llu (%d ranks), which was freed "
              "(its accelerator freed, accel_pg_free, or the last accel_dist_finalize): its slices compute only while "
              "that group lives", (unsigned long long)t->of.id, t->of.size);
-    if (!(t->gone = accel__pg_tombstone(&t->of, why))) return false;
-    t->pg = t->gone;
-    return true;
+    t->gone = accel__pg_tombstone(&t->of, why);
+    return t->pg = t->gone ? t->gone : accel__pg_tombstone_unnamed();
 }
+
+/* Whether t's forward may run: its group lives. Over a tombstone it fails
+ * as the group's collectives do, whatever the group's size (a 1-rank
+ * group's forward calls none: it computed on over a freed group). */
+static bool group_runs(tp_impl *t) { return accel__pg_not_gone(group_of(t)) == ACCEL_OK; }
 
 /* Set while this thread generates with a KV cache (accel__tp_sequence_split):
  * the modules run as if planned without sequence parallelism. */
@@ -181,7 +186,7 @@ static accel_tensor *replica_rows(accel_tensor *w, const tp_impl *t, int dim) {
  * each part, for a fused projection), from its slice of the weight or, with
  * replicated rows, from its rows of the whole weight. */
 static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight"), *b = accel__module_tensor(m, "bias");
     if (t->style == ACCEL__TP_REPLICA_ROWS) {
@@ -194,7 +199,7 @@ static accel_tensor *colwise_forward(accel_module *m, accel_tensor *x) {
 /* x [.., in / tp] (or [.., in], sliced here) -> [.., out], summed over the
  * ranks; the bias, whole on every rank, added once after the sum. */
 static accel_tensor *rowwise_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     int64_t start = t->w.start[0], local = t->w.local[0];
     if (!t->inner && x && x->ndim && x->shape[x->ndim - 1] == t->w.full[0] && local != t->w.full[0])
@@ -214,7 +219,7 @@ static accel_tensor *id_scalar(const accel_tensor *ids, int64_t v) {
 /* ids [...] of the full vocabulary -> [..., D]: rows this rank holds looked
  * up, zeros for the others, summed over the ranks. */
 static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     int64_t start = t->w.start[0], end = start + t->w.local[0];
@@ -241,7 +246,7 @@ static accel_tensor *vocab_forward(accel_module *m, accel_tensor *ids) {
  * width: x / rms(every rank's x) * its rows of the weight, the mean square
  * from the group's sum of squares (each row counted by `rep` ranks). */
 static accel_tensor *replica_norm_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_tensor *w = accel__module_tensor(m, "weight");
     if (t->layer_norm) /* its weight and bias through the region's copy: their gradients summed */
@@ -286,7 +291,7 @@ static accel_tensor *rank_head_norm(void *ctx, int64_t h, accel_tensor *xh) {
 }
 
 static accel_tensor *norm_per_head_forward(accel_module *m, accel_tensor *x) {
-    if (!group_ok(m->impl)) return NULL;
+    if (!group_runs(m->impl)) return NULL;
     const tp_impl *t = m->impl;
     accel_module *norms = m->children[0];
     int all = norms->n_children;
@@ -392,7 +397,8 @@ bool accel__tp_linear_gemm_shape(const accel_module *m, int64_t shape[2]) {
  * Conv1D's columns nor a fused projection's parts: no slice to report. */
 bool accel_module_tp_info(const accel_module *m, accel_tp_style *style, accel_pg **pg, int64_t *start,
                           int64_t *full) {
-    if (!m || !is_tp(m) || accel__tp_is_replica(m) || !group_ok(m->impl)) return false;
+    if (!m || !is_tp(m) || accel__tp_is_replica(m)) return false;
+    group_of(m->impl);
     const tp_impl *t = m->impl;
     if (t->conv1d || t->w.n_parts != 1) return false;
     if (style) *style = t->style;
@@ -530,15 +536,15 @@ accel_status accel__tp_parallelize_one(accel_module *m, accel_tp_style style, ac
 }
 
 accel_tensor *accel__tp_enter(const accel_module *m, accel_tensor *x) {
-    return group_ok(m->impl) ? enter(m->impl, x) : NULL;
+    return group_runs(m->impl) ? enter(m->impl, x) : NULL;
 }
 
 accel_tensor *accel__tp_leave(const accel_module *m, accel_tensor *y) {
-    return group_ok(m->impl) ? leave(m->impl, y) : NULL;
+    return group_runs(m->impl) ? leave(m->impl, y) : NULL;
 }
 
 accel_pg *accel__tp_group(const accel_module *m) {
-    return m && is_tp(m) && group_ok(m->impl) ? ((const tp_impl *)m->impl)->pg : NULL;
+    return m && is_tp(m) ? group_of(m->impl) : NULL;
 }
 
 /* Whether pg is the group t was parallelized over, with this rank where t's

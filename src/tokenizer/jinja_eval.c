@@ -19,6 +19,7 @@
 
 #include <utf8proc.h>
 
+#include "core/env.h"
 #include "jinja_internal.h"
 #include "tok_internal.h"
 
@@ -1029,64 +1030,13 @@ static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const a
     return list_from(r, o.v, o.n, JV_GEN, out);
 }
 
-/* The text of a Python number literal as int() and float() take it: surrounding
- * whitespace stripped, and each '_' only between two digits (then dropped). Copied
- * into the arena, NUL-terminated; NULL when the underscores are misplaced. */
-static char *py_number_text(rstate *r, const char *p, size_t n, bool hex) {
-    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
-    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
-    char *t = jv_alloc(r->c, n + 1);
-    if (!t) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] == '_') {
-            bool ok = i && i + 1 < n && (hex ? isxdigit((unsigned char)p[i - 1]) && isxdigit((unsigned char)p[i + 1])
-                                             : isdigit((unsigned char)p[i - 1]) && isdigit((unsigned char)p[i + 1]));
-            if (!ok) return NULL;
-            continue;
-        }
-        t[k++] = p[i];
-    }
-    t[k] = 0;
-    return t;
-}
-
-/* Python's float(str): decimal digits with an optional point and exponent, or
- * inf, infinity, nan (any case, signed); false where Python raises ValueError (hex
- * such as "0x10" included, which strtod alone would take). */
-static bool py_float(rstate *r, const char *p, size_t n, double *out) {
-    char *t = py_number_text(r, p, n, false);
-    if (!t || !*t) return false;
-    const char *q = t + (*t == '+' || *t == '-');
-    if (!strcasecmp(q, "inf") || !strcasecmp(q, "infinity") || !strcasecmp(q, "nan")) {
-        *out = strtod(t, NULL);
-        return true;
-    }
-    size_t digits = 0;
-    while (isdigit((unsigned char)*q)) q++, digits++;
-    if (*q == '.') {
-        q++;
-        while (isdigit((unsigned char)*q)) q++, digits++;
-    }
-    if (!digits) return false;
-    if (*q == 'e' || *q == 'E') {
-        q++;
-        if (*q == '+' || *q == '-') q++;
-        if (!isdigit((unsigned char)*q)) return false;
-        while (isdigit((unsigned char)*q)) q++;
-    }
-    if (*q) return false;
-    *out = strtod(t, NULL);
-    return true;
-}
-
 /* Python's int(str, base) for bases 2-36 (with the base's 0x/0o/0b prefix allowed)
  * and 0 (the base from the prefix, else 10 without leading zeros: "010" is an
  * error, "00" is 0): 1 and *out, 0 where Python raises ValueError, -1 past 64 bits. */
 static int py_int(const char *p, size_t n, int64_t base, int64_t *out) {
     if (base != 0 && (base < 2 || base > 36)) return 0;
-    while (n && jv_py_isspace((unsigned char)p[0])) p++, n--;
-    while (n && jv_py_isspace((unsigned char)p[n - 1])) n--;
+    while (n && accel__python_blank(p[0])) p++, n--; /* int()'s blanks: not str.isspace()'s \x1c-\x1f */
+    while (n && accel__python_blank(p[n - 1])) n--;
     bool neg = n && p[0] == '-';
     if (n && (p[0] == '-' || p[0] == '+')) p++, n--;
     if (n > 2 && p[0] == '0') {
@@ -1225,7 +1175,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         if (IS("float")) { /* float(value), its default on a ValueError or TypeError */
             double d;
             if (jv_is_number(v)) *out = jv_float(jv_as_double(v));
-            else *out = v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d) ? jv_float(d) : p[0];
+            else *out = v.k == JV_STR && accel__python_float_n(v.s.p, v.s.n, &d) ? jv_float(d) : p[0];
             return true;
         }
         /* int(value) (int(value, base) of a str), else int(float(value)) ("42.5" -> 42),
@@ -1245,7 +1195,7 @@ static bool filter(rstate *r, jscope *s, const jnode *x, jv v, jv *out) {
         }
         double d;
         if (v.k == JV_FLOAT) d = v.f;
-        else if (!(v.k == JV_STR && py_float(r, v.s.p, v.s.n, &d))) {
+        else if (!(v.k == JV_STR && accel__python_float_n(v.s.p, v.s.n, &d))) {
             *out = p[0];
             return true;
         }
