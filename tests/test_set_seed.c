@@ -57,22 +57,27 @@ static void test_no_accelerator(void) {
     clear_rank_vars();
 }
 
+/* accel_set_seed(NULL, 42, true) under the environment set up: refused, its message naming `names` (the
+ * value given: `value`), and the generator as it was. */
+static void refused_untouched(const char *names, const char *value) {
+    accel_manual_seed(9);
+    uint64_t ref[3], got[3];
+    draws(ref);
+    accel_manual_seed(9);
+    accel_status st = accel_set_seed(NULL, 42, true);
+    draws(got);
+    CHECK_MSG(st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), names) && !memcmp(got, ref, sizeof got),
+              "'%s': status %d, %s", value, (int)st, accel_last_error());
+    accel_clear_error();
+}
+
 /* A rank variable that is no rank: refused naming it, the generator as it was. */
 static void test_bad_rank(void) {
     static const char *const BAD[] = {"x", "", "-1", " 1", "1e3"};
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         clear_rank_vars();
         setenv("RANK", BAD[i], 1);
-        accel_manual_seed(9);
-        uint64_t ref[3], got[3];
-        draws(ref);
-        accel_manual_seed(9);
-        accel_status st = accel_set_seed(NULL, 42, true);
-        draws(got);
-        CHECK_MSG(st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), "RANK='") &&
-                      !memcmp(got, ref, sizeof got),
-                  "RANK='%s': status %d, %s", BAD[i], (int)st, accel_last_error());
-        accel_clear_error();
+        refused_untouched("RANK='", BAD[i]);
         CHECK(accel_set_seed(NULL, 42, false) == ACCEL_OK); /* not device_specific: the rank is not read */
     }
     clear_rank_vars();
@@ -89,16 +94,7 @@ static void test_tp_size_from_env(void) {
     seeds_as(42, true, 43, "RANK=3, PARALLELISM_CONFIG_TP_SIZE=2");
     seeds_as(42, false, 42, "RANK=3, PARALLELISM_CONFIG_TP_SIZE=2, not device_specific");
     setenv("PARALLELISM_CONFIG_TP_SIZE", "x", 1);
-    accel_manual_seed(9);
-    uint64_t ref[3], got[3];
-    draws(ref);
-    accel_manual_seed(9);
-    accel_status st = accel_set_seed(NULL, 42, true);
-    draws(got);
-    CHECK_MSG(st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), "PARALLELISM_CONFIG_TP_SIZE='x'") &&
-                  !memcmp(got, ref, sizeof got),
-              "PARALLELISM_CONFIG_TP_SIZE=x: status %d, %s", (int)st, accel_last_error());
-    accel_clear_error();
+    refused_untouched("PARALLELISM_CONFIG_TP_SIZE='x'", "x");
     unsetenv("ACCELERATE_USE_PARALLELISM_CONFIG");
     unsetenv("PARALLELISM_CONFIG_TP_SIZE");
     setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);

@@ -121,15 +121,24 @@ static int never_prepared_body(int rank, int world) {
     return check_summary();
 }
 
-/* tp over every rank: the default group outlives the accelerator while the test holds it, then goes. */
-static int default_group_body(int rank, int world) {
+/* On a default group held by the test: tp over every rank, a Llama prepared and a model of the user's plan
+ * over the accelerator's tp group, then the accelerator freed (the group lives on: the test holds it).
+ * False (checks failed) when the accelerator cannot be made. */
+static bool prepared_then_freed(int rank, int world, accel_module **m, accel_module **own) {
     CHECK(accel_dist_init() == ACCEL_OK);
     accel_accelerator *acc = make(world, 1);
     CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
-    if (!acc) return check_summary();
-    accel_module *m = llama(), *own = own_model(accel_accelerator_tp_group(acc));
-    CHECK(accel_accelerator_prepare(acc, m) == ACCEL_OK);
+    if (!acc) return false;
+    *m = llama(), *own = own_model(accel_accelerator_tp_group(acc));
+    CHECK(accel_accelerator_prepare(acc, *m) == ACCEL_OK);
     accel_accelerator_free(acc);
+    return true;
+}
+
+/* tp over every rank: the default group outlives the accelerator while the test holds it, then goes. */
+static int default_group_body(int rank, int world) {
+    accel_module *m, *own;
+    if (!prepared_then_freed(rank, world, &m, &own)) return check_summary();
     CHECK_MSG(accel_llama_loss(m, ids()) && own_forward(own), "rank %d: %s", rank, accel_last_error());
     accel_step_reset();
     accel_dist_finalize(); /* the last holder: the group is freed */
@@ -146,13 +155,8 @@ static int default_group_body(int rank, int world) {
  * the freed group's address or not): nothing gave them a tombstone before, and the group they hold is
  * known freed by its id, which no live group has. */
 static int first_forward_under_new_group_body(int rank, int world) {
-    CHECK(accel_dist_init() == ACCEL_OK);
-    accel_accelerator *acc = make(world, 1);
-    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
-    if (!acc) return check_summary();
-    accel_module *m = llama(), *own = own_model(accel_accelerator_tp_group(acc));
-    CHECK(accel_accelerator_prepare(acc, m) == ACCEL_OK);
-    accel_accelerator_free(acc);
+    accel_module *m, *own;
+    if (!prepared_then_freed(rank, world, &m, &own)) return check_summary();
     const accel_pg *freed = accel_dist_default_group();
     recycle_install(); /* the new group at the freed one's address */
     accel_dist_finalize(); /* the last holder: the group is freed */
