@@ -25,7 +25,11 @@
  * accel_accelerator_prepare_model: a refusal of one rank's before the
  * prepare's first collective (Megatron's recompute_activations refused for
  * a module without a forward) fails on both at once, naming it. Before,
- * the others went on into the models' comparison, alone.
+ * the others went on into the models' comparison, alone. The same for
+ * accel_accelerator_prepare_optimizer (one rank's optimizer made over a
+ * model it freed) and accel_accelerator_prepare_dataloader (one rank's
+ * ninth loader, more than it may hold): before, the others waited in the
+ * registration's agreement and the sharding's.
  *
  * After each refusal the same process makes an agreeing accelerator, and
  * models alike train a step to the same loss on both ranks.
@@ -184,6 +188,62 @@ static int recompute_body(int rank, int world) {
     return check_summary();
 }
 
+/* The last rank's optimizer made over a model freed before it: refused there before the optimizer
+ * prepare's first collective, the others told at once. Before, they waited in that collective (its
+ * agreement on the optimizer's registration) until ACCEL_DIST_TIMEOUT. */
+static int optimizer_body(int rank, int world) {
+    accel_accelerator *acc = make(&CASE.agreed);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (!acc) return check_summary();
+    accel_module *m = model(0, 0);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &h);
+    bool last = rank == world - 1;
+    if (last) accel_module_free(m);
+    CHECK(accel_accelerator_prepare_optimizer(acc, opt) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), last ? "rank 1 could not accept the optimizer, so it fails on every rank"
+                                                : "another rank (1) could not accept the optimizer");
+    if (last) CHECK_STR_CONTAINS(accel_last_error(), "the optimizer's model was freed before it");
+    accel_optimizer_free(opt);
+    if (!last) accel_module_free(m);
+    trains(acc, rank);
+    accel_accelerator_free(acc);
+    return check_summary();
+}
+
+/* Every rank prepares ACCEL__MAX_PREPARED (8) data loaders, the first rank frees one, and a ninth is
+ * refused on the last rank alone (too many): both fail at once, naming it. Before, the first rank waited
+ * in the sharding's agreement until ACCEL_DIST_TIMEOUT. */
+static int dataloader_body(int rank, int world) {
+    enum { MAX = 8 };
+    accel_accelerator *acc = make(&CASE.agreed);
+    CHECK_MSG(acc != NULL, "rank %d: %s", rank, accel_last_error());
+    if (!acc) return check_summary();
+    accel_tensor *x = accel_ones(ACCEL_F32, 2, (int64_t[]){8, 2});
+    accel_dataset *ds = accel_tensor_dataset_new(1, &x);
+    accel_dataloader_opts o = accel_dataloader_opts_default();
+    o.batch_size = 2;
+    accel_dataloader *dls[MAX + 1];
+    for (int i = 0; i <= MAX; i++) dls[i] = accel_dataloader_new(ds, &o);
+    for (int i = 0; i < MAX; i++)
+        CHECK_MSG(accel_accelerator_prepare_dataloader(acc, dls[i]) == ACCEL_OK, "rank %d: %s", rank,
+                  accel_last_error());
+    bool last = rank == world - 1;
+    if (!last) { /* one freed here: this rank takes a ninth */
+        accel_dataloader_free(dls[0]);
+        dls[0] = NULL;
+    }
+    CHECK(accel_accelerator_prepare_dataloader(acc, dls[MAX]) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), last ? "rank 1 could not accept the data loader, so it fails on every "
+                                                  "rank: accel_accelerator_prepare: more than 8 data loaders"
+                                                : "another rank (1) could not accept the data loader");
+    for (int i = 0; i <= MAX; i++) accel_dataloader_free(dls[i]);
+    accel_dataset_free(ds);
+    trains(acc, rank);
+    accel_accelerator_free(acc);
+    return check_summary();
+}
+
 static const char GONE[] = "the model is tensor-parallel over the tp group of an accelerator that let it go";
 
 static int free_order_body(int rank, int world) {
@@ -317,6 +377,10 @@ static void test_models_disagree(void) {
 
 static void test_recompute_refused_on_one_rank(void) { run("recompute refused on one rank", recompute_body); }
 
+static void test_optimizer_refused_on_one_rank(void) { run("optimizer refused on one rank", optimizer_body); }
+
+static void test_dataloader_refused_on_one_rank(void) { run("data loader refused on one rank", dataloader_body); }
+
 static void test_free_order(void) {
     run("free order under tp 2", free_order_body);
     run_on(4, "free order under dp_shard 2 x tp 2", free_order_body);
@@ -327,6 +391,8 @@ int main(void) {
     RUN(test_new_disagrees);
     RUN(test_models_disagree);
     RUN(test_recompute_refused_on_one_rank);
+    RUN(test_optimizer_refused_on_one_rank);
+    RUN(test_dataloader_refused_on_one_rank);
     RUN(test_free_order);
     return check_summary();
 }

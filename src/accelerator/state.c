@@ -579,12 +579,15 @@ accel_status accel_accelerator_prepare_model(accel_accelerator *acc, accel_modul
 accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_optimizer *opt) {
     if (!acc || !opt)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare_optimizer: NULL argument");
-    if (!accel__optimizer_usable(opt, __func__)) return accel_last_status();
-    bool mine;
+    bool mine = false;
     accel__link **links = accel__optimizer_links(opt);
-    accel_status st = check_owner(acc, *links, optimizer_detached, __func__, "optimizer", &mine);
-    if (st || mine) return st;
-    if (acc->n_opts == ACCEL__MAX_PREPARED) return too_many("optimizers");
+    accel_status st = accel__optimizer_usable(opt, __func__) ? ACCEL_OK : accel_last_status();
+    if (!st) st = check_owner(acc, *links, optimizer_detached, __func__, "optimizer", &mine);
+    if (mine) return ACCEL_OK;
+    if (!st && acc->n_opts == ACCEL__MAX_PREPARED) st = too_many("optimizers");
+    /* this rank's refusals agreed on before the first collective (the agreement below, ZeRO's
+     * shard): an optimizer refused on one rank alone (its model freed there) left the others there */
+    if ((st = accel__prepare_agree(acc, st, "accept the optimizer"))) return st;
     acc->skipped[acc->n_opts] = false;
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
@@ -624,8 +627,10 @@ accel_status accel_accelerator_prepare_dataloader(accel_accelerator *acc, accel_
     bool mine;
     accel__link **links = accel__dataloader_links(dl);
     accel_status st = check_owner(acc, *links, dataloader_detached, __func__, "data loader", &mine);
-    if (st || mine) return st;
-    if (acc->n_dls == ACCEL__MAX_PREPARED) return too_many("data loaders");
+    if (mine) return ACCEL_OK;
+    if (!st && acc->n_dls == ACCEL__MAX_PREPARED) st = too_many("data loaders");
+    /* agreed on before the sharding's agreement and the seed's broadcast, as the model's */
+    if ((st = accel__prepare_agree(acc, st, "accept the data loader"))) return st;
     int data_rank, data_world;
     accel__tp_data_rank(acc, &data_rank, &data_world);
     /* Each local step agreed before the next collective (a rank that
