@@ -244,6 +244,65 @@ static void test_real_timer(void) {
     accel__gemm_choice_set_timer(fake_time, &g_fake);
 }
 
+/* The fake timer of the weight classes: oneDNN twice as fast as OpenBLAS on
+ * a class of op weight, half as fast on any other; bf16 weight classes
+ * counted (there must be none). */
+static int g_bf16_weight_classes;
+
+static double weight_time(void *ctx, accel__gemm_provider p, const accel__gemm_class *c) {
+    (void)ctx;
+    g_fake.calls++;
+    g_bf16_weight_classes += c->op == ACCEL__GEMM_OP_WEIGHT && c->dt != 0;
+    if (p == ACCEL__GEMM_PROVIDER_OPENBLAS) return 1.0;
+    return c->op == ACCEL__GEMM_OP_WEIGHT ? 0.5 : 2.0;
+}
+
+/* A layer's f32 weight GEMM (accel__gemm_weight_provider_for: the forward's
+ * X W^T, dX's dY W) is a class of its own (op weight), apart from a plain
+ * GEMM of the same shape: each keeps its own winner, shown as such, written
+ * to the file with its op, read back untimed and timed again on demand
+ * (accel__gemm_measure). bf16's weight GEMMs share the plain class. */
+static void test_weight_class(void) {
+    enum { OB = ACCEL__GEMM_PROVIDER_OPENBLAS, DN = ACCEL__GEMM_PROVIDER_DNNL };
+    if (!accel__gemm_have_dnnl()) {
+        fprintf(stderr, "  (this build has no oneDNN)\n");
+        return;
+    }
+    clear_dir();
+    restart(g_dir, NULL);
+    accel__gemm_choice_set_timer(weight_time, NULL);
+    g_bf16_weight_classes = 0;
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN && g_fake.calls == 2);
+    CHECK(accel__gemm_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == OB && g_fake.calls == 4);
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, false, BIG_M, BIG_K, BIG_N) == DN); /* dX = dY W */
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN && g_fake.calls == 6);
+    int bf16 = accel__gemm_provider_for(ACCEL_BF16, false, true, BIG_M, BIG_N, BIG_K);
+    CHECK(accel__gemm_weight_provider_for(ACCEL_BF16, false, true, BIG_M, BIG_N, BIG_K) == bf16);
+    CHECK(g_bf16_weight_classes == 0);
+    char buf[4096], want[128];
+    snprintf(want, sizeof want, "float32 NT weight M~2^11 N~2^10 K~2^9 %d thread%s: dnnl (openblas 1000.000 ms, dnnl "
+             "500.000 ms)", omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+    CHECK_STR_CONTAINS(accel__gemm_choices_describe(buf, sizeof buf), want);
+    CHECK_STR_CONTAINS(buf, "float32 NT M~2^11 N~2^10 K~2^9");
+    CHECK_STR_CONTAINS(buf, ": openblas (openblas 1000.000 ms, dnnl 2000.000 ms)");
+    char path[512];
+    CHECK(cache_file(path, sizeof path));
+    json_t *j = json_load_file(path, 0, NULL);
+    size_t i, weights = 0;
+    json_t *e;
+    json_array_foreach(json_object_get(j, "choices"), i, e) {
+        const char *op = json_string_value(json_object_get(e, "op"));
+        weights += op && !strcmp(op, "weight");
+    }
+    CHECK_MSG(j && weights == 2, "%zu weight classes in the file", weights);
+    json_decref(j);
+    restart(g_dir, NULL); /* read back, untimed */
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN);
+    CHECK(accel__gemm_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == OB && g_fake.calls == 0);
+    CHECK(accel__gemm_measure(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, true) == DN && g_fake.calls == 2);
+    accel__gemm_choice_set_timer(fake_time, &g_fake);
+}
+
 /* Attention's tile classes (op sdpa_tiles, accel__gemm_tiles_provider):
  * chosen on the same table with the same margin, apart from a GEMM of the
  * same log2 dims, written to the file with their op and read back untimed
@@ -808,6 +867,7 @@ int main(int argc, char **argv) {
     RUN(test_forced_mode);
     RUN(test_real_timer);
     RUN(test_attention_tiles);
+    RUN(test_weight_class);
     RUN(test_ranks_do_not_time);
     RUN(test_checkpoint_round_trip);
     RUN(test_load_other_thread_count);

@@ -400,6 +400,38 @@ static void test_f32_form_where_faster(void) {
     if (accel__gemm_have_dnnl()) CHECK(accel__gemm_set_mode(ACCEL__GEMM_DNNL) == ACCEL_OK);
 }
 
+/* The scratch form a weight class's timing reads (gemm_choice.c): made
+ * where the library reads a weight of that signature from a form (its own
+ * decision, in the forced oneDNN mode), of the weight's size, and oneDNN on
+ * it gives the plain weight's bits; none where no layout fits one. */
+static void test_scratch_form(void) {
+    enum { M = 96, N = 128, K = 64 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *c_plain = calloc(M * N, sizeof(float)), *c_form = calloc(M * N, sizeof(float));
+    CHECK(a && b && c_plain && c_form);
+    fill(a, M * K, 3);
+    fill(b, K * N, 7);
+    for (int tb = 0; tb < 2; tb++) {
+        void *form;
+        size_t bytes;
+        CHECK(accel__gemm_scratch_form(ACCEL_F32, tb, N, K, b, &form, &bytes) == ACCEL_OK);
+        bool want = accel__gemm_have_dnnl() && accel__gemm_weight_has_form(ACCEL_F32, false, tb, M, N, K);
+        CHECK_MSG((form != NULL) == want, "%s: a scratch form %s, the library reads %s", tb ? "NT" : "NN",
+                  form ? "made" : "not made", want ? "one" : "none");
+        CHECK(bytes == (form ? sizeof(float) * N * K : 0));
+        int p = accel__gemm_have_dnnl() ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+        int64_t ldb = tb ? K : N;
+        CHECK(accel__gemm_on(p, false, tb, M, N, K, 1.0f, a, ACCEL_F32, K, b, ACCEL_F32, ldb, 0.0f, c_plain, N) ==
+              ACCEL_OK);
+        CHECK(accel__gemm_on_form(p, false, tb, M, N, K, 1.0f, a, ACCEL_F32, K, b, form, ldb, 0.0f, c_form, N) ==
+              ACCEL_OK);
+        CHECK(memcmp(c_plain, c_form, sizeof(float) * M * N) == 0);
+        free(form);
+        accel_step_reset();
+    }
+    free(a), free(b), free(c_plain), free(c_form);
+}
+
 int main(void) {
     const char *env = getenv("ACCEL_WEIGHT_CACHE");
     if (env && !strcmp(env, "0")) CHECK_MSG(!cache_on(), "ACCEL_WEIGHT_CACHE=0 left the cache on");
@@ -414,6 +446,7 @@ int main(void) {
     RUN(test_form_of_a_form);
     RUN(test_estimate_counts_forms);
     RUN(test_f32_form_where_faster);
+    RUN(test_scratch_form);
     /* The decision of an AVX-512 CPU on shapes its brgemm blocks would pad
      * (the MLP's 96 and 32 here): no form at all, the same results, and
      * every count above still follows the library's choice. */
@@ -423,6 +456,7 @@ int main(void) {
     RUN(test_training_matches_plain);
     RUN(test_write_rebuilds);
     RUN(test_form_of_a_form);
+    RUN(test_scratch_form);
     accel__gemm_test_padded_layouts(false);
     accel_thread_cleanup();
     return check_summary();

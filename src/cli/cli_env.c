@@ -29,9 +29,9 @@ static const cli_opt OPTS[] = {
 
 /* `accel env --measure-gemm`: every class of the cache again, and the
  * GEMMs of a Llama step (hidden 512, ffn 1536, vocab 8192, 2048 tokens:
- * bench/bench_matmul.c's shapes) in f32 and bf16: forward NT, dX NN, dW TN
- * of each weight, and its attention's tiles (256 keys, head dim 64) (a
- * dtype with one candidate is not timed). */
+ * bench/bench_matmul.c's shapes) in f32 and bf16: forward NT and dX NN of
+ * each weight (weight GEMMs), dW TN, and its attention's tiles (256 keys,
+ * head dim 64) (a dtype with one candidate is not timed). */
 static void measure_gemm(void) {
     static const accel_dtype DT[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
     accel__gemm_class cls[256];
@@ -39,7 +39,7 @@ static void measure_gemm(void) {
     for (int i = 0; i < n; i++) {
         if (cls[i].op != ACCEL__GEMM_OP_SDPA_TILES) {
             accel__gemm_measure(DT[cls[i].dt], cls[i].ta, cls[i].tb, cls[i].rows ? cls[i].rows : 1ll << cls[i].m,
-                                1ll << cls[i].n, 1ll << cls[i].k);
+                                1ll << cls[i].n, 1ll << cls[i].k, cls[i].op == ACCEL__GEMM_OP_WEIGHT);
         } else if (accel__cpu_sdpa_measure(DT[cls[i].dt], 1ll << cls[i].n, 1ll << cls[i].k) < 0) {
             /* a class of a hand-edited file, too large for any memory */
             fprintf(stderr, "accel env: a cached class not timed again: %s\n", accel_last_error());
@@ -51,9 +51,9 @@ static void measure_gemm(void) {
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
             int64_t out = W[i][0], in = W[i][1];
-            accel__gemm_measure(DT[d], false, true, T, out, in);  /* Y = X W^T */
-            accel__gemm_measure(DT[d], false, false, T, in, out); /* dX = dY W */
-            accel__gemm_measure(DT[d], true, false, out, in, T);  /* dW = dY^T X */
+            accel__gemm_measure(DT[d], false, true, T, out, in, true);  /* Y = X W^T */
+            accel__gemm_measure(DT[d], false, false, T, in, out, true); /* dX = dY W */
+            accel__gemm_measure(DT[d], true, false, out, in, T, false); /* dW = dY^T X */
         }
     for (int d = 0; d < 2; d++) accel__cpu_sdpa_measure(DT[d], 256, 64);
 }

@@ -359,7 +359,8 @@ static bool lowp_on_dnnl_f32(accel_dtype dt) {
  * decode's few f32 rows (M <= SMALL_M) are timed whatever their size:
  * OpenBLAS's sgemv per row is memory bound and may keep up with oneDNN on a
  * fallback core, which only measuring tells. */
-static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force) {
+static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool force,
+                         bool weight) {
     bool can = dnnl_candidate(dt), gives_way = blas_gives_way();
     int rule = ACCEL__GEMM_PROVIDER_OPENBLAS;
     if (dt == ACCEL_F32 && can && (gives_way || f32_table_entry(trans_a, trans_b, M, N, K)))
@@ -371,6 +372,12 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     /* bf16/f16 also as oneDNN's f32 matmul on widened panels (gemm.h) */
     if (dnnl_f32_candidate(dt)) candidates |= 1u << ACCEL__GEMM_PROVIDER_DNNL_F32;
     bool skinny = dt == ACCEL_F32 && gives_way && M <= SMALL_M;
+    /* an f32 weight's form is oneDNN's only where measured (form_faster),
+     * so its class times oneDNN on the form: the plain weight's timing
+     * undersold oneDNN by the panel copies the form saves (Zen 4: 3-13%,
+     * under the margin, so OpenBLAS kept shapes the form made oneDNN's) */
+    if (weight && dt == ACCEL_F32 && !skinny)
+        return accel__gemm_choose_weight(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
     return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force, skinny);
 }
 
@@ -387,13 +394,22 @@ static int mode_checked(void) {
     return accel__cpu_isa_check() == ACCEL_OK ? mode : -1;
 }
 
-int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+/* accel__gemm_provider_for, or for a weight GEMM (accel__gemm_weight_provider_for). */
+static int provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool weight) {
     int mode = mode_checked();
     if (mode < 0) return -1;
     if (accel_reference_kernels()) return ACCEL__GEMM_PROVIDER_REFERENCE;
-    if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false);
+    if (mode == ACCEL__GEMM_AUTO) return auto_provider(dt, trans_a, trans_b, M, N, K, false, weight);
     /* ACCEL_GEMM=dnnl: the f32 matmul exists on every CPU */
     return mode == ACCEL__GEMM_DNNL ? ACCEL__GEMM_PROVIDER_DNNL : ACCEL__GEMM_PROVIDER_OPENBLAS;
+}
+
+int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    return provider_for(dt, trans_a, trans_b, M, N, K, false);
+}
+
+int accel__gemm_weight_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+    return provider_for(dt, trans_a, trans_b, M, N, K, true);
 }
 
 
@@ -583,10 +599,10 @@ static bool sizes_fit(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     return big <= INT_MAX && ld <= INT_MAX;
 }
 
-int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool weight) {
     if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0 || !sizes_fit(M, N, K, 1, 1, 1))
         return ACCEL__GEMM_PROVIDER_OPENBLAS;
-    return auto_provider(dt, trans_a, trans_b, M, N, K, true);
+    return auto_provider(dt, trans_a, trans_b, M, N, K, true, weight);
 }
 
 size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -608,9 +624,11 @@ size_t accel__gemm_dnnl_scratchpad(accel_dtype dt, bool trans_a, bool trans_b, i
 #endif
 }
 
-accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const void *A, accel_dtype a_dt, int64_t lda, const void *B,
-                         accel_dtype b_dt, int64_t ldb, float beta, float *C, int64_t ldc) {
+/* accel__gemm, op(B) a layer's weight where `weight` (its provider then
+ * accel__gemm_weight_provider_for's). */
+static accel_status gemm_of(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                            accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt, int64_t ldb, float beta,
+                            float *C, int64_t ldc, bool weight) {
     if (!gemm_dtype_ok(a_dt) || !gemm_dtype_ok(b_dt))
         return accel_set_error(ACCEL_ERR_DTYPE, "accel_gemm: unsupported operand dtypes %s and %s",
                                accel_dtype_name(a_dt), accel_dtype_name(b_dt));
@@ -619,9 +637,15 @@ accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                                "accel_gemm: matrix sizes M=%lld N=%lld K=%lld exceed the BLAS int range",
                                (long long)M, (long long)N, (long long)K);
     if (M <= 0 || N <= 0) return ACCEL_OK;
-    int provider = accel__gemm_provider_for(compute_dtype(a_dt, b_dt), trans_a, trans_b, M, N, K);
+    int provider = provider_for(compute_dtype(a_dt, b_dt), trans_a, trans_b, M, N, K, weight);
     if (provider < 0) return accel_last_status();
     return accel__gemm_on(provider, trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, ldc);
+}
+
+accel_status accel__gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                         accel_dtype a_dt, int64_t lda, const void *B, accel_dtype b_dt, int64_t ldb, float beta,
+                         float *C, int64_t ldc) {
+    return gemm_of(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, ldc, false);
 }
 
 #ifdef ACCEL_HAVE_DNNL
@@ -853,6 +877,19 @@ static bool form_faster(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
     return form;
 }
 
+/* Whether oneDNN's layout of a dense op(B) [K, N] of dtype dt (which it
+ * multiplies) is one a form of W's size holds; *st the layout query's
+ * error (false then), else ACCEL_OK. */
+static bool form_fits(accel_dtype dt, bool trans_b, int64_t N, int64_t K, accel_status *st) {
+    size_t bytes;
+    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes, NULL);
+    /* none (oneDNN reads W as it is stored: gemm:jit's plain [K, N] on
+     * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
+     * AVX-512 past an N or K that is no multiple of them), which would not
+     * fit a form of W's size */
+    return *st == ACCEL_OK && bytes == (size_t)(N * K) * accel_dtype_size(dt) && !g_pretend_padded;
+}
+
 /* Whether a dense weight of dtype dt as op(B) [K, N] of this GEMM, A of
  * dtype dt too, is read from a form in oneDNN's layout (gemm.h:
  * accel__gemm_weight_has_form); *st is the error where the layout query
@@ -864,15 +901,10 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
     if (!gemm_dtype_ok(dt) || M <= 0 || N <= 0 || K <= 0) return false;
     /* oneDNN multiplying dt itself: not the reference loop, OpenBLAS, or
      * operands widened per call (ACCEL_GEMM=dnnl without bf16 units) */
-    if (accel__gemm_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL || !dnnl_probe(dt, &impl))
+    if (accel__gemm_weight_provider_for(dt, trans_a, trans_b, M, N, K) != ACCEL__GEMM_PROVIDER_DNNL ||
+        !dnnl_probe(dt, &impl))
         return false;
-    size_t bytes;
-    *st = accel__dnnl_weight_layout(dt, trans_b, N, K, &bytes, NULL);
-    /* none (oneDNN reads W as it is stored: gemm:jit's plain [K, N] on
-     * AVX2), or one with padding (brgemm's blocks of 16-64 columns on
-     * AVX-512 past an N or K that is no multiple of them), which would not
-     * fit a form of W's size */
-    if (*st != ACCEL_OK || bytes != (size_t)(N * K) * accel_dtype_size(dt) || g_pretend_padded) return false;
+    if (!form_fits(dt, trans_b, N, K, st)) return false;
     return dt != ACCEL_F32 || mode_now() != ACCEL__GEMM_AUTO || form_faster(trans_a, trans_b, M, N, K);
 }
 
@@ -895,6 +927,48 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
 }
 #endif
 
+accel_status accel__gemm_scratch_form(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void **form,
+                                      size_t *bytes) {
+    *form = NULL, *bytes = 0;
+#ifdef ACCEL_HAVE_DNNL
+    const char *impl;
+    accel_status st = ACCEL_OK;
+    if (!gemm_dtype_ok(dt) || N <= 0 || K <= 0 || !sizes_fit(1, N, K, 1, 1, 1) || !dnnl_probe(dt, &impl) ||
+        !form_fits(dt, trans_b, N, K, &st))
+        return st;
+    size_t n = (size_t)(N * K) * accel_dtype_size(dt);
+    void *f = malloc(n);
+    if (!f)
+        return accel_set_error(ACCEL_ERR_OOM, "out of memory for the form of a %lld x %lld weight (%zu bytes)",
+                               (long long)N, (long long)K, n);
+    st = accel__dnnl_weight_pack(dt, trans_b, N, K, B, f);
+    if (st != ACCEL_OK) {
+        free(f);
+        return st;
+    }
+    *form = f, *bytes = n;
+#else
+    (void)dt, (void)trans_b, (void)N, (void)K, (void)B;
+#endif
+    return ACCEL_OK;
+}
+
+accel_status accel__gemm_on_form(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const void *A, accel_dtype dt, int64_t lda, const void *B,
+                                 const void *form, int64_t ldb, float beta, float *C, int64_t ldc) {
+#ifdef ACCEL_HAVE_DNNL
+    if (form && provider == ACCEL__GEMM_PROVIDER_DNNL) {
+        bool ran;
+        accel_status st = accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form, beta, C,
+                                                  ACCEL_F32, ldc, &ran);
+        if (st != ACCEL_OK || ran) return st;
+    }
+#else
+    (void)form;
+#endif
+    return accel__gemm_on(provider, trans_a, trans_b, M, N, K, alpha, A, dt, lda, B, dt, ldb, beta, C, ldc);
+}
+
 bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
 #ifdef ACCEL_HAVE_DNNL
     accel_status st;
@@ -915,7 +989,7 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
     if (st != ACCEL_OK || ran) return st;
 #endif
     const char *B = (const char *)W->data + (size_t)w_off * accel_dtype_size(W->dtype);
-    return accel__gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc);
+    return gemm_of(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc, true);
 }
 
 /* ---- the table's matrix kernels */

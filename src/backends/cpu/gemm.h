@@ -198,6 +198,10 @@ bool accel__gemm_is_dnnl(int p);
 /* The provider accel__gemm uses for compute dtype dt on this shape, or -1
  * (error set) when ACCEL_GEMM holds no valid mode. */
 int accel__gemm_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+/* The provider accel__gemm_weight uses where op(B) is a layer's weight: in
+ * auto mode an f32 weight GEMM's class is a weight class
+ * (accel__gemm_choose_weight), else as accel__gemm_provider_for. */
+int accel__gemm_weight_provider_for(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 /* The provider's name: "reference", "openblas", "dnnl", "dnnl_rows",
  * "dnnl_f32". */
@@ -261,10 +265,12 @@ typedef struct accel__gemm_class {
     int32_t op;      /* ACCEL__GEMM_OP_*: what the class times */
 } accel__gemm_class;
 
-/* What a class of the table stands for: one GEMM of its shape, or the
- * tile GEMMs of attention (accel__gemm_tiles_provider: m, n, k the floor
- * log2 of the query block, the keys and the head dim; ta, tb 0). */
-enum { ACCEL__GEMM_OP_GEMM, ACCEL__GEMM_OP_SDPA_TILES };
+/* What a class of the table stands for: one GEMM of its shape, the tile
+ * GEMMs of attention (accel__gemm_tiles_provider: m, n, k the floor log2
+ * of the query block, the keys and the head dim; ta, tb 0), or one f32 GEMM
+ * whose op(B) is a layer's weight (accel__gemm_weight: oneDNN timed reading
+ * the weight's form, as it runs there). */
+enum { ACCEL__GEMM_OP_GEMM, ACCEL__GEMM_OP_SDPA_TILES, ACCEL__GEMM_OP_WEIGHT };
 
 /* The class of a GEMM (op ACCEL__GEMM_OP_GEMM) of compute dtype dt and
  * shape M x N x K, or of other work op keyed alike, on the calling thread's
@@ -278,6 +284,29 @@ accel__gemm_class accel__gemm_class_of(accel_dtype dt, bool ta, bool tb, int64_t
  * (decode's rows where OpenBLAS runs a fallback core: gemm.c). */
 int accel__gemm_choose(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
                        uint32_t candidates, bool force, bool skinny);
+
+/* accel__gemm_choose for a GEMM whose op(B) is a layer's weight: a class
+ * of its own (ACCEL__GEMM_OP_WEIGHT), on which oneDNN is timed reading the
+ * scratch weight's form in its layout (accel__gemm_scratch_form), made once
+ * and untimed, as a weight's form is made once per optimizer step: the
+ * form's saving decides the provider, not the plain weight's panels. */
+int accel__gemm_choose_weight(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int rule,
+                              uint32_t candidates, bool force);
+
+/* For that timing: the form of the dense op(B) [K, N] of dtype dt at B in
+ * oneDNN's layout into *form (malloc'd, *bytes long; the caller frees it),
+ * or NULL (0) where oneDNN would read no form of it (a build without
+ * oneDNN, no matmul of dt, a layout equal to B's own or one that pads).
+ * ACCEL_OK or the error (OOM, oneDNN's). */
+accel_status accel__gemm_scratch_form(accel_dtype dt, bool trans_b, int64_t N, int64_t K, const void *B, void **form,
+                                      size_t *bytes);
+
+/* accel__gemm_on, with oneDNN (the provider ACCEL__GEMM_PROVIDER_DNNL)
+ * reading op(B) from form (accel__gemm_scratch_form's of B) where form is
+ * not NULL and its matmul reads that layout at this M; A and B of dtype dt. */
+accel_status accel__gemm_on_form(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const void *A, accel_dtype dt, int64_t lda, const void *B,
+                                 const void *form, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* Runs a class's representative work once on provider p (ctx: the
  * caller's); false with the error set when it failed (no memory for its
@@ -323,8 +352,9 @@ uint32_t accel__gemm_tiles_candidates(accel_dtype dt);
 
 /* Times a GEMM of compute dtype dt of this shape's class now on every
  * candidate (whatever its size; the mode aside) and returns the provider it
- * keeps (`accel env --measure-gemm`). */
-int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+ * keeps (`accel env --measure-gemm`); `weight`: op(B) is a layer's weight
+ * (accel__gemm_weight_provider_for's class). */
+int accel__gemm_measure(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, bool weight);
 
 /* Whether nothing may be timed in this process: ACCEL_GEMM_MEASURE=0, or a
  * rank of a job (the ranks take rank 0's choices). Read once. */

@@ -185,8 +185,9 @@ static int provider_of_name(const char *s) {
 }
 
 /* A class's "op" in the file: absent for one GEMM (files written before
- * attention's tiles had classes), "sdpa_tiles" for those. */
-static const char *OP_NAMES[] = {"gemm", "sdpa_tiles"};
+ * attention's tiles had classes), "sdpa_tiles" for those, "weight" for a
+ * GEMM whose op(B) is a layer's weight. */
+static const char *OP_NAMES[] = {"gemm", "sdpa_tiles", "weight"};
 
 /* The op named s (NULL: a GEMM), or -1. */
 static int op_of_name(const char *s) {
@@ -460,13 +461,17 @@ static double now(void) {
 }
 
 /* A class's GEMM (shape M x N x K) on scratch operands (plain_cold makes
- * them). */
+ * them); for a weight class also op(B)'s form in oneDNN's layout, which
+ * oneDNN reads as a layer's weight GEMM does (NULL where it reads none). */
 typedef struct plain_gemm {
     accel_dtype dt;
     bool ta, tb;
     int64_t M, N, K;
     void *A, *B;
     float *C;
+    bool weight;
+    void *form;
+    size_t form_bytes;
 } plain_gemm;
 
 static size_t g_evicted; /* accel__gemm_choice_evicted_bytes; under g_lock */
@@ -509,7 +514,7 @@ static bool plain_cold(void *ctx, int p) {
     bool fits = operand_bytes(g->M * g->K, es, &a) && operand_bytes(g->K * g->N, es, &b) &&
                 operand_bytes(g->M * g->N, sizeof(float), &c);
     if (fits && g->C) {
-        evict(g->A, a), evict(g->B, b), evict(g->C, c);
+        evict(g->A, a), evict(g->B, b), evict(g->C, c), evict(g->form, g->form_bytes);
         return true;
     }
     if (fits) g->A = malloc(a), g->B = malloc(b), g->C = calloc(c, 1);
@@ -519,7 +524,10 @@ static bool plain_cold(void *ctx, int p) {
          * 0x3c, small finite values in each dtype (bf16 and f32 0.0115,
          * f16 1.06) */
         memset(g->A, 0x3c, a), memset(g->B, 0x3c, b);
-        return true;
+        /* a weight's form is made once per version of the weight, so here
+         * once, untimed (then put out of the caches with the rest) */
+        return !g->weight ||
+               accel__gemm_scratch_form(g->dt, g->tb, g->N, g->K, g->B, &g->form, &g->form_bytes) == ACCEL_OK;
     }
     accel_set_error(ACCEL_ERR_OOM, "out of memory for a %lld x %lld x %lld GEMM's operands", (long long)g->M,
                     (long long)g->N, (long long)g->K);
@@ -528,8 +536,8 @@ static bool plain_cold(void *ctx, int p) {
 
 static bool plain_run(void *ctx, int p) {
     plain_gemm *g = ctx;
-    return accel__gemm_on(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B, g->dt,
-                          g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
+    return accel__gemm_on_form(p, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->dt, g->ta ? g->M : g->K, g->B,
+                               g->form, g->tb ? g->K : g->N, 0.0f, g->C, g->N) == ACCEL_OK;
 }
 
 /* The median of REPS runs of run on provider p, after one warm-up, each
@@ -650,16 +658,27 @@ int accel__gemm_choose_run(const accel__gemm_class *cls, int rule, uint32_t cand
     return choose(cls, rule, candidates, force, NULL, run, ctx);
 }
 
-int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
-                       uint32_t candidates, bool force, bool skinny) {
+/* accel__gemm_choose and _choose_weight: op ACCEL__GEMM_OP_GEMM or _WEIGHT. */
+static int choose_gemm(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
+                       uint32_t candidates, bool force, bool skinny, int op) {
     skinny = skinny && M <= 4;
     if (!force && !skinny && (double)M * (double)N * (double)K < (double)MEASURE_MIN_MACS) return rule;
-    accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, ACCEL__GEMM_OP_GEMM);
+    accel__gemm_class c = accel__gemm_class_of(dt, ta, tb, M, N, K, op);
     if (skinny) c.rows = (int32_t)M;
-    plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL};
+    plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL, op == ACCEL__GEMM_OP_WEIGHT, NULL, 0};
     int provider = choose(&c, rule, candidates, force, plain_cold, plain_run, &g);
-    free(g.A), free(g.B), free(g.C);
+    free(g.A), free(g.B), free(g.C), free(g.form);
     return provider;
+}
+
+int accel__gemm_choose(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
+                       uint32_t candidates, bool force, bool skinny) {
+    return choose_gemm(dt, ta, tb, M, N, K, rule, candidates, force, skinny, ACCEL__GEMM_OP_GEMM);
+}
+
+int accel__gemm_choose_weight(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int rule,
+                              uint32_t candidates, bool force) {
+    return choose_gemm(dt, ta, tb, M, N, K, rule, candidates, force, false, ACCEL__GEMM_OP_WEIGHT);
 }
 
 int accel__gemm_choice_classes(int threads, accel__gemm_class *out, int max) {
@@ -723,8 +742,10 @@ const char *accel__gemm_choices_describe(char *buf, size_t size) {
                          "  %s attention tiles queries~2^%d keys~2^%d D~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
                          ch->c.m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
         else
-            w = snprintf(buf + used, size - used, "  %s %c%c M%s N~2^%d K~2^%d %d thread%s: %s (", DT_NAMES[ch->c.dt],
-                         ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N', m, ch->c.n, ch->c.k, ch->c.threads, ts, pn);
+            w = snprintf(buf + used, size - used, "  %s %c%c%s M%s N~2^%d K~2^%d %d thread%s: %s (",
+                         DT_NAMES[ch->c.dt], ch->c.ta ? 'T' : 'N', ch->c.tb ? 'T' : 'N',
+                         ch->c.op == ACCEL__GEMM_OP_WEIGHT ? " weight" : "", m, ch->c.n, ch->c.k, ch->c.threads, ts,
+                         pn);
         used += w > 0 ? (size_t)w : 0;
         for (int q = 0, first = 1; q < ACCEL__GEMM_N_PROVIDERS && used + 1 < size; q++)
             if (ch->seconds[q] > 0) {
