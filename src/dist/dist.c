@@ -119,17 +119,15 @@ static void warn_no_secret(const dist_env *e) {
                 e->addr, e->port);
 }
 
-/* Says once why a program in a SLURM job of several tasks runs alone: no
+/* Says why a program in a SLURM job of several tasks runs alone: no
  * launcher gave it a world and it is not a task of an srun step, so the
  * batch script started it (what Accelerate users get there too: one
  * process). */
 static void note_batch_script(const dist_env *e) {
-    static bool said;
     const char *ntasks = getenv("SLURM_NTASKS");
-    if (said || e->world != 1 || accel__slurm_in_step() || first_env(WORLD_VARS, NULL) || !ntasks || !*ntasks ||
+    if (e->world != 1 || accel__slurm_in_step() || first_env(WORLD_VARS, NULL) || !ntasks || !*ntasks ||
         !strcmp(ntasks, "1"))
         return;
-    said = true;
     fprintf(stderr, "accel: SLURM_NTASKS=%s but this process is not a task of an srun step (no SLURM_STEP_ID: "
                     "started by the batch script itself?), so it runs as 1 process; start it with srun (or "
                     "`srun accel launch`) to run the job's %s tasks\n", ntasks, ntasks);
@@ -180,7 +178,6 @@ static accel_status read_meeting(dist_env *e) {
     if (lr >= 0 && e->local_rank >= e->local_world)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: LOCAL_RANK=%d is not below "
                                "LOCAL_WORLD_SIZE=%d", e->local_rank, e->local_world);
-    note_batch_script(e);
     const char *addr = getenv("MASTER_ADDR");
     if (addr && !*addr) /* read strictly, as every variable: set but empty is not "unset" */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: MASTER_ADDR is set but empty (unset it to "
@@ -1222,6 +1219,7 @@ static accel_status create_default_group(void) {
     if (read_meeting(&e) != ACCEL_OK) return accel_last_status();
     /* Said here, once per init: read_meeting runs again for a rank that fails before the rendezvous. */
     warn_no_secret(&e);
+    note_batch_script(&e);
     if (read_options(&e) != ACCEL_OK) {
         note_failed_early();
         return accel_last_status();
