@@ -4,7 +4,9 @@
  * LOCAL_*, MASTER_ADDR=127.0.0.1, a free MASTER_PORT, ACCEL_JOB_SECRET) and
  * runs body(rank, world); its return value is its exit code. A group still
  * running after `kill_after_s` is SIGKILLed, so a hang is a failed check,
- * not a stuck ctest. */
+ * not a stuck ctest. dist_group_runs_ok runs a group whose ranks must all
+ * exit 0 and names each that did not; dist_group_run gives the statuses to a
+ * test that expects a rank to fail. */
 #ifndef ACCEL_TESTS_DIST_GROUP_H
 #define ACCEL_TESTS_DIST_GROUP_H
 
@@ -12,6 +14,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -99,6 +102,31 @@ static inline void dist_group_run(dist_group *g, dist_body_fn body, int *status)
     dist_group_wait(g, status);
 }
 
+static inline bool dist_exited_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+/* Runs body on every rank of g: true when each exited 0. Each rank that did
+ * not is named on stderr after the case (case_fmt's printf), "<case>: rank 1
+ * exited with 2" or "<case>: rank 1 killed by signal 9", so that a file's
+ * CHECK(dist_group_runs_ok(...)) says which case and rank failed. */
+static inline bool dist_group_runs_ok(dist_group *g, dist_body_fn body, const char *case_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline bool dist_group_runs_ok(dist_group *g, dist_body_fn body, const char *case_fmt, ...) {
+    int status[DIST_GROUP_MAX];
+    dist_group_run(g, body, status);
+    bool ok = true;
+    for (int r = 0; r < g->world; r++) {
+        if (dist_exited_ok(status[r])) continue;
+        ok = false;
+        va_list ap;
+        va_start(ap, case_fmt);
+        vfprintf(stderr, case_fmt, ap);
+        va_end(ap);
+        if (WIFEXITED(status[r])) fprintf(stderr, ": rank %d exited with %d\n", r, WEXITSTATUS(status[r]));
+        else fprintf(stderr, ": rank %d killed by signal %d\n", r, WTERMSIG(status[r]));
+    }
+    return ok;
+}
+
 /* The TCP ports process pid listens on (its sockets' inodes in /proc/net/tcp), at most max. */
 static inline int dist_listening_ports(pid_t pid, int *ports, int max) {
     char path[64], link[64];
@@ -127,7 +155,5 @@ static inline int dist_listening_ports(pid_t pid, int *ports, int max) {
     if (f) fclose(f);
     return np;
 }
-
-static inline bool dist_exited_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
 #endif

@@ -367,12 +367,8 @@ static void run_body(int world, accel_parallelism_opts p, int zero_stage, dist_b
     g_par = p;
     g_zero_stage = zero_stage;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 150};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d processes, cp %d sp %d dp_shard %d %s, zero %d: rank %d status %#x",
-                  what, world, p.cp_size, p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "",
-                  zero_stage, r, st[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s, %d processes, cp %d sp %d dp_shard %d %s, zero %d", what, world, p.cp_size,
+                             p.sp_size, p.dp_shard_size, p.cp_comm_strategy ? p.cp_comm_strategy : "", zero_stage));
 }
 
 /* g_dir: a checkpoint directory inside a fresh temporary one (removed after). */

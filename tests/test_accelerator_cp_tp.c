@@ -168,12 +168,8 @@ static void run_on(int world, const char *family, int cp, int sp, const char *st
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_cp_tp_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s %d processes, tp 2 x %s 2 %s%s, zero %d: rank %d failed (status %#x)",
-                  family, world, sp ? "sp" : "cp", strategy ? strategy : "", seq_par ? ", sequence parallel" : "",
-                  zero_stage, r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s %d processes, tp 2 x %s 2 %s%s, zero %d", family, world, sp ? "sp" : "cp",
+                             strategy ? strategy : "", seq_par ? ", sequence parallel" : "", zero_stage));
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(system(cmd) == 0);

@@ -159,10 +159,7 @@ static int body(int rank, int world) {
 
 static void test_mesh_on_4(void) {
     dist_group g = {.world = 4, .one_machine = true, .timeout = "30"};
-    int status[4];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < 4; r++)
-        CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "rank %d: status %d", r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body, "mesh on 4"));
 }
 
 /* HYBRID_SHARD on 2 "machines" of 2: the launcher's local ranks must be
@@ -195,11 +192,7 @@ static void test_hybrid_local_ranks(void) {
     for (int permuted = 0; permuted < 2; permuted++) {
         g_permuted = permuted;
         dist_group g = {.world = 4, .timeout = "30"};
-        int status[4];
-        dist_group_run(&g, hybrid_body, status);
-        for (int r = 0; r < 4; r++)
-            CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "permuted %d, rank %d: status %d", permuted,
-                      r, status[r]);
+        CHECK(dist_group_runs_ok(&g, hybrid_body, "hybrid shard, permuted %d", permuted));
     }
 }
 
@@ -323,10 +316,7 @@ static int parallelism_body(int rank, int world) {
 
 static void test_parallelism_opts(void) {
     dist_group g = {.world = 4, .timeout = "30"};
-    int status[4];
-    dist_group_run(&g, parallelism_body, status);
-    for (int r = 0; r < 4; r++)
-        CHECK_MSG(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, "rank %d: status %d", r, status[r]);
+    CHECK(dist_group_runs_ok(&g, parallelism_body, "opts.parallelism"));
 }
 
 int main(void) {

@@ -309,12 +309,9 @@ static void run_family(const char *family, int world, int tp, int dp_shard, int 
     snprintf(CFG.dir, sizeof CFG.dir, "/tmp/accel_tp_XXXXXX");
     CHECK(mkdtemp(CFG.dir) != NULL);
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s%s tp %d x dp_shard %d, zero %d%s%s: rank %d failed", family,
-                  CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage, sp ? ", sequence parallel" : "",
-                  CFG.padded ? ", padded" : "", r);
+    CHECK(dist_group_runs_ok(&g, body, "%s%s tp %d x dp_shard %d, zero %d%s%s", family,
+                             CFG.user ? " (parallelized by the user)" : "", tp, dp_shard, zero_stage,
+                             sp ? ", sequence parallel" : "", CFG.padded ? ", padded" : ""));
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", CFG.dir);
     CHECK(getenv("ACCEL_TP_KEEP") || system(cmd) == 0);

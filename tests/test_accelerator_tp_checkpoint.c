@@ -147,11 +147,8 @@ out:
 static void run(phase ph, int world, int tp, int dp_shard, int zero, const char *end) {
     CFG.ph = ph, CFG.tp = tp, CFG.dp_shard = dp_shard, CFG.zero = zero, CFG.end = end;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s phase %d (tp %d x dp_shard %d, zero %d): rank %d failed", CFG.family,
-                  (int)ph, tp, dp_shard, zero, r);
+    CHECK(dist_group_runs_ok(&g, body, "%s phase %d (tp %d x dp_shard %d, zero %d)", CFG.family, (int)ph, tp, dp_shard,
+                             zero));
 }
 
 int main(void) {

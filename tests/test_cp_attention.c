@@ -377,10 +377,7 @@ static int body(int rank, int world) {
 
 static void run(int world, bool shm) {
     dist_group g = {.world = world, .one_machine = shm, .timeout = "60", .kill_after_s = 120};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%d ranks (%s): rank %d status %#x", world, shm ? "shm" : "tcp", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%d ranks (%s)", world, shm ? "shm" : "tcp"));
 }
 
 /* Forked like the others (a process that ran OpenMP must not fork a group). */

@@ -346,11 +346,8 @@ static void run_body(int world, accel_cp_strategy s, const char *family, int (*f
     g_strategy = s;
     g_family = family;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 120};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, fn, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d ranks, %s: rank %d status %#x", family, world,
-                  s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, fn, "%s, %d ranks, %s", family, world,
+                             s == ACCEL_CP_ALLGATHER ? "allgather" : "alltoall"));
 }
 
 static void run_family(int world, accel_cp_strategy s, const char *family) { run_body(world, s, family, body); }

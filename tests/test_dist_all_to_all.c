@@ -94,10 +94,7 @@ static int collectives_body(int rank, int world) {
 static void run_collectives(int world, bool shm) {
     g_backend = shm ? "shm" : "tcp";
     dist_group g = {.world = world, .one_machine = shm, .timeout = "30"};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, collectives_body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d ranks: rank %d status %#x", g_backend, world, r, st[r]);
+    CHECK(dist_group_runs_ok(&g, collectives_body, "%s, %d ranks", g_backend, world));
 }
 
 static void test_shm_2_3_4(void) {

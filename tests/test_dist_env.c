@@ -42,10 +42,7 @@ static void check_bad_env(const char *var, const char *value, bool one_machine) 
     g_var = var;
     dist_group g = {.world = 2, .one_machine = one_machine, .timeout = "20", .env_name = var, .env_value = value,
                     .kill_after_s = 30, .secret = one_machine ? "" : NULL};
-    int st[2];
-    dist_group_run(&g, bad_env_body, st);
-    for (int r = 0; r < 2; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s=%s: rank %d: status %#x", var, value, r, st[r]);
+    CHECK(dist_group_runs_ok(&g, bad_env_body, "%s=%s", var, value));
 }
 
 static void test_shm_chunk_2p54(void) { check_bad_env("ACCEL_SHM_CHUNK_KB", "18014398509481984", true); }
@@ -63,13 +60,17 @@ static void test_host_addr_empty(void) { check_bad_env("ACCEL_DIST_HOST_ADDR", "
 static void test_no_secret_several_machines(void) {
     g_var = "ACCEL_JOB_SECRET is set but empty"; /* the secret "" below: named as such, with what to do */
     dist_group g = {.world = 2, .timeout = "20", .secret = "", .kill_after_s = 30};
-    int st[2];
-    dist_group_run(&g, bad_env_body, st);
-    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, bad_env_body, "no secret, 2 machines"));
 }
 
-/* Joins, and (local rank 0, i.e. every rank here) warns on stderr. */
+/* Joins, and (local rank 0, i.e. every rank here) warns on stderr, once.
+ * g_refused_after_meeting: ACCEL_DEBUG_MODE=maybe refuses the init after it
+ * read where the job meets, which it reads again to tell the others why it
+ * failed: still one warning, and the refusal names the variable. */
+static bool g_refused_after_meeting;
+
 static int insecure_body(int rank, int world) {
+    if (g_refused_after_meeting) setenv("ACCEL_DEBUG_MODE", "maybe", 1);
     char path[64];
     snprintf(path, sizeof path, "/tmp/accel_insecure_%d.err", (int)getpid());
     fflush(stderr);
@@ -80,27 +81,36 @@ static int insecure_body(int rank, int world) {
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
-    char buf[1024] = "";
+    char buf[4096] = "";
     FILE *f = fopen(path, "r");
     if (f) {
         buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
         fclose(f);
     }
     remove(path);
-    fprintf(stdout, "rank %d: %s | %s", rank, st == ACCEL_OK ? "joined" : accel_last_error(), buf);
-    if (st != ACCEL_OK) return 10;
-    accel_dist_finalize();
+    int warnings = 0;
+    for (const char *p = buf; (p = strstr(p, "WARNING: ACCEL_INSECURE_NO_SECRET=1")); p++) warnings++;
+    fprintf(stdout, "rank %d: %s | %d warnings | %s", rank, st == ACCEL_OK ? "joined" : accel_last_error(), warnings,
+            buf);
+    bool as_asked = g_refused_after_meeting
+                        ? st == ACCEL_ERR_INVALID_ARG && strstr(accel_last_error(), "ACCEL_DEBUG_MODE")
+                        : st == ACCEL_OK;
+    if (st == ACCEL_OK) accel_dist_finalize();
+    accel_clear_error();
     accel_thread_cleanup();
-    return strstr(buf, "WARNING: ACCEL_INSECURE_NO_SECRET=1") ? 0 : 11;
+    return !as_asked ? 10 : warnings != 1 ? 11 : 0;
 }
 
-static void test_insecure_opt_out(void) {
+static void check_insecure(bool refused_after_meeting) {
+    g_refused_after_meeting = refused_after_meeting;
     dist_group g = {.world = 2, .timeout = "20", .secret = "", .env_name = "ACCEL_INSECURE_NO_SECRET",
                     .env_value = "1", .kill_after_s = 30};
-    int st[2];
-    dist_group_run(&g, insecure_body, st);
-    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, insecure_body, "ACCEL_INSECURE_NO_SECRET=1%s",
+                             refused_after_meeting ? ", ACCEL_DEBUG_MODE=maybe" : ""));
 }
+
+static void test_insecure_opt_out(void) { check_insecure(false); }
+static void test_insecure_warned_once_when_refused(void) { check_insecure(true); }
 
 int main(void) {
     RUN(test_shm_chunk_2p54);
@@ -114,5 +124,6 @@ int main(void) {
     RUN(test_host_addr_empty);
     RUN(test_no_secret_several_machines);
     RUN(test_insecure_opt_out);
+    RUN(test_insecure_warned_once_when_refused);
     return check_summary();
 }

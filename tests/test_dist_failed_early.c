@@ -59,11 +59,7 @@ static void run_one_refuses(int world, int bad_rank, const char *var, const char
     g_bad_value = value;
     g_through_dist_init = through_dist_init;
     dist_group g = {.world = world, .timeout = "600", .kill_after_s = 600};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body_one_refuses, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s=%s on rank %d of %d: rank %d: status %#x", var, value, bad_rank,
-                  world, r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body_one_refuses, "%s=%s on rank %d of %d", var, value, bad_rank, world));
 }
 
 static void test_others_fail_naming_it(void) {
@@ -92,9 +88,7 @@ static int body_recovers(int rank, int world) {
  * rank 0 closed (600 s: the ctest TIMEOUT). */
 static void test_recovered_rank_tells_nothing(void) {
     dist_group g = {.world = 2, .timeout = "600", .kill_after_s = 600};
-    int status[2];
-    dist_group_run(&g, body_recovers, status);
-    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(status[r]), "rank %d: status %#x", r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body_recovers, "recovered rank"));
 }
 
 /* Rank 1 of a job whose store this process serves, refused in

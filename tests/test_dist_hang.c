@@ -108,11 +108,7 @@ static int absent_body(int rank, int world) {
 
 static void check_group(const char *what, int world, bool one_machine, const char *timeout, dist_body_fn body) {
     dist_group g = {.world = world, .one_machine = one_machine, .timeout = timeout, .kill_after_s = 40};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %s: rank %d: status %#x", what, one_machine ? "shm" : "tcp", r,
-                  st[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s, %s", what, one_machine ? "shm" : "tcp"));
 }
 
 static void test_shm_skipped_collective(void) { check_group("skipped", 2, true, "30", skipped_body); }

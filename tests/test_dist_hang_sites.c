@@ -185,11 +185,7 @@ static void check_group(const char *what, int world, bool one_machine, const cha
                         dist_body_fn body) {
     dist_group g = {.world = world, .one_machine = one_machine, .timeout = "30", .kill_after_s = 45,
                     .env_name = env_name, .env_value = env_value};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %d ranks, %s: rank %d: status %#x", what, world,
-                  one_machine ? "shm" : "tcp", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s, %d ranks, %s", what, world, one_machine ? "shm" : "tcp"));
 }
 
 static void test_metric_inside_main_process(void) {

@@ -44,11 +44,8 @@ static int mismatch_body(int rank, int world) {
 static void check_mismatch(bool one_machine, bool counts_differ) {
     g_counts_differ = counts_differ;
     dist_group g = {.world = 2, .one_machine = one_machine, .timeout = "20", .kill_after_s = 40};
-    int st[2];
-    dist_group_run(&g, mismatch_body, st);
-    for (int r = 0; r < 2; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s, %s: rank %d: status %#x", one_machine ? "shm" : "tcp",
-                  counts_differ ? "counts differ" : "barrier vs all_reduce", r, st[r]);
+    CHECK(dist_group_runs_ok(&g, mismatch_body, "%s, %s", one_machine ? "shm" : "tcp",
+                             counts_differ ? "counts differ" : "barrier vs all_reduce"));
 }
 
 static void test_shm_barrier_vs_all_reduce(void) { check_mismatch(true, false); }

@@ -78,9 +78,7 @@ static void run(mode m, const char *what) {
     else if (m == OMP_EMPTY) setenv("OMP_NUM_THREADS", "", 1);
     else unsetenv("OMP_NUM_THREADS");
     dist_group g = {.world = 2, .one_machine = true, .timeout = "30", .kill_after_s = 60};
-    int st[2];
-    dist_group_run(&g, body, st);
-    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "%s: rank %d: status %#x", what, r, st[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s", what));
     unsetenv("OMP_NUM_THREADS");
 }
 

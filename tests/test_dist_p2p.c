@@ -40,17 +40,14 @@ static accel_pg *join(void) {
     return pg;
 }
 
-static void run(int world, const char *timeout, dist_body_fn body, int *st) {
-    dist_group g = {.world = world, .one_machine = g_shm, .timeout = timeout, .kill_after_s = 90};
-    dist_group_run(&g, body, st);
+/* world ranks on the backend under test (g_shm). */
+static dist_group group(int world, const char *timeout) {
+    return (dist_group){.world = world, .one_machine = g_shm, .timeout = timeout, .kill_after_s = 90};
 }
 
 static void expect_all_ok(int world, dist_body_fn body, const char *what) {
-    int st[DIST_GROUP_MAX];
-    run(world, "30", body, st);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(st[r]), "%s on %s, %d ranks: rank %d status %#x", what, g_shm ? "shm" : "tcp",
-                  world, r, st[r]);
+    dist_group g = group(world, "30");
+    CHECK(dist_group_runs_ok(&g, body, "%s on %s, %d ranks", what, g_shm ? "shm" : "tcp", world));
 }
 
 /* ---------------------------------------------------------------- exchanges */
@@ -230,11 +227,12 @@ static void test_dead_and_silent_peers(void) {
     for (int shm = 1; shm >= 0; shm--) {
         g_shm = shm;
         int st[3];
-        run(3, "20", killed_body, st);
+        dist_group killed = group(3, "20"), silent = group(2, "1");
+        dist_group_run(&killed, killed_body, st);
         CHECK(WIFSIGNALED(st[1]) && WTERMSIG(st[1]) == SIGKILL);
         CHECK_MSG(dist_exited_ok(st[0]) && dist_exited_ok(st[2]), "killed peer on %s: ranks 0, 2: %#x %#x",
                   shm ? "shm" : "tcp", st[0], st[2]);
-        run(2, "1", silent_body, st);
+        dist_group_run(&silent, silent_body, st);
         CHECK_MSG(dist_exited_ok(st[0]) && dist_exited_ok(st[1]), "silent peer on %s: %#x %#x", shm ? "shm" : "tcp",
                   st[0], st[1]);
     }

@@ -78,9 +78,7 @@ static int body_normal(int rank, int world) {
 
 static void test_normal_close_passes(void) {
     dist_group g = {.world = 3, .timeout = "600", .kill_after_s = 600};
-    int status[3];
-    dist_group_run(&g, body_normal, status);
-    for (int r = 0; r < 3; r++) CHECK_MSG(dist_exited_ok(status[r]), "rank %d: status %#x", r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body_normal, "normal close"));
 }
 
 /* A wait on "x" for 3 ranks that misses rank 1 only must time out (rank 1

@@ -36,10 +36,6 @@
 #include "dist_group.h"
 
 /* Child exit codes: 0 = behaved as expected; 10+ = which check failed. */
-static void run_group(int world, const char *timeout, const char *secret_of_last, dist_body_fn body, int *status) {
-    dist_group g = {.world = world, .timeout = timeout, .secret_of_last = secret_of_last};
-    dist_group_run(&g, body, status);
-}
 
 static int init_tcp(void) {
     if (accel_dist_init() != ACCEL_OK) {
@@ -84,8 +80,9 @@ static int dies_body(int rank, int world) {
 }
 
 static void test_rank_dies_mid_all_reduce(void) {
+    dist_group g = {.world = 4, .timeout = "30"};
     int st[4];
-    run_group(4, "30", NULL, dies_body, st);
+    dist_group_run(&g, dies_body, st);
     CHECK(WIFSIGNALED(st[1]) && WTERMSIG(st[1]) == SIGKILL);
     for (int r = 0; r < 4; r++)
         if (r != 1) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
@@ -117,9 +114,8 @@ static int hang_body(int rank, int world) {
 }
 
 static void test_rank_hangs(void) {
-    int st[3];
-    run_group(3, "1", NULL, hang_body, st);
-    for (int r = 0; r < 3; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+    dist_group g = {.world = 3, .timeout = "1"};
+    CHECK(dist_group_runs_ok(&g, hang_body, "a rank hangs"));
 }
 
 /* ---------------------------------------------------------------- wrong secret */
@@ -151,11 +147,10 @@ static int secret_body(int rank, int world) {
 }
 
 static void test_wrong_secret(void) {
-    int st[3];
     char timeout[16];
     snprintf(timeout, sizeof timeout, "%d", SECRET_TIMEOUT_S);
-    run_group(3, timeout, "not-the-secret", secret_body, st);
-    for (int r = 0; r < 3; r++) CHECK_MSG(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d: status %#x", r, st[r]);
+    dist_group g = {.world = 3, .timeout = timeout, .secret_of_last = "not-the-secret"};
+    CHECK(dist_group_runs_ok(&g, secret_body, "wrong secret on the last rank"));
 }
 
 /* ---------------------------------------------------------------- a store that never answers */
@@ -258,9 +253,8 @@ static int busy_gate_body(int rank, int world) {
 }
 
 static void test_busy_gate_keeps_proved_connections(void) {
-    int st[2];
-    run_group(2, "30", NULL, busy_gate_body, st);
-    for (int r = 0; r < 2; r++) CHECK_MSG(dist_exited_ok(st[r]), "rank %d: status %#x", r, st[r]);
+    dist_group g = {.world = 2, .timeout = "30"};
+    CHECK(dist_group_runs_ok(&g, busy_gate_body, "busy gate"));
 }
 
 /* ---------------------------------------------------------------- an evicted connector */

@@ -417,10 +417,7 @@ static int llama_body(int rank, int world) {
 static void run(int world, dist_body_fn body, int tp, int dp, bool sp) {
     CFG.tp = tp, CFG.dp = dp, CFG.sp = sp;
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "fp8 dp %d x tp %d%s: rank %d failed", dp, tp, sp ? ", sequence parallel" : "", r);
+    CHECK(dist_group_runs_ok(&g, body, "fp8 dp %d x tp %d%s", dp, tp, sp ? ", sequence parallel" : ""));
 }
 
 int main(void) {

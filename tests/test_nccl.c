@@ -160,12 +160,7 @@ static int exec_rank(int rank, int world) {
 static int run_group(int world) {
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .env_name = "ACCEL_DIST_BACKEND",
                     .env_value = "nccl", .kill_after_s = 120};
-    int st[DIST_GROUP_MAX];
-    dist_group_run(&g, exec_rank, st);
-    int failed = 0;
-    for (int r = 0; r < world; r++)
-        if (!dist_exited_ok(st[r])) fprintf(stderr, "rank %d failed (status %d)\n", r, st[r]), failed++;
-    return failed ? 1 : 0;
+    return dist_group_runs_ok(&g, exec_rank, "nccl, %d ranks", world) ? 0 : 1;
 }
 
 int main(int argc, char **argv) {

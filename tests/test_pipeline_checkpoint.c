@@ -241,21 +241,15 @@ static int regroup_body(int rank, int world) {
 static void run_regroup(int dp, int zero) {
     CFG.pp = 2, CFG.dp = dp, CFG.zero = zero, CFG.virt = 1, CFG.cp = 1;
     dist_group g = {.world = 2 * dp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, regroup_body, status);
-    for (int r = 0; r < g.world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "param groups (pp 2 x dp %d, ZeRO %d): rank %d failed", dp, zero, r);
+    CHECK(dist_group_runs_ok(&g, regroup_body, "param groups (pp 2 x dp %d, ZeRO %d)", dp, zero));
 }
 
 static void run_cp(phase ph, int pp, int dp, int virt, int zero, int cp, const char *cp_strategy) {
     CFG.ph = ph, CFG.pp = pp, CFG.dp = dp, CFG.virt = virt, CFG.zero = zero, CFG.cp = cp;
     CFG.cp_strategy = cp_strategy;
     dist_group g = {.world = pp * dp * cp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < g.world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "phase %d (pp %d x dp %d x cp %d, %d virtual, ZeRO %d): rank %d failed",
-                  (int)ph, pp, dp, cp, virt, zero, r);
+    CHECK(dist_group_runs_ok(&g, body, "phase %d (pp %d x dp %d x cp %d, %d virtual, ZeRO %d)", (int)ph, pp, dp, cp,
+                             virt, zero));
 }
 
 static void run(phase ph, int pp, int dp, int virt, int zero) { run_cp(ph, pp, dp, virt, zero, 1, NULL); }

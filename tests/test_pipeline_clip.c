@@ -72,11 +72,7 @@ static int body(int rank, int world) {
 static void run(bool fp16) {
     g_fp16 = fp16;
     dist_group g = {.world = 2, .one_machine = true, .timeout = "30", .kill_after_s = 120};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < 2; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s: rank %d failed (status %#x)", fp16 ? "fp16" : "tied inf", r,
-                  status[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s", fp16 ? "fp16" : "tied inf"));
 }
 
 static void test_fp16_nan_on_one_stage(void) { run(true); }

@@ -168,11 +168,7 @@ out:
 static void run(run_cfg c) {
     CFG = c;
     dist_group g = {.world = c.tp * c.pp, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < g.world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s (tp %d x pp %d, sp %d): rank %d failed", c.name, c.tp, c.pp,
-                  (int)c.sp, r);
+    CHECK(dist_group_runs_ok(&g, body, "%s (tp %d x pp %d, sp %d)", c.name, c.tp, c.pp, (int)c.sp));
 }
 
 int main(void) {

@@ -399,10 +399,7 @@ int main(void) {
     int worlds[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         dist_group g = {.world = worlds[k], .one_machine = true, .timeout = "60", .kill_after_s = 120};
-        int status[DIST_GROUP_MAX];
-        dist_group_run(&g, body, status);
-        for (int r = 0; r < g.world; r++)
-            CHECK_MSG(dist_exited_ok(status[r]), "world %d: rank %d failed", g.world, r);
+        CHECK(dist_group_runs_ok(&g, body, "world %d", g.world));
     }
     return check_summary();
 }

@@ -613,9 +613,7 @@ static int seed_body(int rank, int world) {
 
 static void run_group(int world, dist_body_fn fn, const char *what) {
     dist_group g = {.world = world, .one_machine = true, .timeout = "60", .kill_after_s = 240};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, fn, status);
-    for (int r = 0; r < g.world; r++) CHECK_MSG(dist_exited_ok(status[r]), "%s: rank %d failed", what, r);
+    CHECK(dist_group_runs_ok(&g, fn, "%s", what));
 }
 
 int main(void) {

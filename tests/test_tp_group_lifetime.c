@@ -197,10 +197,7 @@ static int one_rank_body(int rank, int world) {
 
 static void run(int world, const char *what, dist_body_fn body) {
     dist_group g = {.world = world, .one_machine = true, .timeout = "30", .kill_after_s = 120};
-    int status[DIST_GROUP_MAX];
-    dist_group_run(&g, body, status);
-    for (int r = 0; r < world; r++)
-        CHECK_MSG(dist_exited_ok(status[r]), "%s: rank %d failed (status %#x)", what, r, status[r]);
+    CHECK(dist_group_runs_ok(&g, body, "%s", what));
 }
 
 static void test_other_accelerator(void) {

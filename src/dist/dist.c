@@ -35,6 +35,7 @@ typedef struct dist_env {
     int port;
     double timeout_s;
     bool check_sites;
+    bool insecure; /* several machines, no secret, ACCEL_INSECURE_NO_SECRET=1: warned about */
 } dist_env;
 
 /* The first of names that is set (empty counts: `RANK=` is an error, not
@@ -90,21 +91,16 @@ static bool want_mpi(void) {
 
 /* A job on several machines listens on every interface: without a shared
  * secret anyone who reaches the ports could join it or read its keys. So it
- * needs ACCEL_JOB_SECRET, or an explicit ACCEL_INSECURE_NO_SECRET=1 (loudly
- * warned about, once per machine). One machine: `accel launch` makes one up. */
-static accel_status check_job_secret(const dist_env *e) {
+ * needs ACCEL_JOB_SECRET, or an explicit ACCEL_INSECURE_NO_SECRET=1 (then
+ * e->insecure, loudly warned about by warn_no_secret). One machine: `accel
+ * launch` makes one up. */
+static accel_status check_job_secret(dist_env *e) {
     const char *secret = getenv("ACCEL_JOB_SECRET");
     bool insecure;
     if (accel__env_bool("ACCEL_INSECURE_NO_SECRET", false, &insecure) != ACCEL_OK) return accel_last_status();
     if (e->local_world == e->world || (secret && *secret) || want_mpi()) return ACCEL_OK;
     if (insecure) {
-        static bool said; /* once: read again when the rank fails before the rendezvous */
-        if (e->local_rank == 0 && !said) {
-            said = true;
-            fprintf(stderr, "accel: WARNING: ACCEL_INSECURE_NO_SECRET=1: this job on several machines has no "
-                            "ACCEL_JOB_SECRET; any process that can reach %s:%d or the workers' ports can join it\n",
-                    e->addr, e->port);
-        }
+        e->insecure = true;
         return ACCEL_OK;
     }
     return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -115,17 +111,23 @@ static accel_status check_job_secret(const dist_env *e) {
                            e->local_world, e->world, secret ? "set but empty (an empty secret is none)" : "not set");
 }
 
-/* Says once why a program in a SLURM job of several tasks runs alone: no
+/* Once per machine (its local rank 0): the job runs without a secret. */
+static void warn_no_secret(const dist_env *e) {
+    if (e->insecure && e->local_rank == 0)
+        fprintf(stderr, "accel: WARNING: ACCEL_INSECURE_NO_SECRET=1: this job on several machines has no "
+                        "ACCEL_JOB_SECRET; any process that can reach %s:%d or the workers' ports can join it\n",
+                e->addr, e->port);
+}
+
+/* Says why a program in a SLURM job of several tasks runs alone: no
  * launcher gave it a world and it is not a task of an srun step, so the
  * batch script started it (what Accelerate users get there too: one
  * process). */
 static void note_batch_script(const dist_env *e) {
-    static bool said;
     const char *ntasks = getenv("SLURM_NTASKS");
-    if (said || e->world != 1 || accel__slurm_in_step() || first_env(WORLD_VARS, NULL) || !ntasks || !*ntasks ||
+    if (e->world != 1 || accel__slurm_in_step() || first_env(WORLD_VARS, NULL) || !ntasks || !*ntasks ||
         !strcmp(ntasks, "1"))
         return;
-    said = true;
     fprintf(stderr, "accel: SLURM_NTASKS=%s but this process is not a task of an srun step (no SLURM_STEP_ID: "
                     "started by the batch script itself?), so it runs as 1 process; start it with srun (or "
                     "`srun accel launch`) to run the job's %s tasks\n", ntasks, ntasks);
@@ -176,7 +178,6 @@ static accel_status read_meeting(dist_env *e) {
     if (lr >= 0 && e->local_rank >= e->local_world)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: LOCAL_RANK=%d is not below "
                                "LOCAL_WORLD_SIZE=%d", e->local_rank, e->local_world);
-    note_batch_script(e);
     const char *addr = getenv("MASTER_ADDR");
     if (addr && !*addr) /* read strictly, as every variable: set but empty is not "unset" */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dist_init: MASTER_ADDR is set but empty (unset it to "
@@ -1216,6 +1217,9 @@ void accel__dist_failed_early(void) {
 static accel_status create_default_group(void) {
     dist_env e = {0};
     if (read_meeting(&e) != ACCEL_OK) return accel_last_status();
+    /* Said here, once per init: read_meeting runs again for a rank that fails before the rendezvous. */
+    warn_no_secret(&e);
+    note_batch_script(&e);
     if (read_options(&e) != ACCEL_OK) {
         note_failed_early();
         return accel_last_status();
