@@ -169,22 +169,32 @@ static void test_monitor_interval(void) {
 
 /* The float flags as argparse's type=float (Python's float()) reads them:
  * blanks around, '_' between two digits; not strtod's hex, which took
- * --monitor_interval 0x10 as 16 s and --gradient_clipping 0x10 as a norm of 16. */
+ * --monitor_interval 0x10 as 16 s and --gradient_clipping 0x10 as a norm of 16.
+ * The norm reaches the workers as str(float()) writes it (" 1_0 " reached
+ * them as typed), and is refused before any worker starts where it is not a
+ * finite norm. */
 static void test_float_flags(void) {
-    static const char *const HEX[][3] = {
+    static const char *const REFUSED[][3] = {
         {"--monitor_interval", "0x10", "--monitor_interval '0x10' is not a positive number"},
-        {"--gradient_clipping", "0x10", "--gradient_clipping: invalid value '0x10'"},
-        {"--gradient_clipping", "1__0", "--gradient_clipping: invalid value '1__0'"},
+        {"--gradient_clipping", "0x10", "argument --gradient_clipping: invalid value '0x10'"},
+        {"--gradient_clipping", "1__0", "argument --gradient_clipping: invalid value '1__0'"},
+        {"--gradient_clipping", "inf", "argument --gradient_clipping: invalid value 'inf'"},
+        {"--gradient_clipping", "nan", "argument --gradient_clipping: invalid value 'nan'"},
+        {"--gradient_clipping", "-1", "argument --gradient_clipping: invalid value '-1'"},
+        {"--gradient_clipping", "1e400", "argument --gradient_clipping: invalid value '1e400'"},
+        {"--gradient_clipping", "", "argument --gradient_clipping: invalid value ''"},
     };
-    for (size_t i = 0; i < sizeof HEX / sizeof *HEX; i++) {
-        const char *a[] = {ACCEL, "launch", HEX[i][0], HEX[i][1], "/usr/bin/env", NULL};
-        CHECK_MSG(run(a, NULL) == 2, "%s %s", HEX[i][0], HEX[i][1]);
-        CHECK_STR_CONTAINS(ERR, HEX[i][2]);
+    for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++) {
+        const char *a[] = {ACCEL, "launch", REFUSED[i][0], REFUSED[i][1], "/usr/bin/env", NULL};
+        CHECK_MSG(run(a, NULL) == 2, "%s '%s'", REFUSED[i][0], REFUSED[i][1]);
+        CHECK_STR_CONTAINS(ERR, REFUSED[i][2]);
+        CHECK_MSG(!strstr(OUT, "ACCEL_"), "%s '%s': a worker ran", REFUSED[i][0], REFUSED[i][1]);
     }
     const char *ok[] = {ACCEL, "launch", "--monitor_interval", " 0.0_5 ", "--use_deepspeed", "--gradient_clipping",
                         " 1_0 ", "/usr/bin/env", NULL};
     CHECK_MSG(run(ok, NULL) == 0, "%s", ERR);
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_GRADIENT_CLIPPING=10.0\n"); /* str(float(' 1_0 ')) */
+    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_CLIPPING=10.0\n");
 }
 
 static void test_env_contract(void) {
@@ -478,7 +488,7 @@ static void test_config_numbers(void) {
     const char *a[] = {ACCEL, "launch", "--config_file", cfg, WORKER, "env", NULL};
     CHECK(run(a, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "CUDA_VISIBLE_DEVICES=0\n");
-    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_CLIPPING=1\n");
+    CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_CLIPPING=1.0\n");
     CHECK_STR_CONTAINS(OUT, "ACCEL_GRADIENT_ACCUMULATION_STEPS=3\n");
     CHECK_STR_CONTAINS(OUT, "ACCEL_ZERO_STAGE=2\n");
     f = fopen(cfg, "w");
@@ -486,6 +496,12 @@ static void test_config_numbers(void) {
     fclose(f);
     CHECK(run(a, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ACCEL_FSDP_SHARDING_STRATEGY=2\n");
+    /* the norm as --gradient_clipping's: finite, the key named */
+    f = fopen(cfg, "w");
+    fprintf(f, "distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n  gradient_clipping: .inf\n");
+    fclose(f);
+    CHECK(run(a, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "config key deepspeed_config.gradient_clipping: invalid value 'inf' (expected a finite");
     /* integers as PyYAML (YAML 1.1) reads them: a 0-led octal, 0b, 0x, '_' (read as decimal, 010 was
      * 10 where Accelerate takes 8; 0b10 and 0x2 were refused) */
     f = fopen(cfg, "w");

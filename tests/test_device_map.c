@@ -263,8 +263,7 @@ static void test_device_map_basics(void) {
     CHECK(accel_get_max_memory(&in, &out) == ACCEL_OK);
     CHECK(out.n == 4 && strcmp(out.e[0].device, "2") == 0 && strcmp(out.e[1].device, "10") == 0);
     CHECK(strcmp(out.e[2].device, "cpu") == 0 && out.e[2].bytes == 1000000000 && out.e[0].bytes == 2147483648);
-    accel_max_memory bad = {0};
-    accel_max_memory_set_bytes(&bad, "npu", 5);
+    accel_max_memory bad = {.n = 1, .e = {{"npu", 5}}}; /* filled by hand: accel_max_memory_set refuses it */
     CHECK(accel_get_max_memory(&bad, &out) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "Device npu is not recognized");
     accel_clear_error();
@@ -310,6 +309,26 @@ static void test_max_memory_gpu_key_leading_zero(void) {
     accel_clear_error();
     CHECK(mm.n == 1 && accel_max_memory_get(&mm, "0") == 1000000000);
     CHECK(accel_max_memory_set(&mm, "10", "1GB") == ACCEL_OK); /* a zero elsewhere is fine */
+}
+
+/* A key no budget can be for is refused when it is set, naming it and the
+ * keys there are (it was kept, and accel_get_max_memory refused the whole
+ * budget later); the budget is left as it was. */
+static void test_max_memory_set_unknown_key(void) {
+    static const char *const bad[] = {"npu", "mps", "cuda:0", "CPU", "gpu", "-1", "0x1", "123456"};
+    accel_max_memory mm = {0};
+    CHECK(accel_max_memory_set(&mm, "cpu", "1GB") == ACCEL_OK);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char named[64];
+        snprintf(named, sizeof named, "device '%s' is not recognized", bad[i]);
+        CHECK_MSG(accel_max_memory_set(&mm, bad[i], "1GB") == ACCEL_ERR_INVALID_ARG, "'%s' was accepted", bad[i]);
+        CHECK_STR_CONTAINS(accel_last_error(), named);
+        CHECK_STR_CONTAINS(accel_last_error(), "GPU indices ('0', '1', ...), 'cpu' and 'disk'");
+        CHECK_MSG(accel_max_memory_set_bytes(&mm, bad[i], 5) == ACCEL_ERR_INVALID_ARG, "'%s' was accepted", bad[i]);
+        accel_clear_error();
+    }
+    CHECK(mm.n == 1 && accel_max_memory_get(&mm, "cpu") == 1000000000);
+    CHECK(accel_max_memory_set(&mm, "disk", "1GB") == ACCEL_OK && accel_max_memory_set(&mm, "7", "1GB") == ACCEL_OK);
 }
 
 static void test_infer_basic(void) {
@@ -647,6 +666,7 @@ int main(void) {
     RUN(test_device_map_basics);
     RUN(test_device_map_set_checks_values);
     RUN(test_max_memory_gpu_key_leading_zero);
+    RUN(test_max_memory_set_unknown_key);
     RUN(test_infer_basic);
     RUN(test_infer_tied);
     RUN(test_infer_buffers_and_fallback);

@@ -8,6 +8,8 @@
  *   - a rank that fails, then calls again with good options, joins: nothing
  *     is told, at the failure or at exit;
  *   - a child forked after the failure tells nothing at its exit;
+ *   - a rank that fails, then calls again and joins a rendezvous that
+ *     fails, tells nothing at exit (the store saw it come);
  *   - on a store: an abort record is a rank's own (a connection of another
  *     rank cannot post it), and the rank connecting again withdraws it;
  *   - a rank claimed twice by one process says so, and two processes with
@@ -136,6 +138,51 @@ static void test_forked_child_tells_nothing(void) {
     accel__store_close(server);
 }
 
+/* Rank 1 of a job whose store this process serves (rank 0, which posted
+ * its own abort record) is refused in accel_dist_init, calls again with good
+ * options and joins the rendezvous, which fails on rank 0's record; then it
+ * exits. Its refusal is over, and the rendezvous's failure is the store's to
+ * tell (rank 1 claimed, then closed): it posts nothing at exit. (It posted
+ * the refusal's message, and with rank 0's store closed its exit waited
+ * ACCEL_DIST_TIMEOUT.) */
+static void test_failed_rendezvous_after_refusal_tells_nothing(void) {
+    int port = dist_free_port(), go_on[2];
+    CHECK(pipe(go_on) == 0);
+    fflush(NULL);
+    pid_t rank1 = fork(); /* before the store's thread */
+    if (rank1 == 0) {
+        char c = 'x';
+        if (read(go_on[0], &c, 1) != 1) exit(2);
+        dist_setenv_int("RANK", 1);
+        dist_setenv_int("WORLD_SIZE", 2);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        dist_setenv_int("MASTER_PORT", port);
+        setenv("ACCEL_DIST_TIMEOUT", "600", 1);
+        setenv("ACCEL_JOB_SECRET", SECRET, 1);
+        setenv("ACCEL_DEBUG_MODE", "maybe", 1);
+        if (accel_dist_init() != ACCEL_ERR_INVALID_ARG) exit(3);
+        unsetenv("ACCEL_DEBUG_MODE");
+        if (accel_dist_init() != ACCEL_ERR_DIST ||
+            !strstr(accel_last_error(), "rendezvous failed: rank 0 failed before the rendezvous: rank 0's reason"))
+            exit(4);
+        exit(0);
+    }
+    accel__store *server = accel__store_open("127.0.0.1", port, true, SECRET, 0, 1);
+    CHECK(server && accel__store_abort(server, "rank 0's reason") == ACCEL_OK);
+    char c = 'x';
+    CHECK(write(go_on[1], &c, 1) == 1);
+    int st;
+    waitpid(rank1, &st, 0);
+    CHECK_MSG(dist_exited_ok(st), "rank 1: status %#x", st);
+    void *posted = NULL;
+    CHECK_MSG(accel__store_get(server, "abort/1", &posted, NULL) == ACCEL_ERR_DIST, "rank 1 posted at exit: %s",
+              posted ? (char *)posted : "");
+    CHECK_STR_CONTAINS(accel_last_error(), "rank 0 failed before the rendezvous: rank 0's reason");
+    accel_free(posted);
+    for (int i = 0; i < 2; i++) close(go_on[i]);
+    accel__store_close(server);
+}
+
 /* A wait on "x" for ranks 0 and 1, both missing: times out (nothing aborted
  * it; rank 2, whose connection closed, is not waited for). */
 static void check_no_abort(accel__store *s, const char *why) {
@@ -225,6 +272,7 @@ int main(void) {
     RUN(test_abort_record_is_the_ranks_own);
     RUN(test_rank_claimed_twice);
     RUN(test_forked_child_tells_nothing);
+    RUN(test_failed_rendezvous_after_refusal_tells_nothing);
     RUN(test_others_fail_naming_it);
     RUN(test_recovered_rank_tells_nothing);
     return check_summary();

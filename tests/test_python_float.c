@@ -133,35 +133,92 @@ static void test_bounded(void) {
     CHECK(!accel__python_float_n("", 0, &v));
 }
 
-/* The copy without the '_' on the stack up to 127 characters, on the heap past them: out of memory
- * there is ACCEL_ERR_OOM, not a number refused in silence. */
-static void test_out_of_memory(void) {
-    char text[256];
+/* No allocation, however long the number (an allocator that refuses every
+ * one is installed): a long number's copy was on the heap, and an out of
+ * memory there was reported by the callers as "not a number". */
+static void test_no_allocation(void) {
+    static char text[20001];
     text[0] = '1';
-    for (int i = 0; i < 60; i++) memcpy(text + 1 + 2 * i, "_0", 2); /* 121 characters */
-    text[121] = 0;
-    refuse_band none = {.min = 0, .max = SIZE_MAX};
-    refuse_band_install(&none);
-    double v = 0;
-    bool ok = accel__python_float(text, &v);
-    refuse_band_install(NULL);
-    CHECK_MSG(ok && v == 1e60 && !none.refused, "%a", v);
-    for (int i = 60; i < 100; i++) memcpy(text + 1 + 2 * i, "_0", 2); /* 201 */
+    for (int i = 0; i < 100; i++) memcpy(text + 1 + 2 * i, "_0", 2); /* 201 characters */
     text[201] = 0;
-    none.refused = false;
-    refuse_band_install(&none);
-    accel_clear_error();
-    ok = accel__python_float(text, &v);
+    refuse_band all = {.min = 0, .max = SIZE_MAX};
+    refuse_band_install(&all);
+    double v = 0, w = 0;
+    bool ok = accel__python_float(text, &v);
+    memset(text, '0', 20000); /* 20000 characters: 0.(300 zeros)25(19698 zeros) */
+    memcpy(text, "0.", 2);
+    memcpy(text + 302, "25", 2);
+    text[20000] = 0;
+    bool ok2 = accel__python_float(text, &w);
     refuse_band_install(NULL);
-    CHECK(!ok && none.refused && accel_last_status() == ACCEL_ERR_OOM);
-    accel_clear_error();
-    CHECK_MSG(accel__python_float(text, &v) && v == 1e100, "%a", v);
+    CHECK_MSG(ok && v == 1e100 && ok2 && w == strtod("2.5e-301", NULL) && !all.refused, "%a %a refused %d", v, w,
+              (int)all.refused);
+}
+
+/* Long numbers as strtod reads the same digits: past 800 significant digits
+ * the rest only round, and one nonzero among them still rounds up a halfway
+ * case (2^53 + 1 is halfway between two doubles: ties go to the even one). */
+static void test_long_rounding(void) {
+    static char text[4096];
+    char *d;
+    double v = 0;
+    /* 9007199254740993.000...0001: just above the halfway point */
+    snprintf(text, sizeof text, "9007199254740993.");
+    size_t n = strlen(text);
+    memset(text + n, '0', 1500);
+    snprintf(text + n + 1500, sizeof text - n - 1500, "1");
+    CHECK_MSG(accel__python_float(text, &v) && v == 9007199254740994.0, "above halfway: %a", v);
+    text[n + 1500] = 0; /* exactly halfway: the even one */
+    CHECK_MSG(accel__python_float(text, &v) && v == 9007199254740992.0, "halfway: %a", v);
+    /* 2.5 x 2^-1074, halfway between the two subnormals 2 and 3 x 2^-1074: 5^1076 / 10^1075, whose 753
+     * significant digits all count (ties to the even 2); any nonzero digit after them, however far,
+     * makes it 3 */
+    char digits[800];
+    int nd = 1;
+    digits[0] = 1; /* 5^1076, least significant digit first */
+    for (int k = 0; k < 1076; k++) {
+        int carry = 0;
+        for (int i = 0; i < nd; i++) {
+            int x = digits[i] * 5 + carry;
+            digits[i] = (char)(x % 10), carry = x / 10;
+        }
+        if (carry) digits[nd++] = (char)carry;
+    }
+    d = text;
+    d += sprintf(d, "0.");
+    for (int i = 0; i < 1075 - nd; i++) *d++ = '0';
+    for (int i = nd - 1; i >= 0; i--) *d++ = (char)('0' + digits[i]);
+    *d = 0;
+    CHECK_MSG(accel__python_float(text, &v) && v == ldexp(2, -1074), "the subnormals' halfway point: %a", v);
+    memset(d, '0', 100);
+    snprintf(d + 100, (size_t)(text + sizeof text - d - 100), "1");
+    CHECK_MSG(accel__python_float(text, &v) && v == ldexp(3, -1074), "above the subnormals' halfway point: %a", v);
+    /* an exponent of any length: past 10^17 the value is 0 or infinite either way */
+    CHECK(accel__python_float("1e99999999999999999999999999", &v) && v == INFINITY);
+    CHECK(accel__python_float("-1e99_999_999_999_999_999_999_999", &v) && v == -INFINITY);
+    CHECK(accel__python_float("1e-99999999999999999999999999", &v) && v == 0);
+    CHECK(accel__python_float("0e99999999999999999999999999", &v) && v == 0);
+    /* random digits of every length around 800, a point and an exponent, against strtod */
+    unsigned seed = 12345;
+    for (int t = 0; t < 400; t++) {
+        size_t len = 700 + (size_t)(t % 200) + (t >= 200 ? 1000 : 0), point = (seed = seed * 1103515245 + 12345) % len;
+        d = text;
+        for (size_t i = 0; i < len; i++) {
+            if (i == point) *d++ = '.';
+            *d++ = (char)('0' + (seed = seed * 1103515245 + 12345) / 65536 % 10);
+        }
+        snprintf(d, (size_t)(text + sizeof text - d), "e%d", (int)((seed = seed * 1103515245 + 12345) / 65536 % 1400) - 1000);
+        double want = strtod(text, NULL);
+        CHECK_MSG(accel__python_float(text, &v) && !memcmp(&v, &want, sizeof v), "%.40s...: %a, strtod %a", text, v,
+                  want);
+    }
 }
 
 int main(void) {
     RUN(test_table);
     RUN(test_long);
     RUN(test_bounded);
-    RUN(test_out_of_memory);
+    RUN(test_no_allocation);
+    RUN(test_long_rounding);
     return check_summary();
 }

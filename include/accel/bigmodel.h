@@ -86,8 +86,10 @@ typedef struct accel_max_memory {
     } e[ACCEL_MAX_MEMORY_DEVICES];
 } accel_max_memory;
 
-/* Adds (or replaces) a budget. size: bytes as an integer string or "10GB",
- * "2GiB", ... (accel_parse_size). */
+/* Adds (or replaces) a budget. device: a GPU index ("0", "1", ...; no
+ * leading zero), "cpu" or "disk"; another key -> ACCEL_ERR_INVALID_ARG
+ * naming it. size: bytes as an integer string or "10GB", "2GiB", ...
+ * (accel_parse_size). */
 accel_status accel_max_memory_set(accel_max_memory *mm, const char *device, const char *size);
 accel_status accel_max_memory_set_bytes(accel_max_memory *mm, const char *device, int64_t bytes);
 /* -1 when the device has no budget. */

@@ -302,6 +302,12 @@ accel_status accel_max_memory_set_bytes(accel_max_memory *mm, const char *device
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_max_memory_set: GPU index '%s' has a leading zero; write it as '%d'", device,
                                atoi(device));
+    /* Refused here, as Accelerate's get_max_memory refuses it, rather than
+     * kept until accel_get_max_memory refused the whole budget later */
+    if (!accel__is_gpu_key(device) && strcmp(device, "cpu") && strcmp(device, "disk"))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_max_memory_set: device '%s' is not recognized; the devices are GPU indices "
+                               "('0', '1', ...), 'cpu' and 'disk'", device);
     int i = mm_index(mm, device);
     if (i < 0) {
         if (mm->n == ACCEL_MAX_MEMORY_DEVICES)

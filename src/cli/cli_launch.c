@@ -34,6 +34,7 @@
 
 #include "accel/core.h"
 #include "cli/cli.h"
+#include "core/core_internal.h"
 #include "core/env.h"
 #include "dist/backend.h"
 #include "dist/slurm.h"
@@ -103,7 +104,8 @@ typedef struct launch_cfg {
     double monitor_interval;
     char mixed_precision[8]; /* lower case, as Accelerate reads it */
     const char *ip, *log_dir, *gpu_ids, *role, *zero_stage, *fsdp_strategy;
-    const char *ds_file, *grad_clip, *offload_opt, *log_with, *project_dir;
+    const char *ds_file, *offload_opt, *log_with, *project_dir;
+    char grad_clip[32]; /* the norm as str(float()) writes it, as the library reads it back; "" when none */
     const char *offload_param, *offload_opt_path, *offload_param_path;
     char python[PATH_MAX];   /* interpreter of a Python PROGRAM ("" when PROGRAM runs directly) */
     const char *python_from; /* where that choice came from, for error messages */
@@ -244,7 +246,7 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     char abs[PATH_MAX]; /* workers may run elsewhere (--log_dir, chdir): pass an absolute path */
     const char *ds_abs = L->ds_file ? (realpath(L->ds_file, abs) ? abs : L->ds_file) : NULL;
     if (ds_abs) env_add(e, "ACCEL_DEEPSPEED_CONFIG_FILE", ds_abs);
-    if (L->grad_clip) env_add(e, "ACCEL_GRADIENT_CLIPPING", L->grad_clip);
+    if (L->grad_clip[0]) env_add(e, "ACCEL_GRADIENT_CLIPPING", L->grad_clip);
     if (L->offload_opt) env_add(e, "ACCEL_OFFLOAD_OPTIMIZER_DEVICE", L->offload_opt);
     if (L->offload_param) env_add(e, "ACCEL_OFFLOAD_PARAM_DEVICE", L->offload_param);
     const char *paths[2] = {L->offload_opt_path, L->offload_param_path};
@@ -471,7 +473,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")
                  : ds_as_config                ? ds_as_config
                                                : cfg_s(ds, "deepspeed_config_file");
-    L->grad_clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
+    const char *clip = V("gradient_clipping") ? V("gradient_clipping") : cfg_s(ds, "gradient_clipping");
     L->offload_opt = V("offload_optimizer_device") ? V("offload_optimizer_device")
                                                    : cfg_s(ds, "offload_optimizer_device");
     L->offload_param = V("offload_param_device") ? V("offload_param_device") : cfg_s(ds, "offload_param_device");
@@ -578,13 +580,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     if (V("max_restarts") && !parse_int("max_restarts", V("max_restarts"), 0, INT_MAX, &L->max_restarts)) return 2;
     L->tee = 0;
     if (V("tee") && !parse_int("tee", V("tee"), 0, 3, &L->tee)) return 2;
-    if (L->grad_clip) {
+    L->grad_clip[0] = 0;
+    if (clip) { /* passed on normalised: " 1_0 " reached the workers as written */
         double norm;
-        if (!accel__python_float(L->grad_clip, &norm) || !isfinite(norm) || norm < 0) {
-            fprintf(stderr, "accel launch: error: argument --gradient_clipping: invalid value '%s' (expected a finite "
-                            "number >= 0)\n", L->grad_clip);
+        if (!accel__python_float(clip, &norm) || !isfinite(norm) || norm < 0) {
+            fprintf(stderr, "accel launch: error: %s: invalid value '%s' (expected a finite number >= 0)\n",
+                    V("gradient_clipping") ? "argument --gradient_clipping" : "config key deepspeed_config.gradient_clipping", clip);
             return 2;
         }
+        accel__float_repr(L->grad_clip, sizeof L->grad_clip, norm);
     }
     L->monitor_interval = 0.1;
     if (V("monitor_interval")) { /* argparse's type=float */

@@ -60,9 +60,48 @@ static const char *py_digits(const char *p, const char *end, size_t *n) {
     return p;
 }
 
-/* Digits of a number this long or shorter are copied on the stack for
- * strtod; longer ones (no float setting needs them) on the heap. */
-enum { PLAIN_ON_STACK = 128 };
+/* Significant digits past this many only round the value: a nonzero one
+ * among them is written as one more digit '1' (a double's halfway points have
+ * at most 767 significant digits, so the rounding comes out the same), and the
+ * text strtod reads fits a buffer on the stack however long the number is. */
+enum { SIGNIFICANT = 800 };
+
+/* The value of validated decimal text: the digits from p to mant_end (a '.'
+ * and '_' among them), the exponent's from exp (its sign first; NULL: none)
+ * to end. Rewritten as digits and a power of ten for strtod, without the
+ * '_', leading zeros or the digits past SIGNIFICANT: no allocation, so no
+ * number fails for want of memory. */
+static double decimal_value(bool negative, const char *p, const char *mant_end, const char *exp, const char *end) {
+    char text[SIGNIFICANT + 32], *d = text; /* a sign, one digit more, "e" and a long long */
+    if (negative) *d++ = '-';
+    char *first = d;
+    long long scale = 0; /* the power of ten of the last digit written */
+    bool fraction = false, sticky = false;
+    for (const char *c = p; c < mant_end; c++) {
+        if (*c == '.' || *c == '_') {
+            fraction |= *c == '.';
+            continue;
+        }
+        scale -= fraction;
+        if (d == first && *c == '0') continue;
+        if (d - first < SIGNIFICANT) {
+            *d++ = *c;
+        } else {
+            scale++;
+            sticky |= *c != '0';
+        }
+    }
+    if (sticky) *d++ = '1', scale--;
+    if (d == first) *d++ = '0';
+    /* saturated past 10^17: the digits' scale would need a text that long to
+     * bring such a power back into range, and the sum cannot overflow */
+    long long e = 0;
+    for (const char *c = exp ? exp + (*exp == '-' || *exp == '+') : end; c < end; c++)
+        if (*c != '_' && e < 100000000000000000LL) e = e * 10 + (*c - '0');
+    scale += exp && *exp == '-' ? -e : e;
+    snprintf(d, sizeof text - (size_t)(d - text), "e%lld", scale);
+    return strtod(text, NULL);
+}
 
 bool accel__python_float_n(const char *text, size_t len, double *out) {
     const char *num = text, *end = text + len;
@@ -76,23 +115,15 @@ bool accel__python_float_n(const char *text, size_t len, double *out) {
     const char *q = py_digits(p, end, &n);
     if (q < end && *q == '.') q = py_digits(q + 1, end, &more), n += more;
     if (!n) return false;
+    const char *mant_end = q, *exp = NULL;
     if (q < end && (*q == 'e' || *q == 'E')) {
-        q++;
+        exp = ++q;
         if (q < end && (*q == '-' || *q == '+')) q++;
         q = py_digits(q, end, &more);
         if (!more) return false;
     }
     if (q != end) return false;
-    /* [num, end) is decimal text that strtod reads the same way, but for the '_': a NUL-terminated copy
-     * without them (the text may go on past len) */
-    char stack[PLAIN_ON_STACK], *plain = (size_t)(end - num) < sizeof stack ? stack : accel_malloc((size_t)(end - num) + 1);
-    if (!plain) return false; /* ACCEL_ERR_OOM set */
-    char *d = plain;
-    for (const char *c = num; c < end; c++)
-        if (*c != '_') *d++ = *c;
-    *d = 0;
-    *out = strtod(plain, NULL);
-    if (plain != stack) accel_free(plain);
+    *out = decimal_value(*num == '-', p, mant_end, exp, end);
     return true;
 }
 

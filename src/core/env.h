@@ -32,10 +32,10 @@ accel_status accel__env_bool(const char *name, bool dflt, bool *out);
  * sign, digits with single '_' between two of them, an optional fraction and
  * exponent, or inf / infinity / nan in any case. ASCII only: float()'s other
  * scripts' digits and Unicode blanks are refused. What strtod also takes
- * (hex, "nan(...)") is none. False, *out untouched, when it is none; also
- * when a number of 128 characters or more finds no memory for its copy
- * (ACCEL_ERR_OOM set, which the callers' "not a number" then replaces: no
- * setting's number is that long, and a bool keeps every caller one test). */
+ * (hex, "nan(...)") is none. False, *out untouched, when it is none. It
+ * allocates nothing, however long the text: no number fails for want of
+ * memory (a long one's copy on the heap did, and its callers said "not a
+ * number"). */
 bool accel__python_float(const char *text, double *out);
 /* The same of the len bytes at text (no NUL needed after them). */
 bool accel__python_float_n(const char *text, size_t len, double *out);

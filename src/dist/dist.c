@@ -1215,6 +1215,12 @@ void accel__dist_failed_early(void) {
 }
 
 static accel_status create_default_group(void) {
+    /* An earlier failure noted is over: this call's own is noted below, and
+     * one in the rendezvous is the store's to tell (its claim, its connection
+     * closed). Kept, the old message was posted at exit after a failed
+     * rendezvous, and the exit could wait ACCEL_DIST_TIMEOUT for a store
+     * rank 0 had closed. */
+    accel__failed_early_forget();
     dist_env e = {0};
     if (read_meeting(&e) != ACCEL_OK) return accel_last_status();
     /* Said here, once per init: read_meeting runs again for a rank that fails before the rendezvous. */
@@ -1278,7 +1284,6 @@ static accel_status create_default_group(void) {
     }
     live_add(pg);
     g_default = pg;
-    accel__failed_early_forget(); /* it joined after all */
     return ACCEL_OK;
 }
 

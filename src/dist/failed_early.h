@@ -24,7 +24,9 @@
  * why: the last such failure is told at exit. */
 void accel__failed_early_note(int rank, int world, const char *addr, int port, const char *secret,
                               double timeout_s, const char *why);
-/* This process joined its job's group: nothing to tell. */
+/* This process tries the rendezvous again: the failure noted is over (a
+ * failure of this try before the rendezvous is noted anew; one in it is the
+ * store's to tell). */
 void accel__failed_early_forget(void);
 
 #endif
