@@ -585,7 +585,9 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         double norm;
         if (!accel__python_float(clip, &norm) || !isfinite(norm) || norm < 0) {
             fprintf(stderr, "accel launch: error: %s: invalid value '%s' (expected a finite number >= 0)\n",
-                    V("gradient_clipping") ? "argument --gradient_clipping" : "config key deepspeed_config.gradient_clipping", clip);
+                    V("gradient_clipping") ? "argument --gradient_clipping"
+                                           : "config key deepspeed_config.gradient_clipping",
+                    clip);
             return 2;
         }
         accel__float_repr(L->grad_clip, sizeof L->grad_clip, norm);
