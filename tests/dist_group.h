@@ -80,10 +80,20 @@ static inline pid_t dist_group_fork(dist_group *g, int r, dist_body_fn body) {
     exit(body(r, g->world)); /* exit, not _exit: LeakSanitizer checks each rank */
 }
 
-/* Waits for every rank (SIGKILL after the deadline); status[r] as waitpid's. */
+/* A status no rank exits with (exit code 255, as waitpid gives it): the
+ * rank was never started, or could not be waited for. */
+enum { DIST_NOT_RUN = 255 << 8 };
+
+/* Waits for every rank (SIGKILL after the deadline); status[r] as waitpid's,
+ * DIST_NOT_RUN for a rank that fork could not start or waitpid not reap. */
 static inline void dist_group_wait(dist_group *g, int *status) {
     double deadline = accel_now_seconds() + (g->kill_after_s > 0 ? g->kill_after_s : 60);
     for (int r = 0; r < g->world; r++) {
+        status[r] = DIST_NOT_RUN;
+        if (g->pid[r] <= 0) { /* fork failed: waitpid(-1) would reap another rank */
+            fprintf(stderr, "rank %d was not started (fork failed)\n", r);
+            continue;
+        }
         while (waitpid(g->pid[r], &status[r], WNOHANG) == 0) {
             if (accel_now_seconds() > deadline) {
                 fprintf(stderr, "rank %d still running after the deadline: killed\n", r);
@@ -97,6 +107,10 @@ static inline void dist_group_wait(dist_group *g, int *status) {
 }
 
 static inline void dist_group_run(dist_group *g, dist_body_fn body, int *status) {
+    if (g->world < 1 || g->world > DIST_GROUP_MAX) { /* a test's mistake: no rank to run, or pid[] overrun */
+        fprintf(stderr, "dist_group_run: world %d is not in 1..%d\n", g->world, DIST_GROUP_MAX);
+        abort();
+    }
     g->port = dist_free_port();
     for (int r = 0; r < g->world; r++) g->pid[r] = dist_group_fork(g, r, body);
     dist_group_wait(g, status);

@@ -1,7 +1,8 @@
 /* The GEMM provider chosen by measurement (src/backends/cpu/gemm_choice.c)
  * with fake timings (accel__gemm_choice_set_timer), so nothing here depends
  * on how fast anything runs: the winner is kept, a small shape is never
- * timed, a challenger needs a clear margin (hysteresis), the choices survive
+ * timed, a challenger needs a clear margin (5% against the rule's choice,
+ * 10% against a measured one: hysteresis), the choices survive
  * in the cache file and are read back without timing, a corrupt file, one
  * of another key and an unwritable directory fall back to measuring, and
  * ACCEL_GEMM_MEASURE=0/1 and ACCEL_GEMM force what they say; bf16 and f16
@@ -23,6 +24,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/openblas_core.h"
+#include "core/prepared.h"
 #include "accelerator/gemm_choices.h"
 #include "check.h"
 
@@ -107,7 +109,20 @@ static void test_winner_kept(void) {
 static void test_hysteresis(void) {
     clear_dir();
     restart(g_dir, NULL);
-    set_times(1.0, 0.95); /* 5% faster: not enough against the rule's OpenBLAS */
+    set_times(1.0, 0.97); /* 3% faster: not enough against the rule's OpenBLAS */
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
+    /* 7% faster than the rule's (a prior, not a measurement): enough ... */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.93);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL);
+    /* ... but not against a measured choice: OpenBLAS 7% faster, oneDNN stays */
+    restart(g_dir, "1");
+    set_times(0.93, 1.0);
+    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL && g_fake.calls == 2);
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.97);
     CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
     /* measured again (ACCEL_GEMM_MEASURE=1): now oneDNN is 30% faster */
     restart(g_dir, "1");
@@ -300,6 +315,68 @@ static void test_weight_class(void) {
     CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN);
     CHECK(accel__gemm_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == OB && g_fake.calls == 0);
     CHECK(accel__gemm_measure(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K, true) == DN && g_fake.calls == 2);
+    accel__gemm_choice_set_timer(fake_time, &g_fake);
+    /* a table without weight classes (written before them): the plain
+     * class's choice stands for the weight class, its incumbent when timed
+     * (oneDNN 3% faster: no win against it, nor against the rule) ... */
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(choose_big() == DN);
+    restart(g_dir, NULL);
+    set_times(1.0, 0.97);
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN && g_fake.calls == 2);
+    /* ... and untimed where the table was installed whole (a checkpoint's,
+     * rank 0's), so such a run multiplies as it did */
+    char saved[320];
+    snprintf(saved, sizeof saved, "%s/ckpt_plain.json", g_dir);
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(1.0, 0.5);
+    CHECK(choose_big() == DN && accel__gemm_choices_save(saved) == ACCEL_OK);
+    clear_dir();
+    restart(g_dir, NULL);
+    CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);
+    set_times(0.5, 1.0); /* a timing would take OpenBLAS */
+    CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN && g_fake.calls == 0);
+    unlink(saved);
+    /* the weight class's timing reads the scratch weight's form where
+     * oneDNN's layout holds one: a warm-up and 3 runs on it; a plain class's none */
+    restart("off", NULL);
+    accel__gemm_choice_set_timer(NULL, NULL);
+    enum { M = 96, N = 128, K = 64 };
+    float *b = calloc(N * K, sizeof(float));
+    void *form = NULL;
+    size_t bytes, runs = accel__gemm_form_runs();
+    CHECK(b && accel__gemm_scratch_form(ACCEL_F32, true, N, K, b, &form, &bytes) == ACCEL_OK);
+    accel__gemm_measure(ACCEL_F32, false, true, M, N, K, false);
+    CHECK(accel__gemm_form_runs() == runs);
+    accel__gemm_measure(ACCEL_F32, false, true, M, N, K, true);
+    CHECK_MSG(accel__gemm_form_runs() == runs + (form ? 4 : 0), "%zu runs on the form, a form %s",
+              accel__gemm_form_runs() - runs, form ? "made" : "not made");
+    free(form), free(b);
+    /* a weight no form can be kept of (ACCEL_WEIGHT_CACHE=0) multiplies on
+     * the plain class: oneDNN would read its plain weight, not the form the
+     * weight class timed */
+    accel__gemm_choice_set_timer(weight_time, NULL);
+    accel_tensor *w = accel_tensor_new(ACCEL_F32, 2, (int64_t[]){BIG_N, BIG_K}, ACCEL_CPU_DEVICE);
+    float *a = calloc((size_t)BIG_M * BIG_K, sizeof(float)), *c = calloc((size_t)BIG_M * BIG_N, sizeof(float));
+    CHECK(w && a && c);
+    memset(w->data, 0, sizeof(float) * BIG_N * BIG_K);
+    for (int cached = 0; cached < 2; cached++) {
+        restart("off", NULL);
+        bool was = accel__prepared_set_enabled(cached);
+        CHECK(accel__gemm_weight(false, true, BIG_M, BIG_N, BIG_K, 1.0f, a, ACCEL_F32, BIG_K, w, 0, BIG_K, 0.0f, c,
+                                 BIG_N) == ACCEL_OK);
+        accel__prepared_set_enabled(was);
+        accel__gemm_class cls[8];
+        int n = accel__gemm_choice_classes(omp_get_max_threads(), cls, 8), weights = 0;
+        for (int k = 0; k < n; k++) weights += cls[k].op == ACCEL__GEMM_OP_WEIGHT;
+        CHECK_MSG(weights == cached, "weight cache %s: %d weight classes", cached ? "on" : "off", weights);
+        accel_step_reset();
+    }
+    accel_tensor_free(w);
+    free(a), free(c);
     accel__gemm_choice_set_timer(fake_time, &g_fake);
 }
 

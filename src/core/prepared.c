@@ -462,6 +462,10 @@ static accel_status form_get(accel__prepared *e, const accel__form_key *key, acc
     return ACCEL_OK;
 }
 
+bool accel__prepared_can_hold(const accel_tensor *owner) {
+    return owner && accel__prepared_enabled() && trackable(owner);
+}
+
 bool accel__prepared_enabled(void) {
     int on = atomic_load(&g_enabled);
     if (on < 0) {

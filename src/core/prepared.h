@@ -103,6 +103,10 @@ void accel__prepared_sweep(void);
  * Returns the previous setting. */
 bool accel__prepared_set_enabled(bool on);
 bool accel__prepared_enabled(void);
+/* Whether accel__prepared_get would keep forms of owner: prepared forms
+ * are on and owner is memory of its own (heap, parameter, buffer or mapped;
+ * not the step arena, not meta), dense and not empty. */
+bool accel__prepared_can_hold(const accel_tensor *owner);
 
 /* Writes owner's new values and, when form is not NULL, the same values
  * rounded to round_dt into form (owner's shape; dtype round_dt, or f32

@@ -374,8 +374,9 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
     bool skinny = dt == ACCEL_F32 && gives_way && M <= SMALL_M;
     /* an f32 weight's form is oneDNN's only where measured (form_faster),
      * so its class times oneDNN on the form: the plain weight's timing
-     * undersold oneDNN by the panel copies the form saves (Zen 4: 3-13%,
-     * under the margin, so OpenBLAS kept shapes the form made oneDNN's) */
+     * undersold oneDNN by the panel copies the form saves (Zen 4, quiet:
+     * oneDNN 1-9% faster than OpenBLAS on the plain weight, 7-12% on the
+     * form) */
     if (weight && dt == ACCEL_F32 && !skinny)
         return accel__gemm_choose_weight(dt, trans_a, trans_b, M, N, K, rule, candidates, force);
     return accel__gemm_choose(dt, trans_a, trans_b, M, N, K, rule, candidates, force, skinny);
@@ -915,7 +916,8 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
                                      int64_t ldw, float beta, void *C, accel_dtype c_dt, int64_t ldc, bool *ran) {
     *ran = false;
     accel_dtype dt = W->dtype;
-    if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw))
+    if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw) ||
+        !accel__prepared_can_hold(W))
         return ACCEL_OK;
     accel_status st;
     if (!dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st)) return st;
@@ -953,6 +955,10 @@ accel_status accel__gemm_scratch_form(accel_dtype dt, bool trans_b, int64_t N, i
     return ACCEL_OK;
 }
 
+static _Atomic size_t g_form_runs; /* accel__gemm_form_runs */
+
+size_t accel__gemm_form_runs(void) { return g_form_runs; }
+
 accel_status accel__gemm_on_form(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                  float alpha, const void *A, accel_dtype dt, int64_t lda, const void *B,
                                  const void *form, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -961,6 +967,7 @@ accel_status accel__gemm_on_form(int provider, bool trans_a, bool trans_b, int64
         bool ran;
         accel_status st = accel__dnnl_gemm_packed(dt, trans_a, trans_b, M, N, K, alpha, A, lda, form, beta, C,
                                                   ACCEL_F32, ldc, &ran);
+        g_form_runs += st == ACCEL_OK && ran;
         if (st != ACCEL_OK || ran) return st;
     }
 #else
@@ -982,14 +989,16 @@ bool accel__gemm_weight_has_form(accel_dtype dt, bool trans_a, bool trans_b, int
 accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, accel_dtype a_dt, int64_t lda, accel_tensor *W, int64_t w_off,
                                 int64_t ldw, float beta, float *C, int64_t ldc) {
+    bool weight = false; /* the weight class: where the GEMM may read a form, as its oneDNN was timed */
 #ifdef ACCEL_HAVE_DNNL
     bool ran;
     accel_status st =
         dnnl_weight_gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, W, w_off, ldw, beta, C, ACCEL_F32, ldc, &ran);
     if (st != ACCEL_OK || ran) return st;
+    weight = a_dt == W->dtype && whole_weight(W, trans_b, N, K, w_off, ldw) && accel__prepared_can_hold(W);
 #endif
     const char *B = (const char *)W->data + (size_t)w_off * accel_dtype_size(W->dtype);
-    return gemm_of(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc, true);
+    return gemm_of(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc, weight);
 }
 
 /* ---- the table's matrix kernels */

@@ -246,9 +246,9 @@ void accel__gemm_library_versions(char *out, size_t n);
  * file per CPU model and features, library versions, the providers this
  * build knows and thread count (ACCEL_GEMM_CACHE=DIR, or off; default
  * ~/.cache/accel). A measurement
- * replaces the incumbent (the cached choice, else the rule's: the f32 table,
- * oneDNN for bf16/f16 where the CPU has units for them) only when another
- * candidate is faster by more than 10%. ACCEL_GEMM_MEASURE=0 never measures
+ * replaces the incumbent only when another candidate is faster by more than
+ * 10% against a cached (or received) choice, 5% against the rule's (the f32
+ * table, oneDNN for bf16/f16 where the CPU has units for them). ACCEL_GEMM_MEASURE=0 never measures
  * (the cache, else the rule), =1 measures the cached classes again at their
  * first use. Smaller GEMMs keep the rule, and so does the question whether
  * the ops hand a bf16/f16 GEMM its operands as they are or widened once
@@ -307,6 +307,9 @@ accel_status accel__gemm_scratch_form(accel_dtype dt, bool trans_b, int64_t N, i
 accel_status accel__gemm_on_form(int provider, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                  float alpha, const void *A, accel_dtype dt, int64_t lda, const void *B,
                                  const void *form, int64_t ldb, float beta, float *C, int64_t ldc);
+/* How many of its calls in this process read the form (for the tests: a
+ * weight class's timing reads it). */
+size_t accel__gemm_form_runs(void);
 
 /* Runs a class's representative work once on provider p (ctx: the
  * caller's); false with the error set when it failed (no memory for its

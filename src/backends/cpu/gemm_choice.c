@@ -10,8 +10,11 @@
  * of REPS; a class of other work,
  * attention's tiles, times what its caller's run does:
  * accel__gemm_choose_run), and the winner replaces the incumbent
- * (the entry cached before, else the rule's choice) only when it is faster
- * by more than MARGIN, so noise cannot flip a choice back and forth. A
+ * only when it is faster by more than a margin: MARGIN against the entry
+ * cached (or received) before, so noise cannot flip a measured choice back
+ * and forth; RULE_MARGIN against the rule's choice, a prior no measurement
+ * made, which a clear but small win (a weight's form on Zen 4: 7-12%)
+ * should beat. A
  * timing in which a candidate's run failed (no memory for its operands)
  * chooses nothing: the class keeps the incumbent untimed for the process
  * and nothing is cached (timing_failed). The table is kept in memory and
@@ -61,8 +64,10 @@
  * gain (and decode's few rows, which the skinny kernels take), unless the
  * caller asks for its rows to be timed (`skinny`: a class of their own). */
 #define MEASURE_MIN_MACS (1ll << 26)
-/* A challenger replaces the incumbent only when it is this much faster. */
+/* A challenger replaces a measured incumbent (cached, received) only when
+ * it is this much faster, the rule's choice when it is RULE_MARGIN faster. */
 #define MARGIN 0.10
+#define RULE_MARGIN 0.05
 enum { REPS = 3, MAX_CHOICES = 256 };
 
 typedef struct choice {
@@ -151,15 +156,25 @@ enum { KERNELS = 3 };
  * measures into a file of its own, and one without it never reads a file
  * that names it (it would take it for malformed and measure over it); so
  * are the candidates' kernels (KERNELS). */
+/* A class's "op" in the file: absent for one GEMM (files written before
+ * attention's tiles had classes), "sdpa_tiles" for those, "weight" for a
+ * GEMM whose op(B) is a layer's weight. */
+static const char *OP_NAMES[] = {"gemm", "sdpa_tiles", "weight"};
+
 static void cache_key(int threads, char *out, size_t n) {
-    char versions[256], providers[128] = "";
+    char versions[256], providers[128] = "", ops[64] = "";
     accel__gemm_library_versions(versions, sizeof versions);
     for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS, used = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
         used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
                          accel__gemm_provider_name((accel__gemm_provider)p));
+    /* the ops, as the providers: a build that knows fewer never meets a
+     * file naming one it lacks (it would take the file for malformed and
+     * rewrite it, and the two builds would time each other's classes) */
+    for (int i = 0, used = 0; i < (int)(sizeof OP_NAMES / sizeof OP_NAMES[0]); i++)
+        used += snprintf(ops + used, sizeof ops - (size_t)used, "%s%s", used ? "," : "", OP_NAMES[i]);
     char cpu[160];
-    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;kernels=%d;accel=%s;threads=%d",
-             accel__cpu_name(cpu, sizeof cpu), accel_cpu_info_get()->features, versions, providers, KERNELS,
+    snprintf(out, n, "cpu=%s;features=%#x;%s;providers=%s;ops=%s;kernels=%d;accel=%s;threads=%d",
+             accel__cpu_name(cpu, sizeof cpu), accel_cpu_info_get()->features, versions, providers, ops, KERNELS,
              ACCEL_VERSION_STRING, threads);
 }
 
@@ -183,11 +198,6 @@ static int provider_of_name(const char *s) {
         if (s && !strcmp(s, accel__gemm_provider_name((accel__gemm_provider)p))) return p;
     return -1;
 }
-
-/* A class's "op" in the file: absent for one GEMM (files written before
- * attention's tiles had classes), "sdpa_tiles" for those, "weight" for a
- * GEMM whose op(B) is a layer's weight. */
-static const char *OP_NAMES[] = {"gemm", "sdpa_tiles", "weight"};
 
 /* The op named s (NULL: a GEMM), or -1. */
 static int op_of_name(const char *s) {
@@ -562,11 +572,11 @@ static double time_provider(int p, accel__gemm_run prepare, accel__gemm_run run,
 }
 
 /* Times every candidate of c into ch->seconds and keeps the incumbent
- * unless another is faster by more than MARGIN; false, the error set, when
+ * unless another is faster by more than margin; false, the error set, when
  * a candidate's run failed (no memory for its operands, a provider's
  * error): a timing without every candidate chooses nothing. */
-static bool measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_run prepare, accel__gemm_run run,
-                    void *ctx) {
+static bool measure(choice *ch, int incumbent, double margin, uint32_t candidates, accel__gemm_run prepare,
+                    accel__gemm_run run, void *ctx) {
     const accel__gemm_class *c = &ch->c;
     for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++) {
         if (!(candidates & (1u << p))) continue;
@@ -577,7 +587,7 @@ static bool measure(choice *ch, int incumbent, uint32_t candidates, accel__gemm_
     int best = incumbent;
     double inc = ch->seconds[incumbent] > 0 ? ch->seconds[incumbent] : INFINITY;
     for (int p = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
-        if ((candidates & (1u << p)) && ch->seconds[p] > 0 && ch->seconds[p] < (1.0 - MARGIN) * inc &&
+        if ((candidates & (1u << p)) && ch->seconds[p] > 0 && ch->seconds[p] < (1.0 - margin) * inc &&
             (best == incumbent || ch->seconds[p] < ch->seconds[best]))
             best = p;
     ch->provider = best;
@@ -631,16 +641,28 @@ static int choose(const accel__gemm_class *cls, int rule, uint32_t candidates, b
      * that is no candidate here (e.g. dnnl for a dtype this oneDNN only
      * loops over): the rule's then */
     if (i >= 0 && (candidates & (1u << g_table[i].provider))) provider = g_table[i].provider;
+    /* a weight class the table lacks takes the choice of the plain class
+     * of its shape, which such GEMMs ran on before weight classes existed:
+     * as its incumbent when timed, and untimed where the table was
+     * installed whole (a checkpoint's, rank 0's: multiplied as they were) */
+    bool inherited = false;
+    if (i < 0 && c.op == ACCEL__GEMM_OP_WEIGHT) {
+        accel__gemm_class plain = c;
+        plain.op = ACCEL__GEMM_OP_GEMM;
+        int j = find(&plain);
+        if (j >= 0 && (candidates & (1u << g_table[j].provider))) provider = g_table[j].provider, inherited = g_fixed;
+    }
     /* measure: a class not seen (unless ACCEL_GEMM_MEASURE=0), a cached one
      * under ACCEL_GEMM_MEASURE=1 or an explicit re-measure; never inside a
      * parallel region (the timings would be of one thread among others) */
     bool stale = i >= 0 && !g_table[i].measured_here && g_measure_env == 1;
-    bool want = force || ((stale || (i < 0 && g_measure_env != 0)) && !failed_before(&c));
+    bool want = force || ((stale || (i < 0 && !inherited && g_measure_env != 0)) && !failed_before(&c));
     if (want && !omp_in_parallel() && (i >= 0 || g_n < MAX_CHOICES)) {
         choice m = {.c = c};
         if (i >= 0) m = g_table[i];
         /* the lock is held while timing: two threads must not time at once */
-        if (measure(&m, provider, candidates | 1u << provider, prepare, run, ctx)) {
+        double margin = i >= 0 ? MARGIN : RULE_MARGIN; /* a class in the table holds a measured choice */
+        if (measure(&m, provider, margin, candidates | 1u << provider, prepare, run, ctx)) {
             if (i < 0) i = g_n++;
             g_table[i] = m;
             provider = m.provider;
