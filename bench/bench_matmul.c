@@ -82,7 +82,9 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
                 "calls after one warm-up, GFLOP/s; oneDNN's implementation in parentheses. bf16: bf16 "
                 "operands, f32 accumulation and result; bf16 on oneDNN f32 (dnnl_f32): bf16 operands widened "
                 "to f32 panels in each call, then oneDNN's f32 matmul. \"auto\" is the provider ACCEL_GEMM=auto "
-                "picks here for f32 / bf16. The machine is shared: expect +-15%% jitter.\n\n"
+                "picks here for f32 / bf16 (f32's forward and dX: accel_linear's, the weight class, whose "
+                "oneDNN reads the weight's form; the oneDNN f32 column is the plain weight's). The machine is "
+                "shared: expect +-15%% jitter.\n\n"
                 "| layer | piece | M x N x K | OpenBLAS f32 | oneDNN f32 | oneDNN bf16 | bf16 on oneDNN f32 | "
                 "auto f32 / bf16 |\n"
                 "|---|---|---|---|---|---|---|---|\n",
@@ -107,7 +109,10 @@ static void provider_table(FILE *md, int reps, int64_t R, const char *const *nam
                             ? provider_gflops(ACCEL__GEMM_AUTO, ACCEL__GEMM_PROVIDER_DNNL_F32, ACCEL_BF16, &gb, c, reps)
                             : 0.0;
             accel__gemm_set_mode(ACCEL__GEMM_AUTO);
-            const char *af = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_F32, gf.ta, gf.tb, gf.M, gf.N, gf.K));
+            /* the forward's and dX's B is the layer's weight: accel_linear asks the weight class */
+            int pf = p == DW ? accel__gemm_provider_for(ACCEL_F32, gf.ta, gf.tb, gf.M, gf.N, gf.K)
+                             : accel__gemm_weight_provider_for(ACCEL_F32, gf.ta, gf.tb, gf.M, gf.N, gf.K);
+            const char *af = accel__gemm_provider_name(pf);
             const char *ab = accel__gemm_provider_name(accel__gemm_provider_for(ACCEL_BF16, gb.ta, gb.tb, gb.M, gb.N, gb.K));
             char dfs[96], dbs[96], dws[96];
             dnnl_cell(df, ACCEL_F32, &gf, dfs, sizeof dfs);

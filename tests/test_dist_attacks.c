@@ -263,7 +263,10 @@ static void attack_workers(attack *a, dist_group *g) {
         }
         nap_ms(20);
         alive = 0;
-        for (int r = 0; r < 2; r++) alive += kill(g->pid[r], 0) == 0 && waitpid(g->pid[r], NULL, WNOHANG) == 0;
+        for (int r = 0; r < 2; r++) { /* WNOWAIT: a rank that exited stays for dist_group_wait to reap */
+            siginfo_t si = {0};
+            alive += waitid(P_PID, (id_t)g->pid[r], &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0;
+        }
     }
     stop_attack(a);
 }
