@@ -97,6 +97,18 @@ static void test_recovered_rank_tells_nothing(void) {
  * accel_dist_init, forks a child that exits: the child tells nothing (a get
  * on the store misses, as before); rank 1 tells at its own exit (a get then
  * fails at once naming it). */
+/* Rank 1 of 2 meeting at port on loopback, with a variable accel_dist_init
+ * refuses (ACCEL_DEBUG_MODE=maybe). */
+static void refused_rank1_env(int port) {
+    dist_setenv_int("RANK", 1);
+    dist_setenv_int("WORLD_SIZE", 2);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    dist_setenv_int("MASTER_PORT", port);
+    setenv("ACCEL_DIST_TIMEOUT", "600", 1);
+    setenv("ACCEL_JOB_SECRET", SECRET, 1);
+    setenv("ACCEL_DEBUG_MODE", "maybe", 1);
+}
+
 static void test_forked_child_tells_nothing(void) {
     int port = dist_free_port(), child_gone[2], go_on[2];
     CHECK(pipe(child_gone) == 0 && pipe(go_on) == 0);
@@ -105,13 +117,7 @@ static void test_forked_child_tells_nothing(void) {
     if (rank1 == 0) {
         char c = 'x';
         if (read(go_on[0], &c, 1) != 1) exit(2); /* go_on: the store listens; then: exit */
-        dist_setenv_int("RANK", 1);
-        dist_setenv_int("WORLD_SIZE", 2);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        dist_setenv_int("MASTER_PORT", port);
-        setenv("ACCEL_DIST_TIMEOUT", "600", 1);
-        setenv("ACCEL_JOB_SECRET", SECRET, 1);
-        setenv("ACCEL_DEBUG_MODE", "maybe", 1);
+        refused_rank1_env(port);
         if (accel_dist_init() == ACCEL_OK) exit(1);
         fflush(NULL);
         pid_t child = fork();
@@ -153,13 +159,7 @@ static void test_failed_rendezvous_after_refusal_tells_nothing(void) {
     if (rank1 == 0) {
         char c = 'x';
         if (read(go_on[0], &c, 1) != 1) exit(2);
-        dist_setenv_int("RANK", 1);
-        dist_setenv_int("WORLD_SIZE", 2);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        dist_setenv_int("MASTER_PORT", port);
-        setenv("ACCEL_DIST_TIMEOUT", "600", 1);
-        setenv("ACCEL_JOB_SECRET", SECRET, 1);
-        setenv("ACCEL_DEBUG_MODE", "maybe", 1);
+        refused_rank1_env(port);
         if (accel_dist_init() != ACCEL_ERR_INVALID_ARG) exit(3);
         unsetenv("ACCEL_DEBUG_MODE");
         if (accel_dist_init() != ACCEL_ERR_DIST ||
