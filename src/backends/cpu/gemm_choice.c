@@ -151,25 +151,23 @@ bool accel__gemm_measure_off(void) {
  * out of the caches (plain_cold), where it had been timed on warm ones. */
 enum { KERNELS = 3 };
 
-/* What the choices of `threads` threads depend on, into out. The providers
- * this build knows are part of it: a build with a new candidate (dnnl_rows)
- * measures into a file of its own, and one without it never reads a file
- * that names it (it would take it for malformed and measure over it); so
- * are the candidates' kernels (KERNELS). */
 /* A class's "op" in the file: absent for one GEMM (files written before
  * attention's tiles had classes), "sdpa_tiles" for those, "weight" for a
  * GEMM whose op(B) is a layer's weight. */
 static const char *OP_NAMES[] = {"gemm", "sdpa_tiles", "weight"};
 
+/* What the choices of `threads` threads depend on, into out. The providers
+ * this build knows are part of it: a build with a new candidate (dnnl_rows)
+ * measures into a file of its own, and one without it never reads a file
+ * that names it (it would take it for malformed and measure over it); so
+ * are the ops its classes may stand for and the candidates' kernels
+ * (KERNELS). */
 static void cache_key(int threads, char *out, size_t n) {
     char versions[256], providers[128] = "", ops[64] = "";
     accel__gemm_library_versions(versions, sizeof versions);
     for (int p = ACCEL__GEMM_PROVIDER_OPENBLAS, used = 0; p < ACCEL__GEMM_N_PROVIDERS; p++)
         used += snprintf(providers + used, sizeof providers - (size_t)used, "%s%s", used ? "," : "",
                          accel__gemm_provider_name((accel__gemm_provider)p));
-    /* the ops, as the providers: a build that knows fewer never meets a
-     * file naming one it lacks (it would take the file for malformed and
-     * rewrite it, and the two builds would time each other's classes) */
     for (int i = 0, used = 0; i < (int)(sizeof OP_NAMES / sizeof OP_NAMES[0]); i++)
         used += snprintf(ops + used, sizeof ops - (size_t)used, "%s%s", used ? "," : "", OP_NAMES[i]);
     char cpu[160];
