@@ -69,4 +69,10 @@ if(ACCEL_HAVE_DNNL)
     "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/accel\" env > \"$d/out\" 2>&1; r=$?; grep -q '^- GEMM bf16: openblas on f32 operands (the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" && grep -q '^- GEMM f32: openblas (the oneDNN plug-in did not load' \"$d/out\" && grep -q '^- Conv: im2col + GEMM (the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" || { cat \"$d/out\"; r=1; }; rm -rf \"$d\"; exit $r"
     sh $<TARGET_FILE:accel_cli>)
   set_tests_properties(plugin_dnnl_missing_env PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_GEMM=auto")
+  # ACCEL_GEMM=dnnl there is no mode, as in a build without oneDNN: the GEMM
+  # line says why (it said "openblas" while every GEMM failed)
+  add_test(NAME plugin_dnnl_missing_gemm_dnnl COMMAND sh -c
+    "d=$(mktemp -d) && cp \"$1\" \"$d/\" && \"$d/accel\" env > \"$d/out\" 2>&1; r=$?; grep -q '^- GEMM: none (ACCEL_GEMM=dnnl: the oneDNN plug-in did not load: the dnnl backend plug-in libaccel-dnnl.so is not installed (looked in ' \"$d/out\" || { cat \"$d/out\"; r=1; }; rm -rf \"$d\"; exit $r"
+    sh $<TARGET_FILE:accel_cli>)
+  set_tests_properties(plugin_dnnl_missing_gemm_dnnl PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_GEMM=dnnl")
 endif()

@@ -218,7 +218,9 @@ static void env_read(void) {
     snprintf(env_value, sizeof env_value, "%s", v ? v : "");
     if (!v || !strcmp(v, "auto")) env_mode = ACCEL__GEMM_AUTO; /* empty is no mode (core/env.h) */
     else if (!strcmp(v, "openblas")) env_mode = ACCEL__GEMM_OPENBLAS;
-    else if (!strcmp(v, "dnnl") && accel__gemm_have_dnnl()) env_mode = ACCEL__GEMM_DNNL;
+    /* dnnl without its plug-in is no mode, as in a build without oneDNN:
+     * said once by every GEMM, not a oneDNN call failing in each */
+    else if (!strcmp(v, "dnnl") && accel__gemm_have_dnnl() && !accel__dnnl_unavailable()) env_mode = ACCEL__GEMM_DNNL;
     else env_mode = -1;
 }
 
@@ -235,13 +237,20 @@ accel_status accel__gemm_set_mode(accel__gemm_mode mode) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel__gemm_set_mode: %d is not a GEMM mode", (int)mode);
     if (mode == ACCEL__GEMM_DNNL && !accel__gemm_have_dnnl())
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel__gemm_set_mode: this build has no oneDNN");
+    if (mode == ACCEL__GEMM_DNNL && accel__dnnl_unavailable())
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "accel__gemm_set_mode: the oneDNN plug-in did not load: %s",
+                               accel__dnnl_unavailable());
     set_mode = mode;
     return ACCEL_OK;
 }
 
 /* Why ACCEL_GEMM holds no mode, into out. */
 static void env_mode_error(char *out, size_t n) {
-    if (!strcmp(env_value, "dnnl"))
+    bool dnnl = !strcmp(env_value, "dnnl");
+    const char *unloaded = dnnl && accel__gemm_have_dnnl() ? accel__dnnl_unavailable() : NULL;
+    if (unloaded)
+        snprintf(out, n, "ACCEL_GEMM=dnnl: the oneDNN plug-in did not load: %s", unloaded);
+    else if (dnnl)
         snprintf(out, n, "ACCEL_GEMM=dnnl: this build has no oneDNN (install libdnnl-dev and reconfigure)");
     else
         snprintf(out, n, "ACCEL_GEMM=%s: expected auto, openblas or dnnl", env_value);
@@ -387,7 +396,7 @@ static int auto_provider(accel_dtype dt, bool trans_a, bool trans_b, int64_t M, 
 static int mode_checked(void) {
     int mode = mode_now();
     if (mode < 0) {
-        char why[128];
+        char why[1024]; /* the plug-in's reason names the folders it looked in */
         env_mode_error(why, sizeof why);
         accel_set_error(strcmp(env_value, "dnnl") ? ACCEL_ERR_INVALID_ARG : ACCEL_ERR_UNSUPPORTED, "%s", why);
         return -1;
@@ -534,7 +543,7 @@ const char *accel__gemm_describe(char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     int mode = mode_now();
     if (mode < 0) {
-        char why[128];
+        char why[1024]; /* the plug-in's reason names the folders it looked in */
         env_mode_error(why, sizeof why);
         snprintf(buf, size, "GEMM: none (%s)\n", why);
         return buf;
