@@ -296,7 +296,7 @@ static void test_env_fields(void) {
     const char *want[] = {"\nCopy-and-paste the text below in your GitHub issue\n\n- `Accel` version: ",
                           "- Platform: Linux", "- `accel` bash location: /", "- Compiler: ", "- Build flags: ",
                           "- BLAS: OpenBLAS", "- BLAS threads: ", "- MPI available: ", "- CUDA available: ",
-                          "- NCCL available: ", "- Accel accelerator: CPU", "- CPU: ", "- System RAM: ", " GB\n",
+                          "- NCCL available: ", "- Accel accelerator: ", "- CPU: ", "- System RAM: ", " GB\n",
                           "- `Accel` default config:\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
     /* Issue #13: the build's real flags (the line was empty), and what accel can
@@ -309,6 +309,18 @@ static void test_env_fields(void) {
         CHECK_STR_CONTAINS(OUT, "- NCCL available: False (");
     }
     CHECK_STR_CONTAINS(OUT, "- GPUs on this machine: ");
+    /* the device an accelerator made here takes (it said CPU whatever the
+     * machine and the environment held): the cpu without a GPU, the one
+     * ACCEL_DEFAULT_DEVICE names, and why none when a variable is refused */
+    if (access("/dev/nvidia0", F_OK) != 0) CHECK_STR_CONTAINS(OUT, "- Accel accelerator: CPU\n");
+    setenv("ACCEL_DEFAULT_DEVICE", "meta", 1);
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "- Accel accelerator: meta\n");
+    unsetenv("ACCEL_DEFAULT_DEVICE");
+    setenv("ACCEL_USE_CPU", "maybe", 1);
+    CHECK(run(e, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "- Accel accelerator: none (the environment: ACCEL_USE_CPU=maybe is not a boolean");
+    unsetenv("ACCEL_USE_CPU");
     /* a config file given but missing is an error, not "Not found" (a typo
      * looked like no config); nothing is printed */
     const char *missing[] = {"env", "--config_file", "/nonexistent/cfg.yaml", NULL};

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "accelerator_internal.h"
+#include "device_pick.h"
 #include "strategy.h"
 #include "backends/fp8.h"
 #include "fp8_scaling.h"
@@ -67,6 +68,15 @@ static accel_device pick_device(const accel_accelerator_opts *o, bool cpu_env, i
            : dflt.type != ACCEL_DEV_CPU             ? dflt
            : !cpu_env && accel_device_available(cuda) ? cuda
                                                      : ACCEL_CPU_DEVICE;
+}
+
+accel_status accel__accelerator_device(int local_rank, accel_device *out) {
+    accel_accelerator_opts o = {0};
+    bool cpu_env;
+    *out = ACCEL_CPU_DEVICE;
+    if (use_cpu_env(&o, &cpu_env)) return accel_last_status();
+    *out = pick_device(&o, cpu_env, local_rank);
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- fp8 */

@@ -19,6 +19,7 @@
 #include "core/cpuinfo.h"
 #include "cli/cli.h"
 #include "backends/plugin.h"
+#include "accelerator/device_pick.h"
 
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to report (default: the accelerate cache)."},
@@ -177,8 +178,17 @@ int accel_cli_env(int argc, char **argv) {
     else if (mpi_backend) printf("- MPI available: False (built with MPI, but no mpirun on PATH)\n");
     else printf("- MPI available: False (this build has no MPI backend)\n");
     accel__plugins_describe(stdout); /* what each device plug-in finds, or why it did not load */
-    printf("- Accel accelerator: CPU\n");
-    printf("- GPUs on this machine: %s; accel itself trains on the CPU\n", gpus);
+    /* what an accelerator made here would run on (local rank 0, default options) */
+    accel_device dev;
+    char dev_name[32];
+    if (accel__accelerator_device(0, &dev) == ACCEL_OK) {
+        const char *name = dev.type == ACCEL_DEV_CPU ? "CPU" : accel_device_str(dev, dev_name, sizeof dev_name);
+        printf("- Accel accelerator: %s\n", name);
+    } else {
+        printf("- Accel accelerator: none (%s)\n", accel_last_error());
+        accel_clear_error();
+    }
+    printf("- GPUs on this machine: %s\n", gpus);
     const accel_cpu_info *ci = accel_cpu_info_get();
     if (ci->family) printf("- CPU: %s (%ld cores; family %u model %u stepping %u)\n", model,
                            sysconf(_SC_NPROCESSORS_ONLN), ci->family, ci->model_number, ci->stepping);

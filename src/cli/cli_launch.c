@@ -42,7 +42,7 @@
 static const cli_opt OPTS[] = {
     {"config_file", 0, true, "CONFIG_FILE", "The config file to use for the default values in the launching script."},
     {"quiet", 'q', false, NULL, "Only report a failure with the exit code (no root-cause block)."},
-    {"cpu", 0, false, NULL, "Force the training on the CPU (accel always trains on CPU in this build)."},
+    {"cpu", 0, false, NULL, "Force the training on the CPU (also what a machine without a GPU gets)."},
     {"multi_gpu", 0, false, NULL, "Whether or not this should launch a distributed GPU training."},
     {"mixed_precision", 0, true, "{no,fp16,bf16,fp8}", "Whether or not to use mixed precision training."},
     {"num_processes", 0, true, "NUM_PROCESSES", "The total number of processes to be launched in parallel."},
