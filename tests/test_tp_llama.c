@@ -380,7 +380,8 @@ static int body(int rank, int world) {
     }
     accel_pg *pg = accel_dist_default_group();
     const char *families[] = {"llama", "gemma2", "granite", "qwen3", "gpt2", "phi3", "olmo2", "mixtral", "qwen3_moe",
-                              "qwen2_moe", "gemma3_text", "phi", "gpt_neox", "stablelm", "starcoder2"};
+                              "qwen2_moe", "gemma3_text", "phi", "gpt_neox", "stablelm", "starcoder2", "mistral",
+                              "qwen2", "gemma"};
     for (int sp = 0; sp < 2; sp++) {
         for (int f = 0; f < (int)(sizeof families / sizeof *families); f++) family_matches(pg, families[f], sp, false, 0);
         /* the routers' load-balancing loss: the same on every rank, its gradient through one rank's */

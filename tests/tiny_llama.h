@@ -27,6 +27,7 @@ static inline accel_llama_config tiny_llama_config(void) {
 }
 
 /* The tiny model's config as another family of the architecture table:
+ * "mistral" (a window of 4), "qwen2" (its q/k/v biases, the family's own),
  * "gemma", "gemma2" (a window of 4 on layer 0, soft-capped scores and
  * logits, query_pre_attn_scalar 8), "gemma3_text" (its default's layer types
  * by sliding_window_pattern 2: layer 0 sliding with a window of 4, layer 1
@@ -42,6 +43,7 @@ static inline accel_llama_config tiny_llama_config(void) {
 static inline accel_llama_config tiny_family_config(const char *model_type) {
     accel_llama_config c = tiny_llama_config();
     snprintf(c.model_type, sizeof c.model_type, "%s", model_type);
+    if (!strcmp(model_type, "mistral")) c.sliding_window = 4;
     if (!strcmp(model_type, "gemma2"))
         c.sliding_window = 4, c.attn_logit_softcapping = 5, c.final_logit_softcapping = 10, c.query_pre_attn_scalar = 8;
     if (!strcmp(model_type, "gemma3_text"))

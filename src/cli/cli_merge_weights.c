@@ -281,8 +281,10 @@ int accel_cli_merge_weights(int argc, char **argv) {
     const char *usage = "accel merge-weights [-h] [--unsafe_serialization] [--remove_checkpoint_dir] "
                         "checkpoint_directory output_path";
     const char *desc = "Merges a sharded checkpoint (model.safetensors.index.json or pytorch_model.bin.index.json "
-                       "+ shards) into one OUTPUT_PATH/model.safetensors (pytorch_model.bin with "
-                       "--unsafe_serialization).";
+                       "+ shards, or a ZeRO-3 / FSDP SHARDED_STATE_DICT: a save_state directory holding "
+                       "pytorch_model_fsdp_0/, or that directory, with sharded_index.json) into one "
+                       "OUTPUT_PATH/model.safetensors (pytorch_model.bin with --unsafe_serialization): the "
+                       "weights alone, no config.json.";
     const char *vals[NOPTS] = {0};
     int first = 0;
     /* Positionals may come before or after the flags: parse flags wherever they are (all of them: a fixed
