@@ -99,6 +99,13 @@ if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
   # exit status 0 only when the logits agree within 1e-4; importing transformers
   # takes over a minute on a loaded 2-core machine (59 s alone, >120 s at load 15)
   set_tests_properties(bigmodel_hf_check_accel_nosan PROPERTIES FIXTURES_REQUIRED fake_llama TIMEOUT 300)
+  # every family's save_pretrained (test_hf_archs) loaded by transformers'
+  # AutoModelForCausalLM: its logits within 1e-5 of the fixture's
+  add_test(NAME hf_archs_saved_read_by_transformers_nosan COMMAND sh -c
+    "d=${CMAKE_BINARY_DIR}/hf_archs_saved && rm -rf $d && mkdir -p $d && ACCEL_TEST_SAVE_DIR=$d $<TARGET_FILE:test_hf_archs> && '${BIGMODEL_PYTHON}' ${CMAKE_SOURCE_DIR}/tools/gen_hf_arch_fixtures.py --check-saved $d; r=$?; rm -rf $d; exit $r"
+    WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(hf_archs_saved_read_by_transformers_nosan PROPERTIES TIMEOUT 600
+                       ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_GEMM_CACHE=${CMAKE_CURRENT_BINARY_DIR}/gemm_cache")
 endif()
 
 # bigmodel_estimate_memory_NAME: `accel estimate-memory data/DIR ARGS...`

@@ -176,11 +176,11 @@ static void check_training_step(const char *dir, accel_safetensors *st, const ch
     accel_module_free(m);
 }
 
-static char g_tmp[64];
+static char g_tmp[512];
 
 /* save_pretrained, then from_pretrained of what it wrote: the same logits. */
 static void check_save_round_trip(accel_module *m, accel_safetensors *st, const char *name) {
-    char out[160];
+    char out[600];
     snprintf(out, sizeof out, "%s/%s", g_tmp, name);
     CHECK_MSG(accel_save_pretrained(m, out, 0) == ACCEL_OK, "%s: %s", name, accel_last_error());
     accel_dispatched *d = NULL;
@@ -227,11 +227,17 @@ static void run_fixture(int k) {
     accel_clear_error();
 }
 
+/* ACCEL_TEST_SAVE_DIR (an existing directory): save_pretrained's output is
+ * kept there, one folder per fixture, for transformers to load
+ * (tools/gen_hf_arch_fixtures.py --check-saved; ctest
+ * hf_archs_saved_read_by_transformers_nosan). */
 static void test_fixtures(void) {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_hf_archs_XXXXXX");
-    CHECK(mkdtemp(g_tmp) != NULL);
+    const char *keep = getenv("ACCEL_TEST_SAVE_DIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s", keep && *keep ? keep : "/tmp/accel_hf_archs_XXXXXX");
+    CHECK(keep && *keep ? access(g_tmp, W_OK) == 0 : mkdtemp(g_tmp) != NULL);
     for (size_t k = 0; k < sizeof FIXTURES / sizeof *FIXTURES; k++) run_fixture((int)k);
-    char cmd[128];
+    if (keep && *keep) return;
+    char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     CHECK(system(cmd) == 0);
 }
