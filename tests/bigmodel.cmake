@@ -99,6 +99,11 @@ if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
   # exit status 0 only when the logits agree within 1e-4; importing transformers
   # takes over a minute on a loaded 2-core machine (59 s alone, >120 s at load 15)
   set_tests_properties(bigmodel_hf_check_accel_nosan PROPERTIES FIXTURES_REQUIRED fake_llama TIMEOUT 300)
+endif()
+if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
+  execute_process(COMMAND ${BIGMODEL_PYTHON} -c "import torch" RESULT_VARIABLE ACCEL_NO_TORCH ERROR_QUIET)
+endif()
+if(ACCEL_NO_TORCH EQUAL 0)
   # every family's save_pretrained (test_hf_archs) loaded by transformers'
   # AutoModelForCausalLM: its logits within 1e-5 of the fixture's
   add_test(NAME hf_archs_saved_read_by_transformers_nosan COMMAND sh -c
@@ -106,6 +111,12 @@ if(BIGMODEL_NO_TRANSFORMERS EQUAL 0 AND IS_ABSOLUTE "${BIGMODEL_PYTHON}")
     WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(hf_archs_saved_read_by_transformers_nosan PROPERTIES TIMEOUT 600
                        ENVIRONMENT "OMP_NUM_THREADS=2;ACCEL_GEMM_CACHE=${CMAKE_CURRENT_BINARY_DIR}/gemm_cache")
+  # the .bin files accel writes (torch_save, save_model's shards under 1 and 2
+  # processes, bf16, ZeRO-2) read by torch.load and from_pretrained
+  add_test(NAME torch_loads_accel_nosan COMMAND ${BIGMODEL_PYTHON} tools/check_torch_loads_accel.py ${CMAKE_BINARY_DIR}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(torch_loads_accel_nosan PROPERTIES TIMEOUT 600
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_TORCH_VERDICT=;ACCEL_GEMM_CACHE=${CMAKE_CURRENT_BINARY_DIR}/gemm_cache")
 endif()
 
 # bigmodel_estimate_memory_NAME: `accel estimate-memory data/DIR ARGS...`
