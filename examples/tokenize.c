@@ -19,14 +19,21 @@ int main(int argc, char **argv) {
     const char *model = NULL, *file = "-";
     bool special = true;
     int positional = 0;
+    static const char USAGE[] = "usage: tokenize MODEL_DIR [FILE|-] [--no-special]\n";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-special")) special = false;
-        else if (positional == 0) model = argv[i], positional++;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) { /* "-" alone is standard input */
+            fprintf(stderr, "tokenize: unknown option %s\n%s", argv[i], USAGE);
+            return 2;
+        } else if (positional == 0) model = argv[i], positional++;
         else if (positional == 1) file = argv[i], positional++;
         else model = NULL;
     }
     if (!model) {
-        fprintf(stderr, "usage: tokenize MODEL_DIR [FILE|-] [--no-special]\n");
+        fputs(USAGE, stderr);
         return 2;
     }
     accel_tokenizer *t = accel_tokenizer_load(model);

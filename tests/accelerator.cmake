@@ -41,6 +41,29 @@ if(TARGET accel_cli)
   add_test(NAME example_prepare_forward COMMAND $<TARGET_FILE:prepare_forward>)
   set_tests_properties(example_prepare_forward PROPERTIES TIMEOUT 60
                        PASS_REGULAR_EXPRESSION "^device=cpu\nshape=\\[1, 1\\]\n$")
+  # The README's other examples, as it runs them: each trains to a loss
+  # under 0.1 (custom_module's logged steps; the two processes' halves of the
+  # data; fp16 with its loss scale, no step skipped).
+  set(_launch2 $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2)
+  add_test(NAME example_custom_module COMMAND $<TARGET_FILE:custom_module>)
+  add_test(NAME example_four_lines COMMAND $<TARGET_FILE:four_lines>)
+  add_test(NAME example_four_lines_2 COMMAND ${_launch2} $<TARGET_FILE:four_lines>)
+  add_test(NAME example_mixed_precision COMMAND $<TARGET_FILE:mixed_precision>)
+  add_test(NAME example_mixed_precision_fp16_2 COMMAND ${_launch2} --mixed_precision fp16 $<TARGET_FILE:mixed_precision>)
+  add_test(NAME example_grad_accumulation COMMAND $<TARGET_FILE:grad_accumulation>)
+  add_test(NAME example_grad_accumulation_2 COMMAND ${_launch2} $<TARGET_FILE:grad_accumulation>)
+  set(_example_out
+      example_custom_module "step 300  loss 0\\.0[0-9]+\n.*fc2\\.bias +\\[1\\]\n"
+      example_four_lines "^processes=1 mean_loss=[0-9]+\\.[0-9]+\n$"
+      example_four_lines_2 "^processes=2 mean_loss=[0-9]+\\.[0-9]+\n$"
+      example_mixed_precision "^mixed_precision=no steps=80 skipped=0 loss_scale=1 final_loss=0\\.0[0-9]+\n$"
+      example_mixed_precision_fp16_2 "^mixed_precision=fp16 steps=40 skipped=0 loss_scale=65536 final_loss=0\\.0[0-9]+\n$"
+      example_grad_accumulation "^accumulation_steps=4 micro_batches=120 optimizer_steps=30 lr=[0-9.]+ final_loss=0\\.0[0-9]+\n$"
+      example_grad_accumulation_2 "^accumulation_steps=4 micro_batches=60 optimizer_steps=15 lr=[0-9.]+ final_loss=0\\.0[0-9]+\n$")
+  while(_example_out)
+    list(POP_FRONT _example_out _t _re)
+    set_tests_properties(${_t} PROPERTIES TIMEOUT 60 ENVIRONMENT "${_accel_env}" PASS_REGULAR_EXPRESSION "${_re}")
+  endwhile()
   add_test(NAME example_gather_2
            COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2 $<TARGET_FILE:gather>)
   set_tests_properties(example_gather_2 PROPERTIES TIMEOUT 60 ENVIRONMENT "${_accel_env}"

@@ -22,3 +22,6 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
     WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(fuzz_tokenizer_libfuzzer PROPERTIES TIMEOUT 120)
 endif()
+# examples/tokenize (tests/run_tokenize.sh)
+add_test(NAME example_tokenize COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/run_tokenize.sh $<TARGET_FILE:tokenize>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
