@@ -918,6 +918,15 @@ static bool dnnl_form_applies(accel_dtype dt, bool trans_a, bool trans_b, int64_
     return dt != ACCEL_F32 || mode_now() != ACCEL__GEMM_AUTO || form_faster(trans_a, trans_b, M, N, K);
 }
 
+/* Whether this GEMM's op(B), W's data from w_off (leading dim ldw), could
+ * be read from a form of W: all of a dense W of A's dtype, of which
+ * prepared forms can be kept. Where not, oneDNN reads the plain weight and
+ * the GEMM takes the plain class's provider (auto_provider). */
+static bool may_hold_form(const accel_tensor *W, accel_dtype a_dt, bool trans_b, int64_t N, int64_t K, int64_t w_off,
+                          int64_t ldw) {
+    return a_dt == W->dtype && whole_weight(W, trans_b, N, K, w_off, ldw) && accel__prepared_can_hold(W);
+}
+
 /* accel__gemm_weight on W's form in oneDNN's layout, C of dtype c_dt (f32,
  * or W's); *ran false (ACCEL_OK) where that does not apply. */
 static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -925,9 +934,7 @@ static accel_status dnnl_weight_gemm(bool trans_a, bool trans_b, int64_t M, int6
                                      int64_t ldw, float beta, void *C, accel_dtype c_dt, int64_t ldc, bool *ran) {
     *ran = false;
     accel_dtype dt = W->dtype;
-    if (a_dt != dt || !sizes_fit(M, N, K, lda, ldw, ldc) || !whole_weight(W, trans_b, N, K, w_off, ldw) ||
-        !accel__prepared_can_hold(W))
-        return ACCEL_OK;
+    if (!sizes_fit(M, N, K, lda, ldw, ldc) || !may_hold_form(W, a_dt, trans_b, N, K, w_off, ldw)) return ACCEL_OK;
     accel_status st;
     if (!dnnl_form_applies(dt, trans_a, trans_b, M, N, K, &st)) return st;
     accel__form_key key = {.kind = trans_b ? ACCEL__FORM_DNNL_NT : ACCEL__FORM_DNNL_NN, .dt = dt};
@@ -1004,7 +1011,7 @@ accel_status accel__gemm_weight(bool trans_a, bool trans_b, int64_t M, int64_t N
     accel_status st =
         dnnl_weight_gemm(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, W, w_off, ldw, beta, C, ACCEL_F32, ldc, &ran);
     if (st != ACCEL_OK || ran) return st;
-    weight = a_dt == W->dtype && whole_weight(W, trans_b, N, K, w_off, ldw) && accel__prepared_can_hold(W);
+    weight = may_hold_form(W, a_dt, trans_b, N, K, w_off, ldw);
 #endif
     const char *B = (const char *)W->data + (size_t)w_off * accel_dtype_size(W->dtype);
     return gemm_of(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, W->dtype, ldw, beta, C, ldc, weight);
