@@ -105,25 +105,26 @@ static void test_winner_kept(void) {
     CHECK_STR_CONTAINS(buf, ": dnnl (openblas 1000.000 ms, dnnl 500.000 ms)");
 }
 
+/* The big class's first choice (an empty cache: the rule's OpenBLAS the
+ * incumbent) with these fake timings. */
+static int first_choice(double openblas, double dnnl) {
+    clear_dir();
+    restart(g_dir, NULL);
+    set_times(openblas, dnnl);
+    return choose_big();
+}
+
 /* Noise cannot flip a choice: a challenger within the margin loses. */
 static void test_hysteresis(void) {
-    clear_dir();
-    restart(g_dir, NULL);
-    set_times(1.0, 0.97); /* 3% faster: not enough against the rule's OpenBLAS */
-    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
+    /* 3% faster: not enough against the rule's OpenBLAS */
+    CHECK(first_choice(1.0, 0.97) == ACCEL__GEMM_PROVIDER_OPENBLAS);
     /* 7% faster than the rule's (a prior, not a measurement): enough ... */
-    clear_dir();
-    restart(g_dir, NULL);
-    set_times(1.0, 0.93);
-    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL);
+    CHECK(first_choice(1.0, 0.93) == ACCEL__GEMM_PROVIDER_DNNL);
     /* ... but not against a measured choice: OpenBLAS 7% faster, oneDNN stays */
     restart(g_dir, "1");
     set_times(0.93, 1.0);
     CHECK(choose_big() == ACCEL__GEMM_PROVIDER_DNNL && g_fake.calls == 2);
-    clear_dir();
-    restart(g_dir, NULL);
-    set_times(1.0, 0.97);
-    CHECK(choose_big() == ACCEL__GEMM_PROVIDER_OPENBLAS);
+    CHECK(first_choice(1.0, 0.97) == ACCEL__GEMM_PROVIDER_OPENBLAS);
     /* measured again (ACCEL_GEMM_MEASURE=1): now oneDNN is 30% faster */
     restart(g_dir, "1");
     set_times(1.0, 0.7);
@@ -319,10 +320,7 @@ static void test_weight_class(void) {
     /* a table without weight classes (written before them): the plain
      * class's choice stands for the weight class, its incumbent when timed
      * (oneDNN 3% faster: no win against it, nor against the rule) ... */
-    clear_dir();
-    restart(g_dir, NULL);
-    set_times(1.0, 0.5);
-    CHECK(choose_big() == DN);
+    CHECK(first_choice(1.0, 0.5) == DN);
     restart(g_dir, NULL);
     set_times(1.0, 0.97);
     CHECK(accel__gemm_weight_provider_for(ACCEL_F32, false, true, BIG_M, BIG_N, BIG_K) == DN && g_fake.calls == 2);
@@ -330,10 +328,7 @@ static void test_weight_class(void) {
      * rank 0's), so such a run multiplies as it did */
     char saved[320];
     snprintf(saved, sizeof saved, "%s/ckpt_plain.json", g_dir);
-    clear_dir();
-    restart(g_dir, NULL);
-    set_times(1.0, 0.5);
-    CHECK(choose_big() == DN && accel__gemm_choices_save(saved) == ACCEL_OK);
+    CHECK(first_choice(1.0, 0.5) == DN && accel__gemm_choices_save(saved) == ACCEL_OK);
     clear_dir();
     restart(g_dir, NULL);
     CHECK(accel__gemm_choices_load(saved) == ACCEL_OK);

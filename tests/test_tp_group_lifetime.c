@@ -121,6 +121,14 @@ static int never_prepared_body(int rank, int world) {
     return check_summary();
 }
 
+/* A body's end: the new default group finalized, both models freed, the checks' verdict. */
+static int finalize_and_free(accel_module *m, accel_module *own) {
+    accel_dist_finalize();
+    accel_module_free(m);
+    accel_module_free(own);
+    return check_summary();
+}
+
 /* On a default group held by the test: tp over every rank, a Llama prepared and a model of the user's plan
  * over the accelerator's tp group, then the accelerator freed (the group lives on: the test holds it).
  * False (checks failed) when the accelerator cannot be made. */
@@ -145,10 +153,7 @@ static int default_group_body(int rank, int world) {
     refused(m, own, rank, "after accel_dist_finalize");
     CHECK(accel_dist_init() == ACCEL_OK); /* a new default group, another one */
     refused(m, own, rank, "under a new default group");
-    accel_dist_finalize();
-    accel_module_free(m);
-    accel_module_free(own);
-    return check_summary();
+    return finalize_and_free(m, own);
 }
 
 /* As above, but the models' first forward after the free comes only under a new default group (made at
@@ -164,10 +169,7 @@ static int first_forward_under_new_group_body(int rank, int world) {
     recycle_uninstall();
     CHECK_MSG(accel_dist_default_group() == freed, "rank %d: the new group is not at the freed one's address", rank);
     refused(m, own, rank, "first forward under a new default group");
-    accel_dist_finalize();
-    accel_module_free(m);
-    accel_module_free(own);
-    return check_summary();
+    return finalize_and_free(m, own);
 }
 
 /* A 1-rank group: its forwards call no collective, and computed on over the freed group; refused as on
