@@ -27,6 +27,7 @@
 #include "core/prepared.h"
 #include "accelerator/gemm_choices.h"
 #include "check.h"
+#include "refuse_band.h"
 
 /* The fake timer: seconds per provider, and how often it was asked. */
 typedef struct fake {
@@ -349,7 +350,21 @@ static void test_weight_class(void) {
     accel__gemm_measure(ACCEL_F32, false, true, M, N, K, true);
     CHECK_MSG(accel__gemm_form_runs() == runs + (form ? 4 : 0), "%zu runs on the form, a form %s",
               accel__gemm_form_runs() - runs, form ? "made" : "not made");
-    free(form), free(b);
+    /* the form's memory refused: the class's timing fails as a whole (a
+     * warning on stderr), the GEMM takes the untimed choice, nothing is kept */
+    if (form) {
+        int untimed = accel__gemm_weight_provider_for(ACCEL_F32, false, true, M, N, K); /* small: the rule's */
+        restart("off", NULL);
+        refuse_band band = {.min = bytes, .max = bytes + 1};
+        refuse_band_install(&band);
+        int p = accel__gemm_measure(ACCEL_F32, false, true, M, N, K, true);
+        refuse_band_install(NULL);
+        accel__gemm_class cls[8];
+        CHECK_MSG(band.refused && p == untimed && accel__gemm_choice_classes(omp_get_max_threads(), cls, 8) == 0,
+                  "refused %d, provider %d (untimed %d)", band.refused, p, untimed);
+        CHECK(accel_last_status() == ACCEL_OK); /* the failure was said and cleared */
+    }
+    accel_free(form), free(b);
     /* a weight no form can be kept of (ACCEL_WEIGHT_CACHE=0) multiplies on
      * the plain class: oneDNN would read its plain weight, not the form the
      * weight class timed */

@@ -426,7 +426,7 @@ static void test_scratch_form(void) {
         CHECK(accel__gemm_on_form(p, false, tb, M, N, K, 1.0f, a, ACCEL_F32, K, b, form, ldb, 0.0f, c_form, N) ==
               ACCEL_OK);
         CHECK(memcmp(c_plain, c_form, sizeof(float) * M * N) == 0);
-        free(form);
+        accel_free(form);
         accel_step_reset();
     }
     free(a), free(b), free(c_plain), free(c_form);

@@ -955,13 +955,13 @@ accel_status accel__gemm_scratch_form(accel_dtype dt, bool trans_b, int64_t N, i
         !form_fits(dt, trans_b, N, K, &st))
         return st;
     size_t n = (size_t)(N * K) * accel_dtype_size(dt);
-    void *f = malloc(n);
+    void *f = accel_malloc(n); /* the user's allocator (accel_set_allocator), as the weight's own form */
     if (!f)
         return accel_set_error(ACCEL_ERR_OOM, "out of memory for the form of a %lld x %lld weight (%zu bytes)",
                                (long long)N, (long long)K, n);
     st = accel__dnnl_weight_pack(dt, trans_b, N, K, B, f);
     if (st != ACCEL_OK) {
-        free(f);
+        accel_free(f);
         return st;
     }
     *form = f, *bytes = n;

@@ -294,7 +294,8 @@ int accel__gemm_choose_weight(accel_dtype dt, bool trans_a, bool trans_b, int64_
                               uint32_t candidates, bool force);
 
 /* For that timing: the form of the dense op(B) [K, N] of dtype dt at B in
- * oneDNN's layout into *form (malloc'd, *bytes long; the caller frees it),
+ * oneDNN's layout into *form (accel_malloc'd, *bytes long; the caller
+ * accel_frees it),
  * or NULL (0) where oneDNN would read no form of it (a build without
  * oneDNN, no matmul of dt, a layout equal to B's own or one that pads).
  * ACCEL_OK or the error (OOM, oneDNN's). */

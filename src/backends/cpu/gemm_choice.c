@@ -687,7 +687,7 @@ static int choose_gemm(accel_dtype dt, bool ta, bool tb, int64_t M, int64_t N, i
     if (skinny) c.rows = (int32_t)M;
     plain_gemm g = {dt, ta, tb, M, N, K, NULL, NULL, NULL, op == ACCEL__GEMM_OP_WEIGHT, NULL, 0};
     int provider = choose(&c, rule, candidates, force, plain_cold, plain_run, &g);
-    free(g.A), free(g.B), free(g.C), free(g.form);
+    free(g.A), free(g.B), free(g.C), accel_free(g.form);
     return provider;
 }
 
