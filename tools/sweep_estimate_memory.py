@@ -90,6 +90,17 @@ def moe(r, model_type):
     return cfg
 
 
+def gemma3(r, model_type):
+    """Its rotary embedding holds a pair of buffers for each layer type its layers have."""
+    cfg = decoder(r, model_type, {"sliding_window": lambda r: r.choice([16, 512])})
+    n = cfg["num_hidden_layers"]
+    kind = r.choice(["default", "sliding", "full", "mixed"])
+    if kind != "default":
+        cfg["layer_types"] = [{"sliding": "sliding_attention", "full": "full_attention"}.get(
+            kind, r.choice(["sliding_attention", "full_attention"])) for _ in range(n)]
+    return cfg
+
+
 def gpt2(r, _):
     heads = r.choice([1, 2, 4])
     return {"n_embd": heads * r.choice([2, 8, 16]), "n_head": heads, "n_layer": r.randint(1, 4),
@@ -122,7 +133,7 @@ FAMILIES = {
     "qwen3": lambda r, t: decoder(r, t, {"attention_bias": coin(0.2)}),
     "gemma": lambda r, t: decoder(r, t),
     "gemma2": lambda r, t: decoder(r, t, {"query_pre_attn_scalar": lambda r: r.choice([16, 64])}),
-    "gemma3_text": lambda r, t: decoder(r, t, {"sliding_window": lambda r: r.choice([16, 512])}),
+    "gemma3_text": lambda r, t: gemma3(r, t),
     "granite": lambda r, t: decoder(r, t, {"attention_bias": coin(0.3), "mlp_bias": coin(0.3)}),
     "olmo2": lambda r, t: decoder(r, t, {"attention_bias": coin(0.2)}),
     "phi": lambda r, t: decoder(r, t, {"partial_rotary_factor": lambda r: r.choice([0.25, 0.5, 1.0]),
