@@ -141,6 +141,10 @@ if(TARGET accel_cli)
   # Gemma2 (four norms a layer; the embedding's scale buffer) and Granite: Accelerate's
   # calculate_maximum_sizes of transformers' Gemma2Model / GraniteModel of those config.json files.
   estimate_memory_test(gemma2 hf_arch_gemma2 "│float32│   24.5 KB   │ 57.16 KB │     228.64 KB     │" --dtypes float32)
+  # Gemma's embedding scale is a buffer of its embedding layer, the largest here (128000 bytes of
+  # weight + 4): Accelerate's largest layer in int4 is 16000.5 bytes, 15.63 KB (15.62 without it;
+  # tools/sweep_estimate_memory.py found it)
+  estimate_memory_test(gemma_embed_scale gemma_embed_scale_config "│ int4│   15.63 KB  │ 17.93 KB │" --dtypes int4)
   # Gemma 3 (q/k norms; a pair of rotary buffers for each of its two layer types, the first
   # layer a full_attention one): Accelerate's calculate_maximum_sizes of transformers'
   # Gemma3TextModel of that config.json gives 24.56 KB / 81.88 KB (83844 bytes).

@@ -75,6 +75,41 @@ static void test_map_errors(void) {
     accel_module_free(m);
 }
 
+/* Loads dir with map_spec (which must load) and returns whether the tensor
+ * name stayed on meta: offloaded to the disk. */
+static bool loads_with_on_disk(const char *dir, const char *map_spec, const char *name) {
+    accel_module *m = NULL;
+    accel_dispatched *d = load(dir, map_spec, &m);
+    CHECK_MSG(d != NULL, "map %s: %s", map_spec, accel_last_error());
+    accel_tensor *w = m ? accel_module_get_tensor(m, name) : NULL;
+    bool on_disk = w && w->device.type == ACCEL_DEV_META;
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    return on_disk;
+}
+
+/* A map transformers made (json.dump(model.hf_device_map)) names modules
+ * accel's model lacks on purpose, none holding a weight: the rotary
+ * embedding wherever the model is split, dropouts; and transformers 5 calls
+ * GPT-NeoX's head lm_head (embed_out in its checkpoints and in accel). They
+ * load, the head placed as the map says; a typo above such a name is still
+ * refused. */
+static void test_transformers_map_keys(void) {
+    CHECK(loads_with_on_disk("data/hf_llama_basic",
+                             "model.embed_tokens:cpu,model.layers:cpu,model.norm:disk,model.rotary_emb:disk,"
+                             "model.layers.0.mlp.act_fn:cpu,lm_head:disk",
+                             "lm_head.weight"));
+    CHECK(loads_with_on_disk("data/hf_arch_neox",
+                             "gpt_neox.embed_in:cpu,gpt_neox.emb_dropout:cpu,gpt_neox.layers:cpu,"
+                             "gpt_neox.final_layer_norm:cpu,gpt_neox.rotary_emb:cpu,lm_head:disk",
+                             "embed_out.weight"));
+    CHECK(!loads_with_on_disk("data/hf_arch_neox", "gpt_neox:cpu,lm_head:cpu", "embed_out.weight"));
+    expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,modle.rotary_emb:cpu", "'modle.rotary_emb'");
+    expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,model.rotary:cpu", "'model.rotary'");
+    /* lm_head is no alias where the model has one */
+    expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,embed_out:cpu", "'embed_out'");
+}
+
 /* A larger random model (~29 MB f32) saved once for the memory comparison. */
 static void save_random_model(const char *dir) {
     accel_llama_config cfg = accel_llama_config_default();
@@ -294,6 +329,7 @@ int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "--child") == 0) return child_main(argv[2], argv[3], argv[4]);
     g_self = argv[0];
     RUN(test_map_errors);
+    RUN(test_transformers_map_keys);
     RUN(test_offload_same_logits_less_memory);
     RUN(test_strict_and_key_reports);
     RUN(test_corrupt_checkpoints);

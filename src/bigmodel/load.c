@@ -115,6 +115,48 @@ static accel_status resolve_main(const accel_device_map *map, const accel_load_o
     return ACCEL_OK;
 }
 
+/* Whether root has a module at exactly path. */
+static bool has_module(accel_module *root, const char *path) {
+    accel_module *m = accel_module_find(root, path);
+    char buf[1024];
+    bool found = m && strcmp(accel_module_path(m, buf, sizeof buf), path) == 0;
+    accel_clear_error(); /* the lookup of an absent name may have left one */
+    return found;
+}
+
+/* Whether key names a module transformers has and accel's model lacks on
+ * purpose, none of them holding a weight: the rotary embedding's buffers
+ * (accel computes the tables; transformers' hf_device_map names
+ * model.rotary_emb wherever it splits the model), dropouts and activations
+ * (functions in accel). A map json.dump(model.hf_device_map) wrote holds
+ * them; they place nothing. The parent must be a module of root, so a typo
+ * above such a name is still refused. */
+static bool weightless_key(accel_module *root, const char *key) {
+    static const char *const NAMES[] = {"rotary_emb", "act", "act_fn", "activation_fn", "intermediate_act_fn",
+                                        "transform_act_fn"};
+    const char *dot = strrchr(key, '.'), *last = dot ? dot + 1 : key;
+    size_t n = strlen(last);
+    bool weightless = (n >= 4 && !strcmp(last + n - 4, "drop")) || (n >= 7 && !strcmp(last + n - 7, "dropout"));
+    for (size_t i = 0; !weightless && i < sizeof NAMES / sizeof *NAMES; i++) weightless = !strcmp(last, NAMES[i]);
+    if (!weightless || !dot || has_module(root, key)) return false;
+    char parent[1024];
+    if ((size_t)(dot - key) >= sizeof parent) return false;
+    memcpy(parent, key, (size_t)(dot - key));
+    parent[dot - key] = 0;
+    return has_module(root, parent);
+}
+
+/* The key of d's map for a key of the caller's: transformers 5 calls
+ * GPT-NeoX's head module lm_head, where its checkpoints (and accel's model)
+ * say embed_out; NULL for a weightless module's (weightless_key); else key. */
+static const char *map_key(accel_module *root, const char *key, char *buf, size_t n) {
+    if (weightless_key(root, key)) return NULL;
+    if (!strncmp(key, "lm_head", 7) && (!key[7] || key[7] == '.') && !has_module(root, "lm_head") &&
+        has_module(root, "embed_out") && (size_t)snprintf(buf, n, "embed_out%s", key + 7) < n)
+        return buf;
+    return key;
+}
+
 /* Map keys must name a module or a tensor of the model (an error, where
  * Accelerate only warns: a typo would otherwise silently change placement). */
 static accel_status check_keys(accel_module *root, const accel_device_map *map) {
@@ -125,10 +167,7 @@ static accel_status check_keys(accel_module *root, const accel_device_map *map) 
     int bad = 0;
     for (int i = 0; i < map->n; i++) {
         const char *k = map->e[i].prefix;
-        if (!k[0] || accel_module_get_tensor(root, k)) continue;
-        accel_module *m = accel_module_find(root, k);
-        char buf[1024];
-        if (m && strcmp(accel_module_path(m, buf, sizeof buf), k) == 0) continue;
+        if (!k[0] || accel_module_get_tensor(root, k) || has_module(root, k)) continue;
         fprintf(ms, "%s'%s'", bad++ ? ", " : "", k);
     }
     fclose(ms);
@@ -581,8 +620,11 @@ accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char
     d->map = accel_device_map_new();
     if (!d->map) goto fail;
     if (map) {
-        for (int i = 0; i < map->n; i++)
-            if (accel_device_map_set(d->map, map->e[i].prefix, map->e[i].device) != ACCEL_OK) goto fail;
+        for (int i = 0; i < map->n; i++) {
+            char buf[1024];
+            const char *k = map_key(root, map->e[i].prefix, buf, sizeof buf);
+            if (k && accel_device_map_set(d->map, k, map->e[i].device) != ACCEL_OK) goto fail;
+        }
     } else if (accel_device_map_set(d->map, "", "cpu") != ACCEL_OK) {
         goto fail;
     }
