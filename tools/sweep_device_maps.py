@@ -45,7 +45,7 @@ from accelerate import init_empty_weights
 from accelerate.utils import compute_module_sizes, get_balanced_memory, infer_auto_device_map
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_estimate_memory import FAMILIES, make_config, refusal  # noqa: E402
+from sweep_estimate_memory import FAMILIES, drawn, refusal  # noqa: E402
 
 DECODERS = [f for f in FAMILIES if f not in ("bert", "roberta", "xlm-roberta")]
 STRATEGIES = ["auto", "balanced", "balanced_low_0", "sequential"]
@@ -64,6 +64,14 @@ def budgets(r, total):
     if r.random() < 0.4:
         mm["disk"] = 100 * total
     return mm
+
+
+def model_size(config, _):
+    """The bytes of the model transformers builds for config; ValueError for a config accel refuses by design."""
+    if refusal(config.model_type, config):
+        raise ValueError("refused by design")
+    with init_empty_weights():
+        return compute_module_sizes(transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32))[""]
 
 
 def peer_map(model_type, config, strategy, mm, buffers):
@@ -106,20 +114,8 @@ def main():
             if only and model_type not in only:
                 continue
             r = random.Random(f"{a.seed}:{model_type}:maps")
-            done = tries = 0
-            while done < a.n and tries < 20 * a.n:
-                tries += 1
-                try:
-                    config = make_config(model_type, FAMILIES[model_type](r, model_type))
-                    if refusal(model_type, config):
-                        continue
-                    d = os.path.join(tmp, f"{model_type}_{done}")
-                    config.save_pretrained(d)
-                    with init_empty_weights():
-                        size = compute_module_sizes(transformers.AutoModelForCausalLM.from_config(
-                            config, dtype=torch.float32))[""]
-                except Exception:  # a config transformers refuses: draw again
-                    continue
+            done = 0
+            for _, config, d, size in drawn(model_type, r, a.n, tmp, model_size):
                 done += 1
                 for strategy in STRATEGIES:
                     mm = budgets(r, size)

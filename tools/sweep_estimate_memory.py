@@ -162,6 +162,25 @@ def make_config(model_type, fields):
     return cls(**fields)
 
 
+def drawn(model_type, r, n, tmp, measure):
+    """Up to n random configs of model_type, each saved in a directory of its own under tmp:
+    yields (fields, config, directory, measure(config, directory)); a config transformers
+    refuses, or measure does (raising), is drawn again."""
+    done = tries = 0
+    while done < n and tries < 20 * n:
+        tries += 1
+        fields = FAMILIES[model_type](r, model_type)
+        try:
+            config = make_config(model_type, fields)
+            d = os.path.join(tmp, f"{model_type}_{done}")
+            config.save_pretrained(d)
+            value = measure(config, d)
+        except Exception:  # noqa: BLE001 - transformers' refusals take many types
+            continue
+        done += 1
+        yield fields, config, d, value
+
+
 def refusal(model_type, config):
     """The words of accel's refusal where it refuses by design a config transformers builds, else None:
     rotary dims (head_dim x partial_rotary_factor) that are odd or 0 (transformers then rotates
@@ -217,22 +236,15 @@ def main():
     transformers.logging.set_verbosity_error()
     bad = total = refused = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for model_type, draw in FAMILIES.items():
+        for model_type in FAMILIES:
             if only and model_type not in only:
                 continue
             r = random.Random(f"{a.seed}:{model_type}")
-            done = tries = 0
-            while done < a.n and tries < 20 * a.n:
-                tries += 1
-                fields = draw(r, model_type)
-                try:
-                    config = make_config(model_type, fields)
-                    d = os.path.join(tmp, f"{model_type}_{done}")
-                    config.save_pretrained(d)
-                    dtypes = r.choice([[], [], ["float32"], ["int4", "float16"]])
-                    want = peer_table(d, config, dtypes)
-                except Exception:  # a config transformers refuses: draw again
-                    continue
+            def measure(config, d):
+                dtypes = r.choice([[], [], ["float32"], ["int4", "float16"]])
+                return dtypes, peer_table(d, config, dtypes)
+            done = 0
+            for fields, config, d, (dtypes, want) in drawn(model_type, r, a.n, tmp, measure):
                 done += 1
                 total += 1
                 rc, got, err = accel_table(a.accel, d, dtypes)
