@@ -119,6 +119,17 @@ if(ACCEL_NO_TORCH EQUAL 0)
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_TORCH_VERDICT=;ACCEL_GEMM_CACHE=${CMAKE_CURRENT_BINARY_DIR}/gemm_cache")
 endif()
 
+# The probe tools/sweep_device_maps.py drives: two maps of the Qwen2 fixture as Accelerate's
+# infer_auto_device_map places them (after get_balanced_memory for balanced_low_0; computed by
+# the sweep's peer_map), and a missing directory named.
+if(TARGET device_map_probe)
+  add_test(NAME bigmodel_device_map_probe COMMAND sh -c
+           "printf 'data/hf_arch_qwen2\\tsequential\\t0=20000,1=30000,cpu=100000\\ndata/hf_arch_qwen2\\tbalanced_low_0\\t0=40000,1=40000,cpu=100000\\nnot_there\\tauto\\t\\n' | $<TARGET_FILE:device_map_probe>"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_device_map_probe PROPERTIES PASS_REGULAR_EXPRESSION
+    "^{\"model.embed_tokens\": 1, \"model.norm\": \"cpu\", \"lm_head\": \"cpu\", \"model.layers\": \"cpu\"}\n{\"model.embed_tokens\": 1, \"model.layers.0\": 1, \"model.layers.1\": \"cpu\", \"model.norm\": \"cpu\", \"lm_head\": \"cpu\"}\nERROR not_there: no such file\n$")
+endif()
+
 # bigmodel_estimate_memory_NAME: `accel estimate-memory data/DIR ARGS...`
 # run from tests/, its output matching REGEX (the rows below).
 function(estimate_memory_test name dir regex)
