@@ -102,6 +102,8 @@ CONVERSATIONS = [
                         {"role": "assistant", "content": [{"type": "text", "text": "It shows"}, {"type": "image"}]}],
      {"continue_final_message": True}),
     ("assistant_first", [{"role": "assistant", "content": "I start."}, {"role": "user", "content": "ok"}], {}),
+    # found by tools/sweep_chat_templates.py: U+0000 in a text (accel refused the JSON)
+    ("nul_char", [{"role": "user", "content": "a\x00b"}, {"role": "assistant", "content": "\x00"}], {}),
 ]
 
 
@@ -169,10 +171,11 @@ SNIPPETS = [
 def render(src, special, messages, extra, add_generation_prompt):
     kwargs = dict(extra)
     tools = kwargs.pop("tools", None)
+    documents = kwargs.pop("documents", None)
     if kwargs.get("continue_final_message") and add_generation_prompt:  # apply_chat_template's own check
         raise ValueError("continue_final_message and add_generation_prompt are not compatible")
     convs = [_normalize_chat_messages(messages)]
-    rendered, _ = render_jinja_template(conversations=convs, tools=tools, documents=None, chat_template=src,
+    rendered, _ = render_jinja_template(conversations=convs, tools=tools, documents=documents, chat_template=src,
                                         add_generation_prompt=add_generation_prompt, **{**special, **kwargs})
     return rendered[0]
 
