@@ -1,5 +1,6 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
- * the real templates of thirteen chat model families over 22 conversations with
+ * the real templates of thirteen chat model families and five adversarial ones
+ * (data/chat_templates/adversarial/) over 23 conversations with
  * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared

@@ -51,6 +51,12 @@ SPECIAL = {
     "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
 }
 
+# Templates written to corner the interpreter (adversarial/*.jinja: namespace and loop
+# scoping, tojson's options, macros and raise_exception, whitespace control with string
+# methods, dict iteration and repr), swept by tools/sweep_chat_templates.py too.
+ADVERSARIAL = {f"adversarial/{n}": {"bos_token": "<s>", "eos_token": "</s>"}
+               for n in ("items_repr", "macros_raise", "namespace_loop", "tojson_tools", "whitespace_strings")}
+
 SYS = {"role": "system", "content": "You are a helpful assistant."}
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather in a city, in °C.",
@@ -104,6 +110,9 @@ CONVERSATIONS = [
     ("assistant_first", [{"role": "assistant", "content": "I start."}, {"role": "user", "content": "ok"}], {}),
     # found by tools/sweep_chat_templates.py: U+0000 in a text (accel refused the JSON)
     ("nul_char", [{"role": "user", "content": "a\x00b"}, {"role": "assistant", "content": "\x00"}], {}),
+    # found by the sweep: Python's full case mappings, final sigma and islower (utf8proc's one-to-one mappings differ)
+    ("case_mappings", [{"role": "user", "content": "straße ΟΔΟΣ ΣΑΣ'Σ ﬁ ǆ İ ᾳ"}, {"role": "assistant", "content": "ᴐʐᵨ"},
+                       {"role": "user", "content": "ǅ Σ"}], {}),
 ]
 
 
@@ -142,6 +151,9 @@ SNIPPETS = [
     "{{ d | tojson }} {{ u | tojson }} {{ u | tojson(ensure_ascii=true) }} {{ l | tojson(indent=2) }} {{ d | tojson(indent=2, sort_keys=true) }} {{ f | tojson }} {{ none | tojson }}",
     "{{ d | tojson(separators=(',', ':')) }} {{ {'k': {'n': []}, 'e': {}} | tojson(indent='\\t') }} {{ '\\x01\\\\\\\"\\n' | tojson }} {{ 1e100 | tojson }}",
     "{{ 'hello world' | capitalize }} {{ s | safe }} {{ [n | safe] | length }}",
+    # Python's case mappings: longer than one code point, final sigma, titlecase first, islower/isupper by property
+    "{{ 'straße ﬁ ŉ ᾳ' | upper }} {{ 'ΟΔΟΣ ΣΑΣ\\'Σ Σ Α\u0301Σ\u0301' | lower }} {{ 'ﬁx ǆA ßb' | capitalize }} {{ 'İ'.lower() | length }}"
+    " {{ 'ᴐʐᵨ' is lower }} {{ 'ß' is lower }} {{ 'ǅ' is upper }} {{ 'Ǆ1' is upper }} {{ 'ª' is lower }}",
     # generators and views
     "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys() | length }} {% if l | select('gt', 100) %}gen{% endif %}"
     "{% if {}.items() %}view{% endif %} {{ l | reverse | list }} {{ l | select('odd') | first }} {{ msgs | map(attribute='x', default='-') | join }}",
@@ -188,15 +200,16 @@ BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking", "continue
 
 def main():
     cases = []
-    for name in sorted(SPECIAL):
+    special = {**SPECIAL, **ADVERSARIAL}
+    for name in sorted(SPECIAL) + sorted(ADVERSARIAL):
         src = open(os.path.join(DATA, name + ".jinja"), encoding="utf-8").read()
         for conv, messages, extra in CONVERSATIONS:
-            if conv in TOOL_CONVERSATIONS and name not in TOOL_TEMPLATES:
+            if conv in TOOL_CONVERSATIONS and name not in TOOL_TEMPLATES | {"adversarial/tojson_tools"}:
                 continue
             for agp in (True, False) if conv in BOTH_PROMPTS else (True,):
                 case = {"template": name, "conversation": conv, "add_generation_prompt": agp}
                 try:
-                    case["expected"] = render(src, SPECIAL[name], messages, extra, agp)
+                    case["expected"] = render(src, special[name], messages, extra, agp)
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
                     case["raised"] = type(e) is jinja2.exceptions.TemplateError
@@ -208,7 +221,7 @@ def main():
     # {"messages": conversations[c].messages, "add_generation_prompt": ...}.
     with open(os.path.join(DATA, "cases.json"), "w", encoding="utf-8") as f:
         f.write('{"transformers": %s, "jinja2": %s,\n"special": %s,\n"conversations": {\n' % (
-            json.dumps(transformers.__version__), json.dumps(jinja2.__version__), json.dumps(SPECIAL)))
+            json.dumps(transformers.__version__), json.dumps(jinja2.__version__), json.dumps(special)))
         f.write(",\n".join(json.dumps(c) + ": " + json.dumps({"messages": m, "vars": e}, ensure_ascii=False)
                             for c, m, e in CONVERSATIONS))
         f.write("},\n\"cases\": [\n")
