@@ -1,5 +1,5 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
- * the real templates of thirteen chat model families and five adversarial ones
+ * the real templates of thirteen chat model families and six adversarial ones
  * (data/chat_templates/adversarial/) over 23 conversations with
  * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
@@ -468,6 +468,12 @@ static void test_runtime_errors(void) {
     refused_at_render("{{ loop.index }}", "'loop' is undefined", NULL);
     refused_at_render("{% for a, b in [1] %}{% endfor %}", "cannot unpack", NULL);
     refused_at_render("{{ 9223372036854775807 + 1 }}", "past 64 bits", NULL);
+    /* jinja2's other globals exist there (defined, printed as objects): named, not undefined */
+    refused_at_render("{% set sep = joiner(', ') %}", "line 1, column 14: jinja2's global 'joiner' is not implemented", NULL);
+    refused_at_render("{{ cycler is defined }}", "jinja2's global 'cycler'", NULL);
+    refused_at_render("{{ lipsum }}", "jinja2's global 'lipsum'", NULL);
+    refused_at_render("{{ self }}", "jinja2's global 'self'", NULL);
+    renders_as("{% set cycler = 'mine' %}{{ cycler }}", "mine"); /* a template's own name first */
     /* runaway work: loop turns, recursion, text, values */
     refused_at_render("{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}", "10000000 steps",
                       "runaway");

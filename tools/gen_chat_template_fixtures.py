@@ -52,10 +52,12 @@ SPECIAL = {
 }
 
 # Templates written to corner the interpreter (adversarial/*.jinja: namespace and loop
-# scoping, tojson's options, macros and raise_exception, whitespace control with string
-# methods, dict iteration and repr), swept by tools/sweep_chat_templates.py too.
+# scoping, nested loops and their controls, tojson's options, macros and raise_exception,
+# whitespace control with string methods, dict iteration and repr), swept by
+# tools/sweep_chat_templates.py too.
 ADVERSARIAL = {f"adversarial/{n}": {"bos_token": "<s>", "eos_token": "</s>"}
-               for n in ("items_repr", "macros_raise", "namespace_loop", "tojson_tools", "whitespace_strings")}
+               for n in ("items_repr", "loops_controls", "macros_raise", "namespace_loop", "tojson_tools",
+                         "whitespace_strings")}
 
 SYS = {"role": "system", "content": "You are a helpful assistant."}
 TOOLS = [{"type": "function", "function": {

@@ -93,7 +93,7 @@ static jscope *scope_new(rstate *r, jscope *parent) {
     return s;
 }
 
-static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
+static bool lookup(rstate *r, jscope *s, const jnode *at, const char *p, size_t n, jv *out) {
     const jv *v = scope_get(s, p, n);
     if (!v) v = jv_dict_get(r->vars, jv_str(p, n));
     if (v) {
@@ -105,6 +105,12 @@ static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
             *out = (jv){.k = JV_FUNC, .fn = i};
             return true;
         }
+    /* the rest of jinja2's globals: there (so defined, and printed as an object) in
+     * jinja2, not undefined */
+    static const char *const JINJA_GLOBALS[] = {"cycler", "joiner", "lipsum", "self"};
+    for (size_t i = 0; i < sizeof JINJA_GLOBALS / sizeof *JINJA_GLOBALS; i++)
+        if (name_is(p, n, JINJA_GLOBALS[i]))
+            return err(r, at, ACCEL_ERR_UNSUPPORTED, "jinja2's global '%s' is not implemented", JINJA_GLOBALS[i]);
     *out = jv_undef(p, n);
     return true;
 }
@@ -1365,7 +1371,7 @@ static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out) {
     if (!step(r, x)) return false;
     switch (x->k) {
     case JN_CONST: *out = x->val; return true;
-    case JN_NAME: return lookup(r, s, x->name, x->name_n, out);
+    case JN_NAME: return lookup(r, s, x, x->name, x->name_n, out);
     case JN_ATTR: {
         jv o;
         return eval(r, s, x->a, &o) && get_attr(r, x, o, x->name, x->name_n, out);
