@@ -1,6 +1,6 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
  * the real templates of thirteen chat model families and six adversarial ones
- * (data/chat_templates/adversarial/) over 23 conversations with
+ * (data/chat_templates/adversarial/) over 24 conversations with
  * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
@@ -526,6 +526,39 @@ static void test_api(void) {
         CHECK(accel_chat_template_render_json(ct, cont[i].vars, strlen(cont[i].vars), &text, NULL) != ACCEL_OK && !text);
         CHECK_STR_CONTAINS(accel_last_error(), cont[i].msg);
     }
+    /* tools and documents as render_jinja_template checks them: lists of dicts; an empty
+     * string or object iterates as nothing (tools then is []) */
+    const char *td = "{{ tools | tojson }} {{ documents | tojson }}";
+    accel_chat_template *ctd = accel_chat_template_new(td, strlen(td));
+    static const struct {
+        const char *extra, *want; /* want: the text, or a piece of the error */
+        bool ok;
+    } tdc[] = {
+        {"\"tools\": \"\"", "[] null", true},
+        {"\"tools\": {}", "[] null", true},
+        {"\"documents\": \"\", \"tools\": [{}]", "[{}] \"\"", true},
+        {"\"documents\": {}", "null {}", true},
+        {"\"tools\": {\"type\": \"function\"}", "tools must be a list of dicts, not a JSON object (its keys", false},
+        {"\"tools\": [{}, \"f\"]", "tools[1] is not a dict", false},
+        {"\"tools\": \"get_weather\"", "not a JSON string (its characters", false},
+        {"\"tools\": 3", "tools must be a list of dicts, not a JSON number", false},
+        {"\"documents\": [\"x\"]", "documents[0] is not a dict", false},
+        {"\"documents\": true", "documents must be a list of dicts, not a JSON boolean", false},
+    };
+    for (size_t i = 0; ctd && i < sizeof tdc / sizeof *tdc; i++) {
+        char vars[256];
+        snprintf(vars, sizeof vars, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}", tdc[i].extra);
+        accel_status s = accel_chat_template_render_json(ctd, vars, strlen(vars), &text, NULL);
+        if (tdc[i].ok) CHECK_MSG(!s && !strcmp(text, tdc[i].want), "%s: %s", vars, s ? accel_last_error() : text);
+        else {
+            CHECK_MSG(s == ACCEL_ERR_INVALID_ARG, "%s: rendered", vars);
+            CHECK_STR_CONTAINS(accel_last_error(), tdc[i].want);
+        }
+        free(text);
+        text = NULL;
+    }
+    CHECK(ctd != NULL);
+    accel_chat_template_free(ctd);
     /* a template that drops the message: the continued text is not in the rendering */
     const char *drop = "{{ messages[0].role }} content";
     accel_chat_template *ct3 = accel_chat_template_new(drop, strlen(drop));

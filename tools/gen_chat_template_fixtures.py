@@ -115,6 +115,8 @@ CONVERSATIONS = [
     # found by the sweep: Python's full case mappings, final sigma and islower (utf8proc's one-to-one mappings differ)
     ("case_mappings", [{"role": "user", "content": "straße ΟΔΟΣ ΣΑΣ'Σ ﬁ ǆ İ ᾳ"}, {"role": "assistant", "content": "ᴐʐᵨ"},
                        {"role": "user", "content": "ǅ Σ"}], {}),
+    # found by the sweep: tools that is one tool, not a list of them (transformers refuses it)
+    ("tools_not_list", [{"role": "user", "content": "Weather?"}], {"tools": TOOLS[0]}),
 ]
 
 
@@ -160,6 +162,9 @@ SNIPPETS = [
     "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys() | length }} {% if l | select('gt', 100) %}gen{% endif %}"
     "{% if {}.items() %}view{% endif %} {{ l | reverse | list }} {{ l | select('odd') | first }} {{ msgs | map(attribute='x', default='-') | join }}",
     "{{ l | select('odd') | length }}", "{{ l | select('odd') | tojson }}", "{{ l | select('odd') | last }}",
+    # a false value (not iterable, or undefined) selects and maps to nothing, whatever the arguments (found by the sweep)
+    "{{ (f * 0) | select | list }} {{ none | map(attribute='x') | list }} {{ 0 | selectattr('a') | list }}"
+    " {{ false | reject | list }} {{ x | rejectattr('a') | list }} {{ e | map('upper') | list }}",
     # string methods
     "[{{ s.strip() }}] [{{ s.lstrip() }}] [{{ s.rstrip() }}] [{{ 'xxaxx'.strip('x') }}] {{ s.startswith('  H') }} {{ s.endswith(('a', '  ')) }} {{ s.upper() }} {{ s.lower() }}",
     "{{ 'a,b,,c'.split(',') }} {{ ' a  b \\n c '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a b c'.split(none, 1) }} {{ ''.split() }} {{ ''.split(',') }}",
@@ -194,7 +199,7 @@ def render(src, special, messages, extra, add_generation_prompt):
     return rendered[0]
 
 
-TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9"}
+TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9", "tools_not_list"}
 TOOL_TEMPLATES = {"qwen2_5", "qwen3", "llama3_1", "mistral_v3"}  # the templates with tool branches
 # add_generation_prompt off too (on for every conversation): enough to see each template's branch for it
 BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking", "continue", "continue_parts"}

@@ -362,6 +362,33 @@ static accel_status continue_finish(const char *final, size_t final_n, char *tex
     return ACCEL_OK;
 }
 
+/* render_jinja_template's checks of "tools" and "documents" in ctx (changed): each is
+ * iterated and every item must be a dict (a JSON schema; a document). A string or an
+ * object iterates as its characters or keys, so only an empty one passes, and tools
+ * then becomes the empty list transformers builds from it (documents stay as given). */
+static accel_status check_list_of_dicts(json_t *ctx, const char *key) {
+    json_t *v = json_object_get(ctx, key);
+    if (!v || json_is_null(v)) return ACCEL_OK;
+    bool tools = !strcmp(key, "tools");
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_is_object(json_array_get(v, i)))
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s[%zu] is not a dict (%s)", key, i,
+                                       tools ? "a tool is a JSON schema" : "a document is a dict with 'title' and 'text' keys");
+        return ACCEL_OK;
+    }
+    bool empty = json_is_string(v) ? !json_string_length(v) : json_is_object(v) ? !json_object_size(v) : false;
+    if (!json_is_string(v) && !json_is_object(v))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s must be a list of dicts, not a JSON %s", key,
+                               json_is_boolean(v) ? "boolean" : "number");
+    if (!empty)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s must be a list of dicts, not a JSON %s (its %s are "
+                               "not dicts)", key, json_is_string(v) ? "string" : "object", json_is_string(v) ? "characters" : "keys");
+    if (tools && json_object_set_new(ctx, key, json_array()))
+        return accel_set_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    return ACCEL_OK;
+}
+
 /* Renders over the JSON object ctx (owned by the caller, changed). */
 static accel_status render(const accel_chat_template *ct, json_t *ctx, char **text, size_t *len) {
     if (!json_is_object(ctx)) return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: the variables must be a JSON object");
@@ -373,6 +400,8 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
     for (size_t i = 0; i < json_array_size(msgs); i++)
         if (!json_is_object(json_array_get(msgs, i)))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: messages[%zu] must be an object (a dict)", i);
+    accel_status lst = check_list_of_dicts(ctx, "tools");
+    if (lst || (lst = check_list_of_dicts(ctx, "documents"))) return lst;
     json_t *tools = json_object_get(ctx, "tools");
     const jtemplate *t = ct->tool_use && tools && !json_is_null(tools) ? ct->tool_use : ct->tmpl;
     if (!t)

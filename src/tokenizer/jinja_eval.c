@@ -977,6 +977,9 @@ static bool attr_path(rstate *r, const jnode *at, jv v, jv path, jv *out) {
 
 /* select/reject/selectattr/rejectattr/map over a sequence. */
 static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const args *a, jv *out) {
+    /* jinja's select_or_reject and map start with `if value:`: a false value (0, 0.0,
+     * none, undefined, empty) gives an empty generator, whatever it is and the arguments */
+    if (!jv_truthy(v)) return list_from(r, NULL, 0, JV_GEN, out);
     jlist *items;
     if (!iterate(r, at, v, &items)) return false;
     bool attr = strstr(nm, "attr") != NULL, is_map = !strcmp(nm, "map"), keep = nm[0] == 's';
