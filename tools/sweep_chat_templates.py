@@ -175,7 +175,7 @@ def content(rng, plain):
                 parts.append({"type": rng.choice(["video", "audio", "text"]), "text": None} if rng.random() < 0.3
                              else {"text": text(rng)})
         return parts
-    return rng.choice([None, 7, 2.5, True, {"k": "v"}])
+    return value(rng)  # a number, bool, None, list or dict where a text was expected
 
 
 def tool(rng):
@@ -235,11 +235,18 @@ def conversation(rng, n_max=8):
     else:  # anything
         roles = ["system", "user", "assistant", "tool", "developer", "ipython", "function", "User", "", "straße", "ǆ", "ΣΟΦΊΑΣ"]
         msgs = [message(rng, rng.choice(roles), plain) for _ in range(n)]
-    if msgs and rng.random() < 0.03:
-        del msgs[rng.randrange(len(msgs))]["role"]
+    if msgs and rng.random() < 0.05:  # a message without a role, or with one that is not a string
+        m = msgs[rng.randrange(len(msgs))]
+        if rng.random() < 0.5:
+            del m["role"]
+        else:
+            m["role"] = rng.choice([1, 2.5, True, ["user"], {"role": "user"}])
+    if msgs and rng.random() < 0.03:  # tool_calls or tools of the wrong shape
+        msgs[rng.randrange(len(msgs))]["tool_calls"] = rng.choice([tool_call(rng), "call", 3, []])
     extra = {}
     if rng.random() < 0.3:
-        extra["tools"] = [tool(rng) for _ in range(rng.randint(0, 3))] if rng.random() < 0.9 else None
+        extra["tools"] = [tool(rng) for _ in range(rng.randint(0, 3))] if rng.random() < 0.9 else \
+            rng.choice([None, tool(rng), "tools"])
     for key, gen_value in (("enable_thinking", lambda: rng.choice([True, False, None, 0, "yes"])),
                            ("date_string", lambda: rng.choice(["26 Jul 2024", "", text(rng)])),
                            ("tools_in_user_message", lambda: rng.choice([True, False])),
