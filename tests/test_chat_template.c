@@ -1,5 +1,6 @@
 /* Chat templates (accel_chat_template_*) against transformers' apply_chat_template:
- * the real templates of thirteen chat model families over 21 conversations with
+ * the real templates of thirteen chat model families and six adversarial ones
+ * (data/chat_templates/adversarial/) over 24 conversations with
  * add_generation_prompt on (and off for seven) (data/chat_templates/cases.json), one-construct
  * snippets (snippets.json), model folders loaded and tokenized (dirs.json), all
  * made by tools/gen_chat_template_fixtures.py with transformers 5.25 and compared
@@ -21,7 +22,7 @@
 
 static json_t *load(const char *path) {
     json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
+    json_t *j = json_load_file(path, JSON_ALLOW_NUL, &e); /* texts with U+0000, as the renders take them */
     if (!j) fprintf(stderr, "%s: %s (line %d)\n", path, e.text, e.line);
     return j;
 }
@@ -389,6 +390,10 @@ static void test_review(void) {
     CHECK(ct && accel_chat_template_render_json(ct, big, strlen(big), &text, &len) == ACCEL_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(accel_last_error(), "line 1, column 74: an integer past 64 bits");
     CHECK(!strstr(accel_last_error(), "invalid JSON"));
+    /* U+0000 in an object key, which jansson does not hold (in a string it renders: cases.json's nul_char) */
+    const char *nulkey = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": {\"k\\u0000\": 1}}";
+    CHECK(ct && accel_chat_template_render_json(ct, nulkey, strlen(nulkey), &text, &len) == ACCEL_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(accel_last_error(), "line 1, column 64: an object key with U+0000 (not implemented) near");
     accel_chat_template_free(ct);
     /* a template list with only "tool_use": taken when tools are given, as transformers does */
     char dir[] = "/tmp/accel_chat_tooluse_XXXXXX", path[64];
@@ -463,6 +468,12 @@ static void test_runtime_errors(void) {
     refused_at_render("{{ loop.index }}", "'loop' is undefined", NULL);
     refused_at_render("{% for a, b in [1] %}{% endfor %}", "cannot unpack", NULL);
     refused_at_render("{{ 9223372036854775807 + 1 }}", "past 64 bits", NULL);
+    /* jinja2's other globals exist there (defined, printed as objects): named, not undefined */
+    refused_at_render("{% set sep = joiner(', ') %}", "line 1, column 14: jinja2's global 'joiner' is not implemented", NULL);
+    refused_at_render("{{ cycler is defined }}", "jinja2's global 'cycler'", NULL);
+    refused_at_render("{{ lipsum }}", "jinja2's global 'lipsum'", NULL);
+    refused_at_render("{{ self }}", "jinja2's global 'self'", NULL);
+    renders_as("{% set cycler = 'mine' %}{{ cycler }}", "mine"); /* a template's own name first */
     /* runaway work: loop turns, recursion, text, values */
     refused_at_render("{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}", "10000000 steps",
                       "runaway");
@@ -507,16 +518,59 @@ static void test_api(void) {
          "no content block"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": 5}], \"continue_final_message\": true}", "is not a string"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": 3}", "boolean or a key"},
+        /* a key with U+0000 is not "content" (the message's keys cannot hold one) */
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": \"content\\u0000x\"}",
+         "has no \"content"},
     };
     for (size_t i = 0; i < sizeof cont / sizeof *cont; i++) {
         CHECK(accel_chat_template_render_json(ct, cont[i].vars, strlen(cont[i].vars), &text, NULL) != ACCEL_OK && !text);
         CHECK_STR_CONTAINS(accel_last_error(), cont[i].msg);
     }
+    /* tools and documents as render_jinja_template checks them: lists of dicts; an empty
+     * string or object iterates as nothing (tools then is []) */
+    const char *td = "{{ tools | tojson }} {{ documents | tojson }}";
+    accel_chat_template *ctd = accel_chat_template_new(td, strlen(td));
+    static const struct {
+        const char *extra, *want; /* want: the text, or a piece of the error */
+        bool ok;
+    } tdc[] = {
+        {"\"tools\": \"\"", "[] null", true},
+        {"\"tools\": {}", "[] null", true},
+        {"\"documents\": \"\", \"tools\": [{}]", "[{}] \"\"", true},
+        {"\"documents\": {}", "null {}", true},
+        {"\"tools\": {\"type\": \"function\"}", "tools must be a list of dicts, not a JSON object (its keys", false},
+        {"\"tools\": [{}, \"f\"]", "tools[1] is not a dict", false},
+        {"\"tools\": \"get_weather\"", "not a JSON string (its characters", false},
+        {"\"tools\": 3", "tools must be a list of dicts, not a JSON number", false},
+        {"\"documents\": [\"x\"]", "documents[0] is not a dict", false},
+        {"\"documents\": true", "documents must be a list of dicts, not a JSON boolean", false},
+    };
+    for (size_t i = 0; ctd && i < sizeof tdc / sizeof *tdc; i++) {
+        char vars[256];
+        snprintf(vars, sizeof vars, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}", tdc[i].extra);
+        accel_status s = accel_chat_template_render_json(ctd, vars, strlen(vars), &text, NULL);
+        if (tdc[i].ok) CHECK_MSG(!s && !strcmp(text, tdc[i].want), "%s: %s", vars, s ? accel_last_error() : text);
+        else {
+            CHECK_MSG(s == ACCEL_ERR_INVALID_ARG, "%s: rendered", vars);
+            CHECK_STR_CONTAINS(accel_last_error(), tdc[i].want);
+        }
+        free(text);
+        text = NULL;
+    }
+    CHECK(ctd != NULL);
+    accel_chat_template_free(ctd);
     /* a template that drops the message: the continued text is not in the rendering */
     const char *drop = "{{ messages[0].role }} content";
     accel_chat_template *ct3 = accel_chat_template_new(drop, strlen(drop));
     const char *dv = "{\"messages\": [{\"role\": \"user\", \"content\": \"gone\"}], \"continue_final_message\": true}";
     CHECK(ct3 && accel_chat_template_render_json(ct3, dv, strlen(dv), &text, NULL) == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "does not appear in the chat");
+    accel_chat_template_free(ct3);
+    /* the whole continued text is looked for, past a U+0000 in it (transformers: "ab\0c" is not in "ab\0") */
+    const char *dropc = "{{ messages[0].content | replace('c', '') }}";
+    ct3 = accel_chat_template_new(dropc, strlen(dropc));
+    const char *nv = "{\"messages\": [{\"role\": \"user\", \"content\": \"ab\\u0000c\"}], \"continue_final_message\": true}";
+    CHECK(ct3 && accel_chat_template_render_json(ct3, nv, strlen(nv), &text, NULL) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "does not appear in the chat");
     accel_chat_template_free(ct3);
     size_t len = 0;

@@ -51,6 +51,14 @@ SPECIAL = {
     "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
 }
 
+# Templates written to corner the interpreter (adversarial/*.jinja: namespace and loop
+# scoping, nested loops and their controls, tojson's options, macros and raise_exception,
+# whitespace control with string methods, dict iteration and repr), swept by
+# tools/sweep_chat_templates.py too.
+ADVERSARIAL = {f"adversarial/{n}": {"bos_token": "<s>", "eos_token": "</s>"}
+               for n in ("items_repr", "loops_controls", "macros_raise", "namespace_loop", "tojson_tools",
+                         "whitespace_strings")}
+
 SYS = {"role": "system", "content": "You are a helpful assistant."}
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather in a city, in °C.",
@@ -102,6 +110,13 @@ CONVERSATIONS = [
                         {"role": "assistant", "content": [{"type": "text", "text": "It shows"}, {"type": "image"}]}],
      {"continue_final_message": True}),
     ("assistant_first", [{"role": "assistant", "content": "I start."}, {"role": "user", "content": "ok"}], {}),
+    # found by tools/sweep_chat_templates.py: U+0000 in a text (accel refused the JSON)
+    ("nul_char", [{"role": "user", "content": "a\x00b"}, {"role": "assistant", "content": "\x00"}], {}),
+    # found by the sweep: Python's full case mappings, final sigma and islower (utf8proc's one-to-one mappings differ)
+    ("case_mappings", [{"role": "user", "content": "straße ΟΔΟΣ ΣΑΣ'Σ ﬁ ǆ İ ᾳ"}, {"role": "assistant", "content": "ᴐʐᵨ"},
+                       {"role": "user", "content": "ǅ Σ"}], {}),
+    # found by the sweep: tools that is one tool, not a list of them (transformers refuses it)
+    ("tools_not_list", [{"role": "user", "content": "Weather?"}], {"tools": TOOLS[0]}),
 ]
 
 
@@ -140,10 +155,16 @@ SNIPPETS = [
     "{{ d | tojson }} {{ u | tojson }} {{ u | tojson(ensure_ascii=true) }} {{ l | tojson(indent=2) }} {{ d | tojson(indent=2, sort_keys=true) }} {{ f | tojson }} {{ none | tojson }}",
     "{{ d | tojson(separators=(',', ':')) }} {{ {'k': {'n': []}, 'e': {}} | tojson(indent='\\t') }} {{ '\\x01\\\\\\\"\\n' | tojson }} {{ 1e100 | tojson }}",
     "{{ 'hello world' | capitalize }} {{ s | safe }} {{ [n | safe] | length }}",
+    # Python's case mappings: longer than one code point, final sigma, titlecase first, islower/isupper by property
+    "{{ 'straße ﬁ ŉ ᾳ' | upper }} {{ 'ΟΔΟΣ ΣΑΣ\\'Σ Σ Α\u0301Σ\u0301' | lower }} {{ 'ﬁx ǆA ßb' | capitalize }} {{ 'İ'.lower() | length }}"
+    " {{ 'ᴐʐᵨ' is lower }} {{ 'ß' is lower }} {{ 'ǅ' is upper }} {{ 'Ǆ1' is upper }} {{ 'ª' is lower }}",
     # generators and views
     "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys() | length }} {% if l | select('gt', 100) %}gen{% endif %}"
     "{% if {}.items() %}view{% endif %} {{ l | reverse | list }} {{ l | select('odd') | first }} {{ msgs | map(attribute='x', default='-') | join }}",
     "{{ l | select('odd') | length }}", "{{ l | select('odd') | tojson }}", "{{ l | select('odd') | last }}",
+    # a false value (not iterable, or undefined) selects and maps to nothing, whatever the arguments (found by the sweep)
+    "{{ (f * 0) | select | list }} {{ none | map(attribute='x') | list }} {{ 0 | selectattr('a') | list }}"
+    " {{ false | reject | list }} {{ x | rejectattr('a') | list }} {{ e | map('upper') | list }}",
     # string methods
     "[{{ s.strip() }}] [{{ s.lstrip() }}] [{{ s.rstrip() }}] [{{ 'xxaxx'.strip('x') }}] {{ s.startswith('  H') }} {{ s.endswith(('a', '  ')) }} {{ s.upper() }} {{ s.lower() }}",
     "{{ 'a,b,,c'.split(',') }} {{ ' a  b \\n c '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a b c'.split(none, 1) }} {{ ''.split() }} {{ ''.split(',') }}",
@@ -169,15 +190,16 @@ SNIPPETS = [
 def render(src, special, messages, extra, add_generation_prompt):
     kwargs = dict(extra)
     tools = kwargs.pop("tools", None)
+    documents = kwargs.pop("documents", None)
     if kwargs.get("continue_final_message") and add_generation_prompt:  # apply_chat_template's own check
         raise ValueError("continue_final_message and add_generation_prompt are not compatible")
     convs = [_normalize_chat_messages(messages)]
-    rendered, _ = render_jinja_template(conversations=convs, tools=tools, documents=None, chat_template=src,
+    rendered, _ = render_jinja_template(conversations=convs, tools=tools, documents=documents, chat_template=src,
                                         add_generation_prompt=add_generation_prompt, **{**special, **kwargs})
     return rendered[0]
 
 
-TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9"}
+TOOL_CONVERSATIONS = {"tools", "tools_no_system", "tools_not_in_user", "builtin_tools", "tools_ids9", "tools_not_list"}
 TOOL_TEMPLATES = {"qwen2_5", "qwen3", "llama3_1", "mistral_v3"}  # the templates with tool branches
 # add_generation_prompt off too (on for every conversation): enough to see each template's branch for it
 BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking", "continue", "continue_parts"}
@@ -185,15 +207,16 @@ BOTH_PROMPTS = {"user", "multi_turn", "think", "tools", "no_thinking", "continue
 
 def main():
     cases = []
-    for name in sorted(SPECIAL):
+    special = {**SPECIAL, **ADVERSARIAL}
+    for name in sorted(SPECIAL) + sorted(ADVERSARIAL):
         src = open(os.path.join(DATA, name + ".jinja"), encoding="utf-8").read()
         for conv, messages, extra in CONVERSATIONS:
-            if conv in TOOL_CONVERSATIONS and name not in TOOL_TEMPLATES:
+            if conv in TOOL_CONVERSATIONS and name not in TOOL_TEMPLATES | {"adversarial/tojson_tools"}:
                 continue
             for agp in (True, False) if conv in BOTH_PROMPTS else (True,):
                 case = {"template": name, "conversation": conv, "add_generation_prompt": agp}
                 try:
-                    case["expected"] = render(src, SPECIAL[name], messages, extra, agp)
+                    case["expected"] = render(src, special[name], messages, extra, agp)
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
                     case["raised"] = type(e) is jinja2.exceptions.TemplateError
@@ -205,7 +228,7 @@ def main():
     # {"messages": conversations[c].messages, "add_generation_prompt": ...}.
     with open(os.path.join(DATA, "cases.json"), "w", encoding="utf-8") as f:
         f.write('{"transformers": %s, "jinja2": %s,\n"special": %s,\n"conversations": {\n' % (
-            json.dumps(transformers.__version__), json.dumps(jinja2.__version__), json.dumps(SPECIAL)))
+            json.dumps(transformers.__version__), json.dumps(jinja2.__version__), json.dumps(special)))
         f.write(",\n".join(json.dumps(c) + ": " + json.dumps({"messages": m, "vars": e}, ensure_ascii=False)
                             for c, m, e in CONVERSATIONS))
         f.write("},\n\"cases\": [\n")

@@ -65,8 +65,12 @@ static inline bool accel__st_shape_is(const accel_st_info *in, const accel_tenso
  * file's strided tensor). */
 bool accel__checkpoint_in_file_map(accel_checkpoint *ck, const char *name, const accel_st_info *in);
 /* JSON text from memory (duplicate keys refused); NULL + ACCEL_ERR_FORMAT naming
- * `name`, the line and column. */
+ * `name`, the line and column. Strings with \u0000 are refused: their readers
+ * take json_string_value as a C string. */
 json_t *accel__json_parse(const char *name, const char *text, size_t len);
+/* The same with jansson's JSON_ALLOW_NUL: for a reader that takes each string with
+ * its json_string_length (a NUL in an object key is still refused). */
+json_t *accel__json_parse_nul(const char *name, const char *text, size_t len);
 /* Writes json.dumps(j, indent=2, sort_keys=True) + "\n" atomically. */
 accel_status accel__json_save_file(const char *path, const json_t *j);
 

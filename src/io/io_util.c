@@ -110,13 +110,21 @@ json_t *accel__json_load_file(const char *path) {
     return j;
 }
 
-json_t *accel__json_parse(const char *name, const char *text, size_t len) {
+static json_t *json_parse_flags(const char *name, const char *text, size_t len, size_t flags) {
     json_error_t err;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES | flags, &err);
     if (!j)
         accel_set_error(ACCEL_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", name, err.line, err.column,
                         err.text);
     return j;
+}
+
+json_t *accel__json_parse(const char *name, const char *text, size_t len) {
+    return json_parse_flags(name, text, len, 0);
+}
+
+json_t *accel__json_parse_nul(const char *name, const char *text, size_t len) {
+    return json_parse_flags(name, text, len, JSON_ALLOW_NUL);
 }
 
 accel_status accel__json_save_file(const char *path, const json_t *j) {

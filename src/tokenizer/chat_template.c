@@ -290,7 +290,8 @@ static accel_status continue_prepare(const jtemplate *t, json_t *ctx, json_t **f
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message and add_generation_prompt are not "
                                "compatible");
     json_t *msgs = json_object_get(ctx, "messages"), *last = json_array_get(msgs, json_array_size(msgs) - 1);
-    json_t *v = json_object_get(last, field);
+    /* a key holding U+0000 is none of the message's: jansson refuses one in an object key */
+    json_t *v = json_is_string(opt) && strlen(field) != json_string_length(opt) ? NULL : json_object_get(last, field);
     if (!v || json_is_null(v))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "chat template: continue_final_message is set but the final message has no \"%s\" to continue", field);
@@ -330,8 +331,8 @@ static accel_status continue_prepare(const jtemplate *t, json_t *ctx, json_t **f
 }
 
 /* Cuts text (n bytes) where the tag landed; the continued text must be in it. */
-static accel_status continue_finish(const char *final, char *text, size_t *n) {
-    size_t a = 0, b = strlen(final);
+static accel_status continue_finish(const char *final, size_t final_n, char *text, size_t *n) {
+    size_t a = 0, b = final_n;
     uint32_t cp;
     for (size_t l; a < b && (l = tok_utf8_next(final + a, b - a, &cp)) && jv_py_isspace(cp);) a += l;
     while (b > a) {
@@ -361,6 +362,33 @@ static accel_status continue_finish(const char *final, char *text, size_t *n) {
     return ACCEL_OK;
 }
 
+/* render_jinja_template's checks of "tools" and "documents" in ctx (changed): each is
+ * iterated and every item must be a dict (a JSON schema; a document). A string or an
+ * object iterates as its characters or keys, so only an empty one passes, and tools
+ * then becomes the empty list transformers builds from it (documents stay as given). */
+static accel_status check_list_of_dicts(json_t *ctx, const char *key) {
+    json_t *v = json_object_get(ctx, key);
+    if (!v || json_is_null(v)) return ACCEL_OK;
+    bool tools = !strcmp(key, "tools");
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_is_object(json_array_get(v, i)))
+                return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s[%zu] is not a dict (%s)", key, i,
+                                       tools ? "a tool is a JSON schema" : "a document is a dict with 'title' and 'text' keys");
+        return ACCEL_OK;
+    }
+    bool empty = json_is_string(v) ? !json_string_length(v) : json_is_object(v) ? !json_object_size(v) : false;
+    if (!json_is_string(v) && !json_is_object(v))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s must be a list of dicts, not a JSON %s", key,
+                               json_is_boolean(v) ? "boolean" : "number");
+    if (!empty)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: %s must be a list of dicts, not a JSON %s (its %s are "
+                               "not dicts)", key, json_is_string(v) ? "string" : "object", json_is_string(v) ? "characters" : "keys");
+    if (tools && json_object_set_new(ctx, key, json_array()))
+        return accel_set_error(ACCEL_ERR_OOM, "chat template: out of memory");
+    return ACCEL_OK;
+}
+
 /* Renders over the JSON object ctx (owned by the caller, changed). */
 static accel_status render(const accel_chat_template *ct, json_t *ctx, char **text, size_t *len) {
     if (!json_is_object(ctx)) return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: the variables must be a JSON object");
@@ -372,6 +400,8 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
     for (size_t i = 0; i < json_array_size(msgs); i++)
         if (!json_is_object(json_array_get(msgs, i)))
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: messages[%zu] must be an object (a dict)", i);
+    accel_status lst = check_list_of_dicts(ctx, "tools");
+    if (lst || (lst = check_list_of_dicts(ctx, "documents"))) return lst;
     json_t *tools = json_object_get(ctx, "tools");
     const jtemplate *t = ct->tool_use && tools && !json_is_null(tools) ? ct->tool_use : ct->tmpl;
     if (!t)
@@ -411,7 +441,7 @@ static accel_status render(const accel_chat_template *ct, json_t *ctx, char **te
     size_t n = 0;
     accel_status st = ok ? jinja_render(t, &c, vars, text, &n) : accel_last_status();
     accel_arena_destroy(c.arena);
-    if (!st && final && (st = continue_finish(json_string_value(final), *text, &n))) {
+    if (!st && final && (st = continue_finish(json_string_value(final), json_string_length(final), *text, &n))) {
         free(*text);
         *text = NULL;
     }
@@ -426,19 +456,28 @@ accel_status accel_chat_template_render_json(const accel_chat_template *ct, cons
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_chat_template_render_json: %s is NULL",
                                !ct ? "the template" : !json ? "json" : "text");
     *text = NULL;
-    json_t *ctx = accel__json_parse("chat template variables", json, n);
+    /* Python's strings hold U+0000 and so do the interpreter's (counted, not
+     * NUL-terminated): a message with one renders as transformers renders it */
+    json_t *ctx = accel__json_parse_nul("chat template variables", json, n);
     if (!ctx) {
-        /* jansson holds integers in 64 bits and calls a longer one "too big": valid
-         * JSON (Python reads it), so name it as what accel does not implement */
-        const char *m = accel_last_error(), *big = strstr(m, ": too big integer");
-        if (!big) return accel_last_status();
+        /* valid JSON that jansson cannot hold (Python reads it): named as what accel does
+         * not implement, not as invalid JSON. jansson holds integers in 64 bits, and
+         * strings with U+0000 but not object keys with one. */
+        static const char *const jansson_gaps[][2] = {
+            {": too big integer", "an integer past 64 bits"},
+            {": NUL byte in object key not supported", "an object key with U+0000"},
+        };
+        const char *m = accel_last_error(), *gap = NULL, *what = NULL, *rest = NULL;
+        for (size_t i = 0; i < sizeof jansson_gaps / sizeof *jansson_gaps && !gap; i++)
+            if ((gap = strstr(m, jansson_gaps[i][0]))) what = jansson_gaps[i][1], rest = gap + strlen(jansson_gaps[i][0]);
+        if (!gap) return accel_last_status();
         const char *inv = strstr(m, "invalid JSON at ");
         char msg[512];
-        if (inv && inv < big) /* "<name>: line L, column C: an integer past 64 bits ..." */
-            snprintf(msg, sizeof msg, "%.*s%.*s: an integer past 64 bits (not implemented)%s", (int)(inv - m), m,
-                     (int)(big - inv - 16), inv + 16, big + 17);
+        if (inv && inv < gap) /* "<name>: line L, column C: <what> (not implemented) near ..." */
+            snprintf(msg, sizeof msg, "%.*s%.*s: %s (not implemented)%s", (int)(inv - m), m, (int)(gap - inv - 16), inv + 16,
+                     what, rest);
         else
-            snprintf(msg, sizeof msg, "%.*s: an integer past 64 bits (not implemented)%s", (int)(big - m), m, big + 17);
+            snprintf(msg, sizeof msg, "%.*s: %s (not implemented)%s", (int)(gap - m), m, what, rest);
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s", msg);
     }
     accel_status st = render(ct, ctx, text, len);

@@ -17,7 +17,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include <utf8proc.h>
 
 #include "core/env.h"
 #include "jinja_internal.h"
@@ -94,7 +93,7 @@ static jscope *scope_new(rstate *r, jscope *parent) {
     return s;
 }
 
-static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
+static bool lookup(rstate *r, jscope *s, const jnode *at, const char *p, size_t n, jv *out) {
     const jv *v = scope_get(s, p, n);
     if (!v) v = jv_dict_get(r->vars, jv_str(p, n));
     if (v) {
@@ -106,6 +105,12 @@ static bool lookup(rstate *r, jscope *s, const char *p, size_t n, jv *out) {
             *out = (jv){.k = JV_FUNC, .fn = i};
             return true;
         }
+    /* the rest of jinja2's globals: there (so defined, and printed as an object) in
+     * jinja2, not undefined */
+    static const char *const JINJA_GLOBALS[] = {"cycler", "joiner", "lipsum", "self"};
+    for (size_t i = 0; i < sizeof JINJA_GLOBALS / sizeof *JINJA_GLOBALS; i++)
+        if (name_is(p, n, JINJA_GLOBALS[i]))
+            return err(r, at, ACCEL_ERR_UNSUPPORTED, "jinja2's global '%s' is not implemented", JINJA_GLOBALS[i]);
     *out = jv_undef(p, n);
     return true;
 }
@@ -189,22 +194,10 @@ static jv strip(jv s, jv chars, bool left, bool right) {
     return jv_str(s.s.p + a, b - a);
 }
 
-/* upper/lower/capitalize by code point (utf8proc's simple case mappings). */
+/* upper/lower/capitalize as Python's (jinja_case.c). */
 static bool recase(rstate *r, jv s, int mode, jv *out) {
     jbuf b = {.c = r->c};
-    bool first = true;
-    for (size_t i = 0; i < s.s.n;) {
-        uint32_t cp;
-        size_t l = tok_utf8_next(s.s.p + i, s.s.n - i, &cp);
-        if (!l) l = 1, cp = (unsigned char)s.s.p[i];
-        bool up = mode == 'U' || (mode == 'C' && first);
-        uint32_t m = (uint32_t)(up ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp));
-        utf8proc_uint8_t u[4];
-        utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)m, u);
-        if (!jbuf_put(&b, (const char *)u, (size_t)k)) return false;
-        i += l;
-        first = false;
-    }
+    if (!jv_recase(&b, s.s.p, s.s.n, mode)) return false;
     *out = jbuf_str(&b);
     return true;
 }
@@ -897,12 +890,9 @@ static bool run_test(rstate *r, const jnode *at, const char *nm, size_t nn, jv v
     else if (IS("sequence")) *res = v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF;
     else if (IS("callable")) *res = v.k == JV_MACRO || v.k == JV_FUNC || v.k == JV_METHOD;
     else if (IS("lower") || IS("upper")) {
-        jv s, t;
-        if (!str_of(r, at, v, &s) || !recase(r, s, nm[0] == 'l' ? 'L' : 'U', &t)) return false;
-        /* islower/isupper: cased characters exist and all are of the case */
-        jv other;
-        if (!recase(r, s, nm[0] == 'l' ? 'U' : 'L', &other)) return false;
-        *res = jv_equal(s, t) && !jv_equal(s, other);
+        jv s;
+        if (!str_of(r, at, v, &s)) return false;
+        *res = jv_py_iscase(s.s.p, s.s.n, nm[0] == 'u');
     } else if (IS("even") || IS("odd")) {
         jv m;
         if (!arith(r, at, '%', v, jv_int(2), &m)) return false;
@@ -987,6 +977,9 @@ static bool attr_path(rstate *r, const jnode *at, jv v, jv path, jv *out) {
 
 /* select/reject/selectattr/rejectattr/map over a sequence. */
 static bool filter_seq(rstate *r, const jnode *at, const char *nm, jv v, const args *a, jv *out) {
+    /* jinja's select_or_reject and map start with `if value:`: a false value (0, 0.0,
+     * none, undefined, empty) gives an empty generator, whatever it is and the arguments */
+    if (!jv_truthy(v)) return list_from(r, NULL, 0, JV_GEN, out);
     jlist *items;
     if (!iterate(r, at, v, &items)) return false;
     bool attr = strstr(nm, "attr") != NULL, is_map = !strcmp(nm, "map"), keep = nm[0] == 's';
@@ -1381,7 +1374,7 @@ static bool eval_node(rstate *r, jscope *s, const jnode *x, jv *out) {
     if (!step(r, x)) return false;
     switch (x->k) {
     case JN_CONST: *out = x->val; return true;
-    case JN_NAME: return lookup(r, s, x->name, x->name_n, out);
+    case JN_NAME: return lookup(r, s, x, x->name, x->name_n, out);
     case JN_ATTR: {
         jv o;
         return eval(r, s, x->a, &o) && get_attr(r, x, o, x->name, x->name_n, out);

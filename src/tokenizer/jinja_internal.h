@@ -154,6 +154,13 @@ bool jv_to_json(jbuf *b, jv v, const jjson_opts *o, int depth);
 size_t jv_utf8_len(const char *p, size_t n);                     /* code points */
 size_t jv_utf8_offset(const char *p, size_t n, size_t cps);      /* byte offset of code point cps (n when past) */
 bool jv_py_isspace(uint32_t cp);                                  /* str.isspace() */
+/* Appends Python's p.upper() (mode 'U'), p.lower() ('L') or p.capitalize() ('C'): full
+ * case mappings ('ß' -> 'SS'), lower()'s final sigma (jinja_case.c). Bytes that are not
+ * UTF-8 are taken as the code point of their value. */
+bool jv_recase(jbuf *b, const char *p, size_t n, int mode);
+/* Python's p.isupper() (upper) or p.islower(): a cased code point and none of the other
+ * case or titlecase. */
+bool jv_py_iscase(const char *p, size_t n, bool upper);
 
 /* ------------------------------------------------------------ syntax tree (jinja_parse.c) */
 
