@@ -17,7 +17,6 @@
 #include <strings.h>
 #include <time.h>
 
-
 #include "core/env.h"
 #include "jinja_internal.h"
 #include "tok_internal.h"
