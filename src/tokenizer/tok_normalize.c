@@ -87,6 +87,15 @@ static bool is_chinese_char(uint32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+/* BertNormalizer's control characters: Cc, Cf, Co but \t \n \r, as the
+ * reference's unicode_categories tables (Unicode 8.0) have them: the format
+ * characters assigned since are kept, as are unassigned code points (Cn). */
+static bool is_bert_control(uint32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return false;
+    bool cf_after_8 = c == 0x8E2 || c == 0x890 || c == 0x891 || c == 0x110CD || (c >= 0x13430 && c <= 0x1343F);
+    return in_categories(c, UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CO) && !cf_after_8;
+}
+
 /* BertNormalizer's first two steps: control characters, NUL and U+FFFD
  * dropped, whitespace made ' ', CJK ideographs surrounded by spaces. */
 static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out) {
@@ -96,10 +105,7 @@ static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_bu
         i += k;
         bool ok = true;
         if (nz->clean_text) {
-            bool control = c != '\t' && c != '\n' && c != '\r' &&
-                           in_categories(c, UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CO);
-            if (c == 0 || c == 0xFFFD || control || utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_CN)
-                continue;
+            if (c == 0 || c == 0xFFFD || is_bert_control(c)) continue;
             if (tok_is_white_space(c)) c = ' ';
         }
         if (nz->chinese_chars && is_chinese_char(c))
