@@ -80,22 +80,6 @@ static bool refuse_set(const ctx *c, json_t *o, const char *key, const char *whe
     return fail(c, ACCEL_ERR_UNSUPPORTED, where, "\"%s\" is set, which accel's tokenizer does not implement", key);
 }
 
-pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field) {
-    int err;
-    PCRE2_SIZE at;
-    uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, flags, &err, &at, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        accel_set_error(ACCEL_ERR_FORMAT, "%s: %s: the regular expression does not compile at offset %zu: %s", path,
-                        field, (size_t)at, (const char *)msg);
-        return NULL;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* best effort: the interpreter is the fallback */
-    return re;
-}
-
 /* {"String": s} or {"Regex": r} */
 static pcre2_code *pattern_of(const ctx *c, json_t *o, const char *where) {
     json_t *p = json_object_get(o, "pattern");
