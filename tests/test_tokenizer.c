@@ -111,9 +111,10 @@ static void test_bad_input(void) {
     accel_tokenizer_free(t);
 }
 
-/* A tokenizer.json made from the fixture `base` with `edit` applied at JSON path
- * (object keys separated by '.'), loaded: the error must contain `needle`. */
-static void check_refused_in(const char *base, const char *key_path, json_t *value, accel_status code, const char *needle) {
+/* The fixture `base`'s tokenizer.json with `value` set at JSON path key_path
+ * (object keys separated by '.'), written to path (a mkstemp template) and
+ * loaded; the file is left for the caller to unlink. */
+static accel_tokenizer *load_edited(const char *base, const char *key_path, json_t *value, char *path) {
     json_error_t err;
     char file[256];
     snprintf(file, sizeof file, "data/tokenizers/%s/tokenizer.json", base);
@@ -124,12 +125,17 @@ static void check_refused_in(const char *base, const char *key_path, json_t *val
     char *save = NULL, *k = strtok_r(keys, ".", &save), *next;
     while ((next = strtok_r(NULL, ".", &save))) o = json_object_get(o, k), k = next;
     json_object_set_new(o, k, value);
-    char path[] = "/tmp/accel_tok_XXXXXX";
     int fd = mkstemp(path);
     close(fd);
     json_dump_file(root, path, 0);
     json_decref(root);
-    accel_tokenizer *t = accel_tokenizer_load(path);
+    return accel_tokenizer_load(path);
+}
+
+/* The fixture `base` edited as load_edited: the load must fail with code and `needle`. */
+static void check_refused_in(const char *base, const char *key_path, json_t *value, accel_status code, const char *needle) {
+    char path[] = "/tmp/accel_tok_XXXXXX";
+    accel_tokenizer *t = load_edited(base, key_path, value, path);
     CHECK_MSG(t == NULL && accel_last_status() == code, "%s: loaded or wrong status: %s", key_path, accel_last_error());
     CHECK_STR_CONTAINS(accel_last_error(), needle);
     CHECK_STR_CONTAINS(accel_last_error(), path);
@@ -454,6 +460,84 @@ static void test_normalized_added(void) {
     accel_tokenizer_free(t);
 }
 
+/* The gpt2 fixture with the pre-tokenizer `pre` before its byte-level mapping
+ * encodes text (no special tokens) to want[0..n_want): every character has
+ * ids there, so the ids show where `pre` split. */
+static void check_pre_split(json_t *pre, const char *text, const int64_t *want, int64_t n_want) {
+    char path[] = "/tmp/accel_tok_pre_XXXXXX";
+    char *dump = json_dumps(pre, JSON_COMPACT);
+    json_t *seq = json_pack("{s:s,s:[o,{s:s,s:b,s:b,s:b}]}", "type", "Sequence", "pretokenizers", pre, "type",
+                            "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
+    accel_tokenizer *t = load_edited("gpt2", "pre_tokenizer", seq, path);
+    unlink(path);
+    CHECK_MSG(t != NULL, "%s: %s", dump, accel_last_error());
+    int64_t *ids = NULL, n = 0;
+    bool same = t && accel_tokenizer_encode(t, text, strlen(text), false, &ids, &n) == ACCEL_OK && n == n_want;
+    for (int64_t i = 0; same && i < n; i++) same = ids[i] == want[i];
+    CHECK_MSG(same, "%s on \"%s\"", dump, text);
+    if (!same) tok_print_ids("got", ids, n);
+    free(ids);
+    free(dump);
+    accel_tokenizer_free(t);
+}
+
+static json_t *split(const char *regex, const char *behavior) {
+    return json_pack("{s:s,s:{s:s},s:s,s:b}", "type", "Split", "pattern", "Regex", regex, "behavior", behavior,
+                     "invert", 0);
+}
+
+/* What tools/sweep_tokenizers.py found, pinned (ids of tokenizers 0.23.3). The
+ * reference's regular expressions are Oniguruma's: \w holds marks, and U+00B2
+ * outside a bracket class but not inside one; \s is White_Space (without
+ * U+180E, which PCRE2's \s adds); \h is a hex digit, \v U+000B; \b the
+ * boundary of that \w. A Removed split shows in the ids what matched. */
+static void test_sweep_regex(void) {
+    check_pre_split(split("[]\\w]+", "Removed"), "t \xc2\xb2", (const int64_t[]){221, 127, 111}, 3);
+    check_pre_split(split("[\\w]+", "Removed"), "a\xc2\xa0\xe1\xa0\x8e\xc2\xb2",
+                    (const int64_t[]){127, 255, 158, 255, 237, 127, 111}, 7);
+    check_pre_split(split("\\w+", "Removed"), " \xcc\x81" "d\x0bx", (const int64_t[]){221, 200}, 2);
+    check_pre_split(split("\\s+", "Removed"), "\xe1\xa0\x8e" "1n", (const int64_t[]){158, 255, 237, 17, 78}, 5);
+    check_pre_split(split("\\h+|\\v", "Isolated"), "dtheh", (const int64_t[]){68, 298, 69, 72}, 4);
+    check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "e\xcc\x81x x\xc2\xb2! a\xe1\xa0\x8e!",
+                    (const int64_t[]){69, 137, 224, 88, 88, 127, 111, 1, 65, 158, 255, 237, 1}, 13);
+    /* \b, shown by a Replace normalizer writing "|" at each boundary (none at the
+     * start: there tokenizers' encode writes it twice, docs/tokenizer.md) */
+    char path[] = "/tmp/accel_tok_b_XXXXXX";
+    accel_tokenizer *t = load_edited("gpt2", "normalizer",
+                                     json_pack("{s:s,s:{s:s},s:s}", "type", "Replace", "pattern", "Regex", "\\b",
+                                               "content", "|"), path);
+    unlink(path);
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (t) check_ids(t, "!x\xc2\xb2 e\xcc\x81!", 9, (const int64_t[]){1, 92, 88, 127, 111, 92, 221, 92, 69, 137, 224, 92, 1}, 13, NULL);
+    accel_tokenizer_free(t);
+    /* GPT-2's own pattern: U+180E is not \s, so it joins the punctuation before it */
+    t = accel_tokenizer_load("data/tokenizers/gpt2");
+    CHECK(t != NULL);
+    if (t) check_ids(t, "!\xe1\xa0\x8e a\xe1\xa0\x8e", 9, (const int64_t[]){1, 158, 255, 237, 259, 158, 255, 237}, 8, NULL);
+    accel_tokenizer_free(t);
+    /* what Oniguruma means and PCRE2 cannot say is refused, naming it */
+    static const char *const refused[][2] = {
+        {"[[:alpha:]]", "a POSIX bracket class"}, {"[^\\W\\d]", "\\W inside a bracket class"},
+        {"[\\H]", "\\H inside a bracket class"}, {"x\\V", "\\V"}, {"[a[b]]", "a nested bracket class"},
+        {"[a-z&&[^aeiou]]", "a class intersection (&&)"}};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        check_refused("pre_tokenizer", split(refused[i][0], "Isolated"), ACCEL_ERR_UNSUPPORTED, refused[i][1]);
+}
+
+/* BertNormalizer's clean_text drops control characters as the reference's
+ * Unicode 8.0 tables have them: unassigned code points (U+05C9) and format
+ * characters assigned since (U+0890, U+110CD) stay, and are unknown here;
+ * U+00AD, U+200B, private use U+E000 go (ids of tokenizers 0.23.3). */
+static void test_bert_control(void) {
+    accel_tokenizer *t = accel_tokenizer_load("data/tokenizers/bert");
+    CHECK(t != NULL);
+    if (!t) return;
+    check_ids(t, "a\xd7\x89" "b", 4, (const int64_t[]){1}, 1, NULL);
+    check_ids(t, "a\xe0\xa2\x90" "b x\xf0\x91\x83\x8dy", 12, (const int64_t[]){1, 1}, 2, NULL);
+    check_ids(t, "a\xc2\xad" "b\xe2\x80\x8b" "c\xee\x80\x80" "d", 12, (const int64_t[]){218, 131, 132}, 3, NULL);
+    accel_tokenizer_free(t);
+}
+
 /* Two tokenizers at once, freed in either order. */
 static void test_two_handles(void) {
     accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
@@ -501,6 +585,8 @@ int main(void) {
     RUN(test_reference_edges);
     RUN(test_unigram_edges);
     RUN(test_normalized_added);
+    RUN(test_sweep_regex);
+    RUN(test_bert_control);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();
