@@ -538,6 +538,24 @@ static void test_bert_control(void) {
     accel_tokenizer_free(t);
 }
 
+/* The reference's Unicode 8.0-era punctuation and mark tables
+ * (tok_unicode_lag.h): U+111C9 and U+166D are punctuation to BertPreTokenizer,
+ * U+061D (assigned since) is not; StripAccents drops U+1CF2 and U+1DE6, keeps
+ * U+111C9 and U+07FD (ids of tokenizers 0.23.3). */
+static void test_unicode_tables(void) {
+    static const char text[] = "a\xf0\x91\x87\x89" "b \xe1\x99\xad\xe1\x9a\x9a x\xd8\x9dy";
+    static const char marks[] = "e\xe1\xb3\xb2 x\xf0\x91\x87\x89 \xdf\xbd\xe1\xb7\xa6";
+    accel_tokenizer *bert = accel_tokenizer_load("data/tokenizers/bert"), *misc1 = accel_tokenizer_load("data/tokenizers/misc1");
+    CHECK(bert && misc1);
+    if (bert) check_ids(bert, text, sizeof text - 1, (const int64_t[]){21, 1, 22, 1, 1, 1}, 6, NULL);
+    if (misc1) {
+        check_ids(misc1, text, sizeof text - 1, (const int64_t[]){18, 0, 19, 0, 0, 0, 0, 39}, 8, NULL);
+        check_ids(misc1, marks, sizeof marks - 1, (const int64_t[]){22, 0, 0, 0}, 4, NULL);
+    }
+    accel_tokenizer_free(bert);
+    accel_tokenizer_free(misc1);
+}
+
 /* Two tokenizers at once, freed in either order. */
 static void test_two_handles(void) {
     accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
@@ -587,6 +605,7 @@ int main(void) {
     RUN(test_normalized_added);
     RUN(test_sweep_regex);
     RUN(test_bert_control);
+    RUN(test_unicode_tables);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();
