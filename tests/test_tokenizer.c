@@ -14,6 +14,7 @@
 #include "check.h"
 #include "sibling_exe.h"
 #include "tok_cases.h"
+#include "tokenizer/tok_internal.h"
 
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5", "unigram_ulp"};
 
@@ -556,6 +557,57 @@ static void test_unicode_tables(void) {
     accel_tokenizer_free(misc1);
 }
 
+/* A random code point (xorshift64 state *x): mostly ASCII, else any scalar
+ * value (no surrogates), a third of those from the first planes' scripts. */
+static uint32_t random_cp(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    uint32_t r = (uint32_t)(*x >> 32), c;
+    switch (r % 4) {
+    case 0: case 1: return 0x20 + r / 4 % 0x5F;
+    case 2: c = r / 4 % 0x3000; break;
+    default: c = r / 4 % 0x110000; break;
+    }
+    return c >= 0xD800 && c <= 0xDFFF ? c - 0x800 : c;
+}
+
+/* Byte-level BPE loses nothing: decode(encode(x)) == x for random UTF-8 (no
+ * normalizer in gpt2 and llama3; special tokens spliced in come back as text). */
+static void test_byte_level_round_trip(void) {
+    static const char *const names[] = {"gpt2", "llama3"};
+    for (size_t f = 0; f < 2; f++) {
+        char path[64];
+        snprintf(path, sizeof path, "data/tokenizers/%s", names[f]);
+        accel_tokenizer *t = accel_tokenizer_load(path);
+        CHECK(t != NULL);
+        if (!t) continue;
+        const char *special = f ? "<|eot_id|>" : "<|endoftext|>";
+        uint64_t x = 0x9E3779B97F4A7C15u + f;
+        int failures = 0;
+        for (int i = 0; i < 2000 && failures < 3; i++) {
+            tok_buf text = {0};
+            int len = (int)(random_cp(&x) % 40);
+            for (int k = 0; k < len; k++) {
+                uint32_t c = random_cp(&x);
+                if (c % 97 == 0) tok_buf_put(&text, special, strlen(special));
+                else tok_buf_putc(&text, c);
+            }
+            int64_t *ids = NULL, n = 0;
+            char *back = NULL;
+            size_t blen = 0;
+            bool ok = accel_tokenizer_encode(t, text.p, text.n, false, &ids, &n) == ACCEL_OK &&
+                      accel_tokenizer_decode(t, ids, n, false, &back, &blen) == ACCEL_OK && blen == text.n &&
+                      (!blen || !memcmp(back, text.p, blen));
+            CHECK_MSG(ok, "%s: random text %d (%zu bytes) does not round-trip: %s", names[f], i, text.n,
+                      back ? back : accel_last_error());
+            failures += !ok;
+            free(ids);
+            free(back);
+            free(text.p);
+        }
+        accel_tokenizer_free(t);
+    }
+}
+
 /* Two tokenizers at once, freed in either order. */
 static void test_two_handles(void) {
     accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
@@ -606,6 +658,7 @@ int main(void) {
     RUN(test_sweep_regex);
     RUN(test_bert_control);
     RUN(test_unicode_tables);
+    RUN(test_byte_level_round_trip);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();
