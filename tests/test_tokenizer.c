@@ -501,6 +501,10 @@ static void test_sweep_regex(void) {
     check_pre_split(split("\\h+|\\v", "Isolated"), "dtheh", (const int64_t[]){68, 298, 69, 72}, 4);
     check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "e\xcc\x81x x\xc2\xb2! a\xe1\xa0\x8e!",
                     (const int64_t[]){69, 137, 224, 88, 88, 127, 111, 1, 65, 158, 255, 237, 1}, 13);
+    /* Whitespace runs on Rust's regex crate, whose \w (Word) holds U+200D: the joiner
+     * goes with the letters, not with the emoji after it */
+    check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "\xe2\x80\x8d\xf0\x9f\x8c\x88 the\xe2\x80\x8dthe",
+                    (const int64_t[]){440, 236, 315, 235, 231, 452, 440, 236, 452}, 9);
     /* \b, shown by a Replace normalizer writing "|" at each boundary (none at the
      * start: there tokenizers' encode writes it twice, docs/tokenizer.md) */
     char path[] = "/tmp/accel_tok_b_XXXXXX";

@@ -96,10 +96,11 @@ static char *onig_to_pcre2(const char *pattern, char *what, size_t n) {
     return out.p;
 }
 
-pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field) {
+pcre2_code *tok_regex_compile(const char *pattern, tok_regex_syntax syntax, const char *path, const char *field) {
     char what[64];
-    char *translated = literal ? NULL : onig_to_pcre2(pattern, what, sizeof what);
-    if (!literal && !translated) {
+    bool onig = syntax == TOK_RE_ONIGURUMA, literal = syntax == TOK_RE_STRING;
+    char *translated = onig ? onig_to_pcre2(pattern, what, sizeof what) : NULL;
+    if (onig && !translated) {
         if (*what)
             accel_set_error(ACCEL_ERR_UNSUPPORTED,
                             "%s: %s: the regular expression uses %s, which accel cannot give Oniguruma's meaning",
@@ -110,7 +111,7 @@ pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *pat
     int err;
     PCRE2_SIZE at;
     uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : translated), PCRE2_ZERO_TERMINATED, flags, &err,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(onig ? translated : pattern), PCRE2_ZERO_TERMINATED, flags, &err,
                                    &at, NULL);
     free(translated);
     if (!re) {
