@@ -453,7 +453,7 @@ def main():
     ap.add_argument("--all-unicode", action="store_true",
                     help="characters of every Unicode version (expect disagreements from the tables' ages)")
     ap.add_argument("--no-synthetic", action="store_true", help="the fixtures only")
-    ap.add_argument("names", nargs="*")
+    ap.add_argument("names", nargs="*", help="tokenizers whose names start so (gpt2, spm_, syn_, ...); all by default")
     args = ap.parse_args()
     global PRESENT
     if not args.all_unicode:
@@ -463,7 +463,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_harness(args.build, tmp)
         for name, path in fixtures() + ([] if args.no_synthetic else synthetic(tmp)):
-            if not args.names or name in args.names:
+            if not args.names or any(name.startswith(n) for n in args.names):
                 n = args.texts if not name.startswith("syn_") else args.synthetic_texts
                 ok &= sweep_one(name, path, exe, n, args.seed, args.report)
     print(f"{'clean' if ok else 'DISAGREEMENTS'}: {time.time() - t0:.0f} s")
