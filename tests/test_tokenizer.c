@@ -499,6 +499,9 @@ static void test_sweep_regex(void) {
     check_pre_split(split("\\w+", "Removed"), " \xcc\x81" "d\x0bx", (const int64_t[]){221, 200}, 2);
     check_pre_split(split("\\s+", "Removed"), "\xe1\xa0\x8e" "1n", (const int64_t[]){158, 255, 237, 17, 78}, 5);
     check_pre_split(split("\\h+|\\v", "Isolated"), "dtheh", (const int64_t[]){68, 298, 69, 72}, 4);
+    /* \uHHHH is a code point (PCRE2 would refuse it); an escaped backslash before u is not */
+    check_pre_split(split("[\\u00e9x]+|\\u0041", "Removed"), "caf\xc3\xa9 xAB\\u0041",
+                    (const int64_t[]){67, 576, 221, 34, 60, 85, 16, 800, 17}, 9);
     check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "e\xcc\x81x x\xc2\xb2! a\xe1\xa0\x8e!",
                     (const int64_t[]){69, 137, 224, 88, 88, 127, 111, 1, 65, 158, 255, 237, 1}, 13);
     /* Whitespace runs on Rust's regex crate, whose \w (Word) holds U+200D: the joiner

@@ -13,10 +13,12 @@
  *   \b   a boundary between that \w and not, as lookarounds.
  *   \h   Oniguruma: a hexadecimal digit (PCRE2: horizontal space).
  *   \v   Oniguruma: U+000B only (PCRE2: vertical space).
+ *   \uHHHH  a code point in Oniguruma, an error in PCRE2: \x{HHHH}.
  * and their negations. What has no exact spelling is refused, naming it: \W
  * or \H inside a bracket class (a union with a complement), \V, POSIX
  * bracket classes ([:alpha:] differs the same way), nested classes and
  * class intersection (&&), which PCRE2 reads as literal characters. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,12 @@ static const char *class_escape(char e, bool in_class, bool *refused) {
     }
 }
 
+static bool is_hex4(const char *p) {
+    for (int i = 0; i < 4; i++)
+        if (!isxdigit((unsigned char)p[i])) return false;
+    return true;
+}
+
 /* pattern rewritten as above (malloc'd), or NULL with what[0..n) naming the
  * construct refused, or left empty for out of memory. */
 static char *onig_to_pcre2(const char *pattern, char *what, size_t n) {
@@ -56,6 +64,12 @@ static char *onig_to_pcre2(const char *pattern, char *what, size_t n) {
     int in_class = 0; /* 1: just after "[" or "[^" (a "]" there is literal); 2: further in */
     *what = 0;
     for (const char *p = pattern; ok && *p; p++) {
+        if (p[0] == '\\' && p[1] == 'u' && is_hex4(p + 2)) { /* Oniguruma's \uHHHH: PCRE2's \x{HHHH} */
+            ok = tok_buf_put(&out, "\\x{", 3) && tok_buf_put(&out, p + 2, 4) && tok_buf_put(&out, "}", 1);
+            p += 5;
+            if (in_class) in_class = 2;
+            continue;
+        }
         if (*p == '\\' && p[1]) {
             bool refused;
             const char *rep = class_escape(p[1], in_class, &refused);
