@@ -615,6 +615,25 @@ static void test_byte_level_round_trip(void) {
     }
 }
 
+/* Lowercase and BertNormalizer's lowercase are per character, as the reference's:
+ * a word-final capital sigma is σ, not ς (ids of tokenizers 0.23.3). */
+static void test_lowercase_sigma(void) {
+    static const char *const normalizers[] = {"{\"type\":\"Lowercase\"}",
+                                              "{\"type\":\"BertNormalizer\",\"clean_text\":false,\"handle_chinese_chars\""
+                                              ":false,\"strip_accents\":false,\"lowercase\":true}"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[] = "/tmp/accel_tok_lower_XXXXXX";
+        accel_tokenizer *t = load_edited("gpt2", "normalizer", json_loads(normalizers[i], 0, NULL), path);
+        unlink(path);
+        CHECK_MSG(t != NULL, "%s", accel_last_error());
+        if (t)
+            check_ids(t, "\xce\x9f\xce\x94\xce\x9f\xce\xa3 s\xce\xa3. \xc4\xb0", 16,
+                      (const int64_t[]){139, 124, 139, 113, 139, 124, 140, 226, 267, 140, 226, 14, 221, 73, 137, 230}, 16,
+                      NULL);
+        accel_tokenizer_free(t);
+    }
+}
+
 /* Two tokenizers at once, freed in either order. */
 static void test_two_handles(void) {
     accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
@@ -666,6 +685,7 @@ int main(void) {
     RUN(test_bert_control);
     RUN(test_unicode_tables);
     RUN(test_byte_level_round_trip);
+    RUN(test_lowercase_sigma);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();

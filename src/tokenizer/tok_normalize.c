@@ -72,26 +72,16 @@ static bool unicode_form(const char *s, size_t n, int options, tok_buf *out) {
     return ok;
 }
 
-/* Rust's str::to_lowercase: full mappings, of which the one-to-many ones are
- * U+0130 (-> "i\u0307") and the final sigma (Σ -> ς after a letter and not
- * before one). */
+/* The reference's lowercasing, Rust's char::to_lowercase one character at a
+ * time: full mappings, of which the one-to-many one is U+0130 (-> "i\u0307"),
+ * and no context (Σ is σ at the end of a word too, not str::to_lowercase's ς). */
 static bool lowercase(const char *s, size_t n, tok_buf *out) {
-    uint32_t prev = 0;
     for (size_t i = 0; i < n;) {
         uint32_t c;
         i += next_cp(s + i, n - i, &c);
-        bool ok;
-        if (c == 0x130) {
-            ok = tok_buf_putc(out, 'i') && tok_buf_putc(out, 0x307);
-        } else if (c == 0x3A3) {
-            uint32_t next = 0;
-            if (i < n) next_cp(s + i, n - i, &next);
-            ok = tok_buf_putc(out, tok_is_letter(prev) && !tok_is_letter(next) ? 0x3C2 : 0x3C3);
-        } else {
-            ok = tok_buf_putc(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
-        }
+        bool ok = c == 0x130 ? tok_buf_putc(out, 'i') && tok_buf_putc(out, 0x307)
+                             : tok_buf_putc(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
         if (!ok) return false;
-        prev = c;
     }
     return true;
 }
