@@ -213,6 +213,23 @@ static void check_appended(const char *model, const void *extra, size_t n_extra,
 
 #define APPEND(model, bytes, code, needle) check_appended(model, bytes, sizeof bytes - 1, code, needle)
 
+/* Models trained by sentencepiece as CHAR and WORD (tools/gen_sentencepiece_fixtures.py):
+ * refused at load naming the type, never run as Unigram. */
+static void test_char_word_refused(void) {
+    static const struct {
+        const char *path, *needle;
+    } cases[] = {{"data/sentencepiece/char/tokenizer.model", "model_type 4 (CHAR) is not supported"},
+                 {"data/sentencepiece/word", "model_type 3 (WORD) is not supported"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        accel_tokenizer *t = accel_tokenizer_load(cases[i].path);
+        CHECK_MSG(t == NULL && accel_last_status() == ACCEL_ERR_UNSUPPORTED, "%s: loaded or wrong status: %s",
+                  cases[i].path, accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), cases[i].needle);
+        CHECK_STR_CONTAINS(accel_last_error(), "/sentencepiece/");
+        accel_tokenizer_free(t);
+    }
+}
+
 static void test_refusals(void) {
     /* a broken normalizer_spec.precompiled_charsmap: too short, a trie past its end or not of whole units;
      * a denormalizer's is not implemented */
@@ -370,6 +387,7 @@ static void test_generate_text(void) {
 int main(void) {
     RUN(test_models);
     RUN(test_lookups_and_loading);
+    RUN(test_char_word_refused);
     RUN(test_refusals);
     RUN(test_fuzz);
     RUN(test_generate_text);

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "sibling_exe.h"
 #include "tok_cases.h"
+#include "tokenizer/tok_internal.h"
 
 static const char *const FAMILIES[] = {"gpt2", "llama3", "qwen2", "llama2", "bert", "mistral", "misc1", "misc2", "unigram", "t5", "unigram_ulp"};
 
@@ -111,9 +112,10 @@ static void test_bad_input(void) {
     accel_tokenizer_free(t);
 }
 
-/* A tokenizer.json made from the fixture `base` with `edit` applied at JSON path
- * (object keys separated by '.'), loaded: the error must contain `needle`. */
-static void check_refused_in(const char *base, const char *key_path, json_t *value, accel_status code, const char *needle) {
+/* The fixture `base`'s tokenizer.json with `value` set at JSON path key_path
+ * (object keys separated by '.'), written to path (a mkstemp template) and
+ * loaded; the file is left for the caller to unlink. */
+static accel_tokenizer *load_edited(const char *base, const char *key_path, json_t *value, char *path) {
     json_error_t err;
     char file[256];
     snprintf(file, sizeof file, "data/tokenizers/%s/tokenizer.json", base);
@@ -124,12 +126,17 @@ static void check_refused_in(const char *base, const char *key_path, json_t *val
     char *save = NULL, *k = strtok_r(keys, ".", &save), *next;
     while ((next = strtok_r(NULL, ".", &save))) o = json_object_get(o, k), k = next;
     json_object_set_new(o, k, value);
-    char path[] = "/tmp/accel_tok_XXXXXX";
     int fd = mkstemp(path);
     close(fd);
     json_dump_file(root, path, 0);
     json_decref(root);
-    accel_tokenizer *t = accel_tokenizer_load(path);
+    return accel_tokenizer_load(path);
+}
+
+/* The fixture `base` edited as load_edited: the load must fail with code and `needle`. */
+static void check_refused_in(const char *base, const char *key_path, json_t *value, accel_status code, const char *needle) {
+    char path[] = "/tmp/accel_tok_XXXXXX";
+    accel_tokenizer *t = load_edited(base, key_path, value, path);
     CHECK_MSG(t == NULL && accel_last_status() == code, "%s: loaded or wrong status: %s", key_path, accel_last_error());
     CHECK_STR_CONTAINS(accel_last_error(), needle);
     CHECK_STR_CONTAINS(accel_last_error(), path);
@@ -454,6 +461,179 @@ static void test_normalized_added(void) {
     accel_tokenizer_free(t);
 }
 
+/* The gpt2 fixture with the pre-tokenizer `pre` before its byte-level mapping
+ * encodes text (no special tokens) to want[0..n_want): every character has
+ * ids there, so the ids show where `pre` split. */
+static void check_pre_split(json_t *pre, const char *text, const int64_t *want, int64_t n_want) {
+    char path[] = "/tmp/accel_tok_pre_XXXXXX";
+    char *dump = json_dumps(pre, JSON_COMPACT);
+    json_t *seq = json_pack("{s:s,s:[o,{s:s,s:b,s:b,s:b}]}", "type", "Sequence", "pretokenizers", pre, "type",
+                            "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0);
+    accel_tokenizer *t = load_edited("gpt2", "pre_tokenizer", seq, path);
+    unlink(path);
+    CHECK_MSG(t != NULL, "%s: %s", dump, accel_last_error());
+    int64_t *ids = NULL, n = 0;
+    bool same = t && accel_tokenizer_encode(t, text, strlen(text), false, &ids, &n) == ACCEL_OK && n == n_want;
+    for (int64_t i = 0; same && i < n; i++) same = ids[i] == want[i];
+    CHECK_MSG(same, "%s on \"%s\"", dump, text);
+    if (!same) tok_print_ids("got", ids, n);
+    free(ids);
+    free(dump);
+    accel_tokenizer_free(t);
+}
+
+static json_t *split(const char *regex, const char *behavior) {
+    return json_pack("{s:s,s:{s:s},s:s,s:b}", "type", "Split", "pattern", "Regex", regex, "behavior", behavior,
+                     "invert", 0);
+}
+
+/* What tools/sweep_tokenizers.py found, pinned (ids of tokenizers 0.23.3). The
+ * reference's regular expressions are Oniguruma's: \w holds marks, and U+00B2
+ * outside a bracket class but not inside one; \s is White_Space (without
+ * U+180E, which PCRE2's \s adds); \h is a hex digit, \v U+000B; \b the
+ * boundary of that \w. A Removed split shows in the ids what matched. */
+static void test_sweep_regex(void) {
+    check_pre_split(split("[]\\w]+", "Removed"), "t \xc2\xb2", (const int64_t[]){221, 127, 111}, 3);
+    check_pre_split(split("[\\w]+", "Removed"), "a\xc2\xa0\xe1\xa0\x8e\xc2\xb2",
+                    (const int64_t[]){127, 255, 158, 255, 237, 127, 111}, 7);
+    check_pre_split(split("\\w+", "Removed"), " \xcc\x81" "d\x0bx", (const int64_t[]){221, 200}, 2);
+    check_pre_split(split("\\s+", "Removed"), "\xe1\xa0\x8e" "1n", (const int64_t[]){158, 255, 237, 17, 78}, 5);
+    check_pre_split(split("\\h+|\\v", "Isolated"), "dtheh", (const int64_t[]){68, 298, 69, 72}, 4);
+    /* \uHHHH is a code point (PCRE2 would refuse it); an escaped backslash before u is not */
+    check_pre_split(split("[\\u00e9x]+|\\u0041", "Removed"), "caf\xc3\xa9 xAB\\u0041",
+                    (const int64_t[]){67, 576, 221, 34, 60, 85, 16, 800, 17}, 9);
+    check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "e\xcc\x81x x\xc2\xb2! a\xe1\xa0\x8e!",
+                    (const int64_t[]){69, 137, 224, 88, 88, 127, 111, 1, 65, 158, 255, 237, 1}, 13);
+    /* Whitespace runs on Rust's regex crate, whose \w (Word) holds U+200D: the joiner
+     * goes with the letters, not with the emoji after it */
+    check_pre_split(json_pack("{s:s}", "type", "Whitespace"), "\xe2\x80\x8d\xf0\x9f\x8c\x88 the\xe2\x80\x8dthe",
+                    (const int64_t[]){440, 236, 315, 235, 231, 452, 440, 236, 452}, 9);
+    /* \b, shown by a Replace normalizer writing "|" at each boundary (none at the
+     * start: there tokenizers' encode writes it twice, docs/tokenizer.md) */
+    char path[] = "/tmp/accel_tok_b_XXXXXX";
+    accel_tokenizer *t = load_edited("gpt2", "normalizer",
+                                     json_pack("{s:s,s:{s:s},s:s}", "type", "Replace", "pattern", "Regex", "\\b",
+                                               "content", "|"), path);
+    unlink(path);
+    CHECK_MSG(t != NULL, "%s", accel_last_error());
+    if (t) check_ids(t, "!x\xc2\xb2 e\xcc\x81!", 9, (const int64_t[]){1, 92, 88, 127, 111, 92, 221, 92, 69, 137, 224, 92, 1}, 13, NULL);
+    accel_tokenizer_free(t);
+    /* GPT-2's own pattern: U+180E is not \s, so it joins the punctuation before it */
+    t = accel_tokenizer_load("data/tokenizers/gpt2");
+    CHECK(t != NULL);
+    if (t) check_ids(t, "!\xe1\xa0\x8e a\xe1\xa0\x8e", 9, (const int64_t[]){1, 158, 255, 237, 259, 158, 255, 237}, 8, NULL);
+    accel_tokenizer_free(t);
+    /* what Oniguruma means and PCRE2 cannot say is refused, naming it */
+    static const char *const refused[][2] = {
+        {"[[:alpha:]]", "a POSIX bracket class"}, {"[^\\W\\d]", "\\W inside a bracket class"},
+        {"[\\H]", "\\H inside a bracket class"}, {"x\\V", "\\V"}, {"[a[b]]", "a nested bracket class"},
+        {"[a-z&&[^aeiou]]", "a class intersection (&&)"}};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        check_refused("pre_tokenizer", split(refused[i][0], "Isolated"), ACCEL_ERR_UNSUPPORTED, refused[i][1]);
+}
+
+/* BertNormalizer's clean_text drops control characters as the reference's
+ * Unicode 8.0 tables have them: unassigned code points (U+05C9) and format
+ * characters assigned since (U+0890, U+110CD) stay, and are unknown here;
+ * U+00AD, U+200B, private use U+E000 go (ids of tokenizers 0.23.3). */
+static void test_bert_control(void) {
+    accel_tokenizer *t = accel_tokenizer_load("data/tokenizers/bert");
+    CHECK(t != NULL);
+    if (!t) return;
+    check_ids(t, "a\xd7\x89" "b", 4, (const int64_t[]){1}, 1, NULL);
+    check_ids(t, "a\xe0\xa2\x90" "b x\xf0\x91\x83\x8dy", 12, (const int64_t[]){1, 1}, 2, NULL);
+    check_ids(t, "a\xc2\xad" "b\xe2\x80\x8b" "c\xee\x80\x80" "d", 12, (const int64_t[]){218, 131, 132}, 3, NULL);
+    accel_tokenizer_free(t);
+}
+
+/* The reference's Unicode 8.0-era punctuation and mark tables
+ * (tok_unicode_lag.h): U+111C9 and U+166D are punctuation to BertPreTokenizer,
+ * U+061D (assigned since) is not; StripAccents drops U+1CF2 and U+1DE6, keeps
+ * U+111C9 and U+07FD (ids of tokenizers 0.23.3). */
+static void test_unicode_tables(void) {
+    static const char text[] = "a\xf0\x91\x87\x89" "b \xe1\x99\xad\xe1\x9a\x9a x\xd8\x9dy";
+    static const char marks[] = "e\xe1\xb3\xb2 x\xf0\x91\x87\x89 \xdf\xbd\xe1\xb7\xa6";
+    accel_tokenizer *bert = accel_tokenizer_load("data/tokenizers/bert"), *misc1 = accel_tokenizer_load("data/tokenizers/misc1");
+    CHECK(bert && misc1);
+    if (bert) check_ids(bert, text, sizeof text - 1, (const int64_t[]){21, 1, 22, 1, 1, 1}, 6, NULL);
+    if (misc1) {
+        check_ids(misc1, text, sizeof text - 1, (const int64_t[]){18, 0, 19, 0, 0, 0, 0, 39}, 8, NULL);
+        check_ids(misc1, marks, sizeof marks - 1, (const int64_t[]){22, 0, 0, 0}, 4, NULL);
+    }
+    accel_tokenizer_free(bert);
+    accel_tokenizer_free(misc1);
+}
+
+/* A random code point (xorshift64 state *x): mostly ASCII, else any scalar
+ * value (no surrogates), a third of those from the first planes' scripts. */
+static uint32_t random_cp(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    uint32_t r = (uint32_t)(*x >> 32), c;
+    switch (r % 4) {
+    case 0: case 1: return 0x20 + r / 4 % 0x5F;
+    case 2: c = r / 4 % 0x3000; break;
+    default: c = r / 4 % 0x110000; break;
+    }
+    return c >= 0xD800 && c <= 0xDFFF ? c - 0x800 : c;
+}
+
+/* Byte-level BPE loses nothing: decode(encode(x)) == x for random UTF-8 (no
+ * normalizer in gpt2 and llama3; special tokens spliced in come back as text). */
+static void test_byte_level_round_trip(void) {
+    static const char *const names[] = {"gpt2", "llama3"};
+    for (size_t f = 0; f < 2; f++) {
+        char path[64];
+        snprintf(path, sizeof path, "data/tokenizers/%s", names[f]);
+        accel_tokenizer *t = accel_tokenizer_load(path);
+        CHECK(t != NULL);
+        if (!t) continue;
+        const char *special = f ? "<|eot_id|>" : "<|endoftext|>";
+        uint64_t x = 0x9E3779B97F4A7C15u + f;
+        int failures = 0;
+        for (int i = 0; i < 2000 && failures < 3; i++) {
+            tok_buf text = {0};
+            int len = (int)(random_cp(&x) % 40);
+            for (int k = 0; k < len; k++) {
+                uint32_t c = random_cp(&x);
+                if (c % 97 == 0) tok_buf_put(&text, special, strlen(special));
+                else tok_buf_putc(&text, c);
+            }
+            int64_t *ids = NULL, n = 0;
+            char *back = NULL;
+            size_t blen = 0;
+            bool ok = accel_tokenizer_encode(t, text.p, text.n, false, &ids, &n) == ACCEL_OK &&
+                      accel_tokenizer_decode(t, ids, n, false, &back, &blen) == ACCEL_OK && blen == text.n &&
+                      (!blen || !memcmp(back, text.p, blen));
+            CHECK_MSG(ok, "%s: random text %d (%zu bytes) does not round-trip: %s", names[f], i, text.n,
+                      back ? back : accel_last_error());
+            failures += !ok;
+            free(ids);
+            free(back);
+            free(text.p);
+        }
+        accel_tokenizer_free(t);
+    }
+}
+
+/* Lowercase and BertNormalizer's lowercase are per character, as the reference's:
+ * a word-final capital sigma is σ, not ς (ids of tokenizers 0.23.3). */
+static void test_lowercase_sigma(void) {
+    static const char *const normalizers[] = {"{\"type\":\"Lowercase\"}",
+                                              "{\"type\":\"BertNormalizer\",\"clean_text\":false,\"handle_chinese_chars\""
+                                              ":false,\"strip_accents\":false,\"lowercase\":true}"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[] = "/tmp/accel_tok_lower_XXXXXX";
+        accel_tokenizer *t = load_edited("gpt2", "normalizer", json_loads(normalizers[i], 0, NULL), path);
+        unlink(path);
+        CHECK_MSG(t != NULL, "%s", accel_last_error());
+        if (t)
+            check_ids(t, "\xce\x9f\xce\x94\xce\x9f\xce\xa3 s\xce\xa3. \xc4\xb0", 16,
+                      (const int64_t[]){139, 124, 139, 113, 139, 124, 140, 226, 267, 140, 226, 14, 221, 73, 137, 230}, 16,
+                      NULL);
+        accel_tokenizer_free(t);
+    }
+}
+
 /* Two tokenizers at once, freed in either order. */
 static void test_two_handles(void) {
     accel_tokenizer *a = accel_tokenizer_load("data/tokenizers/bert"), *b = accel_tokenizer_load("data/tokenizers/llama2");
@@ -501,6 +681,11 @@ int main(void) {
     RUN(test_reference_edges);
     RUN(test_unigram_edges);
     RUN(test_normalized_added);
+    RUN(test_sweep_regex);
+    RUN(test_bert_control);
+    RUN(test_unicode_tables);
+    RUN(test_byte_level_round_trip);
+    RUN(test_lowercase_sigma);
     RUN(test_two_handles);
     RUN(test_generate_text);
     return check_summary();

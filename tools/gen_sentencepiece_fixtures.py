@@ -20,7 +20,13 @@ with the options of a real family:
               a precompiled_charsmap (NFKC and whitespace rules, as T5's and
               ALBERT's models have)
 
-For each: tests/data/sentencepiece/<name>/tokenizer.model and expected.json:
+and two that accel refuses at load (tests/test_sentencepiece.c checks the
+message names the type), trained on a tiny corpus, tokenizer.model only:
+
+  char        model_type CHAR
+  word        model_type WORD
+
+For each of the others: tests/data/sentencepiece/<name>/tokenizer.model and expected.json:
   {"bos": id, "cases": [...], "decode_cases": [...]}
   cases: {"text": str} or {"hex": bytes of invalid UTF-8}, with
     "ids": sp.encode(text)  (sentencepiece replaces each invalid byte by U+FFFD),
@@ -30,7 +36,7 @@ For each: tests/data/sentencepiece/<name>/tokenizer.model and expected.json:
 accel's encode(text, add_special_tokens=True) is [bos] + ids (LlamaTokenizer's and
 GemmaTokenizer's add_bos_token); decode(ids, skip_special_tokens=True) is sp.decode.
 
-    python3 tools/gen_sentencepiece_fixtures.py tests/data/sentencepiece
+    python3 tools/gen_sentencepiece_fixtures.py tests/data/sentencepiece [name ...]
 """
 import io
 import json
@@ -63,6 +69,9 @@ MODELS = {
     "nfkc": dict(model_type="unigram", vocab_size=400),
 }
 
+REFUSED = {"char": dict(model_type="char", vocab_size=20), "word": dict(model_type="word", vocab_size=12)}
+TINY_CORPUS = ["hello world", "the cat sat on the mat", "a b c d e f g"] * 3
+
 # text the test corpus lacks: a control piece, user-defined pieces, runs of blanks
 EXTRA_TEXTS = ["<s>Hello</s>", "<start_of_turn>user\nhi<end_of_turn>\n\n\nok", "a<mask>b @@ c", "<ctrl> x",
                "    four spaces", "\u3000ideographic\u3000space", "tab\t\tx", "\n\n\n\n", "▁already▁escaped",
@@ -77,13 +86,23 @@ def train(name, rng):
     return m.getvalue()
 
 
-def main(out):
-    for name in MODELS:
-        proto = train(name, random.Random(1234))
+def main(out, names):
+    for name in names:
+        if name in REFUSED:
+            m = io.BytesIO()
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(TINY_CORPUS), model_writer=m, minloglevel=2,
+                                           num_threads=1, hard_vocab_limit=False, normalization_rule_name="identity",
+                                           **REFUSED[name])
+            proto = m.getvalue()
+        else:
+            proto = train(name, random.Random(1234))
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "tokenizer.model"), "wb") as f:
             f.write(proto)
+        if name in REFUSED:
+            print(name, len(proto), "bytes")
+            continue
         sp = spm.SentencePieceProcessor(model_proto=proto)
         cases = []
         for text in test_corpus([]) + EXTRA_TEXTS + INVALID:
@@ -106,4 +125,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/sentencepiece")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/sentencepiece", sys.argv[2:] or [*MODELS, *REFUSED])

@@ -12,11 +12,13 @@
  *   normalizers     NFC NFD NFKC NFKD Lowercase Strip StripAccents Replace Prepend
  *                   BertNormalizer Precompiled (SentencePiece's charsmap) Sequence
  *   pre-tokenizers  ByteLevel Split Metaspace Whitespace WhitespaceSplit BertPreTokenizer
- *                   Digits Sequence (regular expressions by PCRE2, Unicode properties on)
+ *                   Digits Sequence (regular expressions by PCRE2 with Oniguruma's meaning
+ *                   of \s \w \b \h \v, as the reference: docs/tokenizer.md)
  *   post-processors TemplateProcessing BertProcessing RobertaProcessing ByteLevel Sequence
  *   decoders        ByteLevel ByteFallback Fuse Strip Replace WordPiece Metaspace Sequence
  * Any other component, and any option of these that is not implemented (BPE dropout,
- * a continuing_subword_prefix on BPE, ...), makes the load fail naming the JSON field:
+ * a continuing_subword_prefix on BPE, a regular expression class PCRE2 cannot give
+ * Oniguruma's meaning, ...), makes the load fail naming the JSON field:
  * a tokenizer is never silently approximated. Chat templates: accel_chat_template_* below.
  *
  * A SentencePiece `tokenizer.model` (Llama 2, Mistral, Gemma, T5-style Unigram) is

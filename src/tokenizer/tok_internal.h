@@ -342,6 +342,12 @@ bool tok_decode_tokens(const tok_decoder *d, char **tokens, size_t n, tok_buf *o
  * appended to r as the reference's find_matches gives them. False: out of
  * memory, or the regex engine failed (an error naming it is set). */
 bool tok_regex_ranges(const pcre2_code *re, const char *s, size_t n, tok_spans *r);
-pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field);
+/* How a pattern is read: a tokenizer.json "String" (literal text), a "Regex"
+ * (Oniguruma's meaning, as the reference's SysRegex: tok_regex.c rewrites its
+ * classes), or a pattern accel writes in PCRE2's own syntax. */
+typedef enum { TOK_RE_STRING, TOK_RE_ONIGURUMA, TOK_RE_PCRE2 } tok_regex_syntax;
+/* pattern compiled for PCRE2; NULL with an error naming path and field when it
+ * does not compile or uses a class PCRE2 cannot give Oniguruma's meaning. */
+pcre2_code *tok_regex_compile(const char *pattern, tok_regex_syntax syntax, const char *path, const char *field);
 
 #endif /* ACCEL_TOK_INTERNAL_H */

@@ -80,28 +80,12 @@ static bool refuse_set(const ctx *c, json_t *o, const char *key, const char *whe
     return fail(c, ACCEL_ERR_UNSUPPORTED, where, "\"%s\" is set, which accel's tokenizer does not implement", key);
 }
 
-pcre2_code *tok_regex_compile(const char *pattern, bool literal, const char *path, const char *field) {
-    int err;
-    PCRE2_SIZE at;
-    uint32_t flags = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, flags, &err, &at, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        accel_set_error(ACCEL_ERR_FORMAT, "%s: %s: the regular expression does not compile at offset %zu: %s", path,
-                        field, (size_t)at, (const char *)msg);
-        return NULL;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* best effort: the interpreter is the fallback */
-    return re;
-}
-
 /* {"String": s} or {"Regex": r} */
 static pcre2_code *pattern_of(const ctx *c, json_t *o, const char *where) {
     json_t *p = json_object_get(o, "pattern");
     json_t *s = json_object_get(p, "String"), *r = json_object_get(p, "Regex");
-    if (json_is_string(s)) return tok_regex_compile(json_string_value(s), true, c->path, where);
-    if (json_is_string(r)) return tok_regex_compile(json_string_value(r), false, c->path, where);
+    if (json_is_string(s)) return tok_regex_compile(json_string_value(s), TOK_RE_STRING, c->path, where);
+    if (json_is_string(r)) return tok_regex_compile(json_string_value(r), TOK_RE_ONIGURUMA, c->path, where);
     fail(c, ACCEL_ERR_FORMAT, where, "\"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
     return NULL;
 }
@@ -217,6 +201,12 @@ static bool load_normalizer(const ctx *c, json_t *o, tok_normalizer *nz, const c
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* The Whitespace pre-tokenizer's \w+|[^\w\s]+, which the reference runs on Rust's
+ * regex crate, not Oniguruma: its \w is Unicode's Word property (Alphabetic,
+ * marks, Nd, Pc, Join_Control: U+200D joins a word, U+00B2 does not), \s White_Space. */
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+static const char WHITESPACE_PATTERN[] = "[" RUST_WORD "]+|[^" RUST_WORD "\\p{White_Space}]+";
+
 static bool load_pretokenizer(const ctx *c, json_t *o, tok_pretokenizer *pt, const char *where);
 
 static bool one_pretokenizer(const ctx *c, json_t *o, void *dst, const char *where) {
@@ -231,7 +221,7 @@ static bool load_pretokenizer(const ctx *c, json_t *o, tok_pretokenizer *pt, con
         if (!get_bool(c, o, "add_prefix_space", true, &pt->add_prefix_space, where) ||
             !get_bool(c, o, "use_regex", true, &pt->use_regex, where))
             return false;
-        return !pt->use_regex || (pt->pattern = tok_regex_compile(GPT2_PATTERN, false, c->path, where));
+        return !pt->use_regex || (pt->pattern = tok_regex_compile(GPT2_PATTERN, TOK_RE_ONIGURUMA, c->path, where));
     }
     if (!strcmp(type, "Split")) {
         pt->kind = PRE_SPLIT;
@@ -260,7 +250,7 @@ static bool load_pretokenizer(const ctx *c, json_t *o, tok_pretokenizer *pt, con
     }
     if (!strcmp(type, "Whitespace")) {
         pt->kind = PRE_WHITESPACE;
-        return (pt->pattern = tok_regex_compile("\\w+|[^\\w\\s]+", false, c->path, where)) != NULL;
+        return (pt->pattern = tok_regex_compile(WHITESPACE_PATTERN, TOK_RE_PCRE2, c->path, where)) != NULL;
     }
     if (!strcmp(type, "WhitespaceSplit")) return pt->kind = PRE_WHITESPACE_SPLIT, true;
     if (!strcmp(type, "BertPreTokenizer")) return pt->kind = PRE_BERT, true;

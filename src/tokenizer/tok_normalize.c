@@ -18,10 +18,41 @@ static bool in_categories(uint32_t c, int lo, int hi) {
     return cat >= lo && cat <= hi;
 }
 
+/* Sorted, disjoint code point ranges [lo, hi]. */
+typedef struct tok_cp_range {
+    uint32_t lo, hi;
+} tok_cp_range;
+
+static bool in_ranges(uint32_t c, const tok_cp_range *r, size_t n) {
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (c < r[m].lo) b = m;
+        else if (c > r[m].hi) a = m + 1;
+        else return true;
+    }
+    return false;
+}
+
+/* The reference's older tables, as differences from utf8proc's categories. */
+#include "tok_unicode_lag.h"
+
+/* In utf8proc's categories [lo, hi], corrected by the reference's table: yes
+ * where `added` holds c, no where `dropped` does. */
+static bool in_ref_categories(uint32_t c, int lo, int hi, const tok_cp_range *added, size_t n_added,
+                              const tok_cp_range *dropped, size_t n_dropped) {
+    if (in_ranges(c, added, n_added)) return true;
+    return in_categories(c, lo, hi) && !in_ranges(c, dropped, n_dropped);
+}
+#define IN_REF(c, lo, hi, name) \
+    in_ref_categories(c, lo, hi, name##_ADDED, sizeof name##_ADDED / sizeof *name##_ADDED, name##_DROPPED, \
+                      sizeof name##_DROPPED / sizeof *name##_DROPPED)
+
 bool tok_is_letter(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LO); }
 bool tok_is_numeric(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NO); }
 bool tok_is_joining_mark(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MC); }
-bool tok_is_punctuation(uint32_t c) { return in_categories(c, UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PO); }
+/* BertPreTokenizer's punctuation (Unicode 8.0's, as the reference's unicode_categories) */
+bool tok_is_punctuation(uint32_t c) { return IN_REF(c, UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_PO, PUNCT); }
 
 /* The first code point of s (valid UTF-8: checked at encode's entry). */
 static size_t next_cp(const char *s, size_t n, uint32_t *cp) {
@@ -41,40 +72,33 @@ static bool unicode_form(const char *s, size_t n, int options, tok_buf *out) {
     return ok;
 }
 
-/* Rust's str::to_lowercase: full mappings, of which the one-to-many ones are
- * U+0130 (-> "i\u0307") and the final sigma (Σ -> ς after a letter and not
- * before one). */
+/* The reference's lowercasing, Rust's char::to_lowercase one character at a
+ * time: full mappings, of which the one-to-many one is U+0130 (-> "i\u0307"),
+ * and no context (Σ is σ at the end of a word too, not str::to_lowercase's ς). */
 static bool lowercase(const char *s, size_t n, tok_buf *out) {
-    uint32_t prev = 0;
     for (size_t i = 0; i < n;) {
         uint32_t c;
         i += next_cp(s + i, n - i, &c);
-        bool ok;
-        if (c == 0x130) {
-            ok = tok_buf_putc(out, 'i') && tok_buf_putc(out, 0x307);
-        } else if (c == 0x3A3) {
-            uint32_t next = 0;
-            if (i < n) next_cp(s + i, n - i, &next);
-            ok = tok_buf_putc(out, tok_is_letter(prev) && !tok_is_letter(next) ? 0x3C2 : 0x3C3);
-        } else {
-            ok = tok_buf_putc(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
-        }
+        bool ok = c == 0x130 ? tok_buf_putc(out, 'i') && tok_buf_putc(out, 0x307)
+                             : tok_buf_putc(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
         if (!ok) return false;
-        prev = c;
     }
     return true;
 }
 
-/* Drops the marks of categories [lo, hi]; with nfd after a canonical
- * decomposition first (BertNormalizer's strip_accents), without it as the
- * StripAccents normalizer, which keeps a precomposed "\u00e9" whole. */
-static bool strip_marks(const char *s, size_t n, bool nfd, int lo, int hi, tok_buf *out) {
+/* Drops the marks: with nfd the nonspacing ones (Mn) after a canonical
+ * decomposition (BertNormalizer's strip_accents), without it the combining
+ * ones (Mn Mc Me) as the StripAccents normalizer, which keeps a precomposed
+ * "\u00e9" whole; both by the reference's tables. */
+static bool strip_marks(const char *s, size_t n, bool nfd, tok_buf *out) {
     tok_buf d = {0};
     bool ok = nfd ? unicode_form(s, n, UTF8PROC_DECOMPOSE, &d) : tok_buf_put(&d, s, n);
     for (size_t i = 0; ok && i < d.n;) {
         uint32_t c;
         size_t k = next_cp(d.p + i, d.n - i, &c);
-        if (!in_categories(c, lo, hi)) ok = tok_buf_put(out, d.p + i, k);
+        bool mark = nfd ? IN_REF(c, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MN, NONSPACING)
+                        : IN_REF(c, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_ME, COMBINING);
+        if (!mark) ok = tok_buf_put(out, d.p + i, k);
         i += k;
     }
     free(d.p);
@@ -87,6 +111,15 @@ static bool is_chinese_char(uint32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+/* BertNormalizer's control characters: Cc, Cf, Co but \t \n \r, as the
+ * reference's unicode_categories tables (Unicode 8.0) have them: the format
+ * characters assigned since are kept, as are unassigned code points (Cn). */
+static bool is_bert_control(uint32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return false;
+    bool cf_after_8 = c == 0x8E2 || c == 0x890 || c == 0x891 || c == 0x110CD || (c >= 0x13430 && c <= 0x1343F);
+    return in_categories(c, UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CO) && !cf_after_8;
+}
+
 /* BertNormalizer's first two steps: control characters, NUL and U+FFFD
  * dropped, whitespace made ' ', CJK ideographs surrounded by spaces. */
 static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_buf *out) {
@@ -96,10 +129,7 @@ static bool bert_clean(const tok_normalizer *nz, const char *s, size_t n, tok_bu
         i += k;
         bool ok = true;
         if (nz->clean_text) {
-            bool control = c != '\t' && c != '\n' && c != '\r' &&
-                           in_categories(c, UTF8PROC_CATEGORY_CC, UTF8PROC_CATEGORY_CO);
-            if (c == 0 || c == 0xFFFD || control || utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_CN)
-                continue;
+            if (c == 0 || c == 0xFFFD || is_bert_control(c)) continue;
             if (tok_is_white_space(c)) c = ' ';
         }
         if (nz->chinese_chars && is_chinese_char(c))
@@ -194,7 +224,7 @@ bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *o
     case NORM_NFKD: return unicode_form(s, n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, out);
     case NORM_LOWERCASE: return lowercase(s, n, out);
     case NORM_STRIP: return strip_ws(s, n, nz->left, nz->right, out);
-    case NORM_STRIP_ACCENTS: return strip_marks(s, n, false, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_ME, out);
+    case NORM_STRIP_ACCENTS: return strip_marks(s, n, false, out);
     case NORM_REPLACE: return replace_all(nz->pattern, nz->content, s, n, out);
     case NORM_PREPEND:
         return !n || (tok_buf_put(out, nz->content, strlen(nz->content)) && tok_buf_put(out, s, n));
@@ -203,7 +233,7 @@ bool tok_normalize(const tok_normalizer *nz, const char *s, size_t n, tok_buf *o
         bool ok = bert_clean(nz, s, n, &a);
         const tok_buf *cur = &a;
         if (ok && nz->strip_accents) {
-            ok = strip_marks(a.p, a.n, true, UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MN, &b);
+            ok = strip_marks(a.p, a.n, true, &b);
             cur = &b;
         }
         if (ok) ok = nz->lowercase ? lowercase(cur->p, cur->n, out) : tok_buf_put(out, cur->p, cur->n);
