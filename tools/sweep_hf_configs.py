@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -124,7 +125,7 @@ def decoder_config(family, r, T):
              tie_word_embeddings=r.random() < 0.4, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if hd:
         c["head_dim"] = hd
-    theta = r.choice([10000.0, 1e6, 500.0, round(10 ** r.uniform(2, 6), 1)])
+    theta = r.choice([10000.0, 1e6, 500.0, 2.0, round(10 ** r.uniform(2, 6), 1)])
     eps = r.choice([1e-6, 1e-5, 1e-3, 0.1])
     prf = 1.0
     partial = family in ("phi3", "phi", "gpt_neox", "stablelm")
@@ -148,7 +149,9 @@ def decoder_config(family, r, T):
     for key, p in (("attention_bias", 0.3), ("mlp_bias", 0.2)):
         if key in config_keys(family) and r.random() < p:
             c[key] = r.random() < 0.7
-    window = r.randint(2, max(2, T - 1))
+    window = r.choice([1, T, r.randint(2, max(2, T - 1)), r.randint(2, max(2, T - 1))])
+    if r.random() < 0.05:
+        c["num_key_value_heads"] = None  # as many as heads
     if family == "mistral" or family == "mixtral" or family == "starcoder2" or family == "phi3":
         if r.random() < 0.6:
             c["sliding_window"] = window
@@ -158,6 +161,10 @@ def decoder_config(family, r, T):
             c["sliding_window"] = window
             if family != "qwen3_moe":
                 c["max_window_layers"] = r.randint(0, c["num_hidden_layers"])
+            if family in ("qwen2", "qwen3") and r.random() < 0.3:  # full layers first, then sliding ones
+                n = c["num_hidden_layers"]
+                first = r.randint(0, n)
+                c["layer_types"] = ["full_attention"] * first + ["sliding_attention"] * (n - first)
     if family == "gemma":
         c["hidden_act"] = r.choice(["gelu_pytorch_tanh", "gelu", "gelu_pytorch_tanh"])
     if family in ("gemma2", "gemma3_text"):
@@ -257,6 +264,10 @@ def bert_config(family, r, T):
              hidden_act=r.choice(["gelu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"]))
     if r.random() < 0.15:
         c["tie_word_embeddings"] = r.random() < 0.5
+    if family == "bert" and r.random() < 0.1:
+        c["pad_token_id"] = None
+    if family != "bert" and r.random() < 0.2:  # RoBERTa's positions end exactly at the last one
+        c["max_position_embeddings"] = T + pad + 1
     return c
 
 
@@ -291,6 +302,10 @@ def legacy_layout(d, family, r):
         c["rope_scaling"] = None if kind == "default" else {("type" if r.random() < 0.3 else "rope_type"): kind, **rp}
     if "dtype" in c:
         c["torch_dtype"] = c.pop("dtype")
+    # the experts' count under the other name transformers' attribute maps read
+    alias = {"mixtral": ("num_local_experts", "num_experts"), "qwen3_moe": ("num_experts", "num_local_experts")}
+    if family in alias and r.random() < 0.5:
+        c[alias[family][1]] = c.pop(alias[family][0])
     c["transformers_version"] = "4.46.0"
     with open(path, "w") as f:
         json.dump(c, f, indent=2)
@@ -321,6 +336,7 @@ def make_case(family, seed, d):
     from transformers.utils import logging
     logging.disable_progress_bar()
     logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning)
     r = random.Random(seed)
     auto = AutoModelForMaskedLM if family in ENCODERS else AutoModelForCausalLM
     for attempt in range(50):
@@ -345,10 +361,20 @@ def make_case(family, seed, d):
                 tt = torch.randint(0, model.config.type_vocab_size, (2, T), generator=g)
                 out["token_type_ids"] = kw["token_type_ids"] = tt
             with torch.no_grad():
+                # the same ids in two forwards, the second through the KV cache; first, as dynamic RoPE keeps
+                # the frequencies of the longest input seen
+                if family not in ENCODERS:
+                    k = r.randint(1, T - 1)
+                    first = model(input_ids=ids[:, :k], use_cache=True)
+                    second = model(input_ids=ids[:, k:], past_key_values=first.past_key_values, use_cache=True)
+                    out["ids_a"], out["ids_b"] = ids[:, :k], ids[:, k:]
+                    out["cached_logits"] = torch.cat([first.logits, second.logits], 1).float()
                 logits = model(input_ids=ids, **kw).logits.float()
+                if "cached_logits" in out:
+                    logits = torch.cat([logits, out["cached_logits"]])
             if not torch.isfinite(logits).all():
                 continue
-            out["logits"] = logits
+            out["logits"] = logits[:2]
             save_file({k: t.contiguous() for k, t in out.items()}, os.path.join(d, "case.safetensors"))
             return extra
         except Exception as e:  # a config transformers refuses: draw another
@@ -383,6 +409,8 @@ class Accel:
             "accel_dispatched_free": (None, [vp]),
             "accel_llama_from_pretrained": (vp, [cp, vp, cp, vp, vp, ctypes.POINTER(vp)]),
             "accel_llama_forward": (vp, [vp, vp, vp]),
+            "accel_llama_kv_cache_new": (vp, [vp, ctypes.c_int64, ctypes.c_int64, Device]),
+            "accel_kv_cache_free": (None, [vp]),
             "accel_bert_from_pretrained_head": (vp, [cp, i, ctypes.c_int64, Device]),
             "accel_bert_mlm_logits": (vp, [vp, vp, vp, vp]),
         }
@@ -408,24 +436,34 @@ class Accel:
             m = L.accel_bert_from_pretrained_head(d.encode(), BERT_MASKED_LM, 0, self.cpu)
         else:
             m = L.accel_llama_from_pretrained(d.encode(), None, None, None, None, ctypes.byref(disp))
-        err = None
+        err, kc, parts = None, None, []
         if not m:
             err = self.error()
         else:
             y = L.accel_bert_mlm_logits(m, ids, tt, None) if encoder else L.accel_llama_forward(m, ids, None)
-            if not y:
-                err = self.error()
-            else:
-                names = (ctypes.c_char_p * 1)(b"logits")
-                ts = (ctypes.c_void_p * 1)(y)
-                if L.accel_safetensors_save(os.path.join(d, "accel.safetensors").encode(), 1, names, ts, 0, None):
+            err = None if y else self.error()
+            outs = [(b"logits", y)]
+            if y and not encoder:  # the two forwards through a KV cache
+                parts = [L.accel_safetensors_tensor(st, name, -1) for name in (b"ids_a", b"ids_b")]
+                kc = L.accel_llama_kv_cache_new(m, 2, 64, self.cpu)
+                ya = kc and L.accel_llama_forward(m, parts[0], kc)
+                yb = ya and L.accel_llama_forward(m, parts[1], kc)
+                err = None if yb else "with a KV cache: " + self.error()
+                outs += [(b"cached_a", ya), (b"cached_b", yb)]
+            if not err:
+                names = (ctypes.c_char_p * len(outs))(*[n for n, _ in outs])
+                ts = (ctypes.c_void_p * len(outs))(*[t for _, t in outs])
+                if L.accel_safetensors_save(os.path.join(d, "accel.safetensors").encode(), len(outs), names, ts, 0,
+                                            None):
                     err = "saving accel's logits: " + self.error()
         L.accel_step_reset()
+        if kc:
+            L.accel_kv_cache_free(kc)
         if m:
             L.accel_module_free(m)
         if disp:
             L.accel_dispatched_free(disp)
-        for t in (ids, tt):
+        for t in [ids, tt] + parts:
             if t:
                 L.accel_tensor_free(t)
         L.accel_safetensors_close(st)
@@ -488,17 +526,28 @@ def run_accel(cases, lib, timeout):
 # ------------------------------------------------------------ compare, report
 
 def compare(d, tol):
+    """(within tol, what differs): the logits of the whole input, and (decoders) of its two parts through
+    the KV cache."""
     import torch
     from safetensors.torch import load_file
-    want = load_file(os.path.join(d, "case.safetensors"))["logits"]
-    got = load_file(os.path.join(d, "accel.safetensors"))["logits"].float()
-    if got.shape != want.shape:
-        return False, f"shape {tuple(got.shape)}, transformers {tuple(want.shape)}"
-    scale = max(1.0, float(want.abs().max()))
-    err = float((got - want).abs().max())
-    if not torch.isfinite(got).all():
-        return False, "non-finite logits"
-    return err <= tol * scale, f"max |diff| {err:.3g} (logit scale {scale:.3g})"
+    want = load_file(os.path.join(d, "case.safetensors"))
+    got = load_file(os.path.join(d, "accel.safetensors"))
+    pairs = [("logits", got["logits"], want["logits"])]
+    if "cached_logits" in want:
+        pairs.append(("with a KV cache", torch.cat([got["cached_a"], got["cached_b"]], 1), want["cached_logits"]))
+    notes = []
+    good = True
+    for what, g, w in pairs:
+        g = g.float()
+        if g.shape != w.shape:
+            return False, f"{what}: shape {tuple(g.shape)}, transformers {tuple(w.shape)}"
+        if not torch.isfinite(g).all():
+            return False, f"{what}: non-finite logits"
+        scale = max(1.0, float(w.abs().max()))
+        err = float((g - w).abs().max())
+        good = good and err <= tol * scale
+        notes.append(f"{what}: max |diff| {err:.3g} (logit scale {scale:.3g})")
+    return good, "; ".join(notes)
 
 
 def short(msg):
