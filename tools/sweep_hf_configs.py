@@ -204,11 +204,16 @@ def decoder_config(family, r, T):
     if family == "stablelm":
         c["use_qkv_bias"] = r.random() < 0.5
         c["use_parallel_residual"] = r.random() < 0.4
+    # GPT-NeoX's heads are hidden_size / num_attention_heads wide, and so are Phi's without head_dim: fewer
+    # heads where that would pass a hidden size of 64 (kv heads, powers of 2, still dividing them)
+    narrow = nh
+    while narrow * head_dim > 64:
+        narrow //= 2
     if family == "gpt_neox":
         c.pop("num_key_value_heads")
         c.pop("head_dim", None)
-        c["num_attention_heads"] = nh
-        c["hidden_size"] = nh * (hd or head_dim)
+        c["num_attention_heads"] = narrow
+        c["hidden_size"] = narrow * head_dim
         c["use_parallel_residual"] = r.random() < 0.6
         c["hidden_act"] = r.choice(["gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "relu"])
         if "rope_theta" in c:
@@ -216,7 +221,8 @@ def decoder_config(family, r, T):
         c["rotary_pct"] = c.pop("partial_rotary_factor", 0.25)
     if family == "phi" and "head_dim" in c and r.random() < 0.7:
         del c["head_dim"]
-        c["hidden_size"] = nh * head_dim
+        c["num_attention_heads"], c["num_key_value_heads"] = narrow, min(kv, narrow)
+        c["hidden_size"] = narrow * head_dim
     if family == "starcoder2":
         c["norm_epsilon"] = eps
         c["use_bias"] = r.random() < 0.6
