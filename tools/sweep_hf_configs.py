@@ -4,6 +4,7 @@ against transformers' logits, case by case.
 
     python3 tools/sweep_hf_configs.py [--n N] [--seed S] [--families a,b] [--lib PATH]
                                       [--work DIR] [--keep] [--tol T] [--timeout SEC]
+                                      [--dtype bfloat16] [--preload "LIBASAN LIBUBSAN"]
 
 For each case (family i % len(families), its own seeded random.Random) it
 draws a config of the kind real checkpoints vary (hidden size, heads, kv
@@ -12,15 +13,19 @@ parameters, partial rotary, biases, tied head, eps, activation, sliding
 window shorter than the input, max_position_embeddings, vocab, and each
 family's own keys), has transformers build the model (random weights from
 torch.manual_seed, large enough that logits are a few units), save_pretrained
-it (safetensors, f32), load it back with transformers and take its logits
-(eager attention, no cache) on ids [2, T], T <= 24. A config transformers
+it (safetensors, f32 unless --dtype), half the cases' config.json rewritten
+in transformers 4.x's layout (rope_theta and rope_scaling, torch_dtype: most
+Hub checkpoints'), load it back with transformers and take its logits (eager
+attention) on ids [2, T], T <= 24: in one forward without a cache, and
+(decoders) in two, the second through the KV cache. A config transformers
 refuses is drawn again.
 
 Then accel (libaccel.so through ctypes, in worker processes: --lib,
 default build/lib/libaccel.so) loads each directory with
 accel_llama_from_pretrained (BERT / RoBERTa / XLM-RoBERTa:
 accel_bert_from_pretrained_head, the masked LM) and runs the forward on the
-same ids. Each case ends as one of:
+same ids, and the decoders' two forwards through accel_llama_kv_cache_new's
+cache. Each case ends as one of:
 
     match     max |accel - transformers| <= tol * max(1, max |transformers|)
     refused   accel's error; the report lists each distinct message (file
@@ -31,8 +36,9 @@ same ids. Each case ends as one of:
               answer within --timeout seconds
 
 Exit status 1 when any case is MISMATCH, CRASH or HANG. The cases' folders
-stay in --work with --keep (config.json, model.safetensors, ids and
-transformers' logits in case.safetensors) to reproduce one by hand.
+(config.json, model.safetensors, ids and transformers' logits in
+case.safetensors) stay in --work, or in the temporary folder with --keep, to
+reproduce one by hand.
 """
 import argparse
 import collections
@@ -637,7 +643,7 @@ def main():
             i, _, extra = configs[d]
             bad.append((verdict, i, family, detail, extra))
     print(f"{a.n} cases, seed {a.seed}: {dict(tally)}  (transformers {t1 - t0:.0f} s, accel {t2 - t1:.0f} s)")
-    for family in families:
+    for family in families[:a.n]:
         print(f"  {family:12s} {dict(per_family[family])}")
     if refusals:
         print("refusals (family, message, cases):")
@@ -645,7 +651,9 @@ def main():
             print(f"  {family}: {msg} [{n}]")
     for verdict, i, family, detail, extra in bad:
         print(f"{verdict} case {i} ({family}): {detail}\n  {json.dumps(extra)}")
-    if not a.keep and not a.work:
+    if a.keep or a.work:
+        print(f"cases in {work}/case_<i>")
+    else:
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(1 if bad else 0)
 
