@@ -521,6 +521,10 @@ static void test_gemma3_fields(void) {
                  "'rope_local_base_freq' must be a number > 0");
     expect_error("g3e11.json", "{\"model_type\": \"gemma3_text\", \"sliding_window\": null}", ACCEL_ERR_FORMAT,
                  "'sliding_window' is null");
+    /* 4.x's old "type" key: transformers 5 merges it into full_attention's default RoPE unread */
+    expect_error("g3e12.json", "{\"model_type\": \"gemma3_text\", \"rope_scaling\": {\"type\": \"linear\", "
+                 "\"factor\": 8.0}}", ACCEL_ERR_UNSUPPORTED,
+                 "rope_scaling.type: gemma3_text's rope_scaling needs its type under rope_type");
     /* a list past ACCEL_MAX_LAYER_TYPES: the pattern form is the way */
     char big[8192] = "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 257, \"layer_types\": [";
     for (int i = 0; i < 257; i++) strcat(big, i ? ", \"full_attention\"" : "\"full_attention\"");

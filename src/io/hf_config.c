@@ -220,7 +220,15 @@ static accel_status parse_layer_ropes(json_t *root, const char *file, const acce
                                    "take the plain RoPE)", file, ROPE_NAMES[local.rope_scaling.type]);
         c->rope_local_base_freq = local.rope_theta;
     }
-    return parse_rope(root, json_object_get(root, "rope_scaling"), file, "rope_scaling", a, c);
+    /* transformers 5 merges a 4.x rope_scaling into full_attention's
+     * {"rope_type": "default"}, where an old "type" key is never read (4.x
+     * read it as the type): which RoPE the file means is not for accel to pick */
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (json_is_object(rs) && json_object_get(rs, "type") && !json_object_get(rs, "rope_type"))
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: rope_scaling.type: %s's rope_scaling needs its type under "
+                               "rope_type (transformers 5 reads a \"type\" key there as the plain RoPE, 4.x as that "
+                               "type)", file, a->model_type);
+    return parse_rope(root, rs, file, "rope_scaling", a, c);
 }
 
 /* rope_scaling (4.x) and rope_parameters (5.x), or Gemma 3's per layer type. */
