@@ -10,6 +10,7 @@
  * truncation and thousands of byte flips without a crash, hang or leak; and
  * examples/generate text to text on a directory with only a tokenizer.model. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,54 @@ static void check_model(const char *name) {
         free(out);
         free(ids);
     }
+    json_decref(root);
+    accel_tokenizer_free(t);
+}
+
+/* FNV-1a 64 of the ids' 4-byte little-endian values (tools/gen_spm_score_fixtures.py's). */
+static uint64_t fnv1a64(const int64_t *ids, int64_t n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int64_t i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ ((uint64_t)(uint32_t)ids[i] >> (8 * b) & 0xFF)) * 0x100000001B3ull;
+    return h;
+}
+
+/* sentencepiece 0.2.3's Unigram arithmetic where it decides the segmentation
+ * (data/sentencepiece/unigram_bf/scores.json, tools/gen_spm_score_fixtures.py):
+ * a tie of float sums after a long prefix holding a user-defined piece (whose
+ * bonus is 0.1 a byte past the first), and a text whose path score passes
+ * -100000, where the scores move back to 0. */
+static void test_score_arithmetic(void) {
+    accel_tokenizer *t = accel_tokenizer_load("data/sentencepiece/unigram_bf");
+    json_error_t err;
+    json_t *root = json_load_file("data/sentencepiece/unigram_bf/scores.json", 0, &err);
+    CHECK_MSG(t && root, "%s", t ? err.text : accel_last_error());
+    json_t *c;
+    size_t i;
+    int failures = 0, cases = 0;
+    json_array_foreach(root ? json_object_get(root, "cases") : NULL, i, c) {
+        size_t n;
+        char *text = text_of(c, &n);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        json_t *want = json_object_get(c, "ids");
+        if (want) {
+            tok_check_encode(t, name, text, n, false, want, -1, &failures);
+        } else {
+            int64_t *ids = NULL, m = 0;
+            CHECK_MSG(accel_tokenizer_encode(t, text, n, false, &ids, &m) == ACCEL_OK, "%s", accel_last_error());
+            char hash[17];
+            snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64(ids, m));
+            CHECK_MSG(m == json_integer_value(json_object_get(c, "n_ids")) &&
+                          !strcmp(hash, json_string_value(json_object_get(c, "fnv1a64"))),
+                      "%s: %lld ids, hash %s; sentencepiece: %lld, %s", name, (long long)m, hash,
+                      (long long)json_integer_value(json_object_get(c, "n_ids")),
+                      json_string_value(json_object_get(c, "fnv1a64")));
+            free(ids);
+        }
+        cases++;
+        free(text);
+    }
+    CHECK(cases == 2 && failures == 0);
     json_decref(root);
     accel_tokenizer_free(t);
 }
@@ -386,6 +435,7 @@ static void test_generate_text(void) {
 
 int main(void) {
     RUN(test_models);
+    RUN(test_score_arithmetic);
     RUN(test_lookups_and_loading);
     RUN(test_char_word_refused);
     RUN(test_refusals);

@@ -281,7 +281,7 @@ typedef struct tok_spm {
     bool add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
     tok_charsmap cmap;           /* normalizer_spec.precompiled_charsmap, cmap.n == 0: none */
     char *unk_surface;           /* what decode writes for the unknown piece */
-    double min_score, max_score; /* over NORMAL pieces, from FLT_MAX / FLT_MIN as sentencepiece (hf: all, min only) */
+    double min_score; /* over NORMAL pieces, from FLT_MAX as sentencepiece (hf: over all) */
 } tok_spm;
 
 /* NULL + an error naming `name` and the field or byte offset on anything

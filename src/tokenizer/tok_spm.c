@@ -252,10 +252,16 @@ typedef struct node {
     int64_t start; /* where that piece starts; -1: no path yet */
 } node;
 
+/* sentencepiece 0.2.3's EncodeOptimized moves the path scores from a start
+ * whose score is past this back to 0 (kScoreResetThreshold), so that long
+ * texts keep float precision: where ties fall depends on it. */
+#define SPM_SCORE_RESET 100000.0f
+
 /* The best path's nodes best[0..n] over s[0..n): EncodeOptimized of
- * unigram_model.cc, or with m->hf tokenizers' Unigram::encode_optimized, the
- * same walk with double sums. NULL: out of memory, or (hf, error set) an
- * unknown character and no unk_id. */
+ * sentencepiece 0.2.3's unigram_model.cc, or with m->hf tokenizers'
+ * Unigram::encode_optimized, the same walk with double sums and no reset.
+ * NULL: out of memory, or (hf, error set) an unknown character and no
+ * unk_id. */
 static node *viterbi(const tok_spm *m, const char *s, size_t n) {
     node *best = malloc((n + 1) * sizeof *best);
     if (!best) return NULL;
@@ -264,8 +270,14 @@ static node *viterbi(const tok_spm *m, const char *s, size_t n) {
      * sum rounded from double is the float sum: double has over twice float's
      * precision), which decide ties such as "0" "00" against "00" "0" */
     const double unk_score = m->hf ? m->min_score - 10.0 : (double)(float)(m->min_score - 10.0);
+    size_t frontier = 0; /* the furthest end a piece has reached */
     for (size_t a = 0; a < n;) {
-        const double here = best[a].score;
+        double here = best[a].score;
+        if (!m->hf && (here < -SPM_SCORE_RESET || here > SPM_SCORE_RESET)) {
+            for (size_t i = a; i <= frontier; i++)
+                if (i == a || best[i].start >= 0) best[i].score = (float)(best[i].score - here);
+            here = 0.0;
+        }
         size_t mblen = one_char_len(s + a, n - a);
         bool single = false;
         /* every piece starting at a, by the trie (its end is a character boundary of the valid text) */
@@ -274,16 +286,16 @@ static node *viterbi(const tok_spm *m, const char *s, size_t n) {
             int32_t id = m->trie.piece[cur];
             e++;
             if (id < 0 || m->pc[id].type == SPM_UNUSED) continue;
-            /* a user-defined piece always wins: length * max_score - 0.1 */
-            double score = m->pc[id].type == SPM_USER_DEFINED
-                               ? (float)((float)(e - a) * (float)m->max_score - 0.1)
-                               : m->pc[id].score;
+            /* a user-defined piece's bonus, to be chosen: GetUserDefinedScore, 0.1 a byte past the first */
+            double score = m->pc[id].type == SPM_USER_DEFINED ? (float)(0.1 * (double)(e - a - 1)) : m->pc[id].score;
             double cand = m->hf ? score + here : (double)(float)(score + here);
+            if (e > frontier) frontier = e;
             if (best[e].start < 0 || cand > best[e].score) best[e] = (node){id, cand, (int64_t)a};
             if (e - a == mblen) single = true;
         }
         if (!single) {
             double cand = m->hf ? unk_score + here : (double)(float)(unk_score + here);
+            if (a + mblen > frontier) frontier = a + mblen;
             node *t = &best[a + mblen];
             if (t->start < 0 || cand > t->score) {
                 if (m->unk < 0) { /* tokenizers' MissingUnkId */

@@ -368,7 +368,6 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
     m->byte_fallback = sp->byte_fallback;
     m->unk = m->bos = m->eos = -1;
     m->min_score = FLT_MAX;
-    m->max_score = FLT_MIN;
     for (int b = 0; b < 256; b++) m->byte_id[b] = -1;
     for (int32_t i = 0; i < m->n; i++) {
         struct tok_spm_piece *pc = &m->pc[i];
@@ -382,10 +381,7 @@ static bool build(pb *r, tok_spm *m, spec *sp) {
         if (!tok_strmap_put(map, pc->text, pc->len, i) || (normal && !trie_insert(&m->trie, pc->text, pc->len, i)) ||
             (pc->type == SPM_USER_DEFINED && !trie_insert(&m->user, pc->text, pc->len, i)))
             return pfail(r, ACCEL_ERR_OOM, "out of memory");
-        if (pc->type == SPM_NORMAL) {
-            if (pc->score < m->min_score) m->min_score = pc->score;
-            if (pc->score > m->max_score) m->max_score = pc->score;
-        }
+        if (pc->type == SPM_NORMAL && pc->score < m->min_score) m->min_score = pc->score;
         if (pc->type == SPM_UNKNOWN) {
             if (m->unk >= 0) return pfail(r, ACCEL_ERR_FORMAT, "piece %d: a second unknown piece (the first is %d)", i, m->unk);
             m->unk = i;
