@@ -10,8 +10,9 @@ does (its make_case builds, randomizes and saves the checkpoint: sliding
 windows of 2 .. 24 positions, shorter than many prompts + generations
 here), then a batch of 2-4 prompts of different lengths (1..16 random ids,
 some equal to the pad or eos id), left-padded with an attention mask,
-max_new_tokens 1..12, a pad_token_id, and half the time an eos_token_id
-taken from the tokens a first run generated, so that rows finish early.
+max_new_tokens 1..12, a pad_token_id (now and then none: eos pads), and
+half the time an eos_token_id taken from the tokens a first run generated,
+so that rows finish early.
 transformers' generate (eager attention, do_sample=False, output_logits)
 gives the sequences and every step's logits.
 
@@ -25,6 +26,12 @@ transformers (and, where it differs, accel's batch) generated. Per row:
       one: the padded prompt's last position) within tol * max(1, scale);
     * the batch's row, pads after eos included, equal to transformers';
     * accel_generate on the prompt alone equal to the batch's row.
+
+The first step's logits come from accel_llama_forward_ex on the padded
+batch; the later steps' from the prompt alone, and a prompt alone matches
+its row, only where the RoPE does not depend on the length (dynamic and
+longrope take the batch's largest position in transformers: a row's logits
+then depend on the others).
 
 Where tokens diverge, the two candidates' logits at that step (transformers'
 for the batch, accel's unpadded ones for the single run) decide: a gap
@@ -92,7 +99,6 @@ def make_batch_case(family, seed, d):
     from transformers import AutoModelForCausalLM
     extra = hf.make_case(family, seed, d)
     model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-    model.generation_config.eos_token_id = None
     r = random.Random(seed * 7 + 3)
     vocab = model.config.vocab_size
     # GPT-2's learned positions end at n_positions (an IndexError past them); RoPE has no such end
@@ -108,9 +114,16 @@ def make_batch_case(family, seed, d):
             if r.random() < 0.2:
                 p[r.randrange(len(p))] = eos
         ids, mask = left_pad(prompts, pad)
-    seqs, logits = tf_generate(model, ids, mask, n_new, pad, eos)
-    case = dict(family=family, ids=ids, mask=mask, prompts=prompts, n_new=n_new, pad=pad, eos=eos, tf=seqs,
-                tf_logits=logits)
+        # afresh: dynamic RoPE keeps the frequencies of the longest input the model object has seen
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    # now and then no pad_token_id: a finished row's next tokens are then eos (in both)
+    pad_gen = None if eos is not None and r.random() < 0.3 else pad
+    seqs, logits = tf_generate(model, ids, mask, n_new, pad_gen, eos)
+    # dynamic and longrope RoPE take the batch's largest position (transformers' dynamic_rope_update): a row's
+    # logits then depend on the other rows, and a prompt alone may differ from its row
+    by_length = any(k in json.dumps(getattr(model.config, "rope_parameters", None)) for k in ('"dynamic"', '"longrope"'))
+    case = dict(family=family, ids=ids, mask=mask, prompts=prompts, n_new=n_new, pad=pad_gen, eos=eos, tf=seqs,
+                tf_logits=logits, rope_by_length=by_length)
     with open(os.path.join(d, "batch.json"), "w") as f:
         json.dump(case, f)
     return extra, case
@@ -126,6 +139,12 @@ class GenerateOpts(ctypes.Structure):
                 ("pad_token_id", ctypes.c_int64), ("prompt_logits", ctypes.c_void_p)]
 
 
+class LlamaInputs(ctypes.Structure):
+    """accel_llama_inputs (include/accel/nn.h)."""
+    _fields_ = [("ids", ctypes.c_void_p), ("attention_mask", ctypes.c_void_p), ("position_ids", ctypes.c_void_p),
+                ("cache", ctypes.c_void_p)]
+
+
 class Accel(hf.Accel):
     """The sibling's calls and the generation ones."""
 
@@ -137,6 +156,8 @@ class Accel(hf.Accel):
             "accel_generate": (ctypes.c_int, [vp, p64, i64, opts, p64, p64]),
             "accel_generate_batch": (ctypes.c_int, [vp, p64, p64, i64, i64, opts, p64, p64]),
             "accel_tensor_wrap": (vp, [vp, ctypes.c_int, ctypes.c_int, p64, type(self.cpu)]),
+            "accel_llama_forward_ex": (vp, [vp, ctypes.POINTER(LlamaInputs)]),
+            "accel_tensor_to_host": (ctypes.c_int, [vp, vp]),
         }
         for name, (res, args) in sig.items():
             f = getattr(self.L, name)
@@ -162,6 +183,24 @@ class Accel(hf.Accel):
             self.L.accel_tensor_free(t)
         return list(buf)
 
+    def first_logits(self, m, c, vocab):
+        """Every row's logits at the padded batch's last column: generate's first forward (the mask, positions
+        cumsum - 1, 0 at the pads) through accel_llama_forward_ex."""
+        B, T = len(c["ids"]), len(c["ids"][0])
+        pos = [[max(0, sum(row[:t + 1]) - 1) for t in range(T)] for row in c["mask"]]
+        shape = (ctypes.c_int64 * 2)(B, T)
+        host = [(ctypes.c_int64 * (B * T))(*[x for row in rows for x in row]) for rows in (c["ids"], c["mask"], pos)]
+        ts = [self.L.accel_tensor_wrap(h, 4, 2, shape, self.cpu) for h in host]  # ACCEL_I64
+        y = self.L.accel_llama_forward_ex(m, ctypes.byref(LlamaInputs(*ts, None)))
+        out = (ctypes.c_float * (B * T * vocab))()
+        ok = y and not self.L.accel_tensor_to_host(y, out)
+        err = None if ok else "accel_llama_forward_ex: " + self.error()
+        for t in ts:
+            self.L.accel_tensor_free(t)
+        if err:
+            raise RuntimeError(err)
+        return [list(out[(b * T + T - 1) * vocab:(b * T + T) * vocab]) for b in range(B)]
+
     def batch(self, m, c):
         B, T = len(c["ids"]), len(c["ids"][0])
         flat = lambda rows: (ctypes.c_int64 * (B * T))(*[x for row in rows for x in row])  # noqa: E731
@@ -176,7 +215,9 @@ class Accel(hf.Accel):
 
     @staticmethod
     def options(c, n_new):
-        o = GenerateOpts(max_new_tokens=n_new, has_pad=True, pad_token_id=c["pad"])
+        o = GenerateOpts(max_new_tokens=n_new)
+        if c["pad"] is not None:
+            o.has_pad, o.pad_token_id = True, c["pad"]
         if c["eos"] is not None:
             o.has_eos, o.eos_token_id = True, c["eos"]
         return o
@@ -193,6 +234,8 @@ class Accel(hf.Accel):
                 raise RuntimeError(self.error())
             vocab = len(c["tf_logits"][0][0])
             T = len(c["ids"][0])
+            first = self.first_logits(m, c, vocab)
+            self.L.accel_step_reset()
             batch = self.batch(m, c)
             single = [self.generate(m, p, self.options(c, c["n_new"])) for p in c["prompts"]]
             forced_tf, forced_batch = [], []
@@ -203,7 +246,7 @@ class Accel(hf.Accel):
                     into.append([] if into is forced_batch and gen == finished(c["tf"][b][T:], c["eos"]) else
                                 [self.logits(m, p + gen[:s], vocab) for s in range(len(gen))])
             with open(os.path.join(d, "accel.json"), "w") as f:
-                json.dump(dict(batch=batch, single=single, forced_tf=forced_tf, forced_batch=forced_batch), f)
+                json.dump(dict(first=first, batch=batch, single=single, forced_tf=forced_tf, forced_batch=forced_batch), f)
         except RuntimeError as e:
             err = str(e)
         self.L.accel_step_reset()
@@ -253,7 +296,13 @@ def compare(c, got, tol, tie):
 
     for b in range(len(c["ids"])):
         want = finished(c["tf"][b][T:], eos)
-        for s, acc in enumerate(got["forced_tf"][b]):
+        ref = c["tf_logits"][0][b]
+        err = max(abs(x - y) for x, y in zip(got["first"][b], ref))
+        if err > tol * scale_of(ref):
+            worse("MISMATCH", f"row {b}: padded first step's logits max |diff| {err:.3g} (scale {scale_of(ref):.3g})")
+        # the prompt alone (teacher-forced along transformers' tokens): its logits and tokens those of the row
+        alone_counts = not c["rope_by_length"]
+        for s, acc in enumerate(got["forced_tf"][b] if alone_counts else []):
             ref = c["tf_logits"][s][b]
             err = max(abs(x - y) for x, y in zip(acc, ref))
             if err > tol * scale_of(ref):
@@ -271,7 +320,7 @@ def compare(c, got, tol, tie):
                 v, gap = tie_or_mismatch(c["tf_logits"][s][b], row[k], ref_row[k], tie)
                 worse(v, f"row {b} step {s}: batch {row[k]}, transformers {ref_row[k]} (gap {gap:.3g})")
         mine = finished(row[T:], eos)
-        alone = got["single"][b]
+        alone = got["single"][b] if alone_counts else mine
         k = next((i for i, (x, y) in enumerate(zip(alone, mine)) if x != y), None)
         if k is None and len(alone) != len(mine):
             worse("MISMATCH", f"row {b}: alone {len(alone)} tokens, in the batch {len(mine)}")
