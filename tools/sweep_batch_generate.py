@@ -12,8 +12,7 @@ here), then a batch of 2-4 prompts of different lengths (1..16 random ids,
 some equal to the pad or eos id), left-padded with an attention mask,
 max_new_tokens 1..12, a pad_token_id (now and then none: eos pads), and
 half the time an eos_token_id taken from the tokens a first run generated,
-so that rows finish early.
-transformers' generate (eager attention, do_sample=False, output_logits)
+so that rows finish early. transformers' generate (eager attention, do_sample=False, output_logits)
 gives the sequences and every step's logits.
 
 accel (libaccel.so through ctypes, in worker processes, as the sibling
@@ -121,7 +120,8 @@ def make_batch_case(family, seed, d):
     seqs, logits = tf_generate(model, ids, mask, n_new, pad_gen, eos)
     # dynamic and longrope RoPE take the batch's largest position (transformers' dynamic_rope_update): a row's
     # logits then depend on the other rows, and a prompt alone may differ from its row
-    by_length = any(k in json.dumps(getattr(model.config, "rope_parameters", None)) for k in ('"dynamic"', '"longrope"'))
+    rope = json.dumps(getattr(model.config, "rope_parameters", None))
+    by_length = '"dynamic"' in rope or '"longrope"' in rope
     case = dict(family=family, ids=ids, mask=mask, prompts=prompts, n_new=n_new, pad=pad_gen, eos=eos, tf=seqs,
                 tf_logits=logits, rope_by_length=by_length)
     with open(os.path.join(d, "batch.json"), "w") as f:
@@ -246,7 +246,8 @@ class Accel(hf.Accel):
                     into.append([] if into is forced_batch and gen == finished(c["tf"][b][T:], c["eos"]) else
                                 [self.logits(m, p + gen[:s], vocab) for s in range(len(gen))])
             with open(os.path.join(d, "accel.json"), "w") as f:
-                json.dump(dict(first=first, batch=batch, single=single, forced_tf=forced_tf, forced_batch=forced_batch), f)
+                json.dump(dict(first=first, batch=batch, single=single, forced_tf=forced_tf,
+                               forced_batch=forced_batch), f)
         except RuntimeError as e:
             err = str(e)
         self.L.accel_step_reset()
