@@ -4,6 +4,7 @@ and accel_generate against transformers' generate, case by case.
 
     python3 tools/sweep_batch_generate.py [--n N] [--seed S] [--families a,b] [--lib PATH]
                                           [--work DIR] [--keep] [--tol T] [--tie G] [--timeout SEC]
+                                          [--preload "LIBASAN LIBUBSAN"]
 
 Each case draws a config of a decoder family as tools/sweep_hf_configs.py
 does (its make_case builds, randomizes and saves the checkpoint: sliding
@@ -44,9 +45,7 @@ import ctypes
 import json
 import os
 import random
-import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -260,7 +259,8 @@ class Accel(hf.Accel):
 
 
 def worker(lib):
-    """Reads 'DIR FAMILY' lines on stdin; answers 'done' or 'refused <message>' per line."""
+    """sweep_hf_configs.py's protocol: reads 'DIR FAMILY' lines on stdin; answers 'done' or
+    'refused <message>' per line."""
     acc = Accel(lib)
     for line in sys.stdin:
         err = acc.run_case(line.split()[0])
@@ -332,40 +332,6 @@ def compare(c, got, tol, tie):
     return verdict, notes
 
 
-def run_accel(cases, lib, timeout):
-    """The sibling's worker loop with this script's worker."""
-    out = {}
-    todo = list(cases)
-    while todo:
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--lib", lib],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while todo:
-            d = todo[0]
-            try:
-                p.stdin.write(f"{d}\n")
-                p.stdin.flush()
-            except BrokenPipeError:
-                pass
-            ready, _, _ = select.select([p.stdout], [], [], timeout)
-            line = p.stdout.readline() if ready else None
-            todo.pop(0)
-            if line is None:
-                p.kill()
-                out[d] = ("HANG", f"no answer in {timeout} s")
-                break
-            if not line:
-                p.wait()
-                out[d] = ("CRASH", f"worker exit {p.returncode}: {p.stderr.read()[-2000:].strip()}")
-                break
-            out[d] = ("refused", json.loads(line[8:])) if line.startswith("refused ") else ("ok", "")
-        else:
-            p.stdin.close()
-            p.wait()
-        for f in (p.stdin, p.stdout, p.stderr):
-            f.close()
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=216, help="cases (families taken in turn)")
@@ -378,6 +344,7 @@ def main():
     ap.add_argument("--tie", type=float, default=1e-4, help="a divergence whose two tokens' logits differ by "
                                                             "at most tie * scale is a TIE")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--preload", default=None, help="LD_PRELOAD of the accel workers (sweep_hf_configs.py's)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -398,15 +365,15 @@ def main():
         family = families[i % len(families)]
         d = os.path.join(work, f"case_{i}")
         info[d] = (i, family) + make_batch_case(family, a.seed * 1000003 + i, d)
-        cases.append(d)
+        cases.append((d, family))
     t1 = time.time()
-    results = run_accel(cases, a.lib, a.timeout)
+    results = hf.run_accel(cases, a.lib, a.timeout, a.preload, script=__file__)
     t2 = time.time()
     tally = collections.Counter()
     per_family = collections.defaultdict(collections.Counter)
     refusals = collections.Counter()
     bad = []
-    for d in cases:
+    for d, _ in cases:
         i, family, extra, c = info[d]
         verdict, detail = results[d]
         if verdict == "ok":
