@@ -499,9 +499,10 @@ def worker(lib):
         print("refused " + json.dumps(err) if err else "done", flush=True)
 
 
-def run_accel(cases, lib, timeout, preload):
+def run_accel(cases, lib, timeout, preload, script=__file__):
     """accel on every case (a list of (dir, family)); {dir: ("ok"|"refused"|"CRASH"|"HANG", detail)}.
-    preload: LD_PRELOAD of the workers (a sanitizer's runtime), or None."""
+    preload: LD_PRELOAD of the workers (a sanitizer's runtime), or None; script: the sweep whose --worker
+    runs them (this one's, or another's of the same protocol)."""
     out = {}
     todo = list(cases)
     env = dict(os.environ)
@@ -510,7 +511,7 @@ def run_accel(cases, lib, timeout, preload):
         env.setdefault("ASAN_OPTIONS", "detect_leaks=0:intercept_tls_get_addr=0")
         env.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     while todo:
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--lib", lib],
+        p = subprocess.Popen([sys.executable, os.path.abspath(script), "--worker", "--lib", lib],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
         while todo:
