@@ -39,16 +39,11 @@ below --tie * scale is a TIE (a greedy near-tie that rounding may flip), a
 larger one a MISMATCH. A case is match, TIE, refused (accel's error,
 listed), MISMATCH, CRASH or HANG. Exit status 1 on MISMATCH, CRASH or HANG.
 """
-import argparse
-import collections
 import ctypes
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
-import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -333,74 +328,26 @@ def compare(c, got, tol, tie):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=216, help="cases (families taken in turn)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "lib", "libaccel.so"))
-    ap.add_argument("--work", default=None, help="cases' folder (default: a temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep the cases' folders")
+    ap = hf.sweep_args(__doc__, 216, FAMILIES)
     ap.add_argument("--tol", type=float, default=1e-4, help="logits: max |diff| <= tol * max(1, max |logit|)")
     ap.add_argument("--tie", type=float, default=1e-4, help="a divergence whose two tokens' logits differ by "
                                                             "at most tie * scale is a TIE")
-    ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--preload", default=None, help="LD_PRELOAD of the accel workers (sweep_hf_configs.py's)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(a.lib)
         return
-    families = a.families.split(",")
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        sys.exit(f"unknown families {unknown}; known: {FAMILIES}")
-    if not os.path.exists(a.lib):
-        sys.exit(f"{a.lib}: no such library (build accel first, or --lib)")
     warnings.filterwarnings("ignore")
-    work = a.work or tempfile.mkdtemp(prefix="accel_batchgen_")
-    os.makedirs(work, exist_ok=True)
-    t0 = time.time()
-    cases, info = [], {}
-    for i in range(a.n):
-        family = families[i % len(families)]
-        d = os.path.join(work, f"case_{i}")
-        info[d] = (i, family) + make_batch_case(family, a.seed * 1000003 + i, d)
-        cases.append((d, family))
-    t1 = time.time()
-    results = hf.run_accel(cases, a.lib, a.timeout, a.preload, script=__file__)
-    t2 = time.time()
-    tally = collections.Counter()
-    per_family = collections.defaultdict(collections.Counter)
-    refusals = collections.Counter()
-    bad = []
-    for d, _ in cases:
-        i, family, extra, c = info[d]
-        verdict, detail = results[d]
-        if verdict == "ok":
-            with open(os.path.join(d, "accel.json")) as f:
-                verdict, notes = compare(c, json.load(f), a.tol, a.tie)
-            detail = "; ".join(notes)
-        if verdict == "refused":
-            refusals[(family, hf.short(detail))] += 1
-        tally[verdict] += 1
-        per_family[family][verdict] += 1
-        if verdict != "match" and verdict != "refused":
-            batch = {k: c[k] for k in ("prompts", "n_new", "pad", "eos")}
-            bad.append((verdict, i, family, detail, extra, batch))
-    print(f"{a.n} cases, seed {a.seed}: {dict(tally)}  (transformers {t1 - t0:.0f} s, accel {t2 - t1:.0f} s)")
-    for family in families[:a.n]:
-        print(f"  {family:12s} {dict(per_family[family])}")
-    if refusals:
-        print("refusals (family, message, cases):")
-        for (family, msg), n in sorted(refusals.items()):
-            print(f"  {family}: {msg} [{n}]")
-    for verdict, i, family, detail, extra, batch in bad:
-        print(f"{verdict} case {i} ({family}): {detail}\n  {json.dumps(extra)}\n  {json.dumps(batch)}")
-    if a.keep or a.work:
-        print(f"cases in {work}/case_<i>")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if any(v in ("MISMATCH", "CRASH", "HANG") for v, *_ in bad) else 0)
+
+    def judge(d, made):
+        with open(os.path.join(d, "accel.json")) as f:
+            verdict, notes = compare(made[1], json.load(f), a.tol, a.tie)
+        return verdict, "; ".join(notes)
+
+    def show(made):
+        extra, c = made
+        return [extra, {k: c[k] for k in ("prompts", "n_new", "pad", "eos")}]
+
+    hf.run_sweep(a, FAMILIES, "accel_batchgen_", make_batch_case, judge, show, script=__file__)
 
 
 if __name__ == "__main__":

@@ -586,63 +586,61 @@ def short(msg):
     return re.sub(r"\S*/case_\d+/", "", msg)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=360, help="cases (families taken in turn)")
+def sweep_args(doc, n, families, timeout=120.0):
+    """The arguments both sweeps take (this one's and sweep_batch_generate.py's); the caller adds its own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=n, help="cases (families taken in turn)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--families", default=",".join(families))
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "lib", "libaccel.so"))
     ap.add_argument("--work", default=None, help="cases' folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the cases' folders")
-    ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                    help="the checkpoints' dtype, which both run in (bfloat16: a case matches within --tol, "
-                         "twice transformers' own distance from the f32 run, or 4 bf16 units in the last place of "
-                         "the logit scale; transformers' MoE families fail on CPU in bf16)")
-    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--timeout", type=float, default=timeout)
     ap.add_argument("--preload", default=None,
                     help="LD_PRELOAD of the accel workers: a sanitizer's runtime for a --lib built with "
                          "-DACCEL_SANITIZE=ON, e.g. \"$(gcc -print-file-name=libasan.so) "
                          "$(gcc -print-file-name=libubsan.so)\"")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.worker:
-        worker(a.lib)
-        return
+    return ap
+
+
+def run_sweep(a, known, prefix, make, judge, show=lambda made: [made], script=__file__):
+    """Makes a.n cases (make(family, seed, dir) -> what judge needs: transformers' side), runs accel on them
+    (script's --worker), judges each that ran (judge(dir, made) -> (verdict, detail)), prints the report
+    (show(made): what to print of a bad case); exits 1 when any case is MISMATCH, CRASH or HANG."""
     families = a.families.split(",")
-    unknown = [f for f in families if f not in FAMILIES]
+    unknown = [f for f in families if f not in known]
     if unknown:
-        sys.exit(f"unknown families {unknown}; known: {FAMILIES}")
+        sys.exit(f"unknown families {unknown}; known: {known}")
     if not os.path.exists(a.lib):
         sys.exit(f"{a.lib}: no such library (build accel first, or --lib)")
-    work = a.work or tempfile.mkdtemp(prefix="accel_sweep_")
+    work = a.work or tempfile.mkdtemp(prefix=prefix)
     os.makedirs(work, exist_ok=True)
     t0 = time.time()
-    cases, configs = [], {}
+    cases, made = [], {}
     for i in range(a.n):
         family = families[i % len(families)]
         d = os.path.join(work, f"case_{i}")
-        configs[d] = (i, family, make_case(family, a.seed * 1000003 + i, d, a.dtype))
+        made[d] = (i, make(family, a.seed * 1000003 + i, d))
         cases.append((d, family))
     t1 = time.time()
-    results = run_accel(cases, a.lib, a.timeout, a.preload)
+    results = run_accel(cases, a.lib, a.timeout, a.preload, script=script)
     t2 = time.time()
     tally = collections.Counter()
     per_family = collections.defaultdict(collections.Counter)
     refusals = collections.Counter()
     bad = []
     for d, family in cases:
+        i, m = made[d]
         verdict, detail = results[d]
         if verdict == "ok":
-            good, detail = compare(d, a.tol)
-            verdict = "match" if good else "MISMATCH"
+            verdict, detail = judge(d, m)
         if verdict == "refused":
             refusals[(family, short(detail))] += 1
         tally[verdict] += 1
         per_family[family][verdict] += 1
-        if verdict in ("MISMATCH", "CRASH", "HANG"):
-            i, _, extra = configs[d]
-            bad.append((verdict, i, family, detail, extra))
+        if verdict not in ("match", "refused"):
+            bad.append((verdict, i, family, detail, show(m)))
     print(f"{a.n} cases, seed {a.seed}: {dict(tally)}  (transformers {t1 - t0:.0f} s, accel {t2 - t1:.0f} s)")
     for family in families[:a.n]:
         print(f"  {family:12s} {dict(per_family[family])}")
@@ -650,13 +648,32 @@ def main():
         print("refusals (family, message, cases):")
         for (family, msg), n in sorted(refusals.items()):
             print(f"  {family}: {msg} [{n}]")
-    for verdict, i, family, detail, extra in bad:
-        print(f"{verdict} case {i} ({family}): {detail}\n  {json.dumps(extra)}")
+    for verdict, i, family, detail, shown in bad:
+        print(f"{verdict} case {i} ({family}): {detail}\n  " + "\n  ".join(json.dumps(x) for x in shown))
     if a.keep or a.work:
         print(f"cases in {work}/case_<i>")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if any(v in ("MISMATCH", "CRASH", "HANG") for v, *_ in bad) else 0)
+
+
+def main():
+    ap = sweep_args(__doc__, 360, FAMILIES)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the checkpoints' dtype, which both run in (bfloat16: a case matches within --tol, "
+                         "twice transformers' own distance from the f32 run, or 4 bf16 units in the last place of "
+                         "the logit scale; transformers' MoE families fail on CPU in bf16)")
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.lib)
+        return
+
+    def judge(d, _):
+        good, detail = compare(d, a.tol)
+        return ("match" if good else "MISMATCH"), detail
+
+    run_sweep(a, FAMILIES, "accel_sweep_", lambda family, seed, d: make_case(family, seed, d, a.dtype), judge)
 
 
 if __name__ == "__main__":
