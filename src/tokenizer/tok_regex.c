@@ -17,7 +17,9 @@
  * and their negations. What has no exact spelling is refused, naming it: \W
  * or \H inside a bracket class (a union with a complement), \V, POSIX
  * bracket classes ([:alpha:] differs the same way), nested classes and
- * class intersection (&&), which PCRE2 reads as literal characters. */
+ * class intersection (&&), which PCRE2 reads as literal characters; \Q \E
+ * (letters to Oniguruma), \c, comment groups and the extended mode (a "["
+ * there opens no class), a range from \w \s \h inside a class. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,10 @@ static const char *class_escape(char e, bool in_class, bool *refused) {
     case 'b': return in_class ? NULL : "(?:(?<=" WORD ")(?!" WORD ")|(?<!" WORD ")(?=" WORD "))";
     case 'B': return in_class ? NULL : "(?:(?<=" WORD ")(?=" WORD ")|(?<!" WORD ")(?!" WORD "))";
     case 'V': *refused = true; return NULL;
+    /* Oniguruma's default syntax reads \Q and \E as the letters, PCRE2 as quoting;
+     * \c takes the next character (\c[ is ESC), which the class tracking below would
+     * misread: refused rather than rewritten */
+    case 'Q': case 'E': case 'c': *refused = true; return NULL;
     default: return NULL;
     }
 }
@@ -76,6 +82,10 @@ static char *onig_to_pcre2(const char *pattern, char *what, size_t n) {
             if (refused) {
                 snprintf(what, n, "\\%c%s", p[1], in_class ? " inside a bracket class" : "");
                 ok = false;
+            } else if (in_class && strchr("swh", p[1]) && p[2] == '-' && p[3] && p[3] != ']') {
+                /* PCRE2 would take the last character of the spelled-out class as a range's start */
+                snprintf(what, n, "a range from \\%c in a bracket class", p[1]);
+                ok = false;
             } else {
                 ok = rep ? tok_buf_put(&out, rep, strlen(rep)) : tok_buf_put(&out, p, 2);
             }
@@ -99,6 +109,15 @@ static char *onig_to_pcre2(const char *pattern, char *what, size_t n) {
             else if (!(*p == '^' && p[-1] == '[')) in_class = 2;
         } else if (*p == '[') {
             in_class = 1;
+        } else if (*p == '(' && p[1] == '?') {
+            /* a comment group, or the extended mode's comments: a "[" in them is no class */
+            size_t f = 2;
+            while (p[f] && strchr("imxsDWSPLauy-", p[f]) && p[f] != 'x') f++;
+            if (p[2] == '#' || p[f] == 'x') {
+                snprintf(what, n, "%s", p[2] == '#' ? "a comment group (?#...)" : "the extended mode (?x)");
+                ok = false;
+                break;
+            }
         }
         ok = tok_buf_put(&out, p, 1);
     }
