@@ -518,9 +518,9 @@ static void test_api(void) {
          "no content block"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": 5}], \"continue_final_message\": true}", "is not a string"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": 3}", "boolean or a key"},
-        /* a key with U+0000 is not "content" (the message's keys cannot hold one) */
+        /* a key with U+0000 is not "content" (the message's keys cannot hold one), said as such */
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": \"content\\u0000x\"}",
-         "has no \"content"},
+         "continue_final_message=\"content...\" holds U+0000"},
     };
     for (size_t i = 0; i < sizeof cont / sizeof *cont; i++) {
         CHECK(accel_chat_template_render_json(ct, cont[i].vars, strlen(cont[i].vars), &text, NULL) != ACCEL_OK && !text);

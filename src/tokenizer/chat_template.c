@@ -291,7 +291,10 @@ static accel_status continue_prepare(const jtemplate *t, json_t *ctx, json_t **f
                                "compatible");
     json_t *msgs = json_object_get(ctx, "messages"), *last = json_array_get(msgs, json_array_size(msgs) - 1);
     /* a key holding U+0000 is none of the message's: jansson refuses one in an object key */
-    json_t *v = json_is_string(opt) && strlen(field) != json_string_length(opt) ? NULL : json_object_get(last, field);
+    if (json_is_string(opt) && strlen(field) != json_string_length(opt))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "chat template: continue_final_message=\"%s...\" holds U+0000, which "
+                               "no message key holds", field);
+    json_t *v = json_object_get(last, field);
     if (!v || json_is_null(v))
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "chat template: continue_final_message is set but the final message has no \"%s\" to continue", field);
