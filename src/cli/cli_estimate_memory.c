@@ -784,6 +784,7 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
     if ((q.mesh[MESH_TP] > 1 || q.mesh[MESH_PP] > 1) &&
         accel__mesh_param_bytes(m, &cfg, q.mesh[MESH_TP], q.mesh[MESH_PP], &q.rank) != ACCEL_OK) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
+        accel_module_sizes_free(body_sizes);
         accel_module_free(m);
         return 1;
     }
