@@ -22,6 +22,17 @@ if(TARGET accel_cli)
                        ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
 endif()
 
+# The directories around a checkpoint (test_checkpoint_dirs.c) on 2 processes
+# too: ranks given different directories are told so.
+if(TARGET accel_cli)
+  add_dependencies(test_checkpoint_dirs accel_cli)
+  add_test(NAME checkpoint_dirs_2
+           COMMAND $<TARGET_FILE:accel_cli> launch --main_process_port 0 --num_processes 2
+                   $<TARGET_FILE:test_checkpoint_dirs>)
+  set_tests_properties(checkpoint_dirs_2 PROPERTIES TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ACCEL_DIST_TIMEOUT=60")
+endif()
+
 # save_model on a full disk: tmpfs sizes from 8 KiB up in a private mount
 # namespace (root only; skipped otherwise), the previous model always intact.
 add_test(NAME accelerator_save_model_enospc

@@ -16,7 +16,9 @@
  * save_state failing at every point, and one into a file, leave the previous
  * state and nothing beside it. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,10 +28,21 @@
 #include "check.h"
 
 static long kill_at, fail_at, points_seen;
+/* At the load's point: swap_dir takes swap_with's name and the other's (as a
+ * save over swap_dir by another process does), and with swap_remove the
+ * directory swapped away is removed (as that save then removes it). */
+static const char *swap_dir, *swap_with;
+static bool swap_remove;
+
+static void rm_tree(const char *dir);
 
 bool accel__ckpt_fault(const char *step);
 bool accel__ckpt_fault(const char *step) {
-    (void)step;
+    if (swap_dir && !strcmp(step, "load: models and optimizers read")) {
+        CHECK(renameat2(AT_FDCWD, swap_dir, AT_FDCWD, swap_with, RENAME_EXCHANGE) == 0);
+        if (swap_remove) rm_tree(swap_with);
+        swap_dir = NULL;
+    }
     if (++points_seen == kill_at) raise(SIGKILL);
     return points_seen == fail_at;
 }
@@ -203,7 +216,7 @@ static void test_kill_every_point_overwrite(void) {
 static bool no_leftover(const char *dir) {
     char tmp[700];
     const char *slash = strrchr(dir, '/');
-    snprintf(tmp, sizeof tmp, "%.*s/.tmp_%s", (int)(slash - dir), dir, slash + 1);
+    snprintf(tmp, sizeof tmp, "%.*s/.%s.accel-staging", (int)(slash - dir), dir, slash + 1);
     return access(tmp, F_OK) != 0;
 }
 
@@ -241,6 +254,37 @@ static void test_save_state_fails_at_every_point(void) {
     CHECK_MSG(fails >= 8, "only %d fail points", fails);
     run_free(&r);
     rm_tree(project);
+}
+
+/* A load whose directory another process's save swaps away between its
+ * files (the new directory takes the name; then the old one is removed): the
+ * load reads the directory it opened and checked, whole (it read the model of
+ * one save and the RNG state of the other, each file passing its checks), or,
+ * that directory removed meanwhile, fails naming the directory the user gave;
+ * never a mix. */
+static void test_load_pins_its_directory(void) {
+    char project[300], other[340];
+    run r;
+    start_saved(&r, project, sizeof project, "pin");
+    snprintf(other, sizeof other, "%s_other", project);
+    rm_tree(other);
+    mark(&r, 1);
+    CHECK(accel_accelerator_save_state(r.acc, other, NULL, 0) == ACCEL_OK);
+    swap_dir = project, swap_with = other, swap_remove = false;
+    mark(&r, 7);
+    CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(swap_dir == NULL, "the load passed no swap point");
+    CHECK_MSG(loaded_id(&r) == 0, "loaded %d, not the save it checked (0): a mix is -1", loaded_id(&r));
+    swap_dir = project, swap_with = other, swap_remove = true; /* project holds save 1 now */
+    mark(&r, 7);
+    accel_status s = accel_accelerator_load_state(r.acc, project, NULL);
+    CHECK_MSG(s != ACCEL_OK, "a load of a removed directory succeeded (loaded %d)", loaded_id(&r));
+    CHECK_STR_CONTAINS(accel_last_error(), project);
+    CHECK_MSG(!strstr(accel_last_error(), "/proc/"), "the error names the pinned path: %s", accel_last_error());
+    accel_clear_error();
+    run_free(&r);
+    rm_tree(project);
+    rm_tree(other);
 }
 
 /* save_state into what is no directory: refused before anything is written
@@ -492,6 +536,7 @@ int main(int argc, char **argv) {
     RUN(test_kill_every_point_overwrite);
     RUN(test_save_state_fails_at_every_point);
     RUN(test_save_state_into_non_directory);
+    RUN(test_load_pins_its_directory);
     RUN(test_save_model_killed_at_every_point);
     RUN(test_save_model_fails_at_every_point);
     accel_thread_cleanup();

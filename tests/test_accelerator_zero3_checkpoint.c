@@ -516,7 +516,7 @@ static void forget_groups(const char *ckpt) {
         json_t *j = json_load_file(index, 0, NULL);
         CHECK(j && json_object_del(j, "groups") == 0 && json_dump_file(j, index, JSON_INDENT(2)) == 0);
         json_decref(j);
-        CHECK(accel__marker_write(ckpt, N, "test") == ACCEL_OK);
+        CHECK(accel__marker_write(ckpt, N, NULL, "test") == ACCEL_OK);
     }
     if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
 }

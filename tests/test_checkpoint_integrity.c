@@ -10,6 +10,7 @@
  * error), and the marker carries a CRC of its own content.
  * Runs plainly and under `accel launch` (rank 0 flips, every rank loads and
  * must name the file). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -165,12 +166,38 @@ static int sweep(run *r, const char *dir) {
     return tried;
 }
 
+/* Every file the save wrote into dir (and one level down) is one its marker
+ * lists, so that the sweep flips it: the marker leaves out only what is not
+ * the checkpoint's (a user's files beside it), by name. */
+static void all_listed(const char *dir, const char *prefix, char names[][128], int n) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[1200], name[300];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%s%s", prefix, e->d_name);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        if (S_ISDIR(sb.st_mode)) {
+            if (!*prefix) all_listed(path, strcat(name, "/"), names, n);
+            continue;
+        }
+        int i = 0;
+        while (i < n && strcmp(names[i], name)) i++;
+        CHECK_MSG(i < n, "%s: the save wrote %s, which its marker does not list", dir, name);
+    }
+    if (d) closedir(d);
+}
+
 static void sweep_strategy(int stage, const char *sdt) {
     run r;
     run_make(&r, stage, sdt, false);
     char dir[400];
     snprintf(dir, sizeof dir, "%s/ckpt_%d_%s", ROOT, stage, sdt ? sdt : "default");
     CHECK_MSG(accel_accelerator_save_state(r.acc, dir, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    static char names[64][128];
+    all_listed(dir, "", names, marker_files(dir, names, 64));
     int tried = sweep(&r, dir);
     if (R == 0) printf("stage %d %s: %d flips detected\n", stage, sdt ? sdt : "", tried);
     run_free(&r);
@@ -247,14 +274,14 @@ static void test_marker_names_outside_refused(void) {
     CHECK(f && fputs("weights", f) >= 0 && fclose(f) == 0);
     f = fopen(outside, "wb");
     CHECK(f && fputs("not the checkpoint's", f) >= 0 && fclose(f) == 0);
-    CHECK(accel__marker_write(dir, 1, "test") == ACCEL_OK);
+    CHECK(accel__marker_write(dir, 1, NULL, "test") == ACCEL_OK);
     CHECK_MSG(accel__marker_check(dir, true, NULL, "test") == ACCEL_OK, "%s", accel_last_error());
     char name[64], abs_name[600];
     snprintf(name, sizeof name, "../outside_%d.bin", R);
     snprintf(abs_name, sizeof abs_name, "%s", outside);
     const char *bad[] = {name, abs_name, "./model.safetensors", "a/../model.safetensors", "a/b/model.safetensors", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        CHECK(accel__marker_write(dir, 1, "test") == ACCEL_OK);
+        CHECK(accel__marker_write(dir, 1, NULL, "test") == ACCEL_OK);
         write_marker_listing(dir, bad[i], outside);
         CHECK_MSG(accel__marker_check(dir, true, NULL, "test") == ACCEL_ERR_FORMAT, "\"%s\" was not refused",
                   bad[i]);

@@ -159,7 +159,7 @@ static void state_number_past_int(accel_accelerator *acc, const char *dir, int r
         free(names);
         free(ts);
         accel_safetensors_close(f);
-        CHECK_MSG(accel__marker_write(dir, world, "state_number_past_int") == ACCEL_OK, "%s", accel_last_error());
+        CHECK_MSG(accel__marker_write(dir, world, NULL, "state_number_past_int") == ACCEL_OK, "%s", accel_last_error());
     }
     accel_accelerator_wait_for_everyone(acc);
 }

@@ -436,24 +436,29 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
 /* checkpoint.c: a directory written aside, then swapped in with one rename,
  * so that dir holds the previous save or the new one, never a mix
  * (save_state and save_model; rank 0 runs these). */
-/* dir, or where it points when it is a symbolic link (realpath), into out
- * (n bytes): the swap then replaces the directory and keeps the link. Every
- * rank calls it, so that all stage into the same tmp. */
+/* dir, or where it points when it is a symbolic link or ends in "." or ".."
+ * (realpath), into out (n bytes): the swap then replaces the directory (by
+ * its own name) and keeps the link. Every rank calls it, so that all stage
+ * into the same tmp. */
 void accel__staged_resolve(const char *dir, char *out, size_t n);
-/* "<parent of dir>/.tmp_<name of dir>" into tmp (n bytes). */
+/* "<parent of dir>/.<name of dir>.accel-staging" into tmp (n bytes): a name
+ * only a save makes (a leftover is removed unseen). */
 void accel__staged_path(const char *dir, char *tmp, size_t n);
-/* Refuses (before writing anything) an empty dir, a dir that exists and is
- * no directory (a file, a link leading nowhere), that is or holds the working
- * directory, or that is a mount point (st_dev differs from its parent's: the
- * swap cannot cross filesystems); removes a tmp left by a crashed save,
+/* Refuses (before writing anything) an empty dir, one named "." or ".."
+ * (unresolved: it does not exist), a name too long for tmp's (NAME_MAX), a
+ * dir that exists and is no directory (a file, a link leading nowhere), that
+ * is or holds the working directory, or that is a mount point (st_dev differs
+ * from its parent's: the swap cannot cross filesystems); removes a tmp left by
+ * a crashed save,
  * makes dir's parent and tmp (removed again when this fails); with
  * carry, every entry of an existing dir that carry(name, ctx) accepts is
  * hard-linked (copied where links are refused; directories as trees) into
  * tmp, so what the save does not rewrite survives the swap. */
 accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
                                  void *ctx, const char *op);
-/* The commit point: tmp takes dir's name (renameat2 EXCHANGE when dir
- * exists, whose previous content is then removed); fsyncs the parent. */
+/* The commit point: every directory of tmp fsynced (the entries made in
+ * them), then tmp takes dir's name (renameat2 EXCHANGE when dir exists, whose
+ * previous content is then removed); fsyncs the parent. */
 accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op);
 /* A failed save's tmp, removed. */
 void accel__staged_abort(const char *tmp);

@@ -12,6 +12,7 @@
  *     byte for byte (a bit flipped on disk is caught and the file named); with
  *     automatic naming it skips (and names on stderr) anything else and loads
  *     the newest intact checkpoint. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -98,10 +99,51 @@ static void numbered(char *out, size_t n, const char *dir, const char *name, int
     else snprintf(out, n, "%s/%s_%d.safetensors", dir, name, i);
 }
 
+/* The GEMM choices a save keeps for a bit-exact resume (docs/cpu.md). */
+#define GEMM_CHOICES "gemm_choices.json"
+
+/* Whether name is stem, then "_<digits>" (or nothing, with plain), then ext. */
+static bool numbered_name(const char *name, const char *stem, bool plain, const char *ext) {
+    size_t n = strlen(stem);
+    if (strncmp(name, stem, n)) return false;
+    name += n;
+    if (*name == '_' && isdigit((unsigned char)name[1])) name += 1 + strspn(name + 1, "0123456789");
+    else if (!plain) return false;
+    return !strcmp(name, ext);
+}
+
+/* Whether a top-level entry of a checkpoint directory is one save_state
+ * writes (for any set of objects, so an older save's too): the marker,
+ * model/optimizer/scheduler[_<i>].safetensors, random_states_<r>.safetensors,
+ * custom_checkpoint_<i>.bin, the GEMM choices, ZeRO-3's pytorch_model_fsdp_<i>/ and
+ * optimizer_<i>/. Anything else in the directory is the user's (notes, logs,
+ * a save_model's config and tokenizer): a save carries it over and its
+ * marker does not list it. An older save's own files are not carried: a
+ * stale model_1.safetensors or custom_checkpoint_3.bin would be read by a
+ * later load of more objects. */
+static bool state_entry(const char *name) {
+    return !strcmp(name, ACCEL__MARKER) || !strcmp(name, GEMM_CHOICES) ||
+           numbered_name(name, "model", true, ".safetensors") ||
+           numbered_name(name, "optimizer", true, ".safetensors") ||
+           numbered_name(name, "scheduler", true, ".safetensors") ||
+           numbered_name(name, "random_states", false, ".safetensors") ||
+           numbered_name(name, "custom_checkpoint", false, ".bin") ||
+           numbered_name(name, "pytorch_model_fsdp", false, "") || numbered_name(name, "optimizer", false, "");
+}
+
+static bool user_entry(const char *name, void *ctx) {
+    (void)ctx;
+    return !state_entry(name);
+}
+
 /* ---------------------------------------------------------------- checkpoint directories */
 
+/* The highest checkpoint number: 18 digits, so that N + 1 never overflows. */
+#define CHECKPOINT_MAX 999999999999999999LL
+
 /* N for an entry named exactly "checkpoint_<N>" (decimal, no sign or leading
- * zero, so that checkpoint_path(N) names the same entry), else -1. */
+ * zero, so that checkpoint_path(N) names the same entry; N <= CHECKPOINT_MAX),
+ * else -1. */
 static int64_t checkpoint_number(const char *name) {
     if (strncmp(name, "checkpoint_", 11)) return -1;
     const char *digits = name + 11;
@@ -220,10 +262,16 @@ static void rotate(const char *root, int limit) {
 
 /* ---------------------------------------------------------------- staged directories */
 
+/* The staged sibling's name around dir's: a name only a save makes, since a
+ * leftover of a killed save is removed unseen (a user's ".tmp_<name>" is no
+ * leftover of ours). */
+#define STAGED_PREFIX "."
+#define STAGED_SUFFIX ".accel-staging"
+
 void accel__staged_path(const char *dir, char *tmp, size_t n) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
-    snprintf(tmp, n, "%s/.tmp_%s", parent, base);
+    snprintf(tmp, n, "%s/" STAGED_PREFIX "%s" STAGED_SUFFIX, parent, base);
 }
 
 /* A file that cannot be hard-linked (a filesystem without links), copied. */
@@ -271,9 +319,11 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
 }
 
 void accel__staged_resolve(const char *dir, char *out, size_t n) {
-    char real[PATH_MAX];
+    char real[PATH_MAX], parent[PATHN + 64], base[PATHN + 64];
     struct stat lsb;
-    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, real)) dir = real;
+    split_path(dir, parent, base);
+    bool dots = !strcmp(base, ".") || !strcmp(base, ".."); /* "x/y/..": the directory x, by its own name */
+    if ((dots || (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode))) && realpath(dir, real)) dir = real;
     snprintf(out, n, "%s", dir);
 }
 
@@ -318,6 +368,13 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
     if (!*dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the directory to save into is \"\"", op);
+    if (!strcmp(base, ".") || !strcmp(base, ".."))
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot save into %s: no such directory", op, dir);
+    if (strlen(base) + strlen(STAGED_PREFIX STAGED_SUFFIX) > NAME_MAX)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the name of %s is %zu bytes: the save is written beside it "
+                               "into " STAGED_PREFIX "<name>" STAGED_SUFFIX ", which must fit in %d bytes (a name of "
+                               "at most %zu)", op, dir, strlen(base), NAME_MAX,
+                               NAME_MAX - strlen(STAGED_PREFIX STAGED_SUFFIX));
     accel_status s = refuse_non_directory(dir, op);
     if (!s) s = refuse_cwd(dir, op);
     if (!s) s = refuse_mount_point(dir, parent, op);
@@ -335,9 +392,18 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
     return s;
 }
 
+/* fsync of every directory of tree, so that the entries made in them (files
+ * renamed in, links carried over) are on disk before the swap publishes them. */
+static int fsync_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)f;
+    if (flag == FTW_DP) fsync_dir(p);
+    return 0;
+}
+
 accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
+    nftw(tmp, fsync_one, 16, FTW_DEPTH | FTW_PHYS);
     if (FAIL_POINT("commit: before the swap"))
         return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s (injected)", op, dir, strerror(EIO));
     if (is_dir(dir)) {
@@ -517,12 +583,31 @@ static bool loads_entry(const accel_state_dict *sd, int i, bool pp) {
     return !sd->entries[i].is_tied_alias && !(pp && sd->entries[i].t->device.type == ACCEL_DEV_META);
 }
 
+/* A tensor in f (path) that no entry of sd names (a checkpoint of a larger
+ * model: a layer more) refused by name, as torch's load_state_dict(strict)
+ * refuses unexpected keys. Counted first (f holds one tensor per entry that
+ * is no tied alias), searched only when f holds more. */
+static accel_status refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd) {
+    int own = 0, n = accel_safetensors_count(f);
+    for (int i = 0; i < sd->n; i++) own += !sd->entries[i].is_tied_alias;
+    for (int k = 0; n > own && k < n; k++) {
+        const char *name = accel_safetensors_at(f, k)->name;
+        int i = 0;
+        while (i < sd->n && strcmp(sd->entries[i].name, name)) i++;
+        if (i == sd->n)
+            return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s holds %s, which the model "
+                                   "does not have (a checkpoint of another model?; nothing was loaded)", path, name);
+    }
+    return ACCEL_OK;
+}
+
 /* Every tensor of sd that a load reads present in f (path) with the shape it
  * is read at (a tp slice's whole tensor): checked before anything is
  * written, so that a checkpoint of another model (a layer resized, a tensor
  * renamed) fails the load with the model as it was, not half-loaded. */
 static accel_status check_model_entries(accel_safetensors *f, const char *path, const accel_state_dict *sd, bool pp) {
-    for (int i = 0; i < sd->n; i++) {
+    accel_status s = refuse_unexpected(f, path, sd);
+    for (int i = 0; i < sd->n && !s; i++) {
         if (!loads_entry(sd, i, pp)) continue;
         const accel_state_entry *e = &sd->entries[i];
         const accel_st_info *info = accel_safetensors_find(f, e->name);
@@ -541,7 +626,7 @@ static accel_status check_model_entries(accel_safetensors *f, const char *path, 
                                    got, sliced ? "the slices' whole" : "the model's", need);
         }
     }
-    return ACCEL_OK;
+    return s;
 }
 
 /* Model m's file checked whole (check_model_entries), then loaded. */
@@ -611,7 +696,7 @@ static accel_status save_rank_state(accel_accelerator *acc, const char *dir) {
     if (!s) s = accel_safetensors_save(path, n, names, ts, 0, NULL);
     for (int i = 0; i < n; i++) accel_tensor_free(ts[i]);
     /* rank 0's GEMM provider choices: every rank resumes on them (docs/cpu.md) */
-    snprintf(path, sizeof path, "%s/gemm_choices.json", dir);
+    snprintf(path, sizeof path, "%s/" GEMM_CHOICES, dir);
     if (!s && acc->rank == 0) s = accel__gemm_choices_save(path);
     return s;
 }
@@ -657,7 +742,7 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir, sav
     bool own = accel__is_file(path);
     if (!own) snprintf(path, sizeof path, "%s/random_states_0.safetensors", dir);
     char choices[3 * PATHN];
-    snprintf(choices, sizeof choices, "%s/gemm_choices.json", dir);
+    snprintf(choices, sizeof choices, "%s/" GEMM_CHOICES, dir);
     if (accel__gemm_choices_load(choices) != ACCEL_OK) return accel_last_status();
     accel_safetensors *f = accel_safetensors_open(path);
     if (!f) return accel_last_status();
@@ -818,10 +903,9 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
 
 /* Rank 0, once every rank's files are in tmp: the marker, then the swap. */
 static accel_status commit(const char *tmp, const char *dir, int world) {
-    accel_status s = accel__marker_write(tmp, world, "accel_accelerator_save_state");
+    accel_status s = accel__marker_write(tmp, world, state_entry, "accel_accelerator_save_state");
     if (s) return s;
-    fsync_dir(tmp);
-    KILL_POINT("commit: marker written");
+    KILL_POINT("commit: marker written"); /* the staged tree is fsynced by the commit */
     return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
 }
 
@@ -844,6 +928,10 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
         }
         if (acc->world > 1 && (s = accel_pg_broadcast(acc->pg, &next, 1, ACCEL_I64, 0))) return s;
         if (next < 0) return accel_set_error(ACCEL_ERR_OOM, "accel_accelerator_save_state: out of memory");
+        if (next > CHECKPOINT_MAX) /* a name no listing would see: every later save would reuse it */
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: %s holds checkpoint_%lld, the "
+                                   "highest number automatic naming counts to: the next save has no name (rename or "
+                                   "remove that entry)", root, CHECKPOINT_MAX);
         checkpoint_path(dir, sizeof dir, root, next);
     } else if (output_dir) {
         snprintf(dir, sizeof dir, "%s", output_dir);
@@ -856,8 +944,13 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
     snprintf(given, sizeof given, "%s", dir);
     accel__staged_resolve(given, dir, sizeof dir); /* a link to the directory: the directory is replaced, the link kept */
     accel__staged_path(dir, tmp, sizeof tmp);
-    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, NULL, NULL, "accel_accelerator_save_state");
+    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, user_entry, NULL, "accel_accelerator_save_state");
     bool began = acc->rank == 0 && s == ACCEL_OK;
+    s = agree(acc, s);
+    if (!s && acc->rank != 0 && !is_dir(tmp)) /* every rank writes its files into rank 0's staged directory */
+        s = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: rank %d does not see %s, where rank "
+                            "0 stages the save of %s: output_dir must name the same directory on every rank (on a "
+                            "filesystem they share)", acc->rank, tmp, dir);
     if ((s = agree(acc, s))) {
         if (began) accel__staged_abort(tmp); /* another rank failed, or the agreement itself */
         return s;
@@ -920,20 +1013,11 @@ static accel_resume_point resume_point(const accel_accelerator *acc) {
     return at;
 }
 
-accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
-    char dir[PATHN + 64], path[2 * PATHN];
+/* load_state's reads from dir (pinned): every object checked, then loaded;
+ * each rank's RNG and tp streams into tps. Collective. */
+static accel_status load_pinned(accel_accelerator *acc, const char *dir, saved_tp_streams *tps) {
+    char path[2 * PATHN];
     accel_status s = ACCEL_OK;
-    if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
-    else if (acc->o.automatic_checkpoint_naming) s = pick_newest(acc, dir, sizeof dir);
-    else
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_accelerator_load_state: No input_dir provided and automatic checkpoint "
-                               "naming is disabled.");
-    if (s) return s;
-    /* Rank 0 verifies every file's checksum (pick_newest did when it chose
-     * dir): once, not once per rank; the other ranks check sizes. */
-    s = share_verdict(acc, check_complete(dir, acc->rank == 0 && input_dir));
     accel_progress *bar = files_bar(acc, "load_state");
     /* Every plain model file, and every optimizer that loads itself, checked
      * before any is loaded: a later object's mismatch leaves the earlier
@@ -970,12 +1054,100 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
         s = load_file(path, acc->scheds[i], load_sched);
         accel_progress_update(bar, 1);
     }
+    KILL_POINT("load: models and optimizers read"); /* the tests swap the directory here */
     if (!s) s = accel__custom_load(acc, dir);
-    saved_tp_streams tps;
-    if (!s) s = load_rank_state(acc, dir, &tps);
+    if (!s) s = load_rank_state(acc, dir, tps);
     accel_progress_update(bar, 1);
     accel_progress_close(bar);
-    s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
+    return accel__ranks_agree(acc, s, FN_LOAD_STATE);
+}
+
+/* ---- the directory a load reads, pinned: a save over the same directory by
+ * another process swaps a new directory in under its name at any moment
+ * (accel__staged_commit), and a load reading some files before the swap and
+ * some after would mix two checkpoints that each passed their checks. The
+ * load opens the directory once and reads every file through that open
+ * directory, "/proc/self/fd/<fd>/<file>": the one it checked, whatever its
+ * name holds meanwhile (a save that then removes it makes the load fail on a
+ * missing file, never mix). Without /proc the name is read, as before. */
+typedef struct pinned_dir {
+    int fd;
+    char at[64]; /* "/proc/self/fd/<fd>", or "" when not pinned */
+} pinned_dir;
+
+/* The path to read dir's files by: p->at, else dir. */
+static const char *pin(pinned_dir *p, const char *dir) {
+    p->fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    p->at[0] = 0;
+    if (p->fd >= 0) {
+        snprintf(p->at, sizeof p->at, "/proc/self/fd/%d", p->fd);
+        if (!is_dir(p->at)) p->at[0] = 0;
+    }
+    return p->at[0] ? p->at : dir;
+}
+
+static void unpin(pinned_dir *p) {
+    if (p->fd >= 0) close(p->fd);
+}
+
+/* s, with its message naming dir where it names the pinned path: the errors
+ * of the reads speak of the user's directory. */
+static accel_status named_by(accel_status s, const pinned_dir *p, const char *dir) {
+    if (!s || !p->at[0]) return s;
+    const char *msg = accel_last_error();
+    size_t n = strlen(p->at), o = 0;
+    char out[4096];
+    for (const char *c = msg; *c && o + 1 < sizeof out;) {
+        if (!strncmp(c, p->at, n) && !isdigit((unsigned char)c[n])) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", dir);
+            c += n;
+        } else {
+            out[o++] = *c++;
+        }
+    }
+    out[o < sizeof out ? o : sizeof out - 1] = 0;
+    return accel_set_error(s, "%s", out);
+}
+
+/* Every rank opened the checkpoint rank 0 checked: their markers' own
+ * checksums agree (a save swapped in between two ranks' opens, or ranks given
+ * different directories, would have them load different checkpoints). */
+static accel_status same_checkpoint(accel_accelerator *acc, const char *at, const char *dir) {
+    if (acc->world == 1) return ACCEL_OK;
+    char mine[9], first[9], dir0[PATHN + 64];
+    accel__marker_id(at, mine);
+    memcpy(first, mine, sizeof first);
+    snprintf(dir0, sizeof dir0, "%s", dir);
+    accel_status s = accel_pg_broadcast(acc->pg, first, sizeof first, ACCEL_U8, 0);
+    if (!s) s = accel_pg_broadcast(acc->pg, dir0, sizeof dir0, ACCEL_U8, 0);
+    if (s) return s;
+    if (strcmp(first, mine))
+        s = accel_set_error(ACCEL_ERR_FORMAT, "%s: rank %d's checkpoint %s is not rank 0's %s (their completion "
+                            "markers differ: the ranks were given different directories, or another process saved "
+                            "into it while they opened it)", FN_LOAD_STATE, acc->rank, dir, dir0);
+    return accel__ranks_agree(acc, s, FN_LOAD_STATE);
+}
+
+accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir, accel_resume_point *at) {
+    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_load_state: accelerator is NULL");
+    char dir[PATHN + 64];
+    accel_status s = ACCEL_OK;
+    if (input_dir) snprintf(dir, sizeof dir, "%s", input_dir);
+    else if (acc->o.automatic_checkpoint_naming) s = pick_newest(acc, dir, sizeof dir);
+    else
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_accelerator_load_state: No input_dir provided and automatic checkpoint "
+                               "naming is disabled.");
+    if (s) return s;
+    pinned_dir p;
+    const char *rd = pin(&p, dir);
+    /* Rank 0 verifies every file's checksum (pick_newest did when it chose
+     * dir): once, not once per rank; the other ranks check sizes. */
+    s = share_verdict(acc, named_by(check_complete(rd, acc->rank == 0 && input_dir), &p, dir));
+    if (!s) s = same_checkpoint(acc, rd, dir);
+    saved_tp_streams tps;
+    if (!s) s = named_by(load_pinned(acc, rd, &tps), &p, dir);
+    unpin(&p);
     if (!s) s = accel__ranks_agree(acc, tp_streams_restore(acc, &tps), FN_LOAD_STATE);
     if (!s) {
         accel_resume_point r = resume_point(acc);
@@ -984,3 +1156,4 @@ accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *in
     }
     return s;
 }
+

@@ -18,8 +18,10 @@
  * this writer, core/afile.c) with ACCEL__CKPT_KILL_POINTS and defines
  * accel__ckpt_fault. At each point of a save after which the disk
  * changes it may SIGKILL the process (KILL_POINT, FAIL_POINT) or, at a
- * FAIL_POINT, return true to make that step fail as a full disk would. In the
- * library the points compile to nothing. */
+ * FAIL_POINT, return true to make that step fail as a full disk would; one
+ * point of a load (between its files) lets a test swap the directory under
+ * it, as a concurrent save would. In the library the points compile to
+ * nothing. */
 #ifdef ACCEL__CKPT_KILL_POINTS
 bool accel__ckpt_fault(const char *step);
 #define KILL_POINT(step) ((void)accel__ckpt_fault(step))

@@ -24,8 +24,10 @@ static void fsync_dir(const char *path) {
 }
 
 /* Every regular file of dir (and, one level down, of its subdirectories) into
- * sizes as "prefix/name": bytes and into sums as "prefix/name": "crc". */
-static accel_status list_files(json_t *sizes, json_t *sums, const char *dir, const char *prefix, const char *op) {
+ * sizes as "prefix/name": bytes and into sums as "prefix/name": "crc"; at the
+ * top (prefix "") only the entries ours accepts (NULL: all). */
+static accel_status list_files(json_t *sizes, json_t *sums, const char *dir, const char *prefix,
+                               bool (*ours)(const char *), const char *op) {
     DIR *d = opendir(dir);
     if (!d) return accel_set_error(ACCEL_ERR_IO, "%s: cannot list %s: %s", op, dir, strerror(errno));
     accel_status s = ACCEL_OK;
@@ -34,10 +36,11 @@ static accel_status list_files(json_t *sizes, json_t *sums, const char *dir, con
         char name[2 * PATHN], path[3 * PATHN];
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || fstatat(dirfd(d), e->d_name, &sb, 0)) continue;
         if (!*prefix && !strcmp(e->d_name, ACCEL__MARKER)) continue; /* an old marker being replaced */
+        if (!*prefix && ours && !ours(e->d_name)) continue;
         snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (S_ISDIR(sb.st_mode) && !*prefix) {
-            s = list_files(sizes, sums, path, e->d_name, op);
+            s = list_files(sizes, sums, path, e->d_name, NULL, op);
             fsync_dir(path);
         } else if (S_ISREG(sb.st_mode)) {
             uint32_t crc;
@@ -67,10 +70,10 @@ static bool marker_sum(const json_t *root, char out[9]) {
     return true;
 }
 
-accel_status accel__marker_write(const char *dir, int world, const char *op) {
+accel_status accel__marker_write(const char *dir, int world, bool (*ours)(const char *name), const char *op) {
     json_t *sizes = json_object(), *sums = json_object(), *root = json_object();
     accel_status s = sizes && sums && root ? ACCEL_OK : accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", op);
-    if (!s) s = list_files(sizes, sums, dir, "", op);
+    if (!s) s = list_files(sizes, sums, dir, "", ours, op);
     char self[9];
     if (!s && (json_object_set(root, "files", sizes) || json_object_set(root, "crc32c", sums) ||
                json_object_set_new(root, "num_processes", json_integer(world)) || !marker_sum(root, self) ||
@@ -188,4 +191,14 @@ accel_status accel__marker_check(const char *dir, bool checksums, const char *on
     }
     json_decref(root);
     return s;
+}
+
+void accel__marker_id(const char *dir, char out[9]) {
+    char path[PATHN + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, ACCEL__MARKER);
+    json_t *root = accel__is_file(path) ? accel__json_load_file(path) : NULL;
+    const char *id = json_string_value(json_object_get(root, "marker_crc32c"));
+    snprintf(out, 9, "%s", id ? id : "");
+    json_decref(root);
+    accel_clear_error(); /* no marker is no id, not an error: the checks say what is wrong */
 }

@@ -22,11 +22,14 @@
 
 #define ACCEL__MARKER "accel_checkpoint.json"
 
-/* Lists every regular file of dir, and one level down of its subdirectories
- * (a sharded model's pytorch_model_fsdp_<i>/), reads each back for its
- * CRC-32C, fsyncs the subdirectories and writes dir/accel_checkpoint.json
- * atomically. `op` names the caller in errors. */
-accel_status accel__marker_write(const char *dir, int world, const char *op);
+/* Lists every regular file of dir whose top-level entry `ours` accepts
+ * (NULL: all; files and, one level down, subdirectories' files: a sharded
+ * model's pytorch_model_fsdp_<i>/), reads each back for its CRC-32C, fsyncs
+ * the subdirectories and writes dir/accel_checkpoint.json atomically. The
+ * entries `ours` refuses (a user's files beside the checkpoint) are left out:
+ * editing them later does not make the checkpoint "corrupted". `op` names
+ * the caller in errors. */
+accel_status accel__marker_write(const char *dir, int world, bool (*ours)(const char *name), const char *op);
 
 /* OK when dir holds a marker and every file it lists is there with its size
  * and, when `checksums`, its CRC-32C. With `only` (a file or subdirectory
@@ -36,5 +39,11 @@ accel_status accel__marker_write(const char *dir, int world, const char *op);
  * "<op>: <dir> is not a complete checkpoint: ..." or
  * "<op>: <dir> is corrupted: <file> has CRC-32C ..., its marker says ...". */
 accel_status accel__marker_check(const char *dir, bool checksums, const char *only, const char *op);
+
+/* The marker's own checksum (its "marker_crc32c", 8 hex digits) into out:
+ * it differs between two saves of different content, so ranks that each
+ * opened "the" checkpoint can tell whether they opened the same one. "" when
+ * dir has no readable marker or the marker predates checksums. */
+void accel__marker_id(const char *dir, char out[9]);
 
 #endif
