@@ -233,6 +233,12 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     env_int(e, "ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);
     env_add(e, "ACCEL_USE_CPU", L->cpu ? "1" : "0");
     env_add(e, "ACCELERATE_USE_CPU", L->cpu ? "True" : "False");
+    if (L->cpu) { /* Intel OpenMP's pinning, as Accelerate's simple launcher sets it for CPU training */
+        env_add(e, "KMP_AFFINITY", "granularity=fine,compact,1,0");
+        env_add(e, "KMP_BLOCKTIME", "1");
+    }
+    /* torchrun's agent: an NCCL error tears the worker down (the caller's value wins) */
+    if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env_add(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     if (L->debug) {
         env_add(e, "ACCEL_DEBUG_MODE", "1");
         env_add(e, "ACCELERATE_DEBUG_MODE", "true");
@@ -257,17 +263,21 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (!L->deepspeed) {
         /* What Accelerate's launchers (all but its DeepSpeed one) export for
          * the program's Accelerator: accel has no dynamo, so the backend is
-         * NO; the config's mode and switches are passed as given. */
-        static const char *const SWITCHES[][2] = {{"dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH"},
-                                                  {"dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC"},
-                                                  {"dynamo_use_regional_compilation",
-                                                   "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"}};
+         * NO; the config's mode and switches are passed as given, and
+         * _USE_DYNAMIC only when the config sets it (its flag's default is None). */
+        static const struct {
+            const char *key, *env;
+            bool when_unset; /* exported (False) without the key: the flag's default is False, not None */
+        } SWITCHES[] = {{"dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH", true},
+                        {"dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC", false},
+                        {"dynamo_use_regional_compilation", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", true}};
         const cv *dc = cv_get(cfg, "dynamo_config");
         env_add(e, "ACCELERATE_DYNAMO_BACKEND", "NO");
         env_add(e, "ACCELERATE_DYNAMO_MODE", cfg_s(dc, "dynamo_mode") ? cfg_s(dc, "dynamo_mode") : "default");
-        for (int k = 0; k < 3; k++) {
-            const cv *b = cv_get(dc, SWITCHES[k][0]);
-            env_add(e, SWITCHES[k][1], b && b->t == CV_BOOL && b->b ? "True" : "False");
+        for (size_t k = 0; k < sizeof SWITCHES / sizeof *SWITCHES; k++) {
+            const cv *b = cv_get(dc, SWITCHES[k].key);
+            bool set = b && b->t == CV_BOOL;
+            if (set || SWITCHES[k].when_unset) env_add(e, SWITCHES[k].env, set && b->b ? "True" : "False");
         }
     }
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
@@ -511,17 +521,25 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: --module and --no_python cannot be used together\n");
         return 2;
     }
-    /* Any case, as Accelerate's mixed_precision.lower() */
+    /* The config's value in any case, as Accelerate's mixed_precision.lower();
+     * the flag's exactly, as its argparse choices (it refuses `--mixed_precision FP16`) */
     static const char *const PRECISIONS[] = {"no", "fp16", "bf16", "fp8"};
     L->mixed_precision[0] = 0;
     for (size_t i = 0; i < sizeof PRECISIONS / sizeof *PRECISIONS; i++)
-        if (!strcasecmp(mp, PRECISIONS[i])) snprintf(L->mixed_precision, sizeof L->mixed_precision, "%s", PRECISIONS[i]);
+        if (!(mp_from_config ? strcasecmp : strcmp)(mp, PRECISIONS[i]))
+            snprintf(L->mixed_precision, sizeof L->mixed_precision, "%s", PRECISIONS[i]);
+    if (!L->mixed_precision[0] && !mp_from_config) {
+        fprintf(stderr, "usage: %s\naccel launch: error: argument --mixed_precision/--mixed-precision: invalid choice: "
+                        "'%s' (choose from 'no', 'fp16', 'bf16', 'fp8')\n", USAGE, mp);
+        return 2;
+    }
     if (!L->mixed_precision[0]) {
         fprintf(stderr, "accel launch: error: Unknown mixed_precision mode: %s. Choose between ['no', 'fp8', 'fp16', 'bf16'].\n",
                 mp);
         return 2;
     }
-    if (V("dynamo_backend") && strcasecmp(V("dynamo_backend"), "no")) {
+    /* exactly `no`: Accelerate's argparse refuses `NO` too (its choices are lower case) */
+    if (V("dynamo_backend") && strcmp(V("dynamo_backend"), "no")) {
         fprintf(stderr, "accel launch: error: --dynamo_backend %s is not supported: accel has no torch dynamo; "
                         "only `no` is accepted\n", V("dynamo_backend"));
         return 2;
@@ -611,6 +629,10 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                         "\t`--num_processes` was set to a value of `1`\n"
                         "To avoid this warning pass in values for each of the problematic parameters or run `accel config`.\n");
     L->prog_argv = argv + first;
+    /* argparse takes a "--" right after the script as its end of options and
+     * drops it: `accelerate launch s.py -- --x` runs `s.py --x` (the sweep's find) */
+    if (L->prog_argv[1] && !strcmp(L->prog_argv[1], "--"))
+        memmove(L->prog_argv + 1, L->prog_argv + 2, (size_t)(argc - first - 1) * sizeof *argv);
     if (!choose_python(L, V("python"))) return 2;
     launch_settings ls = {opts, nopts, v};
     if (!job_env(L, &ls, cfg, mp_from_config)) return 2;

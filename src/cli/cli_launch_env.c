@@ -113,13 +113,12 @@ static const setting DEEPSPEED[] = {
  * library reads first) when mixed_precision is fp8, with the argparse default
  * when neither flag nor fp8_config sets it. The config wizard asks the same
  * choices (cli.h). */
-const char *const CLI_FP8_BACKENDS[] = {"ao", "te", "msamp", NULL};
+const char *const CLI_FP8_BACKENDS[] = {"ao", "te", NULL};
 const char *const CLI_FP8_FORMATS[] = {"HYBRID", "E4M3", "E5M2", NULL};
 const char *const CLI_FP8_ALGOS[] = {"max", "most_recent", NULL};
-const char *const CLI_FP8_OPT_LEVELS[] = {"O1", "O2", NULL};
 
 static const setting FP8[] = {
-    {"fp8_backend", "FP8_BACKEND", NULL, K_CHOICE, false, "{ao,te,msamp}",
+    {"fp8_backend", "FP8_BACKEND", NULL, K_CHOICE, false, "{ao,te}",
      "FP8 backend (ACCELERATE_FP8_BACKEND; accel runs te, TransformerEngine's recipe, and refuses the others).",
      NULL, CLI_FP8_BACKENDS},
     {"fp8_use_autocast_during_eval", "FP8_USE_AUTOCAST_DURING_EVAL", "False", K_STORE_TRUE, false, NULL,
@@ -138,9 +137,6 @@ static const setting FP8[] = {
     {"fp8_override_linear_precision", "FP8_OVERRIDE", "False,False,False", K_BOOL3, false, "FPROP,DGRAD,WGRAD",
      "Run these GEMMs in higher precision, three booleans (ACCELERATE_FP8_OVERRIDE_FPROP/DGRAD/WGRAD; accel "
      "refuses true).", NULL, NULL},
-    {"fp8_opt_level", "FP8_OPT_LEVEL", "O2", K_CHOICE, false, "{O1,O2}",
-     "MS-AMP optimization level (ACCELERATE_FP8_OPT_LEVEL; for --fp8_backend msamp).", "optimization_level",
-     CLI_FP8_OPT_LEVELS},
     {"fp8_enable_fsdp_float8_all_gather", "FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "1", K_STR_TO_BOOL, false,
      "{true,false}",
      "torchao FSDP2 float8 all-gather (ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER; for --fp8_backend ao).", NULL,
@@ -778,6 +774,18 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
             if (sections[k].vals[i][0] && !idle) both_env_add(e, sections[k].tab[i].env, sections[k].vals[i]);
         }
     }
+    /* Accelerate 1.16's Megatron-LM switches that accel has no flag for
+     * (megatron_lm_use_custom_fsdp, ...: type=bool, default False, so always
+     * exported); giving one is refused as an unknown flag or config key. */
+    static const char *const MEGATRON_OFF[] = {"MEGATRON_LM_USE_CUSTOM_FSDP",
+                                               "MEGATRON_LM_NO_LOAD_OPTIM",
+                                               "MEGATRON_LM_EOD_MASK_LOSS",
+                                               "MEGATRON_LM_NO_SAVE_OPTIM",
+                                               "MEGATRON_LM_OPTIMIZER_CPU_OFFLOAD",
+                                               "MEGATRON_LM_USE_PRECISION_AWARE_OPTIMIZER",
+                                               "MEGATRON_LM_OVERLAP_CPU_OPTIMIZER_D2H_H2D"};
+    for (size_t i = 0; use_mega && i < sizeof MEGATRON_OFF / sizeof *MEGATRON_OFF; i++)
+        env_add(e, MEGATRON_OFF[i], "False");
     return true;
 }
 
