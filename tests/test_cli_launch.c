@@ -870,6 +870,22 @@ static void test_launch_sweep_finds(void) {
     CHECK(run(dash, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "--x --\n");
     CHECK(!strstr(OUT, "-- --x"));
+    /* Accelerate's dynamo flags, exported as it does: the flag over dynamo_config */
+    const char *cfg = write_config("dyn_flags.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\ndynamo_config:\n"
+                                   "  dynamo_mode: reduce-overhead\n  dynamo_use_fullgraph: true\n");
+    const char *flags[] = {ACCEL, "launch", "--config_file", cfg, "--dynamo_mode", "max-autotune",
+                           "--dynamo-use-dynamic", "/usr/bin/env", NULL};
+    CHECK(run(flags, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_MODE=max-autotune\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_DYNAMIC=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_FULLGRAPH=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=False\n");
+    const char *regional[] = {ACCEL, "launch", "--dynamo_use_regional_compilation", "/usr/bin/env", NULL};
+    CHECK(run(regional, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=True\n");
+    const char *bad_mode[] = {ACCEL, "launch", "--dynamo_mode", "fast", "/usr/bin/env", NULL};
+    CHECK(run(bad_mode, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --dynamo_mode/--dynamo-mode: invalid choice: 'fast'");
     /* --dynamo_backend takes exactly `no`, as Accelerate's lower-case choices */
     const char *dyn[] = {ACCEL, "launch", "--dynamo_backend", "NO", "/usr/bin/env", NULL};
     CHECK(run(dyn, NULL) == 2);

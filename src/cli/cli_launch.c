@@ -62,6 +62,12 @@ static const cli_opt OPTS[] = {
     {"rdzv_conf", 0, true, "RDZV_CONF", "Additional rendezvous configuration (<key1>=<value1>,...); accepted, unused."},
     {"role", 0, true, "ROLE", "User-defined role for the workers (ROLE_NAME)."},
     {"dynamo_backend", 0, true, "DYNAMO_BACKEND", "Only `no` (torch dynamo does not exist in accel)."},
+    {"dynamo_mode", 0, true, "{default,reduce-overhead,max-autotune}",
+     "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_MODE); accel compiles nothing."},
+    {"dynamo_use_fullgraph", 0, false, NULL, "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_FULLGRAPH)."},
+    {"dynamo_use_dynamic", 0, false, NULL, "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_DYNAMIC)."},
+    {"dynamo_use_regional_compilation", 0, false, NULL,
+     "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION)."},
     {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
     {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
@@ -216,6 +222,9 @@ static void env_int(env_list *e, const char *key, long v) {
     env_add(e, key, b);
 }
 
+/* The value of flag `name` (NULL: not given). */
+#define FLAG(ls, name) ((ls)->vals[cli_idx((ls)->opts, (ls)->nopts, name)])
+
 /* The variables every worker of the job gets (the per-rank ones are added by
  * plan_worker): accel's ACCEL_* contract and what `accelerate launch` exports. */
 static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, bool mp_from_config) {
@@ -263,8 +272,8 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (!L->deepspeed) {
         /* What Accelerate's launchers (all but its DeepSpeed one) export for
          * the program's Accelerator: accel has no dynamo, so the backend is
-         * NO; the config's mode and switches are passed as given, and
-         * _USE_DYNAMIC only when the config sets it (its flag's default is None). */
+         * NO; the mode and switches are passed as given (flag, else
+         * dynamo_config), and _USE_DYNAMIC only when set (its flag's default is None). */
         static const struct {
             const char *key, *env;
             bool when_unset; /* exported (False) without the key: the flag's default is False, not None */
@@ -273,11 +282,12 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
                         {"dynamo_use_regional_compilation", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", true}};
         const cv *dc = cv_get(cfg, "dynamo_config");
         env_add(e, "ACCELERATE_DYNAMO_BACKEND", "NO");
-        env_add(e, "ACCELERATE_DYNAMO_MODE", cfg_s(dc, "dynamo_mode") ? cfg_s(dc, "dynamo_mode") : "default");
+        const char *mode = FLAG(ls, "dynamo_mode") ? FLAG(ls, "dynamo_mode") : cfg_s(dc, "dynamo_mode");
+        env_add(e, "ACCELERATE_DYNAMO_MODE", mode ? mode : "default");
         for (size_t k = 0; k < sizeof SWITCHES / sizeof *SWITCHES; k++) {
             const cv *b = cv_get(dc, SWITCHES[k].key);
-            bool set = b && b->t == CV_BOOL;
-            if (set || SWITCHES[k].when_unset) env_add(e, SWITCHES[k].env, set && b->b ? "True" : "False");
+            bool flag = FLAG(ls, SWITCHES[k].key), set = flag || (b && b->t == CV_BOOL);
+            if (set || SWITCHES[k].when_unset) env_add(e, SWITCHES[k].env, flag || (set && b->b) ? "True" : "False");
         }
     }
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
@@ -536,6 +546,15 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     if (!L->mixed_precision[0]) {
         fprintf(stderr, "accel launch: error: Unknown mixed_precision mode: %s. Choose between ['no', 'fp8', 'fp16', 'bf16'].\n",
                 mp);
+        return 2;
+    }
+    static const char *const DYNAMO_MODES[] = {"default", "reduce-overhead", "max-autotune"};
+    bool mode_ok = !V("dynamo_mode");
+    for (size_t i = 0; i < sizeof DYNAMO_MODES / sizeof *DYNAMO_MODES && !mode_ok; i++)
+        mode_ok = !strcmp(V("dynamo_mode"), DYNAMO_MODES[i]);
+    if (!mode_ok) {
+        fprintf(stderr, "usage: %s\naccel launch: error: argument --dynamo_mode/--dynamo-mode: invalid choice: '%s' "
+                        "(choose from 'default', 'reduce-overhead', 'max-autotune')\n", USAGE, V("dynamo_mode"));
         return 2;
     }
     /* exactly `no`: Accelerate's argparse refuses `NO` too (its choices are lower case) */
