@@ -865,6 +865,19 @@ static void test_launch_sweep_finds(void) {
     const char *no_m[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
     CHECK(run(no_m, NULL) == 0);
     CHECK(!strstr(OUT, "MEGATRON_LM_"));
+    /* --cpu runs Accelerate's simple launcher, which exports no Megatron-LM or parallelism config,
+     * whatever the flags or the config say: accel's sections are off too, with a word */
+    const char *mcfg = write_config("cpu_megatron.yaml", "distributed_type: MEGATRON_LM\nnum_processes: 1\n"
+                                    "megatron_lm_config:\n  megatron_lm_pp_degree: 1\n");
+    const char *cpu_m[] = {ACCEL, "launch", "--config_file", mcfg, "--cpu", "/usr/bin/env", NULL};
+    CHECK(run(cpu_m, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON_LM"));
+    CHECK_STR_CONTAINS(ERR, "warning: --cpu: Megatron-LM is off, as under Accelerate's launcher");
+    const char *pcfg = write_config("cpu_pc.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n"
+                                    "parallelism_config:\n  parallelism_config_tp_size: 2\n");
+    const char *cpu_pc[] = {ACCEL, "launch", "-q", "--config_file", pcfg, "--cpu", "/usr/bin/env", NULL};
+    CHECK(run(cpu_pc, NULL) == 0);
+    CHECK(!strstr(OUT, "PARALLELISM_CONFIG") && !strstr(ERR, "warning"));
     /* argparse drops a "--" right after the script: the program gets `x`, not `-- x` */
     const char *dash[] = {ACCEL, "launch", "-q", "--num_processes", "1", "/bin/echo", "--", "--x", "--", NULL};
     CHECK(run(dash, NULL) == 0);

@@ -483,11 +483,20 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->fsdp = V("use_fsdp") || (!paradigm_flag && dtype && !strcmp(dtype, "FSDP"));
     /* Accelerate takes these two from the config unless a paradigm flag
      * (--cpu is none) was given: a non-empty parallelism_config, and
-     * distributed_type MEGATRON_LM */
+     * distributed_type MEGATRON_LM; but --cpu then runs its simple launcher,
+     * which exports neither (the sweep's find: accel exported both) */
     bool config_paradigm = !V("multi_gpu") && !V("use_deepspeed") && !V("use_fsdp") && !V("use_megatron_lm");
     const cv *pcfg = cfg ? cv_get(cfg, "parallelism_config") : NULL;
     L->parallelism = V("use_parallelism_config") || (config_paradigm && pcfg && pcfg->t == CV_MAP && pcfg->n);
     L->megatron = V("use_megatron_lm") || (config_paradigm && dtype && !strcmp(dtype, "MEGATRON_LM"));
+    if (V("cpu") && (L->parallelism || L->megatron)) {
+        if (!L->quiet)
+            fprintf(stderr, "accel launch: warning: --cpu: %s is off, as under Accelerate's launcher (its simple "
+                            "launcher, which --cpu chooses, exports no %s variables)\n",
+                    L->megatron ? "Megatron-LM" : "the parallelism config",
+                    L->megatron ? "MEGATRON_LM_*" : "PARALLELISM_CONFIG_*");
+        L->parallelism = L->megatron = false;
+    }
     /* nested dicts: copied unless the flag was given */
     const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
     L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")

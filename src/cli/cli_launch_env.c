@@ -750,10 +750,11 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
     if (!use_pc && !quiet)
         warn_unused_settings(PARALLELISM, NPARALLELISM, ls, pc_config, NULL, "parallelism_config", v.pv,
                              "--use_parallelism_config is given, or the config file's parallelism_config has keys and "
-                             "no other paradigm flag is given");
+                             "no other paradigm flag is given, and not --cpu");
     if (!use_mega && !quiet)
         warn_unused_settings(MEGATRON, NMEGATRON, ls, mega_config, NULL, "megatron_lm_config", v.mv,
-                             "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM");
+                             "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM, "
+                             "and not --cpu");
     /* each section used: its switch, then every setting that has a value
      * (the cp comm strategy only where there is context parallelism) */
     const struct {
