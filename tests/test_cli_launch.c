@@ -899,6 +899,18 @@ static void test_launch_sweep_finds(void) {
     const char *bad_mode[] = {ACCEL, "launch", "--dynamo_mode", "fast", "/usr/bin/env", NULL};
     CHECK(run(bad_mode, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "argument --dynamo_mode/--dynamo-mode: invalid choice: 'fast'");
+    /* multi-GPU on one machine with one --gpu_ids: Accelerate's refusal (accel ran it) */
+    const char *gpus_cfg = write_config("one_gpu.yaml", "distributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: '0'\n");
+    const char *one_gpu[] = {ACCEL, "launch", "--config_file", gpus_cfg, "/usr/bin/env", NULL};
+    CHECK(run(one_gpu, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "Less than two GPU ids were configured and tried to run on multiple GPUs");
+    const char *two_gpus[] = {ACCEL, "launch", "--config_file", gpus_cfg, "--gpu_ids", "0,1", "/usr/bin/env", NULL};
+    CHECK(run(two_gpus, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "CUDA_VISIBLE_DEVICES=0,1\n");
+    const char *flag_gpu[] = {ACCEL, "launch", "--multi_gpu", "--num_processes", "2", "--gpu_ids", "1", "/usr/bin/env",
+                              NULL};
+    CHECK(run(flag_gpu, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "Less than two GPU ids");
     /* --dynamo_backend takes exactly `no`, as Accelerate's lower-case choices */
     const char *dyn[] = {ACCEL, "launch", "--dynamo_backend", "NO", "/usr/bin/env", NULL};
     CHECK(run(dyn, NULL) == 2);

@@ -601,6 +601,14 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: You need to use at least 2 processes to use `--multi_gpu`.\n");
         return 2;
     }
+    /* Accelerate's check (made where it reads a config file; accel makes it always): each local
+     * rank of a multi-GPU job takes a GPU of its own among those --gpu_ids leaves visible */
+    bool multi_gpu = V("multi_gpu") || (!paradigm_flag && dtype && !strcmp(dtype, "MULTI_GPU"));
+    if (multi_gpu && L->num_machines <= 1 && L->gpu_ids && strcmp(L->gpu_ids, "all") && !strchr(L->gpu_ids, ',')) {
+        fprintf(stderr, "accel launch: error: Less than two GPU ids were configured and tried to run on multiple "
+                        "GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.\n");
+        return 2;
+    }
     if (L->num_machines > 1 && !L->ip) {
         fprintf(stderr, "accel launch: error: --main_process_ip is required with --num_machines > 1\n");
         return 2;
