@@ -600,6 +600,14 @@ static void test_accelerate_fsdp_env(void) {
     const char *bad[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_sync_module_states", "false", "/usr/bin/env", NULL};
     CHECK(run(bad, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+    /* Accelerate's launcher checks Python's truth of the config's values: 'no' is true, 0 false (the sweep's find:
+     * it refused this, accel ran it) */
+    CHECK(launch_with_config("fsdp_truthy.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                 "  cpu_ram_efficient_loading: 'no'\n  sync_module_states: 0\n") == 2);
+    CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+    CHECK(launch_with_config("fsdp_falsy.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                "  cpu_ram_efficient_loading: 0\n  sync_module_states: 0\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "FSDP_CPU_RAM_EFFICIENT_LOADING=0\n");
     const char *none[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
     CHECK(run(none, NULL) == 0);
     CHECK(!strstr(OUT, "FSDP_") && !strstr(OUT, "ACCELERATE_USE_DEEPSPEED"));

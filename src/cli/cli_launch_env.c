@@ -440,17 +440,45 @@ static void warn_unknown_keys(const cv *section, const setting *table, size_t n,
     }
 }
 
+/* Python's bool() of the value Accelerate's launcher holds for s: the flag's
+ * string (any non-empty one is true, 'false' too), else the config's value as
+ * read (0, false and '' are false; 'no' is true), else the default. */
+static bool py_truthy(const setting *s, const launch_settings *ls, const cv *section, const char *prefix) {
+    const char *flag = ls->vals[cli_idx(ls->opts, ls->nopts, s->name)];
+    if (flag) return flag[0] != 0;
+    const cv *v = config_value(section, s, prefix);
+    if (!v) return s->dflt && accel__str_to_bool(s->dflt, strlen(s->dflt)) == 1;
+    switch (v->t) {
+    case CV_BOOL: return v->b;
+    case CV_INT: return v->i != 0;
+    case CV_FLOAT: return v->f != 0;
+    case CV_STR: return v->s[0] != 0;
+    default: return v->n != 0;
+    }
+}
+
 bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
                         size_t errn) {
     env_add(e, "ACCELERATE_USE_FSDP", "true");
     char val[1024], cpu_ram[1024] = "", sync[1024] = "";
+    bool py_cpu_ram = false, py_sync = false;
     for (size_t i = 0; i < NFSDP; i++) {
         if (!value_of(&FSDP[i], ls, fsdp_config, "fsdp_", val, sizeof val, err, errn)) return false;
-        if (!strcmp(FSDP[i].name, "fsdp_cpu_ram_efficient_loading")) snprintf(cpu_ram, sizeof cpu_ram, "%s", val);
-        if (!strcmp(FSDP[i].name, "fsdp_sync_module_states")) snprintf(sync, sizeof sync, "%s", val);
+        if (!strcmp(FSDP[i].name, "fsdp_cpu_ram_efficient_loading")) {
+            snprintf(cpu_ram, sizeof cpu_ram, "%s", val);
+            py_cpu_ram = py_truthy(&FSDP[i], ls, fsdp_config, "fsdp_");
+        }
+        if (!strcmp(FSDP[i].name, "fsdp_sync_module_states")) {
+            snprintf(sync, sizeof sync, "%s", val);
+            py_sync = py_truthy(&FSDP[i], ls, fsdp_config, "fsdp_");
+        }
         if (val[0] || FSDP[i].dflt) env_add(e, FSDP[i].env, val);
     }
-    if (accel__str_to_bool(cpu_ram, strlen(cpu_ram)) == 1 && accel__str_to_bool(sync, strlen(sync)) == 0) {
+    /* Refused where the script's FSDP plugin would refuse it (the values as
+     * str_to_bool reads them), and where Accelerate's launcher does (its
+     * check is Python's truth of the raw values: a config's 'no' is true) */
+    if ((accel__str_to_bool(cpu_ram, strlen(cpu_ram)) == 1 && accel__str_to_bool(sync, strlen(sync)) == 0) ||
+        (py_cpu_ram && !py_sync)) {
         snprintf(err, errn, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
         return false;
     }
