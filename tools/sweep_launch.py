@@ -39,8 +39,10 @@ and `--use_megatron_lm` (flag or distributed_type) without `--cpu` go through
 torchrun (multi_gpu_launcher), which runs without a GPU since the script never
 initialises a process group; everything else through simple_launcher, which
 starts one process (`python script`) whatever num_processes says, unless the
-config has mpirun_config.mpirun_hostfile. So a simple-launcher case with more
-than one process is not compared (accel starts num_processes workers), and
+config has mpirun_config.mpirun_hostfile (then mpirun: Open MPI 4.1 here, which
+refuses to run as root, as this machine's sessions run; no case has one). So a
+simple-launcher case with more than one process is not compared (accel starts
+num_processes workers), and
 DeepSpeed is not compared (deepspeed is not installed: its launcher fails on
 the import). Those cases are still run through accel, which must not crash or
 hang.
@@ -621,7 +623,8 @@ def main():
             print("case %d: %s %s" % (i, verdict, " ".join(case["argv"])), details)
     for (verdict, why), n in sorted(reasons.items()):
         print("  %s %d: %s" % (verdict, n, why))
-    print("%d launches (x2): %s" % (a.n, ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    summary = ", ".join("%s %d" % kv for kv in sorted(counts.items()))
+    print("%d cases, each launched by both: %s" % (a.n, summary))
     return 1 if bad else 0
 
 
