@@ -77,12 +77,14 @@ BY_DESIGN = {
     "ACCEL_*": ("always", "Worker environment: ... ACCEL_MIXED_PRECISION ... (accel's own contract)"),
     "OMP_WAIT_POLICY": ("always", "OMP_WAIT_POLICY=PASSIVE (unless set: libgomp's default spinning ...)"),
     "TORCHELASTIC_RUN_ID": ("always", "Worker environment: ... TORCHELASTIC_RUN_ID (the run's id)"),
-    "TORCHELASTIC_ERROR_FILE": ("always", "each worker gets its own TORCHELASTIC_ERROR_FILE (attempt<A>_rank<R>_error.json ...)"),
+    "TORCHELASTIC_ERROR_FILE": ("always", "each worker gets its own TORCHELASTIC_ERROR_FILE "
+                                          "(attempt<A>_rank<R>_error.json ...)"),
     "TORCHELASTIC_USE_AGENT_STORE": ("always", "torchrun's `TORCHELASTIC_USE_AGENT_STORE` and "
                                      "`TORCHELASTIC_SIGNALS_TO_HANDLE` are not exported: accel has no agent store"),
     "TORCHELASTIC_SIGNALS_TO_HANDLE": ("always", "torchrun's `TORCHELASTIC_USE_AGENT_STORE` and "
                                        "`TORCHELASTIC_SIGNALS_TO_HANDLE` are not exported: ..."),
-    "MASTER_PORT": ("no-port", "when no port is given ... or the port is 0 or busy, a free port is used (MASTER_PORT says which)"),
+    "MASTER_PORT": ("no-port", "when no port is given ... or the port is 0 or busy, a free port is used "
+                               "(MASTER_PORT says which)"),
     "ACCELERATE_USE_CPU": ("cpu", "`ACCELERATE_USE_CPU=True` ... on a machine without a GPU"),
     "KMP_AFFINITY": ("cpu", "`ACCELERATE_USE_CPU=True` (..., and `KMP_AFFINITY=...` `KMP_BLOCKTIME=1` ...) "
                             "... on a machine without a GPU"),
@@ -91,7 +93,8 @@ BY_DESIGN = {
 }
 # OMP_NUM_THREADS without the flag: accel's cores / local processes, Accelerate's 1 unless its args.use_cpu
 # (which a config's use_cpu: false keeps off even under --cpu) is set; compared where Accelerate divides the cores.
-OMP_DOC = "OMP_NUM_THREADS (flag, else inherited, else cores / local processes, where Accelerate gives 1 unless it trains on the CPU"
+OMP_DOC = ("OMP_NUM_THREADS (flag, else inherited, else cores / local processes, where Accelerate gives 1 unless it "
+           "trains on the CPU")
 # simple_launcher runs `python script` itself, no torchrun: accel's workers have torchrun's variables.
 TORCHRUN_VARS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                  "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -561,7 +564,7 @@ def run_case(case, parser, accel, timeout):
         port_given = flag_ports[-1] != "0" if flag_ports else bool(cfg_port)
         ctx = {"simple": peer_path(case["flags"], case["cfg"]) == "simple", "port_given": port_given, "base": base,
                "cfg": case["cfg"]}
-        if deepspeed(case["flags"], case["cfg"]):  # NOT_COMPARED: deepspeed is not installed, its launcher fails on the import
+        if deepspeed(case["flags"], case["cfg"]):  # not compared: deepspeed is not installed here
             out = os.path.join(d, "accel")
             os.mkdir(out)
             rc, err = run_accel(accel, argv, dict(base, SWEEP_OUT=out), d, timeout)
