@@ -148,7 +148,10 @@ static void test_rejections(void) {
     launch_rejects("distributed_type: MULTI_CPU\nnum_processes: many\n", "v.yaml",
                    "bad value for `num_processes`: 'many'");
     launch_rejects("distributed_type: MULTI_TPU\n", "w.yaml", "bad value for `distributed_type`: 'MULTI_TPU'");
-    launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file.");
+    launch_rejects("num_processes: 2\n", "x.yaml", "A `distributed_type` must be specified in the config file (");
+    /* an empty file (Accelerate: a traceback, 'NoneType' object has no attribute 'get') says it is empty */
+    launch_rejects("", "empty.yaml", "empty.yaml is empty: a `distributed_type` must be specified in it.");
+    launch_rejects("{}\n", "empty.json", "empty.json is empty: a `distributed_type` must be specified in it.");
     launch_rejects("distributed_type: MULTI_CPU\n", "y.yaml", "You need to manually pass in `--num_processes`");
     launch_rejects("distributed_type: [unclosed\n", "z.yaml", "could not be parsed");
     /* a second document used to be dropped in silence (the job ran on 2 processes, not 7) */

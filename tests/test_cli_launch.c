@@ -28,6 +28,22 @@ static const cli_io IO = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
 /* Runs argv with extra "K=V" env entries; stdout/stderr into OUT/ERR. */
 static int run(const char *const *argv, const char *const *env) { return cli_run(&IO, NULL, argv, env, NULL); }
 
+static const char *write_config(const char *name, const char *text) {
+    static char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", TMP, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* `accel launch --config_file TMP/name /usr/bin/env`, the config `yaml`:
+ * its exit status, its output in OUT and ERR. */
+static int launch_with_config(const char *name, const char *yaml) {
+    const char *a[] = {ACCEL, "launch", "--config_file", write_config(name, yaml), "/usr/bin/env", NULL};
+    return run(a, NULL);
+}
+
 /* Every pid recorded by the workers is gone. */
 static bool no_survivors(void) {
     bool ok = true;
@@ -251,7 +267,7 @@ static void test_flag_errors(void) {
     CHECK_STR_CONTAINS(ERR, "You can only use one of");
     const char *mp[] = {ACCEL, "launch", "--mixed_precision", "fp4", WORKER, "env", NULL};
     CHECK(run(mp, NULL) == 2);
-    CHECK_STR_CONTAINS(ERR, "Unknown mixed_precision mode: fp4");
+    CHECK_STR_CONTAINS(ERR, "argument --mixed_precision/--mixed-precision: invalid choice: 'fp4'");
     const char *none[] = {ACCEL, NULL};
     CHECK(run(none, NULL) == 1);
     CHECK_STR_CONTAINS(OUT, "usage: accel");
@@ -355,9 +371,15 @@ static void test_dynamo_and_error_file_env(void) {
     const char *a[] = {ACCEL, "launch", "--num_processes", "2", WORKER, "env", NULL};
     CHECK(run(a, NULL) == 0);
     const char *want[] = {"ACCELERATE_DYNAMO_BACKEND=NO\n", "ACCELERATE_DYNAMO_MODE=default\n",
-                          "ACCELERATE_DYNAMO_USE_FULLGRAPH=False\n", "ACCELERATE_DYNAMO_USE_DYNAMIC=False\n",
+                          "ACCELERATE_DYNAMO_USE_FULLGRAPH=False\n",
                           "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=False\n", "TORCHELASTIC_ERROR_FILE=/"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    /* _USE_DYNAMIC only from the config (the sweep's find: its flag's default is None, so
+     * Accelerate exports nothing without it; accel exported False) */
+    CHECK(!strstr(OUT, "ACCELERATE_DYNAMO_USE_DYNAMIC"));
+    CHECK(launch_with_config("dyn.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\ndynamo_config:\n"
+                                         "  dynamo_use_dynamic: false\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_DYNAMIC=False\n");
     const char *ds[] = {ACCEL, "launch", "--num_processes", "1", "--use_deepspeed", WORKER, "env", NULL};
     CHECK(run(ds, NULL) == 0);
     CHECK(!strstr(OUT, "ACCELERATE_DYNAMO_BACKEND"));
@@ -553,22 +575,6 @@ static void test_yaml_scalars(void) {
     CHECK(rows > 100);
 }
 
-static const char *write_config(const char *name, const char *text) {
-    static char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s", TMP, name);
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
-/* `accel launch --config_file TMP/name /usr/bin/env`, the config `yaml`:
- * its exit status, its output in OUT and ERR. */
-static int launch_with_config(const char *name, const char *yaml) {
-    const char *a[] = {ACCEL, "launch", "--config_file", write_config(name, yaml), "/usr/bin/env", NULL};
-    return run(a, NULL);
-}
-
 /* Issue #10: the fsdp_config / deepspeed_config settings reach a launched
  * PyTorch script as `accelerate launch` exports them (only the sharding
  * strategy did, as ACCEL_FSDP_SHARDING_STRATEGY; the rest was dropped). */
@@ -594,6 +600,14 @@ static void test_accelerate_fsdp_env(void) {
     const char *bad[] = {ACCEL, "launch", "--use_fsdp", "--fsdp_sync_module_states", "false", "/usr/bin/env", NULL};
     CHECK(run(bad, NULL) == 2);
     CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+    /* Accelerate's launcher checks Python's truth of the config's values: 'no' is true, 0 false (the sweep's find:
+     * it refused this, accel ran it) */
+    CHECK(launch_with_config("fsdp_truthy.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                 "  cpu_ram_efficient_loading: 'no'\n  sync_module_states: 0\n") == 2);
+    CHECK_STR_CONTAINS(ERR, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
+    CHECK(launch_with_config("fsdp_falsy.yaml", "distributed_type: FSDP\nnum_processes: 1\nfsdp_config:\n"
+                                                "  cpu_ram_efficient_loading: 0\n  sync_module_states: 0\n") == 0);
+    CHECK_STR_CONTAINS(OUT, "FSDP_CPU_RAM_EFFICIENT_LOADING=0\n");
     const char *none[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
     CHECK(run(none, NULL) == 0);
     CHECK(!strstr(OUT, "FSDP_") && !strstr(OUT, "ACCELERATE_USE_DEEPSPEED"));
@@ -743,8 +757,13 @@ static void test_mixed_precision_case(void) {
     const char *a[] = {ACCEL, "launch", "--config_file", cfg, "/usr/bin/env", NULL};
     CHECK(run(a, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ACCELERATE_MIXED_PRECISION=bf16\n");
+    /* the flag as argparse's choices take it (the sweep's find: accel took `FP16`, Accelerate refuses it) */
     const char *b[] = {ACCEL, "launch", "--mixed_precision", "Fp16", "/usr/bin/env", NULL};
-    CHECK(run(b, NULL) == 0);
+    CHECK(run(b, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --mixed_precision/--mixed-precision: invalid choice: 'Fp16' (choose from 'no', "
+                            "'fp16', 'bf16', 'fp8')");
+    const char *c[] = {ACCEL, "launch", "--config_file", cfg, "--mixed_precision", "fp16", "/usr/bin/env", NULL};
+    CHECK(run(c, NULL) == 0);
     CHECK_STR_CONTAINS(OUT, "ACCEL_MIXED_PRECISION=fp16\n");
 }
 
@@ -763,10 +782,11 @@ static void test_fp8_env(void) {
                           "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=True\n", "ACCELERATE_FP8_FORMAT=E4M3\n",
                           "ACCELERATE_FP8_AMAX_HISTORY_LEN=16\n", "ACCELERATE_FP8_AMAX_COMPUTE_ALGO=most_recent\n",
                           "ACCELERATE_FP8_OVERRIDE_FPROP=False\n", "ACCELERATE_FP8_OVERRIDE_DGRAD=False\n",
-                          "ACCELERATE_FP8_OVERRIDE_WGRAD=True\n", "ACCELERATE_FP8_OPT_LEVEL=O2\n",
+                          "ACCELERATE_FP8_OVERRIDE_WGRAD=True\n",
                           "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER=1\n", "ACCELERATE_FP8_PAD_INNER_DIM=1\n",
                           "ACCEL_FP8_MARGIN=1\n", "ACCEL_FP8_OVERRIDE_WGRAD=True\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECK_STR_CONTAINS(OUT, want[i]);
+    CHECK(!strstr(OUT, "FP8_OPT_LEVEL")); /* MS-AMP's, gone from Accelerate 1.16 (the sweep's find) */
     const char *b[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_override_linear_precision", "yes,0,OFF",
                        WORKER, "env", NULL};
     CHECK(run(b, NULL) == 0);
@@ -783,7 +803,8 @@ static void test_fp8_env(void) {
 static void test_fp8_flag_errors(void) {
     static const char *const BAD[][3] = {
         {"--fp8_format", "e4m3", "argument --fp8_format: invalid choice: 'e4m3' (choose from 'HYBRID', 'E4M3', 'E5M2')"},
-        {"--fp8_backend", "TE", "argument --fp8_backend: invalid choice: 'TE' (choose from 'ao', 'te', 'msamp')"},
+        {"--fp8_backend", "TE", "argument --fp8_backend: invalid choice: 'TE' (choose from 'ao', 'te')"},
+        {"--fp8_backend", "msamp", "argument --fp8_backend: invalid choice: 'msamp' (choose from 'ao', 'te')"},
         {"--fp8_amax_compute_algo", "MAX", "invalid choice: 'MAX' (choose from 'max', 'most_recent')"},
         {"--fp8_margin", "x", "argument --fp8_margin: invalid int value: 'x'"},
         {"--fp8_amax_history_len", "", "argument --fp8_amax_history_len: invalid int value: ''"},
@@ -792,7 +813,7 @@ static void test_fp8_flag_errors(void) {
          "argument --fp8_override_linear_precision: invalid <lambda> value: 'true,maybe,false'"},
         {"--fp8_override_linear_precision", "true,false",
          "argument --fp8_override_linear_precision: expected three comma-separated booleans (fprop,dgrad,wgrad)"},
-        {"--fp8_opt_level", "o1", "argument --fp8_opt_level: invalid choice: 'o1' (choose from 'O1', 'O2')"},
+        {"--fp8_opt_level", "O1", "unrecognized arguments: --fp8_opt_level"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         const char *a[] = {ACCEL, "launch", "--mixed_precision", i % 2 ? "no" : "fp8", BAD[i][0], BAD[i][1],
@@ -807,11 +828,11 @@ static void test_fp8_flag_errors(void) {
  * launcher wrote (on a machine without fp8 GEMMs a valid recipe then meets
  * the device refusal, so the bad ones are what this checks). */
 static void test_fp8_reaches_accelerator(void) {
-    const char *cfg = write_config("fp8_msamp.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\n"
-                                   "mixed_precision: fp8\nfp8_config:\n  backend: msamp\n");
+    const char *cfg = write_config("fp8_ao.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\n"
+                                   "mixed_precision: fp8\nfp8_config:\n  backend: AO\n");
     const char *a[] = {ACCEL, "launch", "--config_file", cfg, WORKER, "accelerator", NULL};
     CHECK(run(a, NULL) != 0);
-    CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_BACKEND=msamp is not supported");
+    CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_BACKEND=AO is not supported");
     const char *b[] = {ACCEL, "launch", "--mixed_precision", "fp8", "--fp8_margin", "-3", WORKER, "accelerator", NULL};
     CHECK(run(b, NULL) != 0);
     CHECK_STR_CONTAINS(OUT, "accelerator: accel_accelerator_new: ACCEL_FP8_MARGIN=-3 must be an integer in [0, ");
@@ -824,6 +845,84 @@ static void test_fp8_reaches_accelerator(void) {
                        NULL};
     CHECK(run(d, NULL) != 0);
     CHECK_STR_CONTAINS(OUT, "ACCEL_FP8_FORMAT=E5M2: pure E5M2 training is not supported");
+}
+
+/* What tools/sweep_launch.py found `accelerate launch` exporting or doing
+ * that accel did not: each pinned here (docs/cli.md). */
+static void test_launch_sweep_finds(void) {
+    /* torchrun's TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the caller set it; Accelerate's simple
+     * launcher's KMP_AFFINITY / KMP_BLOCKTIME under CPU training */
+    const char *a[] = {ACCEL, "launch", "--cpu", "--num_processes", "1", "/usr/bin/env", NULL};
+    CHECK(run(a, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n");
+    CHECK_STR_CONTAINS(OUT, "KMP_AFFINITY=granularity=fine,compact,1,0\n");
+    CHECK_STR_CONTAINS(OUT, "KMP_BLOCKTIME=1\n");
+    const char *mine[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3", NULL};
+    CHECK(run(a, mine) == 0);
+    CHECK_STR_CONTAINS(OUT, "TORCH_NCCL_ASYNC_ERROR_HANDLING=3\n");
+    CHECK(!strstr(OUT, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+    /* Accelerate 1.16's Megatron-LM switches accel has no flag for: False, as its defaults */
+    const char *m[] = {ACCEL, "launch", "--num_processes", "1", "--use_megatron_lm", "/usr/bin/env", NULL};
+    CHECK(run(m, NULL) == 0);
+    const char *off[] = {"MEGATRON_LM_USE_CUSTOM_FSDP=False\n", "MEGATRON_LM_NO_LOAD_OPTIM=False\n",
+                         "MEGATRON_LM_EOD_MASK_LOSS=False\n", "MEGATRON_LM_NO_SAVE_OPTIM=False\n",
+                         "MEGATRON_LM_OPTIMIZER_CPU_OFFLOAD=False\n",
+                         "MEGATRON_LM_USE_PRECISION_AWARE_OPTIMIZER=False\n",
+                         "MEGATRON_LM_OVERLAP_CPU_OPTIMIZER_D2H_H2D=False\n"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) CHECK_STR_CONTAINS(OUT, off[i]);
+    const char *no_m[] = {ACCEL, "launch", "--num_processes", "1", "/usr/bin/env", NULL};
+    CHECK(run(no_m, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON_LM_"));
+    /* --cpu runs Accelerate's simple launcher, which exports no Megatron-LM or parallelism config,
+     * whatever the flags or the config say: accel's sections are off too, with a word */
+    const char *mcfg = write_config("cpu_megatron.yaml", "distributed_type: MEGATRON_LM\nnum_processes: 1\n"
+                                    "megatron_lm_config:\n  megatron_lm_pp_degree: 1\n");
+    const char *cpu_m[] = {ACCEL, "launch", "--config_file", mcfg, "--cpu", "/usr/bin/env", NULL};
+    CHECK(run(cpu_m, NULL) == 0);
+    CHECK(!strstr(OUT, "MEGATRON_LM"));
+    CHECK_STR_CONTAINS(ERR, "warning: --cpu: Megatron-LM is off, as under Accelerate's launcher");
+    const char *pcfg = write_config("cpu_pc.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n"
+                                    "parallelism_config:\n  parallelism_config_tp_size: 2\n");
+    const char *cpu_pc[] = {ACCEL, "launch", "-q", "--config_file", pcfg, "--cpu", "/usr/bin/env", NULL};
+    CHECK(run(cpu_pc, NULL) == 0);
+    CHECK(!strstr(OUT, "PARALLELISM_CONFIG") && !strstr(ERR, "warning"));
+    /* argparse drops a "--" right after the script: the program gets `x`, not `-- x` */
+    const char *dash[] = {ACCEL, "launch", "-q", "--num_processes", "1", "/bin/echo", "--", "--x", "--", NULL};
+    CHECK(run(dash, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "--x --\n");
+    CHECK(!strstr(OUT, "-- --x"));
+    /* Accelerate's dynamo flags, exported as it does: the flag over dynamo_config */
+    const char *cfg = write_config("dyn_flags.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1\ndynamo_config:\n"
+                                   "  dynamo_mode: reduce-overhead\n  dynamo_use_fullgraph: true\n");
+    const char *flags[] = {ACCEL, "launch", "--config_file", cfg, "--dynamo_mode", "max-autotune",
+                           "--dynamo-use-dynamic", "/usr/bin/env", NULL};
+    CHECK(run(flags, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_MODE=max-autotune\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_DYNAMIC=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_FULLGRAPH=True\n");
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=False\n");
+    const char *regional[] = {ACCEL, "launch", "--dynamo_use_regional_compilation", "/usr/bin/env", NULL};
+    CHECK(run(regional, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=True\n");
+    const char *bad_mode[] = {ACCEL, "launch", "--dynamo_mode", "fast", "/usr/bin/env", NULL};
+    CHECK(run(bad_mode, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "argument --dynamo_mode/--dynamo-mode: invalid choice: 'fast'");
+    /* multi-GPU on one machine with one --gpu_ids: Accelerate's refusal (accel ran it) */
+    const char *gpus_cfg = write_config("one_gpu.yaml", "distributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: '0'\n");
+    const char *one_gpu[] = {ACCEL, "launch", "--config_file", gpus_cfg, "/usr/bin/env", NULL};
+    CHECK(run(one_gpu, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "Less than two GPU ids were configured and tried to run on multiple GPUs");
+    const char *two_gpus[] = {ACCEL, "launch", "--config_file", gpus_cfg, "--gpu_ids", "0,1", "/usr/bin/env", NULL};
+    CHECK(run(two_gpus, NULL) == 0);
+    CHECK_STR_CONTAINS(OUT, "CUDA_VISIBLE_DEVICES=0,1\n");
+    const char *flag_gpu[] = {ACCEL, "launch", "--multi_gpu", "--num_processes", "2", "--gpu_ids", "1", "/usr/bin/env",
+                              NULL};
+    CHECK(run(flag_gpu, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "Less than two GPU ids");
+    /* --dynamo_backend takes exactly `no`, as Accelerate's lower-case choices */
+    const char *dyn[] = {ACCEL, "launch", "--dynamo_backend", "NO", "/usr/bin/env", NULL};
+    CHECK(run(dyn, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "--dynamo_backend NO is not supported");
 }
 
 /* Issue #11: a .py PROGRAM runs with --python, else $PYTHON, else the
@@ -932,6 +1031,7 @@ int main(void) {
     RUN(test_fp8_flag_errors);
     RUN(test_fp8_reaches_accelerator);
     RUN(test_python_interpreter);
+    RUN(test_launch_sweep_finds);
     cli_scratch_remove(TMP);
     return check_summary();
 }

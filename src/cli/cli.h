@@ -191,10 +191,10 @@ bool launch_export_fp8(env_list *e, const launch_settings *ls, const cv *fp8_con
 /* fp8_config's keys (with or without "fp8_") and value types; false + err naming the key. */
 bool cfg_check_fp8_config(const cv *fp8_config, const char *path, char *err, size_t errn);
 
-/* The choices of --fp8_backend, --fp8_format, --fp8_amax_compute_algo and
- * --fp8_opt_level, NULL-terminated; the config wizard offers the same. */
-extern const char *const CLI_FP8_BACKENDS[], *const CLI_FP8_FORMATS[], *const CLI_FP8_ALGOS[],
-    *const CLI_FP8_OPT_LEVELS[];
+/* The choices of --fp8_backend, --fp8_format and --fp8_amax_compute_algo
+ * (Accelerate 1.16's: MS-AMP and its --fp8_opt_level are gone),
+ * NULL-terminated; the config wizard offers the same. */
+extern const char *const CLI_FP8_BACKENDS[], *const CLI_FP8_FORMATS[], *const CLI_FP8_ALGOS[];
 
 /* ---------------------------------------------------------------- machine (cli_env.c) */
 /* Whether this machine has a GPU (NVIDIA or AMD device nodes / driver

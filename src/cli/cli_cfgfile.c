@@ -832,6 +832,7 @@ static bool type_ok(const key_spec *ks, const cv *v) {
 }
 
 bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
+    bool empty = root->n == 0; /* before the defaults below fill it */
     /* Legacy keys first (they are not in the key set). */
     cv *fp16 = cv_get(root, "fp16");
     if (fp16) {
@@ -890,7 +891,10 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
     }
     cv *dt = cv_get(root, "distributed_type");
     if (!dt || dt->t != CV_STR) {
-        snprintf(err, errn, "A `distributed_type` must be specified in the config file.");
+        if (empty) /* Accelerate fails on it with a traceback ('NoneType' object has no attribute 'get') */
+            snprintf(err, errn, "The config file at %s is empty: a `distributed_type` must be specified in it.", path);
+        else
+            snprintf(err, errn, "A `distributed_type` must be specified in the config file (%s).", path);
         return false;
     }
     if (!cv_get(root, "num_processes") || cv_get(root, "num_processes")->t == CV_NULL)

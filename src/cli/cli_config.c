@@ -135,7 +135,7 @@ static cv *ask_fp8(void) {
     static const char *const GEMMS[] = {"fprop", "dgrad", "wgrad"};
     cv *f = cv_new(CV_MAP);
     int b = ask_menu("Which FP8 backend do you want to use?", CLI_FP8_BACKENDS, choices(CLI_FP8_BACKENDS), 0);
-    char name[16]; /* the wizard writes the backend in upper case: AO, TE, MSAMP */
+    char name[16]; /* the wizard writes the backend in upper case: AO, TE */
     snprintf(name, sizeof name, "%s", CLI_FP8_BACKENDS[b]);
     for (char *c = name; *c; c++)
         if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
@@ -163,10 +163,6 @@ static cv *ask_fp8(void) {
             cv_append(o, cv_bool(any && ask_yes_no(q, false)));
         }
         cv_set(f, "override_linear_precision", o);
-    } else if (!strcmp(CLI_FP8_BACKENDS[b], "msamp")) {
-        int level = ask_menu("Which optimization level should be used?", CLI_FP8_OPT_LEVELS,
-                             choices(CLI_FP8_OPT_LEVELS), 1);
-        cv_set(f, "optimization_level", cv_str(CLI_FP8_OPT_LEVELS[level]));
     } else {
         cv_set(f, "enable_fsdp_float8_all_gather",
                cv_bool(ask_yes_no("Do you want to enable FSDP2 float8 all gather? This is recommended for better "

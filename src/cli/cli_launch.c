@@ -62,6 +62,12 @@ static const cli_opt OPTS[] = {
     {"rdzv_conf", 0, true, "RDZV_CONF", "Additional rendezvous configuration (<key1>=<value1>,...); accepted, unused."},
     {"role", 0, true, "ROLE", "User-defined role for the workers (ROLE_NAME)."},
     {"dynamo_backend", 0, true, "DYNAMO_BACKEND", "Only `no` (torch dynamo does not exist in accel)."},
+    {"dynamo_mode", 0, true, "{default,reduce-overhead,max-autotune}",
+     "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_MODE); accel compiles nothing."},
+    {"dynamo_use_fullgraph", 0, false, NULL, "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_FULLGRAPH)."},
+    {"dynamo_use_dynamic", 0, false, NULL, "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_DYNAMIC)."},
+    {"dynamo_use_regional_compilation", 0, false, NULL,
+     "Exported for a launched PyTorch script (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION)."},
     {"enable_cpu_affinity", 0, false, NULL, "Pin workers to cores (ACCELERATE_CPU_AFFINITY=1)."},
     {"use_deepspeed", 0, false, NULL, "Use ZeRO sharding (accel's DeepSpeed-compatible implementation)."},
     {"use_fsdp", 0, false, NULL, "Use fully sharded data parallelism."},
@@ -216,6 +222,9 @@ static void env_int(env_list *e, const char *key, long v) {
     env_add(e, key, b);
 }
 
+/* The value of flag `name` (NULL: not given). */
+#define FLAG(ls, name) ((ls)->vals[cli_idx((ls)->opts, (ls)->nopts, name)])
+
 /* The variables every worker of the job gets (the per-rank ones are added by
  * plan_worker): accel's ACCEL_* contract and what `accelerate launch` exports. */
 static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, bool mp_from_config) {
@@ -233,6 +242,12 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     env_int(e, "ACCEL_GRADIENT_ACCUMULATION_STEPS", L->grad_accum);
     env_add(e, "ACCEL_USE_CPU", L->cpu ? "1" : "0");
     env_add(e, "ACCELERATE_USE_CPU", L->cpu ? "True" : "False");
+    if (L->cpu) { /* Intel OpenMP's pinning, as Accelerate's simple launcher sets it for CPU training */
+        env_add(e, "KMP_AFFINITY", "granularity=fine,compact,1,0");
+        env_add(e, "KMP_BLOCKTIME", "1");
+    }
+    /* torchrun's agent: an NCCL error tears the worker down (the caller's value wins) */
+    if (!getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env_add(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     if (L->debug) {
         env_add(e, "ACCEL_DEBUG_MODE", "1");
         env_add(e, "ACCELERATE_DEBUG_MODE", "true");
@@ -257,17 +272,22 @@ static bool job_env(launch_cfg *L, const launch_settings *ls, const cv *cfg, boo
     if (!L->deepspeed) {
         /* What Accelerate's launchers (all but its DeepSpeed one) export for
          * the program's Accelerator: accel has no dynamo, so the backend is
-         * NO; the config's mode and switches are passed as given. */
-        static const char *const SWITCHES[][2] = {{"dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH"},
-                                                  {"dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC"},
-                                                  {"dynamo_use_regional_compilation",
-                                                   "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"}};
+         * NO; the mode and switches are passed as given (flag, else
+         * dynamo_config), and _USE_DYNAMIC only when set (its flag's default is None). */
+        static const struct {
+            const char *key, *env;
+            bool when_unset; /* exported (False) without the key: the flag's default is False, not None */
+        } SWITCHES[] = {{"dynamo_use_fullgraph", "ACCELERATE_DYNAMO_USE_FULLGRAPH", true},
+                        {"dynamo_use_dynamic", "ACCELERATE_DYNAMO_USE_DYNAMIC", false},
+                        {"dynamo_use_regional_compilation", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", true}};
         const cv *dc = cv_get(cfg, "dynamo_config");
         env_add(e, "ACCELERATE_DYNAMO_BACKEND", "NO");
-        env_add(e, "ACCELERATE_DYNAMO_MODE", cfg_s(dc, "dynamo_mode") ? cfg_s(dc, "dynamo_mode") : "default");
-        for (int k = 0; k < 3; k++) {
-            const cv *b = cv_get(dc, SWITCHES[k][0]);
-            env_add(e, SWITCHES[k][1], b && b->t == CV_BOOL && b->b ? "True" : "False");
+        const char *mode = FLAG(ls, "dynamo_mode") ? FLAG(ls, "dynamo_mode") : cfg_s(dc, "dynamo_mode");
+        env_add(e, "ACCELERATE_DYNAMO_MODE", mode ? mode : "default");
+        for (size_t k = 0; k < sizeof SWITCHES / sizeof *SWITCHES; k++) {
+            const cv *b = cv_get(dc, SWITCHES[k].key);
+            bool flag = FLAG(ls, SWITCHES[k].key), set = flag || (b && b->t == CV_BOOL);
+            if (set || SWITCHES[k].when_unset) env_add(e, SWITCHES[k].env, flag || (set && b->b) ? "True" : "False");
         }
     }
     if (L->log_with) env_add(e, "ACCEL_LOG_WITH", L->log_with);
@@ -463,11 +483,20 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     L->fsdp = V("use_fsdp") || (!paradigm_flag && dtype && !strcmp(dtype, "FSDP"));
     /* Accelerate takes these two from the config unless a paradigm flag
      * (--cpu is none) was given: a non-empty parallelism_config, and
-     * distributed_type MEGATRON_LM */
+     * distributed_type MEGATRON_LM; but --cpu then runs its simple launcher,
+     * which exports neither (the sweep's find: accel exported both) */
     bool config_paradigm = !V("multi_gpu") && !V("use_deepspeed") && !V("use_fsdp") && !V("use_megatron_lm");
     const cv *pcfg = cfg ? cv_get(cfg, "parallelism_config") : NULL;
     L->parallelism = V("use_parallelism_config") || (config_paradigm && pcfg && pcfg->t == CV_MAP && pcfg->n);
     L->megatron = V("use_megatron_lm") || (config_paradigm && dtype && !strcmp(dtype, "MEGATRON_LM"));
+    if (V("cpu") && (L->parallelism || L->megatron)) {
+        if (!L->quiet)
+            fprintf(stderr, "accel launch: warning: --cpu: %s is off, as under Accelerate's launcher (its simple "
+                            "launcher, which --cpu chooses, exports no %s variables)\n",
+                    L->megatron ? "Megatron-LM" : "the parallelism config",
+                    L->megatron ? "MEGATRON_LM_*" : "PARALLELISM_CONFIG_*");
+        L->parallelism = L->megatron = false;
+    }
     /* nested dicts: copied unless the flag was given */
     const cv *ds = cfg ? cv_get(cfg, "deepspeed_config") : NULL, *fs = cfg ? cv_get(cfg, "fsdp_config") : NULL;
     L->ds_file = V("deepspeed_config_file") ? V("deepspeed_config_file")
@@ -511,17 +540,34 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
         fprintf(stderr, "accel launch: error: --module and --no_python cannot be used together\n");
         return 2;
     }
-    /* Any case, as Accelerate's mixed_precision.lower() */
+    /* The config's value in any case, as Accelerate's mixed_precision.lower();
+     * the flag's exactly, as its argparse choices (it refuses `--mixed_precision FP16`) */
     static const char *const PRECISIONS[] = {"no", "fp16", "bf16", "fp8"};
     L->mixed_precision[0] = 0;
     for (size_t i = 0; i < sizeof PRECISIONS / sizeof *PRECISIONS; i++)
-        if (!strcasecmp(mp, PRECISIONS[i])) snprintf(L->mixed_precision, sizeof L->mixed_precision, "%s", PRECISIONS[i]);
+        if (!(mp_from_config ? strcasecmp : strcmp)(mp, PRECISIONS[i]))
+            snprintf(L->mixed_precision, sizeof L->mixed_precision, "%s", PRECISIONS[i]);
+    if (!L->mixed_precision[0] && !mp_from_config) {
+        fprintf(stderr, "usage: %s\naccel launch: error: argument --mixed_precision/--mixed-precision: invalid choice: "
+                        "'%s' (choose from 'no', 'fp16', 'bf16', 'fp8')\n", USAGE, mp);
+        return 2;
+    }
     if (!L->mixed_precision[0]) {
         fprintf(stderr, "accel launch: error: Unknown mixed_precision mode: %s. Choose between ['no', 'fp8', 'fp16', 'bf16'].\n",
                 mp);
         return 2;
     }
-    if (V("dynamo_backend") && strcasecmp(V("dynamo_backend"), "no")) {
+    static const char *const DYNAMO_MODES[] = {"default", "reduce-overhead", "max-autotune"};
+    bool mode_ok = !V("dynamo_mode");
+    for (size_t i = 0; i < sizeof DYNAMO_MODES / sizeof *DYNAMO_MODES && !mode_ok; i++)
+        mode_ok = !strcmp(V("dynamo_mode"), DYNAMO_MODES[i]);
+    if (!mode_ok) {
+        fprintf(stderr, "usage: %s\naccel launch: error: argument --dynamo_mode/--dynamo-mode: invalid choice: '%s' "
+                        "(choose from 'default', 'reduce-overhead', 'max-autotune')\n", USAGE, V("dynamo_mode"));
+        return 2;
+    }
+    /* exactly `no`: Accelerate's argparse refuses `NO` too (its choices are lower case) */
+    if (V("dynamo_backend") && strcmp(V("dynamo_backend"), "no")) {
         fprintf(stderr, "accel launch: error: --dynamo_backend %s is not supported: accel has no torch dynamo; "
                         "only `no` is accepted\n", V("dynamo_backend"));
         return 2;
@@ -553,6 +599,14 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
     }
     if (V("multi_gpu") && L->num_processes < 2) {
         fprintf(stderr, "accel launch: error: You need to use at least 2 processes to use `--multi_gpu`.\n");
+        return 2;
+    }
+    /* Accelerate's check (made where it reads a config file; accel makes it always): each local
+     * rank of a multi-GPU job takes a GPU of its own among those --gpu_ids leaves visible */
+    bool multi_gpu = V("multi_gpu") || (!paradigm_flag && dtype && !strcmp(dtype, "MULTI_GPU"));
+    if (multi_gpu && L->num_machines <= 1 && L->gpu_ids && strcmp(L->gpu_ids, "all") && !strchr(L->gpu_ids, ',')) {
+        fprintf(stderr, "accel launch: error: Less than two GPU ids were configured and tried to run on multiple "
+                        "GPUs. Please ensure at least two are specified for `--gpu_ids`, or use `--gpu_ids='all'`.\n");
         return 2;
     }
     if (L->num_machines > 1 && !L->ip) {
@@ -611,6 +665,10 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                         "\t`--num_processes` was set to a value of `1`\n"
                         "To avoid this warning pass in values for each of the problematic parameters or run `accel config`.\n");
     L->prog_argv = argv + first;
+    /* argparse takes a "--" right after the script as its end of options and
+     * drops it: `accelerate launch s.py -- --x` runs `s.py --x` (the sweep's find) */
+    if (L->prog_argv[1] && !strcmp(L->prog_argv[1], "--"))
+        memmove(L->prog_argv + 1, L->prog_argv + 2, (size_t)(argc - first - 1) * sizeof *argv);
     if (!choose_python(L, V("python"))) return 2;
     launch_settings ls = {opts, nopts, v};
     if (!job_env(L, &ls, cfg, mp_from_config)) return 2;

@@ -113,13 +113,12 @@ static const setting DEEPSPEED[] = {
  * library reads first) when mixed_precision is fp8, with the argparse default
  * when neither flag nor fp8_config sets it. The config wizard asks the same
  * choices (cli.h). */
-const char *const CLI_FP8_BACKENDS[] = {"ao", "te", "msamp", NULL};
+const char *const CLI_FP8_BACKENDS[] = {"ao", "te", NULL};
 const char *const CLI_FP8_FORMATS[] = {"HYBRID", "E4M3", "E5M2", NULL};
 const char *const CLI_FP8_ALGOS[] = {"max", "most_recent", NULL};
-const char *const CLI_FP8_OPT_LEVELS[] = {"O1", "O2", NULL};
 
 static const setting FP8[] = {
-    {"fp8_backend", "FP8_BACKEND", NULL, K_CHOICE, false, "{ao,te,msamp}",
+    {"fp8_backend", "FP8_BACKEND", NULL, K_CHOICE, false, "{ao,te}",
      "FP8 backend (ACCELERATE_FP8_BACKEND; accel runs te, TransformerEngine's recipe, and refuses the others).",
      NULL, CLI_FP8_BACKENDS},
     {"fp8_use_autocast_during_eval", "FP8_USE_AUTOCAST_DURING_EVAL", "False", K_STORE_TRUE, false, NULL,
@@ -138,9 +137,6 @@ static const setting FP8[] = {
     {"fp8_override_linear_precision", "FP8_OVERRIDE", "False,False,False", K_BOOL3, false, "FPROP,DGRAD,WGRAD",
      "Run these GEMMs in higher precision, three booleans (ACCELERATE_FP8_OVERRIDE_FPROP/DGRAD/WGRAD; accel "
      "refuses true).", NULL, NULL},
-    {"fp8_opt_level", "FP8_OPT_LEVEL", "O2", K_CHOICE, false, "{O1,O2}",
-     "MS-AMP optimization level (ACCELERATE_FP8_OPT_LEVEL; for --fp8_backend msamp).", "optimization_level",
-     CLI_FP8_OPT_LEVELS},
     {"fp8_enable_fsdp_float8_all_gather", "FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "1", K_STR_TO_BOOL, false,
      "{true,false}",
      "torchao FSDP2 float8 all-gather (ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER; for --fp8_backend ao).", NULL,
@@ -444,17 +440,45 @@ static void warn_unknown_keys(const cv *section, const setting *table, size_t n,
     }
 }
 
+/* Python's bool() of the value Accelerate's launcher holds for s: the flag's
+ * string (any non-empty one is true, 'false' too), else the config's value as
+ * read (0, false and '' are false; 'no' is true), else the default. */
+static bool py_truthy(const setting *s, const launch_settings *ls, const cv *section, const char *prefix) {
+    const char *flag = ls->vals[cli_idx(ls->opts, ls->nopts, s->name)];
+    if (flag) return flag[0] != 0;
+    const cv *v = config_value(section, s, prefix);
+    if (!v) return s->dflt && accel__str_to_bool(s->dflt, strlen(s->dflt)) == 1;
+    switch (v->t) {
+    case CV_BOOL: return v->b;
+    case CV_INT: return v->i != 0;
+    case CV_FLOAT: return v->f != 0;
+    case CV_STR: return v->s[0] != 0;
+    default: return v->n != 0;
+    }
+}
+
 bool launch_export_fsdp(env_list *e, const launch_settings *ls, const cv *fsdp_config, bool quiet, char *err,
                         size_t errn) {
     env_add(e, "ACCELERATE_USE_FSDP", "true");
     char val[1024], cpu_ram[1024] = "", sync[1024] = "";
+    bool py_cpu_ram = false, py_sync = false;
     for (size_t i = 0; i < NFSDP; i++) {
         if (!value_of(&FSDP[i], ls, fsdp_config, "fsdp_", val, sizeof val, err, errn)) return false;
-        if (!strcmp(FSDP[i].name, "fsdp_cpu_ram_efficient_loading")) snprintf(cpu_ram, sizeof cpu_ram, "%s", val);
-        if (!strcmp(FSDP[i].name, "fsdp_sync_module_states")) snprintf(sync, sizeof sync, "%s", val);
+        if (!strcmp(FSDP[i].name, "fsdp_cpu_ram_efficient_loading")) {
+            snprintf(cpu_ram, sizeof cpu_ram, "%s", val);
+            py_cpu_ram = py_truthy(&FSDP[i], ls, fsdp_config, "fsdp_");
+        }
+        if (!strcmp(FSDP[i].name, "fsdp_sync_module_states")) {
+            snprintf(sync, sizeof sync, "%s", val);
+            py_sync = py_truthy(&FSDP[i], ls, fsdp_config, "fsdp_");
+        }
         if (val[0] || FSDP[i].dflt) env_add(e, FSDP[i].env, val);
     }
-    if (accel__str_to_bool(cpu_ram, strlen(cpu_ram)) == 1 && accel__str_to_bool(sync, strlen(sync)) == 0) {
+    /* Refused where the script's FSDP plugin would refuse it (the values as
+     * str_to_bool reads them), and where Accelerate's launcher does (its
+     * check is Python's truth of the raw values: a config's 'no' is true) */
+    if ((accel__str_to_bool(cpu_ram, strlen(cpu_ram)) == 1 && accel__str_to_bool(sync, strlen(sync)) == 0) ||
+        (py_cpu_ram && !py_sync)) {
         snprintf(err, errn, "When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`");
         return false;
     }
@@ -754,10 +778,11 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
     if (!use_pc && !quiet)
         warn_unused_settings(PARALLELISM, NPARALLELISM, ls, pc_config, NULL, "parallelism_config", v.pv,
                              "--use_parallelism_config is given, or the config file's parallelism_config has keys and "
-                             "no other paradigm flag is given");
+                             "no other paradigm flag is given, and not --cpu");
     if (!use_mega && !quiet)
         warn_unused_settings(MEGATRON, NMEGATRON, ls, mega_config, NULL, "megatron_lm_config", v.mv,
-                             "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM");
+                             "--use_megatron_lm is given, or the config file says distributed_type: MEGATRON_LM, "
+                             "and not --cpu");
     /* each section used: its switch, then every setting that has a value
      * (the cp comm strategy only where there is context parallelism) */
     const struct {
@@ -778,6 +803,18 @@ bool launch_export_parallelism(env_list *e, const launch_settings *ls, const cv 
             if (sections[k].vals[i][0] && !idle) both_env_add(e, sections[k].tab[i].env, sections[k].vals[i]);
         }
     }
+    /* Accelerate 1.16's Megatron-LM switches that accel has no flag for
+     * (megatron_lm_use_custom_fsdp, ...: type=bool, default False, so always
+     * exported); giving one is refused as an unknown flag or config key. */
+    static const char *const MEGATRON_OFF[] = {"MEGATRON_LM_USE_CUSTOM_FSDP",
+                                               "MEGATRON_LM_NO_LOAD_OPTIM",
+                                               "MEGATRON_LM_EOD_MASK_LOSS",
+                                               "MEGATRON_LM_NO_SAVE_OPTIM",
+                                               "MEGATRON_LM_OPTIMIZER_CPU_OFFLOAD",
+                                               "MEGATRON_LM_USE_PRECISION_AWARE_OPTIMIZER",
+                                               "MEGATRON_LM_OVERLAP_CPU_OPTIMIZER_D2H_H2D"};
+    for (size_t i = 0; use_mega && i < sizeof MEGATRON_OFF / sizeof *MEGATRON_OFF; i++)
+        env_add(e, MEGATRON_OFF[i], "False");
     return true;
 }
 
