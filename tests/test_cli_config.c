@@ -162,6 +162,9 @@ static void test_rejections(void) {
     /* fp8_config (issue #14): keys with or without fp8_, and their types */
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
                    "unknown key `fp8_config.amax_histroy_len` (known: backend, use_autocast_during_eval,");
+    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  backend: TE\n  optimization_level: O2\n",
+                   "f1b.yaml", "has `fp8_config.optimization_level`, MS-AMP's optimization level: MS-AMP is no fp8 "
+                   "backend any more");
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_margin: two\n", "f2.yaml",
                    "bad value for `fp8_config.fp8_margin`: 'two' (expected an integer)");
     launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_format: E3M4\n", "f3.yaml",

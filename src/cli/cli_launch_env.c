@@ -580,6 +580,12 @@ bool cfg_check_fp8_config(const cv *section, const char *path, char *err, size_t
         const char *k = section->keys[i];
         const cv *v = section->items[i];
         const setting *s = setting_named(FP8, NFP8, "fp8_", k);
+        if (!s && (!strcmp(k, "optimization_level") || !strcmp(k, "fp8_opt_level") || !strcmp(k, "opt_level"))) {
+            snprintf(err, errn, "The config file at %s has `fp8_config.%s`, MS-AMP's optimization level: MS-AMP is no "
+                     "fp8 backend any more (Accelerate 1.16 dropped it; its launcher passes the key on unread): remove "
+                     "the key", path, k);
+            return false;
+        }
         if (!s) {
             char known[1024] = "";
             for (size_t j = 0; j < NFP8; j++)
