@@ -136,6 +136,25 @@ static void test_transformers_map_keys(void) {
     expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,embed_out:cpu", "'embed_out'");
 }
 
+/* from_pretrained keeps BERT's embeddings on one device, as transformers'
+ * _no_split_modules (BertEmbeddings, BertLayer) has Accelerate place them:
+ * a cpu budget that holds the word embeddings but not all of BertEmbeddings
+ * (with room kept for the largest unsplit module) puts them all on the disk,
+ * as transformers 5.25's from_pretrained does with these budgets
+ * ({"": "disk"}). */
+static void test_bert_embeddings_unsplit(void) {
+    accel_max_memory mm = {0};
+    CHECK(accel_max_memory_set(&mm, "cpu", "40000") == ACCEL_OK);
+    CHECK(accel_max_memory_set(&mm, "disk", "10000000") == ACCEL_OK);
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_bert_from_pretrained_dispatched("data/hf_bert_cls", NULL, "sequential", &mm, NULL, &d);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    const char *where = d ? accel_dispatched_placement(d, "bert.embeddings.word_embeddings.weight") : NULL;
+    CHECK_STR_CONTAINS(where ? where : "(none)", "disk");
+    accel_dispatched_free(d);
+    accel_module_free(m);
+}
+
 /* A larger random model (~29 MB f32) saved once for the memory comparison. */
 static void save_random_model(const char *dir) {
     accel_llama_config cfg = accel_llama_config_default();
@@ -356,6 +375,7 @@ int main(int argc, char **argv) {
     g_self = argv[0];
     RUN(test_map_errors);
     RUN(test_transformers_map_keys);
+    RUN(test_bert_embeddings_unsplit);
     RUN(test_offload_same_logits_less_memory);
     RUN(test_strict_and_key_reports);
     RUN(test_corrupt_checkpoints);
