@@ -121,13 +121,23 @@ endif()
 
 # The probe tools/sweep_device_maps.py drives: two maps of the Qwen2 fixture as Accelerate's
 # infer_auto_device_map places them (after get_balanced_memory for balanced_low_0; computed by
-# the sweep's peer_map), and a missing directory named.
+# the sweep's peer_map), a missing directory named, and the BERT classifier's with GPU 0 able to
+# hold its word embeddings but not all of BertEmbeddings, which transformers' _no_split_modules
+# keeps whole: Accelerate's {"": 1} (a BertLayer-only no_split put the word embeddings on 0).
 if(TARGET device_map_probe)
   add_test(NAME bigmodel_device_map_probe COMMAND sh -c
-           "printf 'data/hf_arch_qwen2\\tsequential\\t0=20000,1=30000,cpu=100000\\ndata/hf_arch_qwen2\\tbalanced_low_0\\t0=40000,1=40000,cpu=100000\\nnot_there\\tauto\\t\\n' | $<TARGET_FILE:device_map_probe>"
+           "printf 'data/hf_arch_qwen2\\tsequential\\t0=20000,1=30000,cpu=100000\\ndata/hf_arch_qwen2\\tbalanced_low_0\\t0=40000,1=40000,cpu=100000\\nnot_there\\tauto\\t\\ndata/hf_bert_cls\\tsequential\\t0=40000,1=100000,cpu=100000\\tBertForSequenceClassification\\n' | $<TARGET_FILE:device_map_probe>"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(bigmodel_device_map_probe PROPERTIES PASS_REGULAR_EXPRESSION
-    "^{\"model.embed_tokens\": 1, \"model.norm\": \"cpu\", \"lm_head\": \"cpu\", \"model.layers\": \"cpu\"}\n{\"model.embed_tokens\": 1, \"model.layers.0\": 1, \"model.layers.1\": \"cpu\", \"model.norm\": \"cpu\", \"lm_head\": \"cpu\"}\nERROR not_there: no such file\n$")
+    "^{\"model.embed_tokens\": 1, \"model.norm\": \"cpu\", \"lm_head\": \"cpu\", \"model.layers\": \"cpu\"}\n{\"model.embed_tokens\": 1, \"model.layers.0\": 1, \"model.layers.1\": \"cpu\", \"model.norm\": \"cpu\", \"lm_head\": \"cpu\"}\nERROR not_there: no such file\n{\"\": 1}\n$")
+  # --load: the map transformers 5.25's from_pretrained made for the BERT classifier over
+  # max_memory {cpu: 60000, disk} (its hf_device_map, with the root's dropout) places each weight
+  # where its entry says; a map of another head names modules that head lacks.
+  add_test(NAME bigmodel_device_map_probe_load COMMAND sh -c
+           "printf 'data/hf_bert_cls\\tdata/device_maps/bert_cls_hf.json\\tBertForSequenceClassification\\ndata/hf_bert_cls\\tdata/device_maps/bert_cls_hf.json\\tBertForMaskedLM\\n' | $<TARGET_FILE:device_map_probe> --load"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(bigmodel_device_map_probe_load PROPERTIES PASS_REGULAR_EXPRESSION
+    "^{\"bert.embeddings.word_embeddings.weight\": \"cpu\", [^\n]*\"bert.embeddings.LayerNorm.bias\": \"cpu\", \"bert.encoder.layer.0.attention.self.query.weight\": \"disk\", [^\n]*\"bert.pooler.dense.bias\": \"disk\", \"classifier.weight\": \"disk\", \"classifier.bias\": \"disk\"}\nERROR [^\n]*device_map keys do not match any submodule or tensor of the model: \\['bert.pooler', 'classifier'\\]\n$")
 endif()
 
 # bigmodel_estimate_memory_NAME: `accel estimate-memory data/DIR ARGS...`

@@ -75,11 +75,9 @@ static void test_map_errors(void) {
     accel_module_free(m);
 }
 
-/* Loads dir with map_spec (which must load) and returns whether the tensor
- * name stayed on meta: offloaded to the disk. */
-static bool loads_with_on_disk(const char *dir, const char *map_spec, const char *name) {
-    accel_module *m = NULL;
-    accel_dispatched *d = load(dir, map_spec, &m);
+/* Whether the load of map_spec (which must load: d) left the tensor name on
+ * meta: offloaded to the disk. Frees d and m. */
+static bool loaded_on_disk(accel_dispatched *d, accel_module *m, const char *map_spec, const char *name) {
     CHECK_MSG(d != NULL, "map %s: %s", map_spec, accel_last_error());
     accel_tensor *w = m ? accel_module_get_tensor(m, name) : NULL;
     bool on_disk = w && w->device.type == ACCEL_DEV_META;
@@ -88,12 +86,28 @@ static bool loads_with_on_disk(const char *dir, const char *map_spec, const char
     return on_disk;
 }
 
+static bool loads_with_on_disk(const char *dir, const char *map_spec, const char *name) {
+    accel_module *m = NULL;
+    accel_dispatched *d = load(dir, map_spec, &m);
+    return loaded_on_disk(d, m, map_spec, name);
+}
+
+/* The same through accel_bert_from_pretrained_dispatched. */
+static bool bert_loads_with_on_disk(const char *dir, const char *map_spec, const char *name) {
+    accel_device_map *map = accel_device_map_parse(map_spec);
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_bert_from_pretrained_dispatched(dir, map, NULL, NULL, NULL, &d);
+    accel_device_map_free(map);
+    return loaded_on_disk(d, m, map_spec, name);
+}
+
 /* A map transformers made (json.dump(model.hf_device_map)) names modules
  * accel's model lacks on purpose, none holding a weight: the rotary
- * embedding wherever the model is split, dropouts; and transformers 5 calls
- * GPT-NeoX's head lm_head (embed_out in its checkpoints and in accel). They
- * load, the head placed as the map says; a typo above such a name is still
- * refused. */
+ * embedding wherever the model is split, dropouts, activations (also the
+ * root's own: BertForSequenceClassification's dropout); and transformers 5
+ * calls GPT-NeoX's head lm_head (embed_out in its checkpoints and in accel).
+ * They load, the head placed as the map says; a typo above such a name is
+ * still refused, and so are lm_head and embed_out on two devices. */
 static void test_transformers_map_keys(void) {
     CHECK(loads_with_on_disk("data/hf_llama_basic",
                              "model.embed_tokens:cpu,model.layers:cpu,model.norm:disk,model.rotary_emb:disk,"
@@ -104,10 +118,41 @@ static void test_transformers_map_keys(void) {
                              "gpt_neox.final_layer_norm:cpu,gpt_neox.rotary_emb:cpu,lm_head:disk",
                              "embed_out.weight"));
     CHECK(!loads_with_on_disk("data/hf_arch_neox", "gpt_neox:cpu,lm_head:cpu", "embed_out.weight"));
+    /* a weightless module of the root: BertForSequenceClassification's dropout, a bare model's rotary_emb */
+    CHECK(bert_loads_with_on_disk("data/hf_bert_cls",
+                                  "bert.embeddings:cpu,bert.encoder:cpu,bert.pooler.dense:cpu,"
+                                  "bert.pooler.activation:disk,dropout:disk,classifier:disk",
+                                  "classifier.weight"));
+    CHECK(loads_with_on_disk("data/hf_llama_basic", "rotary_emb:cpu,model:cpu,lm_head:disk", "lm_head.weight"));
     expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,modle.rotary_emb:cpu", "'modle.rotary_emb'");
     expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,model.rotary:cpu", "'model.rotary'");
+    /* lm_head and embed_out on GPT-NeoX: one module, so one device (in either order, as module or weight) */
+    CHECK(loads_with_on_disk("data/hf_arch_neox", "gpt_neox:cpu,embed_out:disk,lm_head:disk", "embed_out.weight"));
+    expect_load_error("data/hf_arch_neox", "gpt_neox:cpu,embed_out:cpu,lm_head:disk",
+                      "keys 'lm_head' -> 'disk' and 'embed_out' -> 'cpu' name the same module");
+    expect_load_error("data/hf_arch_neox", "gpt_neox:cpu,lm_head.weight:disk,embed_out.weight:cpu",
+                      "keys 'lm_head.weight' -> 'disk' and 'embed_out.weight' -> 'cpu' name the same module");
     /* lm_head is no alias where the model has one */
     expect_load_error("data/hf_llama_basic", "model:cpu,lm_head:cpu,embed_out:cpu", "'embed_out'");
+}
+
+/* from_pretrained keeps BERT's embeddings on one device, as transformers'
+ * _no_split_modules (BertEmbeddings, BertLayer) has Accelerate place them:
+ * a cpu budget that holds the word embeddings but not all of BertEmbeddings
+ * (with room kept for the largest unsplit module) puts them all on the disk,
+ * as transformers 5.25's from_pretrained does with these budgets
+ * ({"": "disk"}). */
+static void test_bert_embeddings_unsplit(void) {
+    accel_max_memory mm = {0};
+    CHECK(accel_max_memory_set(&mm, "cpu", "40000") == ACCEL_OK);
+    CHECK(accel_max_memory_set(&mm, "disk", "10000000") == ACCEL_OK);
+    accel_dispatched *d = NULL;
+    accel_module *m = accel_bert_from_pretrained_dispatched("data/hf_bert_cls", NULL, "sequential", &mm, NULL, &d);
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    const char *where = d ? accel_dispatched_placement(d, "bert.embeddings.word_embeddings.weight") : NULL;
+    CHECK_STR_CONTAINS(where ? where : "(none)", "disk");
+    accel_dispatched_free(d);
+    accel_module_free(m);
 }
 
 /* A larger random model (~29 MB f32) saved once for the memory comparison. */
@@ -330,6 +375,7 @@ int main(int argc, char **argv) {
     g_self = argv[0];
     RUN(test_map_errors);
     RUN(test_transformers_map_keys);
+    RUN(test_bert_embeddings_unsplit);
     RUN(test_offload_same_logits_less_memory);
     RUN(test_strict_and_key_reports);
     RUN(test_corrupt_checkpoints);

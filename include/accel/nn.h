@@ -454,6 +454,13 @@ accel_llama_config accel_llama_config_default(void);
  * "Qwen2DecoderLayer", ..., "BertLayer" (transformers' _no_split_modules, the
  * FSDP transformer layer class); NULL for other modules. */
 const char *accel_module_decoder_layer_class(const accel_module *m);
+/* transformers' _no_split_modules of the model m belongs to (as above), the
+ * classes from_pretrained keeps whole on one device: the decoder layer class
+ * and, for BERT, RoBERTa and XLM-RoBERTa, the embeddings' ("BertEmbeddings",
+ * ...). Writes them (static strings) into out and returns how many; 0 for
+ * other modules. */
+#define ACCEL_MAX_NO_SPLIT 2
+int accel_module_no_split_classes(const accel_module *m, const char *out[ACCEL_MAX_NO_SPLIT]);
 
 /* The most decoder layers accel builds: the module tree is held in memory
  * (13 modules a layer); real checkpoints have well under 200. */

@@ -129,20 +129,22 @@ static bool has_module(accel_module *root, const char *path) {
  * (accel computes the tables; transformers' hf_device_map names
  * model.rotary_emb wherever it splits the model), dropouts and activations
  * (functions in accel). A map json.dump(model.hf_device_map) wrote holds
- * them; they place nothing. The parent must be a module of root, so a typo
- * above such a name is still refused. */
+ * them; they place nothing. The parent must be a module of root (the root
+ * itself for a name without a dot: BertForSequenceClassification's dropout,
+ * a bare model's rotary_emb), so a typo above such a name is still refused. */
 static bool weightless_key(accel_module *root, const char *key) {
-    static const char *const NAMES[] = {"rotary_emb", "act", "act_fn", "activation_fn", "intermediate_act_fn",
-                                        "transform_act_fn"};
+    static const char *const NAMES[] = {"rotary_emb", "act", "act_fn", "activation", "activation_fn",
+                                        "intermediate_act_fn", "transform_act_fn"};
     const char *dot = strrchr(key, '.'), *last = dot ? dot + 1 : key;
     size_t n = strlen(last);
     bool weightless = (n >= 4 && !strcmp(last + n - 4, "drop")) || (n >= 7 && !strcmp(last + n - 7, "dropout"));
     for (size_t i = 0; !weightless && i < sizeof NAMES / sizeof *NAMES; i++) weightless = !strcmp(last, NAMES[i]);
-    if (!weightless || !dot || has_module(root, key)) return false;
+    if (!weightless || has_module(root, key)) return false;
     char parent[1024];
-    if ((size_t)(dot - key) >= sizeof parent) return false;
-    memcpy(parent, key, (size_t)(dot - key));
-    parent[dot - key] = 0;
+    size_t n_parent = dot ? (size_t)(dot - key) : 0; /* "": the root */
+    if (n_parent >= sizeof parent) return false;
+    memcpy(parent, key, n_parent);
+    parent[n_parent] = 0;
     return has_module(root, parent);
 }
 
@@ -155,6 +157,26 @@ static const char *map_key(accel_module *root, const char *key, char *buf, size_
         has_module(root, "embed_out") && (size_t)snprintf(buf, n, "embed_out%s", key + 7) < n)
         return buf;
     return key;
+}
+
+/* The caller's keys in d's map (map_key): a key and another the translation
+ * turns into it (GPT-NeoX's lm_head and embed_out) must not ask for two
+ * devices, or the later one would win without a word. */
+static accel_status translate_keys(accel_module *root, const accel_device_map *map, accel_device_map *out) {
+    for (int i = 0; i < map->n; i++) {
+        char buf[1024];
+        const char *key = map->e[i].prefix, *k = map_key(root, key, buf, sizeof buf);
+        if (!k) continue;
+        for (int j = 0; k != key && j < map->n; j++)
+            if (!strcmp(map->e[j].prefix, k) && strcmp(map->e[j].device, map->e[i].device))
+                return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                       "accel_load_checkpoint_in_model: device_map keys '%s' -> '%s' and '%s' -> "
+                                       "'%s' name the same module (transformers' '%s' is '%s' in this model) on "
+                                       "two devices",
+                                       key, map->e[i].device, k, map->e[j].device, key, k);
+        if (accel_device_map_set(out, k, map->e[i].device) != ACCEL_OK) return accel_last_status();
+    }
+    return ACCEL_OK;
 }
 
 /* Map keys must name a module or a tensor of the model (an error, where
@@ -620,11 +642,7 @@ accel_dispatched *accel__load_checkpoint_in_model(accel_module *root, const char
     d->map = accel_device_map_new();
     if (!d->map) goto fail;
     if (map) {
-        for (int i = 0; i < map->n; i++) {
-            char buf[1024];
-            const char *k = map_key(root, map->e[i].prefix, buf, sizeof buf);
-            if (k && accel_device_map_set(d->map, k, map->e[i].device) != ACCEL_OK) goto fail;
-        }
+        if (translate_keys(root, map, d->map) != ACCEL_OK) goto fail;
     } else if (accel_device_map_set(d->map, "", "cpu") != ACCEL_OK) {
         goto fail;
     }

@@ -74,8 +74,8 @@ accel_module *accel__dispatch_pretrained(accel_module *m, const char *dir, const
                                          accel_dispatched **out) {
     if (!m) return NULL;
     const accel__pretrained_load none = {0}; /* the legacy renames only */
-    const char *no_split[] = {accel_module_decoder_layer_class(m)};
-    accel_device_map_opts mo = {.no_split = no_split, .n_no_split = 1};
+    const char *no_split[ACCEL_MAX_NO_SPLIT];
+    accel_device_map_opts mo = {.no_split = no_split, .n_no_split = accel_module_no_split_classes(m, no_split)};
     accel__pretrained_load with = pl ? *pl : none;
     with.ignore_unexpected = accel__unexpected_to_ignore(m);
     accel_load_opts lo = opts ? *opts : (accel_load_opts){0};

@@ -767,14 +767,14 @@ static int estimate_memory(int argc, char **argv, const bool *joined, FILE *out)
     accel_module *base = !m ? NULL : bert ? accel_module_find(m, accel_bert_base_model_prefix(bcfg.model_type))
                                           : m->children[0];
     /* transformers' _no_split_modules: the block class, and BertModel's BertEmbeddings (RobertaEmbeddings, ...) */
-    accel_module *embeddings = bert && base ? accel_module_find(base, "embeddings") : NULL;
-    const char *no_split[] = {accel_module_decoder_layer_class(m), embeddings ? embeddings->ops->type_name : ""};
+    const char *no_split[ACCEL_MAX_NO_SPLIT] = {""};
+    int n_no_split = m ? accel_module_no_split_classes(m, no_split) : 0;
     int64_t total = 0, largest = 0, body = 0, body_largest = 0;
     accel_module_sizes *body_sizes = NULL;
     const accel__arch *arch = bert ? NULL : accel__arch_find(cfg.model_type);
     bool gemma = arch && arch->gemma_blocks;
     if (!m || accel_calculate_maximum_sizes(m, no_split, 1, &total, &largest) != ACCEL_OK ||
-        accel_calculate_maximum_sizes(base, no_split, bert ? 2 : 1, &body, &body_largest) != ACCEL_OK ||
+        accel_calculate_maximum_sizes(base, no_split, n_no_split, &body, &body_largest) != ACCEL_OK ||
         ((bert || gemma) && !(body_sizes = accel_compute_module_sizes(base, NULL, false)))) {
         fprintf(stderr, "accel estimate-memory: %s\n", accel_last_error());
         accel_module_free(m);

@@ -353,5 +353,5 @@ static bool decoder_config_dtype(const accel_module *m, accel_dtype *dt) {
     return true;
 }
 
-const accel__family accel__decoder_family = {"decoder", decoder_layer_class, accel__decoder_checkpoint_layers,
+const accel__family accel__decoder_family = {"decoder", decoder_layer_class, NULL, accel__decoder_checkpoint_layers,
                                              decoder_config_dtype, &accel__decoder_stages};

@@ -472,10 +472,16 @@ accel_module *accel_bert_new(const accel_bert_config *cfg, accel_device dev) {
     return root;
 }
 
-static const char *layer_class(const accel_module *m) {
+/* The model type of m when it is a root, a base model or a layer, else -1:
+ * the modules the family row answers for. */
+static int family_type(const accel_module *m) {
     int t = type_of(m, -1);
     if (t < 0) t = type_of(m, K_MODEL);
-    if (t < 0) t = type_of(m, K_LAYER);
+    return t >= 0 ? t : type_of(m, K_LAYER);
+}
+
+static const char *layer_class(const accel_module *m) {
+    int t = family_type(m);
     return t >= 0 ? OPS[t][K_LAYER].type_name : NULL;
 }
 
@@ -562,8 +568,8 @@ static const int64_t *roberta_positions(accel_tensor *ids, const accel_bert_conf
 
 /* word + token type + position embeddings, LayerNorm, dropout: [B, T, C].
  * positions: RoBERTa's [B, T] (host), NULL for BERT's 0 .. T - 1. */
-static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
-                                        const int64_t *positions, const accel_bert_config *c) {
+static accel_tensor *embeddings_body(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
+                                     const int64_t *positions, const accel_bert_config *c) {
     accel_module **p = emb->children;
     const int *at = EMB_AT[is_roberta(c)];
     int64_t B = ids->shape[0], T = ids->shape[1];
@@ -582,6 +588,16 @@ static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, ac
     h = accel_add(h, pos ? accel_module_call(p[at[EMB_POS]], pos) : NULL); /* [B, T, C] + [B, T, C] or [T, C] */
     h = accel_module_call(p[at[EMB_NORM]], h);
     return accel_dropout(h, c->hidden_dropout_prob, emb->training, NULL);
+}
+
+/* The embeddings inside their own hooks: a device map keeps BertEmbeddings
+ * whole (transformers' _no_split_modules), and then its hook brings its
+ * weights in, as one block. */
+static accel_tensor *embeddings_forward(accel_module *emb, accel_tensor *ids, accel_tensor *tt,
+                                        const int64_t *positions, const accel_bert_config *c) {
+    if (accel_module_enter(emb, &ids) != ACCEL_OK) return NULL;
+    accel_tensor *h = ids ? embeddings_body(emb, ids, tt, positions, c) : NULL;
+    return accel_module_exit(emb, &h) == ACCEL_OK ? h : NULL;
 }
 
 /* x [B, T, C] -> [B, H, T, D]. */
@@ -649,6 +665,14 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
+/* BertModel's _no_split_modules holds its embeddings too (BertEmbeddings,
+ * RobertaEmbeddings, XLMRobertaEmbeddings): from_pretrained keeps them on one
+ * device. */
+static const char *embeddings_class(const accel_module *m) {
+    int t = family_type(m);
+    return t >= 0 ? OPS[t][K_EMB].type_name : NULL;
+}
+
 static bool checkpoint_layers(accel_module *m, bool enable) {
     if (!is_root(m) && !is_model(m)) return false;
     if (is_root(m)) m = m->children[base_index(m->impl)];
@@ -657,7 +681,8 @@ static bool checkpoint_layers(accel_module *m, bool enable) {
     return true;
 }
 
-const accel__family accel__bert_family = {"bert", layer_class, checkpoint_layers, config_dtype, NULL};
+const accel__family accel__bert_family = {"bert", layer_class, embeddings_class, checkpoint_layers, config_dtype,
+                                          NULL};
 
 static accel_module *bert_model_of(accel_module *m, const char *fn) {
     if (is_root(m)) return m->children[base_index(m->impl)];

@@ -50,6 +50,9 @@ typedef struct accel__family {
      * _no_split_modules, FSDP's transformer layer class) when m is one of the
      * family's modules, else NULL: also how a module's family is found. */
     const char *(*layer_class)(const accel_module *m);
+    /* The other class transformers' _no_split_modules names for m's model
+     * (BERT's embeddings: BertEmbeddings, ...), else NULL; NULL: none. */
+    const char *(*unsplit_class)(const accel_module *m);
     /* When m is the family's root or its base model: sets gradient
      * checkpointing on every block and returns true; else false, m untouched. */
     bool (*checkpoint_layers)(accel_module *m, bool enable);
