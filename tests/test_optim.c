@@ -110,8 +110,8 @@ static void test_adam_bits(void) {
             const float w1 = (float)(1.0 - h.beta1), b2 = (float)h.beta2, w2 = (float)(1.0 - h.beta2);
             const float decay = adamw ? (float)(1.0 - h.lr * h.weight_decay) : 1.0f;
             const float l2 = adamw ? 0.0f : (float)h.weight_decay;
-            for (int i = 0; i < N; i++) { /* w1 < 0.5: lerp's first form; addcdiv_'s (value * m) / denom */
-                float gi = l2 != 0.0f ? g[i] + l2 * want[i] : g[i], pi = want[i] * decay;
+            for (int i = 0; i < N; i++) { /* L2 fused; w1 < 0.5: lerp's first form; addcdiv_'s (value * m) / denom */
+                float gi = l2 != 0.0f ? (float)((double)l2 * want[i] + g[i]) : g[i], pi = want[i] * decay;
                 m[i] += w1 * (gi - m[i]);
                 v[i] = v[i] * b2 + w2 * gi * gi;
                 want[i] = pi + -step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + (float)h.eps);
@@ -493,6 +493,11 @@ static void test_torch_edges(void) {
      * and 0 / 0 is NaN; -step_size * (m / 0) gave inf */
     h = (accel_optim_hparams){.lr = 1e-6, .beta1 = 0.5, .beta2 = 0.0, .eps = 0.0};
     CHECK(isnan(one_param(ACCEL_OPTIM_ADAM, &h, 0.0f, 1, (float[]){-1e-40f}, NULL)));
+    /* Adam(lr=1e-3, weight_decay=100), p 1.2212764e37, grad -inf: grad.add(param,
+     * alpha=100) is fused in torch, -inf; exp_avg -inf (unfused: NaN) */
+    h = (accel_optim_hparams){.lr = 1e-3, .weight_decay = 100.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    CHECK(isnan(one_param(ACCEL_OPTIM_ADAM, &h, 1.2212763918502001e37f, 1, (float[]){-INFINITY}, &m)));
+    CHECK(m == -INFINITY);
     /* SGD(lr=1, momentum=0.9, dampening=0.9939949099411604), p 0, grads 1 then
      * 1000: -7.90509033203125 (1 - dampening in double, as torch's alpha; in
      * float it was off by 1e-5 relative) */

@@ -14,7 +14,8 @@
  * underflowing cases (tools/sweep_optim.py compares them with torch):
  * SGD's adds with an alpha (the wd, (1-dampening), nesterov and lr terms) are
  * multiply-adds rounded once, as torch's CPU kernels fuse them (1-dampening
- * computed in double); Adam's g += wd * p only when wd != 0, m = lerp(m, g,
+ * computed in double); Adam's g += wd * p only when wd != 0, and fused too,
+ * m = lerp(m, g,
  * 1-b1) as torch's lerp (m + w*(g - m) for a weight w < 0.5, else
  * g - (g - m)*(1 - w)), and p += (-lr/(1-b1^t) * m) / denom (addcdiv_'s
  * order: the product may underflow to 0 where m / denom would not).

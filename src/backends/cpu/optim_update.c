@@ -2,7 +2,8 @@
  * (cpu_variants.h): sqrt and the two divisions of every parameter run 16
  * wide on AVX-512 and 8 on AVX2, where the library's baseline compile runs
  * them 4 wide. No multiply-add is fused (GCC fuses none in ISO C mode;
- * clang's default would, in the variants with FMA, hence the pragma): every
+ * clang's default would, in the variants with FMA, hence the pragma) but
+ * Adam's L2 term, which torch fuses, computed in double: every
  * variant computes each element with the same IEEE operations in the same
  * order and gives the same bits (test_optim checks the kernel against a
  * scalar loop under every ISA cap). AdamW was ~2% of the bf16 Llama step's
@@ -35,7 +36,7 @@ static void adam_run(const accel__adam_coef *c, float *p, float *m, float *v, co
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float pi = p[i];
-        float gi = l2 != 0.0f ? g[i] + l2 * pi : g[i];
+        float gi = l2 != 0.0f ? (float)((double)l2 * pi + g[i]) : g[i]; /* fused, as SGD's (optim_kernels.c) */
         pi *= decay;
         m[i] = (lerp_from_m ? m[i] : gi) + lerp_coef * (gi - m[i]);
         v[i] = v[i] * b2 + w2 * gi * gi;

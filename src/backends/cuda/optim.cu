@@ -46,7 +46,7 @@ __global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, 
                        accel_dtype cast_store, accel_dtype cast_dt) {
     GRID_STRIDE(i, n) {
         float pi = p[i];
-        float gi = c.l2 != 0.0f ? g[i] + c.l2 * pi : g[i];
+        float gi = c.l2 != 0.0f ? __fmaf_rn(c.l2, pi, g[i]) : g[i]; /* fused, as torch's add with alpha */
         pi *= c.decay;
         /* lerp(m, g, 1 - beta1) as PyTorch computes it (the CPU kernel says why) */
         float mi = c.w1 < 0.5f ? m[i] + c.w1 * (gi - m[i]) : gi + (c.w1 - 1.0f) * (gi - m[i]);
