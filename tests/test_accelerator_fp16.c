@@ -116,6 +116,85 @@ static void test_precision_options(void) {
     accel_clear_error();
 }
 
+/* An fp16 accelerator with GradScaler options init, growth (interval 1);
+ * NULL + error when refused. */
+static accel_accelerator *fp16_with(double init, double growth, double backoff) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "fp16";
+    o.init_scale = init;
+    o.growth_factor = growth;
+    o.backoff_factor = backoff;
+    o.growth_interval = 1;
+    return accel_accelerator_new(&o);
+}
+
+/* The loss scale after each of `steps` steps of SGD on one weight into out,
+ * b freed then; loss = w * c[s] (1e-30: a clean step even at a scale near
+ * FLT_MAX; INFINITY: one skipped). */
+static void scaled_steps(accel_accelerator *b, int steps, const float *c, double *out) {
+    accel_module *m = accel_linear_new(1, 1, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_tensor **ps;
+    CHECK(accel_module_parameters(m, &ps) == 1);
+    accel_tensor *w = ps[0];
+    accel_free(ps);
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = accel_optimizer_new_params(ACCEL_OPTIM_SGD, 1, &w, &h);
+    CHECK(accel_accelerator_prepare(b, m, opt) == ACCEL_OK);
+    for (int s = 0; s < steps; s++) {
+        accel_tensor *x = accel_from_floats(ACCEL_SHAPE(1, 1), &c[s]);
+        CHECK(accel_accelerator_backward(b, accel_sum_all(accel_mul(w, x))) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step(b, opt) == ACCEL_OK);
+        CHECK(accel_accelerator_optimizer_step_was_skipped(b) == isinf(c[s]));
+        accel_accelerator_zero_grad(b, opt);
+        out[s] = accel_accelerator_loss_scale(b);
+        accel_step_reset();
+    }
+    accel_accelerator_free(b);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+/* torch.amp.GradScaler("cpu", init_scale, growth_factor, growth_interval=1)
+ * keeps its scale in float32 (torch 2.15's get_scale() after each clean
+ * step, in the comments), which tools/sweep_optim.py found accel's double
+ * scale drifting from; and it refuses factors of 1. */
+static void test_fp16_scale_float32(void) {
+    double s[2];
+    const float clean[2] = {1e-30f, 1e-30f}, inf_then_clean[2] = {INFINITY, 1e-30f};
+    /* init 0.1, growth 1.5: 0.15000000596046448, 0.22500000894069672 (a double
+     * scale gave 0.15, 0.225) */
+    accel_accelerator *b = fp16_with(0.1, 1.5, 0.5);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    CHECK(accel_accelerator_loss_scale(b) == (double)0.1f);
+    scaled_steps(b, 2, clean, s);
+    CHECK(s[0] == 0.15000000596046448 && s[1] == 0.22500000894069672);
+    /* init 0.1, backoff 0.3, an inf step then a clean one: 0.030000001192092896,
+     * 0.06000000238418579 */
+    b = fp16_with(0.1, 2.0, 0.3);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    scaled_steps(b, 2, inf_then_clean, s);
+    CHECK(s[0] == 0.030000001192092896 && s[1] == 0.06000000238418579);
+    /* init 2^127, growth 2: a growth to inf is not taken: 1.7014118346046923e38
+     * after each (the double scale grew past FLT_MAX) */
+    b = fp16_with(0x1p127, 2.0, 0.5);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    scaled_steps(b, 2, clean, s);
+    CHECK(s[0] == 0x1p127 && s[1] == 0x1p127);
+    /* "The growth factor must be > 1.0.", "The backoff factor must be < 1.0.";
+     * torch.full((), 1e39, dtype=float32) is inf */
+    const struct { double init, growth, backoff; const char *why; } bad[] = {
+        {65536, 1.0, 0.5, "growth_factor must be > 1"},
+        {65536, 2.0, 1.0, "backoff_factor must be in (0, 1)"},
+        {1e39, 2.0, 0.5, "init_scale must be > 0 and at most float32's largest"},
+    };
+    for (int i = 0; i < 3; i++) {
+        CHECK(fp16_with(bad[i].init, bad[i].growth, bad[i].backoff) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(accel_last_error(), bad[i].why);
+        accel_clear_error();
+    }
+}
+
 /* bf16 on one process: a second accelerator after the first is freed. */
 static void test_bf16_forward(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -162,6 +241,7 @@ int main(void) {
     RUN(test_precision_options);
     accel_accelerator_free(A);
     if (N == 1) RUN(test_bf16_forward);
+    if (N == 1) RUN(test_fp16_scale_float32);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -1356,7 +1356,7 @@ static void test_optimizers(void) {
     for (int v = 0; v < 5; v++) { /* plain, weight decay, momentum (first step, later step), nesterov */
         pair *p = mk1(ACCEL_F32, n, ACC), *g = mk1(ACCEL_F32, n, IN), *buf = v >= 2 ? mk1(ACCEL_F32, n, ACC) : NULL;
         accel_k_sgd s = {.p = &p->c, .g = &g->c, .buf = buf ? &buf->c : NULL, .lr = 0.05f,
-                         .weight_decay = v == 1 || v == 4 ? 0.01f : 0.0f, .momentum = 0.9f, .dampening = v == 3 ? 0.1f : 0.0f,
+                         .weight_decay = v == 1 || v == 4 ? 0.01f : 0.0f, .momentum = 0.9f, .undamped = v == 3 ? 0.9f : 1.0f,
                          .first = v == 2, .nesterov = v == 4};
         KRUN("sgd", sgd, accel_k_sgd, s, 1e-6);
     }

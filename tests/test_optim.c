@@ -110,11 +110,11 @@ static void test_adam_bits(void) {
             const float w1 = (float)(1.0 - h.beta1), b2 = (float)h.beta2, w2 = (float)(1.0 - h.beta2);
             const float decay = adamw ? (float)(1.0 - h.lr * h.weight_decay) : 1.0f;
             const float l2 = adamw ? 0.0f : (float)h.weight_decay;
-            for (int i = 0; i < N; i++) {
-                float gi = g[i] + l2 * want[i], pi = want[i] * decay;
+            for (int i = 0; i < N; i++) { /* L2 fused; w1 < 0.5: lerp's first form; addcdiv_'s (value * m) / denom */
+                float gi = l2 != 0.0f ? (float)((double)l2 * want[i] + g[i]) : g[i], pi = want[i] * decay;
                 m[i] += w1 * (gi - m[i]);
                 v[i] = v[i] * b2 + w2 * gi * gi;
-                want[i] = pi + -step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + (float)h.eps));
+                want[i] = pi + -step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + (float)h.eps);
             }
         }
         CHECK(memcmp(p, want, sizeof p) == 0);
@@ -446,6 +446,108 @@ static void test_clip_nan(void) {
     /* and combined with others: NaN on either side (fmax kept the number) */
     CHECK(isnan(accel_grad_norm_combine(4.0, NAN, INFINITY)) && isnan(accel_grad_norm_combine(NAN, 4.0, INFINITY)));
     CHECK(accel_grad_norm_combine(4.0, 3.0, INFINITY) == 4.0 && accel_grad_norm_combine(4.0, 3.0, 2.0) == 7.0);
+}
+
+/* The one-element parameter p0 after `steps` steps of kind with hparams h
+ * taken as given (written through accel_optimizer_hparams, where zero betas
+ * and eps are values) on gradients g[0..steps); *state0 (may be NULL): its
+ * exp_avg or momentum_buffer then. */
+static float one_param(accel_optim_kind kind, const accel_optim_hparams *h, float p0, int steps, const float *g,
+                       float *state0) {
+    accel_tensor *p = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(1), ACCEL_CPU_DEVICE);
+    p->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(1), ACCEL_CPU_DEVICE);
+    ((float *)p->data)[0] = p0;
+    accel_optim_hparams made = *h;
+    made.lr = 1.0; /* lr 0 is refused when a group is made, not at a step */
+    accel_optimizer *opt = accel_optimizer_new_params(kind, 1, &p, &made);
+    CHECK(opt != NULL);
+    *accel_optimizer_hparams(opt, 0) = *h;
+    for (int s = 0; s < steps; s++) {
+        ((float *)p->grad->data)[0] = g[s];
+        CHECK(accel_optimizer_step(opt) == ACCEL_OK);
+    }
+    float out = ((float *)p->data)[0];
+    if (state0) *state0 = ((float *)opt->segs[0].state[0]->data)[0];
+    accel_optimizer_free(opt);
+    accel_tensor_free(p);
+    return out;
+}
+
+/* Cases tools/sweep_optim.py found, minimized; the numbers are torch 2.15's
+ * torch.optim.X([p], foreach=False, ...) after the same steps. */
+static void test_torch_edges(void) {
+    float m;
+    /* Adam(lr=0.1, betas=(0, 0.999)), p 1, grad inf: exp_avg.lerp_(g, 1) is
+     * g - (g - m) * 0 = NaN in torch (its form for a weight >= 0.5); m + 1 *
+     * (g - m) gave inf */
+    accel_optim_hparams h = {.lr = 0.1, .beta1 = 0.0, .beta2 = 0.999, .eps = 1e-8};
+    CHECK(isnan(one_param(ACCEL_OPTIM_ADAM, &h, 1.0f, 1, (float[]){INFINITY}, &m)));
+    CHECK(isnan(m));
+    /* Adam(lr=0.1, weight_decay=0), p inf, grad 1: torch adds no wd * p (0 * inf
+     * was NaN): p stays inf, exp_avg 0.1 */
+    h = (accel_optim_hparams){.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    CHECK(one_param(ACCEL_OPTIM_ADAM, &h, INFINITY, 1, (float[]){1.0f}, &m) == INFINITY);
+    CHECK(m == 0.10000000149011612f);
+    /* Adam(lr=1e-6, betas=(0.5, 0), eps=0), p 0, grad -1e-40 (subnormal):
+     * addcdiv_ is p + (-step_size * m) / denom, the product underflows to 0
+     * and 0 / 0 is NaN; -step_size * (m / 0) gave inf */
+    h = (accel_optim_hparams){.lr = 1e-6, .beta1 = 0.5, .beta2 = 0.0, .eps = 0.0};
+    CHECK(isnan(one_param(ACCEL_OPTIM_ADAM, &h, 0.0f, 1, (float[]){-1e-40f}, NULL)));
+    /* Adam(lr=1e-3, weight_decay=100), p 1.2212764e37, grad -inf: grad.add(param,
+     * alpha=100) is fused in torch, -inf; exp_avg -inf (unfused: NaN) */
+    h = (accel_optim_hparams){.lr = 1e-3, .weight_decay = 100.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    CHECK(isnan(one_param(ACCEL_OPTIM_ADAM, &h, 1.2212763918502001e37f, 1, (float[]){-INFINITY}, &m)));
+    CHECK(m == -INFINITY);
+    /* SGD(lr=1, momentum=0.9, dampening=0.9939949099411604), p 0, grads 1 then
+     * 1000: -7.90509033203125 (1 - dampening in double, as torch's alpha; in
+     * float it was off by 1e-5 relative) */
+    h = (accel_optim_hparams){.lr = 1.0, .momentum = 0.9, .dampening = 0.9939949099411604};
+    CHECK(one_param(ACCEL_OPTIM_SGD, &h, 0.0f, 2, (float[]){1.0f, 1000.0f}, NULL) == -7.90509033203125f);
+    /* SGD(lr=1e-3, weight_decay=100), p 1.2212764e37, grad -inf: torch's fused
+     * g + wd * p is -inf (the product, 1.2e39, is not rounded to inf), p inf;
+     * unfused inf - inf was NaN */
+    h = (accel_optim_hparams){.lr = 1e-3, .weight_decay = 100.0};
+    CHECK(one_param(ACCEL_OPTIM_SGD, &h, 1.2212763918502001e37f, 1, (float[]){-INFINITY}, NULL) == INFINITY);
+}
+
+/* clip_grad_norm_ where |g|^p leaves float32's range (torch.nn.utils.clip_grad_norm_
+ * on tensors with these grads, torch 2.15): torch's total is the f32 norm of
+ * the f32 norms; the f64 sum of every |g|^p gave finite totals, and clipped. */
+static void test_clip_float32_range(void) {
+    const struct {
+        int n[2];       /* elements of the (one or two) gradients */
+        float g[3];     /* their values, in order */
+        double max_norm, type, total;
+        float after[3]; /* the gradients after */
+    } cases[] = {
+        {{2, 0}, {1e20f, 1e20f}, 1.0, 2.0, INFINITY, {0, 0}},            /* each |g|^2 is inf in f32 */
+        {{2, 0}, {3e38f, 3e38f}, 1.0, 1.0, INFINITY, {0, 0}},            /* the f32 sum passes FLT_MAX */
+        {{2, 0}, {0.5f, 0.5f}, 0.1, 1000.0, 0.0, {0.5f, 0.5f}},          /* 0.5^1000 is 0 in f32: no clip */
+        {{2, 0}, {1e-30f, 1e-30f}, 1.0, 2.0, 0.0, {1e-30f, 1e-30f}},     /* so is (1e-30)^2 */
+        {{1, 0}, {1.2e28f}, 1.0, 2.0, 1.1999999566661952e28, {0.9999999403953552f}}, /* one element: |g| */
+        {{1, 1}, {1e20f, 1e20f}, 1.0, 2.0, INFINITY, {0, 0}},            /* the norms' squares are inf */
+        {{1, 1}, {1.5e19f, 1.5e19f}, 1.0, 2.0, INFINITY, {0, 0}},        /* their f32 sum passes FLT_MAX */
+        {{1, 1}, {3.0f, 4.0f}, 1.0, 2.0, 5.0, {0.5999999046325684f, 0.7999998331069946f}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        accel_tensor *ps[2] = {NULL, NULL};
+        int n = cases[c].n[1] ? 2 : 1, k = 0;
+        for (int t = 0; t < n; t++) {
+            ps[t] = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(cases[c].n[t]), ACCEL_CPU_DEVICE);
+            ps[t]->grad = accel_tensor_new(ACCEL_F32, ACCEL_SHAPE(cases[c].n[t]), ACCEL_CPU_DEVICE);
+            for (int i = 0; i < cases[c].n[t]; i++) ((float *)ps[t]->grad->data)[i] = cases[c].g[k + i];
+            k += cases[c].n[t];
+        }
+        double total = accel_clip_grad_norm(n, ps, cases[c].max_norm, cases[c].type);
+        CHECK_MSG(total == cases[c].total || fabs(total - cases[c].total) <= 1e-6 * cases[c].total,
+                  "case %zu: total %.17g, torch %.17g", c, total, cases[c].total);
+        k = 0;
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < cases[c].n[t]; i++, k++)
+                CHECK_MSG(((float *)ps[t]->grad->data)[i] == cases[c].after[k], "case %zu: grad %d is %.9g, torch %.9g",
+                          c, k, ((float *)ps[t]->grad->data)[i], cases[c].after[k]);
+        for (int t = 0; t < n; t++) accel_tensor_free(ps[t]);
+    }
 }
 
 /* torch.nn.utils.clip_grad_norm_ on grads [3, -4, 1] and [2, -0.5], max_norm 1.5. */
@@ -924,6 +1026,8 @@ int main(void) {
     RUN(test_duplicate_params);
     RUN(test_live_hparams);
     RUN(test_clip);
+    RUN(test_torch_edges);
+    RUN(test_clip_float32_range);
     RUN(test_schedulers);
     RUN(test_state_roundtrip);
     RUN(test_state_hparams_together);

@@ -132,7 +132,11 @@ typedef struct accel_accelerator_opts {
     int total_limit;                /* keep at most this many checkpoints (0 = all; < 0 refused) */
     /* DDP */
     int64_t bucket_cap_bytes;       /* 0: the DeepSpeed JSON's reduce_bucket_size, else 25 MiB */
-    /* GradScalerKwargs (fp16); 0: the default */
+    /* GradScalerKwargs (fp16); 0: the default. torch.amp.GradScaler's ranges:
+     * growth_factor > 1, backoff_factor in (0, 1), init_scale at most FLT_MAX
+     * (else refused, naming the option); the scale is kept in float32, as
+     * GradScaler's tensor: each growth or backoff rounded to it, a growth to
+     * inf not taken. */
     double init_scale;              /* 65536 */
     double growth_factor;           /* 2 */
     double backoff_factor;          /* 0.5 */
@@ -261,7 +265,7 @@ bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
 int64_t accel_accelerator_step(const accel_accelerator *acc);
 /* True when any prepared optimizer skipped its last step (fp16 overflow). */
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
-/* Current fp16 loss scale (1 when not fp16). */
+/* Current fp16 loss scale, a float32 value (1 when not fp16). */
 double accel_accelerator_loss_scale(const accel_accelerator *acc);
 /* The ZeRO stage in effect (0: plain DDP) and the clipping norm applied in
  * optimizer_step (0: none). */

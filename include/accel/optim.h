@@ -10,6 +10,16 @@
  *          p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
  *   AdamW: p *= 1 - lr*wd (decoupled); then Adam's update without the L2 term.
  *
+ * in torch's order of operations, which decides the non-finite and
+ * underflowing cases (tools/sweep_optim.py compares them with torch):
+ * SGD's adds with an alpha (the wd, (1-dampening), nesterov and lr terms) are
+ * multiply-adds rounded once, as torch's CPU kernels fuse them (1-dampening
+ * computed in double); Adam's g += wd * p only when wd != 0, and fused too,
+ * m = lerp(m, g,
+ * 1-b1) as torch's lerp (m + w*(g - m) for a weight w < 0.5, else
+ * g - (g - m)*(1 - w)), and p += (-lr/(1-b1^t) * m) / denom (addcdiv_'s
+ * order: the product may underflow to 0 where m / denom would not).
+ *
  * What an optimizer updates: a list of *segments*, each a contiguous run of f32
  * parameters with its f32 gradient of the same length:
  *   - tensor segments (accel_optimizer_add_params): one per parameter tensor;
@@ -203,6 +213,15 @@ void accel_named_state_free(accel_named_state *st, int n);
 /* torch.nn.utils.clip_grad_norm_: total = norm_type-norm of all gradients
  * (norm_type 2, 1, any p > 0, or INFINITY); every grad is multiplied by
  * min(1, max_norm / (total + 1e-6)). Parameters without a grad are skipped.
+ * The total is what torch computes on a CPU in float32, the norm of each
+ * gradient's norm: each |g|^p rounded to float32 (inf beyond FLT_MAX, 0 below
+ * its smallest subnormal: for p = 1000 every |g| < 0.9), a sum of them past
+ * FLT_MAX inf, a one-element gradient's norm its |g|. So grads of 1e20 have
+ * an inf 2-norm (every grad zeroed) and grads of 0.5 a 1000-norm of 0 (none
+ * clipped), as torch's; a double sum of every |g|^p gave finite totals and
+ * clipped. (The accelerator's sharded clip, accel_accelerator_clip_grad_norm
+ * under ZeRO or tensor parallelism, sums each rank's f32 terms instead of
+ * per-tensor norms, and its norm past FLT_MAX is inf likewise.)
  * max_norm must be >= 0 (a negative one would flip every gradient).
  * Returns the total norm before clipping (NAN + error on failure). A NaN in
  * a gradient makes the total NaN (for every norm_type, INFINITY's max
@@ -224,6 +243,7 @@ double accel_grad_norm_partial(const accel_tensor *g, double norm_type);
 /* combined + part, or for INFINITY the larger; a NaN on either side gives
  * NaN (fmax would drop it: a NaN gradient then gave a finite inf-norm). */
 double accel_grad_norm_combine(double combined, double part, double norm_type);
+/* combined^(1/p), or inf where combined (a sum of |g|^p) is past FLT_MAX: torch's f32 sum. */
 double accel_grad_norm_finish(double combined, double norm_type);
 double accel_clip_coef(double total_norm, double max_norm);
 

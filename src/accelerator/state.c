@@ -1,6 +1,8 @@
 /* The Accelerator's state: options and environment, process queries and
  * control, prepare of optimizers/schedulers/loaders, autocast. */
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +34,21 @@ static accel_status resolve_scaler(accel_accelerator_opts *o) {
     if (o->growth_factor == 0) o->growth_factor = 2.0;
     if (o->backoff_factor == 0) o->backoff_factor = 0.5;
     if (o->growth_interval == 0) o->growth_interval = 2000;
-    if (!(o->init_scale > 0) || !(o->growth_factor >= 1) || !(o->backoff_factor > 0 && o->backoff_factor <= 1) ||
-        o->growth_interval < 0)
+    /* torch.amp.GradScaler asserts growth_factor > 1 and backoff_factor < 1
+     * (a factor of 1 was taken here), and keeps the scale in float32: an
+     * init_scale past FLT_MAX is its inf */
+    const char *bad = !(o->init_scale > 0 && o->init_scale <= FLT_MAX) ? "init_scale must be > 0 and at most "
+                                                                         "float32's largest, 3.4e38"
+                      : !(o->growth_factor > 1 && isfinite(o->growth_factor)) ? "growth_factor must be > 1"
+                      : !(o->backoff_factor > 0 && o->backoff_factor < 1)    ? "backoff_factor must be in (0, 1)"
+                      : o->growth_interval < 0                                ? "growth_interval must be > 0"
+                                                                              : NULL;
+    if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_accelerator_new: bad fp16 scaler options (init_scale %g must be > 0, "
-                               "growth_factor %g >= 1, backoff_factor %g in (0, 1], growth_interval %lld > 0)",
-                               o->init_scale, o->growth_factor, o->backoff_factor, (long long)o->growth_interval);
+                               "accel_accelerator_new: fp16 scaler option %s, as torch.amp.GradScaler's (init_scale "
+                               "%g, growth_factor %g, backoff_factor %g, growth_interval %lld)",
+                               bad, o->init_scale, o->growth_factor, o->backoff_factor, (long long)o->growth_interval);
+    o->init_scale = (float)o->init_scale; /* GradScaler's scale is a float32 tensor */
     return ACCEL_OK;
 }
 

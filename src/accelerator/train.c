@@ -122,13 +122,17 @@ accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
     return st;
 }
 
-/* GradScaler.update */
+/* GradScaler.update (torch's _amp_update_scale_): the scale is a float32,
+ * each product rounded to it, and a growth that would make it inf is not
+ * taken (the tracker restarts all the same). A double scale drifted from
+ * torch's by its roundings (growth 1.5) and grew past FLT_MAX. */
 static void update_scale(accel_accelerator *acc) {
     if (acc->found_inf) {
-        acc->scale *= acc->o.backoff_factor;
+        acc->scale = (float)(acc->scale * acc->o.backoff_factor);
         acc->growth_tracker = 0;
     } else if (++acc->growth_tracker >= acc->o.growth_interval) {
-        acc->scale *= acc->o.growth_factor;
+        float grown = (float)(acc->scale * acc->o.growth_factor);
+        if (isfinite(grown)) acc->scale = grown;
         acc->growth_tracker = 0;
     }
 }

@@ -479,11 +479,14 @@ static inline void accel_k_sdpa_backward_dense(accel_k_sdpa_backward *b) {
 /* ---------------------------------------------------------------- optimizers */
 
 /* One SGD step on f32 contiguous p from g (PyTorch's rule): d = g + wd p;
- * with momentum (buf non-NULL) buf = first ? d : mom buf + (1 - dampening) d
- * and d = nesterov ? d + mom buf : buf; then p -= lr d. */
+ * with momentum (buf non-NULL) buf = first ? d : mom buf + undamped d
+ * and d = nesterov ? d + mom buf : buf; then p -= lr d. undamped is
+ * 1 - dampening computed in double and rounded, as torch rounds its alpha
+ * (1.0f - a rounded dampening was off by up to 1e-5 relative for a
+ * dampening near 1). */
 typedef struct accel_k_sgd {
     ACCEL_KERNEL_TENSORS(3, *p, *g, *buf);
-    float lr, weight_decay, momentum, dampening;
+    float lr, weight_decay, momentum, undamped;
     bool first, nesterov;
 } accel_k_sgd;
 
@@ -503,7 +506,11 @@ typedef struct accel_k_adam {
 } accel_k_adam;
 
 /* out (f64, 0-dim) = sum |g|^norm_type over g (f32 contiguous), or max |g|
- * when norm_type is infinite: one rank's or one tensor's part of a grad norm. */
+ * when norm_type is infinite: one rank's or one tensor's part of a grad norm.
+ * Each term |g|^p is rounded to f32 before it is summed (in f64), as torch's
+ * f32 vector_norm computes it: a term beyond FLT_MAX is inf, one below the
+ * smallest subnormal 0 (for p = 1000 every |g| < 0.9), where an f64 term
+ * gave a finite total torch's clip_grad_norm_ does not. */
 typedef struct accel_k_norm_partial {
     ACCEL_KERNEL_TENSORS(2, *out, *g);
     double norm_type;

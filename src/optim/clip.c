@@ -1,4 +1,5 @@
 /* Gradient norm clipping (torch.nn.utils.clip_grad_norm_). */
+#include <float.h>
 #include <math.h>
 
 #include "optim_internal.h"
@@ -42,6 +43,9 @@ double accel_grad_norm_combine(double combined, double part, double norm_type) {
 }
 
 double accel_grad_norm_finish(double combined, double norm_type) {
+    /* torch sums the terms in f32: beyond FLT_MAX its total norm is inf
+     * (clipping then zeroes every gradient); the f64 sum gave a finite one */
+    if (!isinf(norm_type) && combined > FLT_MAX) return INFINITY;
     if (isinf(norm_type) || norm_type == 1.0) return combined;
     if (norm_type == 2.0) return sqrt(combined);
     return pow(combined, 1.0 / norm_type);
@@ -67,15 +71,35 @@ bool accel__check_clip_args(const char *fn, double max_norm, double norm_type) {
     return true;
 }
 
-/* acc combined with g's part (a sum, or the max for INFINITY); false when
- * the kernel failed (its error set). A NaN part stays NaN: fmax dropped it,
- * and a NaN gradient gave a finite inf-norm that clipped the others. */
-static bool add_partial(double *acc, accel_tensor *g, double norm_type) {
-    double part;
-    if (!norm_partial(g, norm_type, &part)) return false;
-    *acc = accel_grad_norm_combine(*acc, part, norm_type);
+/* The total norm as torch.nn.utils.clip_grad_norm_ computes it on a CPU:
+ * the f32 norm of the f32 norms of the gradients, one at a time. Where
+ * |g|^p leaves f32's range that differs from the f64 norm of every element
+ * (torch: inf past FLT_MAX, 0 below its smallest subnormal, and no power of a
+ * single element): one f64 sum gave finite totals where torch's is inf, and
+ * a clip torch does not do. norms_add adds gradient g, norms_total gives the
+ * total; a NaN stays NaN (fmax dropped it, and a NaN gradient gave a finite
+ * inf-norm that clipped the others). */
+typedef struct norms {
+    double acc;   /* sum of the norms' f32 p-th powers, or their max for INFINITY */
+    double first; /* the first gradient's norm */
+    int n;        /* gradients added */
+} norms;
+
+/* false when the kernel failed (its error set) */
+static bool norms_add(norms *s, accel_tensor *g, double p) {
+    bool one = accel_numel(g) == 1; /* torch's norm of one element is its |g| */
+    double part, norm, term;
+    if (!norm_partial(g, one ? INFINITY : p, &part)) return false;
+    norm = one ? part : (float)accel_grad_norm_finish(part, p);
+    if (isinf(p) || p == 1.0) term = norm;
+    else if (p == 2.0) term = (float)(norm * norm);
+    else term = (float)pow(norm, p);
+    s->acc = accel_grad_norm_combine(s->acc, term, p);
+    if (s->n++ == 0) s->first = norm;
     return true;
 }
+
+static double norms_total(const norms *s, double p) { return s->n == 1 ? s->first : accel_grad_norm_finish(s->acc, p); }
 
 /* The total norm of acc, or NAN + error when it is NaN: a gradient holds a
  * NaN, and no coefficient clips that (torch's error_if_nonfinite refuses it;
@@ -87,10 +111,7 @@ double accel__nan_norm_error(const char *fn) {
     return NAN;
 }
 
-static double checked_total(const char *fn, double acc, double norm_type) {
-    double total = accel_grad_norm_finish(acc, norm_type);
-    return isnan(total) ? accel__nan_norm_error(fn) : total;
-}
+static double checked_total(const char *fn, double total) { return isnan(total) ? accel__nan_norm_error(fn) : total; }
 
 accel_status accel__grad_scale(accel_tensor *g, float c) {
     accel_k_unary k = {.out = g, .x = g, .op = ACCEL_U_MUL_SCALAR, .p = c};
@@ -114,10 +135,10 @@ double accel_clip_grad_norm(int n, accel_tensor *const *params, double max_norm,
             return NAN;
         }
     }
-    double acc = 0.0;
+    norms s = {0};
     for (int i = 0; i < n; i++)
-        if (params[i]->grad && !add_partial(&acc, params[i]->grad, norm_type)) return NAN;
-    double total = checked_total(fn, acc, norm_type);
+        if (params[i]->grad && !norms_add(&s, params[i]->grad, norm_type)) return NAN;
+    double total = checked_total(fn, norms_total(&s, norm_type));
     if (isnan(total)) return NAN;
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < n; i++)
@@ -132,13 +153,13 @@ double accel_optimizer_clip_grad_norm(accel_optimizer *opt, double max_norm, dou
         return NAN;
     }
     if (!accel__check_clip_args(fn, max_norm, norm_type) || !accel__optimizer_usable(opt, fn)) return NAN;
-    double acc = 0.0;
+    norms s = {0};
     for (int i = 0; i < opt->n_segs; i++) {
         accel_tensor *p, *g;
         accel__seg_tensors(&opt->segs[i], &p, &g);
-        if (g && !add_partial(&acc, g, norm_type)) return NAN;
+        if (g && !norms_add(&s, g, norm_type)) return NAN;
     }
-    double total = checked_total(fn, acc, norm_type);
+    double total = checked_total(fn, norms_total(&s, norm_type));
     if (isnan(total)) return NAN;
     float c = (float)accel_clip_coef(total, max_norm);
     for (int i = 0; i < opt->n_segs; i++) {

@@ -348,7 +348,7 @@ accel_status accel__seg_update(const accel_optimizer *opt, const accel__segment 
     if (opt->kind == ACCEL_OPTIM_SGD) {
         accel_k_sgd k = {.p = p, .g = g, .buf = m, .lr = (float)h->lr,
                          .weight_decay = (float)h->weight_decay, .momentum = (float)h->momentum,
-                         .dampening = (float)h->dampening, .first = s->step == 1, .nesterov = h->nesterov};
+                         .undamped = (float)(1.0 - h->dampening), .first = s->step == 1, .nesterov = h->nesterov};
         accel_status st = ACCEL_KERNEL("accel_optimizer_step", p->device, sgd, &k);
         accel__tensor_written(p);
         return st;

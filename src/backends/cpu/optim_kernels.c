@@ -5,8 +5,17 @@
 
 #include "cpu_kernels.h"
 
+/* a * b + c as torch's CPU kernels compute their adds with alpha (a fused
+ * multiply-add): the f32 product is exact in double, so one rounding to
+ * double then to f32 (equal to fmaf but for a double-rounding tie), without
+ * fmaf's library call on a CPU the baseline build does not know has FMA.
+ * Unfused, a product beyond FLT_MAX whose sum is not (a weight decay times
+ * a parameter near FLT_MAX, plus an infinite gradient) gave NaN where torch
+ * gives the infinity. */
+static inline float fused(float a, float b, float c) { return (float)((double)a * b + c); }
+
 accel_status accel__cpuk_sgd(accel_k_sgd *k) {
-    const float lr = k->lr, wd = k->weight_decay, mom = k->momentum, damp = 1.0f - k->dampening;
+    const float lr = k->lr, wd = k->weight_decay, mom = k->momentum, damp = k->undamped;
     float *p = k->p->data, *buf = k->buf ? k->buf->data : NULL;
     const float *g = k->g->data;
     const bool first = k->first, nesterov = k->nesterov;
@@ -14,13 +23,13 @@ accel_status accel__cpuk_sgd(accel_k_sgd *k) {
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float d = g[i];
-        if (wd != 0.0f) d += wd * p[i];
+        if (wd != 0.0f) d = fused(wd, p[i], d);             /* grad.add(param, alpha=wd) */
         if (buf) {
-            float b = first ? d : buf[i] * mom + damp * d;
+            float b = first ? d : fused(damp, d, buf[i] * mom); /* buf.mul_(mom).add_(d, alpha=1-damp) */
             buf[i] = b;
-            d = nesterov ? d + mom * b : b;
+            d = nesterov ? fused(mom, b, d) : b;                /* d.add(buf, alpha=mom) */
         }
-        p[i] += -lr * d;
+        p[i] = fused(-lr, d, p[i]);                             /* param.add_(d, alpha=-lr) */
     }
     return ACCEL_OK;
 }
@@ -56,13 +65,13 @@ accel_status accel__cpuk_norm_partial(accel_k_norm_partial *k) {
             double a = fabs((double)g[i]);
             if (!(a <= acc)) acc = a;
         }
-    } else if (norm_type == 2.0) {
+    } else if (norm_type == 2.0) { /* each term rounded to f32 as torch's: kernels.h's accel_k_norm_partial */
 #pragma omp parallel for if (n > 65536) reduction(+ : acc) schedule(static)
-        for (int64_t i = 0; i < n; i++) acc += (double)g[i] * g[i];
+        for (int64_t i = 0; i < n; i++) acc += g[i] * g[i];
     } else if (norm_type == 1.0) {
         for (int64_t i = 0; i < n; i++) acc += fabs((double)g[i]);
     } else {
-        for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)g[i]), norm_type);
+        for (int64_t i = 0; i < n; i++) acc += (float)pow(fabs((double)g[i]), norm_type);
     }
     *(double *)k->out->data = acc;
     return ACCEL_OK;

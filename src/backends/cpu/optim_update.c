@@ -2,7 +2,8 @@
  * (cpu_variants.h): sqrt and the two divisions of every parameter run 16
  * wide on AVX-512 and 8 on AVX2, where the library's baseline compile runs
  * them 4 wide. No multiply-add is fused (GCC fuses none in ISO C mode;
- * clang's default would, in the variants with FMA, hence the pragma): every
+ * clang's default would, in the variants with FMA, hence the pragma) but
+ * Adam's L2 term, which torch fuses, computed in double: every
  * variant computes each element with the same IEEE operations in the same
  * order and gives the same bits (test_optim checks the kernel against a
  * scalar loop under every ISA cap). AdamW was ~2% of the bf16 Llama step's
@@ -24,17 +25,23 @@ enum { CAST_BLOCK = 2048 };
 static void adam_run(const accel__adam_coef *c, float *p, float *m, float *v, const float *g, int64_t n) {
     const float step_size = c->step_size, bc2_sqrt = c->bc2_sqrt, w1 = c->w1, b2 = c->b2, w2 = c->w2;
     const float eps = c->eps, decay = c->decay, l2 = c->l2;
+    /* lerp(m, g, w1) as PyTorch computes it: m + w1 * (g - m) for w1 < 0.5,
+     * else g - (g - m) * (1 - w1), which differs beyond rounding where g is
+     * infinite (beta1 0: inf - inf * 0 is NaN, the other form inf). */
+    const bool lerp_from_m = w1 < 0.5f;
+    const float lerp_coef = lerp_from_m ? w1 : w1 - 1.0f;
     /* Branch-free so the loop vectorises: AdamW decays the parameter
-     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2). */
+     * (p *= 1 - lr*wd), Adam adds wd*p to the gradient (L2), only for a weight
+     * decay (as torch: 0 * an infinite parameter would be NaN). */
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float pi = p[i];
-        float gi = g[i] + l2 * pi;
+        float gi = l2 != 0.0f ? (float)((double)l2 * pi + g[i]) : g[i]; /* fused, as SGD's (optim_kernels.c) */
         pi *= decay;
-        m[i] += w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
+        m[i] = (lerp_from_m ? m[i] : gi) + lerp_coef * (gi - m[i]);
         v[i] = v[i] * b2 + w2 * gi * gi;
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-        p[i] = pi + -step_size * (m[i] / denom);
+        p[i] = pi + -step_size * m[i] / denom; /* addcdiv_: (value * m) / denom, as torch */
     }
 }
 

@@ -9,14 +9,15 @@
 __global__ void sgd_k(float *p, const float *g, float *buf, int64_t n, float lr, float wd, float mom, float damp,
                       bool first, bool nesterov) {
     GRID_STRIDE(i, n) {
+        /* fused multiply-adds, as torch's adds with alpha (the CPU kernel says why) */
         float d = g[i];
-        if (wd != 0.0f) d += wd * p[i];
+        if (wd != 0.0f) d = __fmaf_rn(wd, p[i], d);
         if (buf) {
-            float b = first ? d : buf[i] * mom + damp * d;
+            float b = first ? d : __fmaf_rn(damp, d, __fmul_rn(buf[i], mom));
             buf[i] = b;
-            d = nesterov ? d + mom * b : b;
+            d = nesterov ? __fmaf_rn(mom, b, d) : b;
         }
-        p[i] += -lr * d;
+        p[i] = __fmaf_rn(-lr, d, p[i]);
     }
 }
 
@@ -27,7 +28,7 @@ extern "C" accel_status accel__cudak_sgd(accel_k_sgd *k) {
     cudaStream_t s = accel__cuda_enter(index);
     sgd_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->p->data, (const float *)k->g->data,
                                              k->buf ? (float *)k->buf->data : NULL, n, k->lr, k->weight_decay,
-                                             k->momentum, 1.0f - k->dampening, k->first, k->nesterov);
+                                             k->momentum, k->undamped, k->first, k->nesterov);
     return launched(index, "sgd");
 }
 
@@ -45,14 +46,15 @@ __global__ void adam_k(float *p, const float *g, float *m, float *v, int64_t n, 
                        accel_dtype cast_store, accel_dtype cast_dt) {
     GRID_STRIDE(i, n) {
         float pi = p[i];
-        float gi = g[i] + c.l2 * pi;
+        float gi = c.l2 != 0.0f ? __fmaf_rn(c.l2, pi, g[i]) : g[i]; /* fused, as torch's add with alpha */
         pi *= c.decay;
-        float mi = m[i] + c.w1 * (gi - m[i]); /* lerp(m, g, 1 - beta1) as PyTorch computes it */
+        /* lerp(m, g, 1 - beta1) as PyTorch computes it (the CPU kernel says why) */
+        float mi = c.w1 < 0.5f ? m[i] + c.w1 * (gi - m[i]) : gi + (c.w1 - 1.0f) * (gi - m[i]);
         float vi = v[i] * c.b2 + c.w2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
-        float pn = pi + -c.step_size * (mi / denom);
+        float pn = pi + -c.step_size * mi / denom; /* addcdiv_: (value * m) / denom, as torch */
         p[i] = pn;
         if (cast) accel__elem_set(cast, cast_store, i, cast_store == ACCEL_F32 ? accel__round_to(pn, cast_dt) : pn);
     }
@@ -110,9 +112,10 @@ __global__ void norm_partial_k(double *out, const float *g, int64_t n, norm_kind
     GRID_STRIDE(i, n) {
         double a = fabs((double)g[i]);
         switch (kind) {
-        case NORM_L2: acc += a * a; break;
+        /* each term rounded to f32, as the CPU kernel (kernels.h's accel_k_norm_partial) */
+        case NORM_L2: acc += __fmul_rn(g[i], g[i]); break;
         case NORM_L1: acc += a; break;
-        case NORM_P: acc += pow(a, p); break;
+        case NORM_P: acc += (float)pow(a, p); break;
         case NORM_INF: acc = max_nan(acc, a); break;
         }
     }
