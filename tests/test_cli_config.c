@@ -160,19 +160,29 @@ static void test_rejections(void) {
                    "another document");
     launch_rejects("distributed_type: NO\n---\n", "multi_empty.yaml", "multi_empty.yaml could not be parsed");
     /* fp8_config (issue #14): keys with or without fp8_, and their types */
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  amax_histroy_len: 16\n", "f1.yaml",
                    "unknown key `fp8_config.amax_histroy_len` (known: backend, use_autocast_during_eval,");
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  backend: TE\n  optimization_level: O2\n",
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  backend: TE\n  optimization_level: O2\n",
                    "f1b.yaml", "has `fp8_config.optimization_level`, MS-AMP's optimization level: MS-AMP is no fp8 "
                    "backend any more");
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_margin: two\n", "f2.yaml",
+    /* read only under fp8 (an older config's MS-AMP keys beside mixed_precision no run, as under Accelerate 1.16),
+     * and then by the flag's fp8 too */
+    char f1c[PATH_MAX + 64];
+    snprintf(f1c, sizeof f1c, "%s/f1c.yaml", TMP);
+    spit(f1c, "distributed_type: 'NO'\nmixed_precision: 'no'\nfp8_config:\n  backend: MSAMP\n  optimization_level: O2\n");
+    const char *msamp[] = {"launch", "--config_file", f1c, "/bin/true", NULL};
+    CHECK_MSG(run(msamp, NULL) == 0, "%s", ERR);
+    const char *msamp_fp8[] = {"launch", "--config_file", f1c, "--mixed_precision", "fp8", "/bin/true", NULL};
+    CHECK(run(msamp_fp8, NULL) == 2);
+    CHECK_STR_CONTAINS(ERR, "bad value for `fp8_config.backend`: 'MSAMP'");
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  fp8_margin: two\n", "f2.yaml",
                    "bad value for `fp8_config.fp8_margin`: 'two' (expected an integer)");
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  fp8_format: E3M4\n", "f3.yaml",
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  fp8_format: E3M4\n", "f3.yaml",
                    "bad value for `fp8_config.fp8_format`: 'E3M4' (expected one of HYBRID E4M3 E5M2)");
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  override_linear_precision: [true, false]\n", "f4.yaml",
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  override_linear_precision: [true, false]\n", "f4.yaml",
                    "bad value for `fp8_config.override_linear_precision`: [True, False] (expected a list of three "
                    "booleans");
-    launch_rejects("distributed_type: MULTI_CPU\nfp8_config:\n  use_autocast_during_eval: maybe\n", "f5.yaml",
+    launch_rejects("distributed_type: MULTI_CPU\nmixed_precision: fp8\nfp8_config:\n  use_autocast_during_eval: maybe\n", "f5.yaml",
                    "bad value for `fp8_config.use_autocast_during_eval`: 'maybe' (expected true or false)");
     /* hostile values: integers at the int64 limits and floats where integers go */
     launch_rejects("distributed_type: MULTI_CPU\nnum_processes: 9223372036854775807\n", "i1.yaml",

@@ -879,7 +879,12 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
             return false;
         }
     }
-    if (!cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn) ||
+    /* fp8_config only where it is read (Accelerate's launcher leaves it unread
+     * otherwise: an older config's MS-AMP keys beside mixed_precision no run);
+     * `accel launch --mixed_precision fp8` over another config checks it then */
+    const cv *mp = cv_get(root, "mixed_precision");
+    bool fp8 = mp && mp->t == CV_STR && !strcasecmp(mp->s, "fp8");
+    if ((fp8 && !cfg_check_fp8_config(cv_get(root, "fp8_config"), path, err, errn)) ||
         !cfg_check_deepspeed_config(cv_get(root, "deepspeed_config"), path, err, errn) ||
         !cfg_check_parallel_config(root, path, err, errn))
         return false;

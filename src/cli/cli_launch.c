@@ -557,6 +557,12 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
                 mp);
         return 2;
     }
+    /* the flag's fp8 over a config of another precision reads its fp8_config: checked now (cfg_normalize) */
+    if (cfg && !mp_from_config && !strcmp(L->mixed_precision, "fp8") &&
+        !cfg_check_fp8_config(cv_get(cfg, "fp8_config"), cfg_path, err, sizeof err)) {
+        fprintf(stderr, "accel launch: error: %s\n", err);
+        return 2;
+    }
     static const char *const DYNAMO_MODES[] = {"default", "reduce-overhead", "max-autotune"};
     bool mode_ok = !V("dynamo_mode");
     for (size_t i = 0; i < sizeof DYNAMO_MODES / sizeof *DYNAMO_MODES && !mode_ok; i++)
