@@ -4,7 +4,12 @@
  * Mistral, Qwen2, Gemma2/3, Phi-3, Mixtral, Qwen2-MoE, Starcoder2;
  * soft-capping: Gemma2; learned positions: GPT-2; experts: Mixtral,
  * Qwen3-MoE, Qwen2-MoE; Phi; GPT-NeoX; StableLM, also with qk_layernorm's
- * per-head norms; GPT-2 with scale_attn_by_inverse_layer_idx). A
+ * per-head norms; GPT-2 with scale_attn_by_inverse_layer_idx; Llama with
+ * dynamic and with longrope RoPE past their 16 positions, where transformers
+ * takes the batch's largest position for every row: rows 1 and 2, 13 and 9
+ * tokens, differ from the same prompts alone; and the batch's last 8 columns
+ * alone at their positions 12..19: by the largest position, not their
+ * count). A
  * left-padded batch of three prompts (20, 13, 9 tokens): accel_llama_forward_ex's
  * logits at the mask's ones within 1e-5 of transformers' forward with the
  * attention_mask (and with generate's position ids), finite everywhere; the
@@ -34,12 +39,14 @@
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2",
                                     "gemma3", "granite", "phi3", "olmo2", "gpt2_long", "mixtral",
                                     "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
-                                    "stablelm_qk", "gpt2_layer_scale"};
+                                    "stablelm_qk", "gpt2_layer_scale", "llama_dynamic", "llama_longrope"};
 /* the fixtures with transformers' loss in model.train() (train_loss, train_g.*) and its attention dropout at
  * TRAIN_ATTN_P, the others off (tools/gen_hf_padded_fixtures.py's TRAIN, ATTN_P) */
 static const char *const TRAIN[] = {"gpt2_layer_scale"};
 #define TRAIN_ATTN_P 1e-30
-enum { B = 3, T = 20, NEW = 12, PAD = 3 };
+/* the fixtures with tail_logits: the last TAIL columns alone at their positions (TAIL_NAMES, TAIL) */
+static const char *const TAIL_NAMES[] = {"llama_dynamic", "llama_longrope"};
+enum { B = 3, T = 20, NEW = 12, PAD = 3, TAIL = 8 };
 
 /* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
 static accel_module *load(const char *dir) {
@@ -96,11 +103,34 @@ static void check_loss(accel_module *m, accel_safetensors *st, accel_llama_input
     CHECK(accel_module_set_gradient_checkpointing(m, false) == ACCEL_OK);
 }
 
-/* Whether name's fixture has the loss of model.train() (TRAIN). */
-static bool trains(const char *name) {
-    for (size_t k = 0; k < sizeof TRAIN / sizeof *TRAIN; k++)
-        if (!strcmp(TRAIN[k], name)) return true;
+/* Whether name is one of the n names of list. */
+static bool listed(const char *const *list, size_t n, const char *name) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(list[k], name)) return true;
     return false;
+}
+
+/* The batch's last TAIL columns alone, at their positions in the batch (up to T - 1): dynamic and longrope
+ * RoPE take their frequencies from the largest position, not from the TAIL columns' count (the fixture's
+ * tail_logits). */
+static void check_tail(accel_module *m, accel_safetensors *st, const int64_t *ids, const int64_t *mask,
+                       const char *name) {
+    int64_t tid[B * TAIL], tmask[B * TAIL], tpos[B * TAIL];
+    for (int b = 0; b < B; b++)
+        for (int t = 0, seen = 0; t < T; t++) { /* generate's positions (positions_of) of the last columns */
+            seen += (int)mask[b * T + t];
+            if (t < T - TAIL) continue;
+            int i = b * TAIL + t - (T - TAIL);
+            tid[i] = ids[b * T + t], tmask[i] = mask[b * T + t], tpos[i] = mask[b * T + t] ? seen - 1 : 0;
+        }
+    const int64_t shape[2] = {B, TAIL};
+    accel_llama_inputs in = {.ids = accel_from_data(ACCEL_I64, 2, shape, tid),
+                             .attention_mask = accel_from_data(ACCEL_I64, 2, shape, tmask),
+                             .position_ids = accel_from_data(ACCEL_I64, 2, shape, tpos)};
+    accel_tensor *y = accel_llama_forward_ex(m, &in);
+    CHECK_MSG(y != NULL, "%s: %s", name, accel_last_error());
+    if (y) check_tensor_close(st, "tail_logits", y, 0, 1e-5);
+    accel_step_reset();
 }
 
 /* dir's model training with attention dropout at TRAIN_ATTN_P (which drops nothing, 1 - p being 1.0, but
@@ -167,7 +197,8 @@ static void run(const char *name) {
         in.position_ids = NULL;
         check_loss(m, st, &in, name, false, "");
         check_loss(m, st, &in, name, true, "");
-        if (trains(name)) check_training(dir, st, &in, name);
+        if (listed(TRAIN, sizeof TRAIN / sizeof *TRAIN, name)) check_training(dir, st, &in, name);
+        if (listed(TAIL_NAMES, sizeof TAIL_NAMES / sizeof *TAIL_NAMES, name)) check_tail(m, st, hid, hmask, name);
         check_greedy(m, st, hid, hmask, name);
     }
     accel_tensor_free(ids);

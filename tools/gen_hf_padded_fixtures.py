@@ -22,6 +22,10 @@ Writes tests/data/hf_padded/<name>.safetensors:
     eos        [1] i64       row 1's third (or later) new token of a run without
                              eos, one no other row makes before it: row 1 stops
                              early, pads after (the first seed with one)
+and, for the names of TAIL_NAMES (llama_dynamic, llama_longrope: RoPE chosen by the largest position):
+    tail_logits [3, TAIL, V] f32  model(ids[:, -TAIL:], attention_mask=mask[:, -TAIL:], position_ids=
+                             the last TAIL of logits_pos's): TAIL tokens at positions up to 19, past the
+                             16 where their RoPE changes (transformers takes max(position_ids) + 1)
 and, for the names of TRAIN (gpt2_layer_scale):
     train_loss, train_g.<param>  the loss and gradients of model.train() with
                              attn_pdrop ATTN_P (an attention dropout that drops
@@ -40,10 +44,12 @@ from transformers.core_model_loading import revert_weight_conversion
 
 NAMES = ["llama_linear", "mistral", "qwen2_window", "qwen3", "gemma", "gemma2", "gemma3", "granite", "phi3",
          "olmo2", "gpt2_long", "mixtral", "qwen3_moe", "qwen2_moe", "phi", "neox", "stablelm", "starcoder2",
-         "stablelm_qk", "gpt2_layer_scale"]
+         "stablelm_qk", "gpt2_layer_scale", "llama_dynamic", "llama_longrope"]
 # GPT-2 with scale_attn_by_inverse_layer_idx: also in training mode, its attention dropout on
 TRAIN = {"gpt2_layer_scale"}
 ATTN_P = 1e-30
+TAIL_NAMES = {"llama_dynamic", "llama_longrope"}
+TAIL = 8
 LENGTHS = [20, 13, 9]
 PAD_ID = 3
 NEW = 12
@@ -116,6 +122,10 @@ def main():
                 break
         else:
             sys.exit(f"{name}: no eos candidate in 100 seeds")
+        # afresh: dynamic RoPE keeps the frequencies of the longest input the model object has seen (pick_eos's)
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(DATA, "hf_arch_" + name), dtype=torch.float32).eval()
+        model.generation_config.eos_token_id = None
+        model.config.output_router_logits = False
         rows = mask.flatten().nonzero().squeeze(1)
         out = {"ids": ids, "mask": mask, "rows": rows}
         pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -124,6 +134,9 @@ def main():
             out["logits"] = model(input_ids=ids, attention_mask=mask).logits.reshape(-1, V)[rows].float()
             out["logits_pos"] = model(input_ids=ids, attention_mask=mask,
                                       position_ids=pos).logits.reshape(-1, V)[rows].float()
+            if name in TAIL_NAMES:
+                out["tail_logits"] = model(input_ids=ids[:, -TAIL:], attention_mask=mask[:, -TAIL:],
+                                           position_ids=pos[:, -TAIL:]).logits.float()
         model.config.output_router_logits = balance
         out.update(loss_and_grads(model, ids, mask, ""))
         model.config.output_router_logits = False

@@ -533,7 +533,9 @@ typedef struct accel_llama_inputs {
     /* [B, T] int64/int32 >= 0 (GPT-2: < n_positions): the RoPE positions or
      * GPT-2's learned ones; NULL: cache length .. cache length + T - 1 in
      * every row, as transformers' forward without position_ids (its
-     * generate derives them from the mask: accel_generate_batch). */
+     * generate derives them from the mask: accel_generate_batch). Dynamic
+     * and longrope RoPE take their frequencies from the largest one + 1
+     * (transformers' max(position_ids) + 1), for every row. */
     accel_tensor *position_ids;
     accel_kv_cache *cache;        /* NULL: none; else as accel_llama_forward's */
 } accel_llama_inputs;

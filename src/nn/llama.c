@@ -446,6 +446,10 @@ typedef struct pad_state {
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
     int64_t pos;                /* the first position's index: the cache's length */
+    /* one past the largest position (pos + T without position ids): dynamic
+     * and longrope RoPE choose their frequencies by it, as transformers'
+     * dynamic_rope_update takes max(position_ids) + 1 */
+    int64_t rope_len;
     /* RoPE's cos/sin [B, T, rotary_dim / 2] of the positions, [local]: the
      * full layers' and Gemma 3's sliding layers' (rope_tables_once); NULL:
      * each layer builds its own (no positions, or a device of its own) */
@@ -689,7 +693,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
         v = split_heads(v, li->kv_heads, c->head_dim, NULL);
         float *inv = accel_arena_alloc(accel_step_arena(), (size_t)(rd / 2) * sizeof *inv, 64);
         if (!inv) return NULL;
-        double scaling = accel__rope_inv_freq(c, li->local_rope, cp ? accel__decoder_cp_seq_len(cp, T) : pos + T, inv);
+        int64_t rope_len = cp ? accel__decoder_cp_seq_len(cp, T) : pad ? pad->rope_len : pos + T;
+        double scaling = accel__rope_inv_freq(c, li->local_rope, rope_len, inv);
         q = rope(q, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope); /* q, k [B, H(kv), T, D] */
         k = rope(k, pos, cp ? cp->pg : NULL, inv, scaling, rd, pad, li->local_rope);
     }
@@ -1233,7 +1238,7 @@ static accel_status key_ranges(const uint8_t *keep, int64_t B, int64_t S, const 
 static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host *hp, const accel_llama_config *c,
                              int64_t pos, pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
-    *pad = (pad_state){.pos = pos};
+    *pad = (pad_state){.pos = pos, .rope_len = S};
     if (in->attention_mask || hp->mask) {
         const int64_t *m = hp->mask ? hp->mask
                                     : host_ints(in->attention_mask, B, S, "attention_mask",
@@ -1269,6 +1274,11 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
         bool plain = true;
         for (int64_t i = 0; plain && i < B * T; i++) plain = p[i] == pos + i % T;
         pad->positions = plain ? NULL : p;
+        if (!plain) {
+            pad->rope_len = 0;
+            for (int64_t i = 0; i < B * T; i++)
+                if (p[i] >= pad->rope_len) pad->rope_len = p[i] + 1;
+        }
         if (!plain && gpt2) { /* only GPT-2's learned positions read them as a tensor */
             pad->position_ids = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), in->ids->device);
             if (!pad->position_ids || accel_tensor_from_host(pad->position_ids, p) != ACCEL_OK)
@@ -1409,7 +1419,8 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
     pad_state *pad = given ? accel_arena_alloc(accel_step_arena(), sizeof *pad, 8) : NULL;
     bool padded = false;
     if (given && (!pad || pad_read(in, hp, c, pos, pad, &padded) != ACCEL_OK)) return NULL;
-    if (padded && rope_tables_once(llama, c, ids->shape[0], T, pos + T, ids->device, pad) != ACCEL_OK) return NULL;
+    if (padded && rope_tables_once(llama, c, ids->shape[0], T, pad->rope_len, ids->device, pad) != ACCEL_OK)
+        return NULL;
     /* Generating under sequence parallelism: a decoding step's one position
      * cannot be split over the ranks, so the tp regions run whole on every
      * rank, without the sequence's scatter and gather (Megatron and vLLM
