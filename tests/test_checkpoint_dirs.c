@@ -1,9 +1,11 @@
 /* save_state / load_state and the directories around a checkpoint: what is
  * not the checkpoint's is the user's and survives a save (notes, logs, a
- * save_model's files beside it, a ".tmp_<name>" of theirs next to it); the
+ * save_model's files beside it, a read-only folder, a FIFO, a ".tmp_<name>"
+ * of theirs next to it); the
  * marker lists only the checkpoint's files, so editing a note does not make
  * the checkpoint "corrupted"; an older save's own files do not survive (a
- * later load of more objects would read them); "x/y/.." saves into x; a name
+ * later load of more objects would read them), nor a killed write's scratch
+ * file of one (it made every later save fail); "x/y/.." saves into x; a name
  * too long for the staged sibling, and an automatic counter at its end, are
  * refused before anything is written; a checkpoint of a larger model is
  * refused naming the tensor the model lacks. Under `accel launch` (2
@@ -113,6 +115,16 @@ static void test_user_files_survive(void) {
         put(p, "an older save's second model\n");
         snprintf(p, sizeof p, "%s/custom_checkpoint_4.bin", dir);
         put(p, "an older save's fifth object\n");
+        snprintf(p, sizeof p, "%s/optimizer.safetensors.tmp", dir); /* a killed write's scratch file */
+        put(p, "half an optimizer\n");
+        snprintf(p, sizeof p, "%s/snapshot", dir); /* read-only: its copy was made so before it was filled */
+        CHECK(mkdir(p, 0755) == 0);
+        snprintf(p, sizeof p, "%s/snapshot/a.txt", dir);
+        put(p, "frozen\n");
+        snprintf(p, sizeof p, "%s/snapshot", dir);
+        CHECK(chmod(p, 0555) == 0);
+        snprintf(p, sizeof p, "%s/ctl.fifo", dir);
+        CHECK(mkfifo(p, 0640) == 0);
         snprintf(p, sizeof p, "%s/.tmp_run", ROOT);
         CHECK(mkdir(p, 0755) == 0);
         snprintf(p, sizeof p, "%s/.tmp_run/precious.txt", ROOT);
@@ -133,6 +145,16 @@ static void test_user_files_survive(void) {
         CHECK_MSG(!exists(p), "save %d: an older save's model_1 survived", save);
         snprintf(p, sizeof p, "%s/custom_checkpoint_4.bin", dir);
         CHECK_MSG(!exists(p), "save %d: an older save's custom_checkpoint_4 survived", save);
+        snprintf(p, sizeof p, "%s/optimizer.safetensors.tmp", dir);
+        CHECK_MSG(!exists(p), "save %d: a killed write's optimizer.safetensors.tmp survived", save);
+        snprintf(p, sizeof p, "%s/snapshot/a.txt", dir);
+        CHECK_MSG(holds(p, "frozen\n"), "save %d: the read-only folder's file is gone", save);
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/snapshot", dir);
+        CHECK_MSG(stat(p, &sb) == 0 && (sb.st_mode & 07777) == 0555, "save %d: the folder's mode changed", save);
+        snprintf(p, sizeof p, "%s/ctl.fifo", dir);
+        CHECK_MSG(stat(p, &sb) == 0 && S_ISFIFO(sb.st_mode) && (sb.st_mode & 07777) == 0640,
+                  "save %d: the FIFO is gone", save);
         CHECK(marker_lists(dir, "model.safetensors"));
         CHECK_MSG(!marker_lists(dir, "notes.txt") && !marker_lists(dir, "logs/events.txt"),
                   "save %d: the marker lists the user's files", save);
@@ -144,6 +166,11 @@ static void test_user_files_survive(void) {
     }
     accel_accelerator_wait_for_everyone(r.acc);
     CHECK_MSG(accel_accelerator_load_state(r.acc, dir, NULL) == ACCEL_OK, "%s", accel_last_error());
+    accel_accelerator_wait_for_everyone(r.acc);
+    if (R == 0) {
+        snprintf(p, sizeof p, "%s/snapshot", dir);
+        CHECK(chmod(p, 0755) == 0); /* removable by a user that is not root */
+    }
     run_free(&r);
 }
 

@@ -120,8 +120,16 @@ static bool numbered_name(const char *name, const char *stem, bool plain, const 
  * a save_model's config and tokenizer): a save carries it over and its
  * marker does not list it. An older save's own files are not carried: a
  * stale model_1.safetensors or custom_checkpoint_3.bin would be read by a
- * later load of more objects. */
+ * later load of more objects; nor the atomic writer's scratch file of one
+ * (<name>.tmp, a killed write's), which it refuses to reuse while another
+ * link to it exists. */
 static bool state_entry(const char *name) {
+    size_t n = strlen(name), t = strlen(ACCEL__AFILE_TMP_SUFFIX);
+    if (n > t && !strcmp(name + n - t, ACCEL__AFILE_TMP_SUFFIX)) { /* a killed write's scratch file of one */
+        char base[NAME_MAX + 1];
+        snprintf(base, sizeof base, "%.*s", (int)(n - t), name);
+        return state_entry(base);
+    }
     return !strcmp(name, ACCEL__MARKER) || !strcmp(name, GEMM_CHOICES) ||
            numbered_name(name, "model", true, ".safetensors") ||
            numbered_name(name, "optimizer", true, ".safetensors") ||
@@ -285,7 +293,9 @@ static accel_status copy_file(const char *from, const char *to, const char *op) 
 }
 
 /* Every entry of from (with carry: those it accepts) into to: files
- * hard-linked (copied where refused), symbolic links re-made, directories
+ * hard-linked (copied where refused), symbolic links and FIFOs re-made
+ * (sockets and device nodes are not carried: a path of them means nothing
+ * once their directory is replaced), directories
  * made and filled the same way. */
 static accel_status carry_tree(const char *from, const char *to, bool (*carry)(const char *, void *), void *ctx,
                                const char *op) {
@@ -301,10 +311,13 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
         if (lstat(src, &sb)) continue; /* gone meanwhile */
         if (FAIL_POINT("stage: entry carried over")) {
             s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry %s over: %s (injected)", op, src, strerror(ENOSPC));
-        } else if (S_ISDIR(sb.st_mode)) {
-            s = mkdir(dst, sb.st_mode & 07777) ? accel_set_error(ACCEL_ERR_IO, "%s: cannot create %s: %s", op, dst,
-                                                                 strerror(errno))
-                                               : carry_tree(src, dst, NULL, NULL, op);
+        } else if (S_ISDIR(sb.st_mode)) { /* writable while it is filled (a read-only one refused the links) */
+            s = mkdir(dst, 0700) ? accel_set_error(ACCEL_ERR_IO, "%s: cannot create %s: %s", op, dst, strerror(errno))
+                                 : carry_tree(src, dst, NULL, NULL, op);
+            if (!s) chmod(dst, sb.st_mode & 07777);
+        } else if (S_ISFIFO(sb.st_mode)) {
+            if (mkfifo(dst, sb.st_mode & 07777))
+                s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry the FIFO %s over: %s", op, src, strerror(errno));
         } else if (S_ISLNK(sb.st_mode)) {
             ssize_t n = readlink(src, target, sizeof target - 1);
             if (n >= 0) target[n] = 0;
