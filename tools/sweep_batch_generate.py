@@ -254,12 +254,8 @@ class Accel(hf.Accel):
 
 
 def worker(lib):
-    """sweep_hf_configs.py's protocol: reads 'DIR FAMILY' lines on stdin; answers 'done' or
-    'refused <message>' per line."""
     acc = Accel(lib)
-    for line in sys.stdin:
-        err = acc.run_case(line.split()[0])
-        print("refused " + json.dumps(err) if err else "done", flush=True)
+    hf.serve(lambda d, _family: acc.run_case(d))
 
 
 # ------------------------------------------------------------ compare, report

@@ -490,13 +490,19 @@ class Accel:
         return err
 
 
-def worker(lib):
-    """Reads 'DIR FAMILY' lines on stdin; answers 'done' or 'refused <message>' per line."""
-    acc = Accel(lib)
+def serve(run_case):
+    """The workers' protocol (this sweep's and those reusing its case loop): reads 'DIR FAMILY'
+    lines on stdin; answers 'done' or 'refused <message>' per line, run_case(dir, family)
+    giving the message or None."""
     for line in sys.stdin:
         d, family = line.split()
-        err = acc.run(d, family in ENCODERS)
+        err = run_case(d, family)
         print("refused " + json.dumps(err) if err else "done", flush=True)
+
+
+def worker(lib):
+    acc = Accel(lib)
+    serve(lambda d, family: acc.run(d, family in ENCODERS))
 
 
 def run_accel(cases, lib, timeout, preload, script=__file__):
