@@ -262,6 +262,47 @@ static void test_larger_model_refused(void) {
     run_free(&small);
 }
 
+/* The same under ZeRO-3, whose own load reads the units from its formats
+ * (FULL: model.safetensors, SHARDED: pytorch_model_fsdp_0/ and its index),
+ * with the model alone (no optimizer whose check would refuse it first): it
+ * loaded the common layers, silently. */
+static void test_larger_model_refused_zero3(void) {
+    static const char *const SDT[] = {"FULL_STATE_DICT", "SHARDED_STATE_DICT"};
+    for (int k = 0; k < 2; k++) {
+        accel_module *m[2] = {NULL, NULL};
+        accel_accelerator *acc[2];
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/larger_zero3_%d", ROOT, k);
+        for (int big = 1; big >= 0; big--) {
+            accel_accelerator_opts o = accel_accelerator_opts_default();
+            o.mixed_precision = "no";
+            o.project_dir = ROOT;
+            o.zero_stage = 3;
+            o.fsdp_state_dict_type = SDT[k];
+            acc[big] = accel_accelerator_new(&o);
+            CHECK_MSG(acc[big], "%s", accel_last_error());
+            accel_manual_seed(8);
+            accel_module *l[3] = {accel_linear_new(3, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                                  accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32),
+                                  accel_linear_new(4, 4, true, ACCEL_CPU_DEVICE, ACCEL_F32)};
+            if (!big) accel_module_free(l[2]);
+            m[big] = accel_sequential_new(big ? 3 : 2, l);
+            CHECK_MSG(accel_accelerator_prepare(acc[big], m[big]) == ACCEL_OK, "%s", accel_last_error());
+            if (big) CHECK_MSG(accel_accelerator_save_state(acc[big], dir, NULL, 0) == ACCEL_OK, "%s",
+                               accel_last_error());
+        }
+        accel_status s = accel_accelerator_load_state(acc[0], dir, NULL);
+        CHECK_MSG(s == ACCEL_ERR_FORMAT, "%s: load_state -> %d: %s", SDT[k], (int)s, accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "2.weight, which the model does not have");
+        accel_clear_error();
+        for (int big = 0; big < 2; big++) {
+            CHECK(accel_accelerator_clear(acc[big]) == ACCEL_OK);
+            accel_module_free(m[big]);
+            accel_accelerator_free(acc[big]);
+        }
+    }
+}
+
 /* 2 processes: each rank given its own directory. The save is refused on the
  * rank that does not see rank 0's staged directory, naming what must hold
  * (it failed writing its file, naming a hidden path); the load of two
@@ -313,6 +354,7 @@ int main(void) {
     RUN(test_names);
     RUN(test_counter_at_its_end);
     RUN(test_larger_model_refused);
+    RUN(test_larger_model_refused_zero3);
     if (N == 2) RUN(test_ranks_given_different_directories);
     if (R == 0) rm_tree(ROOT); /* the last test ended in a collective: every rank is done with it */
     accel_thread_cleanup();

@@ -433,6 +433,12 @@ accel_status accel__zero3_remove_sharded(const char *sub);
  * another rank failed (its error is reported there)". Collective. */
 accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
 
+/* A tensor in f (path) that no entry of sd names (a checkpoint of a larger
+ * model: a layer more) refused by name (ACCEL_ERR_FORMAT), as torch's
+ * load_state_dict(strict) refuses unexpected keys. Counted first (f holds one
+ * tensor per entry that is no tied alias), searched only when f holds more. */
+accel_status accel__refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd);
+
 /* checkpoint.c: a directory written aside, then swapped in with one rename,
  * so that dir holds the previous save or the new one, never a mix
  * (save_state and save_model; rank 0 runs these). */

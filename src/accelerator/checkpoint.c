@@ -596,11 +596,7 @@ static bool loads_entry(const accel_state_dict *sd, int i, bool pp) {
     return !sd->entries[i].is_tied_alias && !(pp && sd->entries[i].t->device.type == ACCEL_DEV_META);
 }
 
-/* A tensor in f (path) that no entry of sd names (a checkpoint of a larger
- * model: a layer more) refused by name, as torch's load_state_dict(strict)
- * refuses unexpected keys. Counted first (f holds one tensor per entry that
- * is no tied alias), searched only when f holds more. */
-static accel_status refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd) {
+accel_status accel__refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd) {
     int own = 0, n = accel_safetensors_count(f);
     for (int i = 0; i < sd->n; i++) own += !sd->entries[i].is_tied_alias;
     for (int k = 0; n > own && k < n; k++) {
@@ -619,7 +615,7 @@ static accel_status refuse_unexpected(accel_safetensors *f, const char *path, co
  * written, so that a checkpoint of another model (a layer resized, a tensor
  * renamed) fails the load with the model as it was, not half-loaded. */
 static accel_status check_model_entries(accel_safetensors *f, const char *path, const accel_state_dict *sd, bool pp) {
-    accel_status s = refuse_unexpected(f, path, sd);
+    accel_status s = accel__refuse_unexpected(f, path, sd);
     for (int i = 0; i < sd->n && !s; i++) {
         if (!loads_entry(sd, i, pp)) continue;
         const accel_state_entry *e = &sd->entries[i];

@@ -1127,6 +1127,25 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
 
 /* ---------------------------------------------------------------- load */
 
+/* An entry the index lists that the model lacks (a larger model's: a layer
+ * more) refused by name, as accel__refuse_unexpected refuses a tensor of a
+ * FULL file; searched only when the index lists more entries than sd has
+ * (aliases included in both). */
+static accel_status refuse_unexpected_entries(const sharded_index *ix, const accel_state_dict *sd) {
+    size_t n = json_array_size(ix->state_dict), k;
+    json_t *e;
+    json_array_foreach(ix->state_dict, k, e) {
+        if (n <= (size_t)sd->n) break;
+        const char *name = json_string_value(json_object_get(e, "name"));
+        int i = 0;
+        while (name && i < sd->n && strcmp(sd->entries[i].name, name)) i++;
+        if (name && i == sd->n)
+            return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s lists %s, which the model does not have (a "
+                                   "checkpoint of another model?; nothing was loaded)", ix->path, name);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir) {
     accel__model *pm = &acc->models[i];
     char sub[PATHN + 64], path[2 * PATHN];
@@ -1138,6 +1157,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
         sharded_index ix;
         shard_files fs = {0};
         st = index_open(&ix, sub, FN_LOAD ": ");
+        if (!st) st = refuse_unexpected_entries(&ix, nm.sd);
         if (!st) st = files_init(&fs, &ix, sub, "");
         st = load_shard(acc, pm, &nm, read_sharded, &fs, st);
         if (!st) st = refresh_gathered(acc, pm, &nm, read_sharded, &fs);
@@ -1152,7 +1172,7 @@ accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const 
         full_file(path, sizeof path, dir, i);
         accel_safetensors *f = accel_safetensors_open(path);
         full_src fs = {f, &nm};
-        st = load_shard(acc, pm, &nm, read_full, &fs, f ? ACCEL_OK : accel_last_status());
+        st = load_shard(acc, pm, &nm, read_full, &fs, f ? accel__refuse_unexpected(f, path, nm.sd) : accel_last_status());
         if (!st) st = refresh_gathered(acc, pm, &nm, read_full, &fs);
         if (!st) st = load_replicated(f, &nm);
         accel_safetensors_close(f);
