@@ -1276,8 +1276,8 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
         pad->positions = plain ? NULL : p;
         if (!plain) {
             pad->rope_len = 0;
-            for (int64_t i = 0; i < B * T; i++)
-                if (p[i] >= pad->rope_len) pad->rope_len = p[i] + 1;
+            for (int64_t i = 0; i < B * T; i++) /* saturated: a position of INT64_MAX is taken (test_review_window) */
+                if (p[i] >= pad->rope_len) pad->rope_len = p[i] < INT64_MAX ? p[i] + 1 : INT64_MAX;
         }
         if (!plain && gpt2) { /* only GPT-2's learned positions read them as a tensor */
             pad->position_ids = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), in->ids->device);
