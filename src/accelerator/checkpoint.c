@@ -331,12 +331,15 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
     return s;
 }
 
+/* A last path component of "." or "..": a directory named by another's name. */
+static bool dots_name(const char *base) { return !strcmp(base, ".") || !strcmp(base, ".."); }
+
 void accel__staged_resolve(const char *dir, char *out, size_t n) {
     char real[PATH_MAX], parent[PATHN + 64], base[PATHN + 64];
     struct stat lsb;
     split_path(dir, parent, base);
-    bool dots = !strcmp(base, ".") || !strcmp(base, ".."); /* "x/y/..": the directory x, by its own name */
-    if ((dots || (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode))) && realpath(dir, real)) dir = real;
+    /* "x/y/..": the directory x, by its own name */
+    if ((dots_name(base) || (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode))) && realpath(dir, real)) dir = real;
     snprintf(out, n, "%s", dir);
 }
 
@@ -381,7 +384,7 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
     if (!*dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the directory to save into is \"\"", op);
-    if (!strcmp(base, ".") || !strcmp(base, ".."))
+    if (dots_name(base)) /* accel__staged_resolve found no directory by that name */
         return accel_set_error(ACCEL_ERR_IO, "%s: cannot save into %s: no such directory", op, dir);
     if (strlen(base) + strlen(STAGED_PREFIX STAGED_SUFFIX) > NAME_MAX)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the name of %s is %zu bytes: the save is written beside it "

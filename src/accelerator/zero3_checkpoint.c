@@ -1132,10 +1132,10 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
  * FULL file; searched only when the index lists more entries than sd has
  * (aliases included in both). */
 static accel_status refuse_unexpected_entries(const sharded_index *ix, const accel_state_dict *sd) {
-    size_t n = json_array_size(ix->state_dict), k;
+    if (json_array_size(ix->state_dict) <= (size_t)sd->n) return ACCEL_OK;
+    size_t k;
     json_t *e;
     json_array_foreach(ix->state_dict, k, e) {
-        if (n <= (size_t)sd->n) break;
         const char *name = json_string_value(json_object_get(e, "name"));
         int i = 0;
         while (name && i < sd->n && strcmp(sd->entries[i].name, name)) i++;
