@@ -193,6 +193,14 @@ static void test_fp16_scale_float32(void) {
         CHECK_STR_CONTAINS(accel_last_error(), bad[i].why);
         accel_clear_error();
     }
+    /* growth_interval 0 is the default (2000); a negative one is refused */
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "fp16";
+    o.growth_interval = -1;
+    CHECK(accel_accelerator_new(&o) == NULL);
+    CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(accel_last_error(), "growth_interval must be >= 1 (0: the default, 2000)");
+    accel_clear_error();
 }
 
 /* bf16 on one process: a second accelerator after the first is freed. */

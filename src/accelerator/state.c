@@ -41,7 +41,7 @@ static accel_status resolve_scaler(accel_accelerator_opts *o) {
                                                                          "float32's largest, 3.4e38"
                       : !(o->growth_factor > 1 && isfinite(o->growth_factor)) ? "growth_factor must be > 1"
                       : !(o->backoff_factor > 0 && o->backoff_factor < 1)    ? "backoff_factor must be in (0, 1)"
-                      : o->growth_interval < 0                                ? "growth_interval must be > 0"
+                      : o->growth_interval < 0                                ? "growth_interval must be >= 1 (0: the default, 2000)"
                                                                               : NULL;
     if (bad)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
