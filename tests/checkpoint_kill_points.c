@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -33,6 +34,16 @@ static long kill_at, fail_at, points_seen;
  * directory swapped away is removed (as that save then removes it). */
 static const char *swap_dir, *swap_with;
 static bool swap_remove;
+/* A writer in late_dir while a save over it runs: at the swap's point it
+ * makes, replaces and extends entries by late_dir's name, and after the swap
+ * makes one through late_fd, a descriptor of the directory the swap replaced. */
+static const char *late_dir;
+static int late_fd = -1;
+static void late_writes(const char *step);
+/* At the point after the staged directory is made: one byte written to
+ * staged_pipe, then a nap of staged_nap_ms, or a SIGSTOP with staged_stop. */
+static int staged_pipe = -1, staged_nap_ms;
+static bool staged_stop;
 
 static void rm_tree(const char *dir);
 
@@ -42,6 +53,12 @@ bool accel__ckpt_fault(const char *step) {
         CHECK(renameat2(AT_FDCWD, swap_dir, AT_FDCWD, swap_with, RENAME_EXCHANGE) == 0);
         if (swap_remove) rm_tree(swap_with);
         swap_dir = NULL;
+    }
+    if (late_dir) late_writes(step);
+    if (staged_pipe >= 0 && !strcmp(step, "save: temporary directory made")) {
+        CHECK(write(staged_pipe, "s", 1) == 1);
+        if (staged_stop) raise(SIGSTOP);
+        nanosleep(&(struct timespec){0, staged_nap_ms * 1000000L}, NULL);
     }
     if (++points_seen == kill_at) raise(SIGKILL);
     return points_seen == fail_at;
@@ -287,6 +304,132 @@ static void test_load_pins_its_directory(void) {
     rm_tree(other);
 }
 
+static void put(const char *dir, const char *name, const char *text) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK_MSG(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", p);
+}
+
+static bool holds(const char *dir, const char *name, const char *text) {
+    char p[700], buf[64] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    bool ok = f && fgets(buf, sizeof buf, f) && !strcmp(buf, text);
+    if (f) fclose(f);
+    return ok;
+}
+
+static void late_writes(const char *step) {
+    char p[700], q[700];
+    if (!strcmp(step, "commit: before the swap")) {
+        put(late_dir, "late.txt", "late\n");
+        put(late_dir, ".notes.new", "v2\n"); /* an editor's save: written beside, renamed over */
+        snprintf(p, sizeof p, "%s/.notes.new", late_dir);
+        snprintf(q, sizeof q, "%s/notes.txt", late_dir);
+        CHECK(rename(p, q) == 0);
+        put(late_dir, "logs/late.log", "late log\n");
+        snprintf(p, sizeof p, "%s/late_dir", late_dir);
+        CHECK(mkdir(p, 0755) == 0);
+        put(late_dir, "late_dir/f", "f\n");
+    } else if (!strcmp(step, "commit: directories exchanged")) {
+        int fd = openat(late_fd, "via_fd.txt", O_CREAT | O_WRONLY, 0644);
+        CHECK(fd >= 0 && write(fd, "fd\n", 3) == 3 && close(fd) == 0);
+        late_dir = NULL;
+    }
+}
+
+/* A writer's entries made in a directory while a save over it runs (a
+ * logger's, another process's) are in the directory after the save, beside
+ * the new checkpoint: new ones, one renamed over a file the save carried, one
+ * in a carried folder, a new folder, one made after the swap through a
+ * descriptor of the replaced directory. They were removed with it. */
+static void test_writes_during_the_save_kept(void) {
+    char project[300], logs[340];
+    run r;
+    start_saved(&r, project, sizeof project, "late");
+    put(project, "notes.txt", "v1\n");
+    snprintf(logs, sizeof logs, "%s/logs", project);
+    CHECK(mkdir(logs, 0755) == 0);
+    put(logs, "a.log", "a\n");
+    late_fd = open(project, O_RDONLY | O_DIRECTORY);
+    CHECK(late_fd >= 0);
+    late_dir = project;
+    mark(&r, 3);
+    CHECK_MSG(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(late_dir == NULL, "the save passed no swap point");
+    late_dir = NULL;
+    close(late_fd);
+    CHECK_MSG(holds(project, "late.txt", "late\n"), "a file made during the save was lost");
+    CHECK_MSG(holds(project, "notes.txt", "v2\n"), "a file replaced during the save went back to the old one");
+    CHECK_MSG(holds(logs, "a.log", "a\n") && holds(logs, "late.log", "late log\n"), "a folder's entry was lost");
+    CHECK_MSG(holds(project, "late_dir/f", "f\n"), "a folder made during the save was lost");
+    CHECK_MSG(holds(project, "via_fd.txt", "fd\n"), "a file made in the replaced directory was lost");
+    CHECK(no_leftover(project));
+    mark(&r, 9);
+    CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(loaded_id(&r) == 3);
+    run_free(&r);
+    rm_tree(project);
+}
+
+/* A child saving save 1 into project, paused (stop: stopped) once its staged
+ * directory is made; returns its pid when it got there. */
+static pid_t pausing_saver(run *r, const char *project, int nap_ms, bool stop) {
+    int p[2];
+    CHECK(pipe(p) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        staged_pipe = p[1], staged_nap_ms = nap_ms, staged_stop = stop;
+        mark(r, 1);
+        _exit(accel_accelerator_save_state(r->acc, project, NULL, 0) == ACCEL_OK ? 0 : 1);
+    }
+    close(p[1]);
+    char c;
+    CHECK(read(p[0], &c, 1) == 1);
+    close(p[0]);
+    return pid;
+}
+
+/* Two saves into one directory at once (two jobs; a retry while the first
+ * runs): the second waits for the first (each removed the other's staged
+ * directory as a leftover: one failed, and the directory held no model), and
+ * both succeed, the last one's state loading whole. A first save that stops
+ * (SIGSTOP) holds the second for ACCEL_WRITE_STALL_TIMEOUT only:
+ * ACCEL_ERR_TIMEOUT naming its pid, nothing changed. */
+static void test_concurrent_saves_take_turns(void) {
+    char project[300];
+    run r;
+    start_saved(&r, project, sizeof project, "twice");
+    pid_t pid = pausing_saver(&r, project, 300, false);
+    mark(&r, 2);
+    CHECK_MSG(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    mark(&r, 9);
+    CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(loaded_id(&r) == 2, "loaded save %d, want the later one (2)", loaded_id(&r));
+    CHECK(no_leftover(project));
+
+    pid = pausing_saver(&r, project, 0, true);
+    setenv("ACCEL_WRITE_STALL_TIMEOUT", "0.3", 1);
+    mark(&r, 3);
+    CHECK(accel_accelerator_save_state(r.acc, project, NULL, 0) == ACCEL_ERR_TIMEOUT);
+    char want[64];
+    snprintf(want, sizeof want, "the save of pid %d (stopped)", (int)pid);
+    CHECK_STR_CONTAINS(accel_last_error(), want);
+    accel_clear_error();
+    unsetenv("ACCEL_WRITE_STALL_TIMEOUT");
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    CHECK_MSG(accel_accelerator_load_state(r.acc, project, NULL) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(loaded_id(&r) == 2);
+    run_free(&r);
+    rm_tree(project);
+}
+
 /* save_state into what is no directory: refused before anything is written
  * (it wrote the whole save beside it, failed the rename and left the copy),
  * the file untouched; an empty name is refused. */
@@ -388,6 +531,37 @@ static bool save_model_setup(const char *dir, int w, const char *shard, accel_ac
     ok &= f && fputs("{}", f) >= 0;
     if (f) ok &= fclose(f) == 0;
     return ok;
+}
+
+/* A save in torch's format over one in safetensors (and back): the other
+ * format's weights go, the user's files stay. The older model.safetensors
+ * stayed beside the new pytorch_model.bin, and a load read it. */
+static void test_save_model_switches_format(void) {
+    char dir[300], p[400];
+    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_format_%d_model", (int)getpid());
+    accel_accelerator *acc;
+    accel_module *m;
+    CHECK(save_model_setup(dir, 4, NULL, &acc, &m));
+    for (int id = 1; id <= 2; id++) {
+        bool torch = id == 1;
+        mark_model(m, id);
+        CHECK_MSG(accel_accelerator_save_model_with(acc, m, dir, &(accel_save_model_opts){
+                      .no_safe_serialization = torch}) == ACCEL_OK, "%s", accel_last_error());
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        CHECK_MSG((access(p, F_OK) == 0) == !torch, "save %d: %s %s", id, p, torch ? "left" : "missing");
+        snprintf(p, sizeof p, "%s/pytorch_model.bin", dir);
+        CHECK_MSG((access(p, F_OK) == 0) == torch, "save %d: %s %s", id, p, torch ? "missing" : "left");
+        accel_checkpoint *ck = accel_checkpoint_open(dir);
+        CHECK_MSG(ck, "%s", accel_last_error());
+        accel_tensor *t = ck ? accel_checkpoint_tensor(ck, accel_checkpoint_name(ck, 0), ACCEL_F32) : NULL;
+        CHECK_MSG(t && ((float *)t->data)[0] == 1000.0f + (float)id, "save %d: another save's weights read", id);
+        accel_tensor_free(t);
+        if (ck) accel_checkpoint_close(ck);
+        CHECK(holds(dir, "README.md", "my notes\n"));
+    }
+    accel_module_free(m);
+    accel_accelerator_free(acc);
+    rm_tree(dir);
 }
 
 /* Killed at every point: dir holds the previous model or the new one. */
@@ -494,12 +668,13 @@ static int enospc(const char *root) {
     return check_summary();
 }
 
-/* `mount-point DIR` (tests/run_save_mount_point.sh, DIR a tmpfs mounted on
- * a directory of another filesystem): the swap cannot replace a mount point,
- * so save_model and save_state into DIR, or through a link to it, fail at
- * once naming it, before writing anything beside it (they used to stage the
- * whole save on the parent's filesystem, then fail the exchange). */
-static int mount_point(const char *dir) {
+/* `mount-point DIR OUTER` (tests/run_save_mount_point.sh, DIR and OUTER/data
+ * tmpfs mounts on directories of another filesystem): the swap cannot replace
+ * a mount point, so save_model and save_state into DIR, or through a link to
+ * it, fail at once naming it, before writing anything beside it (they used to
+ * stage the whole save on the parent's filesystem, then fail the exchange);
+ * into OUTER they fail naming OUTER/data, before anything changes. */
+static int mount_point(const char *dir, const char *outer) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
     accel_accelerator *acc = accel_accelerator_new(&o);
@@ -519,6 +694,22 @@ static int mount_point(const char *dir) {
         CHECK_MSG(no_leftover(dir), "save %d staged beside the mount point", i);
     }
     unlink(link);
+    /* outer/data, a mount inside the directory saved into: refused by name,
+     * its file intact (it was copied into the new directory and removed from
+     * the mount with the replaced one) */
+    char data[700];
+    snprintf(data, sizeof data, "%s/data", outer);
+    put(data, "train.bin", "mine\n");
+    for (int i = 0; i < 2; i++) {
+        accel_status s = i ? accel_accelerator_save_state(acc, outer, NULL, 0)
+                           : accel_accelerator_save_model(acc, m, outer, NULL);
+        CHECK_MSG(s == ACCEL_ERR_IO, "save %d into %s: %d %s", i, outer, (int)s, accel_last_error());
+        CHECK_STR_CONTAINS(accel_last_error(), "is a mount point");
+        CHECK_STR_CONTAINS(accel_last_error(), data);
+        accel_clear_error();
+        CHECK_MSG(holds(data, "train.bin", "mine\n"), "the mount's file was lost");
+        CHECK_MSG(no_leftover(outer), "save %d left its staged directory", i);
+    }
     accel_module_free(m);
     accel_accelerator_free(acc);
     accel_thread_cleanup();
@@ -529,7 +720,7 @@ static int mount_point(const char *dir) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "enospc")) return enospc(argv[2]);
-    if (argc == 3 && !strcmp(argv[1], "mount-point")) return mount_point(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "mount-point")) return mount_point(argv[2], argv[3]);
     RUN(test_kill_every_point_total_limit_1);
     RUN(test_kill_every_point_total_limit_2);
     RUN(test_kill_every_point_total_limit_3);
@@ -537,6 +728,9 @@ int main(int argc, char **argv) {
     RUN(test_save_state_fails_at_every_point);
     RUN(test_save_state_into_non_directory);
     RUN(test_load_pins_its_directory);
+    RUN(test_writes_during_the_save_kept);
+    RUN(test_concurrent_saves_take_turns);
+    RUN(test_save_model_switches_format);
     RUN(test_save_model_killed_at_every_point);
     RUN(test_save_model_fails_at_every_point);
     accel_thread_cleanup();

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,7 +29,9 @@
 #include "accelerator_internal.h"
 #include "strategy.h"
 #include "gemm_choices.h"
+#include "core/afile.h"
 #include "core/core_internal.h"
+#include "core/env.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 #include "nn/tp_internal.h" /* accel__tp_dropout_rng */
@@ -47,7 +50,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
 
 static void rm_rf(const char *path) {
     struct stat sb;
-    if (lstat(path, &sb) == 0) nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (lstat(path, &sb) == 0) nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT); /* never into a mount */
 }
 
 static bool is_dir(const char *p) {
@@ -282,14 +285,32 @@ void accel__staged_path(const char *dir, char *tmp, size_t n) {
     snprintf(tmp, n, "%s/" STAGED_PREFIX "%s" STAGED_SUFFIX, parent, base);
 }
 
-/* A file that cannot be hard-linked (a filesystem without links), copied. */
-static accel_status copy_file(const char *from, const char *to, const char *op) {
+/* A file that cannot be hard-linked (a filesystem without links), copied,
+ * with its times (a carried file is one older than the save: settle_previous). */
+static accel_status copy_file(const char *from, const char *to, const struct stat *sb, const char *op) {
     void *data = NULL;
     size_t len = 0;
     accel_status s = accel_load_bytes(from, &data, &len);
     if (!s) s = accel__afile_write_all(to, data ? data : "", len);
+    if (!s) utimensat(AT_FDCWD, to, (struct timespec[]){sb->st_atim, sb->st_mtim}, 0);
     free(data);
     return s ? accel_set_error(s, "%s: cannot carry %s over to the new save: %s", op, from, accel_last_error()) : s;
+}
+
+#ifndef STATX_ATTR_MOUNT_ROOT
+#define STATX_ATTR_MOUNT_ROOT 0x2000 /* Linux 5.8's; older headers lack the name */
+#endif
+
+/* Whether path (lstat sb, an entry of the directory parent) is the root of a
+ * mount: statx says so where the kernel knows (a bind mount of the same
+ * filesystem too), else it is on another device than its parent. */
+static bool mount_root(const char *path, const struct stat *sb, const char *parent) {
+    struct statx sx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &sx) == 0 &&
+        (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+        return (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+    struct stat p;
+    return !S_ISLNK(sb->st_mode) && stat(parent, &p) == 0 && p.st_dev != sb->st_dev;
 }
 
 /* Every entry of from (with carry: those it accepts) into to: files
@@ -309,7 +330,12 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
         snprintf(src, sizeof src, "%s/%s", from, e->d_name);
         snprintf(dst, sizeof dst, "%s/%s", to, e->d_name);
         if (lstat(src, &sb)) continue; /* gone meanwhile */
-        if (FAIL_POINT("stage: entry carried over")) {
+        if (mount_root(src, &sb, from)) {
+            s = accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem, or a bind mount): the save "
+                                "replaces the directory that holds it as a whole, which cannot carry a mount over "
+                                "(the mounted files would be copied, and removed from it with the replaced "
+                                "directory); unmount it or save elsewhere; nothing was changed", op, src);
+        } else if (FAIL_POINT("stage: entry carried over")) {
             s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry %s over: %s (injected)", op, src, strerror(ENOSPC));
         } else if (S_ISDIR(sb.st_mode)) { /* writable while it is filled (a read-only one refused the links) */
             s = mkdir(dst, 0700) ? accel_set_error(ACCEL_ERR_IO, "%s: cannot create %s: %s", op, dst, strerror(errno))
@@ -324,7 +350,7 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
             if (n < 0 || symlink(target, dst))
                 s = accel_set_error(ACCEL_ERR_IO, "%s: cannot carry the link %s over: %s", op, src, strerror(errno));
         } else if (S_ISREG(sb.st_mode) && link(src, dst)) {
-            s = copy_file(src, dst, op);
+            s = copy_file(src, dst, &sb, op);
         }
     }
     closedir(d);
@@ -360,12 +386,11 @@ static accel_status refuse_cwd(const char *dir, const char *op) {
  * filesystems, or the mount is busy): said before anything is written,
  * rather than after the whole save was staged on the parent's filesystem. */
 static accel_status refuse_mount_point(const char *dir, const char *parent, const char *op) {
-    struct stat d, p;
-    if (stat(dir, &d) != 0 || !S_ISDIR(d.st_mode) || stat(parent, &p) != 0 || d.st_dev == p.st_dev)
-        return ACCEL_OK;
-    return accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem than its parent %s): the save "
-                           "is written beside it and swapped in with one rename, which cannot cross filesystems; "
-                           "save into a subdirectory of it", op, dir, parent);
+    struct stat d;
+    if (lstat(dir, &d) != 0 || !S_ISDIR(d.st_mode) || !mount_root(dir, &d, parent)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem than its parent %s, or a bind "
+                           "mount): the save is written beside it and swapped in with one rename, which cannot move "
+                           "a mount point; save into a subdirectory of it", op, dir, parent);
 }
 
 /* Something other than a directory at dir (a file, a link leading nowhere:
@@ -379,10 +404,45 @@ static accel_status refuse_non_directory(const char *dir, const char *op) {
                                                                                : "device, FIFO or socket");
 }
 
-accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)(const char *name, void *ctx),
-                                 void *ctx, const char *op) {
+/* Rank 0's lock on dir's parent for the save, so that two processes saving
+ * into one directory at once take turns (each would remove the other's
+ * staged sibling as a leftover, and one's swap would publish a directory the
+ * other was still writing): waited for as long as the other save makes
+ * progress (ACCEL_WRITE_STALL_TIMEOUT without, as the atomic writer waits). A
+ * staged sibling found once the lock is held is a dead save's. */
+static accel_status lock_parent(const char *dir, const char *parent, accel__staging *sg, const char *op) {
+    double stall_s;
+    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s)) return accel_last_status();
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot open %s: %s", op, parent, strerror(errno));
+    long pid = 0;
+    bool stopped = false;
+    int r = accel__flock_wait(fd, stall_s, &pid, &stopped);
+    if (r == 0) {
+        sg->lock = fd;
+        return ACCEL_OK;
+    }
+    int err = errno;
+    close(fd);
+    if (r < 0 && (err == ENOLCK || err == EOPNOTSUPP)) return ACCEL_OK; /* a filesystem without locks: unguarded */
+    char holder[64] = "another save";
+    if (pid) snprintf(holder, sizeof holder, "the save of pid %ld%s", pid, stopped ? " (stopped)" : "");
+    return r > 0 ? accel_set_error(ACCEL_ERR_TIMEOUT, "%s: cannot save into %s: %s into %s has made no progress for "
+                                   "%g s (ACCEL_WRITE_STALL_TIMEOUT): resume or end it; nothing was changed", op, dir,
+                                   holder, parent, stall_s)
+                 : accel_set_error(ACCEL_ERR_IO, "%s: cannot lock %s: %s", op, parent, strerror(err));
+}
+
+static void unlock_parent(accel__staging *sg) {
+    if (sg->lock >= 0) close(sg->lock); /* the flock goes with it */
+    sg->lock = -1;
+}
+
+accel_status accel__staged_begin(const char *dir, const char *tmp, accel__staging *sg, const char *op) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
+    sg->lock = -1;
+    sg->held = false;
     if (!*dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the directory to save into is \"\"", op);
     if (dots_name(base)) /* accel__staged_resolve found no directory by that name */
         return accel_set_error(ACCEL_ERR_IO, "%s: cannot save into %s: no such directory", op, dir);
@@ -394,17 +454,21 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, bool (*carry)
     accel_status s = refuse_non_directory(dir, op);
     if (!s) s = refuse_cwd(dir, op);
     if (!s) s = refuse_mount_point(dir, parent, op);
+    if (!s) s = mkdir_p(parent, op);
+    if (!s) s = lock_parent(dir, parent, sg, op);
     if (s) return s;
     rm_rf(tmp); /* left over by a crashed save */
-    s = mkdir_p(parent, op);
-    if (!s) s = mkdir_p(tmp, op);
+    s = mkdir_p(tmp, op);
+    sg->held = !s;
     KILL_POINT("save: temporary directory made");
-    struct stat sb;
+    struct stat sb, made;
+    /* the filesystem's clock at the start: what the save writes is no older */
+    if (!s && stat(tmp, &made) == 0) sg->began = made.st_mtim;
     if (!s && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         chmod(tmp, sb.st_mode & 07777); /* the directory that replaces dir keeps its permissions */
-        if (carry) s = carry_tree(dir, tmp, carry, ctx, op);
+        if (sg->carry) s = carry_tree(dir, tmp, sg->carry, sg->ctx, op);
     }
-    if (s) rm_rf(tmp); /* ours (any leftover went above): a failed begin leaves nothing */
+    if (s) accel__staged_abort(tmp, sg); /* ours (any leftover went above): a failed begin leaves nothing */
     return s;
 }
 
@@ -416,7 +480,59 @@ static int fsync_one(const char *p, const struct stat *sb, int flag, struct FTW 
     return 0;
 }
 
-accel_status accel__staged_commit(const char *tmp, const char *dir, const char *op) {
+/* Whether t is before u. */
+static bool before(struct timespec t, struct timespec u) {
+    return t.tv_sec != u.tv_sec ? t.tv_sec < u.tv_sec : t.tv_nsec < u.tv_nsec;
+}
+
+/* Whether the symbolic links a and b lead to different places. */
+static bool links_differ(const char *a, const char *b) {
+    char ta[PATHN], tb[PATHN];
+    ssize_t na = readlink(a, ta, sizeof ta), nb = readlink(b, tb, sizeof tb);
+    return na != nb || (na > 0 && memcmp(ta, tb, (size_t)na));
+}
+
+/* After the swap, old (at the staged name) holds dir's previous content and
+ * new (dir) the save with what was carried over when it began (sg). What a
+ * writer made in dir while the save ran is in old alone, or differs from
+ * what new holds by that name, which is then a carried file (one older than
+ * the save: written and renamed over it meanwhile) or a link re-made to where
+ * it led then: it is moved into new rather than removed with the rest.
+ * Removed: the checkpoint's own entries (at the top, those carry refuses),
+ * what new has from old (the same file, linked; folders, whose entries are
+ * settled in turn) and what the save wrote itself (a save_model's
+ * config.json: no older than the save). Whether old is gone then: not when a
+ * writer holding it open added an entry meanwhile. */
+static bool settle_previous(const char *old, const char *new, const accel__staging *sg, bool top) {
+    DIR *d = opendir(old);
+    if (!d) return false;
+    for (struct dirent *e; (e = readdir(d));) {
+        char from[2 * PATHN], to[2 * PATHN + 32];
+        struct stat a, b;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(from, sizeof from, "%s/%s", old, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", new, e->d_name);
+        if (lstat(from, &a) || (top && sg->carry && !sg->carry(e->d_name, sg->ctx))) {
+            rm_rf(from);
+        } else if (lstat(to, &b)) {
+            rename(from, to);
+        } else if (S_ISDIR(a.st_mode) && S_ISDIR(b.st_mode)) {
+            settle_previous(from, to, sg, false);
+        } else if (a.st_ino != b.st_ino &&
+                   (S_ISLNK(a.st_mode) && S_ISLNK(b.st_mode) ? links_differ(from, to)
+                                                             : S_ISREG(b.st_mode) && before(b.st_mtim, sg->began)) &&
+                   rename(from, to)) {
+            /* a folder where new has a file, or the reverse: kept beside it */
+            snprintf(to, sizeof to, "%s/%s.accel-%ld", new, e->d_name, (long)a.st_ino);
+            rename(from, to);
+        }
+        rm_rf(from); /* what is left of it: new has it already, or the save's own */
+    }
+    closedir(d);
+    return rmdir(old) == 0;
+}
+
+accel_status accel__staged_commit(const char *tmp, const char *dir, accel__staging *sg, const char *op) {
     char parent[PATHN + 64], base[PATHN + 64];
     split_path(dir, parent, base);
     nftw(tmp, fsync_one, 16, FTW_DEPTH | FTW_PHYS);
@@ -427,16 +543,24 @@ accel_status accel__staged_commit(const char *tmp, const char *dir, const char *
             return accel_set_error(ACCEL_ERR_IO, "%s: cannot replace %s: %s", op, dir, strerror(errno));
         fsync_dir(parent);
         KILL_POINT("commit: directories exchanged");
-        rm_rf(tmp); /* the previous content */
+        /* the previous content; a few passes for a writer holding it open */
+        for (int pass = 0; pass < 3 && !settle_previous(tmp, dir, sg, true); pass++) continue;
+        rm_rf(tmp);
     } else if (rename(tmp, dir)) {
         return accel_set_error(ACCEL_ERR_IO, "%s: cannot rename %s to %s: %s", op, tmp, dir, strerror(errno));
     }
     fsync_dir(parent);
     KILL_POINT("commit: renamed into place");
+    sg->held = false; /* tmp's name is free: the next save's, once the lock is released */
+    unlock_parent(sg);
     return ACCEL_OK;
 }
 
-void accel__staged_abort(const char *tmp) { rm_rf(tmp); }
+void accel__staged_abort(const char *tmp, accel__staging *sg) {
+    if (sg->held) rm_rf(tmp);
+    sg->held = false;
+    unlock_parent(sg);
+}
 
 /* ---------------------------------------------------------------- named state <-> safetensors */
 
@@ -914,11 +1038,11 @@ static accel_status write_all(accel_accelerator *acc, const char *tmp) {
 }
 
 /* Rank 0, once every rank's files are in tmp: the marker, then the swap. */
-static accel_status commit(const char *tmp, const char *dir, int world) {
+static accel_status commit(const char *tmp, const char *dir, int world, accel__staging *sg) {
     accel_status s = accel__marker_write(tmp, world, state_entry, "accel_accelerator_save_state");
     if (s) return s;
     KILL_POINT("commit: marker written"); /* the staged tree is fsynced by the commit */
-    return accel__staged_commit(tmp, dir, "accel_accelerator_save_state");
+    return accel__staged_commit(tmp, dir, sg, "accel_accelerator_save_state");
 }
 
 accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *output_dir, char *out_dir,
@@ -956,7 +1080,8 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
     snprintf(given, sizeof given, "%s", dir);
     accel__staged_resolve(given, dir, sizeof dir); /* a link to the directory: the directory is replaced, the link kept */
     accel__staged_path(dir, tmp, sizeof tmp);
-    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, user_entry, NULL, "accel_accelerator_save_state");
+    accel__staging sg = {.carry = user_entry, .lock = -1};
+    if (acc->rank == 0) s = accel__staged_begin(dir, tmp, &sg, "accel_accelerator_save_state");
     bool began = acc->rank == 0 && s == ACCEL_OK;
     s = agree(acc, s);
     if (!s && acc->rank != 0 && !is_dir(tmp)) /* every rank writes its files into rank 0's staged directory */
@@ -964,17 +1089,17 @@ accel_status accel_accelerator_save_state(accel_accelerator *acc, const char *ou
                             "0 stages the save of %s: output_dir must name the same directory on every rank (on a "
                             "filesystem they share)", acc->rank, tmp, dir);
     if ((s = agree(acc, s))) {
-        if (began) accel__staged_abort(tmp); /* another rank failed, or the agreement itself */
+        if (began) accel__staged_abort(tmp, &sg); /* another rank failed, or the agreement itself */
         return s;
     }
     s = agree(acc, write_all(acc, tmp));
     if (!s && acc->rank == 0) {
-        s = commit(tmp, dir, acc->world);
+        s = commit(tmp, dir, acc->world, &sg);
         if (!s && automatic && acc->o.total_limit > 0) rotate(root, acc->o.total_limit);
     }
     if ((s = agree(acc, s))) {
         /* a failed save (a full disk) leaves the previous checkpoint and no staged copy taking the space */
-        if (acc->rank == 0) accel__staged_abort(tmp);
+        if (acc->rank == 0) accel__staged_abort(tmp, &sg);
         return s;
     }
     acc->save_iteration++;

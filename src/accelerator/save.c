@@ -230,14 +230,14 @@ static accel_status write_config(accel_accelerator *acc, accel_module *model, co
     return accel__family_config_save(f, model, dir, written_dtype(acc, model, pm, dt));
 }
 
-/* The swap gives dir's name to a new directory and removes the old one: a
- * process working inside the old one (dir is its working directory or holds
- * it) would be left in a removed directory. Refused, naming both. */
 /* What a save_model carries over from the directory it replaces: everything
- * but the weights files of the format it writes (as save_pretrained, which
- * rewrites those and leaves the rest). */
-static bool not_weights(const char *name, void *format) {
-    return !accel__is_weights_file(*(accel_weights_format *)format, name);
+ * but the weights files, of either format (save_pretrained rewrites those of
+ * the format it writes and leaves the rest; an older save's model.safetensors
+ * beside a new pytorch_model.bin would then be the one a load reads). */
+static bool not_weights(const char *name, void *ctx) {
+    (void)ctx;
+    return !accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, name) &&
+           !accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, name);
 }
 
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
@@ -261,7 +261,8 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
     dir = real;
     accel__staged_path(dir, tmp, sizeof tmp);
-    if (!st && acc->rank == 0) st = accel__staged_begin(dir, tmp, not_weights, &fmt, "accel_accelerator_save_model");
+    accel__staging sg = {.carry = not_weights, .lock = -1};
+    if (!st && acc->rank == 0) st = accel__staged_begin(dir, tmp, &sg, "accel_accelerator_save_model");
     if (gathered) { /* the real weights, gathered unit by unit (collective: every rank joins) */
         accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = st2;
@@ -278,8 +279,8 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
         if (!st) st = rel;
     }
     if (acc->rank == 0) {
-        if (!st) st = accel__staged_commit(tmp, dir, "accel_accelerator_save_model");
-        if (st) accel__staged_abort(tmp);
+        if (!st) st = accel__staged_commit(tmp, dir, &sg, "accel_accelerator_save_model");
+        if (st) accel__staged_abort(tmp, &sg);
     }
     return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
 }

@@ -258,3 +258,12 @@ accel_status accel__afile_write_all(const char *path, const void *data, size_t n
     accel__afile_abort(&f);
     return st;
 }
+
+int accel__flock_wait(int fd, double stall_s, long *holder_pid, bool *holder_stopped) {
+    struct stat held;
+    lock_holder who = {0, '?'};
+    int r = fstat(fd, &held) == 0 ? wait_lock(fd, &held, stall_s, &who) : -1;
+    *holder_pid = who.pid;
+    *holder_stopped = who.state == 'T' || who.state == 't';
+    return r;
+}

@@ -63,4 +63,13 @@ void accel__afile_abort(accel__afile *f);
 /* n bytes of data written to path atomically (open, write, commit). */
 accel_status accel__afile_write_all(const char *path, const void *data, size_t n);
 
+/* An exclusive flock on fd (a file or a directory another accel process
+ * locks too: a staged save's parent), waited for as the writers above wait
+ * for each other: as long as the holder makes progress (fd's file changes,
+ * or the holder runs or waits on the disk), however long; 0 once held. 1 with
+ * errno ETIMEDOUT when the holder made none for stall_s seconds, *holder_pid
+ * (0: unknown) and *holder_stopped then saying who; -1 with errno when flock
+ * fails otherwise. */
+int accel__flock_wait(int fd, double stall_s, long *holder_pid, bool *holder_stopped);
+
 #endif
