@@ -619,6 +619,14 @@ static void test_crafted_pickles(void) {
     tensor(p, "FloatStorage", "0", 4, 0, 1, (int[]){4}, (int[]){1});
     op(p, 's'), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "entry 'w' has a NUL byte in its name");
+    /* a key that is not UTF-8: Python's unpickler fails to decode it, so torch.load refuses the file */
+    p->n = 0;
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'X');
+    u32(p, 2);
+    put(p, "w\xff", 2);
+    tensor(p, "FloatStorage", "0", 4, 0, 1, (int[]){4}, (int[]){1});
+    op(p, 's'), op(p, '.');
+    expect_pickle(p, ACCEL_ERR_FORMAT, "a str of 2 bytes that is not valid UTF-8 (torch.load would fail to decode it)");
     free(p);
 }
 
