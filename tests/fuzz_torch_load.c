@@ -16,11 +16,12 @@
  * past its end, which a mapping's page would hide) and by
  * accel_safetensors_open on the file: both must give the same verdict, a
  * refusal naming the file, or the same tensors, each of them converted to
- * f32 (every byte read). An accepted file must be the state dict torch.load
+ * f32 (every byte read), the copies the reader made of strided ones no
+ * larger than the file. An accepted file must be the state dict torch.load
  * would give: accel_torch_save writes its tensors again, and that file reads
  * back equal; accel_checkpoint_open finds them all in the folder too.
  *
- * Built as fuzz_safetensors.c is (tests/torch_save.cmake): a libFuzzer
+ * Built as fuzz_safetensors.c is (tests/torch_load.cmake): a libFuzzer
  * target with clang, else a replay driver over a seed folder
  * (tests/fuzz_replay.h). The files go to a temporary folder made once per
  * process (tests/fuzz_tmp.h). */
@@ -173,7 +174,14 @@ static void fuzz_file(const char *dir, const char *path, const unsigned char *by
         if (!strstr(why, path) || strlen(why) <= strlen(path) + 2) fail("a refusal that does not name the file", why);
         if (strcmp(why, accel_last_error())) fail("two refusals of the same bytes", why);
     } else {
-        for (int i = 0; i < accel_safetensors_count(mem); i++) check_info(mem, accel_safetensors_at(mem, i), size);
+        size_t copied = 0; /* bytes of the tensors that are not in the file: its strided copies */
+        for (int i = 0; i < accel_safetensors_count(mem); i++) {
+            const accel_st_info *in = accel_safetensors_at(mem, i);
+            check_info(mem, in, size);
+            uintptr_t at = (uintptr_t)in->bytes, lo = (uintptr_t)buf;
+            if (in->nbytes && (at < lo || at - lo > size - in->nbytes)) copied += in->nbytes;
+        }
+        if (copied > size) fail("the strided copies of an accepted file exceed its size", path);
         check_same(mem, file, "the same bytes from memory and from the file differ");
         check_resaved(file);
         check_checkpoint(dir, file);
