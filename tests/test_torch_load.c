@@ -636,7 +636,7 @@ static void write_transposes(const char *path, int n) {
     pk *p = calloc(1, sizeof *p);
     op(p, 0x80), op(p, 2), op(p, '}'), op(p, '(');
     for (int i = 0; i < n; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "t%d", i);
         str(p, name);
         if (i) op(p, 'h'), op(p, 0); /* the same tensor again: a dozen bytes an entry */
