@@ -58,16 +58,16 @@ test-asan: deps build-asan/CMakeCache.txt
 
 test: test-fast test-asan
 
-# clang build of everything (-Werror) + the safetensors/index/PyTorch-file parser, tokenizer and configuration-file
-# (config.json, accel config YAML, GEMM choice table, device map, checkpoint marker, ZeRO-3 sharded index) fuzzers
-# for 20 s each.
+# clang build of everything (-Werror) + the safetensors/index/PyTorch-file parser, tokenizer, configuration-file
+# (config.json, accel config YAML, GEMM choice table, device map, checkpoint marker, ZeRO-3 sharded index) and
+# PyTorch checkpoint reader (zip, unpickler) fuzzers for 20 s each.
 fuzz: deps
 	@dpkg-query -W -f='$${Status}' clang 2>/dev/null | grep -q "install ok installed" && \
 	  dpkg-query -W -f='$${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed" || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev)
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCEL_NATIVE=OFF $(CUDA_PTX_ONLY)
 	cmake --build build-fuzz -j $(JOBS)
-	cd build-fuzz && ctest --output-on-failure -R 'fuzz_(safetensors|tokenizer|config)'
+	cd build-fuzz && ctest --output-on-failure -R 'fuzz_(safetensors|tokenizer|config|torch_load)'
 
 bench: build
 	bash bench/run.sh

@@ -37,7 +37,7 @@
  *
  * Built as fuzz_safetensors.c is (tests/config.cmake): a libFuzzer target
  * with clang, else a replay driver over a seed folder (tests/fuzz_replay.h).
- * The files go to a temporary folder made once per process. */
+ * The files go to a temporary folder made once per process (tests/fuzz_tmp.h). */
 #include <jansson.h>
 #include <omp.h>
 #include <stdint.h>
@@ -56,45 +56,16 @@
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 #include "accelerator/accelerator_internal.h"
+#include "fuzz_tmp.h"
 #include "zero3_index_fixture.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* ---------------------------------------------------------------- files */
 
-static char g_tmp[256];
-
-static void remove_tmp(void) {
-    if (!g_tmp[0]) return;
-    char cmd[320];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    if (system(cmd) != 0) fprintf(stderr, "fuzz_config: could not remove %s\n", g_tmp);
-}
-
-/* The process's temporary folder (made once, removed at exit). */
-static const char *tmp_dir(void) {
-    if (g_tmp[0]) return g_tmp;
-    const char *t = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/fuzz_config_XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(g_tmp)) {
-        perror("fuzz_config: mkdtemp");
-        abort();
-    }
-    atexit(remove_tmp);
-    return g_tmp;
-}
-
 /* The path of sub in the temporary folder into out. */
 static void tmp_path(const char *sub, char *out, size_t n) {
-    snprintf(out, n, "%s/%s", tmp_dir(), sub);
-}
-
-static void write_file(const char *path, const void *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f)) {
-        perror(path);
-        abort();
-    }
+    snprintf(out, n, "%s/%s", fuzz_tmp_dir("fuzz_config"), sub);
 }
 
 static void fail(const char *what, const char *why) {
@@ -164,14 +135,14 @@ static void fuzz_hf_config(const uint8_t *data, size_t size) {
     tmp_path("model", dir, sizeof dir);
     mkdir(dir, 0755);
     snprintf(file, sizeof file, "%s/config.json", dir);
-    write_file(file, data, size);
+    fuzz_write_file(file, data, size);
     fuzz_decoder_config(dir);
     accel_clear_error();
     fuzz_bert_config(dir);
     accel_clear_error();
     /* the same bytes as generation_config.json over a default config */
     snprintf(file, sizeof file, "%s/generation_config.json", dir);
-    write_file(file, data, size);
+    fuzz_write_file(file, data, size);
     accel_llama_config c = accel_llama_config_default();
     accel_generation_config_load(dir, &c);
     unlink(file);
@@ -221,8 +192,8 @@ static void fuzz_accel_config(const uint8_t *data, size_t size) {
     char yaml[320], json[320], out[320];
     tmp_path("default_config.yaml", yaml, sizeof yaml);
     tmp_path("config.json", json, sizeof json);
-    write_file(yaml, data, size);
-    write_file(json, data, size);
+    fuzz_write_file(yaml, data, size);
+    fuzz_write_file(json, data, size);
     tmp_path("rewritten_config.yaml", out, sizeof out);
     accel_config_file(yaml, out);
     tmp_path("rewritten_config.json", out, sizeof out);
@@ -304,7 +275,7 @@ static void fuzz_gemm_choices(const uint8_t *data, size_t size) {
 static void fuzz_device_map(const uint8_t *data, size_t size) {
     char path[320];
     tmp_path("device_map.json", path, sizeof path);
-    write_file(path, data, size);
+    fuzz_write_file(path, data, size);
     accel_device_map *m = accel_device_map_load(path);
     if (!m) return;
     char small[16], big[4096];
@@ -333,11 +304,11 @@ static const char *checkpoint_dir(void) {
     if ((mkdir(dir, 0755) && !accel__is_dir(dir)) || (mkdir(sub, 0755) && !accel__is_dir(sub)))
         fail("checkpoint folder", dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
-    write_file(file, "0123456789", 10);
+    fuzz_write_file(file, "0123456789", 10);
     snprintf(file, sizeof file, "%s/shard_0.safetensors", sub);
-    write_file(file, "abc", 3);
+    fuzz_write_file(file, "abc", 3);
     snprintf(file, sizeof file, "%s/random_states_0.pkl", dir);
-    write_file(file, "", 0);
+    fuzz_write_file(file, "", 0);
     return dir;
 }
 
@@ -369,8 +340,8 @@ static void fuzz_checkpoint_marker(const uint8_t *data, size_t size) {
     char marker[400];
     snprintf(marker, sizeof marker, "%s/%s", dir, ACCEL__MARKER);
     char *signed_text = with_marker_sum(data, size);
-    if (signed_text) write_file(marker, signed_text, strlen(signed_text));
-    else write_file(marker, data, size);
+    if (signed_text) fuzz_write_file(marker, signed_text, strlen(signed_text));
+    else fuzz_write_file(marker, data, size);
     free(signed_text);
     accel__marker_check(dir, true, NULL, "fuzz");
     accel__marker_check(dir, true, "pytorch_model_fsdp_0", "fuzz");

@@ -619,7 +619,52 @@ static void test_crafted_pickles(void) {
     tensor(p, "FloatStorage", "0", 4, 0, 1, (int[]){4}, (int[]){1});
     op(p, 's'), op(p, '.');
     expect_pickle(p, ACCEL_ERR_FORMAT, "entry 'w' has a NUL byte in its name");
+    /* a key that is not UTF-8: Python's unpickler fails to decode it, so torch.load refuses the file */
+    p->n = 0;
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, 'X');
+    u32(p, 2);
+    put(p, "w\xff", 2);
+    tensor(p, "FloatStorage", "0", 4, 0, 1, (int[]){4}, (int[]){1});
+    op(p, 's'), op(p, '.');
+    expect_pickle(p, ACCEL_ERR_FORMAT, "a str of 2 bytes that is not valid UTF-8 (torch.load would fail to decode it)");
     free(p);
+}
+
+/* One transposed tensor (15 x 15 over storage '0', 900 bytes) under n names:
+ * each name a strided copy of it. */
+static void write_transposes(const char *path, int n) {
+    pk *p = calloc(1, sizeof *p);
+    op(p, 0x80), op(p, 2), op(p, '}'), op(p, '(');
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        str(p, name);
+        if (i) op(p, 'h'), op(p, 0); /* the same tensor again: a dozen bytes an entry */
+        else tensor(p, "FloatStorage", "0", 225, 0, 2, (int[]){15, 15}, (int[]){1, 15}), op(p, 'q'), op(p, 0);
+    }
+    op(p, 'u'), op(p, '.');
+    float data[225] = {0};
+    accel__zip z;
+    CHECK(accel__zip_open(&z, path) == ACCEL_OK);
+    CHECK(accel__zip_record(&z, "archive/data.pkl", p->b, p->n) == ACCEL_OK);
+    CHECK(accel__zip_record(&z, "archive/data/0", data, sizeof data) == ACCEL_OK);
+    CHECK(accel__zip_commit(&z) == ACCEL_OK);
+    free(p);
+}
+
+/* Strided tensors are copies: in all at most the file's size, so that a
+ * pickle naming one large strided tensor under many names (a few bytes each)
+ * cannot make the reader allocate without bound. */
+static void test_strided_copies_bounded(void) {
+    write_transposes(tmp_path("transposes.bin"), 1); /* 900 bytes of copies, a file of 1.4 KB */
+    accel_safetensors *st = accel_safetensors_open(tmp_path("transposes.bin"));
+    CHECK_MSG(st && accel_safetensors_count(st) == 1, "%s", accel_last_error());
+    accel_safetensors_close(st);
+    write_transposes(tmp_path("transposes.bin"), 2);
+    expect_open_error(tmp_path("transposes.bin"), ACCEL_ERR_UNSUPPORTED, "tensor 't1': its strided copy brings the "
+                      "copies of strided tensors to 1800 bytes, more than the file's");
+    write_transposes(tmp_path("transposes.bin"), 1000); /* 900 KB of copies from a file of 12 KB */
+    expect_open_error(tmp_path("transposes.bin"), ACCEL_ERR_UNSUPPORTED, "its strided copy brings the copies");
 }
 
 /* The offset of the central directory entry and local header of `name` in a zip's bytes. */
@@ -774,6 +819,7 @@ int main(void) {
     RUN(test_bert_from_bin);
     RUN(test_truncations_and_flips);
     RUN(test_crafted_pickles);
+    RUN(test_strided_copies_bounded);
     RUN(test_crafted_zips);
     RUN(test_zip64_fields);
     char cmd[128];

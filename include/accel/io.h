@@ -59,7 +59,8 @@ typedef struct accel_st_info {
 /* Maps and validates `path`: a safetensors file, or a torch.save zip file
  * (then begin/end are offsets in the file, tensors sharing a storage point to
  * the same bytes, a strided tensor is an owned gathered copy whose begin/end
- * are its storage record's: the bytes it was gathered from). NULL + error
+ * are its storage record's: the bytes it was gathered from; the copies
+ * together at most the file's size). NULL + error
  * (ACCEL_ERR_IO / ACCEL_ERR_FORMAT / ACCEL_ERR_UNSUPPORTED for dtypes accel
  * lacks, e.g. F8_E4M3, a compressed zip record, a pickle global outside a
  * state dict's, torch's legacy pre-1.6 format). */

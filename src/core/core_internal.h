@@ -225,5 +225,7 @@ const char *accel__float_repr(char *buf, size_t n, double v);
  * past U+10FFFF): what JSON, YAML and protobuf strings hold, and the set
  * jansson's json_string takes (whose NULL is also its out of memory). */
 bool accel__is_utf8(const char *s);
+/* The same of the n bytes at s (NUL bytes among them are U+0000, valid). */
+bool accel__is_utf8_n(const char *s, size_t n);
 
 #endif

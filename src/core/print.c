@@ -174,8 +174,9 @@ const char *accel__float_repr(char *buf, size_t n, double v) {
 
 /* A lead byte says how many continuation bytes follow; the code point they
  * make must need that many (no overlong form) and be a scalar value. */
-bool accel__is_utf8(const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+bool accel__is_utf8_n(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
+    while (p < end) {
         unsigned c = *p++, cp, min;
         int more;
         if (c < 0x80) continue;
@@ -183,11 +184,14 @@ bool accel__is_utf8(const char *s) {
         else if ((c & 0xF0) == 0xE0) more = 2, cp = c & 0x0F, min = 0x800;
         else if ((c & 0xF8) == 0xF0) more = 3, cp = c & 0x07, min = 0x10000;
         else return false;
+        if (end - p < more) return false;
         for (; more; more--, p++) {
-            if ((*p & 0xC0) != 0x80) return false; /* also stops at the terminating NUL */
+            if ((*p & 0xC0) != 0x80) return false;
             cp = cp << 6 | (*p & 0x3F);
         }
         if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
     }
     return true;
 }
+
+bool accel__is_utf8(const char *s) { return accel__is_utf8_n(s, strlen(s)); }

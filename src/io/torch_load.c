@@ -5,7 +5,8 @@
  * after checking that its storage record is stored (not compressed), holds
  * the storage the pickle declares, and holds the tensor. A tensor that is not
  * contiguous (a transpose, an expand) is gathered into an owned copy, at most
- * the size of its storage record; every other tensor is zero-copy. */
+ * the size of its storage record, all of them at most the file's size; every
+ * other tensor is zero-copy. */
 #include <string.h>
 
 #include "core/core_internal.h"
@@ -91,6 +92,8 @@ typedef struct built {
     int n;
     void **copies; /* owned gathers of the strided tensors */
     int n_copies;
+    uint64_t copied;   /* their bytes, at most the file's size */
+    size_t file_size;
 } built;
 
 /* t's accel_st_info: its storage record checked against the pickle's claims. */
@@ -148,6 +151,14 @@ static accel_status tensor_info(const char *path, const unsigned char *map, cons
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tensor '%s': shape %s is strided over a smaller "
                                "storage (%llu bytes; an expand?): accel copies strided tensors only up to their "
                                "storage's size; save tensor.contiguous()", path, name, sh, (unsigned long long)r->size);
+    /* and all of them up to the file's size: a pickle may name one strided tensor
+     * under many names, a few bytes each, and each name would be a copy */
+    if (out->nbytes > b->file_size - b->copied)
+        return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: tensor '%s': its strided copy brings the copies of strided "
+                               "tensors to %llu bytes, more than the file's %zu: accel copies strided tensors only up "
+                               "to the file's size in all; save tensor.contiguous()", path, name,
+                               (unsigned long long)(b->copied + out->nbytes), b->file_size);
+    b->copied += out->nbytes;
     unsigned char *copy = accel_malloc(out->nbytes);
     if (!copy) return accel_last_status();
     b->copies[b->n_copies++] = copy;
@@ -187,7 +198,7 @@ static accel_status build(const char *path, const unsigned char *map, const acce
 accel_status accel__torch_read(const char *path, const unsigned char *map, size_t size, accel_st_info **info, int *n,
                                void ***copies, int *n_copies) {
     accel__zip_dir z;
-    built b = {0};
+    built b = {.file_size = size};
     accel_status st = accel__zip_read_dir(path, map, size, &z);
     if (!st) {
         st = build(path, map, &z, &b);

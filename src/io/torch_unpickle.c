@@ -148,9 +148,15 @@ static accel_status pop_mark(up *u, int64_t *at) {
 
 /* ---------------------------------------------------------------- values */
 
+/* A str: Python decodes its bytes as UTF-8, and torch.load fails on any that
+ * are not (accel_torch_save refuses such names too; the surrogates Python's
+ * decoder lets through are refused with them). */
 static accel_status new_str(up *u, size_t n) {
     const unsigned char *s = take(u, n);
     if (!s) return accel_last_status();
+    if (!accel__is_utf8_n((const char *)s, n))
+        return fail(u, ACCEL_ERR_FORMAT, "a str of %zu bytes that is not valid UTF-8 (torch.load would fail to "
+                    "decode it)", n);
     ENSURE(u->strs, u->strs_cap, u->n_strs + 1);
     u->strs[u->n_strs] = (span){s - u->p, (int64_t)n};
     return push(u, V_STR, u->n_strs++);
