@@ -538,6 +538,19 @@ typedef struct accel_llama_inputs {
      * (transformers' max(position_ids) + 1), for every row. */
     accel_tensor *position_ids;
     accel_kv_cache *cache;        /* NULL: none; else as accel_llama_forward's */
+    /* transformers' forward with use_cache=False (gradient checkpointing
+     * while training, DataCollatorWithFlattening's packed batches): given
+     * position_ids and no attention_mask, a row holds packed sequences, a
+     * new one wherever position[t] - position[t - 1] != 1, and query t sees
+     * only the keys of its own sequence (causally, and within a window in a
+     * windowed layer); the loss (accel_llama_loss_ex) ignores the labels at
+     * each sequence's first token (DataCollatorWithFlattening's -100), so
+     * no sequence predicts the next one's first token. A batch with no
+     * restart, an attention_mask given (even of ones: transformers then
+     * detects no packing) or no position_ids: as false. false (zero): the
+     * forward of transformers with its cache (use_cache=True, the configs'
+     * default), which attends over the whole row. Refused with a cache. */
+    bool no_cache;
 } accel_llama_inputs;
 
 /* accel_llama_forward with in's attention_mask and position_ids (docs/nn.md
