@@ -14,11 +14,14 @@
  * attention_mask (of ones, or with a pad) the forward without no_cache bit
  * for bit (transformers detects no packing then); position ids with no
  * restart, or none, the forward and loss without it bit for bit; each packed
- * sequence what it gives alone. */
+ * sequence what it gives alone; a layer on the hostless test device (whose
+ * fused attention reads no key ranges; a mask of its own there) the same. */
 #include <math.h>
 #include <string.h>
 
 #include "accel/accel.h"
+#include "accel/bigmodel.h"
+#include "backends/registry.h"
 #include "check.h"
 #include "hf_load.h"
 #include "nn_fixture.h"
@@ -175,9 +178,39 @@ static void test_alone(void) {
     accel_module_free(m);
 }
 
+/* Mistral on two hostless test devices (a host dereference of their memory faults; their fused attention
+ * reads no key ranges), the ids on the cpu: each layer makes its own mask where it computes (the forward's
+ * is on the ids' device), the logits transformers'. */
+static void test_layer_elsewhere(void) {
+    if (accel_device_count(ACCEL_DEV_HOSTLESS) < 2) CHECK(accel__hostless_register(2) == ACCEL_OK);
+    accel_safetensors *st = accel_safetensors_open("data/hf_packed/mistral.safetensors");
+    accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL;
+    accel_tensor *pos = st ? accel_safetensors_tensor(st, "pos", -1) : NULL;
+    accel_device_map *map = accel_device_map_parse("model.embed_tokens:hostless:0,model.layers.0:hostless:0,"
+                                                   "model.layers.1:hostless:1,model.norm:hostless:1,"
+                                                   "lm_head:hostless:1");
+    accel_dispatched *d = NULL;
+    accel_module *m = ids && pos && map ? accel_llama_from_pretrained("data/hf_arch_mistral", map, NULL, NULL, NULL, &d)
+                                        : NULL;
+    CHECK_MSG(m != NULL, "%s", accel_last_error());
+    accel_tensor *y = m ? accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = pos,
+                                                                           .no_cache = true})
+                        : NULL;
+    CHECK_MSG(y != NULL, "%s", accel_last_error());
+    check_tensor_close(st, "logits", y ? accel_to_device(y, ACCEL_CPU_DEVICE) : NULL, 0, 1e-5);
+    accel_step_reset();
+    accel_dispatched_free(d);
+    accel_module_free(m);
+    accel_device_map_free(map);
+    accel_tensor_free(ids);
+    accel_tensor_free(pos);
+    accel_safetensors_close(st);
+}
+
 int main(void) {
     RUN(test_families);
     RUN(test_rules);
     RUN(test_alone);
+    RUN(test_layer_elsewhere);
     return check_summary();
 }
