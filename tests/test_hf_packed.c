@@ -15,7 +15,9 @@
  * for bit (transformers detects no packing then); position ids with no
  * restart, or none, the forward and loss without it bit for bit; each packed
  * sequence what it gives alone; a layer on the hostless test device (whose
- * fused attention reads no key ranges; a mask of its own there) the same. */
+ * fused attention reads no key ranges; a mask of its own there) the same;
+ * the explicit scores' gradients with a key start per query by finite
+ * differences. */
 #include <math.h>
 #include <string.h>
 
@@ -23,8 +25,10 @@
 #include "accel/bigmodel.h"
 #include "backends/registry.h"
 #include "check.h"
+#include "gradcheck.h"
 #include "hf_load.h"
 #include "nn_fixture.h"
+#include "ops/attention_masked.h"
 
 static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "gemma2", "gpt2_long", "mixtral",
                                     "neox"};
@@ -207,10 +211,40 @@ static void test_layer_elsewhere(void) {
     accel_safetensors_close(st);
 }
 
+/* The packed mask's attention (a key start per query, a window of 2, two query heads a key/value head)
+ * of q, k, v: its gradients by central differences. */
+static accel_tensor *packed_attention_loss(accel_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const int64_t *start = ctx;
+    accel__pad_mask pm;
+    if (accel__pad_mask_make(&pm, NULL, start, 1, 2, 6, 6, 0, 2, ACCEL_F32, in[0]->device) != ACCEL_OK) return NULL;
+    return gc_weighted_sum(accel__masked_attention_pad(in[0], in[1], in[2], 0, 2, &pm, true, 0.0, 0.0, 0.0, NULL,
+                                                       true));
+}
+
+static void test_gradcheck(void) {
+    int64_t start[6] = {0, 0, 0, 3, 3, 5}; /* sequences of 3, 2 and 1 tokens */
+    accel_tensor *q = gc_randn(1, ACCEL_SHAPE(1, 2, 6, 4)), *k = gc_randn(2, ACCEL_SHAPE(1, 1, 6, 4)),
+                 *v = gc_randn(3, ACCEL_SHAPE(1, 1, 6, 4));
+    CHECK(gradcheck("packed attention", packed_attention_loss, start, 3, (accel_tensor *[]){q, k, v}, NULL) == 0);
+    /* the last query, alone in its sequence, sees only its own key: no gradient reaches the others' */
+    float gq[2 * 6 * 4];
+    CHECK(accel_to_floats(q->grad, gq) == ACCEL_OK);
+    bool zero = true;
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 4; d++) zero &= gq[(h * 6 + 5) * 4 + d] == 0.0f;
+    CHECK(zero);
+    accel_tensor_free(q);
+    accel_tensor_free(k);
+    accel_tensor_free(v);
+    accel_step_reset();
+}
+
 int main(void) {
     RUN(test_families);
     RUN(test_rules);
     RUN(test_alone);
     RUN(test_layer_elsewhere);
+    RUN(test_gradcheck);
     return check_summary();
 }
