@@ -132,8 +132,9 @@ static void test_rules(void) {
                                                         .no_cache = true}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids must be [B, T] as ids: [2, 4]");
     accel_clear_error();
-    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .no_cache = true,
-                                                        .position_ids = ints(B, 4, (int64_t[]){0, 1, 0, -1, 0, 1, 2, 3})}));
+    const int64_t negative[B * 4] = {0, 1, 0, -1, 0, 1, 2, 3};
+    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = ints(B, 4, negative),
+                                                        .no_cache = true}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids[0][3] is -1");
     accel_clear_error();
     accel_step_reset();
@@ -177,7 +178,8 @@ static void test_alone(void) {
                                                                       .position_ids = ints(1, N, p), .no_cache = true});
     float l = NAN;
     CHECK(loss && accel_to_floats(loss, &l) == ACCEL_OK);
-    CHECK_MSG(fabs(l - nll / (double)counted) < 1e-5, "packed loss %g, the sequences' own %g", l, nll / (double)counted);
+    double own = nll / (double)counted;
+    CHECK_MSG(fabs(l - own) < 1e-5, "packed loss %g, the sequences' own %g", l, own);
     accel_step_reset();
     accel_module_free(m);
 }

@@ -558,14 +558,17 @@ typedef struct accel_llama_inputs {
  * one run of keys takes the fused attention with a key range a row (on the
  * CPU), other masks, windows and soft-capping the explicit scores (the
  * sliding-window path); an unpadded one is accel_llama_forward; under
- * tensor parallelism with sequence parallelism too. Refused: under context
+ * tensor parallelism with sequence parallelism too; packed sequences
+ * (no_cache) the explicit scores. Refused: under context
  * parallelism (ACCEL_ERR_UNSUPPORTED naming attention_mask); a
  * mask of another shape or dtype, of values other than 0/1, position ids
- * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them). */
+ * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them);
+ * no_cache with a cache (ACCEL_ERR_INVALID_ARG). */
 accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in);
 /* accel_llama_loss of in->ids [B, T>=2] (no cache) with in's attention_mask
  * [B, T] and position_ids: the labels at masked positions are ignored
- * (transformers' labels -100 there), the mean over the others. With
+ * (transformers' labels -100 there), the mean over the others; packed
+ * sequences (no_cache) ignore each one's first label. With
  * output_router_logits the load-balancing loss's statistics leave the
  * masked tokens out (transformers' masked means). */
 accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs *in);

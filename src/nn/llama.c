@@ -735,7 +735,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap, sdpa)
-                      : expl   ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng, sdpa)
+                      : expl   ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
+                                                             sdpa)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
@@ -1573,7 +1574,8 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     bool read = (!in->attention_mask || m) && (!packing || (p && packed_starts(p, B, T, &starts) == ACCEL_OK));
     uint8_t *keep = m && balance ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
     for (int64_t i = 0; keep && i < B * T; i++) keep[i] = m[i] != 0;
-    accel__moe_aux *aux = read && balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
+    accel__moe_aux *aux =
+        read && balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
     if (!read || (balance && !aux)) {
         accel__module_keep_outputs(kept);
         return NULL;

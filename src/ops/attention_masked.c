@@ -81,8 +81,8 @@ accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_te
                                       accel_rng *drop_rng, bool upcast) {
     if (!q || !k || !v) return NULL;
     accel__pad_mask pm = {0};
-    if (keep && accel__pad_mask_make(&pm, keep, NULL, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2], pos,
-                                     W, accel__scores_dtype(q, upcast), q->device) != ACCEL_OK)
+    if (keep && accel__pad_mask_make(&pm, keep, NULL, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2],
+                                     pos, W, accel__scores_dtype(q, upcast), q->device) != ACCEL_OK)
         return NULL;
     return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop, drop_rng,
                                        upcast);
