@@ -14,8 +14,8 @@
  * attention_mask (of ones, or with a pad) the forward without no_cache bit
  * for bit (transformers detects no packing then); position ids with no
  * restart, or none, the forward and loss without it bit for bit; each packed
- * sequence what it gives alone; a layer on the hostless test device (whose
- * fused attention reads no key ranges; a mask of its own there) the same;
+ * sequence what it gives alone; the layers on hostless test devices (a
+ * mask of their own where they compute, away from the ids) the same;
  * the explicit scores' gradients with a key start per query by finite
  * differences. */
 #include <math.h>
@@ -184,9 +184,9 @@ static void test_alone(void) {
     accel_module_free(m);
 }
 
-/* Mistral on two hostless test devices (a host dereference of their memory faults; their fused attention
- * reads no key ranges), the ids on the cpu: each layer makes its own mask where it computes (the forward's
- * is on the ids' device), the logits transformers'. */
+/* Mistral on two hostless test devices (a host dereference of their memory faults), the ids on the cpu:
+ * each layer makes its own mask where it computes (the forward's is on the ids' device), the logits
+ * transformers'. */
 static void test_layer_elsewhere(void) {
     if (accel_device_count(ACCEL_DEV_HOSTLESS) < 2) CHECK(accel__hostless_register(2) == ACCEL_OK);
     accel_safetensors *st = accel_safetensors_open("data/hf_packed/mistral.safetensors");
