@@ -107,6 +107,6 @@ OUT=${OUT:-bench/results/batch_decode.md}
   echo "|---|---|---|"
   sed -n 's/^kind=\([a-z]*\) fwd_bwd_ms_median=\([0-9.]*\) cpu_ms_median=\([0-9.]*\)/| \1 | \2 | \3 |/p' "$T/step"
   echo
-  echo "$(sed -n 's/^padded_over_plain=\([0-9.]*\) holed_over_plain=\([0-9.]*\)/padded \/ plain \1x, holed \/ plain \2x./p' "$T/step")"
+  echo "$(sed -n 's/^padded_over_plain=\([0-9.]*\) holed_over_plain=\([0-9.]*\) packed_over_plain=\([0-9.]*\)/padded \/ plain \1x, holed \/ plain \2x, packed \/ plain \3x./p' "$T/step")"
 } > "$OUT"
 cat "$OUT"

@@ -83,4 +83,31 @@ static inline void check_state_dict_names(accel_module *m, accel_safetensors *st
     accel_state_dict_free(sd);
 }
 
+/* accel_llama_loss_ex of in (with gradient checkpointing or without) and
+ * every gradient of m against the fixture's <prefix>loss and
+ * <prefix>g.<param> (transformers' names), within 1e-5 relative; the
+ * gradients zeroed after. */
+static inline void check_llama_loss(accel_module *m, accel_safetensors *st, accel_llama_inputs *in, const char *name,
+                                    bool checkpointing, const char *prefix) {
+    char key[200];
+    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
+    snprintf(key, sizeof key, "%sloss", prefix);
+    accel_tensor *want = accel_safetensors_tensor(st, key, -1);
+    accel_tensor *loss = accel_llama_loss_ex(m, in);
+    CHECK_MSG(want && loss != NULL, "%s: %s", name, accel_last_error());
+    check_tensor_close(st, key, loss, 1e-5, 0);
+    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s: %s", name, accel_last_error());
+    accel_state_dict *sd = accel_module_state_dict(m);
+    for (int i = 0; loss && i < sd->n; i++) {
+        if (sd->entries[i].is_tied_alias) continue;
+        snprintf(key, sizeof key, "%sg.%s", prefix, sd->entries[i].name);
+        check_tensor_close(st, key, sd->entries[i].t->grad, 1e-5, 1e-6);
+        accel_zero_(sd->entries[i].t->grad);
+    }
+    accel_state_dict_free(sd);
+    accel_tensor_free(want);
+    accel_step_reset();
+    CHECK(accel_module_set_gradient_checkpointing(m, false) == ACCEL_OK);
+}
+
 #endif

@@ -257,9 +257,10 @@ static void test_shared_mask_dtype(void) {
     CHECK(accel__scores_dtype_of(ACCEL_BF16, true) == ACCEL_F32);
     CHECK(accel__scores_dtype_of(ACCEL_BF16, false) == ACCEL_BF16);
     CHECK(accel__scores_dtype_of(ACCEL_F32, true) == ACCEL_F32);
-    CHECK(accel__pad_mask_make(&up, keep, c->B, G, c->T, c->S, pos, c->W, accel__scores_dtype_of(ACCEL_BF16, true),
+    CHECK(accel__pad_mask_make(&up, keep, NULL, c->B, G, c->T, c->S, pos, c->W, accel__scores_dtype_of(ACCEL_BF16, true),
                                ACCEL_CPU_DEVICE) == ACCEL_OK);
-    CHECK(accel__pad_mask_make(&eager, keep, c->B, G, c->T, c->S, pos, c->W, ACCEL_BF16, ACCEL_CPU_DEVICE) == ACCEL_OK);
+    CHECK(accel__pad_mask_make(&eager, keep, NULL, c->B, G, c->T, c->S, pos, c->W, ACCEL_BF16, ACCEL_CPU_DEVICE) ==
+          ACCEL_OK);
     CHECK(accel__pad_mask_fits(&up, in[0], in[1], pos, c->W, true) &&
           !accel__pad_mask_fits(&up, in[0], in[1], pos, c->W, false));
     CHECK(accel__pad_mask_fits(&eager, in[0], in[1], pos, c->W, false) &&

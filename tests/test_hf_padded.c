@@ -79,30 +79,6 @@ static accel_tensor *positions_of(const int64_t *mask) {
     return accel_from_data(ACCEL_I64, 2, (int64_t[]){B, T}, p);
 }
 
-/* The loss and every gradient against the fixture's <prefix>loss and <prefix>g.<param>. */
-static void check_loss(accel_module *m, accel_safetensors *st, accel_llama_inputs *in, const char *name,
-                       bool checkpointing, const char *prefix) {
-    char key[200];
-    CHECK(accel_module_set_gradient_checkpointing(m, checkpointing) == ACCEL_OK);
-    snprintf(key, sizeof key, "%sloss", prefix);
-    accel_tensor *want = accel_safetensors_tensor(st, key, -1);
-    accel_tensor *loss = accel_llama_loss_ex(m, in);
-    CHECK_MSG(want && loss != NULL, "%s: %s", name, accel_last_error());
-    check_tensor_close(st, key, loss, 1e-5, 0);
-    CHECK_MSG(loss && accel_backward(loss) == ACCEL_OK, "%s: %s", name, accel_last_error());
-    accel_state_dict *sd = accel_module_state_dict(m);
-    for (int i = 0; loss && i < sd->n; i++) {
-        if (sd->entries[i].is_tied_alias) continue;
-        snprintf(key, sizeof key, "%sg.%s", prefix, sd->entries[i].name);
-        check_tensor_close(st, key, sd->entries[i].t->grad, 1e-5, 1e-6);
-        accel_zero_(sd->entries[i].t->grad);
-    }
-    accel_state_dict_free(sd);
-    accel_tensor_free(want);
-    accel_step_reset();
-    CHECK(accel_module_set_gradient_checkpointing(m, false) == ACCEL_OK);
-}
-
 /* Whether name is one of the n names of list. */
 static bool listed(const char *const *list, size_t n, const char *name) {
     for (size_t k = 0; k < n; k++)
@@ -144,8 +120,8 @@ static void check_training(const char *dir, accel_safetensors *st, accel_llama_i
     CHECK_MSG(m != NULL, "%s: %s", name, accel_last_error());
     if (!m) return;
     accel_module_train(m, true);
-    check_loss(m, st, in, name, false, "train_");
-    check_loss(m, st, in, name, true, "train_");
+    check_llama_loss(m, st, in, name, false, "train_");
+    check_llama_loss(m, st, in, name, true, "train_");
     accel_module_free(m);
 }
 
@@ -195,8 +171,8 @@ static void run(const char *name) {
         if (y) check_tensor_close(st, "logits_pos", gather_rows(y, hrows, n, name), 0, 1e-5);
         accel_step_reset();
         in.position_ids = NULL;
-        check_loss(m, st, &in, name, false, "");
-        check_loss(m, st, &in, name, true, "");
+        check_llama_loss(m, st, &in, name, false, "");
+        check_llama_loss(m, st, &in, name, true, "");
         if (listed(TRAIN, sizeof TRAIN / sizeof *TRAIN, name)) check_training(dir, st, &in, name);
         if (listed(TAIL_NAMES, sizeof TAIL_NAMES / sizeof *TAIL_NAMES, name)) check_tail(m, st, hid, hmask, name);
         check_greedy(m, st, hid, hmask, name);

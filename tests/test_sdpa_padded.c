@@ -251,7 +251,7 @@ static void test_shared_mask(void) {
                  *v = gc_randn(63, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
     uint8_t *keep = keep_of(&c);
     accel__pad_mask pm;
-    CHECK(accel__pad_mask_make(&pm, keep, c.B, 2, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
+    CHECK(accel__pad_mask_make(&pm, keep, NULL, c.B, 2, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
     accel_tensor *a = accel__masked_attention_pad(q, k, v, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false),
                  *b = accel__masked_attention(q, k, v, 3, 4, keep, true, 0.0, 0.0, 0.0, NULL, false);
     CHECK(a && b && fx_compare("shared mask", a, b, 0.0, 0.0) == 0);

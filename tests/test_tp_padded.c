@@ -13,6 +13,8 @@
  * with the tp model's layers checkpointed; all of it again under
  * sequence parallelism (each rank's T / tp positions between the tp regions:
  * the mask and position ids are the whole sequence's, as attention sees it);
+ * packed rows (no_cache: position ids that restart, no mask) for Llama and
+ * Starcoder2 (a window of 4 inside a sequence of 5), plain and checkpointed;
  * under context parallelism the mask is refused by name. */
 #include "accel/cp.h"
 #include "check.h"
@@ -25,6 +27,8 @@ enum { B = 2, T = 8, NEW = 6 };
 static const int64_t MASK[B * T] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
 /* row 0 right-padded, row 1 padded on both sides (loss and gradients only) */
 static const int64_t RIGHT[B * T] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0};
+/* no mask: packed rows of these position ids (sequences of 3 and 5 tokens; of 2, 4 and 2) with no_cache */
+static const int64_t PACKED[B * T] = {0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 5, 6};
 
 /* The tiny model of `family`, seeded alike; with the balancing loss when
  * `balance`, StableLM's per-head q/k norms when `qk`. */
@@ -37,16 +41,17 @@ static accel_module *model_of(const char *family, bool balance, bool qk) {
 }
 
 /* The loss of ids with attention_mask mask (position ids counting its kept
- * positions from 0) on one process (ref) and under tp: within 1e-5, and
- * every gradient. */
+ * positions from 0; PACKED: no mask, those position ids, no_cache) on one
+ * process (ref) and under tp: within 1e-5, and every gradient. */
 static void loss_grads_match(accel_pg *pg, accel_module *ref, accel_module *tp, const int64_t *idv,
                              const int64_t *maskv, const char *family, bool sp) {
+    bool packed = maskv == PACKED;
     int64_t pos[B * T];
-    for (int b = 0; b < B; b++)
+    for (int b = 0; !packed && b < B; b++)
         for (int t = 0, seen = 0; t < T; t++) seen += (int)maskv[b * T + t], pos[b * T + t] = maskv[b * T + t] ? seen - 1 : 0;
-    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = pi64(ACCEL_SHAPE(B, T), maskv),
-                 *p = pi64(ACCEL_SHAPE(B, T), pos);
-    accel_llama_inputs in = {.ids = ids, .attention_mask = mask, .position_ids = p};
+    accel_tensor *ids = pi64(ACCEL_SHAPE(B, T), idv), *mask = packed ? NULL : pi64(ACCEL_SHAPE(B, T), maskv),
+                 *p = pi64(ACCEL_SHAPE(B, T), packed ? PACKED : pos);
+    accel_llama_inputs in = {.ids = ids, .attention_mask = mask, .position_ids = p, .no_cache = packed};
     accel_tensor *lr = accel_llama_loss_ex(ref, &in);
     CHECK(lr && accel_backward(lr) == ACCEL_OK);
     double want = lr ? accel_item(lr) : NAN;
@@ -56,7 +61,7 @@ static void loss_grads_match(accel_pg *pg, accel_module *ref, accel_module *tp, 
     if (sp) CHECK(accel_module_tp_reduce_grads(tp, pg) == ACCEL_OK); /* the norms' partial gradients */
     if (lt)
         CHECK_MSG(fabs(accel_item(lt) - want) <= 1e-5 * fmax(1, fabs(want)), "%s (sp %d%s): loss %.9g, want %.9g",
-                  family, sp, maskv == RIGHT ? ", right-padded" : "", accel_item(lt), want);
+                  family, sp, maskv == RIGHT ? ", right-padded" : packed ? ", packed" : "", accel_item(lt), want);
     grads_match(tp, ref);
     accel_step_reset();
     accel_tensor_free(ids), accel_tensor_free(mask), accel_tensor_free(p);
@@ -122,6 +127,11 @@ static int body(int rank, int world) {
         /* checkpointed: the fused key ranges (Llama), the explicit scores of a window (Starcoder2) */
         family_matches(pg, "llama", false, sp, MASK, true);
         family_matches(pg, "starcoder2", false, sp, RIGHT, true);
+        /* packed rows, plain and checkpointed */
+        for (int ckpt = 0; ckpt < 2; ckpt++) {
+            family_matches(pg, "llama", false, sp, PACKED, ckpt);
+            family_matches(pg, "starcoder2", false, sp, PACKED, ckpt);
+        }
     }
     context_parallel_refused(pg, ACCEL_CP_ALLGATHER);
     context_parallel_refused(pg, ACCEL_CP_ALLTOALL);

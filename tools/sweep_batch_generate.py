@@ -136,7 +136,7 @@ class GenerateOpts(ctypes.Structure):
 class LlamaInputs(ctypes.Structure):
     """accel_llama_inputs (include/accel/nn.h)."""
     _fields_ = [("ids", ctypes.c_void_p), ("attention_mask", ctypes.c_void_p), ("position_ids", ctypes.c_void_p),
-                ("cache", ctypes.c_void_p)]
+                ("cache", ctypes.c_void_p), ("no_cache", ctypes.c_bool)]
 
 
 class Accel(hf.Accel):

@@ -4,7 +4,7 @@ gradient against transformers', on padded batches with ignored labels.
 
     python3 tools/sweep_hf_grads.py [--n N] [--seed S] [--families a,b] [--lib PATH]
                                     [--work DIR] [--keep] [--tol T] [--timeout SEC]
-                                    [--dtype bfloat16] [--preload "LIBASAN LIBUBSAN"]
+                                    [--dtype bfloat16] [--preload "LIBASAN LIBUBSAN"] [--packed]
 
 Each case takes tools/sweep_hf_configs.py's checkpoint (its make_case: a
 random config of the family, random weights, f32 or --dtype), every dropout
@@ -33,6 +33,16 @@ default attention (SDPA; Gemma 2: eager), as accel follows it (docs/nn.md
     cls   encoders: ...ForSequenceClassification (2-5 labels, single-label
           cross-entropy), its head drawn too and saved in DIR/cls. accel:
           accel_bert_from_pretrained_head + accel_bert_loss
+
+--packed: the decoders' batches are packed rows instead
+(DataCollatorWithFlattening's format): 1-3 rows of T ids, each a run of
+sequences cut at random columns, their position ids restarting at 0 or at a
+small offset (a restart is any step other than +1, find_packed_sequence_indices'
+rule), no attention_mask, and transformers' runs with use_cache=False (each
+sequence attends within itself); lm's labels as above, pad's the collator's
+(-100 at each sequence's first token). accel: accel_llama_inputs with no_cache
+and no mask (lm, lm_ckpt; pad: accel_llama_loss_ex, whose packed loss is the
+collator's). Without it the draws are those of earlier runs, seed for seed.
 
 A case is match when every run's loss is within tol (relative) and every
 gradient's max |accel - transformers| <= tol * max(1, max |transformers|)
@@ -97,6 +107,28 @@ def position_ids(r, mask, limit):
     return out
 
 
+def packed_positions(r, T, B, limit):
+    """B rows of T position ids, each a run of sequences cut at random columns (a quarter), each starting at 0
+    or (a third) at 1..4; all below limit (GPT-2's n_positions)."""
+    out = []
+    for _ in range(B):
+        row, p = [], 0
+        for t in range(T):
+            if t == 0 or r.random() < 0.25:
+                p = 0 if r.random() < 2 / 3 else r.randint(1, 4)
+            row.append(min(limit - 1, p))
+            p += 1
+        out.append(row)
+    return out
+
+
+def first_tokens_ignored(ids, pos):
+    """DataCollatorWithFlattening's labels: ids, -100 at each packed sequence's first token (where the position
+    does not step by +1: transformers' find_packed_sequence_indices)."""
+    return [[-100 if t == 0 or prow[t] != prow[t - 1] + 1 else x for t, x in enumerate(row)]
+            for row, prow in zip(ids, pos)]
+
+
 def causal_labels(r, ids, mask):
     """ids, -100 at the pads and (a quarter) at other positions; at least one label after the first column."""
     while True:
@@ -146,6 +178,12 @@ def steps(model, family, case, dtype):
         return step(model, "mlm.", input_ids=ids, attention_mask=mask, token_type_ids=tt,
                     labels=torch.tensor(case["labels"]))
     pos = None if case["position_ids"] is None else torch.tensor(case["position_ids"])
+    if case.get("packed"):  # no mask, no cache: transformers' packed-sequence attention
+        flat = torch.tensor(case["flat_labels"])
+        out = step(model, "lm.", input_ids=ids, position_ids=pos, labels=torch.tensor(case["labels"]),
+                   use_cache=False)
+        out.update(step(model, "pad.", input_ids=ids, position_ids=pos, labels=flat, use_cache=False))
+        return out
     out = step(model, "lm.", input_ids=ids, attention_mask=mask, position_ids=pos, labels=torch.tensor(case["labels"]))
     out.update(step(model, "pad.", input_ids=ids, attention_mask=mask, position_ids=pos,
                     labels=ids.masked_fill(mask == 0, -100)))
@@ -174,9 +212,10 @@ def classifier(d, family, case, dtype, seed):
     return runs
 
 
-def make_grad_case(family, seed, d, dtype):
-    """make_case's checkpoint in d, a batch drawn for it, transformers' runs: d/grad_case.json (inputs) and
-    d/grad_want.safetensors (losses, gradients; in bf16 also f32.<key>: transformers' f32 step's)."""
+def make_grad_case(family, seed, d, dtype, packed=False):
+    """make_case's checkpoint in d, a batch drawn for it (packed: packed rows for a decoder), transformers' runs:
+    d/grad_case.json (inputs) and d/grad_want.safetensors (losses, gradients; in bf16 also f32.<key>:
+    transformers' f32 step's)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
@@ -202,6 +241,12 @@ def make_grad_case(family, seed, d, dtype):
         case["labels"] = mlm_labels(r, ids, mask)
         case["num_labels"] = r.randint(2, 5)
         case["cls_labels"] = [r.randrange(case["num_labels"]) for _ in ids]
+    elif packed:
+        limit = cfg.n_positions if family == "gpt2" else 1 << 20
+        case.update(packed=True, side="packed", mask=[[1] * T for _ in ids])
+        case["position_ids"] = packed_positions(r, T, len(ids), limit)
+        case["labels"] = causal_labels(r, ids, case["mask"])
+        case["flat_labels"] = first_tokens_ignored(ids, case["position_ids"])
     else:
         case["labels"] = causal_labels(r, ids, mask)
         case["position_ids"] = position_ids(r, mask, cfg.n_positions if family == "gpt2" else 1 << 20)
@@ -247,7 +292,7 @@ class StateDict(ctypes.Structure):
 class LlamaInputs(ctypes.Structure):
     """accel_llama_inputs (include/accel/nn.h)."""
     _fields_ = [("ids", ctypes.c_void_p), ("attention_mask", ctypes.c_void_p), ("position_ids", ctypes.c_void_p),
-                ("cache", ctypes.c_void_p)]
+                ("cache", ctypes.c_void_p), ("no_cache", ctypes.c_bool)]
 
 
 class Failed(Exception):
@@ -352,7 +397,8 @@ class Accel(hf.Accel):
                 # transformers' shift: position t predicts label t + 1, the last position nothing
                 shifted = self.wrap([row[1:] + [-100] for row in c["labels"]])
                 pos = None if c["position_ids"] is None else self.wrap(c["position_ids"])
-                inputs = LlamaInputs(ids, mask, pos, None)
+                # packed: no mask, and transformers' use_cache=False
+                inputs = LlamaInputs(ids, None, pos, None, True) if c.get("packed") else LlamaInputs(ids, mask, pos, None)
                 llama = lambda disp: L.accel_llama_from_pretrained(d.encode(), None, None, None, None,  # noqa
                                                                   ctypes.byref(disp))
 
@@ -430,6 +476,8 @@ def main():
                     help="the checkpoints' dtype, which both train in (bfloat16: also within 4 bf16 units in "
                          "the last place of the scale, or as close to transformers' f32 step as twice its bf16 "
                          "one; transformers' MoE families fail on CPU in bf16)")
+    ap.add_argument("--packed", action="store_true",
+                    help="the decoders' batches packed rows (position ids that restart, no mask, use_cache=False)")
     a = ap.parse_args()
     if a.worker:
         worker(a.lib)
@@ -444,10 +492,11 @@ def main():
 
     def show(made):
         extra, c = made
-        return [extra, {k: c.get(k) for k in ("ids", "mask", "side", "labels", "position_ids")}]
+        return [extra, {k: c.get(k) for k in ("ids", "mask", "side", "labels", "position_ids", "flat_labels")}]
 
     hf.run_sweep(a, hf.FAMILIES, "accel_gradsweep_",
-                 lambda family, seed, d: make_grad_case(family, seed, d, a.dtype), judge, show, script=__file__)
+                 lambda family, seed, d: make_grad_case(family, seed, d, a.dtype, a.packed), judge, show,
+                 script=__file__)
 
 
 if __name__ == "__main__":

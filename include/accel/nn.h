@@ -538,6 +538,19 @@ typedef struct accel_llama_inputs {
      * (transformers' max(position_ids) + 1), for every row. */
     accel_tensor *position_ids;
     accel_kv_cache *cache;        /* NULL: none; else as accel_llama_forward's */
+    /* transformers' forward with use_cache=False (gradient checkpointing
+     * while training, DataCollatorWithFlattening's packed batches): given
+     * position_ids and no attention_mask, a row holds packed sequences, a
+     * new one wherever position[t] - position[t - 1] != 1, and query t sees
+     * only the keys of its own sequence (causally, and within a window in a
+     * windowed layer); the loss (accel_llama_loss_ex) ignores the labels at
+     * each sequence's first token (DataCollatorWithFlattening's -100), so
+     * no sequence predicts the next one's first token. A batch with no
+     * restart, an attention_mask given (even of ones: transformers then
+     * detects no packing) or no position_ids: as false. false (zero): the
+     * forward of transformers with its cache (use_cache=True, the configs'
+     * default), which attends over the whole row. Refused with a cache. */
+    bool no_cache;
 } accel_llama_inputs;
 
 /* accel_llama_forward with in's attention_mask and position_ids (docs/nn.md
@@ -545,14 +558,17 @@ typedef struct accel_llama_inputs {
  * one run of keys takes the fused attention with a key range a row (on the
  * CPU), other masks, windows and soft-capping the explicit scores (the
  * sliding-window path); an unpadded one is accel_llama_forward; under
- * tensor parallelism with sequence parallelism too. Refused: under context
+ * tensor parallelism with sequence parallelism too; packed sequences
+ * (no_cache) the explicit scores. Refused: under context
  * parallelism (ACCEL_ERR_UNSUPPORTED naming attention_mask); a
  * mask of another shape or dtype, of values other than 0/1, position ids
- * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them). */
+ * out of range (ACCEL_ERR_SHAPE / ACCEL_ERR_INVALID_ARG naming them);
+ * no_cache with a cache (ACCEL_ERR_INVALID_ARG). */
 accel_tensor *accel_llama_forward_ex(accel_module *llama, const accel_llama_inputs *in);
 /* accel_llama_loss of in->ids [B, T>=2] (no cache) with in's attention_mask
  * [B, T] and position_ids: the labels at masked positions are ignored
- * (transformers' labels -100 there), the mean over the others. With
+ * (transformers' labels -100 there), the mean over the others; packed
+ * sequences (no_cache) ignore each one's first label. With
  * output_router_logits the load-balancing loss's statistics leave the
  * masked tokens out (transformers' masked means). */
 accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs *in);

@@ -444,6 +444,9 @@ typedef struct pad_state {
     const uint8_t *keep;        /* [B, S] (S = cache length + T): 1 where the mask is 1; NULL: no 0 in it */
     const int64_t *key_range;   /* [B, 2]: row b keeps keys [lo, hi) only; NULL: some row keeps another pattern */
     const int64_t *positions;   /* [B, T]: the position ids; NULL: pos .. pos + T - 1 every row */
+    /* [B, T]: the index of the first token of query t's packed sequence
+     * (accel_llama_inputs' no_cache: packed_starts); NULL: no row restarts */
+    const int64_t *seq_start;
     accel_tensor *position_ids; /* those as an i64 tensor on the ids' device (GPT-2's wpe) */
     int64_t pos;                /* the first position's index: the cache's length */
     /* one past the largest position (pos + T without position ids): dynamic
@@ -656,8 +659,9 @@ static bool explicit_scores(const accel_module *attn, const layer_impl *li, cons
     const uint8_t *keep = pad ? pad->keep : NULL;
     bool drop = a->dropouts && attn->training && li->cfg->attn_pdrop > 0;
     bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
+    bool packed = pad && pad->seq_start; /* a key start per query: no fused kernel reads one */
     *ranged = keep && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
-    return (W || cap || drop || (keep && !*ranged)) && dev.type != ACCEL_DEV_META;
+    return (W || cap || drop || (keep && !*ranged) || packed) && dev.type != ACCEL_DEV_META;
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
@@ -718,16 +722,21 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
     bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
     bool sdpa = sdpa_numerics(a);
-    /* the forward's padding mask for this window when it fits (made once, rope_and_masks_once), else this layer's */
-    const accel__pad_mask *pm = pad && expl ? &pad->masks[W != 0] : NULL;
-    bool shared = pm && accel__pad_mask_fits(pm, q, k, pos, W, sdpa);
+    /* the explicit scores' padding mask: the forward's for this window when it fits (made once,
+     * pad_masks_once), else this layer's own; NULL without padding or packing */
+    accel__pad_mask own = {0};
+    const accel__pad_mask *pm = pad && expl && (pad->keep || pad->seq_start) ? &pad->masks[W != 0] : NULL;
+    if (pm && q && k && !accel__pad_mask_fits(pm, q, k, pos, W, sdpa)) {
+        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[1] / k->shape[1], q->shape[2],
+                                 k->shape[2], pos, W, accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
+            return NULL;
+        pm = &own;
+    }
     /* o [B, T, H, D]: the fused attention makes it so (no transposed copy
      * where its kernels take strides), the others' [B, H, T, D] transposed */
     accel_tensor *o = cp       ? accel__decoder_cp_attention(cp, q, k, v, scale, W, cap, sdpa)
-                      : shared ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
+                      : expl   ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
                                                              sdpa)
-                      : expl   ? accel__masked_attention(q, k, v, pos, W, pad ? pad->keep : NULL, sdpa, scale, cap,
-                                                         drop, drop_rng, sdpa)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
@@ -1231,10 +1240,31 @@ static accel_status key_ranges(const uint8_t *keep, int64_t B, int64_t S, const 
     return ACCEL_OK;
 }
 
+/* *out: the packed sequences of positions p [B, T] (step arena) as
+ * transformers' find_packed_sequence_indices finds them, a new one wherever
+ * p[t] - p[t - 1] != 1 in a row: (*out)[b T + t] the index of the first
+ * token of t's. NULL when no row restarts (transformers then masks as
+ * without packing). An error only out of memory. */
+static accel_status packed_starts(const int64_t *p, int64_t B, int64_t T, const int64_t **out) {
+    *out = NULL;
+    int64_t *s = accel_arena_alloc(accel_step_arena(), (size_t)(B * T > 0 ? B * T : 1) * sizeof *s, 64);
+    if (!s) return accel_last_status();
+    bool restarts = false;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t *row = p + b * T; /* p[t] == p[t - 1] + 1 without its overflow */
+            s[b * T + t] = t && row[t - 1] < INT64_MAX && row[t] == row[t - 1] + 1 ? s[b * T + t - 1] : t;
+            restarts |= s[b * T + t] != 0;
+        }
+    if (restarts) *out = s;
+    return ACCEL_OK;
+}
+
 /* in's attention_mask and position_ids (or hp's, on the host: then in's
  * are NULL) read into *pad; *padded false when neither changes the forward
  * (no mask, or one of ones only, and no position ids: today's forward, bit
- * for bit). pos: the cache's length. */
+ * for bit). pos: the cache's length. With in->no_cache, no mask and
+ * position ids that restart: their packed sequences (pad->seq_start). */
 static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host *hp, const accel_llama_config *c,
                              int64_t pos, pad_state *pad, bool *padded) {
     int64_t B = in->ids->shape[0], T = in->ids->shape[1], S = pos + T;
@@ -1274,6 +1304,9 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
         bool plain = true;
         for (int64_t i = 0; plain && i < B * T; i++) plain = p[i] == pos + i % T;
         pad->positions = plain ? NULL : p;
+        /* transformers detects packing only without a mask (even one of ones) and without a cache */
+        if (in->no_cache && !in->attention_mask && !hp->mask && packed_starts(p, B, T, &pad->seq_start) != ACCEL_OK)
+            return accel_last_status();
         if (!plain) {
             pad->rope_len = 0;
             for (int64_t i = 0; i < B * T; i++) /* saturated: a position of INT64_MAX is taken (test_review_window) */
@@ -1322,7 +1355,7 @@ static accel_status rope_tables_once(accel_module *llama, const accel_llama_conf
 static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, int64_t pos, accel_device dev,
                                    pad_state *pad) {
     accel_module *layers = accel__decoder_layers(llama);
-    if (!pad->keep || !layers) return ACCEL_OK;
+    if ((!pad->keep && !pad->seq_start) || !layers) return ACCEL_OK;
     accel_dtype dt = accel_autocast_dtype() != ACCEL_F32
                          ? accel_autocast_dtype()
                          : accel__module_tensor(llama->children[ROOT_MODEL]->children[MODEL_EMBED], "weight")->dtype;
@@ -1333,8 +1366,9 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
         if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged) ||
             pad->masks[W != 0].mask)
             continue;
-        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, B, li->heads / li->kv_heads, T, pos + T,
-                                               pos, W, accel__scores_dtype_of(dt, sdpa_numerics(li->arch)), dev);
+        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B,
+                                               li->heads / li->kv_heads, T, pos + T, pos, W,
+                                               accel__scores_dtype_of(dt, sdpa_numerics(li->arch)), dev);
         if (st != ACCEL_OK) return st;
     }
     return ACCEL_OK;
@@ -1379,6 +1413,11 @@ static accel_tensor *forward(accel_module *llama, const accel_llama_inputs *in, 
         char b[64];
         accel_set_error(ACCEL_ERR_SHAPE, "accel_llama_forward: ids must be [B, T] int64/int32, got %s %s",
                         accel_dtype_name(ids->dtype), accel_shape_str(ids, b, sizeof b));
+        return NULL;
+    }
+    if (in->no_cache && cache) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_llama_forward: no_cache is set (transformers' use_cache=False) "
+                        "and a KV cache is given: pass one or the other");
         return NULL;
     }
     int64_t pos = cache ? cache->len : 0, T = ids->shape[1];
@@ -1470,16 +1509,19 @@ accel_tensor *accel__llama_forward_last(accel_module *llama, const accel_llama_i
     return forward(llama, in, true, hp ? hp : &NO_HOST_PAD);
 }
 
-/* The labels of a padded batch: ids [B, T] shifted left, -100 where the
- * attention_mask (m, its host copy) is 0 and at the end (transformers'
- * labels -100 at the pads, then its shift), i64 on the ids' device. */
-static accel_tensor *masked_labels(accel_tensor *ids, const int64_t *m) {
+/* The labels of a padded or packed batch: ids [B, T] shifted left, -100
+ * where the attention_mask (m, its host copy; NULL: none) is 0, at each
+ * packed sequence's first token (starts: packed_starts'; NULL: none) and at
+ * the end (transformers' labels -100 at the pads, DataCollatorWithFlattening's
+ * at the sequences' first tokens, then its shift), i64 on the ids' device. */
+static accel_tensor *masked_labels(accel_tensor *ids, const int64_t *m, const int64_t *starts) {
     int64_t B = ids->shape[0], T = ids->shape[1];
     const int64_t *id = host_ints(ids, B, T, "ids", "[B, T]", false);
     int64_t *l = id ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T) * sizeof *l, 64) : NULL;
     if (!l) return NULL;
     for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) l[b * T + t] = t + 1 < T && m[b * T + t + 1] ? id[b * T + t + 1] : -100;
+        for (int64_t t = 0, n = 1; t < T; t++, n++)
+            l[b * T + t] = n < T && (!m || m[b * T + n]) && (!starts || starts[b * T + n] != n) ? id[b * T + n] : -100;
     accel_tensor *labels = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), ids->device);
     return labels && accel_tensor_from_host(labels, l) == ACCEL_OK ? labels : NULL;
 }
@@ -1524,10 +1566,17 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     const int64_t *m = in->attention_mask
                            ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:", true)
                            : NULL;
+    /* packed sequences (no_cache, positions that restart, no mask): the positions read once, the labels
+     * -100 at each sequence's first token */
+    bool packing = in->no_cache && in->position_ids && !in->attention_mask;
+    const int64_t *p = packing ? host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:", false) : NULL;
+    const int64_t *starts = NULL;
+    bool read = (!in->attention_mask || m) && (!packing || (p && packed_starts(p, B, T, &starts) == ACCEL_OK));
     uint8_t *keep = m && balance ? accel_arena_alloc(accel_step_arena(), (size_t)(B * T), 64) : NULL;
     for (int64_t i = 0; keep && i < B * T; i++) keep[i] = m[i] != 0;
-    accel__moe_aux *aux = balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
-    if ((in->attention_mask && !m) || (balance && !aux)) {
+    accel__moe_aux *aux =
+        read && balance && (!in->attention_mask || keep) ? accel__moe_aux_begin(c, keep, B * T) : NULL;
+    if (!read || (balance && !aux)) {
         accel__module_keep_outputs(kept);
         return NULL;
     }
@@ -1538,7 +1587,11 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
                              ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids,
                                                                                       .position_ids = in->position_ids},
                                                           false, &(accel__pad_host){.mask = m}),
-                                           masked_labels(ids, m))
+                                           masked_labels(ids, m, NULL))
+                         : starts /* and the positions p */
+                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids, .no_cache = true},
+                                                          false, &(accel__pad_host){.positions = p}),
+                                           masked_labels(ids, NULL, starts))
                              : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
     if (balance) {
         accel__moe_aux_collect(outer);

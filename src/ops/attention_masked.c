@@ -25,7 +25,9 @@ static accel_tensor *as(accel_tensor *t, accel_dtype dt, accel_device dev) {
 }
 
 /* The additive mask [B, 1, rows, S] of accel__window_mask's rows with the
- * keys row b does not keep (keep[b S + j] 0) masked too, every masked entry
+ * keys row b does not keep (keep[b S + j] 0; keep NULL: all) and those
+ * before the start of the query's packed sequence (start[b T + r % T];
+ * start NULL: none) masked too, every masked entry
  * at half the lowest finite value of dt, not -inf: a query that sees no
  * key at all (a left pad's) gets finite probabilities (equal over all S
  * keys, as transformers' eager attention) where -inf made them NaN, and a
@@ -33,7 +35,7 @@ static accel_tensor *as(accel_tensor *t, accel_dtype dt, accel_device dev) {
  * the rows that see a key, 0 for the others, or NULL when every row does.
  * Both f32 on the cpu. */
 static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int64_t pos, int64_t W,
-                              const uint8_t *keep, accel_dtype dt, accel_tensor **live) {
+                              const uint8_t *keep, const int64_t *start, accel_dtype dt, accel_tensor **live) {
     float low = dt == ACCEL_F16 ? -65504.0f / 2 : dt == ACCEL_BF16 ? -3.38953139e38f / 2 : -FLT_MAX / 2;
     float *m = accel_arena_alloc(accel_step_arena(), (size_t)(B * rows * S) * sizeof *m, 64);
     float *l = accel_arena_alloc(accel_step_arena(), (size_t)(B * rows) * sizeof *l, 64);
@@ -41,11 +43,11 @@ static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int
     bool dead = false;
     for (int64_t b = 0; b < B; b++)
         for (int64_t r = 0; r < rows; r++) {
-            int64_t qpos = pos + r % T;
+            int64_t qpos = pos + r % T, first = start ? start[b * T + r % T] : 0;
             float *row = m + (b * rows + r) * S;
             bool seen = false;
             for (int64_t j = 0; j < S; j++) {
-                bool see = keep[b * S + j] && j <= qpos && (!W || j > qpos - W);
+                bool see = (!keep || keep[b * S + j]) && j >= first && j <= qpos && (!W || j > qpos - W);
                 row[j] = see ? 0.0f : low;
                 seen |= see;
             }
@@ -58,9 +60,9 @@ static accel_tensor *pad_mask(int64_t B, int64_t rows, int64_t T, int64_t S, int
 
 static accel_tensor *like(accel_tensor *t, const accel_tensor *x) { return x ? as(t, x->dtype, x->device) : NULL; }
 
-accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int64_t B, int64_t G, int64_t T, int64_t S,
-                                  int64_t pos, int64_t W, accel_dtype dt, accel_device dev) {
-    accel_tensor *live = NULL, *mask = pad_mask(B, G * T, T, S, pos, W, keep, dt, &live);
+accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, const int64_t *start, int64_t B, int64_t G,
+                                  int64_t T, int64_t S, int64_t pos, int64_t W, accel_dtype dt, accel_device dev) {
+    accel_tensor *live = NULL, *mask = pad_mask(B, G * T, T, S, pos, W, keep, start, dt, &live);
     *pm = (accel__pad_mask){.W = W, .G = G, .pos = pos, .dt = dt, .dev = dev, .mask = as(mask, dt, dev),
                             .live = live ? as(live, dt, dev) : NULL};
     return pm->mask && (!live || pm->live) ? ACCEL_OK : accel_last_status();
@@ -79,8 +81,8 @@ accel_tensor *accel__masked_attention(accel_tensor *q, accel_tensor *k, accel_te
                                       accel_rng *drop_rng, bool upcast) {
     if (!q || !k || !v) return NULL;
     accel__pad_mask pm = {0};
-    if (keep && accel__pad_mask_make(&pm, keep, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2], pos,
-                                     W, accel__scores_dtype(q, upcast), q->device) != ACCEL_OK)
+    if (keep && accel__pad_mask_make(&pm, keep, NULL, q->shape[0], q->shape[1] / k->shape[1], q->shape[2], k->shape[2],
+                                     pos, W, accel__scores_dtype(q, upcast), q->device) != ACCEL_OK)
         return NULL;
     return accel__masked_attention_pad(q, k, v, pos, W, keep ? &pm : NULL, unseen_zero, scale, cap, drop, drop_rng,
                                        upcast);

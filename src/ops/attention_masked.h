@@ -74,9 +74,12 @@ typedef struct accel__pad_mask {
     accel_tensor *mask, *live;
 } accel__pad_mask;
 
-/* *pm for keep [B, S] (host), queries at pos .. pos + T - 1 (step tensors). */
-accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, int64_t B, int64_t G, int64_t T, int64_t S,
-                                  int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
+/* *pm for keep [B, S] (host; NULL: every key) and start [B, T] (host;
+ * NULL: none): query t of row b also sees no key before start[b T + t]
+ * (the first token of its packed sequence), queries at pos .. pos + T - 1
+ * (step tensors). */
+accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, const int64_t *start, int64_t B, int64_t G,
+                                  int64_t T, int64_t S, int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
 /* Whether pm was made for q [B, H, T, D] and k [B, Hkv, S, D] at pos and
  * W, in the dtype of their scores with upcast. */
 bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,
