@@ -18,7 +18,7 @@ Each case (its own seeded random.Random) draws a number of processes (2-4), an o
   pad        pad_across_processes: the ranks' sizes along dim differ (and the other dims now and
              then), dim from -ndim-1 to ndim (out of range too), pad_index of every kind
              (0, -1, 0.5, 300, 2**40, inf, nan), pad_first
-  broadcast  from a random rank, shapes as gather's
+  broadcast  from a random rank (now and then one that is not: -1, N), shapes as gather's
 
 The peer is Accelerate's utils.operations (gather, reduce, pad_across_processes, broadcast) and
 Accelerator.gather_for_metrics, under torch.distributed with gloo on 127.0.0.1 in N processes
@@ -135,7 +135,7 @@ def make_case(i, seed):
         c["reduction"] = r.choice(["sum", "mean", "max"])
         c["scale"] = "1" if r.random() < 0.6 else r.choice(["2", "0.5", "0.1", "-3", "1e-3"])
     if op == "broadcast":
-        c["src"] = r.randrange(n)
+        c["src"] = r.randrange(n) if r.random() < 0.95 else r.choice([n, -1])  # no such rank: both refuse
     if op == "gfm":
         c["at"] = r.choice([-1, 0, 1, 1, 1])
         c["bs"] = r.randint(1, 5)
