@@ -231,7 +231,7 @@ def peer_rank(rank, n, port, cases_path, out_dir, debug):
 
 
 def run_peer(n, cases_path, out_dir, debug, timeout):
-    """Accelerate's side in n processes; False when it did not finish."""
+    """Accelerate's side in n processes: "ok", "hang" or "crash: <its stderr's tail>"."""
     code = ("import sys; sys.path.insert(0, %r); import sweep_collectives as s, torch.multiprocessing as mp; "
             "mp.spawn(s.peer_rank, args=(%d, %d, %r, %r, %d), nprocs=%d)"
             % (os.path.dirname(os.path.abspath(__file__)), n, free_port(), cases_path, out_dir, debug, n))
@@ -247,6 +247,7 @@ def run_peer(n, cases_path, out_dir, debug, timeout):
 
 
 def run_accel(accel, shim, n, cases_path, out_dir, debug, timeout):
+    """accel's side: the shim under `accel launch`; as run_peer."""
     env = dict(os.environ, ACCEL_DIST_TIMEOUT="30", ACCEL_DEBUG_MODE=str(debug))
     p = subprocess.Popen([accel, "launch", "--quiet", "--main_process_port", "0", "--num_processes", str(n),
                           shim, cases_path, out_dir], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -311,7 +312,7 @@ def same_values(c, dtype, ha, hp):
                                     struct.pack("<d", x) == struct.pack("<d", y) for x, y in zip(a, p))
 
 
-def documented(c, rank, a, p):
+def documented(c, a, p):
     """The documented rule a difference follows, or None."""
     if c["op"] == "reduce" and c["dtype"] == "bool" and a[0] == p[0] == "ok" and a[1:3] == p[1:3] and \
             [bool(v) for v in raw(a[3])] == [bool(v) for v in raw(p[3])]:
@@ -355,7 +356,7 @@ def judge(c, acc_res, peer_res, peer_status, accel_status):
             elif a[0] == "ok" and p[0] == "ok" and a[1:3] == p[1:3] and same_values(c, a[1], a[3], p[3]):
                 verdicts.append(("match", ""))
             else:
-                why = documented(c, rank, a, p)
+                why = documented(c, a, p)
                 verdicts.append(("documented", why) if why else
                                 ("MISMATCH", f"rank {rank} slot {slot}: accel {a[:3]} {a[-1][:80]} / peer {p[:3]} {p[-1][:80]}"))
     order = ["CRASH", "HANG", "MISMATCH", "documented", "refused", "match"]
