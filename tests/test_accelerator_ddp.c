@@ -272,7 +272,7 @@ static void test_collectives_torch_edges(void) {
     for (int r = 0; g && r < N; r++) CHECK(((int64_t *)g->data)[r] == ((int64_t)1 << 62) + 1 + r);
     accel_tensor *b0 = accel_accelerator_broadcast(A, accel_from_data(ACCEL_I64, 0, NULL, &big), 0);
     CHECK(b0 && b0->ndim == 0 && *(int64_t *)b0->data == ((int64_t)1 << 62) + 1);
-    /* Integer sums wrap as torch's; uint8 reduces (it was refused); a bool
+    /* Integer sums wrap as torch's; uint8, int8, int16 reduce (they were refused); a bool
      * sum is any-true, byte 1 (torch's gloo leaves the count in the byte). */
     int32_t i32 = INT32_MAX;
     accel_tensor *s32 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I32, 1, (int64_t[]){1}, &i32), "sum", 1.0);
@@ -286,6 +286,12 @@ static void test_collectives_torch_edges(void) {
     }
     accel_tensor *mu = accel_accelerator_reduce(A, accel_from_data(ACCEL_U8, 1, (int64_t[]){2}, u8), "max", 1.0);
     CHECK(mu && ((uint8_t *)mu->data)[1] == (uint8_t)(10 + N - 1));
+    int8_t i8 = (int8_t)(100 + R);
+    accel_tensor *s8 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I8, 0, NULL, &i8), "sum", 1.0);
+    CHECK(s8 && s8->ndim == 0 && *(int8_t *)s8->data == (int8_t)(uint8_t)(100 * N + N * (N - 1) / 2));
+    int16_t i16 = (int16_t)(-30000 - R);
+    accel_tensor *m16 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I16, 0, NULL, &i16), "max", 1.0);
+    CHECK(m16 && *(int16_t *)m16->data == -30000);
     bool bits[2] = {true, R == N - 1};
     accel_tensor *sb = accel_accelerator_reduce(A, accel_from_data(ACCEL_BOOL, 1, (int64_t[]){2}, bits), "sum", 1.0);
     CHECK(sb && sb->dtype == ACCEL_BOOL && ((uint8_t *)sb->data)[0] == 1 && ((uint8_t *)sb->data)[1] == 1);

@@ -7,8 +7,9 @@ processes.
                                        [--timeout SEC] [--verbose]
 
 Each case (its own seeded random.Random) draws a number of processes (2-4), an operation, a dtype
-(float32, bfloat16, float16, float64, int64, int32, uint8, bool) and every rank's tensor (0-d to
-4-d, dims of 0-4, values over the dtype's range with inf, NaN, -0.0 and subnormals):
+(float32, bfloat16, float16, float64, int64, int32, int16, int8, uint8, bool) and every rank's
+tensor (0-d to 4-d, dims of 0-4, values over the dtype's range with inf, NaN, -0.0 and
+subnormals):
 
   gather     equal shapes; now and then the ranks' shapes differ
   gfm        gather_for_metrics with no data loader, at the first batch or at the last batch of a
@@ -61,10 +62,8 @@ import tempfile
 from collections import Counter, defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "uint8", "bool"]
+DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
 FLOATS = {"float32", "bfloat16", "float16", "float64"}
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int64": 8, "int32": 4, "uint8": 1,
-            "bool": 1}
 OPS = ["gather", "gfm", "reduce", "pad", "broadcast"]
 PAD_INDICES = ["0", "-1", "1", "0.5", "300", "1099511627776", "inf", "nan", "-2.5"]
 
@@ -87,7 +86,7 @@ def element_bytes(r, dtype, exact):
             return struct.pack("<e", v) if abs(v) <= 65504 or not math.isfinite(v) else struct.pack("<e", math.copysign(math.inf, v))
         f = struct.pack("<f", v) if abs(v) < 3.4e38 or not math.isfinite(v) else struct.pack("<f", v / 10)
         return f[2:] if dtype == "bfloat16" else f  # bf16: the top half of the f32 (truncated)
-    bits = {"int64": 64, "int32": 32, "uint8": 8}[dtype]
+    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8, "uint8": 8}[dtype]
     lo, hi = (0, 2 ** bits - 1) if dtype == "uint8" else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
     if exact:
         v = r.randint(max(lo, -8), 8)

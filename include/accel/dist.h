@@ -106,7 +106,7 @@ void accel_pg_free_shared(accel_pg *pg, void *ptr);
 
 /* ------------------------------------------------------------ collectives
  * count = elements. Reductions: f32, bf16, f16 (reduced in f32), f64, i32,
- * i64, u8 (integer sums wrap, as torch's). Data movement (broadcast/gather):
+ * i64, i16, i8, u8 (integer sums wrap, as torch's; NCCL has no i16). Data movement (broadcast/gather):
  * any dtype. */
 
 /* In place on every rank. */

@@ -23,7 +23,7 @@ const char *accel__dtype_short(accel_dtype dt) {
 
 bool accel__dtype_reducible(accel_dtype dt) {
     return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16 || dt == ACCEL_F64 ||
-           dt == ACCEL_I32 || dt == ACCEL_I64 || dt == ACCEL_U8;
+           dt == ACCEL_I32 || dt == ACCEL_I64 || dt == ACCEL_U8 || dt == ACCEL_I8 || dt == ACCEL_I16;
 }
 
 /* One block: tmp[m] = op over the nsrc sources (already offset). NaN wins MAX/MIN like torch. */
@@ -52,6 +52,8 @@ DEFINE_BLOCK(block_f64, double, double)
 DEFINE_BLOCK(block_i32, int32_t, uint32_t)
 DEFINE_BLOCK(block_i64, int64_t, uint64_t)
 DEFINE_BLOCK(block_u8, uint8_t, unsigned)
+DEFINE_BLOCK(block_i8, int8_t, unsigned)
+DEFINE_BLOCK(block_i16, int16_t, unsigned)
 
 #define MAX_SRC 64
 
@@ -70,6 +72,8 @@ void accel__reduce(accel_dtype dt, accel_reduce_op op, int world, int nsrc,
         case ACCEL_I32: block_i32(op, world, nsrc, (const int32_t *const *)s, (int32_t *)tmp, m); break;
         case ACCEL_I64: block_i64(op, world, nsrc, (const int64_t *const *)s, (int64_t *)tmp, m); break;
         case ACCEL_U8: block_u8(op, world, nsrc, (const uint8_t *const *)s, (uint8_t *)tmp, m); break;
+        case ACCEL_I8: block_i8(op, world, nsrc, (const int8_t *const *)s, (int8_t *)tmp, m); break;
+        case ACCEL_I16: block_i16(op, world, nsrc, (const int16_t *const *)s, (int16_t *)tmp, m); break;
         case ACCEL_BF16:
         case ACCEL_F16: {
             /* Widen each source block to f32, reduce in f32, narrow once. */
