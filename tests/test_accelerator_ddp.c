@@ -2,6 +2,8 @@
  * DDP equivalence with single-process training, gradient accumulation, no_sync,
  * gather_for_metrics on uneven datasets, collectives (upstream's test_utils/scripts/test_ops.py), scheduler
  * stepping (§5.2), clipping, split_between_processes, main_process_first. */
+#include <math.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -260,6 +262,82 @@ static void test_collectives(void) {
 
 static double inv_sqrt(int64_t step, void *ctx) { return 1.0 / (1.0 + (double)step); }
 
+/* What tools/sweep_collectives.py found against Accelerate under gloo. */
+static void test_collectives_torch_edges(void) {
+    /* A 0-d int64 travels as its bytes: through a double (2^62 + 1 + R) lost
+     * its low bits, silently. */
+    int64_t big = ((int64_t)1 << 62) + 1 + R;
+    accel_tensor *g = accel_accelerator_gather(A, accel_from_data(ACCEL_I64, 0, NULL, &big));
+    CHECK(g && g->ndim == 1 && g->shape[0] == N);
+    for (int r = 0; g && r < N; r++) CHECK(((int64_t *)g->data)[r] == ((int64_t)1 << 62) + 1 + r);
+    accel_tensor *b0 = accel_accelerator_broadcast(A, accel_from_data(ACCEL_I64, 0, NULL, &big), 0);
+    CHECK(b0 && b0->ndim == 0 && *(int64_t *)b0->data == ((int64_t)1 << 62) + 1);
+    /* Integer sums wrap as torch's; uint8, int8, int16 reduce (they were refused); a bool
+     * sum is any-true, byte 1 (torch's gloo leaves the count in the byte). */
+    int32_t i32 = INT32_MAX;
+    accel_tensor *s32 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I32, 1, (int64_t[]){1}, &i32), "sum", 1.0);
+    CHECK(s32 && ((int32_t *)s32->data)[0] == (int32_t)(uint32_t)((uint64_t)INT32_MAX * (uint64_t)N));
+    uint8_t u8[2] = {200, (uint8_t)(10 + R)};
+    accel_tensor *su = accel_accelerator_reduce(A, accel_from_data(ACCEL_U8, 1, (int64_t[]){2}, u8), "sum", 1.0);
+    CHECK_MSG(su != NULL, "%s", accel_last_error());
+    if (su) {
+        CHECK(su->dtype == ACCEL_U8 && ((uint8_t *)su->data)[0] == (uint8_t)(200 * N));
+        CHECK(((uint8_t *)su->data)[1] == (uint8_t)(10 * N + N * (N - 1) / 2));
+    }
+    accel_tensor *mu = accel_accelerator_reduce(A, accel_from_data(ACCEL_U8, 1, (int64_t[]){2}, u8), "max", 1.0);
+    CHECK(mu && ((uint8_t *)mu->data)[1] == (uint8_t)(10 + N - 1));
+    int8_t i8 = (int8_t)(100 + R);
+    accel_tensor *s8 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I8, 0, NULL, &i8), "sum", 1.0);
+    CHECK(s8 && s8->ndim == 0 && *(int8_t *)s8->data == (int8_t)(uint8_t)(100 * N + N * (N - 1) / 2));
+    int16_t i16 = (int16_t)(-30000 - R);
+    accel_tensor *m16 = accel_accelerator_reduce(A, accel_from_data(ACCEL_I16, 0, NULL, &i16), "max", 1.0);
+    CHECK(m16 && *(int16_t *)m16->data == -30000);
+    bool bits[2] = {true, R == N - 1};
+    accel_tensor *sb = accel_accelerator_reduce(A, accel_from_data(ACCEL_BOOL, 1, (int64_t[]){2}, bits), "sum", 1.0);
+    CHECK(sb && sb->dtype == ACCEL_BOOL && ((uint8_t *)sb->data)[0] == 1 && ((uint8_t *)sb->data)[1] == 1);
+    /* torch's `x /= N` and `x *= scale` refuse an integer tensor: refused on
+     * every rank (it was truncated), and the group goes on. */
+    const char *bad[][2] = {{"mean", "1"}, {"sum", "2"}, {"max", "0.5"}};
+    for (int k = 0; k < 3; k++) {
+        accel_tensor *t = accel_from_data(ACCEL_I64, 1, (int64_t[]){1}, &big);
+        CHECK(accel_accelerator_reduce(A, t, bad[k][0], atof(bad[k][1])) == NULL);
+        CHECK(accel_last_status() == ACCEL_ERR_DTYPE);
+        CHECK_STR_CONTAINS(accel_last_error(), "of a tensor of int64: the result would be fractional");
+        accel_clear_error();
+    }
+    /* mean and scale round as torch's `x *= scale; x /= N` in float: two
+     * roundings, not one multiplication by scale / N in double. */
+    float xs[64], xs_all[64] = {0};
+    for (int i = 0; i < 64; i++) xs[i] = 0.37f * (float)(i + 1) + (float)R;
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < 64; i++) xs_all[i] += 0.37f * (float)(i + 1) + (float)r; /* exact: small sums */
+    accel_tensor *m = accel_accelerator_reduce(A, accel_from_floats(ACCEL_SHAPE(64), xs), "mean", 0.1);
+    int off = 0;
+    for (int i = 0; m && i < 64; i++) off += ((float *)m->data)[i] != (xs_all[i] * 0.1f) / (float)N;
+    CHECK_MSG(m && off == 0, "%d of 64 elements differ from (sum * 0.1f) / N", off);
+    /* pad_index: what the dtype holds exactly (Accelerate's wraps or turns
+     * the padded ranks' result float or int64), and a dim in range, both
+     * refused on every rank before the collective, each naming its value. */
+    struct { accel_dtype dt; double pad; } nofit[] = {
+        {ACCEL_U8, 300}, {ACCEL_U8, -1}, {ACCEL_I32, 0.5}, {ACCEL_I64, NAN}, {ACCEL_BOOL, 2}};
+    for (size_t k = 0; k < sizeof nofit / sizeof *nofit; k++) {
+        accel_tensor *t = accel_zeros(nofit[k].dt, 1, (int64_t[]){R + 1});
+        CHECK(accel_accelerator_pad_across_processes(A, t, 0, nofit[k].pad, false) == NULL);
+        CHECK_STR_CONTAINS(accel_last_error(), "does not fit a tensor of");
+        accel_clear_error();
+    }
+    accel_tensor *pb = accel_accelerator_pad_across_processes(A, accel_zeros(ACCEL_BOOL, 1, (int64_t[]){R + 1}), 0,
+                                                              1, false);
+    CHECK(pb && pb->dtype == ACCEL_BOOL && pb->shape[0] == N && ((uint8_t *)pb->data)[N - 1] == (R + 1 < N));
+    CHECK(accel_accelerator_pad_across_processes(A, accel_zeros(ACCEL_F32, 2, (int64_t[]){2, 2}), -3, 0, false) ==
+          NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "dim -3 is out of range for a tensor of 2 dims (valid: -2 to 1)");
+    accel_clear_error();
+    accel_tensor *after = accel_accelerator_gather(A, accel_from_data(ACCEL_I64, 0, NULL, &big));
+    CHECK(after && after->shape[0] == N);
+    accel_step_reset();
+}
+
 static void test_scheduler_and_clip(void) {
     accel_manual_seed(3);
     accel_module *m = mlp();
@@ -433,6 +511,7 @@ int main(void) {
     RUN(test_accumulation_equivalence);
     RUN(test_gather_for_metrics);
     RUN(test_collectives);
+    RUN(test_collectives_torch_edges);
     RUN(test_scheduler_and_clip);
     RUN(test_no_sync_nests);
     RUN(test_process_helpers);

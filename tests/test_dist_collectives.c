@@ -254,8 +254,8 @@ static void test_async(void) {
 
 static void test_arg_errors(void) {
     uint8_t u[4] = {0};
-    CHECK(accel_pg_all_reduce(PG, u, 4, ACCEL_U8, ACCEL_REDUCE_SUM) == ACCEL_ERR_DTYPE);
-    CHECK_STR_CONTAINS(accel_last_error(), "uint8");
+    CHECK(accel_pg_all_reduce(PG, u, 4, ACCEL_BOOL, ACCEL_REDUCE_SUM) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot reduce bool");
     accel_clear_error();
     CHECK(accel_pg_broadcast(PG, u, 4, ACCEL_U8, N) == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "root");

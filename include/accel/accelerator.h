@@ -520,14 +520,19 @@ accel_tensor *accel_accelerator_gather_for_metrics(accel_accelerator *acc, accel
 accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int n, accel_tensor *const *ts,
                                                     accel_tensor **outs);
 /* reduction: "sum", "mean" or "max" (anything else, NULL included, is
- * refused); the result is scaled by `scale`. Input untouched. */
+ * refused); the result times `scale`, then / N for "mean", each rounded to
+ * t's dtype as torch's `x *= scale; x /= N`. An integer or bool t takes "sum"
+ * or "max" with scale 1 only (ACCEL_ERR_DTYPE otherwise); a bool sum is
+ * any-true. Input untouched. */
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t,
                                        const char *reduction, double scale);
 /* reduce of one number (a metric's partial sum or count), in f64: "sum",
  * "mean" or "max" over the processes. NAN + error on failure. */
 double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const char *reduction);
-/* Pads dim to the largest size across ranks with pad_index (at the end, or
- * the start with pad_first). */
+/* Pads dim (negative counts from the end) to the largest size across ranks
+ * with pad_index (at the end, or the start with pad_first); the dtype stays
+ * t's. A dim out of range, or on an integer or bool t a pad_index the dtype
+ * does not hold exactly, is ACCEL_ERR_INVALID_ARG on every rank. */
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t,
                                                      int dim, double pad_index, bool pad_first);
 /* A copy of from_process's tensor on every rank (shapes must match;

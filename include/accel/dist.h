@@ -106,7 +106,8 @@ void accel_pg_free_shared(accel_pg *pg, void *ptr);
 
 /* ------------------------------------------------------------ collectives
  * count = elements. Reductions: f32, bf16, f16 (reduced in f32), f64, i32,
- * i64. Data movement (broadcast/gather): any dtype. */
+ * i64, i16, i8, u8 (integer sums wrap, as torch's; NCCL has no i16). Data movement (broadcast/gather):
+ * any dtype. */
 
 /* In place on every rank. */
 accel_status accel_pg_all_reduce(accel_pg *pg, void *buf, size_t count, accel_dtype dt,

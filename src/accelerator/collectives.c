@@ -16,8 +16,14 @@ static accel_tensor *flat_copy(accel_tensor *t, const char *fn) {
     int64_t one = 1;
     accel_tensor *c = accel_empty_on(t->dtype, t->ndim ? t->ndim : 1, t->ndim ? t->shape : &one, t->device);
     if (!c) return NULL;
-    if (!t->ndim) return accel_set(c, (int64_t[]){0}, accel_item(t)) == ACCEL_OK ? c : NULL;
-    return accel_copy_(c, t) == ACCEL_OK ? c : NULL;
+    if (t->ndim) return accel_copy_(c, t) == ACCEL_OK ? c : NULL;
+    /* The element's bytes: through a double an int64 past 2^53 lost its low
+     * bits, or (from 2^63 - 512 up) failed on its rank alone, leaving the
+     * others in the collective that followed. */
+    unsigned char v[8];
+    size_t es = accel_dtype_size(t->dtype);
+    if (accel__tensor_read_bytes(t, 0, v, es) || accel__tensor_write_bytes(c, 0, v, es)) return NULL;
+    return c;
 }
 
 /* Debug mode: every rank's shape must match (DistributedOperationException),
@@ -195,32 +201,58 @@ static bool check_reduction(const char *fn, const char *reduction) {
     return false;
 }
 
+/* c[i] = c[i] * f (mul) or c[i] / f, elementwise, each result rounded to c's
+ * dtype as torch's `x *= scale` and `x /= N` round it: in float for the
+ * 16- and 32-bit floats (torch's opmath, the scalar made float), in double
+ * for float64. One pass per operation, as torch stores between the two. */
+static accel_status scale_in_place(accel_tensor *c, double f, bool mul) {
+    const bool in_float = c->dtype != ACCEL_F64;
+    int64_t n = accel_numel(c), idx[ACCEL_MAX_DIMS];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rest = i;
+        for (int d = c->ndim - 1; d >= 0; d--) {
+            idx[d] = rest % c->shape[d];
+            rest /= c->shape[d];
+        }
+        double x = accel_get(c, idx);
+        double y = in_float ? (double)(mul ? (float)x * (float)f : (float)x / (float)f) : (mul ? x * f : x / f);
+        if (accel_set(c, idx, y) != ACCEL_OK) return accel_last_status();
+    }
+    return ACCEL_OK;
+}
+
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
                                        double scale) {
-    if (accel__acc_null(acc, "accel_accelerator_reduce") || !check_reduction("accel_accelerator_reduce", reduction))
+    static const char fn[] = "accel_accelerator_reduce";
+    if (accel__acc_null(acc, fn) || !check_reduction(fn, reduction) || !accel_tensor_check(t, fn, "t")) return NULL;
+    const bool is_max = !strcmp(reduction, "max"), is_mean = !strcmp(reduction, "mean");
+    /* torch's `x /= N` and `x *= scale` on an integer tensor fail ("result
+     * type Float can't be cast to the desired output type Long"): refused
+     * here on every rank before the collective, not truncated. */
+    if (!accel_dtype_is_float(t->dtype) && (is_mean || scale != 1.0)) {
+        accel_set_error(ACCEL_ERR_DTYPE, "%s: reduction \"%s\" with scale %g of a tensor of %s: the result would be "
+                        "fractional (torch refuses it too); an integer or bool tensor takes \"sum\" or \"max\" "
+                        "with scale 1, or convert it to a float dtype first", fn, reduction, scale,
+                        accel_dtype_name(t->dtype));
         return NULL;
-    accel_tensor *c = flat_copy(t, "accel_accelerator_reduce");
-    if (!c || check_shapes(acc, c, "accel_accelerator_reduce")) return NULL;
-    bool is_max = reduction && !strcmp(reduction, "max");
-    bool is_mean = reduction && !strcmp(reduction, "mean");
+    }
+    accel_tensor *c = flat_copy(t, fn);
+    if (!c || check_shapes(acc, c, fn)) return NULL;
     if (acc->world > 1) {
+        /* bool: summed as uint8 a true could wrap to false; torch's sum leaves
+         * the count in the bool's byte. Any true is true: max, bytes 0/1. */
+        const bool as_bool = c->dtype == ACCEL_BOOL;
+        if (as_bool) c->dtype = ACCEL_U8;
         accel_dist_set_op_label("reduce");
-        accel_status st = accel__staged_all_reduce(acc->pg, c, is_max ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
+        accel_status st = accel__staged_all_reduce(acc->pg, c, is_max || as_bool ? ACCEL_REDUCE_MAX : ACCEL_REDUCE_SUM);
         accel_dist_set_op_label(NULL);
+        if (as_bool) c->dtype = ACCEL_BOOL;
         if (st) return NULL;
     }
-    double f = scale * (is_mean ? 1.0 / acc->world : 1.0);
-    if (f != 1.0) {
-        int64_t n = accel_numel(c);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t idx[ACCEL_MAX_DIMS], rest = i;
-            for (int d = c->ndim - 1; d >= 0; d--) {
-                idx[d] = rest % c->shape[d];
-                rest /= c->shape[d];
-            }
-            if (accel_set(c, idx, accel_get(c, idx) * f) != ACCEL_OK) return NULL;
-        }
-    }
+    /* Upstream applies scale on XLA only (all_reduce(op, [t], scale)); accel
+     * applies it on every device, as XLA does: times scale, then / N. */
+    if (scale != 1.0 && scale_in_place(c, scale, true)) return NULL;
+    if (is_mean && acc->world > 1 && scale_in_place(c, acc->world, false)) return NULL;
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;
 }
@@ -236,14 +268,26 @@ double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const c
 
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,
                                                      double pad_index, bool pad_first) {
-    if (accel__acc_null(acc, "accel_accelerator_pad_across_processes") ||
-        !accel_tensor_check(t, "accel_accelerator_pad_across_processes", "t"))
+    static const char fn[] = "accel_accelerator_pad_across_processes";
+    if (accel__acc_null(acc, fn) || !accel_tensor_check(t, fn, "t")) return NULL;
+    /* Upstream returns the tensor unpadded for a dim out of range: refused. */
+    if (dim < -t->ndim || dim >= t->ndim) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dim %d is out of range for a tensor of %d dims (valid: %d to %d)",
+                        fn, dim, t->ndim, -t->ndim, t->ndim - 1);
         return NULL;
+    }
     if (dim < 0) dim += t->ndim;
-    if (dim < 0 || dim >= t->ndim) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pad_across_processes: dim out of range for %d dims",
-                        t->ndim);
-        return NULL;
+    /* An integer or bool tensor takes a pad_index it holds exactly. Upstream's
+     * `zeros + pad_index` wraps 300 to 44 in uint8, or makes the padded ranks'
+     * result float (0.5) or int64 (a bool's): the ranks then disagree. Checked
+     * on every rank, before the collective. */
+    if (!accel_dtype_is_float(t->dtype)) {
+        accel_tensor *v = accel_full(t->dtype, 0, NULL, pad_index);
+        if (!v || accel_item(v) != pad_index) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: pad_index %g does not fit a tensor of %s (an integer dtype takes "
+                            "an integer in its range, bool 0 or 1)", fn, pad_index, accel_dtype_name(t->dtype));
+            return NULL;
+        }
     }
     if (acc->world == 1) return accel_alias(t);
     int64_t size = t->shape[dim];

@@ -649,7 +649,7 @@ static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
         if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && !accel__dtype_reducible(c->dt))
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: cannot reduce %s (supported: float32, bfloat16, float16, "
-                                   "float64, int32, int64)", fn, accel_dtype_name(c->dt));
+                                   "float64, int64, int32, int16, int8, uint8)", fn, accel_dtype_name(c->dt));
         if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && (unsigned)c->op > ACCEL_REDUCE_MIN)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: invalid reduce op %d", fn, (int)c->op);
         if (c->count > ((size_t)1 << 40))

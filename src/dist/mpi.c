@@ -132,6 +132,9 @@ static accel_status mpi_type(accel_pg *pg, accel_dtype dt, accel_reduce_op op, M
     case ACCEL_F64: *t = MPI_DOUBLE; break;
     case ACCEL_I32: *t = MPI_INT32_T; break;
     case ACCEL_I64: *t = MPI_INT64_T; break;
+    case ACCEL_U8: *t = MPI_UINT8_T; break;
+    case ACCEL_I8: *t = MPI_INT8_T; break;
+    case ACCEL_I16: *t = MPI_INT16_T; break;
     case ACCEL_BF16: *t = s->half[0]; *o = s->half_op[k]; return ACCEL_OK;
     case ACCEL_F16: *t = s->half[1]; *o = s->half_op[k]; return ACCEL_OK;
     default: return accel_set_error(ACCEL_ERR_DTYPE, "accel dist (mpi): cannot reduce %s", accel_dtype_name(dt));

@@ -248,6 +248,8 @@ static bool nccl_type(accel_dtype dt, ncclDataType_t *t) {
     case ACCEL_BF16: *t = ncclBfloat16; return true;
     case ACCEL_I32: *t = ncclInt32; return true;
     case ACCEL_I64: *t = ncclInt64; return true;
+    case ACCEL_U8: *t = ncclUint8; return true;
+    case ACCEL_I8: *t = ncclInt8; return true;
     default: return false;
     }
 }
