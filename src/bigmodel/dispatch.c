@@ -15,6 +15,7 @@
 
 #include "bigmodel/bigmodel_internal.h"
 #include "bigmodel/offload_internal.h"
+#include "nn/nn_internal.h" /* accel__module_list_ops */
 
 typedef struct hook_ctx {
     accel_dispatched *d;
@@ -92,6 +93,20 @@ static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
     }
     d->hooked[d->n_hooked++] = m;
     return c;
+}
+
+/* m's blocks execute on dv: the hook moves their input there. A ModuleList
+ * is never called (its elements are, one by one): each element gets it. */
+static accel_status hook_resident(accel_dispatched *d, accel_module *m, accel_device dv) {
+    if (m->ops == &accel__module_list_ops) {
+        for (int i = 0; i < m->n_children; i++)
+            if (hook_resident(d, m->children[i], dv) != ACCEL_OK) return accel_last_status();
+        return ACCEL_OK;
+    }
+    hook_ctx *c = ctx_of(d, m);
+    if (!c) return accel_last_status();
+    c->exec = dv;
+    return ACCEL_OK;
 }
 
 static accel_status ctx_add(hook_ctx *c, int idx) {
@@ -172,20 +187,20 @@ accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
     }
     accel_clear_error();
     if (one_device) return ACCEL_OK; /* Accelerate: model.to(device), no hooks */
-    /* blocks resident on another device than main: inputs move there */
+    /* blocks resident on a device, main included (the block before may have
+     * run elsewhere): inputs move there; disk entries, and cpu entries while
+     * main is another device (host copies), execute on main through the
+     * offload hooks below */
     for (int i = 0; i < d->map->n; i++) {
         accel_device dv;
         if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK) {
             accel_clear_error();
             continue;
         }
-        if (accel_device_eq(dv, d->main)) continue;
+        if (dv.type == ACCEL_DEV_CPU && d->main.type != ACCEL_DEV_CPU) continue;
         accel_module *m = accel_module_find(root, d->map->e[i].prefix);
         accel_clear_error();
-        if (!m) continue;
-        hook_ctx *c = ctx_of(d, m);
-        if (!c) return accel_last_status();
-        c->exec = dv;
+        if (m && hook_resident(d, m, dv) != ACCEL_OK) return accel_last_status();
     }
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();
