@@ -573,14 +573,17 @@ static accel_tensor *embeddings_body(accel_module *emb, accel_tensor *ids, accel
     accel_module **p = emb->children;
     const int *at = EMB_AT[is_roberta(c)];
     int64_t B = ids->shape[0], T = ids->shape[1];
-    /* the ids and positions made here go where the word embedding ran (its
-     * weight may be offloaded: on meta until its hook brings it in) */
+    /* the token types (the caller's, wherever they are, or zeros) and the
+     * positions go where the word embedding ran (its weight may be
+     * offloaded: on meta until its hook brings it in), as the ids did */
     accel_tensor *w = accel_module_call(p[at[EMB_WORD]], ids);
     if (!w) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
         if (!tt || accel_zero_(tt) != ACCEL_OK) return NULL;
+    } else if (!accel_device_eq(tt->device, dev) && !(tt = accel_to_device(tt, dev))) {
+        return NULL;
     }
     accel_tensor *pos = accel_to_device(positions ? accel_from_data(ACCEL_I64, 2, (int64_t[]){B, T}, positions)
                                                   : accel_arange(ACCEL_I64, 0, T), dev); /* [B, T] or [T] */
@@ -665,6 +668,15 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
+/* BertEncoder: the layers inside its hooks (a device map's "bert.encoder"
+ * entry moves the embeddings' output to its device). */
+static accel_tensor *encoder_forward(accel_module *encoder, accel_tensor *h, const fwd *f) {
+    if (accel_module_enter(encoder, &h) != ACCEL_OK) return NULL;
+    accel_module *layers = encoder->children[0];
+    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
+    return accel_module_exit(encoder, &h) == ACCEL_OK ? h : NULL;
+}
+
 /* BertModel's _no_split_modules holds its embeddings too (BertEmbeddings,
  * RobertaEmbeddings, XLMRobertaEmbeddings): from_pretrained keeps them on one
  * device. */
@@ -716,8 +728,7 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     h = h ? embeddings_forward(p[MODEL_EMB], h, tt, positions, c) : NULL;
-    accel_module *layers = p[MODEL_ENCODER]->children[0];
-    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
+    h = h ? encoder_forward(p[MODEL_ENCODER], h, f) : NULL;
     if (h && pooled && model->n_children <= MODEL_POOLER) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model has no pooler (a %s is built without one): pass NULL "
                         "for pooled", fn, accel_bert_class_name(c->model_type, c->head));
@@ -767,8 +778,16 @@ static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *poo
     const accel_bert_config *c = m->impl;
     accel_module *head = m->children[1 - base_index(c)];
     if (c->head == ACCEL_BERT_PRETRAINING) {
-        *second = accel_module_call(head->children[1], pooled); /* cls.seq_relationship */
-        return *second ? accel_module_call(head, h) : NULL;
+        /* BertPreTrainingHeads takes both outputs: inside its hooks the pooled
+         * one follows h to the head's device, as Accelerate's hook moves every
+         * argument (the head is never checkpointed: its forward runs as is) */
+        accel_tensor *x = h;
+        if (accel_module_enter(head, &x) != ACCEL_OK) return NULL;
+        accel_tensor *p = x && !accel_device_eq(pooled->device, x->device) ? accel_to_device(pooled, x->device)
+                                                                            : pooled;
+        *second = x && p ? accel_module_call(head->children[1], p) : NULL; /* cls.seq_relationship */
+        accel_tensor *y = *second ? head->ops->forward(head, x) : NULL;
+        return accel_module_exit(head, &y) == ACCEL_OK ? y : NULL;
     }
     accel_tensor *y = has_pooler(c) ? pooled : h;
     double p = head_dropout(c);
