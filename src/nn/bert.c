@@ -852,8 +852,15 @@ static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel
     return ok;
 }
 
-/* A head's logits and their loss against labels: transformers'
- * CrossEntropyLoss (mean; -100 ignored). A pooled head (sequence
+/* transformers' CrossEntropyLoss (mean; -100 ignored) of logits y against
+ * labels, which go to y's device first, as its heads move them
+ * (labels.to(logits.device)): the caller's, wherever they are. */
+static accel_tensor *cross_entropy(accel_tensor *y, accel_tensor *labels) {
+    if (y && !accel_device_eq(labels->device, y->device)) labels = accel_to_device(labels, y->device);
+    return y && labels ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
+/* A head's logits and their loss against labels: cross_entropy. A pooled head (sequence
  * classification, next sentence: per_position false) has logits [B, L]
  * and labels [B]; the token classifier and the masked LM (per_position)
  * [B T, L] against labels [B T]. fn names the caller. */
@@ -864,7 +871,7 @@ static accel_tensor *head_loss(accel_module *m, accel_bert_head head, bool per_p
     if (!check_labels(fn, "labels", labels, ids, per_position)) return NULL;
     accel_tensor *y = head_forward(m, head, ids, token_type_ids, attention_mask, NULL, fn);
     if (logits) *logits = y;
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return cross_entropy(y, labels);
 }
 
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -982,7 +989,7 @@ accel_tensor *accel_bert_pretraining_loss(accel_module *m, accel_tensor *ids, ac
     if (prediction_logits) *prediction_logits = y;
     if (seq_relationship_logits) *seq_relationship_logits = nsp;
     /* transformers' total_loss: masked_lm_loss + next_sentence_loss, each a mean CrossEntropyLoss */
-    return accel_add(accel_cross_entropy(y, labels, -100), accel_cross_entropy(nsp, next_sentence_label, -100));
+    return accel_add(cross_entropy(y, labels), cross_entropy(nsp, next_sentence_label));
 }
 
 accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -1045,8 +1052,7 @@ accel_tensor *accel_bert_multiple_choice_loss(accel_module *m, accel_tensor *ids
     if (!check_labels(FN, "labels", labels, ids, false)) return NULL;
     accel_tensor *y = choice_logits(m, ids, token_type_ids, attention_mask, FN);
     if (logits) *logits = y;
-    /* transformers' CrossEntropyLoss over the choices (mean; -100 ignored) */
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return cross_entropy(y, labels); /* over the choices */
 }
 
 /* The module's forward (accel_module_call): the head's output, qa_outputs'
