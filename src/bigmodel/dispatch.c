@@ -11,11 +11,11 @@
  * preload class (default: the no_split classes, e.g. LlamaDecoderLayer) at or
  * below the weight's map entry — its whole block comes in at once — else the
  * module that owns the weight (Accelerate's per-submodule hooks). */
+#include <stdio.h>
 #include <string.h>
 
 #include "bigmodel/bigmodel_internal.h"
 #include "bigmodel/offload_internal.h"
-#include "nn/nn_internal.h" /* accel__module_list_ops */
 
 typedef struct hook_ctx {
     accel_dispatched *d;
@@ -95,17 +95,30 @@ static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
     return c;
 }
 
-/* m's blocks execute on dv: the hook moves their input there. A ModuleList
- * is never called (its elements are, one by one): each element gets it. */
-static accel_status hook_resident(accel_dispatched *d, accel_module *m, accel_device dv) {
-    if (m->ops == &accel__module_list_ops) {
-        for (int i = 0; i < m->n_children; i++)
-            if (hook_resident(d, m->children[i], dv) != ACCEL_OK) return accel_last_status();
-        return ACCEL_OK;
-    }
+static bool is_entry(const accel_device_map *map, const char *name) {
+    for (int i = 0; i < map->n; i++)
+        if (strcmp(map->e[i].prefix, name) == 0) return true;
+    return false;
+}
+
+/* m (named name) runs on dv, and so does every module below it down to the
+ * next map entry: each one's hook moves its input there (Accelerate's
+ * attach_execution_device_hook), so a block whose parent calls its
+ * children one by one (a ModuleList's layers, a head's decoder after a
+ * transform mapped elsewhere) gets its input where its weights are. */
+static accel_status hook_subtree(accel_dispatched *d, accel_module *m, const char *name, accel_device dv) {
     hook_ctx *c = ctx_of(d, m);
     if (!c) return accel_last_status();
     c->exec = dv;
+    for (int i = 0; i < m->n_children; i++) {
+        size_t n = strlen(name) + strlen(m->children[i]->name) + 2;
+        char *child = accel_malloc(n);
+        if (!child) return accel_last_status();
+        snprintf(child, n, "%s%s%s", name, *name ? "." : "", m->children[i]->name);
+        accel_status st = is_entry(d->map, child) ? ACCEL_OK : hook_subtree(d, m->children[i], child, dv);
+        accel_free(child);
+        if (st != ACCEL_OK) return st;
+    }
     return ACCEL_OK;
 }
 
@@ -187,20 +200,19 @@ accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
     }
     accel_clear_error();
     if (one_device) return ACCEL_OK; /* Accelerate: model.to(device), no hooks */
-    /* blocks resident on a device, main included (the block before may have
-     * run elsewhere): inputs move there; disk entries, and cpu entries while
-     * main is another device (host copies), execute on main through the
-     * offload hooks below */
+    /* every entry's modules run on its device, main included (the block
+     * before may have run elsewhere): inputs move there; disk entries, and
+     * cpu entries while main is another device (host copies), run on main,
+     * their weights brought in by the offload hooks below */
     for (int i = 0; i < d->map->n; i++) {
         accel_device dv;
-        if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK) {
-            accel_clear_error();
-            continue;
-        }
-        if (dv.type == ACCEL_DEV_CPU && d->main.type != ACCEL_DEV_CPU) continue;
+        if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK ||
+            (dv.type == ACCEL_DEV_CPU && d->main.type != ACCEL_DEV_CPU))
+            dv = d->main;
+        accel_clear_error();
         accel_module *m = accel_module_find(root, d->map->e[i].prefix);
         accel_clear_error();
-        if (m && hook_resident(d, m, dv) != ACCEL_OK) return accel_last_status();
+        if (m && hook_subtree(d, m, d->map->e[i].prefix, dv) != ACCEL_OK) return accel_last_status();
     }
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();
