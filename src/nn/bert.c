@@ -677,6 +677,14 @@ static accel_tensor *encoder_forward(accel_module *encoder, accel_tensor *h, con
     return accel_module_exit(encoder, &h) == ACCEL_OK ? h : NULL;
 }
 
+/* BertPooler inside its hooks (a device map may put "bert.pooler" on a
+ * device of its own): tanh(dense(first)), first the [CLS] position. */
+static accel_tensor *pooler_forward(accel_module *pooler, accel_tensor *first) {
+    if (accel_module_enter(pooler, &first) != ACCEL_OK) return NULL;
+    accel_tensor *y = first ? accel_tanh(accel_module_call(pooler->children[0], first)) : NULL;
+    return accel_module_exit(pooler, &y) == ACCEL_OK ? y : NULL;
+}
+
 /* BertModel's _no_split_modules holds its embeddings too (BertEmbeddings,
  * RobertaEmbeddings, XLMRobertaEmbeddings): from_pretrained keeps them on one
  * device. */
@@ -734,9 +742,8 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
                         "for pooled", fn, accel_bert_class_name(c->model_type, c->head));
         h = NULL;
     } else if (h && pooled) {
-        /* tanh(dense(h[:, 0])): the [CLS] position */
         accel_tensor *first = first_token(h, fn);
-        *pooled = first ? accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first)) : NULL;
+        *pooled = first ? pooler_forward(p[MODEL_POOLER], first) : NULL;
         if (!*pooled) h = NULL;
     }
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
@@ -778,14 +785,12 @@ static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *poo
     const accel_bert_config *c = m->impl;
     accel_module *head = m->children[1 - base_index(c)];
     if (c->head == ACCEL_BERT_PRETRAINING) {
-        /* BertPreTrainingHeads takes both outputs: inside its hooks the pooled
-         * one follows h to the head's device, as Accelerate's hook moves every
-         * argument (the head is never checkpointed: its forward runs as is) */
+        /* BertPreTrainingHeads takes both outputs, both inside its hooks (a
+         * preload block's brings in seq_relationship's weights too); the
+         * head is never checkpointed: its forward runs as is */
         accel_tensor *x = h;
         if (accel_module_enter(head, &x) != ACCEL_OK) return NULL;
-        accel_tensor *p = x && !accel_device_eq(pooled->device, x->device) ? accel_to_device(pooled, x->device)
-                                                                            : pooled;
-        *second = x && p ? accel_module_call(head->children[1], p) : NULL; /* cls.seq_relationship */
+        *second = x ? accel_module_call(head->children[1], pooled) : NULL; /* cls.seq_relationship */
         accel_tensor *y = *second ? head->ops->forward(head, x) : NULL;
         return accel_module_exit(head, &y) == ACCEL_OK ? y : NULL;
     }
@@ -1074,6 +1079,16 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
     return encode(m, ids, NULL, NULL, NULL, m->ops->type_name); /* "BertModel", "RobertaModel", ... */
 }
 
+/* BertPredictionHeadTransform inside its hooks (a map may give it a device
+ * of its own): LayerNorm(act(dense(h))). */
+static accel_tensor *transform_forward(accel_module *t, accel_tensor *h, const accel_bert_config *c) {
+    if (accel_module_enter(t, &h) != ACCEL_OK) return NULL;
+    accel_tensor *x = h ? accel_module_call(t->children[OUT_NORM],
+                                            accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh))
+                        : NULL;
+    return accel_module_exit(t, &x) == ACCEL_OK ? x : NULL;
+}
+
 /* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
  * embeddings' rows plus predictions.bias), predictions inside its hooks (it
  * holds the bias: a ZeRO-3 unit of its own, say). RobertaLMHead (its hooks
@@ -1087,8 +1102,8 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
                                  accel_module_call(lm[LM_NORM], accel_gelu(accel_module_call(lm[LM_DENSE], h), false)));
     accel_module *pred = cls->children[0], *t = pred->children[PRED_TRANSFORM];
     if (accel_module_enter(pred, &h) != ACCEL_OK) return NULL;
-    accel_tensor *x = h ? accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh) : NULL;
-    accel_tensor *y = accel_module_call(pred->children[PRED_DECODER], accel_module_call(t->children[OUT_NORM], x));
+    accel_tensor *x = h ? transform_forward(t, h, c) : NULL;
+    accel_tensor *y = x ? accel_module_call(pred->children[PRED_DECODER], x) : NULL;
     return accel_module_exit(pred, &y) == ACCEL_OK ? y : NULL;
 }
 
