@@ -203,33 +203,51 @@ static void encoder_runs(accel_module *m, const run_at *at, outputs *o, const ch
 
 /* ---- the sweep */
 
-/* A map (the devices of the embeddings, of the layers with what follows
- * them in the body, and of the head; `whole`: one entry "" for the model;
- * none: everything on the cpu), its main device, whether the head runs on
- * another device than the embeddings, and where the inputs are. */
+/* A map: the devices of the embeddings, the layers, what follows them in
+ * the body (final norm, pooler) and the head (`whole`: one entry "" for
+ * the model; none: everything on the cpu), or `spec` as it is, for the
+ * models holding its `needs` module; its main device; the preload classes
+ * (NULL: the default); whether the head runs on another device than the
+ * embeddings; where the inputs are. */
 typedef struct placement {
     const char *name;
-    const char *dev[3];
+    const char *dev[4];
     bool whole;
+    const char *spec, *needs;
     const char *main;
+    const char *const *preload;
     bool head_apart;
     run_at at;
 } placement;
 
-enum { N_PLACES = 6 }; /* the first, the cpu's, is the reference */
+/* Blocks whose hooks bring in every offloaded weight below them: BERT's
+ * modules that call their children one by one. */
+static const char *const BLOCKS[] = {"BertEncoder",      "BertPooler",        "BertPredictionHeadTransform",
+                                     "RobertaEncoder",   "RobertaPooler",     "XLMRobertaEncoder",
+                                     "XLMRobertaPooler", "BertPreTrainingHeads", NULL};
+
+enum { N_PLACES = 8 }; /* the first, the cpu's, is the reference */
 
 static const placement PLACES[N_PLACES] = {
-    {"cpu", {NULL}, false, NULL, false, {CPU_DEV, CPU_DEV, CPU_DEV, false}},
+    {"cpu", {NULL}, false, NULL, NULL, NULL, NULL, false, {CPU_DEV, CPU_DEV, CPU_DEV, false}},
     /* no hooks (Accelerate's model.to(device)): the ids on the device, as the user moves them */
-    {"device", {"hostless:0"}, true, NULL, false, {H0_DEV, H0_DEV, H0_DEV, false}},
-    {"device, host masks", {"hostless:0"}, true, NULL, false, {H0_DEV, CPU_DEV, CPU_DEV, false}},
+    {"device", {"hostless:0"}, true, NULL, NULL, NULL, NULL, false, {H0_DEV, H0_DEV, H0_DEV, false}},
+    {"device, host masks", {"hostless:0"}, true, NULL, NULL, NULL, NULL, false, {H0_DEV, CPU_DEV, CPU_DEV, false}},
     /* "cpu" under a main device: host copies brought to hostless:0 when they run */
-    {"offload", {"hostless:0", "cpu", "cpu"}, false, NULL, false, {CPU_DEV, H0_DEV, H0_DEV, true}},
-    /* main device cpu: the embeddings run on the cpu, the head on a device of its own */
-    {"split", {"cpu", "hostless:0", "hostless:1"}, false, "cpu", true, {CPU_DEV, CPU_DEV, H0_DEV, false}},
+    {"offload", {"hostless:0", "cpu", "cpu", "cpu"}, false, NULL, NULL, NULL, NULL, false,
+     {CPU_DEV, H0_DEV, H0_DEV, true}},
+    {"offload by blocks", {"hostless:0", "cpu", "cpu", "cpu"}, false, NULL, NULL, NULL, BLOCKS, false,
+     {CPU_DEV, CPU_DEV, CPU_DEV, true}},
+    /* main device cpu: the embeddings run on the cpu, the final norm or pooler and the head on a
+     * device of their own */
+    {"split", {"cpu", "hostless:0", "hostless:1", "hostless:1"}, false, NULL, NULL, "cpu", NULL, true,
+     {CPU_DEV, CPU_DEV, H0_DEV, false}},
     /* the main device's blocks get the embeddings' output moved in */
-    {"main last", {"hostless:1", "hostless:0", "hostless:0"}, false, "hostless:0", true,
+    {"main last", {"hostless:1", "hostless:0", "hostless:0", "hostless:0"}, false, NULL, NULL, "hostless:0", NULL, true,
      {CPU_DEV, H0_DEV, CPU_DEV, false}},
+    /* BERT's masked-LM head split: its transform apart, the decoder after it with the embeddings */
+    {"cls split", {NULL}, false, ":hostless:0,cls.predictions.transform:hostless:1", "cls.predictions.transform", NULL,
+     NULL, false, {CPU_DEV, CPU_DEV, CPU_DEV, false}},
 };
 
 /* Whether m is, or holds within depth levels, a ModuleList (the layers). */
@@ -241,10 +259,11 @@ static bool holds_layers(const accel_module *m, int depth) {
 }
 
 /* p's map for the model m (built on the cpu): the body's children before
- * its layers are the embeddings; the layers and what follows them (final
- * norm, pooler) the middle; the root's other children the head, or with
- * the embeddings (a head tied to them). */
+ * its layers are the embeddings, then the layers, then what follows them
+ * (final norm, pooler); the root's other children the head, or with the
+ * embeddings (a head tied to them). */
 static accel_device_map *map_of(accel_module *m, const placement *p, bool head_with_embeddings) {
+    if (p->spec) return accel_device_map_parse(p->spec);
     if (!p->dev[0]) return NULL;
     accel_device_map *map = accel_device_map_new();
     if (p->whole) {
@@ -255,14 +274,14 @@ static accel_device_map *map_of(accel_module *m, const placement *p, bool head_w
     for (int i = 0; i < m->n_children; i++) {
         accel_module *c = m->children[i];
         if (!holds_layers(c, 2)) {
-            accel_device_map_set(map, c->name, p->dev[head_with_embeddings ? 0 : 2]);
+            accel_device_map_set(map, c->name, p->dev[head_with_embeddings ? 0 : 3]);
             continue;
         }
-        bool past = false;
+        int part = 0; /* 0 embeddings, 1 layers, 2 after them */
         for (int j = 0; j < c->n_children; j++) {
-            past |= holds_layers(c->children[j], 1);
+            part = holds_layers(c->children[j], 1) ? 1 : part == 1 ? 2 : part;
             snprintf(key, sizeof key, "%s.%s", c->name, c->children[j]->name);
-            accel_device_map_set(map, key, p->dev[past]);
+            accel_device_map_set(map, key, p->dev[part]);
         }
     }
     return map;
@@ -279,7 +298,9 @@ typedef struct fixture {
 static accel_module *load(const fixture *f, accel_module *cpu_model, const placement *p, bool head_with_embeddings,
                           accel_dispatched **d) {
     accel_device_map *map = map_of(cpu_model, p, head_with_embeddings);
-    accel_load_opts lo = {.main_device = p->main};
+    int n_preload = 0;
+    while (p->preload && p->preload[n_preload]) n_preload++;
+    accel_load_opts lo = {.main_device = p->main, .preload_classes = p->preload, .n_preload = n_preload};
     accel_manual_seed(1); /* a head the checkpoint lacks: the same new weights */
     accel_module *m = f->encoder
                           ? accel_bert_from_pretrained_head_dispatched(f->dir, f->head, 0, map, NULL, NULL, &lo, d)
@@ -355,6 +376,10 @@ static void sweep(const fixture *f) {
     CHECK_MSG(want.n > 3, "%s: the cpu run gave %d results", f->dir, want.n);
     for (int i = 1; i < N_PLACES; i++) {
         const placement *p = &PLACES[i];
+        if (p->needs && !accel_module_find(cpu_model, p->needs)) {
+            accel_clear_error();
+            continue;
+        }
         if (tied && p->head_apart) refused_apart(f, cpu_model, p);
         run(f, cpu_model, p, tied && p->head_apart, &got);
         char ctx[200];
