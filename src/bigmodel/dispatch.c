@@ -7,7 +7,9 @@
  *         execution device;
  *   post: drop the weights (params back to meta), move the output back to
  *         the input's device (root only).
- * Which module carries an offloaded weight: the outermost module of a
+ * Every module below a map entry (down to the next entry) has a hook
+ * moving its input to the entry's execution device. Which module carries
+ * an offloaded weight: the outermost module of a
  * preload class (default: the no_split classes, e.g. LlamaDecoderLayer) at or
  * below the weight's map entry — its whole block comes in at once — else the
  * module that owns the weight (Accelerate's per-submodule hooks). */
