@@ -7,10 +7,12 @@
  * from_pretrained with the maps of PLACES: the whole model on hostless:0
  * (no hooks: the ids on the device, as the user moves them; the masks,
  * positions, token types and labels there or on the cpu), the embeddings on
- * hostless:0 and the rest offloaded to host copies, a split over the cpu
- * (the embeddings), hostless:0 (the layers) and hostless:1 (the head), and
- * one whose main device's blocks take the embeddings' output from
- * hostless:1; the inputs on the cpu or a device, each of its own.
+ * hostless:0 and the rest offloaded to host copies (by the default blocks,
+ * and by BERT's encoder, pooler and head blocks), a split over the cpu (the
+ * embeddings), hostless:0 (the layers) and hostless:1 (the final norm or
+ * pooler, the head), one whose main device's blocks take the embeddings'
+ * output from hostless:1, and BERT's masked-LM transform apart; the
+ * inputs on the cpu or a device, each kind its own.
  * A head tied to the word embeddings goes with them (split, main last): the
  * map that puts them apart is refused at load, naming both.
  * Each run: the forward with and without attention_mask / position_ids /
@@ -221,7 +223,8 @@ typedef struct placement {
 } placement;
 
 /* Blocks whose hooks bring in every offloaded weight below them: BERT's
- * modules that call their children one by one. */
+ * modules that call their children one by one (none a decoder's: its
+ * layers then come in weight by weight). */
 static const char *const BLOCKS[] = {"BertEncoder",      "BertPooler",        "BertPredictionHeadTransform",
                                      "RobertaEncoder",   "RobertaPooler",     "XLMRobertaEncoder",
                                      "XLMRobertaPooler", "BertPreTrainingHeads", NULL};
