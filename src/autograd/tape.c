@@ -137,6 +137,8 @@ static accel_status freed_backward(accel_node *node, accel_tensor *grad_out) {
                            name ? "\"" : "");
 }
 
+/* The backward of a node whose tensor went to meta after the forward
+ * (accel__tape_forget_data): refused, naming it. */
 static accel_status dropped_backward(accel_node *node, accel_tensor *grad_out) {
     (void)grad_out;
     const char *name = node->ctx;

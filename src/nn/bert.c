@@ -669,7 +669,8 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
 }
 
 /* BertEncoder: the layers inside its hooks (a device map's "bert.encoder"
- * entry moves the embeddings' output to its device). */
+ * entry moves the embeddings' output to its device; a preload block's
+ * brings every layer's offloaded weights in). */
 static accel_tensor *encoder_forward(accel_module *encoder, accel_tensor *h, const fwd *f) {
     if (accel_module_enter(encoder, &h) != ACCEL_OK) return NULL;
     accel_module *layers = encoder->children[0];
