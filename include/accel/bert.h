@@ -171,8 +171,9 @@ const accel_bert_config *accel_bert_config_of(const accel_module *m);
 /* BertModel: ids [B, T] (i64/i32, T <= max_position_embeddings; RoBERTa:
  * its largest position id, pad_token_id + the tokens of a row, below it);
  * token_type_ids [B, T] or NULL (all 0); attention_mask [B, T] (1 = token,
- * 0 = padding) or NULL (all 1). m: the root or its "bert" ("roberta") child. Returns the
- * last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
+ * 0 = padding) or NULL (all 1); those two on any device (moved where they
+ * are used; the losses' labels too, to the logits' device). m: the root or
+ * its "bert" ("roberta") child. Returns the last hidden state [B, T, C]; *pooled (when not NULL) gets the pooler's
  * output [B, C] (the token, QA and masked-LM heads, and every RoBERTa head but multiple choice, have no
  * pooler: pooled must be
  * NULL there, else an error says so). */

@@ -319,7 +319,12 @@ accel_status accel_check_device_map(accel_module *root, const accel_device_map *
  * The main (execution) device for offloaded modules is opts->main_device, or
  * the first map device that is neither cpu nor disk, or cpu (Accelerate's
  * dispatch_model). The root module gets io_same_device semantics: its output
- * comes back to the device its input came from.
+ * comes back to the device its input came from; every block runs on its
+ * entry's device (offloaded ones on the main device), its input moved there.
+ * A tied weight whose names the map runs on two devices (a tied head apart
+ * from its embeddings) is refused, ACCEL_ERR_INVALID_ARG naming both.
+ * Backward through offloaded weights is refused (ACCEL_ERR_STATE naming the
+ * weight: they went back to meta after their forward).
  * A device this build or machine lacks (npu:0, cuda:1) fails at load time
  * with an ACCEL_ERR_DEVICE message naming the map entry. */
 

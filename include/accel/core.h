@@ -279,9 +279,11 @@ accel_status accel_tensor_materialize(accel_tensor *t, accel_device dev, accel_d
  * through the backends), in place: every holder of t sees the move. The
  * tensor owns the new memory (contiguous); the old is freed if it was owned. */
 accel_status accel_tensor_to_device_(accel_tensor *t, accel_device dev);
-/* Move a persistent tensor's data to meta (frees owned data). Fails,
- * t unchanged, on a step tensor (ACCEL_ERR_INVALID_ARG: its data is the
- * step pool's) and on a NULL or dead one. */
+/* Move a persistent tensor's data to meta (frees owned data). A recorded
+ * graph that read t can no longer backpropagate through it: its backward
+ * fails there with ACCEL_ERR_STATE naming t. Fails, t unchanged, on a step
+ * tensor (ACCEL_ERR_INVALID_ARG: its data is the step pool's) and on a NULL
+ * or dead one. */
 accel_status accel_tensor_to_meta(accel_tensor *t);
 
 /* Step tensors: headers in the calling thread's step arena, data in the step

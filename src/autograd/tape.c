@@ -137,6 +137,18 @@ static accel_status freed_backward(accel_node *node, accel_tensor *grad_out) {
                            name ? "\"" : "");
 }
 
+/* The backward of a node whose tensor went to meta after the forward
+ * (accel__tape_forget_data): refused, naming it. */
+static accel_status dropped_backward(accel_node *node, accel_tensor *grad_out) {
+    (void)grad_out;
+    const char *name = node->ctx;
+    return accel_set_error(ACCEL_ERR_STATE, "accel_backward: '%s' of this graph reads %s%s%s, whose data went to meta "
+                           "after its forward (an offloaded weight of a dispatched model goes back to disk or its "
+                           "host copy once its module has run): backward through offloaded weights is not "
+                           "implemented; map what you train to a device or the cpu, without offload",
+                           node->op, name ? "\"" : "a tensor", name ? name : "", name ? "\"" : "");
+}
+
 static int cmp_ptr(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)*(accel_tensor *const *)a, y = (uintptr_t)*(accel_tensor *const *)b;
     return x < y ? -1 : x > y;
@@ -146,13 +158,14 @@ static bool in_sorted(accel_tensor *const *sorted, int n, const accel_tensor *t)
     return t && bsearch(&t, sorted, (size_t)n, sizeof *sorted, cmp_ptr);
 }
 
-/* Node n loses t (NULL where it was) and its backward becomes freed_backward. */
-static void poison(accel_node *n, const accel_tensor *t) {
-    if (n->backward != freed_backward) {
+/* Node n loses t (NULL where it was) and its backward becomes `why`
+ * (freed_backward or dropped_backward), naming t. */
+static void poison(accel_node *n, const accel_tensor *t, accel_backward_fn why) {
+    if (n->backward != freed_backward && n->backward != dropped_backward) {
         const char *name = t->name;
         char *copy = name ? accel_arena_alloc(accel_step_arena(), strlen(name) + 1, 1) : NULL;
         if (copy) memcpy(copy, name, strlen(name) + 1);
-        n->backward = freed_backward;
+        n->backward = why;
         n->ctx = copy;
     }
 }
@@ -161,12 +174,12 @@ bool accel__tape_live(void) { return accel__step_arena_if_made() && current_tape
 
 void accel__tape_drop(void) { tl_tape = (tape){0}; }
 
-void accel__tape_forget(accel_tensor *const *ts, int n) {
+static void forget(accel_tensor *const *ts, int n, accel_backward_fn why) {
     if (n <= 0 || !accel__tape_live()) return; /* a free makes no step arena */
     tape *tp = current_tape();
     accel_tensor *one[1], **sorted = n == 1 ? one : accel_malloc((size_t)n * sizeof *sorted);
     if (!sorted) { /* out of memory: one at a time */
-        for (int i = 0; i < n; i++) accel__tape_forget(ts + i, 1);
+        for (int i = 0; i < n; i++) forget(ts + i, 1, why);
         return;
     }
     memcpy(sorted, ts, (size_t)n * sizeof *sorted);
@@ -174,15 +187,15 @@ void accel__tape_forget(accel_tensor *const *ts, int n) {
     for (int i = 0; i < tp->n; i++) {
         accel_node *nd = tp->nodes[i];
         for (int k = 0; k < nd->n_inputs; k++)
-            if (in_sorted(sorted, n, nd->inputs[k])) poison(nd, nd->inputs[k]), nd->inputs[k] = NULL;
+            if (in_sorted(sorted, n, nd->inputs[k])) poison(nd, nd->inputs[k], why), nd->inputs[k] = NULL;
         for (int k = 0; k < nd->n_more; k++)
-            if (in_sorted(sorted, n, nd->more[k])) poison(nd, nd->more[k]), nd->more[k] = NULL;
+            if (in_sorted(sorted, n, nd->more[k])) poison(nd, nd->more[k], why), nd->more[k] = NULL;
         for (int k = 0; k < 4; k++)
-            if (in_sorted(sorted, n, nd->saved[k])) poison(nd, nd->saved[k]), nd->saved[k] = NULL;
+            if (in_sorted(sorted, n, nd->saved[k])) poison(nd, nd->saved[k], why), nd->saved[k] = NULL;
         /* an in-place op's output a persistent tensor: the walk reads
          * out->grad, so a header of the step without one stands in */
         if (in_sorted(sorted, n, nd->out)) {
-            poison(nd, nd->out);
+            poison(nd, nd->out, why);
             accel_tensor *stand_in = accel__arena_header(nd->out->dtype, nd->out->ndim, nd->out->shape, nd->out->device);
             if (!stand_in) { /* no memory for it: the tape ends before this node (its graph "freed") */
                 tp->n = i;
@@ -193,6 +206,10 @@ void accel__tape_forget(accel_tensor *const *ts, int n) {
     }
     if (sorted != one) accel_free(sorted);
 }
+
+void accel__tape_forget(accel_tensor *const *ts, int n) { forget(ts, n, freed_backward); }
+
+void accel__tape_forget_data(accel_tensor *t) { forget(&t, 1, dropped_backward); }
 
 bool accel__grad_first_is_step(const accel_tensor *t) {
     return t->requires_grad && !t->grad && (t->grad_fn || (t->flags & ACCEL_TF_ARENA));

@@ -7,10 +7,13 @@
  *         execution device;
  *   post: drop the weights (params back to meta), move the output back to
  *         the input's device (root only).
- * Which module carries an offloaded weight: the outermost module of a
+ * Every module below a map entry (down to the next entry) has a hook
+ * moving its input to the entry's execution device. Which module carries
+ * an offloaded weight: the outermost module of a
  * preload class (default: the no_split classes, e.g. LlamaDecoderLayer) at or
  * below the weight's map entry — its whole block comes in at once — else the
  * module that owns the weight (Accelerate's per-submodule hooks). */
+#include <stdio.h>
 #include <string.h>
 
 #include "bigmodel/bigmodel_internal.h"
@@ -94,6 +97,33 @@ static hook_ctx *ctx_of(accel_dispatched *d, accel_module *m) {
     return c;
 }
 
+static bool is_entry(const accel_device_map *map, const char *name) {
+    for (int i = 0; i < map->n; i++)
+        if (strcmp(map->e[i].prefix, name) == 0) return true;
+    return false;
+}
+
+/* m (named name) runs on dv, and so does every module below it down to the
+ * next map entry: each one's hook moves its input there (Accelerate's
+ * attach_execution_device_hook), so a block whose parent calls its
+ * children one by one (a ModuleList's layers, a head's decoder after a
+ * transform mapped elsewhere) gets its input where its weights are. */
+static accel_status hook_subtree(accel_dispatched *d, accel_module *m, const char *name, accel_device dv) {
+    hook_ctx *c = ctx_of(d, m);
+    if (!c) return accel_last_status();
+    c->exec = dv;
+    for (int i = 0; i < m->n_children; i++) {
+        size_t n = strlen(name) + strlen(m->children[i]->name) + 2;
+        char *child = accel_malloc(n);
+        if (!child) return accel_last_status();
+        snprintf(child, n, "%s%s%s", name, *name ? "." : "", m->children[i]->name);
+        accel_status st = is_entry(d->map, child) ? ACCEL_OK : hook_subtree(d, m->children[i], child, dv);
+        accel_free(child);
+        if (st != ACCEL_OK) return st;
+    }
+    return ACCEL_OK;
+}
+
 static accel_status ctx_add(hook_ctx *c, int idx) {
     for (int i = 0; i < c->n; i++)
         if (c->idx[i] == idx) return ACCEL_OK;
@@ -172,20 +202,19 @@ accel_status accel_dispatch_model(accel_module *root, accel_dispatched *d) {
     }
     accel_clear_error();
     if (one_device) return ACCEL_OK; /* Accelerate: model.to(device), no hooks */
-    /* blocks resident on another device than main: inputs move there */
+    /* every entry's modules run on its device, main included (the block
+     * before may have run elsewhere): inputs move there; disk entries, and
+     * cpu entries while main is another device (host copies), run on main,
+     * their weights brought in by the offload hooks below */
     for (int i = 0; i < d->map->n; i++) {
         accel_device dv;
-        if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK) {
-            accel_clear_error();
-            continue;
-        }
-        if (accel_device_eq(dv, d->main)) continue;
+        if (accel_device_map_device(d->map->e[i].device, &dv) != ACCEL_OK ||
+            (dv.type == ACCEL_DEV_CPU && d->main.type != ACCEL_DEV_CPU))
+            dv = d->main;
+        accel_clear_error();
         accel_module *m = accel_module_find(root, d->map->e[i].prefix);
         accel_clear_error();
-        if (!m) continue;
-        hook_ctx *c = ctx_of(d, m);
-        if (!c) return accel_last_status();
-        c->exec = dv;
+        if (m && hook_subtree(d, m, d->map->e[i].prefix, dv) != ACCEL_OK) return accel_last_status();
     }
     accel_state_dict *sd = accel_module_state_dict(root);
     if (!sd) return accel_last_status();

@@ -264,6 +264,8 @@ static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, 
         if (e->is_tied_alias) continue;
         plan p = {.t = e->t, .name = e->name, .kind = PLACE_DISK};
         bool any_host = false, any_res = false;
+        int first = i; /* a tied weight's names must execute on one device: its first's */
+        accel_device first_exec = d->main;
         for (int j = i; j >= 0; j = next_name[j]) {
             plan_of[j] = np;
             const char *v = map ? accel_device_map_lookup(map, sd->entries[j].name) : "cpu";
@@ -277,6 +279,18 @@ static accel_status make_plans(accel_dispatched *d, const accel_state_dict *sd, 
             accel_device dv = ACCEL_CPU_DEVICE;
             st = classify(sd->entries[j].name, v, d->main, offload_cpu, &k, &dv);
             if (st) break;
+            accel_device exec = k == PLACE_RESIDENT ? dv : d->main; /* offloaded: brought to main */
+            if (j == i) first_exec = exec;
+            if (!accel_device_eq(exec, first_exec)) {
+                char a[32], b[32];
+                st = accel_set_error(ACCEL_ERR_INVALID_ARG,
+                                     "accel_load_checkpoint_in_model: %s and %s are one tied weight, but the device "
+                                     "map runs them on %s and %s: map both to one device (Accelerate keeps tied "
+                                     "parameters together)",
+                                     sd->entries[first].name, sd->entries[j].name,
+                                     accel_device_str(first_exec, a, sizeof a), accel_device_str(exec, b, sizeof b));
+                break;
+            }
             if (k == PLACE_RESIDENT && !any_res) {
                 any_res = true;
                 p.dev = dv;

@@ -77,6 +77,10 @@ void accel__tensor_free_member(accel_tensor *t, bool taped);
  * it and, if the backward reaches it, fails naming it instead of reading
  * freed memory (PyTorch's graph holds a reference; here the owner decides). */
 void accel__tape_forget(accel_tensor *const *ts, int n);
+/* The persistent tensor t loses its data (moved to meta) and keeps its
+ * header: the same for the nodes that read it, whose backward fails saying
+ * its data went after the forward. */
+void accel__tape_forget_data(accel_tensor *t);
 /* Whether this thread's tape holds nodes (false without a step arena: it
  * makes none). */
 bool accel__tape_live(void);

@@ -573,14 +573,17 @@ static accel_tensor *embeddings_body(accel_module *emb, accel_tensor *ids, accel
     accel_module **p = emb->children;
     const int *at = EMB_AT[is_roberta(c)];
     int64_t B = ids->shape[0], T = ids->shape[1];
-    /* the ids and positions made here go where the word embedding ran (its
-     * weight may be offloaded: on meta until its hook brings it in) */
+    /* the token types (the caller's, wherever they are, or zeros) and the
+     * positions go where the word embedding ran (its weight may be
+     * offloaded: on meta until its hook brings it in), as the ids did */
     accel_tensor *w = accel_module_call(p[at[EMB_WORD]], ids);
     if (!w) return NULL;
     accel_device dev = w->device;
     if (!tt) {
         tt = accel_empty_on(ACCEL_I64, ACCEL_SHAPE(B, T), dev);
         if (!tt || accel_zero_(tt) != ACCEL_OK) return NULL;
+    } else if (!accel_device_eq(tt->device, dev) && !(tt = accel_to_device(tt, dev))) {
+        return NULL;
     }
     accel_tensor *pos = accel_to_device(positions ? accel_from_data(ACCEL_I64, 2, (int64_t[]){B, T}, positions)
                                                   : accel_arange(ACCEL_I64, 0, T), dev); /* [B, T] or [T] */
@@ -665,6 +668,24 @@ static accel_tensor *layer_forward(accel_module *layer, accel_tensor *x, const f
     return accel_module_exit(layer, &y) == ACCEL_OK ? y : NULL;
 }
 
+/* BertEncoder: the layers inside its hooks (a device map's "bert.encoder"
+ * entry moves the embeddings' output to its device; a preload block's
+ * brings every layer's offloaded weights in). */
+static accel_tensor *encoder_forward(accel_module *encoder, accel_tensor *h, const fwd *f) {
+    if (accel_module_enter(encoder, &h) != ACCEL_OK) return NULL;
+    accel_module *layers = encoder->children[0];
+    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
+    return accel_module_exit(encoder, &h) == ACCEL_OK ? h : NULL;
+}
+
+/* BertPooler inside its hooks (a device map may put "bert.pooler" on a
+ * device of its own): tanh(dense(first)), first the [CLS] position. */
+static accel_tensor *pooler_forward(accel_module *pooler, accel_tensor *first) {
+    if (accel_module_enter(pooler, &first) != ACCEL_OK) return NULL;
+    accel_tensor *y = first ? accel_tanh(accel_module_call(pooler->children[0], first)) : NULL;
+    return accel_module_exit(pooler, &y) == ACCEL_OK ? y : NULL;
+}
+
 /* BertModel's _no_split_modules holds its embeddings too (BertEmbeddings,
  * RobertaEmbeddings, XLMRobertaEmbeddings): from_pretrained keeps them on one
  * device. */
@@ -716,16 +737,14 @@ static accel_tensor *encode(accel_module *model, accel_tensor *ids, accel_tensor
     accel_tensor *h = ids;
     if (accel_module_enter(model, &h) != ACCEL_OK) return NULL;
     h = h ? embeddings_forward(p[MODEL_EMB], h, tt, positions, c) : NULL;
-    accel_module *layers = p[MODEL_ENCODER]->children[0];
-    for (int i = 0; i < layers->n_children && h; i++) h = layer_forward(layers->children[i], h, f);
+    h = h ? encoder_forward(p[MODEL_ENCODER], h, f) : NULL;
     if (h && pooled && model->n_children <= MODEL_POOLER) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model has no pooler (a %s is built without one): pass NULL "
                         "for pooled", fn, accel_bert_class_name(c->model_type, c->head));
         h = NULL;
     } else if (h && pooled) {
-        /* tanh(dense(h[:, 0])): the [CLS] position */
         accel_tensor *first = first_token(h, fn);
-        *pooled = first ? accel_tanh(accel_module_call(p[MODEL_POOLER]->children[0], first)) : NULL;
+        *pooled = first ? pooler_forward(p[MODEL_POOLER], first) : NULL;
         if (!*pooled) h = NULL;
     }
     return accel_module_exit(model, &h) == ACCEL_OK ? h : NULL;
@@ -767,8 +786,14 @@ static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *poo
     const accel_bert_config *c = m->impl;
     accel_module *head = m->children[1 - base_index(c)];
     if (c->head == ACCEL_BERT_PRETRAINING) {
-        *second = accel_module_call(head->children[1], pooled); /* cls.seq_relationship */
-        return *second ? accel_module_call(head, h) : NULL;
+        /* BertPreTrainingHeads takes both outputs, both inside its hooks (a
+         * preload block's brings in seq_relationship's weights too); the
+         * head is never checkpointed: its forward runs as is */
+        accel_tensor *x = h;
+        if (accel_module_enter(head, &x) != ACCEL_OK) return NULL;
+        *second = x ? accel_module_call(head->children[1], pooled) : NULL; /* cls.seq_relationship */
+        accel_tensor *y = *second ? head->ops->forward(head, x) : NULL;
+        return accel_module_exit(head, &y) == ACCEL_OK ? y : NULL;
     }
     accel_tensor *y = has_pooler(c) ? pooled : h;
     double p = head_dropout(c);
@@ -833,8 +858,15 @@ static bool check_labels(const char *fn, const char *arg, accel_tensor *t, accel
     return ok;
 }
 
-/* A head's logits and their loss against labels: transformers'
- * CrossEntropyLoss (mean; -100 ignored). A pooled head (sequence
+/* transformers' CrossEntropyLoss (mean; -100 ignored) of logits y against
+ * labels, which go to y's device first, as its heads move them
+ * (labels.to(logits.device)): the caller's, wherever they are. */
+static accel_tensor *cross_entropy(accel_tensor *y, accel_tensor *labels) {
+    if (y && !accel_device_eq(labels->device, y->device)) labels = accel_to_device(labels, y->device);
+    return y && labels ? accel_cross_entropy(y, labels, -100) : NULL;
+}
+
+/* A head's logits and their loss against labels: cross_entropy. A pooled head (sequence
  * classification, next sentence: per_position false) has logits [B, L]
  * and labels [B]; the token classifier and the masked LM (per_position)
  * [B T, L] against labels [B T]. fn names the caller. */
@@ -845,7 +877,7 @@ static accel_tensor *head_loss(accel_module *m, accel_bert_head head, bool per_p
     if (!check_labels(fn, "labels", labels, ids, per_position)) return NULL;
     accel_tensor *y = head_forward(m, head, ids, token_type_ids, attention_mask, NULL, fn);
     if (logits) *logits = y;
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return cross_entropy(y, labels);
 }
 
 accel_tensor *accel_bert_loss(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -963,7 +995,7 @@ accel_tensor *accel_bert_pretraining_loss(accel_module *m, accel_tensor *ids, ac
     if (prediction_logits) *prediction_logits = y;
     if (seq_relationship_logits) *seq_relationship_logits = nsp;
     /* transformers' total_loss: masked_lm_loss + next_sentence_loss, each a mean CrossEntropyLoss */
-    return accel_add(accel_cross_entropy(y, labels, -100), accel_cross_entropy(nsp, next_sentence_label, -100));
+    return accel_add(cross_entropy(y, labels), cross_entropy(nsp, next_sentence_label));
 }
 
 accel_tensor *accel_bert_nsp_logits(accel_module *m, accel_tensor *ids, accel_tensor *token_type_ids,
@@ -1026,8 +1058,7 @@ accel_tensor *accel_bert_multiple_choice_loss(accel_module *m, accel_tensor *ids
     if (!check_labels(FN, "labels", labels, ids, false)) return NULL;
     accel_tensor *y = choice_logits(m, ids, token_type_ids, attention_mask, FN);
     if (logits) *logits = y;
-    /* transformers' CrossEntropyLoss over the choices (mean; -100 ignored) */
-    return y ? accel_cross_entropy(y, labels, -100) : NULL;
+    return cross_entropy(y, labels); /* over the choices */
 }
 
 /* The module's forward (accel_module_call): the head's output, qa_outputs'
@@ -1049,6 +1080,16 @@ static accel_tensor *model_forward(accel_module *m, accel_tensor *ids) {
     return encode(m, ids, NULL, NULL, NULL, m->ops->type_name); /* "BertModel", "RobertaModel", ... */
 }
 
+/* BertPredictionHeadTransform inside its hooks (a map may give it a device
+ * of its own): LayerNorm(act(dense(h))). */
+static accel_tensor *transform_forward(accel_module *t, accel_tensor *h, const accel_bert_config *c) {
+    if (accel_module_enter(t, &h) != ACCEL_OK) return NULL;
+    accel_tensor *x = h ? accel_module_call(t->children[OUT_NORM],
+                                            accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh))
+                        : NULL;
+    return accel_module_exit(t, &x) == ACCEL_OK ? x : NULL;
+}
+
 /* BertOnlyMLMHead: h [B, T, C] -> logits [B, T, V] (the decoder: the word
  * embeddings' rows plus predictions.bias), predictions inside its hooks (it
  * holds the bias: a ZeRO-3 unit of its own, say). RobertaLMHead (its hooks
@@ -1062,8 +1103,8 @@ static accel_tensor *mlm_forward(accel_module *cls, accel_tensor *h) {
                                  accel_module_call(lm[LM_NORM], accel_gelu(accel_module_call(lm[LM_DENSE], h), false)));
     accel_module *pred = cls->children[0], *t = pred->children[PRED_TRANSFORM];
     if (accel_module_enter(pred, &h) != ACCEL_OK) return NULL;
-    accel_tensor *x = h ? accel_gelu(accel_module_call(t->children[OUT_DENSE], h), c->gelu_tanh) : NULL;
-    accel_tensor *y = accel_module_call(pred->children[PRED_DECODER], accel_module_call(t->children[OUT_NORM], x));
+    accel_tensor *x = h ? transform_forward(t, h, c) : NULL;
+    accel_tensor *y = x ? accel_module_call(pred->children[PRED_DECODER], x) : NULL;
     return accel_module_exit(pred, &y) == ACCEL_OK ? y : NULL;
 }
 
