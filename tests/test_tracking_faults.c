@@ -192,16 +192,21 @@ static void test_csv_header_first(void) {
     rm_rf(dir);
 }
 
-/* The text of the tensorboard tracker's hparams.yml of project "p" under dir (in its <time.time()> sub-run),
- * or NULL; the caller frees it. */
-static char *hparams_of(const char *dir) {
-    char run[512], sub[1024] = "", path[1100];
+/* The path of the tensorboard tracker's hparams.yml of project "p" under dir (in its <time.time()> sub-run). */
+static void hparams_path(const char *dir, char *path, size_t n) {
+    char run[512], sub[1024] = "";
     snprintf(run, sizeof run, "%s/p", dir);
     DIR *d = opendir(run);
     for (struct dirent *e; d && (e = readdir(d));)
         if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
     if (d) closedir(d);
-    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    snprintf(path, n, "%s/hparams.yml", sub);
+}
+
+/* Its text, or NULL; the caller frees it. */
+static char *hparams_of(const char *dir) {
+    char path[1100];
+    hparams_path(dir, path, sizeof path);
     return slurp(path);
 }
 
@@ -229,6 +234,24 @@ static void test_hparams_yml_quotes_as_pyyaml(void) {
                               "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
               "%s", y);
     free(y);
+    rm_rf(dir);
+}
+
+/* hparams.yml goes through the atomic writer (core/afile.h), as every file
+ * accel writes whole: fopen("w") wrote it in place, created 0666 less the
+ * umask (the writer creates 0644 less the umask, so under umask 0 the mode
+ * tells which wrote it), half a file left on a failed write. */
+static void test_hparams_yml_through_writer(void) {
+    char *dir = temp_dir(), path[1100];
+    mode_t was = umask(0);
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value cfg[] = {ACCEL_VALUE_I("a", 1)};
+    CHECK(accel_tracker_store_init_configuration(t, 1, cfg) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    umask(was);
+    hparams_path(dir, path, sizeof path);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0644, "%s: mode %o", path, (unsigned)sb.st_mode & 0777);
     rm_rf(dir);
 }
 
@@ -388,6 +411,7 @@ static void test_csv_widen_fails_file_too_large(void) {
 int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
+    RUN(test_hparams_yml_through_writer);
     RUN(test_floats_written_as_python);
     RUN(test_tb_log_after_disk_full);
     RUN(test_text_log_after_disk_full);
