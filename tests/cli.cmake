@@ -26,3 +26,4 @@ add_dependencies(test_cli_to_fsdp2 accel_cli)
 # Python programs under accel launch: exits 77 (skipped) without python3 / torch / accelerate.
 add_dependencies(test_cli_python accel_cli)
 set_tests_properties(cli_python PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+add_dependencies(test_cli_test_scratch accel_cli)
