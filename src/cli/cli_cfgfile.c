@@ -912,11 +912,19 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
 
 /* ---------------------------------------------------------------- write */
 
-void cfg_default_path(char *out, size_t n) {
-    const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+bool cfg_default_path(char *out, size_t n, char *err, size_t errn) {
+    const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = accel__home_dir();
     if (hf && *hf) snprintf(out, n, "%s/accelerate/default_config.yaml", hf);
     else if (xdg && *xdg) snprintf(out, n, "%s/huggingface/accelerate/default_config.yaml", xdg);
-    else snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : "");
+    else if (home) snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home);
+    else {
+        *out = 0;
+        snprintf(err, errn, "no home directory (HOME is unset and user %ld has no passwd entry with one) and neither "
+                 "HF_HOME nor XDG_CACHE_HOME is set: the default config file has no place; set one of them or "
+                 "pass --config_file", (long)getuid());
+        return false;
+    }
+    return true;
 }
 
 /* What to_dict() keeps: no None, no empty dict (all: everything, as yaml.dump
