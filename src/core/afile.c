@@ -248,7 +248,7 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     lock_holder who = {0, '?'};
     bool foreign = false, created = false;
     f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign, &created);
-    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    if (f->lock >= 0) f->fd = open(f->tmp, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     /* the replaced file's mode from the start: a private file's bytes never sit in a readable scratch file */
     if (f->fd >= 0 && f->replaces && fchmod(f->fd, f->mode | SCRATCH_MARK) != 0) {
         int err = errno;

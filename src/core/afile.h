@@ -65,7 +65,7 @@ bool accel__ckpt_fault(const char *step);
  * directory), is an error naming it, never truncated, written through,
  * renamed or removed. */
 typedef struct accel__afile {
-    int fd;
+    int fd; /* the tmp, open for reading too (the csv tracker keeps a dup of it, and reads it back) */
     int lock; /* the tmp opened again, holding the flock */
     char *path; /* the target: the file renamed over */
     char *tmp;
