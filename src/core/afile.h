@@ -1,6 +1,6 @@
 /* src/core/afile.h — the one atomic file writer: every file accel replaces
  * whole (weights, configs, checkpoints' files, accelerator.save, the
- * trackers' JSON files and the CSV log widened, `accel config`'s file) goes
+ * trackers' JSON files, hparams.yml and the CSV log widened, `accel config`'s file) goes
  * through it. It lives in core so that every layer may use it (tracking sits
  * below io).
  * Internal: prefix accel__, not installed. */
