@@ -26,3 +26,9 @@ add_dependencies(test_cli_to_fsdp2 accel_cli)
 # Python programs under accel launch: exits 77 (skipped) without python3 / torch / accelerate.
 add_dependencies(test_cli_python accel_cli)
 set_tests_properties(cli_python PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+add_dependencies(test_cli_test_scratch accel_cli)
+# `accel config` without HOME: the home directory comes from the passwd
+# entry, which this LD_PRELOAD shim's getpwuid gives as $ACCEL_TEST_PW_DIR.
+add_library(passwd_shim MODULE ${CMAKE_CURRENT_SOURCE_DIR}/passwd_shim.c)
+add_dependencies(test_cli_config passwd_shim)
+set_property(TEST cli_config APPEND PROPERTY ENVIRONMENT "ACCEL_TEST_PASSWD_SHIM=$<TARGET_FILE:passwd_shim>")

@@ -82,19 +82,19 @@ static accel_status save_bytes(const char *path) {
     return st;
 }
 
-/* A writer killed -9 mid-write (before its commit; having set the file's
- * mode first where mode is not 0, as `accel config` keeps a config's): its
+/* A writer killed -9 mid-write (before its commit; of a file of mode `mode`
+ * where it is not 0, which the writer gives its tmp at once): its
  * tmp is reused by the next save (save_fn), which succeeds and leaves no tmp
  * behind. */
 static void check_stale_tmp_reused(const char *what, mode_t mode, accel_status (*save_fn)(const char *path)) {
     char path[96], tmp[96], buf[256];
     put(at(path, sizeof path, "stale.json"), "{\"v\": 1}");
+    CHECK(!mode || chmod(path, mode) == 0);
     at(tmp, sizeof tmp, "stale.json.tmp");
     pid_t kid = fork();
     if (kid == 0) {
         accel__afile f;
-        if (accel__afile_open(&f, path) != ACCEL_OK || (mode && accel__afile_set_mode(&f, mode) != ACCEL_OK) ||
-            accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK)
+        if (accel__afile_open(&f, path) != ACCEL_OK || accel__afile_write(&f, "{\"v\": ", 6) != ACCEL_OK)
             _exit(1);
         raise(SIGKILL);
     }
@@ -109,6 +109,8 @@ static void check_stale_tmp_reused(const char *what, mode_t mode, accel_status (
     struct stat sb;
     CHECK_MSG(stat(path, &sb) == 0 && !(sb.st_mode & S_ISVTX), "%s: path kept the scratch file's mark: %o", what,
               (unsigned)sb.st_mode);
+    CHECK_MSG(!mode || (sb.st_mode & 07777) == mode, "%s: mode %o, not %o", what, (unsigned)sb.st_mode & 07777,
+              (unsigned)mode);
     unlink(path);
 }
 

@@ -407,6 +407,44 @@ static void test_config_reuses_killed_writers_tmp(void) {
     CHECK_MSG(stat(CFG, &sb) == 0 && (sb.st_mode & 07777) == 0600, "the config's mode is now %o", (unsigned)sb.st_mode);
 }
 
+/* Without HOME (a service: systemd, cron), the default config lives in the
+ * passwd entry's home, where Python's os.path.expanduser finds ~ and so
+ * Accelerate's config looks (accel wrote /.cache/huggingface/...); with no
+ * home at all, an error saying so, nothing written. The passwd entry is
+ * tests/passwd_shim.c's (home: $ACCEL_TEST_PW_DIR). */
+static void test_default_path_without_home(void) {
+    const char *shim = getenv("ACCEL_TEST_PASSWD_SHIM");
+    CHECK_MSG(shim != NULL, "ACCEL_TEST_PASSWD_SHIM (tests/passwd_shim.c's path) is not set");
+    if (!shim) return;
+    char home[PATH_MAX + 16], preload[PATH_MAX + 16], pw_dir[PATH_MAX + 64], want[PATH_MAX + 96], asan[512];
+    snprintf(home, sizeof home, "%s/pwhome", TMP);
+    CHECK(mkdir(home, 0700) == 0);
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim);
+    snprintf(pw_dir, sizeof pw_dir, "ACCEL_TEST_PW_DIR=%s", home);
+    const char *a = getenv("ASAN_OPTIONS"); /* the shim comes before an ASan runtime */
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", a ? a : "", a && *a ? ":" : "");
+    char *saved[3];
+    const char *vars[3] = {"HOME", "HF_HOME", "XDG_CACHE_HOME"};
+    for (int i = 0; i < 3; i++) {
+        saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+        unsetenv(vars[i]);
+    }
+    const char *d[] = {"config", "default", NULL};
+    const cli_io io = {TMP, OUT, ERR, sizeof OUT, sizeof ERR};
+    const char *env[] = {preload, pw_dir, asan, NULL};
+    CHECK_MSG(cli_run(&io, ACCEL, d, env, NULL) == 0, "%s", ERR);
+    snprintf(want, sizeof want, "%s/.cache/huggingface/accelerate/default_config.yaml", home);
+    CHECK_MSG(access(want, F_OK) == 0, "%s not written: %s%s", want, OUT, ERR);
+    const char *no_home[] = {preload, asan, NULL}; /* no passwd entry either */
+    CHECK(cli_run(&io, ACCEL, d, no_home, NULL) == 1);
+    CHECK_STR_CONTAINS(ERR, "no home directory");
+    CHECK(access("/.cache/huggingface/accelerate/default_config.yaml", F_OK) != 0);
+    for (int i = 0; i < 3; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        free(saved[i]);
+    }
+}
+
 int main(void) {
     if (!sibling_exe("accel", ACCEL, sizeof ACCEL)) return 1;
     if (!cli_scratch("config", TMP, sizeof TMP)) return 1;
@@ -421,6 +459,7 @@ int main(void) {
     RUN(test_config_limits);
     RUN(test_config_keeps_user_tmp);
     RUN(test_config_reuses_killed_writers_tmp);
+    RUN(test_default_path_without_home);
     cli_scratch_remove(TMP);
     return check_summary();
 }

@@ -192,16 +192,21 @@ static void test_csv_header_first(void) {
     rm_rf(dir);
 }
 
-/* The text of the tensorboard tracker's hparams.yml of project "p" under dir (in its <time.time()> sub-run),
- * or NULL; the caller frees it. */
-static char *hparams_of(const char *dir) {
-    char run[512], sub[1024] = "", path[1100];
+/* The path of the tensorboard tracker's hparams.yml of project "p" under dir (in its <time.time()> sub-run). */
+static void hparams_path(const char *dir, char *path, size_t n) {
+    char run[512], sub[1024] = "";
     snprintf(run, sizeof run, "%s/p", dir);
     DIR *d = opendir(run);
     for (struct dirent *e; d && (e = readdir(d));)
         if (e->d_name[0] >= '1' && e->d_name[0] <= '9') snprintf(sub, sizeof sub, "%s/%s", run, e->d_name);
     if (d) closedir(d);
-    snprintf(path, sizeof path, "%s/hparams.yml", sub);
+    snprintf(path, n, "%s/hparams.yml", sub);
+}
+
+/* Its text, or NULL; the caller frees it. */
+static char *hparams_of(const char *dir) {
+    char path[1100];
+    hparams_path(dir, path, sizeof path);
     return slurp(path);
 }
 
@@ -229,6 +234,24 @@ static void test_hparams_yml_quotes_as_pyyaml(void) {
                               "l: 3 apples\nm: '0x1F'\n'true': 2\n"),
               "%s", y);
     free(y);
+    rm_rf(dir);
+}
+
+/* hparams.yml goes through the atomic writer (core/afile.h), as every file
+ * accel writes whole: fopen("w") wrote it in place, created 0666 less the
+ * umask (the writer creates 0644 less the umask, so under umask 0 the mode
+ * tells which wrote it), half a file left on a failed write. */
+static void test_hparams_yml_through_writer(void) {
+    char *dir = temp_dir(), path[1100];
+    mode_t was = umask(0);
+    accel_tracker *t = accel_tracker_open("tensorboard", "p", dir);
+    accel_value cfg[] = {ACCEL_VALUE_I("a", 1)};
+    CHECK(accel_tracker_store_init_configuration(t, 1, cfg) == ACCEL_OK);
+    CHECK(accel_tracker_finish(t) == ACCEL_OK);
+    umask(was);
+    hparams_path(dir, path, sizeof path);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0644, "%s: mode %o", path, (unsigned)sb.st_mode & 0777);
     rm_rf(dir);
 }
 
@@ -385,9 +408,40 @@ static void test_csv_widen_fails_file_too_large(void) {
     rm_rf(dir);
 }
 
+/* Two runs sharing project_dir and project name: run 2's start moves run
+ * 1's live log.csv aside (log.1.csv); run 1's widening (a new column) then
+ * rewrote log.csv, run 2's, from the name, took it over, and run 2's rows
+ * went on to an unlinked file. Now each run's rows stay in its own file:
+ * run 1 widens log.1.csv (twice: the kept descriptor reads back), run 2's
+ * log.csv holds its five rows. */
+static void test_csv_two_runs_one_directory(void) {
+    char *dir = temp_dir(), mine[512], theirs[512];
+    snprintf(theirs, sizeof theirs, "%s/p/log.csv", dir);
+    snprintf(mine, sizeof mine, "%s/p/log.1.csv", dir);
+    accel_tracker *a = accel_tracker_open("csv", "p", dir);
+    for (int s = 0; s < 2; s++) CHECK(accel_tracker_log(a, 1, (accel_value[]){ACCEL_VALUE_F("loss", 1.0 + s)}, s) == 0);
+    accel_tracker *b = accel_tracker_open("csv", "p", dir); /* run 2 starts: run 1's log.csv moved aside */
+    for (int s = 0; s < 2; s++) CHECK(accel_tracker_log(b, 1, (accel_value[]){ACCEL_VALUE_F("loss", 100.0 + s)}, s) == 0);
+    accel_value wider[] = {ACCEL_VALUE_F("loss", 3.0), ACCEL_VALUE_F("acc", 0.5)};
+    CHECK_MSG(accel_tracker_log(a, 2, wider, 2) == ACCEL_OK, "%s", accel_last_error());
+    for (int s = 2; s < 5; s++) CHECK(accel_tracker_log(b, 1, (accel_value[]){ACCEL_VALUE_F("loss", 100.0 + s)}, s) == 0);
+    accel_value widest[] = {ACCEL_VALUE_F("loss", 4.0), ACCEL_VALUE_I("epoch", 1)};
+    CHECK_MSG(accel_tracker_log(a, 2, widest, 3) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_tracker_finish(a) == ACCEL_OK);
+    CHECK(accel_tracker_finish(b) == ACCEL_OK);
+    char *s = slurp(mine);
+    CHECK_MSG(s && !strcmp(s, "step,loss,acc,epoch\n0,1.0,,\n1,2.0,,\n2,3.0,0.5,\n3,4.0,,1\n"), "run 1's: %s", s);
+    free(s);
+    s = slurp(theirs);
+    CHECK_MSG(s && !strcmp(s, "step,loss\n0,100.0\n1,101.0\n2,102.0\n3,103.0\n4,104.0\n"), "run 2's: %s", s);
+    free(s);
+    rm_rf(dir);
+}
+
 int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
+    RUN(test_hparams_yml_through_writer);
     RUN(test_floats_written_as_python);
     RUN(test_tb_log_after_disk_full);
     RUN(test_text_log_after_disk_full);
@@ -396,6 +450,7 @@ int main(void) {
     RUN(test_csv_widen_keeps_user_tmp);
     RUN(test_csv_widen_reuses_killed_writers_tmp);
     RUN(test_csv_widen_fails_file_too_large);
+    RUN(test_csv_two_runs_one_directory);
     accel_thread_cleanup();
     return check_summary();
 }

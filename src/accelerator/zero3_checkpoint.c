@@ -39,7 +39,7 @@
 #include "accelerator_internal.h"
 #include "zero3.h"
 #include "strategy.h"
-#include "core/afile.h" /* ACCEL__AFILE_TMP_SUFFIX */
+#include "core/afile.h" /* the writer's scratch file */
 #include "core/core_internal.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
@@ -1459,8 +1459,9 @@ static accel_tensor *merged_entry(shard_files *fs, accel_safetensors *rf, json_t
  * the write replaced it (or the writer refused the scratch only after
  * everything was read). Refused naming it. */
 static accel_status out_is_read(const sharded_index *ix, const char *sub, const char *out) {
-    char scratch[2 * PATHN + 8], read[2 * PATHN];
-    snprintf(scratch, sizeof scratch, "%s%s", out, ACCEL__AFILE_TMP_SUFFIX);
+    char target[2 * PATHN], scratch[2 * PATHN + 8], read[2 * PATHN];
+    if (accel__afile_target(out, target, sizeof target) || accel__afile_scratch(target, scratch, sizeof scratch))
+        return accel_last_status();
     for (int i = 0; i < ix->n_files; i++) {
         snprintf(read, sizeof read, "%s/%s", sub, ix->files[i]);
         if (accel__same_file(read, out) || accel__same_file(read, scratch))

@@ -104,8 +104,11 @@ void cv_repr(const cv *v, bool top, char *out, size_t n);
  * or dir is no directory (ENOTDIR). */
 bool cli_mkdirs(const char *dir);
 /* Config file location: $HF_HOME or ${XDG_CACHE_HOME:-~/.cache}/huggingface,
- * + /accelerate/default_config.yaml. */
-void cfg_default_path(char *out, size_t n);
+ * + /accelerate/default_config.yaml, ~ as accel__home_dir (core/env.h) finds
+ * it. False, out "" and err saying why, when none of them gives a directory
+ * (Python's expanduser would leave "~" as is, a folder named ~ under the
+ * current one). */
+bool cfg_default_path(char *out, size_t n, char *err, size_t errn);
 /* Reads YAML (or JSON when the name ends in .json). NULL + message in err. */
 cv *cfg_read(const char *path, char *err, size_t errn);
 /* Accelerate's process_config: defaults, legacy keys, unknown keys, types. */

@@ -912,11 +912,19 @@ bool cfg_normalize(cv *root, const char *path, char *err, size_t errn) {
 
 /* ---------------------------------------------------------------- write */
 
-void cfg_default_path(char *out, size_t n) {
-    const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+bool cfg_default_path(char *out, size_t n, char *err, size_t errn) {
+    const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = accel__home_dir();
     if (hf && *hf) snprintf(out, n, "%s/accelerate/default_config.yaml", hf);
     else if (xdg && *xdg) snprintf(out, n, "%s/huggingface/accelerate/default_config.yaml", xdg);
-    else snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home ? home : "");
+    else if (home) snprintf(out, n, "%s/.cache/huggingface/accelerate/default_config.yaml", home);
+    else {
+        *out = 0;
+        snprintf(err, errn, "no home directory (HOME is unset and user %ld has no passwd entry with one) and neither "
+                 "HF_HOME nor XDG_CACHE_HOME is set: the default config file has no place; set one of them or "
+                 "pass --config_file", (long)getuid());
+        return false;
+    }
+    return true;
 }
 
 /* What to_dict() keeps: no None, no empty dict (all: everything, as yaml.dump
@@ -1061,37 +1069,14 @@ static bool find_non_utf8(const cv *v, const char *name, char *where, size_t n) 
     return false;
 }
 
-/* The file a write of path lands on: path, or where its symbolic links lead
- * (a dangling one's target included, which Python's open() creates), so the
- * rename below replaces the target and a linked default_config.yaml (kept
- * in a dotfiles repository, say) stays a link: renamed over the link it
- * became a file of its own, the linked one left as it was. False + err on a
- * loop of links or a name too long. */
+/* The file a write of path lands on (core/afile.h: path, or where its
+ * symbolic links lead, so that a linked default_config.yaml kept in a
+ * dotfiles repository stays a link). False + err on a loop of links or a
+ * name too long. */
 static bool write_target(const char *path, char *out, size_t n, char *err, size_t errn) {
-    enum { MAX_HOPS = 40 }; /* the kernel's own limit (ELOOP) */
-    if ((size_t)snprintf(out, n, "%s", path) >= n) {
-        snprintf(err, errn, "cannot write %s: the name is too long", path);
-        return false;
-    }
-    for (int hops = 0;; hops++) {
-        struct stat st;
-        if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return true;
-        char link[4096];
-        ssize_t k = hops < MAX_HOPS ? readlink(out, link, sizeof link - 1) : -1;
-        if (k < 0 || (size_t)k >= sizeof link - 1) {
-            int e = hops == MAX_HOPS ? ELOOP : k < 0 ? errno : ENAMETOOLONG;
-            snprintf(err, errn, "cannot write %s: %s", path, strerror(e));
-            return false;
-        }
-        link[k] = 0;
-        char *slash = strrchr(out, '/'); /* a relative target is relative to the link's directory */
-        size_t dir = link[0] == '/' || !slash ? 0 : (size_t)(slash - out) + 1;
-        if (dir + (size_t)k >= n) {
-            snprintf(err, errn, "cannot write %s: the name its links lead to is too long", path);
-            return false;
-        }
-        memcpy(out + dir, link, (size_t)k + 1);
-    }
+    if (accel__afile_target(path, out, n) == ACCEL_OK) return true;
+    snprintf(err, errn, "%s", accel_last_error());
+    return false;
 }
 
 /* The file a write would replace (through links) is a regular file or none:
@@ -1125,14 +1110,11 @@ static bool write_config(const char *path, const cv *root, bool all, char *err, 
         snprintf(err, errn, "%s", accel_last_error());
         return false;
     }
-    /* the file replaced keeps its permissions (a 0600 config stays private), as writing it in place would */
-    struct stat old;
-    accel_status st = stat(target, &old) == 0 ? accel__afile_set_mode(&af, old.st_mode) : ACCEL_OK;
-    int fd = st == ACCEL_OK ? dup(af.fd) : -1; /* the stream's own descriptor: af's stays for the commit */
+    /* (the writer keeps a replaced file's permissions: a 0600 config stays private) */
+    int fd = dup(af.fd); /* the stream's own descriptor: af's stays for the commit */
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        if (st != ACCEL_OK) snprintf(err, errn, "%s", accel_last_error());
-        else snprintf(err, errn, "cannot write %s: %s", af.tmp, strerror(errno));
+        snprintf(err, errn, "cannot write %s: %s", af.tmp, strerror(errno));
         if (fd >= 0) close(fd);
         accel__afile_abort(&af);
         return false;

@@ -266,7 +266,7 @@ static cv *wizard(void) {
             char host[2048], expanded[4096];
             ask_str("Please enter the path to the hostfile to use with mpirun [~/hostfile]: ", "~/hostfile", host,
                     sizeof host);
-            const char *home = getenv("HOME");
+            const char *home = accel__home_dir();
             if (host[0] == '~' && (host[1] == '/' || !host[1]) && home) /* os.path.expanduser */
                 snprintf(expanded, sizeof expanded, "%s%s", home, host + 1);
             else snprintf(expanded, sizeof expanded, "%s", host);
@@ -359,7 +359,10 @@ int accel_cli_config(int argc, char **argv) {
     if (r == CLI_ERROR) return 2;
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);
-    else cfg_default_path(path, sizeof path);
+    else if (!cfg_default_path(path, sizeof path, err, sizeof err)) {
+        fprintf(stderr, "accel config%s%s: error: %s\n", sub ? " " : "", sub ? sub : "", err);
+        return 1;
+    }
     if (!cfg_check_write_target(path, err, sizeof err)) { /* before any question is asked */
         fprintf(stderr, "accel config%s%s: error: %s\n", sub ? " " : "", sub ? sub : "", err);
         return 1;

@@ -212,7 +212,7 @@ int accel_cli_env(int argc, char **argv) {
     printf("- System RAM: %.2f GB\n", ram_gb);
     char path[4096], err[2048];
     if (v[0]) snprintf(path, sizeof path, "%s", v[0]);
-    else cfg_default_path(path, sizeof path);
+    else (void)cfg_default_path(path, sizeof path, err, sizeof err); /* none: no default config to show */
     printf("- `Accel` %s:\n", v[0] ? "config passed" : "default config");
     cv *c = access(path, F_OK) == 0 ? cfg_read(path, err, sizeof err) : NULL;
     if (c && cfg_normalize(c, path, err, sizeof err)) {

@@ -407,7 +407,7 @@ static int resolve(int argc, char **argv, launch_cfg *L, cv **cfg_out) {
 #define V(name) v[cli_idx(opts, nopts, name)]
     /* Config: an explicit file, or the default one unless --cpu (Accelerate's precedence quirk). */
     char def[4096], err[2048];
-    cfg_default_path(def, sizeof def);
+    (void)cfg_default_path(def, sizeof def, err, sizeof err); /* none: no default config */
     const char *cfg_path = V("config_file");
     if (!cfg_path && !V("cpu") && access(def, R_OK) == 0) cfg_path = def;
     cv *cfg = NULL;

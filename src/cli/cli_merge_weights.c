@@ -30,14 +30,15 @@
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"
 
-/* Whether the merge's scratch file, path + ACCEL__AFILE_TMP_SUFFIX (the atomic writer's: written, then
- * renamed over path), is one of the shards it reads: the writer never takes a file of that name it did not
+/* Whether the merge's scratch file (the atomic writer's, core/afile.h: written, then renamed over
+ * path), is one of the shards it reads: the writer never takes a file of that name it did not
  * create (its own carry a mark until renamed), but it would refuse the shard only once the merge had read
  * every tensor; before that mark it emptied the shard under the merge and renamed it away. Refused here
- * first, naming the shard and what to do. Error set naming it. */
+ * first, naming the shard and what to do. Error set naming it (or path, when its links loop). */
 static bool scratch_is_a_shard(accel_checkpoint *ck, const char *dir, const char *path) {
-    char scratch[4096 + 8], shard[8192];
-    snprintf(scratch, sizeof scratch, "%s%s", path, ACCEL__AFILE_TMP_SUFFIX);
+    char target[4096], scratch[4096 + 8], shard[8192];
+    if (accel__afile_target(path, target, sizeof target) || accel__afile_scratch(target, scratch, sizeof scratch))
+        return true;
     for (int i = 0; i < accel_checkpoint_num_shards(ck); i++) {
         snprintf(shard, sizeof shard, "%s/%s", dir, accel_checkpoint_shard_path(ck, i));
         if (accel__same_file(shard, scratch)) {

@@ -7,6 +7,7 @@
  * broadcast, pad, split) with Accelerate's test_ops values, main_process_first,
  * and that data-parallel training equals single-process training. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,29 +70,49 @@ static void check_collectives(accel_accelerator *acc) {
     accel_step_reset();
 }
 
-/* main_process_first: rank 0 writes its line before anyone else. */
+/* main_process_first: rank 0 writes its line before anyone else, into a
+ * file of a directory the main process makes for this run alone (mkdtemp
+ * under $TMPDIR, else /tmp) and broadcasts: a fixed name in /tmp was shared
+ * by two runs at once (each removing the other's file) and, opened for
+ * append, followed whatever link another user put there. */
 static void check_main_process_first(accel_accelerator *acc) {
-    const char *run = getenv("TORCHELASTIC_RUN_ID");
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/accel_test_%s_%s", run ? run : "single", getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
     bool main = accel_accelerator_is_main_process(acc);
-    if (main) unlink(path);
-    accel_accelerator_wait_for_everyone(acc);
-    accel_accelerator_main_process_first_begin(acc);
-    FILE *f = fopen(path, "a");
-    if (f) {
-        fputs(main ? "Currently in the main process\n" : "Now on another process\n", f);
-        fclose(f);
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096] = "", path[4200];
+    if (main) { /* (a $TMPDIR so long that the name is cut leaves no XXXXXX: EINVAL) */
+        snprintf(dir, sizeof dir, "%s/accel_test_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            EXPECT(false, "main_process_first: cannot make a scratch directory %s: %s", dir, strerror(errno));
+            dir[0] = 0;
+        }
     }
+    void *name = dir;
+    size_t len = strlen(dir) + 1;
+    if (accel_accelerator_broadcast_object(acc, &name, &len, 0) != ACCEL_OK || !len || ((char *)name)[len - 1]) {
+        EXPECT(false, "main_process_first: the scratch directory's name did not reach every process");
+        if (name != dir) accel_free(name);
+        return;
+    }
+    bool made = *(char *)name != 0; /* else the main process could not make it: said there */
+    snprintf(path, sizeof path, "%s/order", (char *)name);
+    if (name != dir) accel_free(name);
+    if (!made) return;
+    accel_accelerator_main_process_first_begin(acc);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const char *line = main ? "Currently in the main process\n" : "Now on another process\n";
+    EXPECT(fd >= 0 && write(fd, line, strlen(line)) == (ssize_t)strlen(line), "main_process_first: cannot write %s: %s",
+           path, strerror(errno));
+    if (fd >= 0) close(fd);
     accel_accelerator_main_process_first_end(acc);
     accel_accelerator_wait_for_everyone(acc);
     if (main) {
-        char line[64] = "";
-        f = fopen(path, "r");
-        if (f && !fgets(line, sizeof line, f)) line[0] = '\0';
+        char first[64] = "";
+        FILE *f = fopen(path, "r");
+        if (f && !fgets(first, sizeof first, f)) first[0] = '\0';
         if (f) fclose(f);
-        EXPECT(strcmp(line, "Currently in the main process\n") == 0, "main_process_first: main did not go first");
+        EXPECT(strcmp(first, "Currently in the main process\n") == 0, "main_process_first: main did not go first");
         unlink(path);
+        rmdir(dir);
     }
 }
 

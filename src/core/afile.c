@@ -1,6 +1,8 @@
 /* src/core/afile.c — the atomic file writer (core/afile.h): "<path>.tmp",
  * created by us alone (O_EXCL, marked), locked, fsynced, renamed. */
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -135,64 +137,132 @@ static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *for
     }
 }
 
-accel_status accel__afile_open(accel__afile *f, const char *path) {
-    f->fd = f->lock = -1;
-    size_t n = strlen(path);
-    f->path = accel_strdup(path);
-    f->tmp = accel_malloc(n + sizeof ACCEL__AFILE_TMP_SUFFIX);
-    if (!f->path || !f->tmp) {
-        accel_free(f->path);
-        accel_free(f->tmp);
-        f->path = f->tmp = NULL;
-        return accel_set_error(ACCEL_ERR_OOM, "write %s: out of memory", path);
+const char *accel__file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
+accel_status accel__afile_target(const char *path, char *out, size_t n) {
+    enum { MAX_HOPS = 40 }; /* the kernel's own limit (ELOOP) */
+    if ((size_t)snprintf(out, n, "%s", path) >= n)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "cannot write %s: the name is too long", path);
+    for (int hops = 0;; hops++) {
+        struct stat st;
+        if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return ACCEL_OK;
+        if (hops == MAX_HOPS)
+            return accel_set_error(ACCEL_ERR_IO, "cannot write %s: its symbolic links loop (or lead through more "
+                                   "than %d links)", path, MAX_HOPS);
+        char link[4096];
+        ssize_t k = readlink(out, link, sizeof link - 1);
+        if (k < 0) return accel_set_error(ACCEL_ERR_IO, "cannot write %s: readlink %s: %s", path, out, strerror(errno));
+        if ((size_t)k >= sizeof link - 1)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "cannot write %s: the link %s names too long a path", path, out);
+        link[k] = 0;
+        char *slash = strrchr(out, '/'); /* a relative target is relative to the link's directory */
+        size_t dir = link[0] == '/' || !slash ? 0 : (size_t)(slash - out) + 1;
+        if (dir + (size_t)k >= n)
+            return accel_set_error(ACCEL_ERR_INVALID_ARG, "cannot write %s: the name its links lead to is too long", path);
+        memcpy(out + dir, link, (size_t)k + 1);
     }
-    memcpy(f->tmp, path, n);
-    memcpy(f->tmp + n, ACCEL__AFILE_TMP_SUFFIX, sizeof ACCEL__AFILE_TMP_SUFFIX);
-    double stall_s;
-    lock_holder who = {0, '?'};
-    bool foreign = false, created = false;
-    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK) {
-        accel_free(f->path);
-        accel_free(f->tmp);
-        f->path = f->tmp = NULL;
-        return accel_last_status();
-    }
-    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign, &created);
-    if (f->lock >= 0) f->fd = open(f->tmp, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
-    if (f->fd < 0) {
-        int err = errno;
-        if (f->lock >= 0 && created) unlink(f->tmp); /* ours, made just now: nothing of it left behind */
-        errno = err;
-        char holder[64] = "another writer";
-        if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
-        accel_status st =
-            foreign ? accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and is not a scratch file of this "
-                                                    "user's accel (those carry the sticky bit until renamed into place; "
-                                                    "a killed writer's on a file system that keeps no sticky bit does "
-                                                    "not): not overwritten; move it away; %s is left as it was",
-                                      path, f->tmp, path)
-            : errno == ELOOP || errno == EEXIST
-                ? accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
-                                                "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it",
-                                  f->tmp)
-            : errno == ETIMEDOUT
-                ? accel_set_error(ACCEL_ERR_TIMEOUT, "cannot write %s: %s, writing it through %s, has made no progress "
-                                                     "for %g s (ACCEL_WRITE_STALL_TIMEOUT): resume or end it; %s is left as it was",
-                                  path, holder, f->tmp, stall_s, path)
-                : accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(errno));
-        if (f->lock >= 0) close(f->lock);
-        f->lock = -1;
-        accel_free(f->path);
-        accel_free(f->tmp);
-        f->path = f->tmp = NULL;
-        return st;
-    }
+}
+
+/* FNV-1a, 64 bits: the short scratch name's tag of a long file name. */
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+accel_status accel__afile_scratch(const char *target, char *out, size_t n) {
+    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+    size_t len = strlen(base), suffix = strlen(ACCEL__AFILE_TMP_SUFFIX);
+    int w;
+    if (len + suffix <= NAME_MAX) w = snprintf(out, n, "%s%s", target, ACCEL__AFILE_TMP_SUFFIX);
+    else /* "<the name's first bytes>~<16 hex digits of the whole name>.tmp": NAME_MAX bytes */
+        w = snprintf(out, n, "%.*s~%016llx%s", (int)((size_t)(base - target) + NAME_MAX - 17 - suffix), target,
+                     (unsigned long long)name_hash(base), ACCEL__AFILE_TMP_SUFFIX);
+    if (w < 0 || (size_t)w >= n)
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "cannot write %s: the name is too long", target);
     return ACCEL_OK;
 }
 
-accel_status accel__afile_set_mode(accel__afile *f, mode_t mode) {
-    if (fchmod(f->fd, (mode & 07777) | SCRATCH_MARK) != 0)
-        return accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
+/* Why f's tmp could not be created or opened (errno err) for path. */
+static accel_status open_failed(const accel__afile *f, const char *path, int err, bool foreign, lock_holder who,
+                                double stall_s) {
+    char holder[64] = "another writer";
+    if (who.pid) snprintf(holder, sizeof holder, "pid %ld%s", who.pid, who.state == 'T' || who.state == 't' ? " (stopped)" : "");
+    if (foreign)
+        return accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s exists and is not a scratch file of this "
+                               "user's accel (those carry the sticky bit until renamed into place; "
+                               "a killed writer's on a file system that keeps no sticky bit does "
+                               "not): not overwritten; move it away; %s is left as it was",
+                               path, f->tmp, f->path);
+    if (err == ELOOP || err == EEXIST)
+        return accel_set_error(ACCEL_ERR_IO, "cannot create %s: it exists and is not a plain file of ours "
+                               "(a symbolic link, a hard link, a FIFO...): not overwritten; remove it", f->tmp);
+    if (err == ETIMEDOUT)
+        return accel_set_error(ACCEL_ERR_TIMEOUT, "cannot write %s: %s, writing it through %s, has made no progress "
+                               "for %g s (ACCEL_WRITE_STALL_TIMEOUT): resume or end it; %s is left as it was",
+                               path, holder, f->tmp, stall_s, f->path);
+    if (err == ENOENT || err == ENOTDIR)
+        return accel_set_error(ACCEL_ERR_IO, "cannot write %s: the directory of %s does not exist", path, f->path);
+    if (err == EACCES || err == EPERM || err == EROFS)
+        return accel_set_error(ACCEL_ERR_IO, "cannot write %s: cannot create the scratch file %s (%s): the file is "
+                               "replaced by renaming that into place, so its directory must be writable",
+                               path, f->tmp, strerror(err));
+    return accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(err));
+}
+
+static void afile_release(accel__afile *f) {
+    if (f->fd >= 0) close(f->fd);
+    if (f->lock >= 0) close(f->lock); /* the next writer's turn */
+    f->fd = f->lock = -1;
+    accel_free(f->path);
+    accel_free(f->tmp);
+    f->path = f->tmp = NULL;
+}
+
+accel_status accel__afile_open(accel__afile *f, const char *path) {
+    *f = (accel__afile){.fd = -1, .lock = -1};
+    char target[4096], tmp[4096 + 8];
+    double stall_s;
+    if (accel__afile_target(path, target, sizeof target) || accel__afile_scratch(target, tmp, sizeof tmp) ||
+        accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK)
+        return accel_last_status();
+    struct stat old;
+    if (stat(target, &old) == 0) {
+        if (!S_ISREG(old.st_mode))
+            return accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s is %s, not a file: not replaced", path, target,
+                                   accel__file_kind(old.st_mode));
+        f->replaces = true;
+        f->mode = old.st_mode & 07777 & ~(mode_t)SCRATCH_MARK;
+        f->uid = old.st_uid;
+        f->gid = old.st_gid;
+    }
+    f->path = accel_strdup(target);
+    f->tmp = accel_strdup(tmp);
+    if (!f->path || !f->tmp) {
+        afile_release(f);
+        return accel_set_error(ACCEL_ERR_OOM, "write %s: out of memory", path);
+    }
+    lock_holder who = {0, '?'};
+    bool foreign = false, created = false;
+    f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign, &created);
+    if (f->lock >= 0) f->fd = open(f->tmp, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    /* the replaced file's mode from the start: a private file's bytes never sit in a readable scratch file */
+    if (f->fd >= 0 && f->replaces && fchmod(f->fd, f->mode | SCRATCH_MARK) != 0) {
+        int err = errno;
+        close(f->fd);
+        f->fd = -1;
+        errno = err;
+    }
+    if (f->fd < 0) {
+        int err = errno;
+        if (f->lock >= 0 && created) unlink(f->tmp); /* ours, made just now: nothing of it left behind */
+        accel_status st = open_failed(f, path, err, foreign, who, stall_s);
+        afile_release(f);
+        return st;
+    }
     return ACCEL_OK;
 }
 
@@ -212,24 +282,20 @@ accel_status accel__afile_write(accel__afile *f, const void *p, size_t n) {
     return ACCEL_OK;
 }
 
-static void afile_release(accel__afile *f) {
-    if (f->fd >= 0) close(f->fd);
-    if (f->lock >= 0) close(f->lock); /* the next writer's turn */
-    f->fd = f->lock = -1;
-    accel_free(f->path);
-    accel_free(f->tmp);
-    f->path = f->tmp = NULL;
-}
-
 accel_status accel__afile_commit(accel__afile *f) {
     accel_status st = ACCEL_OK;
     struct stat sb;
     if (fsync(f->fd) != 0)
         st = accel_set_error(ACCEL_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
-    else if (fstat(f->fd, &sb) != 0 || ((sb.st_mode & SCRATCH_MARK) && fchmod(f->fd, sb.st_mode & 07777 & ~SCRATCH_MARK) != 0))
+    else {
+        /* the replaced file's owner where we may give it (root; a group of ours), then its mode: chown clears
+         * the set-id bits, so the mode comes after */
+        if (f->replaces && fchown(f->fd, f->uid, f->gid) != 0) (void)!fchown(f->fd, (uid_t)-1, f->gid);
         /* SCRATCH_MARK off before the rename: path, which its user may rename to some "<x>.tmp" later, must
          * not pass for a scratch file of ours there */
-        st = accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
+        if (fstat(f->fd, &sb) != 0 || fchmod(f->fd, f->replaces ? f->mode : sb.st_mode & 07777 & ~SCRATCH_MARK) != 0)
+            st = accel_set_error(ACCEL_ERR_IO, "chmod %s: %s", f->tmp, strerror(errno));
+    }
     if (close(f->fd) != 0 && st == ACCEL_OK)
         st = accel_set_error(ACCEL_ERR_IO, "close %s: %s", f->tmp, strerror(errno));
     f->fd = -1;

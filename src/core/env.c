@@ -2,10 +2,12 @@
 #include "core/env.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "core/str_to_bool.h"
 
@@ -153,4 +155,11 @@ accel_status accel__env_nonneg(const char *name, double dflt, double *out) {
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s='%s' is not a number >= 0", name, v);
     *out = x;
     return ACCEL_OK;
+}
+
+const char *accel__home_dir(void) {
+    const char *home = getenv("HOME");
+    if (home) return home;
+    struct passwd *pw = getpwuid(getuid()); /* (its buffer is libc's own: read before the next getpw* call) */
+    return pw && pw->pw_dir && *pw->pw_dir ? pw->pw_dir : NULL;
 }

@@ -47,5 +47,12 @@ accel_status accel__env_double(const char *name, double dflt, double lo, double 
 /* As Python's float(), a number >= 0, infinity included (a norm that clips
  * nothing). */
 accel_status accel__env_nonneg(const char *name, double dflt, double *out);
+/* The home directory as Python's os.path.expanduser finds it: $HOME where
+ * it is set (even empty), else the user's passwd entry's (getpwuid(getuid())
+ * ->pw_dir, a service run without HOME: systemd, cron, some containers);
+ * NULL when neither gives one. Every path accel derives from the home
+ * directory takes it from here, so that accel and Accelerate look in the
+ * same place. */
+const char *accel__home_dir(void);
 
 #endif

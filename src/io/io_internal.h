@@ -31,8 +31,6 @@ bool accel__is_weights_file(accel_weights_format format, const char *name);
 struct accel__family;
 accel_status accel__family_config_save(const struct accel__family *f, const accel_module *m, const char *dir,
                                        accel_dtype dt);
-/* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
-const char *accel__file_kind(mode_t mode);
 /* path opened for reading (O_CLOEXEC; a FIFO does not block the open), with
  * its fstat in *sb: a regular file, else -1 and an error naming the path and
  * what it is instead of `what` ("a JSON file"). The caller closes the fd. */

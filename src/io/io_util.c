@@ -31,11 +31,6 @@ accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, 
     return st;
 }
 
-const char *accel__file_kind(mode_t m) {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
-           : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
-}
-
 /* fd's bytes to EOF in accel_malloc'd memory (*len of them): `expect` bytes
  * (st_size) in one read when the file does not change meanwhile; one that grows
  * is still read to its end. NULL + errno on failure. */

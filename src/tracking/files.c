@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,19 +32,23 @@ accel_status accel__mkdirs(const char *path) {
 }
 
 accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n) {
+    /* one appender at a time (another run's tracker appending to the same file): the end found here stays the
+     * end until this record is written or cut off again, so the cut never takes another's record with it */
+    bool locked = flock(fd, LOCK_EX) == 0;
+    accel_status st = ACCEL_OK;
     off_t end = lseek(fd, 0, SEEK_END);
-    if (end < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", who, path, strerror(errno));
-    for (size_t done = 0; done < n;) {
+    if (end < 0) st = accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", who, path, strerror(errno));
+    for (size_t done = 0; !st && done < n;) {
         ssize_t w = write(fd, (const char *)buf + done, n - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
             if (ftruncate(fd, end))
-                return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s, and cannot cut the half-written "
-                                       "record off again: %s", who, to, path, strerror(e), strerror(errno));
-            return accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s", who, to, path, strerror(e));
-        }
-        done += (size_t)w;
+                st = accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s, and cannot cut the half-written "
+                                     "record off again: %s", who, to, path, strerror(e), strerror(errno));
+            else st = accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s", who, to, path, strerror(e));
+        } else done += (size_t)w;
     }
-    return ACCEL_OK;
+    if (locked) flock(fd, LOCK_UN);
+    return st;
 }

@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "tb_event.pb-c.h"
+#include "core/afile.h"
 #include "core/core_internal.h"
 #include "tracking/tb_internal.h"
 
@@ -354,13 +355,19 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
         return accel_last_status();
     }
     const accel_value **sorted = accel_calloc((size_t)n + 1, sizeof *sorted);
-    FILE *f = sorted ? fopen(path, "w") : NULL;
+    accel__afile af; /* replaced whole, as every file accel replaces (core/afile.h) */
+    bool opened = sorted && accel__afile_open(&af, path) == ACCEL_OK;
+    int fd = opened ? dup(af.fd) : -1; /* the stream's own descriptor: af's stays for the commit */
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
+        accel_status st = !opened ? accel_last_status()
+                                  : accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s: %s", af.tmp,
+                                                    strerror(errno));
+        if (fd >= 0) close(fd);
+        if (opened) accel__afile_abort(&af);
         resolvers_free(&res);
         accel_free(sorted);
-        return sorted ? accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot create %s: %s", path,
-                                        strerror(errno))
-                      : accel_last_status();
+        return st;
     }
     for (int i = 0; i < n; i++) sorted[i] = &config[i];
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_key);
@@ -401,8 +408,11 @@ static accel_status write_hparams_yml(const char *path, int n, const accel_value
     yaml_emitter_delete(&em);
     resolvers_free(&res);
     accel_free(sorted);
-    if (fclose(f) || !ok) return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s", path);
-    return ACCEL_OK;
+    if (fclose(f) || !ok) {
+        accel__afile_abort(&af);
+        return accel_set_error(ACCEL_ERR_IO, "tensorboard tracker: cannot write %s", path);
+    }
+    return accel__afile_commit(&af);
 }
 
 /* add_hparams(config, metric_dict={}): a sub-run <dir>/<time.time()> holding

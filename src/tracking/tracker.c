@@ -1,5 +1,6 @@
 /* Trackers: the generic object, the built-in registry, and the "jsonl" and
  * "csv" trackers. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -166,13 +168,14 @@ typedef struct run_file {
     int fd; /* O_APPEND */
 } run_file;
 
-static run_file *run_file_open(const char *dir, const char *name) {
+/* readable: opened for reading too (the csv tracker reads its own file back to widen it). */
+static run_file *run_file_open(const char *dir, const char *name, bool readable) {
     run_file *r = accel_calloc(1, sizeof *r);
     if (!r) return NULL;
     snprintf(r->path, sizeof r->path, "%s/%s", dir, name);
     r->fd = -1;
     if (!(r->dir = accel_strdup(dir)) ||
-        (r->fd = open(r->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666)) < 0) {
+        (r->fd = open(r->path, (readable ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND | O_CLOEXEC, 0666)) < 0) {
         if (r->dir) accel_set_error(ACCEL_ERR_IO, "tracker: cannot open %s: %s", r->path, strerror(errno));
         accel_free(r->dir);
         accel_free(r);
@@ -225,7 +228,7 @@ static accel_status record_step(const char *who, int n, const accel_value *value
 
 /* ---------------------------------------------------------------- jsonl */
 
-void *accel__jsonl_open(const char *run_dir) { return run_file_open(run_dir, "log.jsonl"); }
+void *accel__jsonl_open(const char *run_dir) { return run_file_open(run_dir, "log.jsonl", false); }
 
 static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64_t step) {
     run_file *r = ctx;
@@ -301,14 +304,36 @@ static accel_status csv_move_aside(const char *run_dir) {
     return ACCEL_OK;
 }
 
+/* The run directory locked against the other csv trackers in it (an flock
+ * on it): each holds it while it renames a log there, moving one aside
+ * (csv_move_aside and the new log.csv's creation) or replacing its own
+ * widened (csv_widen), so that one never renames the file another is about
+ * to replace. The fd to close; -1 where it cannot be locked (a file system
+ * without flock: unlocked, as the atomic writer). */
+static int dir_lock(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void dir_unlock(int fd) {
+    if (fd >= 0) close(fd);
+}
+
 void *accel__csv_open(const char *run_dir) {
     csv *c = accel_calloc(1, sizeof *c);
     if (!c) return NULL;
     /* A new file each run: columns are known only for what this run wrote. */
-    if (csv_move_aside(run_dir) || !(c->r = run_file_open(run_dir, "log.csv"))) {
+    int lock = dir_lock(run_dir);
+    if (csv_move_aside(run_dir) || !(c->r = run_file_open(run_dir, "log.csv", true))) {
+        dir_unlock(lock);
         accel_free(c);
         return NULL;
     }
+    dir_unlock(lock);
     return c;
 }
 
@@ -363,20 +388,55 @@ static bool csv_copy_widened(const csv *c, FILE *in, FILE *out, int added) {
     return !ferror(in) && !fflush(out) && !ferror(out);
 }
 
+/* The name this run's log goes by now (under the directory's lock):
+ * r->path, or, where another run starting in the same directory moved it
+ * aside (csv_move_aside), the name it has there now (the log.<n>.csv it
+ * became), r->path set to that.
+ * An error where no name in the directory is it any more (removed, or moved
+ * elsewhere): rewritten under log.csv, it replaced the other run's live log,
+ * and the rows it logged went to a file no longer in the directory. */
+static accel_status csv_own_path(run_file *r) {
+    struct stat mine, sb;
+    if (fstat(r->fd, &mine) != 0)
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot stat %s: %s", r->path, strerror(errno));
+    if (stat(r->path, &sb) == 0 && sb.st_dev == mine.st_dev && sb.st_ino == mine.st_ino) return ACCEL_OK;
+    DIR *d = opendir(r->dir);
+    char path[sizeof r->path];
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));)
+        found = snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name) < (int)sizeof path && lstat(path, &sb) == 0 &&
+                sb.st_dev == mine.st_dev && sb.st_ino == mine.st_ino;
+    if (d) closedir(d);
+    if (!found)
+        return accel_set_error(ACCEL_ERR_IO, "csv tracker: %s is no longer this run's log and no name in %s "
+                               "is (it was removed or moved elsewhere): the new columns cannot be written; the "
+                               "row is not logged", r->path, r->dir);
+    memcpy(r->path, path, sizeof path);
+    return ACCEL_OK;
+}
+
 /* New keys widen the header: the file is replaced by a wider copy, written
  * through the atomic writer (core/afile.h: a user's own log.csv.tmp is never
- * taken). The old file stays open until the new one has replaced it whole: a
- * failure (disk full, the tmp name taken) leaves the tracker logging to the
- * old one, not to a closed stream, and no half-written tmp file behind. The
- * new file's descriptor, kept across the rename, is the one appended to. */
-static accel_status csv_widen(csv *c, int added) {
+ * taken), read from the tracker's own descriptor and written over the name
+ * that file goes by now (csv_own_path), under the directory's lock. The old
+ * file stays open until the new one has replaced it whole: a failure (disk
+ * full, the tmp name taken) leaves the tracker logging to the old one, not
+ * to a closed stream, and no half-written tmp file behind. The new file's
+ * descriptor, kept across the rename, is the one appended to. */
+static accel_status csv_widen_locked(csv *c, int added) {
     run_file *r = c->r;
-    FILE *in = fopen(r->path, "r");
-    if (!in)
+    accel_status st = csv_own_path(r);
+    if (st) return st;
+    int in_fd = dup(r->fd);
+    FILE *in = in_fd >= 0 && lseek(in_fd, 0, SEEK_SET) == 0 ? fdopen(in_fd, "r") : NULL;
+    if (!in) {
+        int e = errno;
+        if (in_fd >= 0) close(in_fd);
         return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot rewrite %s with the new columns: %s", r->path,
-                               strerror(errno));
+                               strerror(e));
+    }
     accel__afile f;
-    accel_status st = accel__afile_open(&f, r->path);
+    st = accel__afile_open(&f, r->path);
     if (st) {
         fclose(in);
         return csv_widen_failed(r, st);
@@ -398,11 +458,19 @@ static accel_status csv_widen(csv *c, int added) {
         close(keep);
         return csv_widen_failed(r, st);
     }
-    /* appended to from now on (accel__append_whole also seeks to the end first) */
+    /* appended to (accel__append_whole also seeks to the end first) and read back by the next widening */
     (void)fcntl(keep, F_SETFL, O_APPEND);
     close(r->fd); /* the old file, now replaced: everything it held was written */
     r->fd = keep;
     return ACCEL_OK;
+}
+
+static accel_status csv_widen(csv *c, int added) {
+    run_file *r = c->r;
+    int lock = dir_lock(r->dir);
+    accel_status st = csv_widen_locked(c, added);
+    dir_unlock(lock);
+    return st;
 }
 
 static int csv_col(const csv *c, const char *key) {

@@ -27,7 +27,9 @@ accel_status accel__mkdirs(const char *path);
  * "an event to ", or "") whole or not
  * at all: a write cut short (a full disk) is cut off again, so the file
  * stays a sequence of whole records (half a record stayed behind, and a
- * reader lost everything after it, or the next record was glued to it). */
+ * reader lost everything after it, or the next record was glued to it).
+ * Appenders of one file (two runs' trackers in one directory) take turns
+ * (an flock on fd), so the cut never reaches another's record. */
 accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n);
 
 #endif

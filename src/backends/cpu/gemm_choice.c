@@ -56,6 +56,7 @@
 #include "accel/cpu.h"
 #include "accel/tracking.h"
 #include "core/cpuinfo.h"
+#include "core/env.h"
 #include "io/io_internal.h"
 #include "tracking/tracking_internal.h"
 
@@ -116,7 +117,7 @@ static void env_read(void) {
      * read the cache a single process wrote (`accel env --measure-gemm`),
      * else take the rule. */
     if (accel_process_count() > 1) g_measure_env = 0;
-    const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *d = getenv("ACCEL_GEMM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = accel__home_dir();
     int n = 0;
     if (d && !*d) /* set but empty: no directory, said (it was taken as off without a word) */
         fprintf(stderr, "accel: warning: ACCEL_GEMM_CACHE is set but empty; the GEMM choices live in memory only "
