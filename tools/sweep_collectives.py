@@ -236,23 +236,20 @@ def run_peer(n, cases_path, out_dir, debug, timeout):
     code = ("import sys; sys.path.insert(0, %r); import sweep_collectives as s, torch.multiprocessing as mp; "
             "mp.spawn(s.peer_rank, args=(%d, %d, %r, %r, %d), nprocs=%d)"
             % (os.path.dirname(os.path.abspath(__file__)), n, free_port(), cases_path, out_dir, debug, n))
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        p.communicate()
-        return "hang"
-    return "ok" if p.returncode == 0 else "crash: " + err.decode(errors="replace")[-400:]
+    return run_bounded([sys.executable, "-c", code], None, timeout)
 
 
 def run_accel(accel, shim, n, cases_path, out_dir, debug, timeout):
     """accel's side: the shim under `accel launch`; as run_peer."""
     env = dict(os.environ, ACCEL_DIST_TIMEOUT="30", ACCEL_DEBUG_MODE=str(debug))
-    p = subprocess.Popen([accel, "launch", "--quiet", "--main_process_port", "0", "--num_processes", str(n),
-                          shim, cases_path, out_dir], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env=env, start_new_session=True)
+    return run_bounded([accel, "launch", "--quiet", "--main_process_port", "0", "--num_processes", str(n),
+                        shim, cases_path, out_dir], env, timeout)
+
+
+def run_bounded(argv, env, timeout):
+    """argv in a session of its own (env None: ours): "ok", "hang" (killed, the whole session, past timeout
+    seconds) or "crash: " with the end of its stderr."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
     try:
         _, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

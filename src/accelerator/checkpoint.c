@@ -414,6 +414,7 @@ static accel_status lock_parent(const char *dir, const char *parent, accel__stag
     double stall_s;
     if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s)) return accel_last_status();
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && errno == EACCES) return ACCEL_OK; /* a parent we may write but not read (mode -wx): unguarded */
     if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot open %s: %s", op, parent, strerror(errno));
     long pid = 0;
     bool stopped = false;
