@@ -1,9 +1,9 @@
 # Checkpoints: the kill-at-every-point test compiles the save/load code itself
-# (save_state, save_model, the atomic file writer), with its fault-injection
+# (save_state, save_model, the atomic file writer, the staged directories), with its fault-injection
 # points on (the library is built without them).
 add_executable(checkpoint_kill_points ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_kill_points.c
                ${CMAKE_SOURCE_DIR}/src/accelerator/checkpoint.c ${CMAKE_SOURCE_DIR}/src/accelerator/save.c
-               ${CMAKE_SOURCE_DIR}/src/core/afile.c)
+               ${CMAKE_SOURCE_DIR}/src/core/afile.c ${CMAKE_SOURCE_DIR}/src/core/staged_dir.c)
 target_include_directories(checkpoint_kill_points PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(checkpoint_kill_points PRIVATE ACCEL__CKPT_KILL_POINTS ACCEL__INSIDE_LIBRARY)
 target_link_libraries(checkpoint_kill_points PRIVATE accel PkgConfig::JANSSON)

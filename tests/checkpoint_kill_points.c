@@ -1,10 +1,11 @@
 /* A save killed at every one of its steps leaves a loadable checkpoint, for
  * total_limit 1, 2 and 3 and for a save over an existing directory; a sharded
- * save_model killed, or failing as on a full disk, at every one of its steps
- * leaves the previous model or the new one, never a mix of shards.
+ * save_model, and io's accel_save_sharded (over shards, and over one file),
+ * killed, or failing as on a full disk, at every one of its steps leave the
+ * previous model or the new one, never a mix of shards.
  *
- * Built with src/accelerator/checkpoint.c, save.c and src/core/afile.c (the atomic writer)
- * compiled in and their fault-injection points on (tests/checkpoint.cmake):
+ * Built with src/accelerator/checkpoint.c, save.c, src/core/afile.c (the atomic writer) and
+ * src/core/staged_dir.c (the staged directories, io's writer's too) compiled in and their fault-injection points on (tests/checkpoint.cmake):
  * accel__ckpt_fault below runs at each step of a save after which the disk
  * changes (temporary directory made, each entry carried over, each write of
  * each file, each file renamed into place, marker written, directories
@@ -485,13 +486,16 @@ static void mark_model(accel_module *m, int id) {
 }
 
 /* The id of the model in dir (it must load without error, every tensor from
- * the same save: -1 when they mix), and the user's files beside it intact. */
-static int model_id_in(const char *dir) {
+ * the same save: -1 when they mix; in 3 or more shards, but for save
+ * one_file_id's, one file), the weights files of that save alone (no
+ * model.safetensors beside an index, which a load would prefer), and the
+ * user's files beside it intact. */
+static int model_id_in(const char *dir, int one_file_id) {
     accel_checkpoint *ck = accel_checkpoint_open(dir);
     CHECK_MSG(ck, "%s does not load: %s", dir, accel_last_error());
     if (!ck) return -2;
     int n = accel_checkpoint_count(ck), id = -2;
-    CHECK(n == 6 && accel_checkpoint_num_shards(ck) >= 3);
+    CHECK(n == 6);
     for (int i = 0; i < n; i++) {
         accel_tensor *t = accel_checkpoint_tensor(ck, accel_checkpoint_name(ck, i), ACCEL_F32);
         CHECK_MSG(t, "%s", accel_last_error());
@@ -499,8 +503,13 @@ static int model_id_in(const char *dir) {
         id = i == 0 ? got : id == got ? id : -1;
         accel_tensor_free(t);
     }
+    int shards = accel_checkpoint_num_shards(ck);
+    CHECK_MSG(id == one_file_id ? shards == 1 : shards >= 3, "%s: save %d in %d shards", dir, id, shards);
     accel_checkpoint_close(ck);
     char p[700], buf[64] = "";
+    bool one = (snprintf(p, sizeof p, "%s/model.safetensors", dir), access(p, F_OK) == 0);
+    bool index = (snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir), access(p, F_OK) == 0);
+    CHECK_MSG(!(one && index), "%s: model.safetensors beside an index (save %d loaded)", dir, id);
     snprintf(p, sizeof p, "%s/README.md", dir);
     FILE *f = fopen(p, "r");
     CHECK_MSG(f && fgets(buf, sizeof buf, f) && !strcmp(buf, "my notes\n"), "%s lost or changed", p);
@@ -564,14 +573,29 @@ static void test_save_model_switches_format(void) {
     rm_tree(dir);
 }
 
-/* Killed at every point: dir holds the previous model or the new one. */
-static void test_save_model_killed_at_every_point(void) {
+/* One save of model m into dir in shards of at most 64 bytes (3 or more):
+ * the accelerator's save_model, or io's writer (accel_save_module, which is
+ * accel_save_sharded). */
+typedef accel_status (*model_saver)(accel_accelerator *acc, accel_module *m, const char *dir);
+
+static accel_status by_save_model(accel_accelerator *acc, accel_module *m, const char *dir) {
+    return accel_accelerator_save_model(acc, m, dir, "64");
+}
+
+static accel_status by_save_module(accel_accelerator *acc, accel_module *m, const char *dir) {
+    (void)acc;
+    return accel_save_module(dir, m, 64);
+}
+
+/* save killed at every point, over model 0 saved by save_model in shards of
+ * first_shard (NULL: one file): dir holds the previous model or the new one. */
+static void killed_at_every_point(const char *tag, model_saver save, const char *first_shard) {
     char dir[300];
-    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_kill_%d_model", (int)getpid());
+    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_kill_%d_%s", (int)getpid(), tag);
     accel_accelerator *acc;
     accel_module *m;
-    CHECK(save_model_setup(dir, 4, "64", &acc, &m));
-    int newest = 0, kills = 0;
+    CHECK(save_model_setup(dir, 4, first_shard, &acc, &m));
+    int newest = 0, kills = 0, one_file_id = first_shard ? -1 : 0;
     for (long k = 1;; k++) {
         fflush(NULL);
         pid_t pid = fork();
@@ -579,15 +603,16 @@ static void test_save_model_killed_at_every_point(void) {
             mark_model(m, (int)k);
             points_seen = 0;
             kill_at = k;
-            _exit(accel_accelerator_save_model(acc, m, dir, "64") == ACCEL_OK ? 0 : 1);
+            _exit(save(acc, m, dir) == ACCEL_OK ? 0 : 1);
         }
         int status = 0;
         waitpid(pid, &status, 0);
         bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-        CHECK_MSG(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "kill point %ld: save failed", k);
-        int got = model_id_in(dir);
-        CHECK_MSG(got == newest || got == k, "kill point %ld: %s holds save %d, want %d or %ld (-1: a mix)", k, dir,
-                  got, newest, k);
+        CHECK_MSG(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "%s, kill point %ld: save failed", tag,
+                  k);
+        int got = model_id_in(dir, one_file_id);
+        CHECK_MSG(got == newest || got == k, "%s, kill point %ld: %s holds save %d, want %d or %ld (-1: a mix)", tag, k,
+                  dir, got, newest, k);
         newest = got;
         kills += killed;
         if (!killed) {
@@ -595,17 +620,25 @@ static void test_save_model_killed_at_every_point(void) {
             break;
         }
     }
-    CHECK_MSG(kills >= 20, "only %d kill points", kills);
+    CHECK_MSG(kills >= 20, "%s: only %d kill points", tag, kills);
     accel_module_free(m);
     accel_accelerator_free(acc);
     rm_tree(dir);
 }
 
-/* Failing at every point (a full disk): the save reports it, dir holds the
+static void test_save_model_killed_at_every_point(void) { killed_at_every_point("model", by_save_model, "64"); }
+/* io's writer: it wrote the shards in place, then the index, then removed
+ * the stale files; killed in its second shard the directory loaded, with no
+ * error, as the new first shard and the old others */
+static void test_save_sharded_killed_at_every_point(void) { killed_at_every_point("sharded", by_save_module, "64"); }
+/* from one file to shards: model.safetensors, which a load prefers, went last */
+static void test_save_sharded_from_one_file_killed(void) { killed_at_every_point("onefile", by_save_module, NULL); }
+
+/* save failing at every point (a full disk): it reports it, dir holds the
  * previous model, and nothing is left beside it. */
-static void test_save_model_fails_at_every_point(void) {
+static void fails_at_every_point(const char *tag, model_saver save) {
     char dir[300];
-    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_fail_%d_model", (int)getpid());
+    snprintf(dir, sizeof dir, "/tmp/accel_ckpt_fail_%d_%s", (int)getpid(), tag);
     accel_accelerator *acc;
     accel_module *m;
     CHECK(save_model_setup(dir, 4, "64", &acc, &m));
@@ -614,28 +647,32 @@ static void test_save_model_fails_at_every_point(void) {
         mark_model(m, (int)k);
         points_seen = 0;
         fail_at = k;
-        accel_status s = accel_accelerator_save_model(acc, m, dir, "64");
+        accel_status s = save(acc, m, dir);
         fail_at = 0;
         bool reached = points_seen >= k;
-        int got = model_id_in(dir);
+        int got = model_id_in(dir, -1);
         if (s != ACCEL_OK) {
             fails++;
             CHECK_STR_CONTAINS(accel_last_error(), "(injected)");
             accel_clear_error();
-            CHECK_MSG(got == 0, "fail point %ld: %s holds save %d after a failed save (-1: a mix)", k, dir, got);
-            CHECK_MSG(no_leftover(dir), "fail point %ld: the staging directory is left", k);
+            CHECK_MSG(got == 0, "%s, fail point %ld: %s holds save %d after a failed save (-1: a mix)", tag, k, dir,
+                      got);
+            CHECK_MSG(no_leftover(dir), "%s, fail point %ld: the staging directory is left", tag, k);
         } else {
-            CHECK_MSG(got == k, "fail point %ld: %s holds save %d after a successful save", k, dir, got);
+            CHECK_MSG(got == k, "%s, fail point %ld: %s holds save %d after a successful save", tag, k, dir, got);
             mark_model(m, 0); /* back to save 0 for the next point */
-            CHECK(accel_accelerator_save_model(acc, m, dir, "64") == ACCEL_OK);
+            CHECK(save(acc, m, dir) == ACCEL_OK);
         }
         if (!reached) break;
     }
-    CHECK_MSG(fails >= 15, "only %d fail points", fails);
+    CHECK_MSG(fails >= 15, "%s: only %d fail points", tag, fails);
     accel_module_free(m);
     accel_accelerator_free(acc);
     rm_tree(dir);
 }
+
+static void test_save_model_fails_at_every_point(void) { fails_at_every_point("model", by_save_model); }
+static void test_save_sharded_fails_at_every_point(void) { fails_at_every_point("sharded", by_save_module); }
 
 /* `enospc DIR` (tests/run_save_model_enospc.sh, DIR a small tmpfs): model 0
  * then model 1 saved into DIR/model; when model 1 runs out of space, DIR/model
@@ -656,7 +693,7 @@ static int enospc(const char *root) {
             CHECK_STR_CONTAINS(accel_last_error(), "No space left on device");
             accel_clear_error();
         }
-        int got = model_id_in(dir);
+        int got = model_id_in(dir, -1);
         CHECK_MSG(got == (s == ACCEL_OK ? 1 : 0), "%s holds save %d after a %s save (-1: a mix)", dir, got,
                   s == ACCEL_OK ? "successful" : "failed");
         CHECK(no_leftover(dir));
@@ -733,6 +770,9 @@ int main(int argc, char **argv) {
     RUN(test_save_model_switches_format);
     RUN(test_save_model_killed_at_every_point);
     RUN(test_save_model_fails_at_every_point);
+    RUN(test_save_sharded_killed_at_every_point);
+    RUN(test_save_sharded_from_one_file_killed);
+    RUN(test_save_sharded_fails_at_every_point);
     accel_thread_cleanup();
     return check_summary();
 }

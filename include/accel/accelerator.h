@@ -607,7 +607,7 @@ typedef struct accel_save_model_opts {
 
 /* save_model: the model's state dict into directory dir (created with its
  * parents), in shards of at most max_shard_size + an index when there are
- * several (io.h accel_save_sharded_as), stale shards of that format removed;
+ * several (io.h accel_save_sharded_as), the weights of either format replaced;
  * main process only, every rank returns the same status. A prepared model
  * saves its full weights under the HF names (DDP, mixed precision, ZeRO 1/2;
  * ZeRO-3 gathers them unit by unit into safetensors, every rank joining, and

@@ -269,7 +269,7 @@ accel_tensor *accel_bert_multiple_choice_loss(accel_module *m, accel_tensor *ids
  * past max_shard_bytes; <= 0: 5 GB), loadable by transformers'
  * BertFor<head>.from_pretrained (and its AutoModelFor<task>). Refused,
  * as accel_save_pretrained, while the parameters are sharded across
- * processes (ACCEL_ERR_STATE). */
+ * processes (ACCEL_ERR_STATE). Crash-safe as accel_save_pretrained. */
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, then the weights of its safetensors
  * (model.safetensors or the shards of model.safetensors.index.json) when it

@@ -176,13 +176,19 @@ typedef enum accel_weights_format {
  * when current + size > max. The same accel_tensor under several names goes to
  * its first name's shard and counts once. One shard -> "model.safetensors", no
  * index; K shards -> "model-0000i-of-0000K.safetensors" + "model.safetensors.index.json"
- * (2-space indent, sorted keys, trailing newline). Stale model-*-of-*.safetensors
- * files (and a stale index when writing one file) are deleted. */
+ * (2-space indent, sorted keys, trailing newline). The weights files of an
+ * earlier save (either format) are gone afterwards; the rest of dir is kept.
+ * Crash-safe: dir is written as a hidden sibling ".<name>.accel-staging"
+ * and swapped in with one rename, so that killed or out of space at any
+ * point it holds the previous save or the new one, never a mix of shards
+ * (docs/io.md). Hence refused, before anything is written: dir being the
+ * working directory or holding it (ACCEL_ERR_INVALID_ARG), a mount point or
+ * holding one (ACCEL_ERR_IO). */
 accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
                                 accel_tensor *const *tensors, int64_t max_shard_bytes);
 /* The same in either format: ACCEL_WEIGHTS_PYTORCH writes "pytorch_model.bin" or
  * "pytorch_model-0000i-of-0000K.bin" + "pytorch_model.bin.index.json" (each
- * shard a torch.save file: accel_torch_save) and removes stale ones likewise. */
+ * shard a torch.save file: accel_torch_save), crash-safe likewise. */
 accel_status accel_save_sharded_as(const char *dir, int n, const char *const *names,
                                    accel_tensor *const *tensors, int64_t max_shard_bytes,
                                    accel_weights_format format);

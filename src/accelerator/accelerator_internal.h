@@ -440,53 +440,6 @@ accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const
  * tensor per entry that is no tied alias), searched only when f holds more. */
 accel_status accel__refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd);
 
-/* checkpoint.c: a directory written aside, then swapped in with one rename,
- * so that dir holds the previous save or the new one, never a mix
- * (save_state and save_model; rank 0 runs these). */
-/* dir, or where it points when it is a symbolic link or ends in "." or ".."
- * (realpath), into out (n bytes): the swap then replaces the directory (by
- * its own name) and keeps the link. Every rank calls it, so that all stage
- * into the same tmp. */
-void accel__staged_resolve(const char *dir, char *out, size_t n);
-/* "<parent of dir>/.<name of dir>.accel-staging" into tmp (n bytes): a name
- * only a save makes (a leftover is removed unseen). */
-void accel__staged_path(const char *dir, char *tmp, size_t n);
-/* One staged save, rank 0's, from begin to commit or abort. The caller sets
- * carry and ctx (what of an existing dir the save keeps: carry(name, ctx) true
- * for each such top-level entry; NULL: nothing) and zeroes the rest. */
-typedef struct accel__staging {
-    bool (*carry)(const char *name, void *ctx);
-    void *ctx;
-    int lock;               /* the flock on dir's parent, held from begin to commit or abort; -1 */
-    bool held;              /* tmp is this save's (abort removes it) */
-    struct timespec began;  /* the filesystem's clock when tmp was made: the save's files are no older */
-} accel__staging;
-
-/* Refuses (before writing anything) an empty dir, one named "." or ".."
- * (unresolved: it does not exist), a name too long for tmp's (NAME_MAX), a
- * dir that exists and is no directory (a file, a link leading nowhere), that
- * is or holds the working directory, or that is a mount point (statx's mount
- * root, or st_dev differing from its parent's: the swap cannot move it);
- * makes dir's parent and takes the lock on it (another process's save into
- * the same parent waited for while it makes progress:
- * ACCEL_WRITE_STALL_TIMEOUT, ACCEL_ERR_TIMEOUT naming its pid past it);
- * removes a tmp left by a crashed save, makes tmp (removed again when this
- * fails); with sg->carry, every entry of an existing dir that it accepts is
- * hard-linked (copied with its times where links are refused; directories as
- * trees; a mount point inside refused by name) into tmp, so what the save does
- * not rewrite survives the swap. */
-accel_status accel__staged_begin(const char *dir, const char *tmp, accel__staging *sg, const char *op);
-/* The commit point: every directory of tmp fsynced (the entries made in
- * them), then tmp takes dir's name (renameat2 EXCHANGE when dir exists, whose
- * previous content is then removed, but for what a writer made in dir while
- * the save ran: entries sg->carry accepts that dir does not hold, or holds
- * only as carried before the save began, are moved into dir); fsyncs the
- * parent, releases the lock. On failure the lock stays: abort. */
-accel_status accel__staged_commit(const char *tmp, const char *dir, accel__staging *sg, const char *op);
-/* A failed save's tmp removed (when begin made it and no commit published
- * it), the lock released; harmless after a commit. */
-void accel__staged_abort(const char *tmp, accel__staging *sg);
-
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").
  * The group reads host memory, so a tensor on a device that is not
  * host-addressable goes through a host copy; on the cpu no copy is made.

@@ -11,7 +11,9 @@
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
+#include "core/staged_dir.h"
 #include "io/io_internal.h"
+#include "io/safetensors_internal.h"
 #include "nn/family.h"
 
 static accel_status register_one(accel_accelerator *acc, accel__custom c) {
@@ -198,7 +200,7 @@ accel_status accel__write_model(accel_accelerator *acc, accel_module *model, con
         names[k] = sd->entries[i].name;
         ts[k++] = whole && whole[i] ? whole[i] : sd->entries[i].t;
     }
-    if (!st) st = accel_save_sharded_as(dir, k, names, ts, max, fmt);
+    if (!st) st = accel__write_sharded(dir, k, names, ts, max, fmt, NULL, NULL); /* dir: save_model's staged one */
     accel_free(names);
     accel_free(ts);
     accel__tp_gather_state_free(sd, whole);
@@ -230,16 +232,6 @@ static accel_status write_config(accel_accelerator *acc, accel_module *model, co
     return accel__family_config_save(f, model, dir, written_dtype(acc, model, pm, dt));
 }
 
-/* What a save_model carries over from the directory it replaces: everything
- * but the weights files, of either format (save_pretrained rewrites those of
- * the format it writes and leaves the rest; an older save's model.safetensors
- * beside a new pytorch_model.bin would then be the one a load reads). */
-static bool not_weights(const char *name, void *ctx) {
-    (void)ctx;
-    return !accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, name) &&
-           !accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, name);
-}
-
 accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_module *model, const char *dir,
                                                const accel_save_model_opts *opts) {
     if (accel__acc_null(acc, "accel_accelerator_save_model")) return accel_last_status();
@@ -261,7 +253,7 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
     accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
     dir = real;
     accel__staged_path(dir, tmp, sizeof tmp);
-    accel__staging sg = {.carry = not_weights, .lock = -1};
+    accel__staging sg = {.carry = accel__not_weights, .lock = -1}; /* all but the weights of either format */
     if (!st && acc->rank == 0) st = accel__staged_begin(dir, tmp, &sg, "accel_accelerator_save_model");
     if (gathered) { /* the real weights, gathered unit by unit (collective: every rank joins) */
         accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);

@@ -943,7 +943,8 @@ static accel_status write_module(void *a, gathering *g) {
     module_args *ma = a;
     model_files mf;
     accel_status st = model_files_of(ma->pm, ma->dtype, g, &mf);
-    if (!st) st = accel__save_sharded_with(ma->dir, mf.sd->n, mf.names, mf.written, ma->max, before_model_tensor, &mf);
+    if (!st) st = accel__write_sharded(ma->dir, mf.sd->n, mf.names, mf.written, ma->max, ACCEL_WEIGHTS_SAFETENSORS,
+                                           before_model_tensor, &mf);
     model_files_free(&mf);
     return st;
 }

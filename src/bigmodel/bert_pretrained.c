@@ -24,6 +24,8 @@ static bool is_tied_decoder(const accel_state_dict *sd, int i) {
     return false;
 }
 
+static accel_status bert_config(const char *dir, const void *cfg) { return accel_bert_config_save(dir, cfg); }
+
 accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_t max_shard_bytes) {
     if (!m || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: NULL argument");
     const accel_bert_config *c0 = accel_bert_config_of(m);
@@ -31,9 +33,8 @@ accel_status accel_bert_save_pretrained(accel_module *m, const char *dir, int64_
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_bert_save_pretrained: the model is not a "
                                "BertFor<head> (or RoBERTa's) built by accel_bert_new (%s)", m->ops->type_name);
     accel_bert_config cfg = *c0;
-    accel_status st = accel__save_pretrained_weights("accel_bert_save_pretrained", m, dir, max_shard_bytes,
-                                                     is_tied_decoder, &cfg.torch_dtype);
-    return st == ACCEL_OK ? accel_bert_config_save(dir, &cfg) : st;
+    return accel__save_pretrained("accel_bert_save_pretrained", m, dir, max_shard_bytes, is_tied_decoder,
+                                  &cfg.torch_dtype, bert_config, &cfg);
 }
 
 /* Whether dir holds weights: what the checkpoint loader resolves it to

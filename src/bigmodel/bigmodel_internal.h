@@ -38,17 +38,22 @@ accel_status accel__max_layer_size(const accel__work *start, bool modules_only,
 void accel__bm_log(const accel_device_map_opts *o, bool warning, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* save_pretrained's weights, as transformers writes them: m's state dict
- * into dir as safetensors (sharded with an index past max_shard_bytes; 0:
- * transformers' 5 GB), but the entries skip(sd, i) leaves out (the tied
- * copies transformers drops). Refused (ACCEL_ERR_STATE, nothing written)
- * where m's tensors hold only this process's part (accel__module_values_away:
- * ZeRO-3 / FSDP FULL_SHARD pieces, tensor-parallel slices), and for a weight
- * on meta (ACCEL_ERR_DEVICE). *torch_dtype: the dtype of the floating-point weights
- * (the last one's), for config.json; left as it was without any. fn names
+/* save_pretrained, as transformers writes it: m's state dict into dir as
+ * safetensors (sharded with an index past max_shard_bytes; 0: transformers'
+ * 5 GB), but the entries skip(sd, i) leaves out (the tied copies transformers
+ * drops), and config(dir, cfg) (its config.json) beside them, the two swapped
+ * in together, crash-safe (io_internal.h accel__save_staged: what else dir
+ * holds is kept, the weights of either format replaced). Refused
+ * (ACCEL_ERR_STATE, nothing written) where m's tensors hold only this
+ * process's part (accel__module_values_away: ZeRO-3 / FSDP FULL_SHARD pieces,
+ * tensor-parallel slices), and for a weight on meta (ACCEL_ERR_DEVICE).
+ * *torch_dtype (inside cfg): set to the dtype of the floating-point weights
+ * (the last one's) before config runs; left as it was without any. fn names
  * the caller in errors. */
-accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
-                                            bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype);
+typedef accel_status (*accel__config_writer)(const char *dir, const void *cfg);
+accel_status accel__save_pretrained(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
+                                    bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype,
+                                    accel__config_writer config, const void *cfg);
 
 /* What from_pretrained adds to load_checkpoint_in_model (transformers'
  * loading, not Accelerate's). Checkpoint names are read through transformers'

@@ -7,14 +7,37 @@
 #include "accel/bigmodel.h"
 #include "accel/io.h"
 #include "bigmodel/bigmodel_internal.h"
+#include "io/io_internal.h"
+#include "io/safetensors_internal.h"
 #include "nn/nn_internal.h"
 
 #define DEFAULT_SHARD_BYTES 5000000000LL /* transformers' max_shard_size="5GB" */
 
-accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
-                                            bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype) {
+/* What a save_pretrained writes into its staged directory. */
+typedef struct pretrained_files {
+    int n;
+    const char **names;
+    accel_tensor **ts;
+    int64_t max;
+    accel__config_writer config;
+    const void *cfg;
+} pretrained_files;
+
+static accel_status write_pretrained(void *ctx, const char *dir) {
+    const pretrained_files *pf = ctx;
+    accel_status st = accel__write_sharded(dir, pf->n, pf->names, pf->ts, pf->max, ACCEL_WEIGHTS_SAFETENSORS, NULL,
+                                           NULL);
+    return st ? st : pf->config(dir, pf->cfg);
+}
+
+accel_status accel__save_pretrained(const char *fn, accel_module *m, const char *dir, int64_t max_shard_bytes,
+                                    bool (*skip)(const accel_state_dict *sd, int i), accel_dtype *torch_dtype,
+                                    accel__config_writer config, const void *cfg) {
     const char *away = accel__module_values_away(m); /* (ZeRO-3's pieces, tensor-parallel slices) */
     if (away) return accel_set_error(ACCEL_ERR_STATE, "%s: %s", fn, away);
+    if (accel__is_file(dir))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: provided path (%s) should be a directory, not a file", fn,
+                               dir);
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);
@@ -31,8 +54,9 @@ accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, con
         names[n] = e->name;
         ts[n++] = e->t;
     }
-    if (st == ACCEL_OK)
-        st = accel_save_sharded(dir, n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES);
+    /* the weights and config.json swapped in together: never new weights under the old config */
+    pretrained_files pf = {n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES, config, cfg};
+    if (st == ACCEL_OK) st = accel__save_staged(dir, fn, write_pretrained, &pf);
     accel_free(names);
     accel_free(ts);
     accel_state_dict_free(sd);
@@ -42,14 +66,15 @@ accel_status accel__save_pretrained_weights(const char *fn, accel_module *m, con
 /* lm_head.weight tied to the embeddings: transformers drops it. */
 static bool is_tied_alias(const accel_state_dict *sd, int i) { return sd->entries[i].is_tied_alias; }
 
+static accel_status llama_config(const char *dir, const void *cfg) { return accel_llama_config_save(dir, cfg); }
+
 accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes) {
     static const char FN[] = "accel_save_pretrained";
     if (!llama || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: NULL argument", FN);
     const accel_llama_config *cfg0 = accel_llama_config_of(llama);
     if (!cfg0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: the model is not a Llama model", FN);
     accel_llama_config cfg = *cfg0;
-    accel_status st = accel__save_pretrained_weights(FN, llama, dir, max_shard_bytes, is_tied_alias, &cfg.torch_dtype);
-    return st == ACCEL_OK ? accel_llama_config_save(dir, &cfg) : st;
+    return accel__save_pretrained(FN, llama, dir, max_shard_bytes, is_tied_alias, &cfg.torch_dtype, llama_config, &cfg);
 }
 
 const char *const *accel__unexpected_to_ignore(accel_module *m) {

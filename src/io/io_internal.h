@@ -25,6 +25,20 @@ accel_status accel__tensor_stream(const accel_tensor *t, accel__byte_sink sink, 
  * stale ("model.safetensors", its index, "model-00001-of-00003.safetensors";
  * the pytorch_model.bin family). */
 bool accel__is_weights_file(accel_weights_format format, const char *name);
+/* Whether a staged save of weights carries the entry name of the directory
+ * it replaces over (core/staged_dir.h's carry): all but the weights files of
+ * either format and a killed write's scratch file of one (a save rewrites
+ * those of its format, and an older save's model.safetensors beside a new
+ * pytorch_model.bin would be the one a load reads). */
+bool accel__not_weights(const char *name, void *ctx);
+/* What write(ctx, tmp) writes (the weights, a config.json), as dir's whole
+ * new content beside what accel__not_weights carries over: written into a
+ * staged sibling of dir and swapped in (core/staged_dir.h: dir created when
+ * missing; the refusals of accel__staged_begin; the lock on dir's parent),
+ * so that a save killed or failing at any point leaves dir as it was or as
+ * the save made it. op names the caller in errors. */
+typedef accel_status (*accel__dir_writer)(void *ctx, const char *dir);
+accel_status accel__save_staged(const char *dir, const char *op, accel__dir_writer write, void *ctx);
 
 /* config.json of m into dir with torch_dtype dt, by m's family f
  * (family_config.c): m is a root whose f->config_dtype said it has one. */

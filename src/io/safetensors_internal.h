@@ -45,13 +45,17 @@ void accel__st_index_free(accel__st_index *ix);
 /* Called before each tensor's bytes are written, e.g. to gather a sharded
  * parameter into it first (ZeRO-3's save_model); a failure aborts the file. */
 typedef accel_status (*accel__tensor_ready_fn)(void *ctx, const accel_tensor *t);
-/* accel_safetensors_save / accel_save_sharded with `ready` (NULL: none) run
+/* accel_safetensors_save with `ready` (NULL: none) run
  * before each tensor is written; the files are the same. */
 accel_status accel__safetensors_save_with(const char *path, int n, const char *const *names,
                                           accel_tensor *const *tensors, int n_meta, const accel_kv *meta,
                                           accel__tensor_ready_fn ready, void *ctx);
-accel_status accel__save_sharded_with(const char *dir, int n, const char *const *names,
-                                      accel_tensor *const *tensors, int64_t max_shard_bytes,
-                                      accel__tensor_ready_fn ready, void *ctx);
+/* accel_save_sharded_as's files written into dir in place, with `ready` as
+ * above: dir is a staged save's directory, which holds no weights (stale
+ * shards are not looked for); callers stage it (accel__save_staged, or
+ * save_model's own staging). */
+accel_status accel__write_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
+                                  int64_t max_shard_bytes, accel_weights_format format, accel__tensor_ready_fn ready,
+                                  void *ctx);
 
 #endif

@@ -1,5 +1,7 @@
-/* src/io/save_sharded.c — save_pretrained-style sharded checkpoints (safetensors or torch.save files). */
-#include <dirent.h>
+/* src/io/save_sharded.c — save_pretrained-style sharded checkpoints (safetensors or torch.save files),
+ * crash-safe: the directory is written aside and swapped in whole (core/staged_dir.h), so that a save
+ * killed or failing at any point leaves the previous weights or the new ones, never a mix of shards. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +9,8 @@
 
 #include "accel/io.h"
 #include "accel/nn.h"
+#include "core/afile.h"
+#include "core/staged_dir.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 #include "nn/nn_internal.h"
@@ -44,28 +48,6 @@ bool accel__is_weights_file(accel_weights_format format, const char *name) {
     const weights_names *w = &NAMES[format];
     int a, b;
     return !strcmp(name, w->single) || !strcmp(name, w->index) || is_shard_name(w, name, &a, &b);
-}
-
-static accel_status remove_stale(const weights_names *w, const char *dir, int n_shards) {
-    DIR *d = opendir(dir);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s", dir);
-    struct dirent *e;
-    accel_status st = ACCEL_OK;
-    while ((e = readdir(d)) && !st) {
-        bool stale;
-        int a, b;
-        if (is_shard_name(w, e->d_name, &a, &b))
-            stale = n_shards == 1 || b != n_shards || a < 1 || a > n_shards;
-        else
-            stale = strcmp(e->d_name, n_shards == 1 ? w->index : w->single) == 0;
-        if (!stale) continue;
-        char *p = accel__path_join(dir, e->d_name);
-        if (!p) st = accel_last_status();
-        else if (unlink(p) != 0) st = accel_set_error(ACCEL_ERR_IO, "cannot remove stale %s", p);
-        accel_free(p);
-    }
-    closedir(d);
-    return st;
 }
 
 /* Shard assignment (huggingface_hub.split_state_dict_into_shards_factory). */
@@ -132,19 +114,14 @@ static accel_status write_shard(accel_weights_format format, const char *dir, co
     return st;
 }
 
-static accel_status save_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
-                                 int64_t max_shard_bytes, accel_weights_format format, tensor_source src) {
-    if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0 ||
-        (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
+accel_status accel__write_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
+                                  int64_t max_shard_bytes, accel_weights_format format, accel__tensor_ready_fn ready,
+                                  void *ctx) {
     const weights_names *w = &NAMES[format];
-    if (accel__is_file(dir))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
+    tensor_source src = {ready, ctx};
     for (int i = 0; i < n; i++)
         if (!accel_tensor_check(tensors[i], "accel_save_sharded", names[i] ? names[i] : "tensor"))
             return accel_last_status();
-    if (accel__mkdir(dir)) return accel_last_status();
     int *shard_of = accel_malloc(sizeof(int) * (2 * (size_t)n + 1));
     const char **sub_names = accel_malloc(sizeof(char *) * ((size_t)n + 1));
     accel_tensor **sub_t = accel_malloc(sizeof(accel_tensor *) * ((size_t)n + 1));
@@ -158,7 +135,6 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
     if (k <= 1) {
         for (int i = 0; i < n; i++) shard_of[i] = 0;
         st = write_shard(format, dir, w->single, n, names, tensors, shard_of, 0, sub_names, sub_t, src);
-        if (!st) st = remove_stale(w, dir, 1);
         goto out;
     }
     json_t *wm = json_object();
@@ -180,7 +156,6 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
         json_decref(root);
     }
     json_decref(wm);
-    if (!st) st = remove_stale(w, dir, k);
 out:
     accel_free(shard_of);
     accel_free(sub_names);
@@ -188,23 +163,66 @@ out:
     return st;
 }
 
+bool accel__not_weights(const char *name, void *ctx) {
+    (void)ctx;
+    size_t n = strlen(name), t = strlen(ACCEL__AFILE_TMP_SUFFIX);
+    char base[NAME_MAX + 1];
+    if (n > t && n - t <= NAME_MAX && !strcmp(name + n - t, ACCEL__AFILE_TMP_SUFFIX)) { /* a killed write's scratch file */
+        snprintf(base, sizeof base, "%.*s", (int)(n - t), name);
+        name = base;
+    }
+    return !accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, name) &&
+           !accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, name);
+}
+
+accel_status accel__save_staged(const char *dir, const char *op, accel__dir_writer write, void *ctx) {
+    char tmp[8400], real[PATH_MAX];
+    accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
+    accel__staged_path(real, tmp, sizeof tmp);
+    accel__staging sg = {.carry = accel__not_weights, .lock = -1};
+    accel_status st = accel__staged_begin(real, tmp, &sg, op);
+    if (!st) st = write(ctx, tmp);
+    if (!st) st = accel__staged_commit(tmp, real, &sg, op);
+    if (st) accel__staged_abort(tmp, &sg);
+    return st;
+}
+
+/* accel_save_sharded's arguments, for the staged writer. */
+typedef struct sharded_args {
+    int n;
+    const char *const *names;
+    accel_tensor *const *tensors;
+    int64_t max;
+    accel_weights_format format;
+} sharded_args;
+
+static accel_status write_args(void *ctx, const char *dir) {
+    const sharded_args *a = ctx;
+    return accel__write_sharded(dir, a->n, a->names, a->tensors, a->max, a->format, NULL, NULL);
+}
+
+static accel_status save_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
+                                 int64_t max_shard_bytes, accel_weights_format format) {
+    if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0 ||
+        (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
+    if (accel__is_file(dir))
+        return accel_set_error(ACCEL_ERR_INVALID_ARG,
+                               "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
+    sharded_args a = {n, names, tensors, max_shard_bytes, format};
+    return accel__save_staged(dir, "accel_save_sharded", write_args, &a);
+}
+
 accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
                                 accel_tensor *const *tensors, int64_t max_shard_bytes) {
-    return save_sharded(dir, n, names, tensors, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS, (tensor_source){NULL, NULL});
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS);
 }
 
 accel_status accel_save_sharded_as(const char *dir, int n, const char *const *names,
                                    accel_tensor *const *tensors, int64_t max_shard_bytes,
                                    accel_weights_format format) {
-    return save_sharded(dir, n, names, tensors, max_shard_bytes, format, (tensor_source){NULL, NULL});
+    return save_sharded(dir, n, names, tensors, max_shard_bytes, format);
 }
-
-accel_status accel__save_sharded_with(const char *dir, int n, const char *const *names,
-                                      accel_tensor *const *tensors, int64_t max_shard_bytes,
-                                      accel__tensor_ready_fn ready, void *ctx) {
-    return save_sharded(dir, n, names, tensors, max_shard_bytes, ACCEL_WEIGHTS_SAFETENSORS, (tensor_source){ready, ctx});
-}
-
 accel_status accel_save_module(const char *dir, accel_module *root, int64_t max_shard_bytes) {
     if (!root || !dir) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_module: NULL argument");
     const char *away = accel__module_values_away(root); /* (ZeRO-3's pieces, tensor-parallel slices) */
