@@ -325,6 +325,10 @@ accel_status accel__afile_write_all(const char *path, const void *data, size_t n
     return st;
 }
 
+bool accel__afile_is_scratch(const struct stat *sb) {
+    return S_ISREG(sb->st_mode) && (sb->st_mode & SCRATCH_MARK) && sb->st_uid == geteuid();
+}
+
 int accel__flock_wait(int fd, double stall_s, long *holder_pid, bool *holder_stopped) {
     struct stat held;
     lock_holder who = {0, '?'};

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "accel/core.h"
@@ -88,6 +89,11 @@ accel_status accel__afile_target(const char *path, char *out, size_t n);
 accel_status accel__afile_scratch(const char *target, char *out, size_t n);
 /* "a directory", "a FIFO", ...: what a path that is not a regular file is, for messages. */
 const char *accel__file_kind(mode_t mode);
+
+/* Whether sb (an lstat) is a scratch file of this user's atomic writer: one
+ * being written, or a killed write's (the mark below, on a regular file
+ * of ours). Never a finished file: the mark goes just before the rename. */
+bool accel__afile_is_scratch(const struct stat *sb);
 
 /* An exclusive flock on fd (a file or a directory another accel process
  * locks too: a staged save's parent), waited for as the writers above wait

@@ -140,7 +140,9 @@ static accel_status carry_tree(const char *from, const char *to, bool (*carry)(c
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (carry && !carry(e->d_name, ctx))) continue;
         snprintf(src, sizeof src, "%s/%s", from, e->d_name);
         snprintf(dst, sizeof dst, "%s/%s", to, e->d_name);
-        if (lstat(src, &sb)) continue; /* gone meanwhile */
+        /* gone meanwhile; or an atomic write's scratch file (a killed one's: the save's own write of
+         * that name would find it linked twice, and refuse) */
+        if (lstat(src, &sb) || accel__afile_is_scratch(&sb)) continue;
         if (mount_root(src, &sb, from)) {
             s = accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem, or a bind mount): the save "
                                 "replaces the directory that holds it as a whole, which cannot carry a mount over "
