@@ -3,7 +3,6 @@
 #define ACCEL_ACCELERATOR_INTERNAL_H
 
 #include <stdio.h>
-#include <time.h>
 
 #include "accel/accelerator.h"
 #include "accel/dist.h"

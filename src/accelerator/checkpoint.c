@@ -29,7 +29,6 @@
 #include "gemm_choices.h"
 #include "core/afile.h"
 #include "core/core_internal.h"
-#include "core/env.h"
 #include "core/staged_dir.h"
 #include "io/checkpoint_marker.h"
 #include "io/io_internal.h"

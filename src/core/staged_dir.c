@@ -52,7 +52,7 @@ static accel_status mkdir_p(const char *path, const char *op) {
 }
 
 void accel__fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd);
         close(fd);

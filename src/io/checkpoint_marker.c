@@ -11,17 +11,10 @@
 
 #include "io/checkpoint_marker.h"
 #include "core/checksum.h"
+#include "core/staged_dir.h"
 #include "io/io_internal.h"
 
 #define PATHN 4096
-
-static void fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
 
 /* Every regular file of dir (and, one level down, of its subdirectories) into
  * sizes as "prefix/name": bytes and into sums as "prefix/name": "crc"; at the
@@ -41,7 +34,7 @@ static accel_status list_files(json_t *sizes, json_t *sums, const char *dir, con
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (S_ISDIR(sb.st_mode) && !*prefix) {
             s = list_files(sizes, sums, path, e->d_name, NULL, op);
-            fsync_dir(path);
+            accel__fsync_dir(path);
         } else if (S_ISREG(sb.st_mode)) {
             uint32_t crc;
             int64_t bytes;
