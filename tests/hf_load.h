@@ -33,4 +33,10 @@ static inline accel_module *hf_load_as(const char *dir, const accel_llama_config
     return m;
 }
 
+/* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
+static inline accel_module *hf_load_eval(const char *dir) {
+    accel_llama_config c;
+    return accel_llama_config_load(dir, &c) == ACCEL_OK ? hf_load_as(dir, &c, false) : NULL;
+}
+
 #endif

@@ -9,6 +9,23 @@
 #include "accel/io.h"
 #include "check.h"
 
+/* A [rows, cols] int64 tensor of v's values. */
+static inline accel_tensor *i64_matrix(int64_t rows, int64_t cols, const int64_t *v) {
+    return accel_from_data(ACCEL_I64, 2, (int64_t[]){rows, cols}, v);
+}
+
+/* Equal bytes of two float tensors of one size (read as f32). */
+static inline bool same_bits(accel_tensor *a, accel_tensor *b) {
+    if (!a || !b || accel_numel(a) != accel_numel(b)) return false;
+    int64_t n = accel_numel(a);
+    float *x = accel_malloc(sizeof(float) * (size_t)n * 2);
+    accel_to_floats(a, x);
+    accel_to_floats(b, x + n);
+    bool same = !memcmp(x, x + n, sizeof(float) * (size_t)n);
+    accel_free(x);
+    return same;
+}
+
 /* Every element of `got` within atol + rtol * |want| of the fixture tensor
  * `name`; one CHECK per tensor, naming it and the worst element. */
 static inline void check_tensor_close(accel_safetensors *st, const char *name, accel_tensor *got,

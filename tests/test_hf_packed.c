@@ -34,34 +34,12 @@ static const char *const NAMES[] = {"llama_linear", "mistral", "qwen2_window", "
                                     "neox"};
 enum { B = 2, T = 20, V = 64 };
 
-/* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
-static accel_module *load(const char *dir) {
-    accel_llama_config c;
-    return accel_llama_config_load(dir, &c) == ACCEL_OK ? hf_load_as(dir, &c, false) : NULL;
-}
-
-static accel_tensor *ints(int64_t rows, int64_t cols, const int64_t *v) {
-    return accel_from_data(ACCEL_I64, 2, (int64_t[]){rows, cols}, v);
-}
-
-/* Equal bytes of two float tensors of one size. */
-static bool same_bits(accel_tensor *a, accel_tensor *b) {
-    if (!a || !b || accel_numel(a) != accel_numel(b)) return false;
-    int64_t n = accel_numel(a);
-    float *x = accel_malloc(sizeof(float) * (size_t)n * 2);
-    accel_to_floats(a, x);
-    accel_to_floats(b, x + n);
-    bool same = !memcmp(x, x + n, sizeof(float) * (size_t)n);
-    accel_free(x);
-    return same;
-}
-
 static void run(const char *name) {
     char dir[128], path[160];
     snprintf(dir, sizeof dir, "data/hf_arch_%s", name);
     snprintf(path, sizeof path, "data/hf_packed/%s.safetensors", name);
     accel_safetensors *st = accel_safetensors_open(path);
-    accel_module *m = st ? load(dir) : NULL;
+    accel_module *m = st ? hf_load_eval(dir) : NULL;
     CHECK_MSG(st && m, "%s: %s", name, accel_last_error());
     accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL;
     accel_tensor *pos = st ? accel_safetensors_tensor(st, "pos", -1) : NULL;
@@ -93,15 +71,15 @@ static void test_families(void) {
 
 /* no_cache beside a cache, an attention_mask, position ids that never restart, none. */
 static void test_rules(void) {
-    accel_module *m = load("data/hf_arch_mistral");
+    accel_module *m = hf_load_eval("data/hf_arch_mistral");
     CHECK(m != NULL);
     if (!m) return;
     int64_t id[B * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, ones[B * 4] = {1, 1, 1, 1, 1, 1, 1, 1},
             packed[B * 4] = {0, 1, 0, 1, 0, 1, 2, 3}, shifted[B * 4] = {3, 4, 5, 6, 0, 1, 2, 3};
-    accel_tensor *ids = ints(B, 4, id);
+    accel_tensor *ids = i64_matrix(B, 4, id);
     /* a cache: transformers detects no packing with one; here both at once are a contradiction */
     accel_kv_cache *kc = accel_llama_kv_cache_new(m, B, 8, ACCEL_CPU_DEVICE);
-    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = ints(B, 4, packed),
+    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = i64_matrix(B, 4, packed),
                                                            .cache = kc, .no_cache = true}));
     CHECK(accel_last_status() == ACCEL_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(accel_last_error(), "no_cache is set (transformers' use_cache=False) and a KV cache is given");
@@ -111,14 +89,14 @@ static void test_rules(void) {
     /* an attention_mask, of ones or with a pad: no packing detected, the forward without no_cache */
     const int64_t pad[B * 4] = {0, 1, 1, 1, 1, 1, 1, 1};
     for (int i = 0; i < 2; i++) {
-        accel_llama_inputs in = {.ids = ids, .attention_mask = ints(B, 4, i ? pad : ones),
-                                 .position_ids = ints(B, 4, packed)};
+        accel_llama_inputs in = {.ids = ids, .attention_mask = i64_matrix(B, 4, i ? pad : ones),
+                                 .position_ids = i64_matrix(B, 4, packed)};
         accel_tensor *want = accel_llama_forward_ex(m, &in);
         in.no_cache = true;
         CHECK_MSG(same_bits(want, accel_llama_forward_ex(m, &in)), "mask %d", i);
     }
     /* no restart in any row (whatever the first position), or no position ids: no packing */
-    accel_tensor *shift = ints(B, 4, shifted);
+    accel_tensor *shift = i64_matrix(B, 4, shifted);
     CHECK(same_bits(accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = shift}),
                     accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = shift,
                                                                     .no_cache = true})));
@@ -128,12 +106,12 @@ static void test_rules(void) {
                     accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = shift,
                                                                  .no_cache = true})));
     /* the loss reads the position ids itself: their checks name them */
-    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = ints(B, 3, packed),
+    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = i64_matrix(B, 3, packed),
                                                         .no_cache = true}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids must be [B, T] as ids: [2, 4]");
     accel_clear_error();
     const int64_t negative[B * 4] = {0, 1, 0, -1, 0, 1, 2, 3};
-    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = ints(B, 4, negative),
+    CHECK(!accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = i64_matrix(B, 4, negative),
                                                         .no_cache = true}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids[0][3] is -1");
     accel_clear_error();
@@ -145,7 +123,7 @@ static void test_rules(void) {
  * the logits it gives alone in a row of its own at its positions, and the loss is the mean over the labels
  * the sequences alone count. */
 static void test_alone(void) {
-    accel_module *m = load("data/hf_arch_mistral");
+    accel_module *m = hf_load_eval("data/hf_arch_mistral");
     CHECK(m != NULL);
     if (!m) return;
     enum { N = 20, SEQS = 3 };
@@ -154,15 +132,15 @@ static void test_alone(void) {
     for (int t = 0; t < N; t++) id[t] = (t * 37 + 11) % V;
     for (int s = 0, at = 0; s < SEQS; at += (int)len[s], s++)
         for (int t = 0; t < len[s]; t++) p[at + t] = first[s] + t;
-    accel_tensor *y = accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ints(1, N, id),
-                                                                      .position_ids = ints(1, N, p), .no_cache = true});
+    accel_tensor *y = accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = i64_matrix(1, N, id),
+                                                                      .position_ids = i64_matrix(1, N, p), .no_cache = true});
     float got[N * V], alone[N * V];
     CHECK(y && accel_to_floats(y, got) == ACCEL_OK);
     double worst = 0, nll = 0;
     int64_t counted = 0;
     for (int s = 0, at = 0; s < SEQS; at += (int)len[s], s++) {
-        accel_tensor *ys = accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ints(1, len[s], id + at),
-                                                                           .position_ids = ints(1, len[s], p + at)});
+        accel_tensor *ys = accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = i64_matrix(1, len[s], id + at),
+                                                                           .position_ids = i64_matrix(1, len[s], p + at)});
         CHECK(ys && accel_to_floats(ys, alone) == ACCEL_OK);
         for (int64_t i = 0; i < len[s] * V; i++) worst = fmax(worst, fabs(got[at * V + i] - alone[i]));
         for (int64_t t = 0; t + 1 < len[s]; t++, counted++) { /* -log softmax at the next token */
@@ -174,8 +152,8 @@ static void test_alone(void) {
         }
     }
     CHECK_MSG(worst < 1e-5, "a packed sequence's logits differ from its own by %g", worst);
-    accel_tensor *loss = accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = ints(1, N, id),
-                                                                      .position_ids = ints(1, N, p), .no_cache = true});
+    accel_tensor *loss = accel_llama_loss_ex(m, &(accel_llama_inputs){.ids = i64_matrix(1, N, id),
+                                                                      .position_ids = i64_matrix(1, N, p), .no_cache = true});
     float l = NAN;
     CHECK(loss && accel_to_floats(loss, &l) == ACCEL_OK);
     double own = nll / (double)counted;

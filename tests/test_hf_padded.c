@@ -48,12 +48,6 @@ static const char *const TRAIN[] = {"gpt2_layer_scale"};
 static const char *const TAIL_NAMES[] = {"llama_dynamic", "llama_longrope"};
 enum { B = 3, T = 20, NEW = 12, PAD = 3, TAIL = 8 };
 
-/* dir's checkpoint built from its config.json, weights loaded by name, in eval. */
-static accel_module *load(const char *dir) {
-    accel_llama_config c;
-    return accel_llama_config_load(dir, &c) == ACCEL_OK ? hf_load_as(dir, &c, false) : NULL;
-}
-
 /* The rows (flat b T + t) of logits [B, T, V] the fixture lists, [n, V] (step tensor); all finite. */
 static accel_tensor *gather_rows(accel_tensor *logits, const int64_t *rows, int64_t n, const char *name) {
     int64_t V = logits->shape[2];
@@ -151,7 +145,7 @@ static void run(const char *name) {
     snprintf(dir, sizeof dir, "data/hf_arch_%s", name);
     snprintf(path, sizeof path, "data/hf_padded/%s.safetensors", name);
     accel_safetensors *st = accel_safetensors_open(path);
-    accel_module *m = st ? load(dir) : NULL;
+    accel_module *m = st ? hf_load_eval(dir) : NULL;
     CHECK_MSG(st && m, "%s: %s", name, accel_last_error());
     accel_tensor *ids = st ? accel_safetensors_tensor(st, "ids", -1) : NULL;
     accel_tensor *mask = st ? accel_safetensors_tensor(st, "mask", -1) : NULL;
@@ -191,21 +185,6 @@ static void test_families(void) {
 }
 
 /* Equal bytes of two logits tensors. */
-static bool same_bits(accel_tensor *a, accel_tensor *b) {
-    if (!a || !b || accel_numel(a) != accel_numel(b)) return false;
-    int64_t n = accel_numel(a);
-    float *x = accel_malloc(sizeof(float) * (size_t)n * 2);
-    accel_to_floats(a, x);
-    accel_to_floats(b, x + n);
-    bool same = !memcmp(x, x + n, sizeof(float) * (size_t)n);
-    accel_free(x);
-    return same;
-}
-
-static accel_tensor *ints(int64_t rows, int64_t cols, const int64_t *v) {
-    return accel_from_data(ACCEL_I64, 2, (int64_t[]){rows, cols}, v);
-}
-
 /* A failed accel_llama_new chained into the forward, the loss or generation: the cause is the message (it
  * was "accel_llama_config_of: not a causal LM"; the chain rule, docs/contract.md); nothing pending: named. */
 static void test_null_model_chain(void) {
@@ -238,7 +217,7 @@ static void test_null_model_chain(void) {
  * after the forward, "destination shape [8, 8] != source shape [64]"); an integer tensor is refused before (it
  * took them truncated, silently). */
 static void test_prompt_logits(void) {
-    accel_module *m = load("data/hf_arch_llama_linear");
+    accel_module *m = hf_load_eval("data/hf_arch_llama_linear");
     CHECK(m != NULL);
     if (!m) return;
     accel_tensor *flat = accel_tensor_new(ACCEL_F32, 1, (int64_t[]){64}, ACCEL_CPU_DEVICE);
@@ -261,23 +240,23 @@ static void test_prompt_logits(void) {
 
 /* Bad masks refused by name; NULL and all-ones masks are accel_llama_forward bit for bit. */
 static void test_refusals(void) {
-    accel_module *m = load("data/hf_arch_mistral");
+    accel_module *m = hf_load_eval("data/hf_arch_mistral");
     CHECK(m != NULL);
     if (!m) return;
     int64_t id[2 * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, ones[2 * 4] = {1, 1, 1, 1, 1, 1, 1, 1};
-    accel_tensor *ids = ints(2, 4, id);
+    accel_tensor *ids = i64_matrix(2, 4, id);
     accel_tensor *plain = accel_llama_forward(m, ids, NULL);
     CHECK(same_bits(plain, accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids})));
     CHECK(same_bits(plain, accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids,
-                                                                         .attention_mask = ints(2, 4, ones)})));
+                                                                         .attention_mask = i64_matrix(2, 4, ones)})));
     struct {
         accel_tensor *mask;
         const char *why;
     } bad[] = {
-        {ints(2, 3, ones), "attention_mask must be"},                                 /* shorter than ids */
-        {ints(1, 8, ones), "attention_mask must be"},                                 /* batch mismatch */
+        {i64_matrix(2, 3, ones), "attention_mask must be"},                                 /* shorter than ids */
+        {i64_matrix(1, 8, ones), "attention_mask must be"},                                 /* batch mismatch */
         {accel_ones(ACCEL_F32, ACCEL_SHAPE(2, 4)), "attention_mask must be"},          /* dtype */
-        {ints(2, 4, (int64_t[]){1, 1, 2, 1, 1, 1, 1, 1}), "attention_mask[0][2] is 2"}, /* values */
+        {i64_matrix(2, 4, (int64_t[]){1, 1, 2, 1, 1, 1, 1, 1}), "attention_mask[0][2] is 2"}, /* values */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = bad[i].mask}));
@@ -286,7 +265,7 @@ static void test_refusals(void) {
     }
     /* a row of zeros: finite don't-care logits, the other row as alone */
     accel_tensor *y = accel_llama_forward_ex(m, &(accel_llama_inputs){
-        .ids = ids, .attention_mask = ints(2, 4, (int64_t[]){0, 0, 0, 0, 1, 1, 1, 1})});
+        .ids = ids, .attention_mask = i64_matrix(2, 4, (int64_t[]){0, 0, 0, 0, 1, 1, 1, 1})});
     CHECK(y != NULL);
     float hy[2 * 4 * 64], hp[2 * 4 * 64];
     bool finite = y && accel_to_floats(y, hy) == ACCEL_OK && accel_to_floats(plain, hp) == ACCEL_OK;
@@ -297,14 +276,14 @@ static void test_refusals(void) {
     CHECK_MSG(d < 1e-5, "the unmasked row moved by %g", d);
     /* with a cache the mask covers the cache and the new ids */
     accel_kv_cache *kc = accel_llama_kv_cache_new(m, 2, 8, ACCEL_CPU_DEVICE);
-    CHECK(accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = ints(2, 4, ones),
+    CHECK(accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = i64_matrix(2, 4, ones),
                                                           .cache = kc}) != NULL);
-    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ints(2, 1, id), .attention_mask = ints(2, 4, ones),
+    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = i64_matrix(2, 1, id), .attention_mask = i64_matrix(2, 4, ones),
                                                            .cache = kc}));
     CHECK_STR_CONTAINS(accel_last_error(), "cache length + T");
     accel_clear_error();
     /* position ids out of range */
-    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = ints(2, 4, (int64_t[]){
+    CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .position_ids = i64_matrix(2, 4, (int64_t[]){
                                                                             0, 1, -2, 3, 0, 1, 2, 3})}));
     CHECK_STR_CONTAINS(accel_last_error(), "position_ids[0][2] is -2");
     accel_clear_error();
@@ -313,13 +292,13 @@ static void test_refusals(void) {
     accel_dtype not_positions[] = {ACCEL_U8, ACCEL_BOOL, ACCEL_F32};
     for (size_t i = 0; i < sizeof not_positions / sizeof *not_positions; i++) {
         CHECK(!accel_llama_forward_ex(m, &(accel_llama_inputs){
-                                             .ids = ids, .position_ids = accel_to_dtype(ints(2, 4, ones), not_positions[i])}));
+                                             .ids = ids, .position_ids = accel_to_dtype(i64_matrix(2, 4, ones), not_positions[i])}));
         CHECK(accel_last_status() == ACCEL_ERR_SHAPE);
         CHECK_STR_CONTAINS(accel_last_error(), "position_ids must be [B, T] as ids: [2, 4] (int64 or int32, with data)");
         accel_clear_error();
     }
     CHECK(accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids,
-                                                          .position_ids = accel_to_dtype(ints(2, 4, id), ACCEL_I32)}));
+                                                          .position_ids = accel_to_dtype(i64_matrix(2, 4, id), ACCEL_I32)}));
     accel_kv_cache_free(kc);
     accel_step_reset();
     accel_module_free(m);
@@ -329,13 +308,13 @@ static void test_refusals(void) {
  * position ids on the host) is the one with them as tensors, bit for bit;
  * its mask checked as theirs; both at once refused. */
 static void test_host_pad(void) {
-    accel_module *m = load("data/hf_arch_mistral");
+    accel_module *m = hf_load_eval("data/hf_arch_mistral");
     CHECK(m != NULL);
     if (!m) return;
     int64_t id[2 * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, mask[2 * 4] = {0, 0, 1, 1, 1, 1, 1, 1},
             pos[2 * 4] = {0, 0, 0, 1, 0, 1, 2, 3}, bad[2 * 4] = {0, 0, 1, 3, 1, 1, 1, 1};
-    accel_llama_inputs in = {.ids = ints(2, 4, id), .attention_mask = ints(2, 4, mask),
-                             .position_ids = ints(2, 4, pos)};
+    accel_llama_inputs in = {.ids = i64_matrix(2, 4, id), .attention_mask = i64_matrix(2, 4, mask),
+                             .position_ids = i64_matrix(2, 4, pos)};
     accel_tensor *want = accel__llama_forward_last(m, &in, NULL);
     accel_llama_inputs ids_only = {.ids = in.ids};
     CHECK(same_bits(want, accel__llama_forward_last(m, &ids_only, &(accel__pad_host){mask, pos})));
@@ -353,7 +332,7 @@ static void test_host_pad(void) {
  * defaulting to eos, sampling by seed (a batch of one: accel_generate's
  * draws); GPT-2's padded rows' positions, not indices, bound by n_positions. */
 static void test_generate_rules(void) {
-    accel_module *m = load("data/hf_arch_llama_linear");
+    accel_module *m = hf_load_eval("data/hf_arch_llama_linear");
     CHECK(m != NULL);
     if (!m) return;
     int64_t id[2 * 4] = {5, 6, 7, 8, 9, 10, 11, 12}, out[2 * 12], cols = 0;
@@ -416,7 +395,7 @@ static void test_generate_rules(void) {
     accel_module_free(m);
     /* Phi-3 across longrope's switch at 16 (the batch re-run whole): a batch of one gives transformers'
      * greedy tokens of hf_arch_phi3 (a 4-token prompt, 32 new) */
-    m = load("data/hf_arch_phi3");
+    m = hf_load_eval("data/hf_arch_phi3");
     accel_safetensors *ph = accel_safetensors_open("data/hf_arch_phi3/expected.safetensors");
     accel_tensor *pp = ph ? accel_safetensors_tensor(ph, "prompt", -1) : NULL, *pg = ph ? accel_safetensors_tensor(ph, "greedy", -1) : NULL;
     CHECK(m && pp && pg && pp->shape[1] == 4 && pg->shape[1] == 36);
@@ -432,7 +411,7 @@ static void test_generate_rules(void) {
     accel_module_free(m);
     /* GPT-2 (n_positions 40): rows of 2 pads and 18 tokens, 23 new (the last one not fed back): indices up to
      * 41, positions up to 39; 24: position 40, no row */
-    m = load("data/hf_arch_gpt2_long");
+    m = hf_load_eval("data/hf_arch_gpt2_long");
     int64_t g_ids[2 * 20] = {0}, g_mask[2 * 20] = {0}, g_out[2 * 44];
     for (int b = 0; b < 2; b++)
         for (int t = 2; t < 20; t++) g_ids[b * 20 + t] = (b * 20 + t) % 64, g_mask[b * 20 + t] = 1;
@@ -550,7 +529,7 @@ static void test_offload_bf16(void) {
     }
     accel_device_map_free(map);
     /* f32 weights under bf16 autocast: the mask and the unseen rows' zeros in bf16 */
-    accel_module *m = load("data/hf_arch_mistral");
+    accel_module *m = hf_load_eval("data/hf_arch_mistral");
     accel_dtype prev = accel_autocast_begin(ACCEL_BF16);
     accel_tensor *y = m ? accel_llama_forward_ex(m, &(accel_llama_inputs){.ids = ids, .attention_mask = mask}) : NULL;
     accel_autocast_end(prev);
