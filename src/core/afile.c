@@ -127,7 +127,7 @@ static int lock_tmp(const char *tmp, double stall_s, lock_holder *who, bool *for
             return -1;
         }
         if (r != 0 || (stat(tmp, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)) {
-            if (*created || (fstat(fd, &now) == 0 && (now.st_mode & SCRATCH_MARK) && now.st_uid == geteuid()))
+            if (*created || (fstat(fd, &now) == 0 && accel__afile_is_scratch(&now)))
                 return fd;
             close(fd);
             *foreign = true;
