@@ -61,10 +61,11 @@ bool accel__ckpt_fault(const char *step);
  * made none for ACCEL_WRITE_STALL_TIMEOUT seconds (default 60). The tmp is
  * created with O_EXCL and the sticky bit (cleared before the rename): a tmp
  * left by a killed writer carries it and is reused; one without it is not
- * accel's (the user's own "<path>.tmp") and, like a tmp that is not a
- * regular file of one link (a symbolic link, a hard link, a FIFO, a
- * directory), is an error naming it, never truncated, written through,
- * renamed or removed. */
+ * accel's (the user's own "<target>.tmp", or of the short form above) and,
+ * like a tmp that is not a regular file of one link (a symbolic link, a hard
+ * link, a FIFO, a directory), is an error naming it, never truncated, written
+ * through, renamed or removed. The writer's errors name the target (where the
+ * links the caller's path passes through lead), not the path given. */
 typedef struct accel__afile {
     int fd; /* the tmp, open for reading too (the csv tracker keeps a dup of it, and reads it back) */
     int lock; /* the tmp opened again, holding the flock */
