@@ -227,7 +227,7 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     char target[4096], tmp[4096 + 8];
     double stall_s;
     if (accel__afile_target(path, target, sizeof target) || accel__afile_scratch(target, tmp, sizeof tmp) ||
-        accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK)
+        accel__write_stall_timeout(&stall_s) != ACCEL_OK)
         return accel_last_status();
     struct stat old;
     if (stat(target, &old) == 0) {
@@ -327,6 +327,10 @@ accel_status accel__afile_write_all(const char *path, const void *data, size_t n
 
 bool accel__afile_is_scratch(const struct stat *sb) {
     return S_ISREG(sb->st_mode) && (sb->st_mode & SCRATCH_MARK) && sb->st_uid == geteuid();
+}
+
+accel_status accel__write_stall_timeout(double *seconds) {
+    return accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, seconds);
 }
 
 int accel__flock_wait(int fd, double stall_s, long *holder_pid, bool *holder_stopped) {

@@ -96,6 +96,11 @@ const char *accel__file_kind(mode_t mode);
  * of ours). Never a finished file: the mark goes just before the rename. */
 bool accel__afile_is_scratch(const struct stat *sb);
 
+/* ACCEL_WRITE_STALL_TIMEOUT, the seconds every wait below allows a lock's
+ * holder that makes no progress (default 60, in (0, 1e6]): the atomic
+ * writer's, the staged saves', the trackers'. Its value refused by name. */
+accel_status accel__write_stall_timeout(double *seconds);
+
 /* An exclusive flock on fd (a file or a directory another accel process
  * locks too: a staged save's parent), waited for as the writers above wait
  * for each other: as long as the holder makes progress (fd's file changes,
