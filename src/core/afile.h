@@ -45,8 +45,9 @@ bool accel__ckpt_fault(const char *step);
  * whose directory does not exist or is not writable (the scratch file is
  * made there), a target that is a directory, a FIFO or a device: an error
  * naming it, nothing written. A file replaced keeps its permission bits
- * (set on the scratch file at open: a 0600 file's bytes are never readable
- * by others, even mid-write) and its owner and group where this process may
+ * (those it has when this writer's turn comes, after any writer it waited
+ * for; set on the scratch file at open: a 0600 file's bytes are never
+ * readable by others, even mid-write) and its owner and group where this process may
  * give them (root; a group of ours), as writing it in place would; a new
  * file is created 0644 less the umask. Hard links are not kept: the target
  * is a new file, its other names keep the old bytes (atomic replacement
