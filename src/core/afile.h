@@ -47,8 +47,8 @@ bool accel__ckpt_fault(const char *step);
  * naming it, nothing written. A file replaced keeps its permission bits
  * (those it has when this writer's turn comes, after any writer it waited
  * for; set on the scratch file at open: a 0600 file's bytes are never
- * readable by others, even mid-write) and its owner and group where this process may
- * give them (root; a group of ours), as writing it in place would; a new
+ * readable by others, even mid-write) and its owner and group where this
+ * process may give them (root; a group of ours), as writing it in place would; a new
  * file is created 0644 less the umask. Hard links are not kept: the target
  * is a new file, its other names keep the old bytes (atomic replacement
  * cannot write through them).
