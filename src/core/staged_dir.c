@@ -14,7 +14,6 @@
 
 #include "core/afile.h"
 #include "core/core_internal.h"
-#include "core/env.h"
 #include "core/staged_dir.h"
 
 #define PATHN 4096
@@ -225,7 +224,7 @@ static accel_status refuse_non_directory(const char *dir, const char *op) {
  * staged sibling found once the lock is held is a dead save's. */
 static accel_status lock_parent(const char *dir, const char *parent, accel__staging *sg, const char *op) {
     double stall_s;
-    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s)) return accel_last_status();
+    if (accel__write_stall_timeout(&stall_s)) return accel_last_status();
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 && errno == EACCES) return ACCEL_OK; /* a parent we may write but not read (mode -wx): unguarded */
     if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot open %s: %s", op, parent, strerror(errno));

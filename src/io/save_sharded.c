@@ -206,9 +206,6 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
     if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0 ||
         (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
-    if (accel__is_file(dir))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
     for (int i = 0; i < n; i++) /* before the staging: a bad tensor touches nothing (accel__write_sharded checks again) */
         if (!accel_tensor_check(tensors[i], "accel_save_sharded", names[i] ? names[i] : "tensor"))
             return accel_last_status();
