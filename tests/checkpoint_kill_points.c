@@ -710,7 +710,8 @@ static int enospc(const char *root) {
  * a mount point, so save_model and save_state into DIR, or through a link to
  * it, fail at once naming it, before writing anything beside it (they used to
  * stage the whole save on the parent's filesystem, then fail the exchange);
- * into OUTER they fail naming OUTER/data, before anything changes. */
+ * io's weight writers write DIR in place; into OUTER all fail naming
+ * OUTER/data, before anything changes. */
 static int mount_point(const char *dir, const char *outer) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
