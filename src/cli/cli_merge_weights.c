@@ -18,6 +18,7 @@
  * atomic; `--remove_checkpoint_dir` deletes the shards and the index only
  * after it succeeded. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,15 +270,16 @@ static int sharded_beside_index(const char *dir, const char *sub) {
  * folder alone too. A folder holding its marker itself is no save_state's
  * model: its marker goes with it. Error set. */
 static accel_status drop_from_marker(const char *dir, const char *sub, const char *out_dir, bool unsafe) {
-    char at[4096], only[4096], why[8192];
+    char at[4096], only[4096], marker[8192], out[PATH_MAX], why[PATH_MAX + 128];
     if (!checkpoint_of(dir, sub, at, only)) return ACCEL_OK;
     if (!*only) {
-        snprintf(why, sizeof why, "%s/%s", at, ACCEL__MARKER);
-        if (unlink(why) == 0 || errno == ENOENT) return ACCEL_OK;
-        return accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", why, strerror(errno));
+        snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
+        if (unlink(marker) == 0 || errno == ENOENT) return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", marker, strerror(errno));
     }
-    snprintf(why, sizeof why, "`accel merge-weights --remove_checkpoint_dir` merged it into %s/%s", out_dir,
-             merged_name(unsafe));
+    /* the output's absolute path: the load that reads the note runs from anywhere */
+    snprintf(why, sizeof why, "`accel merge-weights --remove_checkpoint_dir` merged it into %s/%s",
+             realpath(out_dir, out) ? out : out_dir, merged_name(unsafe));
     return accel__marker_drop(at, only, why, "accel merge-weights");
 }
 
