@@ -194,12 +194,18 @@ static accel_status refuse_cwd(const char *dir, const char *op) {
                            "save into a subdirectory, or change directory first", op, dir, cwd);
 }
 
+bool accel__is_mount_point(const char *dir) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    struct stat d;
+    split_path(dir, parent, base);
+    return lstat(dir, &d) == 0 && S_ISDIR(d.st_mode) && mount_root(dir, &d, parent);
+}
+
 /* A mount point cannot be swapped with a sibling (the rename crosses
  * filesystems, or the mount is busy): said before anything is written,
  * rather than after the whole save was staged on the parent's filesystem. */
 static accel_status refuse_mount_point(const char *dir, const char *parent, const char *op) {
-    struct stat d;
-    if (lstat(dir, &d) != 0 || !S_ISDIR(d.st_mode) || !mount_root(dir, &d, parent)) return ACCEL_OK;
+    if (!accel__is_mount_point(dir)) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem than its parent %s, or a bind "
                            "mount): the save is written beside it and swapped in with one rename, which cannot move "
                            "a mount point; save into a subdirectory of it", op, dir, parent);
@@ -283,6 +289,14 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, accel__stagin
     }
     if (s) accel__staged_abort(tmp, sg); /* ours (any leftover went above): a failed begin leaves nothing */
     return s;
+}
+
+accel_status accel__staged_begin_in_place(const char *dir, accel__staging *sg, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    sg->lock = -1;
+    sg->held = false; /* nothing staged: abort removes nothing */
+    return lock_parent(dir, parent, sg, op);
 }
 
 /* fsync of every directory of tree, so that the entries made in them (files
