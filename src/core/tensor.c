@@ -361,12 +361,16 @@ accel_status accel_tensor_to_meta(accel_tensor *t) {
     if (t->flags & ACCEL_TF_ARENA) /* its data is the step pool's: meta would leave its readers none */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_to_meta: t is a step tensor (only a persistent "
                                "tensor moves to meta)");
-    accel__tape_forget_data(t); /* a graph that read it cannot backpropagate through it any more */
+    accel__tape_forget_data(&t, 1); /* a graph that read it cannot backpropagate through it any more */
+    accel__tensor_drop_data(t);
+    return ACCEL_OK;
+}
+
+void accel__tensor_drop_data(accel_tensor *t) {
     free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = NULL;
     t->device = ACCEL_META_DEVICE;
-    return ACCEL_OK;
 }
 
 /* ---- step tensors */
