@@ -38,6 +38,9 @@ static inline uint64_t accel__read_le(const unsigned char *p, int bytes) {
     return v;
 }
 
+/* The values of the integer dtype dt, as doubles: trunc(v) in [*lo, *hi);
+ * false (nothing set) for a floating dtype or bool. */
+bool accel__int_dtype_range(accel_dtype dt, double *lo, double *hi);
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);
 void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);

@@ -416,16 +416,8 @@ accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape) {
  * ("value cannot be converted to type int32_t without overflow"). Floating
  * dtypes and bool take any value. */
 static accel_status check_value_fits(accel_dtype dt, double v, const char *op) {
-    double lo, hi; /* trunc(v) in [lo, hi) */
-    switch (dt) {
-    case ACCEL_I64: lo = -0x1p63, hi = 0x1p63; break;
-    case ACCEL_I32: lo = -0x1p31, hi = 0x1p31; break;
-    case ACCEL_I16: lo = -0x1p15, hi = 0x1p15; break;
-    case ACCEL_I8: lo = -0x1p7, hi = 0x1p7; break;
-    case ACCEL_U8: lo = 0, hi = 0x1p8; break;
-    default: return ACCEL_OK;
-    }
-    if (trunc(v) >= lo && trunc(v) < hi) return ACCEL_OK;
+    double lo, hi;
+    if (!accel__int_dtype_range(dt, &lo, &hi) || (trunc(v) >= lo && trunc(v) < hi)) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %g cannot be converted to %s without overflow", op, v,
                            accel_dtype_name(dt));
 }
