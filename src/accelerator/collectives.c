@@ -221,6 +221,7 @@ static accel_status rescale_f64(accel_tensor *c, double scale, int n) {
  * float), as torch stores between the two; in double for float64. A factor
  * of 1 is skipped. */
 static accel_status rescale(accel_tensor *c, double scale, int n, const char *fn) {
+    if (scale == 1.0 && n == 1) return ACCEL_OK;
     if (c->dtype == ACCEL_F64) return rescale_f64(c, scale, n);
     if (scale != 1.0) {
         accel_k_unary mul = {.out = c, .x = c, .op = ACCEL_U_MUL_SCALAR, .p = scale};
@@ -263,7 +264,7 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
     }
     /* Upstream applies scale on XLA only (all_reduce(op, [t], scale)); accel
      * applies it on every device, as XLA does: times scale, then / N. */
-    if ((scale != 1.0 || (is_mean && acc->world > 1)) && rescale(c, scale, is_mean ? acc->world : 1, fn)) return NULL;
+    if (rescale(c, scale, is_mean ? acc->world : 1, fn) != ACCEL_OK) return NULL;
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;
 }
