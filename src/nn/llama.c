@@ -648,20 +648,25 @@ static bool sdpa_numerics(const accel__arch *a) { return !a->score_softcap; }
 
 /* Whether attention module attn of li takes the explicit scores
  * (attention_masked.h) on dev with window W: for the window, soft-capping,
- * GPT-2's dropout while training, and a padded batch the fused kernel does
- * not take (*ranged false). *ranged: a padded batch whose rows each keep one
- * run of keys (left or right padding), on a device whose fused kernel reads
- * key ranges, with the SDPA's rule for a query that sees no key (a left
- * pad's 0; Gemma 2's eager attention gives the mean of the values). */
+ * GPT-2's dropout while training, and a padded batch or packed sequences
+ * the fused kernel does not take (*ranged, *packed false). *ranged: a padded
+ * batch whose rows each keep one run of keys (left or right padding), on a
+ * device whose fused kernel reads key ranges, with the SDPA's rule for a
+ * query that sees no key (a left pad's 0; Gemma 2's eager attention gives
+ * the mean of the values). *packed: packed sequences on a device whose fused
+ * kernel reads a key start per query (every query sees its own key: no
+ * rule to choose, the numerics of an unpacked call). */
 static bool explicit_scores(const accel_module *attn, const layer_impl *li, const pad_state *pad, int64_t W,
-                            accel_device dev, bool *ranged) {
+                            accel_device dev, bool *ranged, bool *packed) {
     const accel__arch *a = li->arch;
     const uint8_t *keep = pad ? pad->keep : NULL;
+    const int64_t *starts = pad ? pad->seq_start : NULL;
     bool drop = a->dropouts && attn->training && li->cfg->attn_pdrop > 0;
     bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
-    bool packed = pad && pad->seq_start; /* a key start per query: no fused kernel reads one */
-    *ranged = keep && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
-    return (W || cap || drop || (keep && !*ranged) || packed) && dev.type != ACCEL_DEV_META;
+    *ranged = keep && !starts && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
+    *packed = starts && !keep && accel__sdpa_key_start_on(dev);
+    bool fused = (!keep || *ranged) && (!starts || *packed);
+    return (W || cap || drop || !fused) && dev.type != ACCEL_DEV_META;
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
@@ -720,7 +725,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
     accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
-    bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
+    bool ranged, packed, expl = explicit_scores(attn, li, pad, W, x->device, &ranged, &packed);
     bool sdpa = sdpa_numerics(a);
     /* the explicit scores' padding mask: the forward's for this window when it fits (made once,
      * pad_masks_once), else this layer's own; NULL without padding or packing */
@@ -738,6 +743,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                       : expl   ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
                                                              sdpa)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
+                      : packed ? accel__sdpa_packed(q, k, v, pad->seq_start, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
@@ -1362,8 +1368,8 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
     for (int i = 0; i < layers->n_children; i++) {
         const layer_impl *li = layers->children[i]->impl;
         int64_t W = layer_window(li, pos + T);
-        bool ranged;
-        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged) ||
+        bool ranged, packed;
+        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged, &packed) ||
             pad->masks[W != 0].mask)
             continue;
         accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B,
