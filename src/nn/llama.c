@@ -1310,8 +1310,11 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
         bool plain = true;
         for (int64_t i = 0; plain && i < B * T; i++) plain = p[i] == pos + i % T;
         pad->positions = plain ? NULL : p;
-        /* transformers detects packing only without a mask (even one of ones) and without a cache */
-        if (in->no_cache && !in->attention_mask && !hp->mask && packed_starts(p, B, T, &pad->seq_start) != ACCEL_OK)
+        /* transformers detects packing only without a mask (even one of ones) and without a cache; the
+         * loss found them already */
+        pad->seq_start = hp->seq_start;
+        if (!hp->seq_start && in->no_cache && !in->attention_mask && !hp->mask &&
+            packed_starts(p, B, T, &pad->seq_start) != ACCEL_OK)
             return accel_last_status();
         if (!plain) {
             pad->rope_len = 0;
@@ -1572,8 +1575,8 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     const int64_t *m = in->attention_mask
                            ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:", true)
                            : NULL;
-    /* packed sequences (no_cache, positions that restart, no mask): the positions read once, the labels
-     * -100 at each sequence's first token */
+    /* packed sequences (no_cache, positions that restart, no mask): the positions read once and their
+     * sequences found once, for the forward and the labels (-100 at each sequence's first token) */
     bool packing = in->no_cache && in->position_ids && !in->attention_mask;
     const int64_t *p = packing ? host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:", false) : NULL;
     const int64_t *starts = NULL;
@@ -1587,18 +1590,22 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
         return NULL;
     }
     accel__moe_aux *outer = balance ? accel__moe_aux_collect(aux) : NULL;
-    accel_tensor *loss = cp && cp->pg && !in->attention_mask && !in->position_ids
-                             ? accel__decoder_cp_loss(llama, cp, ids) /* else the forward's refusal */
-                         : in->attention_mask /* the forward reads the host copy m, not the tensor again */
-                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids,
-                                                                                      .position_ids = in->position_ids},
-                                                          false, &(accel__pad_host){.mask = m}),
-                                           masked_labels(ids, m, NULL))
-                         : starts /* and the positions p */
-                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids, .no_cache = true},
-                                                          false, &(accel__pad_host){.positions = p}),
-                                           masked_labels(ids, NULL, starts))
-                             : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
+    accel_tensor *loss;
+    if (cp && cp->pg && !in->attention_mask && !in->position_ids) {
+        loss = accel__decoder_cp_loss(llama, cp, ids); /* else the forward's refusal */
+    } else if (in->attention_mask) { /* the forward reads the host copy m, not the tensor again */
+        loss = labels_loss(llama,
+                           forward(llama, &(accel_llama_inputs){.ids = ids, .position_ids = in->position_ids}, false,
+                                   &(accel__pad_host){.mask = m}),
+                           masked_labels(ids, m, NULL));
+    } else if (packing) { /* the forward takes p and its sequences as found here (none restarting: it looks again) */
+        accel_tensor *logits = forward(llama, &(accel_llama_inputs){.ids = ids, .no_cache = true}, false,
+                                       &(accel__pad_host){.positions = p, .seq_start = starts});
+        loss = starts ? labels_loss(llama, logits, masked_labels(ids, NULL, starts))
+                      : accel__causal_lm_loss(llama, logits, ids);
+    } else {
+        loss = accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
+    }
     if (balance) {
         accel__moe_aux_collect(outer);
         accel_tensor *lb = loss ? accel__moe_aux_loss(aux, loss) : NULL;
