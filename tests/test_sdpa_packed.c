@@ -93,7 +93,7 @@ static accel_tensor *fused(accel_tensor *q, accel_tensor *k, accel_tensor *v, co
  * sees no key). */
 static accel_tensor *explicit_of(accel_tensor *q, accel_tensor *k, accel_tensor *v, const kcase *c) {
     accel__pad_mask pm;
-    if (accel__pad_mask_make(&pm, NULL, c->start, c->B, c->H / c->Hkv, c->Tq, c->Tk, c->Tk - c->Tq, 0,
+    if (accel__pad_mask_make(&pm, NULL, c->start, c->B, c->Tq, c->Tk, c->Tk - c->Tq, 0,
                              accel__scores_dtype(q, true), q->device) != ACCEL_OK)
         return NULL;
     return accel__masked_attention_pad(q, k, v, c->Tk - c->Tq, 0, &pm, true, 0.0, 0.0, 0.0, NULL, true);

@@ -732,8 +732,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel__pad_mask own = {0};
     const accel__pad_mask *pm = pad && expl && (pad->keep || pad->seq_start) ? &pad->masks[W != 0] : NULL;
     if (pm && q && k && !accel__pad_mask_fits(pm, q, k, pos, W, sdpa)) {
-        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[1] / k->shape[1], q->shape[2],
-                                 k->shape[2], pos, W, accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
+        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[2], k->shape[2], pos, W, accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
             return NULL;
         pm = &own;
     }
@@ -1375,8 +1374,7 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
         if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged, &packed) ||
             pad->masks[W != 0].mask)
             continue;
-        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B,
-                                               li->heads / li->kv_heads, T, pos + T, pos, W,
+        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B, T, pos + T, pos, W,
                                                accel__scores_dtype_of(dt, sdpa_numerics(li->arch)), dev);
         if (st != ACCEL_OK) return st;
     }
