@@ -732,7 +732,8 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     accel__pad_mask own = {0};
     const accel__pad_mask *pm = pad && expl && (pad->keep || pad->seq_start) ? &pad->masks[W != 0] : NULL;
     if (pm && q && k && !accel__pad_mask_fits(pm, q, k, pos, W, sdpa)) {
-        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[2], k->shape[2], pos, W, accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
+        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[2], k->shape[2], pos, W,
+                                 accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
             return NULL;
         pm = &own;
     }
