@@ -263,7 +263,8 @@ bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
  * to 0 on a loader's last batch); not the number of optimizer updates
  * (accel_optimizer_step_count). */
 int64_t accel_accelerator_step(const accel_accelerator *acc);
-/* True when any prepared optimizer skipped its last step (fp16 overflow). */
+/* True when any prepared optimizer skipped its last step (fp16 overflow in
+ * its gradients). */
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
 /* Current fp16 loss scale, a float32 value (1 when not fp16). */
 double accel_accelerator_loss_scale(const accel_accelerator *acc);
@@ -414,22 +415,33 @@ accel_status accel_accelerator_accumulate(accel_accelerator *acc);
 accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
 accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
 /* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.
- * fp16: unscales, skips the step on inf/nan gradients and updates the scale. */
+ * fp16 (GradScaler.step then update, as Accelerate's optimizer step calls
+ * them): unscales this optimizer's gradients (unless done since its last
+ * step), skips its step when they hold an inf/nan, then updates the scale;
+ * with several optimizers each unscales and skips on its own gradients, and
+ * the scale is updated after each one's step. A step that fails (an error
+ * returned) leaves its gradients unscaled and the scale as they were: made
+ * again, it steps with them as they are. zero_grad clears the optimizer's
+ * gradients, and with them its unscaled state. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
 accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
  * was not skipped; num_processes times unless split_batches. */
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
-/* Unscales (fp16) then clips the model's gradients; returns the global norm
+/* Unscales (fp16: every prepared optimizer's gradients, as
+ * unscale_gradients) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
  * all-reduce), NAN + error on failure (norm_type as accel_clip_grad_norm's,
  * max_norm >= 0). */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
-/* Divides fp16-scaled gradients by the scale once per step (no-op otherwise).
- * Collective (every rank must call it) under ZeRO, tensor or pipeline
- * parallelism, where the ranks agree on an inf/nan found: a failed agreement
- * is returned (and the step then skipped), not taken as an overflow alone. */
+/* Divides the fp16-scaled gradients of every prepared optimizer by the
+ * scale their backward used, each optimizer's once until its step (no-op
+ * otherwise); fp16 with no optimizer prepared is ACCEL_ERR_STATE (nothing
+ * would be divided). Collective (every rank must call it) under ZeRO, tensor
+ * or pipeline parallelism, where the ranks agree on an inf/nan found: a
+ * failed agreement is returned (and the step then not made), not taken as
+ * an overflow alone. */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- pipeline parallelism
