@@ -593,8 +593,9 @@ typedef struct accel_resume_point {
  * checked against the marker's sizes and CRC-32C first: a corrupted file
  * fails the load (ACCEL_ERR_FORMAT naming it), and with automatic naming the
  * newest intact checkpoint is taken instead (the skipped ones named on
- * stderr). On success *at
- * (may be NULL) tells where training resumes. No checkpoint yet is
+ * stderr). What does not fit this run (a model's or optimizer's entries, the
+ * registered objects' count, a blob's size) is refused before anything is
+ * loaded. On success *at (may be NULL) tells where training resumes. No checkpoint yet is
  * ACCEL_ERR_IO, which the caller may handle by starting fresh: nothing of it
  * stays behind (docs/contract.md "Errors"). */
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir,
@@ -684,8 +685,10 @@ accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker
 /* init_trackers(project_name, config): opens the log_with trackers in
  * <project_dir>/<project_name>/ and stores config in every tracker. Once per
  * accelerator (ACCEL_ERR_STATE the second time, on the main process: a call
- * that failed to open a tracker does not count, and is made again on every
- * rank once its cause is fixed). */
+ * that failed to open a tracker or to store the config in one does not
+ * count, keeps none of the trackers it opened, and is made again on every
+ * rank once its cause is fixed). A tracker's op that fails, here and in log
+ * and end_training, is named in the error (docs/tracking.md). */
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config);
 /* log(values, step): to every tracker; step < 0 = none. The values are
@@ -705,13 +708,16 @@ accel_status accel_accelerator_end_training(accel_accelerator *acc);
  * (main process) with what save returned, load_state gives those bytes back
  * to load on every rank, i in registration order. *data from malloc (accel
  * frees it). A count mismatch at load is ACCEL_ERR_FORMAT as Accelerate's
- * "Number of custom checkpoints in folder ... does not match". */
+ * "Number of custom checkpoints in folder ... does not match", refused
+ * before anything is loaded. A failing save or load is named in the error,
+ * with the message it set (accel_set_error) or "gave no reason". */
 typedef accel_status (*accel_state_save_fn)(void *obj, void **data, size_t *len);
 typedef accel_status (*accel_state_load_fn)(void *obj, const void *data, size_t len);
 accel_status accel_accelerator_register_for_checkpointing(accel_accelerator *acc, void *obj,
                                                           accel_state_save_fn save, accel_state_load_fn load);
 /* The same for a fixed-size byte blob: saved verbatim, restored in place
- * (a saved size other than len is ACCEL_ERR_FORMAT). Borrowed. */
+ * (a saved size other than len is ACCEL_ERR_FORMAT, refused before anything
+ * is loaded). Borrowed. */
 accel_status accel_accelerator_register_blob_for_checkpointing(accel_accelerator *acc, void *data, size_t len);
 /* accelerator.save(obj, f): on the main process only, atomically (written to
  * "<path>.tmp", fsynced, renamed). Tensors as safetensors with metadata

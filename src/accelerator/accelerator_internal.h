@@ -502,8 +502,11 @@ accel_status accel__save_model_file(accel_accelerator *acc, const char *path, ac
 accel_status accel__write_model(accel_accelerator *acc, accel_module *model, const char *dir, int64_t max,
                                accel_weights_format fmt, bool write);
 /* save.c: registered objects into / out of a checkpoint directory (save_state
- * and load_state call these). */
+ * and load_state call these). check: what load can tell before anything is
+ * loaded (as many files as objects, each blob's file of the blob's size), so
+ * a refused checkpoint changes nothing. A callback's failure is named. */
 accel_status accel__custom_save(accel_accelerator *acc, const char *dir);
+accel_status accel__custom_check(accel_accelerator *acc, const char *dir);
 accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
 
 /* Context parallelism (cp.c). setup: after accel__zero_groups, the cp group
