@@ -356,8 +356,9 @@ static void test_fp16_unscale_needs_optimizer(void) {
     accel_tensor *loss = accel_mul_scalar(accel_sum_all(accel_module_call(m, x)), 0.01);
     CHECK(accel_accelerator_backward(b, loss) == ACCEL_OK);
     CHECK(accel_accelerator_unscale_gradients(b) == ACCEL_ERR_STATE);
-    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_unscale_gradients: fp16 unscales the gradients of the "
-                                           "prepared optimizers (GradScaler.unscale_(optimizer)), and none was prepared");
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_unscale_gradients: fp16 unscales the gradients of "
+                                           "the prepared optimizers (GradScaler.unscale_(optimizer)), and none was "
+                                           "prepared");
     CHECK(isnan(accel_accelerator_clip_grad_norm(b, m, 1.0, 2.0)));
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clip_grad_norm: fp16 unscales");
     CHECK_CLOSE(accel_get(w->grad, (int64_t[]){0, 0}), 0.25 * 0.01 * 65536, 1e-3, 0); /* still scaled */

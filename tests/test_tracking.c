@@ -878,8 +878,9 @@ static void test_init_trackers_store_retry(void) {
     CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, &k)) == ACCEL_OK);
     g_store_fails = 1;
     CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_ERR_IO);
-    CHECK_STR_CONTAINS(accel_last_error(), "the store_init_configuration of tracker 'remote' failed: tracker service "
-                                           "unreachable (the call does not count: fix it and call init_trackers again)");
+    CHECK_STR_CONTAINS(accel_last_error(), "the store_init_configuration of tracker 'remote' failed: tracker "
+                                           "service unreachable (the call does not count: fix it and call "
+                                           "init_trackers again)");
     CHECK(!accel_accelerator_get_tracker(acc, "jsonl") && k.configs == 0);
     g_store_fails = 0;
     CHECK_MSG(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_OK, "%s", accel_last_error());

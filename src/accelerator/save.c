@@ -65,7 +65,8 @@ accel_status accel__custom_save(accel_accelerator *acc, const char *dir) {
         size_t len = 0;
         unsigned long mark = accel__error_mark();
         st = c->save(c->obj, &data, &len);
-        if (st) st = accel__callback_failed(st, mark, "accel_accelerator_save_state: the save of registered object %d", i);
+        if (st)
+            st = accel__callback_failed(st, mark, "accel_accelerator_save_state: the save of registered object %d", i);
         if (!st && !data && len)
             st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: registered object %d "
                                                         "returned %zu bytes at NULL", i, len);
@@ -137,7 +138,9 @@ accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
         if (c->save) {
             unsigned long mark = accel__error_mark();
             st = c->load(c->obj, data, len);
-            if (st) st = accel__callback_failed(st, mark, "accel_accelerator_load_state: the load of registered object %d", i);
+            if (st)
+                st = accel__callback_failed(st, mark, "accel_accelerator_load_state: the load of registered object %d",
+                                            i);
         } else if (len != c->blob_len) { /* accel__custom_check's, again: no copy past the blob */
             st = blob_size_error(path, len, i, c->blob_len);
         } else {

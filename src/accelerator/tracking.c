@@ -185,7 +185,9 @@ accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_va
         accel_tracker *t = acc->tracking->trackers[i];
         unsigned long mark = accel__error_mark();
         accel_status st = accel_tracker_log(t, n, values, step);
-        if (st) return accel__callback_failed(st, mark, "accel_accelerator_log: the log of tracker '%s'", accel_tracker_name(t));
+        if (st)
+            return accel__callback_failed(st, mark, "accel_accelerator_log: the log of tracker '%s'",
+                                          accel_tracker_name(t));
     }
     return ACCEL_OK;
 }

@@ -138,7 +138,7 @@ static accel_status unscale_optimizer(accel_accelerator *acc, int i) {
         for (int k = 0; k < opt->n_segs; k++) {
             accel_tensor *p, *g;
             accel__seg_tensors(&opt->segs[k], &p, &g);
-            if (g && g->dtype == ACCEL_F32 && accel_is_contiguous(g)) unscale(&c, g, inv); /* else the step refuses it */
+            if (g && g->dtype == ACCEL_F32 && accel_is_contiguous(g)) unscale(&c, g, inv); /* else the step refuses */
         }
     }
     inf_check_read(&c);
