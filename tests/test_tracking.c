@@ -847,7 +847,8 @@ static void test_callback_failures_named(void) {
     char ck[512];
     snprintf(ck, sizeof ck, "%s/ck", dir);
     acc = accel_accelerator_new(NULL);
-    CHECK(accel_accelerator_register_for_checkpointing(acc, &obj, counter_save, failing_load) == ACCEL_OK);
+    counter saved = {41};
+    CHECK(accel_accelerator_register_for_checkpointing(acc, &saved, counter_save, failing_load) == ACCEL_OK);
     CHECK(accel_accelerator_save_state(acc, ck, NULL, 0) == ACCEL_OK);
     CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_load_state: the load of registered object 0 failed "
