@@ -1,6 +1,7 @@
 /* Mixed precision: fp16 GradScaler behaviour (init 65536, skip + backoff on inf/nan,
- * growth after growth_interval clean steps), bf16 autocast forward with f32 outputs,
- * fp8 and unknown modes refused. Runs plainly and under `accel launch`. */
+ * growth after growth_interval clean steps), per optimizer with several (a GAN) and
+ * through a failed step's retry, bf16 autocast forward with f32 outputs, fp8 and
+ * unknown modes refused. Runs plainly and under `accel launch`. */
 #include "accel/accel.h"
 #include "accel/accelerator.h"
 #include "check.h"
@@ -203,6 +204,192 @@ static void test_fp16_scale_float32(void) {
     accel_clear_error();
 }
 
+/* A GAN's two models, each with its own SGD (lr 0.1): Linear(4, 1) of
+ * weight 0.5 without bias, under an fp16 accelerator whose scale moves at
+ * every step (fp16_with: growth_interval 1). */
+typedef struct gan {
+    accel_accelerator *acc;
+    accel_module *m[2];
+    accel_optimizer *o[2];
+} gan;
+
+static gan gan_new(void) {
+    gan g = {.acc = fp16_with(65536, 2.0, 0.5)};
+    CHECK_MSG(g.acc != NULL, "%s", accel_last_error());
+    for (int k = 0; k < 2; k++) {
+        g.m[k] = accel_linear_new(4, 1, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_fill_(accel_module_get_tensor(g.m[k], "weight"), 0.5);
+        g.o[k] = accel_optimizer_new_module(ACCEL_OPTIM_SGD, g.m[k], &(accel_optim_hparams){.lr = 0.1});
+    }
+    CHECK_MSG(accel_accelerator_prepare(g.acc, g.m[0], g.o[0], g.m[1], g.o[1]) == ACCEL_OK, "%s", accel_last_error());
+    return g;
+}
+
+/* One backward of both models' losses, mse(m(x), 0) with x = 0.01 [2, 4]:
+ * d/dw = 2 * 0.02 * 0.01 = 4e-4 for each weight (the loss of m[0] times
+ * inf when inf_first: its gradients inf/nan, m[1]'s clean). */
+static void gan_backward(gan *g, bool inf_first) {
+    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(2, 4), 0.01), *y = accel_zeros(ACCEL_F32, ACCEL_SHAPE(2, 1));
+    accel_tensor *l0 = accel_mse_loss(accel_module_call(g->m[0], x), y);
+    if (inf_first) l0 = accel_mul_scalar(l0, INFINITY);
+    accel_tensor *l1 = accel_mse_loss(accel_module_call(g->m[1], x), y);
+    CHECK_MSG(accel_accelerator_backward(g->acc, accel_add(l0, l1)) == ACCEL_OK, "%s", accel_last_error());
+}
+
+static double gan_weight(const gan *g, int k) {
+    return accel_get(accel_module_get_tensor(g->m[k], "weight"), (int64_t[]){0, 0});
+}
+static double gan_grad(const gan *g, int k) {
+    return accel_get(accel_module_get_tensor(g->m[k], "weight")->grad, (int64_t[]){0, 0});
+}
+
+/* Both steps made: each weight 0.5 - 0.1 * 4e-4 (within fp16's forward
+ * rounding: torch's is 0.49995999, accel's 0.49995998); a gradient divided
+ * by the scale twice left a weight at 0.5, one divided by another step's
+ * scale at 0.49998 or 0.49992. */
+static void gan_check_stepped(const gan *g, int k) {
+    CHECK_CLOSE(gan_grad(g, k), 4e-4, 1e-3, 0);
+    CHECK_CLOSE(gan_weight(g, k), 0.49996, 0, 1e-7);
+}
+
+static void gan_free(gan *g) {
+    accel_step_reset();
+    accel_accelerator_free(g->acc);
+    for (int k = 0; k < 2; k++) {
+        accel_optimizer_free(g->o[k]);
+        accel_module_free(g->m[k]);
+    }
+}
+
+/* Two prepared optimizers under fp16 (Accelerate's GAN pattern: one backward,
+ * then each optimizer's step): each step unscales its own optimizer's
+ * gradients once, by the scale their backward used, and skips or steps on
+ * its own inf check, where every step unscaled every model (the second
+ * step's gradients divided twice: 6e-9). The scale is updated after each
+ * step as Accelerate's AcceleratedOptimizer.step calls update() (torch
+ * 2.15 + that loop: 131072 then 262144; 32768 then 65536 after the first's
+ * overflow). Accelerate divides the second optimizer's gradients by the
+ * scale the first's update left (w 0.49998 and 0.49992 there): not copied. */
+static void test_fp16_two_optimizers(void) {
+    gan g = gan_new();
+    gan_backward(&g, false);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[0]) == ACCEL_OK);
+    CHECK(accel_accelerator_loss_scale(g.acc) == 131072.0);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[1]) == ACCEL_OK);
+    CHECK(accel_accelerator_loss_scale(g.acc) == 262144.0);
+    CHECK(!accel_accelerator_optimizer_step_was_skipped(g.acc));
+    for (int k = 0; k < 2; k++) gan_check_stepped(&g, k);
+    gan_free(&g);
+
+    /* m[0]'s gradients overflow: its step alone is skipped (torch's GradScaler.step checks that optimizer's) */
+    g = gan_new();
+    gan_backward(&g, true);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[0]) == ACCEL_OK);
+    CHECK(accel_accelerator_loss_scale(g.acc) == 32768.0);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[1]) == ACCEL_OK);
+    CHECK(accel_accelerator_loss_scale(g.acc) == 65536.0);
+    CHECK(accel_accelerator_optimizer_step_was_skipped(g.acc));
+    CHECK(gan_weight(&g, 0) == 0.5);
+    gan_check_stepped(&g, 1);
+    gan_free(&g);
+
+    /* clip_grad_norm unscales every optimizer's gradients (Accelerate's
+     * unscale_gradients()); the steps after it do not unscale them again,
+     * where torch + Accelerate's update() unscale the second again (6e-9) */
+    g = gan_new();
+    gan_backward(&g, false);
+    CHECK_CLOSE(accel_accelerator_clip_grad_norm(g.acc, g.m[0], 100.0, 2.0), 8e-4, 1e-3, 0);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[0]) == ACCEL_OK);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[1]) == ACCEL_OK);
+    for (int k = 0; k < 2; k++) gan_check_stepped(&g, k);
+    gan_free(&g);
+
+    /* gradients unscaled, then cleared without a step: the next backward's are unscaled again */
+    g = gan_new();
+    gan_backward(&g, false);
+    CHECK(accel_accelerator_unscale_gradients(g.acc) == ACCEL_OK);
+    for (int k = 0; k < 2; k++) CHECK(accel_accelerator_zero_grad(g.acc, g.o[k]) == ACCEL_OK);
+    gan_backward(&g, false);
+    for (int k = 0; k < 2; k++) CHECK(accel_accelerator_optimizer_step(g.acc, g.o[k]) == ACCEL_OK);
+    for (int k = 0; k < 2; k++) gan_check_stepped(&g, k);
+    gan_free(&g);
+}
+
+/* An inf in one of an optimizer's gradients, the others clean, skips its
+ * step: the check of each gradient adds to the one flag of the optimizer
+ * (a check that set it to its own verdict let a later clean gradient, the
+ * bias after the weight, hide the weight's inf: an inf step). */
+static void test_fp16_inf_in_one_gradient(void) {
+    accel_accelerator *b = fp16_with(65536, 2.0, 0.5);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    accel_module *m = accel_linear_new(2, 1, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_optimizer *opt = accel_optimizer_new_module(ACCEL_OPTIM_SGD, m, &(accel_optim_hparams){.lr = 0.1});
+    CHECK(accel_accelerator_prepare(b, m, opt) == ACCEL_OK);
+    accel_tensor *w = accel_module_get_tensor(m, "weight");
+    accel_fill_(w, 0.5);
+    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(1, 2), 0.25);
+    accel_tensor *loss = accel_mul_scalar(accel_sum_all(accel_module_call(m, x)), 0.01);
+    CHECK(accel_accelerator_backward(b, loss) == ACCEL_OK);
+    accel_tensor *bias_grad = accel_module_get_tensor(m, "bias")->grad;
+    CHECK_CLOSE(accel_get(bias_grad, (int64_t[]){0}), 0.01 * 65536, 1e-3, 0); /* clean: below fp16's largest, 65504 */
+    CHECK(accel_set(w->grad, (int64_t[]){0, 0}, INFINITY) == ACCEL_OK);
+    CHECK(accel_accelerator_optimizer_step(b, opt) == ACCEL_OK);
+    CHECK(accel_accelerator_optimizer_step_was_skipped(b));
+    CHECK(accel_get(w, (int64_t[]){0, 0}) == 0.5 && accel_get(w, (int64_t[]){0, 1}) == 0.5);
+    CHECK(accel_accelerator_loss_scale(b) == 32768.0);
+    accel_step_reset();
+    accel_accelerator_free(b);
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
+/* fp16 unscales the prepared optimizers' gradients: with none prepared,
+ * unscale_gradients and clip_grad_norm are refused (they returned OK with
+ * the gradients still scaled, or clipped the scaled ones), changing nothing. */
+static void test_fp16_unscale_needs_optimizer(void) {
+    accel_accelerator *b = fp16_with(65536, 2.0, 0.5);
+    CHECK_MSG(b != NULL, "%s", accel_last_error());
+    accel_module *m = accel_linear_new(1, 1, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+    CHECK(accel_accelerator_prepare(b, m) == ACCEL_OK);
+    accel_tensor *w = accel_module_get_tensor(m, "weight");
+    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(1, 1), 0.25);
+    accel_tensor *loss = accel_mul_scalar(accel_sum_all(accel_module_call(m, x)), 0.01);
+    CHECK(accel_accelerator_backward(b, loss) == ACCEL_OK);
+    CHECK(accel_accelerator_unscale_gradients(b) == ACCEL_ERR_STATE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_unscale_gradients: fp16 unscales the gradients of "
+                                           "the prepared optimizers (GradScaler.unscale_(optimizer)), and none was "
+                                           "prepared");
+    CHECK(isnan(accel_accelerator_clip_grad_norm(b, m, 1.0, 2.0)));
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_clip_grad_norm: fp16 unscales");
+    CHECK_CLOSE(accel_get(w->grad, (int64_t[]){0, 0}), 0.25 * 0.01 * 65536, 1e-3, 0); /* still scaled */
+    accel_step_reset();
+    accel_accelerator_free(b);
+    accel_module_free(m);
+}
+
+/* An fp16 step that fails (a live hyperparameter the step refuses) leaves
+ * its gradients unscaled once and the scale where it was, as torch's
+ * exception inside GradScaler.step leaves the optimizer UNSCALED with no
+ * update(): the retry, the cause fixed, steps with those gradients (it
+ * divided them again: 6e-9, the weight left at 0.5), and the scale moves
+ * once (it moved for the failed step too: 262144). */
+static void test_fp16_step_retried(void) {
+    gan g = gan_new();
+    gan_backward(&g, false);
+    accel_optimizer_hparams(g.o[0], 0)->momentum = 0.9;
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[0]) == ACCEL_ERR_INVALID_ARG);
+    CHECK(accel_accelerator_loss_scale(g.acc) == 65536.0);
+    CHECK_CLOSE(gan_grad(&g, 0), 4e-4, 1e-3, 0);
+    CHECK(gan_weight(&g, 0) == 0.5);
+    accel_optimizer_hparams(g.o[0], 0)->momentum = 0;
+    CHECK_MSG(accel_accelerator_optimizer_step(g.acc, g.o[0]) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_loss_scale(g.acc) == 131072.0);
+    gan_check_stepped(&g, 0);
+    CHECK(accel_accelerator_optimizer_step(g.acc, g.o[1]) == ACCEL_OK);
+    gan_check_stepped(&g, 1);
+    gan_free(&g);
+}
+
 /* bf16 on one process: a second accelerator after the first is freed. */
 static void test_bf16_forward(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
@@ -250,6 +437,10 @@ int main(void) {
     accel_accelerator_free(A);
     if (N == 1) RUN(test_bf16_forward);
     if (N == 1) RUN(test_fp16_scale_float32);
+    RUN(test_fp16_two_optimizers);
+    RUN(test_fp16_step_retried);
+    RUN(test_fp16_inf_in_one_gradient);
+    RUN(test_fp16_unscale_needs_optimizer);
     accel_thread_cleanup();
     return check_summary();
 }

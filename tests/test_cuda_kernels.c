@@ -1389,8 +1389,9 @@ static void test_optimizers(void) {
         accel_k_norm_partial np = {.out = &out->c, .g = &g->c, .norm_type = norms[k]};
         KRUN("norm_partial", norm_partial, accel_k_norm_partial, np, 1e-9);
     }
-    for (int bad = 0; bad < 3; bad++) { /* finite, an inf, a nan */
-        pair *g = mk1(ACCEL_F32, 70001, ACC), *found = mk0(ACCEL_F32, OUT);
+    for (int bad = 0; bad < 3; bad++) { /* finite, an inf, a nan: found set, or left as the caller cleared it */
+        pair *g = mk1(ACCEL_F32, 70001, ACC), *found = mk0(ACCEL_F32, ACC);
+        set_elem(found, 0, 0.0);
         if (bad) set_elem(g, 65537, bad == 1 ? INFINITY : NAN);
         accel_k_unscale u = {.g = &g->c, .found = &found->c, .inv = 1.0f / 1024.0f};
         KRUN("unscale", unscale, accel_k_unscale, u, 0.0);

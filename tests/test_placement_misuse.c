@@ -213,7 +213,11 @@ static void llama_loss_accumulation(const char *mp, accel_dtype dt) {
     o.gradient_accumulation_steps = 2;
     accel_accelerator *acc = accel_accelerator_new(&o);
     accel_module *a = tiny_llama(), *b = tiny_llama();
-    CHECK(acc && a && b && accel_accelerator_prepare(acc, a) == ACCEL_OK && accel_module_to(b, DEV) == ACCEL_OK);
+    /* its optimizer prepared: fp16's unscale divides a prepared optimizer's gradients */
+    accel_optim_hparams h = accel_optim_defaults(ACCEL_OPTIM_SGD, 0.1);
+    accel_optimizer *opt = a ? accel_optimizer_new_module(ACCEL_OPTIM_SGD, a, &h) : NULL;
+    CHECK(acc && a && b && opt && accel_accelerator_prepare(acc, a, opt) == ACCEL_OK &&
+          accel_module_to(b, DEV) == ACCEL_OK);
     int64_t ids[4 * 16];
     for (int i = 0; i < 4 * 16; i++) ids[i] = (i * 13 + 5) % 97;
     accel_tensor *x = accel_to_device(accel_from_data(ACCEL_I64, ACCEL_SHAPE(4, 16), ids), DEV);
@@ -253,6 +257,7 @@ static void llama_loss_accumulation(const char *mp, accel_dtype dt) {
     accel_free(pb);
     accel_step_reset();
     accel_accelerator_free(acc);
+    accel_optimizer_free(opt);
     accel_module_free(a);
     accel_module_free(b);
     accel_step_reset();

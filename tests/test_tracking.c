@@ -743,15 +743,153 @@ static void test_register_for_checkpointing(void) {
     accel_clear_error();
     accel_accelerator_free(acc);
 
-    /* A blob of another size. */
+    /* A blob of another size: refused before anything is loaded (the
+     * counter registered before it kept its value; it was loaded, 41) */
     acc = accel_accelerator_new(NULL);
     char small[3];
+    c.value = 0;
     accel_accelerator_register_for_checkpointing(acc, &c, counter_save, counter_load);
     accel_accelerator_register_blob_for_checkpointing(acc, small, sizeof small);
     CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
     CHECK_STR_CONTAINS(accel_last_error(), "holds 6 bytes, the registered blob 1 is 3");
+    CHECK(c.value == 0);
     accel_clear_error();
     accel_accelerator_free(acc);
+    rm_rf(dir);
+}
+
+/* load_state refused for a registered blob of another size changes nothing:
+ * the model's weight (7 in the checkpoint) stays the fresh run's, as the
+ * step and the generator's seed do (the weight was loaded, then the blob
+ * refused). */
+static void test_refused_load_changes_nothing(void) {
+    char *dir = temp_dir();
+    char ck[512], big[32] = "saved", blob[16] = "fresh";
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    for (int run = 0; run < 2; run++) { /* 0 saves, 1 loads */
+        accel_manual_seed(run ? 5 : 1234);
+        accel_accelerator *acc = accel_accelerator_new(NULL);
+        accel_module *m = accel_linear_new(2, 1, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_tensor *w = accel_module_get_tensor(m, "weight");
+        accel_fill_(w, run ? 0.0 : 7.0);
+        CHECK(accel_accelerator_prepare(acc, m) == ACCEL_OK);
+        if (run) {
+            CHECK(accel_accelerator_register_blob_for_checkpointing(acc, blob, sizeof blob) == ACCEL_OK);
+            CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
+            CHECK_STR_CONTAINS(accel_last_error(), "holds 32 bytes, the registered blob 0 is 16");
+            accel_clear_error();
+            CHECK(accel_get(w, (int64_t[]){0, 0}) == 0.0 && accel_accelerator_step(acc) == 0);
+            CHECK(accel_default_rng()->seed == 5 && !strcmp(blob, "fresh"));
+        } else {
+            CHECK(accel_accelerator_register_blob_for_checkpointing(acc, big, sizeof big) == ACCEL_OK);
+            for (int i = 0; i < 3; i++) CHECK(accel_accelerator_accumulate(acc) == ACCEL_OK);
+            CHECK(accel_accelerator_save_state(acc, ck, NULL, 0) == ACCEL_OK);
+        }
+        accel_accelerator_free(acc);
+        accel_module_free(m);
+    }
+    rm_rf(dir);
+}
+
+/* A callback of the user's that fails (a registered object's save or load,
+ * a tracker's log, store_init_configuration or finish) is named in the
+ * call's error, with its own message when it set one; one that returns its
+ * status alone is said to give no reason: the slot still held an earlier,
+ * handled failure (a fresh run's "no complete checkpoint_*"), which the
+ * error showed as this call's. */
+static bool g_fail_quietly;
+static accel_status failing_save(void *obj, void **data, size_t *len) {
+    (void)obj, (void)data, (void)len;
+    return g_fail_quietly ? ACCEL_ERR_IO : accel_set_error(ACCEL_ERR_IO, "the object's disk is full");
+}
+static accel_status failing_load(void *obj, const void *data, size_t len) {
+    (void)obj, (void)data, (void)len;
+    return ACCEL_ERR_FORMAT;
+}
+static accel_status failing_log(void *ctx, int n, const accel_value *v, int64_t step) {
+    (void)ctx, (void)n, (void)v, (void)step;
+    return ACCEL_ERR_IO;
+}
+static accel_status failing_finish(void *ctx) {
+    (void)ctx;
+    return ACCEL_ERR_IO;
+}
+
+static void test_callback_failures_named(void) {
+    char *dir = temp_dir();
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.project_dir = dir;
+    o.automatic_checkpoint_naming = true;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    int obj = 0;
+    CHECK(accel_accelerator_register_for_checkpointing(acc, &obj, failing_save, failing_load) == ACCEL_OK);
+    static const accel_tracker_ops ops = {.name = "mine", .log = failing_log, .finish = failing_finish};
+    CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, NULL)) == ACCEL_OK);
+    CHECK(accel_accelerator_init_trackers(acc, "p", 0, NULL) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, NULL, NULL) == ACCEL_ERR_IO); /* a fresh run: handled */
+    g_fail_quietly = true;
+    CHECK(accel_accelerator_save_state(acc, NULL, NULL, 0) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_save_state: the save of registered object 0 failed "
+                                           "(I/O error) and gave no reason");
+    CHECK(!strstr(accel_last_error(), "no complete checkpoint"));
+    g_fail_quietly = false;
+    CHECK(accel_accelerator_save_state(acc, NULL, NULL, 0) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "the save of registered object 0 failed: the object's disk is full");
+    accel_value v[] = {ACCEL_VALUE_F("loss", 1.0)};
+    CHECK(accel_accelerator_log(acc, 1, v, 0) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_log: the log of tracker 'mine' failed (I/O error) and "
+                                           "gave no reason");
+    CHECK(accel_accelerator_end_training(acc) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_end_training: the finish of tracker 'mine' failed");
+    accel_accelerator_free(acc);
+
+    /* a checkpoint whose object's load fails */
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    acc = accel_accelerator_new(NULL);
+    counter saved = {41};
+    CHECK(accel_accelerator_register_for_checkpointing(acc, &saved, counter_save, failing_load) == ACCEL_OK);
+    CHECK(accel_accelerator_save_state(acc, ck, NULL, 0) == ACCEL_OK);
+    CHECK(accel_accelerator_load_state(acc, ck, NULL) == ACCEL_ERR_FORMAT);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_load_state: the load of registered object 0 failed "
+                                           "(format error) and gave no reason");
+    accel_clear_error();
+    accel_accelerator_free(acc);
+    rm_rf(dir);
+}
+
+/* A tracker whose store_init_configuration fails fails init_trackers, which
+ * does not count (it did: "already initialized" for good, the config never
+ * stored) and keeps none of log_with's trackers it opened: made again once
+ * the cause is fixed, it opens them and stores the config once. */
+static int g_store_fails;
+static accel_status flaky_config(void *ctx, int n, const accel_value *c) {
+    if (g_store_fails) return accel_set_error(ACCEL_ERR_IO, "tracker service unreachable");
+    return my_config(ctx, n, c);
+}
+
+static void test_init_trackers_store_retry(void) {
+    char *dir = temp_dir();
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.log_with = "jsonl";
+    o.project_dir = dir;
+    accel_accelerator *acc = accel_accelerator_new(&o);
+    static const accel_tracker_ops ops = {"remote", flaky_config, my_log, my_finish};
+    counts k = {0};
+    CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, &k)) == ACCEL_OK);
+    g_store_fails = 1;
+    CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_ERR_IO);
+    CHECK_STR_CONTAINS(accel_last_error(), "the store_init_configuration of tracker 'remote' failed: tracker "
+                                           "service unreachable (the call does not count: fix it and call "
+                                           "init_trackers again)");
+    CHECK(!accel_accelerator_get_tracker(acc, "jsonl") && k.configs == 0);
+    g_store_fails = 0;
+    CHECK_MSG(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_OK, "%s", accel_last_error());
+    CHECK(accel_accelerator_get_tracker(acc, "jsonl") && k.configs == N_CONFIG);
+    CHECK(accel_accelerator_init_trackers(acc, "exp", 0, NULL) == ACCEL_ERR_STATE);
+    accel_clear_error();
+    accel_accelerator_free(acc);
+    CHECK(k.finishes == 1);
     rm_rf(dir);
 }
 
@@ -965,6 +1103,9 @@ int main(int argc, char **argv) {
     RUN(test_progress_terminal);
     RUN(test_progress_over_loader);
     RUN(test_register_for_checkpointing);
+    RUN(test_refused_load_changes_nothing);
+    RUN(test_callback_failures_named);
+    RUN(test_init_trackers_store_retry);
     RUN(test_save_and_load);
     RUN(test_find_executable_batch_size);
     accel_thread_cleanup();

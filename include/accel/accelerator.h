@@ -263,7 +263,8 @@ bool accel_accelerator_sync_gradients(const accel_accelerator *acc);
  * to 0 on a loader's last batch); not the number of optimizer updates
  * (accel_optimizer_step_count). */
 int64_t accel_accelerator_step(const accel_accelerator *acc);
-/* True when any prepared optimizer skipped its last step (fp16 overflow). */
+/* True when any prepared optimizer skipped its last step (fp16 overflow in
+ * its gradients). */
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc);
 /* Current fp16 loss scale, a float32 value (1 when not fp16). */
 double accel_accelerator_loss_scale(const accel_accelerator *acc);
@@ -414,22 +415,33 @@ accel_status accel_accelerator_accumulate(accel_accelerator *acc);
 accel_status accel_accelerator_no_sync_begin(accel_accelerator *acc, accel_module *model);
 accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module *model);
 /* The prepared optimizer's step / zero_grad: no-ops unless sync_gradients.
- * fp16: unscales, skips the step on inf/nan gradients and updates the scale. */
+ * fp16 (GradScaler.step then update, as Accelerate's optimizer step calls
+ * them): unscales this optimizer's gradients (unless done since its last
+ * step), skips its step when they hold an inf/nan, then updates the scale;
+ * with several optimizers each unscales and skips on its own gradients, and
+ * the scale is updated after each one's step. A step that fails (an error
+ * returned) leaves its gradients unscaled and the scale as they were: made
+ * again, it steps with them as they are. zero_grad clears the optimizer's
+ * gradients, and with them its unscaled state. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
 accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
  * was not skipped; num_processes times unless split_batches. */
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s);
-/* Unscales (fp16) then clips the model's gradients; returns the global norm
+/* Unscales (fp16: every prepared optimizer's gradients, as
+ * unscale_gradients) then clips the model's gradients; returns the global norm
  * before clipping (gradients are identical on every rank after the
  * all-reduce), NAN + error on failure (norm_type as accel_clip_grad_norm's,
  * max_norm >= 0). */
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model,
                                         double max_norm, double norm_type);
-/* Divides fp16-scaled gradients by the scale once per step (no-op otherwise).
- * Collective (every rank must call it) under ZeRO, tensor or pipeline
- * parallelism, where the ranks agree on an inf/nan found: a failed agreement
- * is returned (and the step then skipped), not taken as an overflow alone. */
+/* Divides the fp16-scaled gradients of every prepared optimizer by the
+ * scale their backward used, each optimizer's once until its step (no-op
+ * otherwise); fp16 with no optimizer prepared is ACCEL_ERR_STATE (nothing
+ * would be divided). Collective (every rank must call it) under ZeRO, tensor
+ * or pipeline parallelism, where the ranks agree on an inf/nan found: a
+ * failed agreement is returned (and the step then not made), not taken as
+ * an overflow alone. */
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc);
 
 /* ---------------------------------------------------------------- pipeline parallelism
@@ -581,8 +593,9 @@ typedef struct accel_resume_point {
  * checked against the marker's sizes and CRC-32C first: a corrupted file
  * fails the load (ACCEL_ERR_FORMAT naming it), and with automatic naming the
  * newest intact checkpoint is taken instead (the skipped ones named on
- * stderr). On success *at
- * (may be NULL) tells where training resumes. No checkpoint yet is
+ * stderr). What does not fit this run (a model's or optimizer's entries, the
+ * registered objects' count, a blob's size) is refused before anything is
+ * loaded. On success *at (may be NULL) tells where training resumes. No checkpoint yet is
  * ACCEL_ERR_IO, which the caller may handle by starting fresh: nothing of it
  * stays behind (docs/contract.md "Errors"). */
 accel_status accel_accelerator_load_state(accel_accelerator *acc, const char *input_dir,
@@ -672,8 +685,10 @@ accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker
 /* init_trackers(project_name, config): opens the log_with trackers in
  * <project_dir>/<project_name>/ and stores config in every tracker. Once per
  * accelerator (ACCEL_ERR_STATE the second time, on the main process: a call
- * that failed to open a tracker does not count, and is made again on every
- * rank once its cause is fixed). */
+ * that failed to open a tracker or to store the config in one does not
+ * count, keeps none of the trackers it opened, and is made again on every
+ * rank once its cause is fixed). A tracker's op that fails, here and in log
+ * and end_training, is named in the error (docs/tracking.md). */
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
                                              const accel_value *config);
 /* log(values, step): to every tracker; step < 0 = none. The values are
@@ -693,13 +708,16 @@ accel_status accel_accelerator_end_training(accel_accelerator *acc);
  * (main process) with what save returned, load_state gives those bytes back
  * to load on every rank, i in registration order. *data from malloc (accel
  * frees it). A count mismatch at load is ACCEL_ERR_FORMAT as Accelerate's
- * "Number of custom checkpoints in folder ... does not match". */
+ * "Number of custom checkpoints in folder ... does not match", refused
+ * before anything is loaded. A failing save or load is named in the error,
+ * with the message it set (accel_set_error) or "gave no reason". */
 typedef accel_status (*accel_state_save_fn)(void *obj, void **data, size_t *len);
 typedef accel_status (*accel_state_load_fn)(void *obj, const void *data, size_t len);
 accel_status accel_accelerator_register_for_checkpointing(accel_accelerator *acc, void *obj,
                                                           accel_state_save_fn save, accel_state_load_fn load);
 /* The same for a fixed-size byte blob: saved verbatim, restored in place
- * (a saved size other than len is ACCEL_ERR_FORMAT). Borrowed. */
+ * (a saved size other than len is ACCEL_ERR_FORMAT, refused before anything
+ * is loaded). Borrowed. */
 accel_status accel_accelerator_register_blob_for_checkpointing(accel_accelerator *acc, void *data, size_t len);
 /* accelerator.save(obj, f): on the main process only, atomically (written to
  * "<path>.tmp", fsynced, renamed). Tensors as safetensors with metadata

@@ -156,7 +156,10 @@ typedef struct accel_value {
 #define ACCEL_VALUE_S(k, v) ((accel_value){.key = (k), .kind = ACCEL_VALUE_STRING, .s = (v)})
 
 /* A tracker's behaviour (Accelerate's GeneralTracker). Every function may be
- * NULL (nothing to do). step < 0: no step given. */
+ * NULL (nothing to do). step < 0: no step given. A function fails by
+ * returning its status, its message set with accel_set_error (the
+ * Accelerator's calls name the tracker and the function, and say when it
+ * set none). */
 typedef struct accel_tracker_ops {
     const char *name;
     accel_status (*store_init_configuration)(void *ctx, int n, const accel_value *config);

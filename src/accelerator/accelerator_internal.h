@@ -121,6 +121,15 @@ typedef struct accel__parallelism {
     int pp_first_layers, pp_last_layers;
 } accel__parallelism;
 
+/* A prepared optimizer's GradScaler state (torch's _per_optimizer_states):
+ * unscaled, its gradients were divided by the loss scale since its last step
+ * (its stage UNSCALED: a step that failed leaves it so, and the retry does
+ * not divide again); found_inf, that division met an inf or nan; skipped,
+ * its last step was skipped for it (any precision: false but under fp16). */
+typedef struct accel__opt_scaler {
+    bool unscaled, found_inf, skipped;
+} accel__opt_scaler;
+
 struct accel_accelerator {
     accel_accelerator_opts o;
     char *project_dir;
@@ -146,7 +155,7 @@ struct accel_accelerator {
     /* optimizer i's state private to the strategy, NULL while the optimizer
      * is the user's as it was (strategy.h: prepare_optimizer, optimizer_model) */
     void *strat_opt[ACCEL__MAX_PREPARED];
-    bool skipped[ACCEL__MAX_PREPARED];
+    accel__opt_scaler scaler_of[ACCEL__MAX_PREPARED]; /* optimizer i's GradScaler state (fp16) and skip */
     accel__pp_opt *pp_opt[ACCEL__MAX_PREPARED]; /* optimizer i's whole numbering under pp (owned), else NULL */
     int n_opts;
     accel_lr_scheduler *scheds[ACCEL__MAX_PREPARED];
@@ -160,11 +169,14 @@ struct accel_accelerator {
     bool sync_gradients;
     bool main_first_open; /* inside main_process_first_begin .. _end (state.c) */
 
-    /* GradScaler (fp16) */
+    /* GradScaler (fp16): scale, updated after each optimizer's step (as
+     * Accelerate's AcceleratedOptimizer.step calls update()); backward_scale,
+     * the scale the last backward multiplied its loss by, which the
+     * gradients carry until unscaled (another optimizer's step may have
+     * updated scale since) */
     double scale;
+    double backward_scale;
     int64_t growth_tracker;
-    bool unscaled;         /* gradients already unscaled this step */
-    bool found_inf;
 
     int64_t save_iteration; /* save_state calls in this run */
 
@@ -212,7 +224,8 @@ accel__model *accel__find_model(accel_accelerator *acc, const accel_module *m);
 /* model.c: prepare a model (fp8's conversion, flatten, rank 0's weights, the
  * autocast hook, its strategy's layout and start) and release it (always
  * let go; the status is its strategy release's first failure); the
- * backward's strategy calls for every prepared model (grad_ready among them). */
+ * backward's strategy calls for every prepared model (grad_ready among them),
+ * begin noting the loss scale the backward's gradients carry (backward_scale). */
 accel_status accel__model_prepare(accel_accelerator *acc, accel__model *pm);
 accel_status accel__model_release(accel_accelerator *acc, accel__model *pm);
 /* model.c: a local step of prepare (an allocation, a slicing) that failed on
@@ -495,8 +508,11 @@ accel_status accel__save_model_file(accel_accelerator *acc, const char *path, ac
 accel_status accel__write_model(accel_accelerator *acc, accel_module *model, const char *dir, int64_t max,
                                accel_weights_format fmt, bool write);
 /* save.c: registered objects into / out of a checkpoint directory (save_state
- * and load_state call these). */
+ * and load_state call these). check: what load can tell before anything is
+ * loaded (as many files as objects, each blob's file of the blob's size), so
+ * a refused checkpoint changes nothing. A callback's failure is named. */
 accel_status accel__custom_save(accel_accelerator *acc, const char *dir);
+accel_status accel__custom_check(accel_accelerator *acc, const char *dir);
 accel_status accel__custom_load(accel_accelerator *acc, const char *dir);
 
 /* Context parallelism (cp.c). setup: after accel__zero_groups, the cp group

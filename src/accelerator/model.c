@@ -460,6 +460,7 @@ static void pass_begin(void *ctx) {
 }
 
 void accel__backward_begin(accel_accelerator *acc) {
+    acc->backward_scale = acc->scale; /* fp16: what the gradients of this backward are scaled by */
     bool any = false;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];

@@ -62,7 +62,10 @@ accel_status accel__custom_save(accel_accelerator *acc, const char *dir) {
         }
         void *data = NULL;
         size_t len = 0;
+        unsigned long mark = accel__error_mark();
         st = c->save(c->obj, &data, &len);
+        if (st)
+            st = accel__callback_failed(st, mark, "accel_accelerator_save_state: the save of registered object %d", i);
         if (!st && !data && len)
             st = accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_save_state: registered object %d "
                                                         "returned %zu bytes at NULL", i, len);
@@ -89,7 +92,13 @@ static int count_custom(const char *dir) {
     return n;
 }
 
-accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
+/* The registered blob i cannot take the len bytes of its file at path. */
+static accel_status blob_size_error(const char *path, size_t len, int i, size_t blob_len) {
+    return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s holds %zu bytes, the registered "
+                                             "blob %d is %zu", path, len, i, blob_len);
+}
+
+accel_status accel__custom_check(accel_accelerator *acc, const char *dir) {
     accel__tracking *tk = acc->tracking;
     int found = count_custom(dir);
     if (found < 0) return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: cannot list %s", dir);
@@ -101,6 +110,22 @@ accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
                                "registered objects, or avoid using `custom_checkpoint` in the filename for files "
                                "in that same directory and load them in manually.",
                                dir, found, tk->n_objs);
+    for (int i = 0; i < tk->n_objs; i++) {
+        if (tk->objs[i].save) continue; /* a callback's bytes: its load says whether it takes them */
+        char path[4200];
+        custom_path(path, sizeof path, dir, i);
+        struct stat sb;
+        if (stat(path, &sb))
+            return accel_set_error(ACCEL_ERR_IO, "accel_accelerator_load_state: cannot read %s: %s", path,
+                                   strerror(errno));
+        if ((size_t)sb.st_size != tk->objs[i].blob_len)
+            return blob_size_error(path, (size_t)sb.st_size, i, tk->objs[i].blob_len);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
+    accel__tracking *tk = acc->tracking;
     accel_status st = ACCEL_OK;
     for (int i = 0; i < tk->n_objs && !st; i++) {
         accel__custom *c = &tk->objs[i];
@@ -109,11 +134,17 @@ accel_status accel__custom_load(accel_accelerator *acc, const char *dir) {
         void *data = NULL;
         size_t len = 0;
         if ((st = accel_load_bytes(path, &data, &len))) break;
-        if (c->save) st = c->load(c->obj, data, len);
-        else if (len != c->blob_len)
-            st = accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s holds %zu bytes, the registered "
-                                                   "blob %d is %zu", path, len, i, c->blob_len);
-        else memcpy(c->obj, data, len);
+        if (c->save) {
+            unsigned long mark = accel__error_mark();
+            st = c->load(c->obj, data, len);
+            if (st)
+                st = accel__callback_failed(st, mark, "accel_accelerator_load_state: the load of registered object %d",
+                                            i);
+        } else if (len != c->blob_len) { /* accel__custom_check's, again: no copy past the blob */
+            st = blob_size_error(path, len, i, c->blob_len);
+        } else {
+            memcpy(c->obj, data, len);
+        }
         free(data);
     }
     return st;

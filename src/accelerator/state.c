@@ -219,7 +219,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
     acc->device = pick_device(o, s.cpu_env, acc->local_rank);
     acc->accum_steps = s.steps;
     acc->sync_gradients = true;
-    acc->scale = s.mp == ACCEL_MP_FP16 ? o->init_scale : 1.0;
+    acc->scale = acc->backward_scale = s.mp == ACCEL_MP_FP16 ? o->init_scale : 1.0;
     acc->strat = accel__strategy_of(s.zc.stage);
     acc->fsdp = s.zc.fsdp;
     acc->offload = s.zc.offload;
@@ -323,7 +323,7 @@ accel_status accel_accelerator_zero_shard(accel_accelerator *acc, const accel_mo
 bool accel_accelerator_optimizer_step_was_skipped(const accel_accelerator *acc) {
     if (accel__acc_null(acc, __func__)) return false;
     for (int i = 0; i < acc->n_opts; i++)
-        if (acc->skipped[i]) return true;
+        if (acc->scaler_of[i].skipped) return true;
     return false;
 }
 
@@ -472,7 +472,7 @@ static accel_status forget_optimizer(accel_accelerator *acc, int i, bool consoli
     n = acc->n_opts;
     remove_at(acc->strat_opt, &n, i, sizeof acc->strat_opt[0]);
     n = acc->n_opts;
-    remove_at(acc->skipped, &n, i, sizeof acc->skipped[0]);
+    remove_at(acc->scaler_of, &n, i, sizeof acc->scaler_of[0]);
     remove_at(acc->opts, &acc->n_opts, i, sizeof acc->opts[0]);
     return st;
 }
@@ -609,7 +609,7 @@ accel_status accel_accelerator_prepare_optimizer(accel_accelerator *acc, accel_o
     /* this rank's refusals agreed on before the first collective (the agreement below, ZeRO's
      * shard): an optimizer refused on one rank alone (its model freed there) left the others there */
     if ((st = accel__prepare_agree(acc, st, "accept the optimizer"))) return st;
-    acc->skipped[acc->n_opts] = false;
+    acc->scaler_of[acc->n_opts] = (accel__opt_scaler){0};
     acc->opts[acc->n_opts] = opt;
     acc->strat_opt[acc->n_opts] = NULL;
     /* its state where prepare placed the model, then the stage's parameters (pp), then its link:
@@ -752,9 +752,8 @@ accel_status accel_accelerator_clear(accel_accelerator *acc) {
     acc->n_scheds = acc->n_dls = 0;
     acc->step = 0;
     acc->sync_gradients = true;
-    acc->scale = acc->mp == ACCEL_MP_FP16 ? acc->o.init_scale : 1.0;
+    acc->scale = acc->backward_scale = acc->mp == ACCEL_MP_FP16 ? acc->o.init_scale : 1.0;
     acc->growth_tracker = 0;
-    acc->unscaled = acc->found_inf = false;
     return first.st ? accel_set_error(first.st, "accel_accelerator_clear: %s", first.msg) : ACCEL_OK;
 }
 

@@ -106,10 +106,14 @@ void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const acce
     mark_resume(acc);
 }
 
+/* The trackers init_trackers opened (those after the first `had`) closed:
+ * its failure keeps none of them, so the call made again opens each once. */
+static void close_opened(accel__tracking *tk, int had) {
+    while (tk->n > had) accel_tracker_finish(tk->trackers[--tk->n]);
+}
+
 /* Opens the log_with trackers. One that cannot be (an unwritable or missing
- * directory) closes those this call opened and uncounts the call: the cause
- * fixed, init_trackers can be called again (it was refused as already
- * initialized, and logs went to the trackers opened before the failure). */
+ * directory) closes those this call opened. */
 static accel_status open_log_with(accel_accelerator *acc, const char *project_name) {
     accel__tracking *tk = acc->tracking;
     int had = tk->n, failed = -1;
@@ -123,11 +127,21 @@ static accel_status open_log_with(accel_accelerator *acc, const char *project_na
     if (!st) return ACCEL_OK;
     char why[1024];
     snprintf(why, sizeof why, "%s", accel_last_error());
-    while (tk->n > had) accel_tracker_finish(tk->trackers[--tk->n]);
-    tk->initialized = false;
+    close_opened(tk, had);
     return accel_set_error(st, "accel_accelerator_init_trackers: the %s tracker could not be opened (%s); none of "
                            "log_with's trackers were kept: fix it and call init_trackers again",
                            accel_tracker_builtin(failed), why);
+}
+
+/* Tracker t's store_init_configuration, its failure named. */
+static accel_status store_config(accel_tracker *t, int n, const accel_value *config) {
+    unsigned long mark = accel__error_mark();
+    accel_status st = accel_tracker_store_init_configuration(t, n, config);
+    if (!st) return ACCEL_OK;
+    accel__callback_failed(st, mark, "accel_accelerator_init_trackers: the store_init_configuration of tracker '%s'",
+                           accel_tracker_name(t));
+    return accel_set_error(st, "%s (the call does not count: fix it and call init_trackers again)",
+                           accel_last_error());
 }
 
 accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char *project_name, int n,
@@ -145,11 +159,19 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
     if (acc->rank != 0) return ACCEL_OK;
     if (tk->initialized)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
-    tk->initialized = true;
+    /* a failure (a tracker not opened, a config not stored) does not count
+     * the call and keeps none of the trackers it opened: made again, it opens
+     * and stores afresh (it was refused as already initialized) */
+    int had = tk->n;
     accel_status st = open_log_with(acc, project_name);
-    for (int i = 0; i < tk->n && !st && n > 0; i++) st = accel_tracker_store_init_configuration(tk->trackers[i], n, config);
-    if (!st) mark_resume(acc); /* load_state came first */
-    return st;
+    for (int i = 0; i < tk->n && !st && n > 0; i++) st = store_config(tk->trackers[i], n, config);
+    if (st) {
+        close_opened(tk, had);
+        return st;
+    }
+    tk->initialized = true;
+    mark_resume(acc); /* load_state came first */
+    return ACCEL_OK;
 }
 
 accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_value *values, int64_t step) {
@@ -159,9 +181,15 @@ accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_va
      * ranks (one returns an error, the others go on to the next collective) */
     if (accel__values_check("accel_accelerator_log", n, values)) return accel_last_status();
     if (acc->rank != 0) return ACCEL_OK;
-    accel_status st = ACCEL_OK;
-    for (int i = 0; i < acc->tracking->n && !st; i++) st = accel_tracker_log(acc->tracking->trackers[i], n, values, step);
-    return st;
+    for (int i = 0; i < acc->tracking->n; i++) {
+        accel_tracker *t = acc->tracking->trackers[i];
+        unsigned long mark = accel__error_mark();
+        accel_status st = accel_tracker_log(t, n, values, step);
+        if (st)
+            return accel__callback_failed(st, mark, "accel_accelerator_log: the log of tracker '%s'",
+                                          accel_tracker_name(t));
+    }
+    return ACCEL_OK;
 }
 
 accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name) {
@@ -174,13 +202,17 @@ accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char 
 accel_status accel_accelerator_end_training(accel_accelerator *acc) {
     if (accel__acc_null(acc, "accel_accelerator_end_training")) return accel_last_status();
     accel__tracking *tk = acc->tracking;
-    accel_status st = ACCEL_OK;
+    accel__first_error first = {0};
     for (int i = 0; i < tk->n; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s", accel_tracker_name(tk->trackers[i])); /* finish frees the tracker */
+        unsigned long mark = accel__error_mark();
         accel_status s = accel_tracker_finish(tk->trackers[i]);
-        if (!st) st = s;
+        if (s) s = accel__callback_failed(s, mark, "accel_accelerator_end_training: the finish of tracker '%s'", name);
+        accel__first_error_note(&first, s);
     }
     accel_free(tk->trackers);
     tk->trackers = NULL;
     tk->n = 0;
-    return st;
+    return accel__first_error_return(&first);
 }

@@ -80,54 +80,104 @@ static int find_opt(const accel_accelerator *acc, const accel_optimizer *opt) {
     return -1;
 }
 
-/* g *= inv on its device; true when a result is inf or nan (or the kernel failed). */
-static bool unscale(accel_tensor *g, float inv) {
-    accel_tensor *found = accel_empty_on(ACCEL_F32, 0, NULL, g->device);
-    accel_k_unscale k = {.g = g, .found = found, .inv = inv};
-    if (!found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", g->device, unscale, &k)) return true;
-    return accel_item(found) != 0.0;
+/* The inf/nan check of gradients unscaled one after another: found, a 0-dim
+ * f32 flag on the device of the gradients being checked, which the kernels
+ * set and which is read once per device, not once per gradient (a read
+ * waits for the device). */
+typedef struct inf_check {
+    accel_tensor *found;
+    bool inf; /* an inf or nan seen, or a kernel or an allocation failed */
+} inf_check;
+
+static void inf_check_read(inf_check *c) {
+    if (c->found) c->inf |= accel_item(c->found) != 0.0;
+    c->found = NULL;
 }
 
-/* GradScaler.unscale_: grads /= scale once per step; notes inf/nan. A rank
- * that holds only a gradient shard (the strategy's grad_shard), a tp slice
- * or a pipeline stage's gradients cannot tell alone, so the ranks agree on
- * inf (a stage that stepped while another skipped drifted apart, its loss
- * scale too; Megatron agrees likewise). */
-accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
-    if (acc->mp != ACCEL_MP_FP16 || acc->unscaled) return ACCEL_OK;
-    float inv = (float)(1.0 / acc->scale);
-    bool inf = false, sharded = false;
-    accel_status st = ACCEL_OK;
-    for (int i = 0; i < acc->n_models; i++) {
-        accel__model *pm = &acc->models[i];
-        accel_tensor h;
-        if (pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
-            sharded = true;
-            inf |= unscale(&h, inv);
-            continue;
-        }
+/* g *= inv on its device, an inf or nan of the result noted in c. */
+static void unscale(inf_check *c, accel_tensor *g, float inv) {
+    if (c->found && !accel_device_eq(c->found->device, g->device)) inf_check_read(c);
+    if (!c->found) {
+        c->found = accel_empty_on(ACCEL_F32, 0, NULL, g->device);
+        if (c->found && accel_fill_(c->found, 0.0)) c->found = NULL;
+    }
+    accel_k_unscale k = {.g = g, .found = c->found, .inv = inv};
+    if (!c->found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", g->device, unscale, &k)) c->inf = true;
+}
+
+/* GradScaler.unscale_(optimizer i): its gradients divided by the scale their
+ * backward multiplied them by, once until its step (torch's per-optimizer
+ * stage: the unscale or step of another optimizer leaves them alone, where
+ * dividing every prepared model's gradients at each optimizer's step divided
+ * a GAN's twice); an inf/nan noted for its step. The gradients of an
+ * optimizer re-targeted to a ZeRO model are that model's (the shard this
+ * rank holds, where the strategy shards them), else its parameters'. A rank
+ * that holds only a gradient shard, a tp slice or a pipeline stage's
+ * gradients cannot tell alone, so the ranks agree on inf (a stage that
+ * stepped while another skipped drifted apart, its loss scale too; Megatron
+ * agrees likewise). */
+static accel_status unscale_optimizer(accel_accelerator *acc, int i) {
+    accel__opt_scaler *sc = &acc->scaler_of[i];
+    if (acc->mp != ACCEL_MP_FP16 || sc->unscaled) return ACCEL_OK;
+    if (!accel__optimizer_usable(acc->opts[i], "accel_accelerator_unscale_gradients")) return accel_last_status();
+    float inv = (float)(1.0 / acc->backward_scale);
+    inf_check c = {0};
+    bool sharded = false;
+    accel__model *pm = accel__optimizer_model(acc, i);
+    accel_tensor h;
+    if (pm && pm->strat->grad_shard && pm->strat->grad_shard(pm, &h)) {
+        sharded = true;
+        unscale(&c, &h, inv);
+    } else if (pm) {
         for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
             accel_flat_buffer *b = &pm->fp->buffers[d];
-            if (b->n && b->dtype == ACCEL_F32) inf |= unscale(accel__flat_view(&h, b, b->grads, 0, b->numel), inv);
+            if (b->n && b->dtype == ACCEL_F32) unscale(&c, accel__flat_view(&h, b, b->grads, 0, b->numel), inv);
+        }
+    } else {
+        accel_optimizer *opt = acc->opts[i];
+        for (int k = 0; k < opt->n_segs; k++) {
+            accel_tensor *p, *g;
+            accel__seg_tensors(&opt->segs[k], &p, &g);
+            if (g && g->dtype == ACCEL_F32 && accel_is_contiguous(g)) unscale(&c, g, inv); /* else the step refuses */
         }
     }
+    inf_check_read(&c);
+    accel_status st = ACCEL_OK;
     if (sharded || acc->mesh.size[ACCEL__MESH_TP] > 1 || acc->par.size[ACCEL__MESH_PP] > 1) {
-        int32_t v = inf;
+        int32_t v = c.inf;
         st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
-        inf = st || v != 0; /* a broken group: skip the step rather than diverge, and say why */
+        c.inf = st || v != 0; /* a broken group: no step rather than diverge, and say why */
     }
-    acc->found_inf = inf;
-    acc->unscaled = true;
+    sc->found_inf = c.inf;
+    sc->unscaled = true;
     return st;
 }
 
-/* GradScaler.update (torch's _amp_update_scale_): the scale is a float32,
- * each product rounded to it, and a growth that would make it inf is not
- * taken (the tracker restarts all the same). A double scale drifted from
- * torch's by its roundings (growth 1.5) and grew past FLT_MAX. */
-static void update_scale(accel_accelerator *acc) {
-    if (acc->found_inf) {
+/* Accelerate's unscale_gradients(): every prepared optimizer's gradients.
+ * None prepared under fp16 is refused: nothing would be divided, and the
+ * caller would read (or step with) gradients 65536 times too large. */
+static accel_status unscale_all(accel_accelerator *acc, const char *fn) {
+    if (acc->mp == ACCEL_MP_FP16 && !acc->n_opts)
+        return accel_set_error(ACCEL_ERR_STATE, "%s: fp16 unscales the gradients of the prepared optimizers "
+                               "(GradScaler.unscale_(optimizer)), and none was prepared: prepare the optimizer "
+                               "that steps them", fn);
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < acc->n_opts && !st; i++) st = unscale_optimizer(acc, i);
+    return st;
+}
+
+accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
+    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    return unscale_all(acc, __func__);
+}
+
+/* GradScaler.update (torch's _amp_update_scale_) after a step that found_inf
+ * or not: the scale is a float32, each product rounded to it, and a growth
+ * that would make it inf is not taken (the tracker restarts all the same).
+ * A double scale drifted from torch's by its roundings (growth 1.5) and grew
+ * past FLT_MAX. */
+static void update_scale(accel_accelerator *acc, bool found_inf) {
+    if (found_inf) {
         acc->scale = (float)(acc->scale * acc->o.backoff_factor);
         acc->growth_tracker = 0;
     } else if (++acc->growth_tracker >= acc->o.growth_interval) {
@@ -165,19 +215,23 @@ accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_opti
     if (i < 0)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_optimizer_step: the optimizer was not prepared");
     if (!acc->sync_gradients) return ACCEL_OK;
-    accel_status st = ACCEL_OK;
-    if (acc->mp == ACCEL_MP_FP16) {
-        st = accel_accelerator_unscale_gradients(acc); /* a failed agreement: found_inf, the step skipped */
-        acc->skipped[i] = acc->found_inf;
-        if (!acc->found_inf) st = step(acc, i);
-        update_scale(acc);
-    } else {
-        acc->skipped[i] = false;
-        st = step(acc, i);
+    accel__opt_scaler *sc = &acc->scaler_of[i];
+    if (acc->mp != ACCEL_MP_FP16) {
+        sc->skipped = false;
+        return step(acc, i);
     }
-    acc->unscaled = false;
-    acc->found_inf = false;
-    return st;
+    /* GradScaler.step then update, as Accelerate's AcceleratedOptimizer.step
+     * calls them: a failure (the ranks' agreement on inf, the step) leaves
+     * the gradients unscaled and the scale as they were, as torch's
+     * exception leaves them, so the retry steps with the gradients as they
+     * are (it divided them again, and the scale moved for a step not made) */
+    accel_status st = unscale_optimizer(acc, i);
+    if (!st && !sc->found_inf) st = step(acc, i);
+    if (st) return st;
+    sc->skipped = sc->found_inf;
+    update_scale(acc, sc->found_inf);
+    sc->unscaled = sc->found_inf = false;
+    return ACCEL_OK;
 }
 
 accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt) {
@@ -192,7 +246,7 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
     } else {
         st = accel_optimizer_zero_grad(opt);
     }
-    acc->unscaled = false;
+    acc->scaler_of[i].unscaled = acc->scaler_of[i].found_inf = false; /* nothing of them is unscaled now */
     return st;
 }
 
@@ -210,6 +264,13 @@ accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_s
     return st;
 }
 
+/* fp16: an unscale since the last step found an inf or nan (an overflow). */
+static bool found_inf(const accel_accelerator *acc) {
+    for (int i = 0; acc->mp == ACCEL_MP_FP16 && i < acc->n_opts; i++)
+        if (acc->scaler_of[i].found_inf) return true;
+    return false;
+}
+
 double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *model, double max_norm,
                                         double norm_type) {
     accel__model *pm = acc ? accel__find_model(acc, model) : NULL;
@@ -219,14 +280,14 @@ double accel_accelerator_clip_grad_norm(accel_accelerator *acc, accel_module *mo
     }
     /* The strategies' norm kernels take any p: a p <= 0 gave a made-up norm. */
     if (!accel__check_clip_args("accel_accelerator_clip_grad_norm", max_norm, norm_type)) return NAN;
-    if (accel_accelerator_unscale_gradients(acc)) return NAN; /* the ranks' agreement on inf failed: the group */
+    if (unscale_all(acc, "accel_accelerator_clip_grad_norm")) return NAN; /* no optimizer, or no agreement on inf */
     double total;
     if (pm->strat->clip(acc, pm, max_norm, norm_type, &total) != ACCEL_OK) return NAN;
     /* A NaN gradient: the norm is NaN on every rank and nothing was clipped.
      * Under fp16 an overflow step (inf/nan found) is skipped, as torch's
      * GradScaler skips it: no error; otherwise the NaN says the training is
      * broken, and the NaN return is an error as everywhere in the library. */
-    if (isnan(total) && !(acc->mp == ACCEL_MP_FP16 && acc->found_inf))
+    if (isnan(total) && !found_inf(acc))
         return accel__nan_norm_error("accel_accelerator_clip_grad_norm");
     return total;
 }

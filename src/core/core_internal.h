@@ -18,6 +18,18 @@ void accel__cap_num_threads(int n);
  * table carries (backends/plugin.h). */
 accel_status accel__set_errorv(accel_status st, const char *fmt, va_list ap);
 
+/* The failure st of a user's callback (a registered object's save, a
+ * tracker's log), said by the library: "<what> failed: <its message>" when
+ * the callback set one during the call (errors were set on this thread since
+ * `mark`, accel__error_mark() taken just before it), else "<what> failed
+ * (<status name>) and gave no reason". A callback may return its status
+ * without a message (a C habit): the slot then still held an earlier, handled
+ * failure, which the caller read as this one's cause. printf-style `what`;
+ * returns st. */
+unsigned long accel__error_mark(void);
+accel_status accel__callback_failed(accel_status st, unsigned long mark, const char *what, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The device s names, read from its spelling alone: cpu, meta, or an indexed
  * type's name with an optional ":N" (N in 0..1023), whether or not a backend
  * serves that type (none is loaded). ACCEL_ERR_INVALID_ARG naming s otherwise.

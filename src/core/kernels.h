@@ -521,7 +521,9 @@ typedef struct accel_k_norm_partial {
 } accel_k_norm_partial;
 
 /* GradScaler's unscale_: g (f32 contiguous) *= inv in place; found (f32,
- * 0-dim) = 1 when an element of the result is inf or nan, else 0. */
+ * 0-dim) = 1 when an element of the result is inf or nan, else left as it
+ * was (torch's found_inf: cleared by the caller, set by any of the
+ * gradients it checks). */
 typedef struct accel_k_unscale {
     ACCEL_KERNEL_TENSORS(2, *g, *found);
     float inv;

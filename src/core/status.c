@@ -12,6 +12,7 @@
 
 static _Thread_local accel_status tl_status = ACCEL_OK;
 static _Thread_local char tl_message[1024];
+static _Thread_local unsigned long tl_errors_set; /* messages set on this thread: accel__error_mark */
 
 const char *accel_last_error(void) { return tl_message; }
 accel_status accel_last_status(void) { return tl_status; }
@@ -28,6 +29,7 @@ static void set_message(accel_status st, const char *fmt, va_list ap) {
     vsnprintf(m, sizeof m, fmt, ap);
     tl_status = st;
     memcpy(tl_message, m, sizeof m);
+    tl_errors_set++;
 }
 
 accel_status accel_set_error(accel_status st, const char *fmt, ...) {
@@ -53,6 +55,19 @@ accel_status accel_propagate_error(accel_status st, const char *fmt, ...) {
     va_end(ap);
     return st;
 }
+
+unsigned long accel__error_mark(void) { return tl_errors_set; }
+
+accel_status accel__callback_failed(accel_status st, unsigned long mark, const char *what, ...) {
+    char w[512];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(w, sizeof w, what, ap);
+    va_end(ap);
+    if (tl_errors_set != mark && tl_status != ACCEL_OK) return accel_set_error(st, "%s failed: %s", w, tl_message);
+    return accel_set_error(st, "%s failed (%s) and gave no reason", w, accel_status_name(st));
+}
+
 const char *accel_status_name(accel_status st) {
     switch (st) {
     case ACCEL_OK: return "ok";

@@ -87,6 +87,6 @@ accel_status accel__cpuk_unscale(accel_k_unscale *k) {
         g[i] *= inv;
         bad |= !isfinite(g[i]);
     }
-    *(float *)k->found->data = bad ? 1.0f : 0.0f;
+    if (bad) *(float *)k->found->data = 1.0f; /* set, never cleared: one flag checks many gradients */
     return ACCEL_OK;
 }

@@ -141,8 +141,9 @@ extern "C" accel_status accel__cudak_norm_partial(accel_k_norm_partial *k) {
     return launched(index, "norm_partial");
 }
 
-/* ---- GradScaler's unscale_: found is cleared, then set by any thread that
- * sees an inf or nan (every writer stores the same 1). */
+/* ---- GradScaler's unscale_: found is set by any thread that sees an inf or
+ * nan (every writer stores the same 1), never cleared: the caller clears it
+ * once for the many gradients it checks. */
 
 __global__ void unscale_k(float *g, float *found, int64_t n, float inv) {
     bool bad = false;
@@ -157,9 +158,8 @@ __global__ void unscale_k(float *g, float *found, int64_t n, float inv) {
 extern "C" accel_status accel__cudak_unscale(accel_k_unscale *k) {
     int index = k->g->device.index;
     int64_t n = accel_numel(k->g);
+    if (!n) return ACCEL_OK;
     cudaStream_t s = accel__cuda_enter(index);
-    accel_status st = accel__cuda_check(cudaMemsetAsync(k->found->data, 0, sizeof(float), s), index, "unscale");
-    if (st != ACCEL_OK || !n) return st;
     unscale_k<<<blocks_for(n), KTHREADS, 0, s>>>((float *)k->g->data, (float *)k->found->data, n, k->inv);
     return launched(index, "unscale");
 }
