@@ -34,7 +34,9 @@ accel_optimizer *accel_optimizer_new(accel_optim_kind kind) {
         return NULL;
     }
     accel_optimizer *opt = accel_calloc(1, sizeof *opt);
-    if (opt) opt->kind = kind;
+    if (!opt) return NULL;
+    opt->kind = kind;
+    opt->magic = ACCEL__MAGIC_OPTIMIZER;
     return opt;
 }
 
@@ -48,6 +50,7 @@ void accel__optimizer_model_freed(void *owner, void *obj) {
 }
 
 bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn) {
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, fn, "optimizer")) return false;
     if (!opt || !opt->gone) return true;
     accel_set_error(ACCEL_ERR_STATE, "%s: the optimizer's model was freed before it (accel_module_free): its "
                     "parameters are gone, so it can only be freed (free the model after its optimizer, or make "
@@ -56,13 +59,14 @@ bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn) {
 }
 
 void accel_optimizer_free(accel_optimizer *opt) {
-    if (!opt) return;
+    if (!opt || ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_free", "optimizer")) return;
     if (opt->model) accel__link_remove(&opt->model->links, opt);
     accel__link_detach_all(&opt->links, opt);
     for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(opt, &opt->segs[i]);
     accel__offload_free(opt->off);
     accel_free(opt->segs);
     accel_free(opt->groups);
+    opt->magic = 0;
     accel_free(opt);
 }
 
