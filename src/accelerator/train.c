@@ -7,7 +7,7 @@
 #include "fp8_scaling.h"
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
+    if (accel__acc_null(acc, "accel_accelerator_backward")) return accel_last_status();
     if (!loss) return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: loss is NULL");
     /* Under pp a stage holds only its layers (the others are on meta): a
      * loss of the model's own forward is no loss of the model, and would
