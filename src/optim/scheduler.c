@@ -63,7 +63,7 @@ static accel_status apply(accel_lr_scheduler *s) {
 
 /* The scheduler's link on its optimizer (core/link.h): the optimizer is
  * being freed, so the scheduler refuses every call that would set or read
- * its lrs (opt_alive). */
+ * its lrs (accel__scheduler_alive). */
 static void opt_freed(void *owner, void *obj) {
     (void)obj;
     ((accel_lr_scheduler *)owner)->opt = NULL; /* its link went with it */
