@@ -197,6 +197,8 @@ static void test_handles_freed_twice(void) {
     accel_optimizer_free(om);
     CHECK_DEAD(accel_optimizer_free(om), "optimizer");
     CHECK_DEAD(accel_optimizer_step(om), "optimizer");
+    CHECK_DEAD(CHECK(accel_optimizer_set_lr(om, 0, 0.5) == ACCEL_ERR_STATE), "optimizer");
+    CHECK_DEAD(CHECK(accel_optimizer_num_groups(om) == 0), "optimizer");
     accel_optimizer_free(o);
     CHECK_DEAD(accel_optimizer_free(o), "optimizer");
     accel_module_free(m);
@@ -210,6 +212,7 @@ static void test_handles_freed_twice(void) {
     CHECK_DEAD(CHECK(accel_dataloader_len(dl) == -1), "data loader");
     accel_dataset_free(ds);
     CHECK_DEAD(accel_dataset_free(ds), "dataset");
+    CHECK_DEAD(CHECK(accel_dataset_num_fields(ds) == 0), "dataset");
     CHECK_DEAD(CHECK(accel_dataloader_new(ds, NULL) == NULL), "dataset");
     accel_step_reset();
     release_held();

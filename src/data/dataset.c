@@ -127,9 +127,11 @@ bool accel__dataset_dead(const accel_dataset *ds, const char *fn) {
 int64_t accel_dataset_len(const accel_dataset *ds) {
     return ds && !accel__dataset_dead(ds, "accel_dataset_len") ? ds->len : 0;
 }
-int accel_dataset_num_fields(const accel_dataset *ds) { return ds ? ds->n_fields : 0; }
+int accel_dataset_num_fields(const accel_dataset *ds) {
+    return ds && !accel__dataset_dead(ds, "accel_dataset_num_fields") ? ds->n_fields : 0;
+}
 const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f) {
-    return ds && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
+    return ds && !accel__dataset_dead(ds, "accel_dataset_field") && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
 }
 
 accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,

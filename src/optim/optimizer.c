@@ -444,9 +444,10 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
 /* ---- accessors */
 
 /* A query's handle: NULL gives the neutral value and sets the error (docs/contract.md). */
+/* Whether opt is a live optimizer; else the error, naming fn. */
 static bool queried(const accel_optimizer *opt, const char *fn) {
     if (!opt) accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
-    return opt != NULL;
+    return opt && !ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, fn, "optimizer");
 }
 
 int accel_optimizer_num_groups(const accel_optimizer *opt) {
@@ -463,6 +464,7 @@ int64_t accel_optimizer_step_count(const accel_optimizer *opt) {
 }
 
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_get_lr", "optimizer")) return NAN;
     if (!opt || group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: no param group %d", group);
         return NAN;
@@ -472,6 +474,7 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
 
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_set_lr", "optimizer")) return accel_last_status();
     /* -1 is every group; -2 (an index computed wrong) set them all too, silently */
     if (group < -1 || group >= opt->n_groups)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
