@@ -170,10 +170,7 @@ static double ref_step(accel_module *m, accel_optimizer *o, const int *layer, in
     if (accel_accelerator_gradient_clipping(A) > 0) accel_clip_grad_norm(n, ps, accel_accelerator_gradient_clipping(A), 2.0);
     CHECK(accel_optimizer_step(o) == ACCEL_OK);
     /* zero_grad(set_to_none=True): the next step's idle experts have none */
-    for (int i = 0; i < n; i++) {
-        if (ps[i]->grad && !(ps[i]->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(ps[i]->grad);
-        ps[i]->grad = NULL;
-    }
+    for (int i = 0; i < n; i++) CHECK(accel_tensor_drop_grad(ps[i]) == ACCEL_OK);
     accel_free(ps);
     return l;
 }

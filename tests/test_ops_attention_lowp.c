@@ -323,8 +323,7 @@ static run op_run(accel_tensor *const *in, accel_tensor *w, const sdpa_case *c) 
     run r = {.o = accel_tensor_clone_persistent(o, ACCEL_CPU_DEVICE)};
     for (int i = 0; i < 3; i++) {
         r.g[i] = accel_tensor_clone_persistent(in[i]->grad, ACCEL_CPU_DEVICE);
-        accel_tensor_free(in[i]->grad);
-        in[i]->grad = NULL;
+        CHECK(accel_tensor_drop_grad(in[i]) == ACCEL_OK);
     }
     accel_step_reset();
     return r;

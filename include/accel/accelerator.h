@@ -680,7 +680,10 @@ static inline accel_preparable accel__prep_none(void *null) { return (accel_prep
 
 /* Adds a tracker of your own (log_with=[MyTracker(...)]); the accelerator owns
  * it from here (on every rank: it is finished by end_training or free). Call
- * before init_trackers, which gives it the config. */
+ * before init_trackers, which gives it the config. The tracker is taken on
+ * failure too (a NULL accelerator, out of memory: finished and freed), but
+ * for a tracker already added (to this accelerator or another), refused
+ * with ACCEL_ERR_STATE and left to the accelerator that holds it. */
 accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t);
 /* init_trackers(project_name, config): opens the log_with trackers in
  * <project_dir>/<project_name>/ and stores config in every tracker. Once per

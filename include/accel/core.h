@@ -198,6 +198,7 @@ enum {
     ACCEL_TF_BUFFER    = 1u << 3, /* a module buffer (state, not trained) */
     ACCEL_TF_MMAP      = 1u << 4, /* data points into a mapped file (read-only) */
     ACCEL_TF_GRAD_SHARED = 1u << 5, /* a step gradient two tensors hold (autograd: read-only) */
+    ACCEL_TF_GRAD      = 1u << 6, /* a leaf's persistent gradient: its tensor frees it */
 };
 
 /* Read the fields; write none of them. dtype, device, ndim, shape, stride,
@@ -265,8 +266,12 @@ accel_status accel_tensor_increment_version(accel_tensor *t);
 accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_device dev);
 /* Frees a persistent tensor (and its data if owned, and its .grad if owned).
  * A module's parameter or buffer is refused (ACCEL_ERR_STATE): its module
- * frees it. */
+ * frees it; so is a gradient the library gave a tensor (its .grad): the
+ * tensor frees it, and accel_tensor_drop_grad drops it. */
 void accel_tensor_free(accel_tensor *t);
+/* torch's `t.grad = None`: frees t's gradient (a step one dies with its
+ * step) and leaves t without one; the next backward makes a new one. */
+accel_status accel_tensor_drop_grad(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old
  * data if it was owned. Fails (t unchanged) on a dead, step or non-contiguous

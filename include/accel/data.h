@@ -23,9 +23,10 @@
  * counter (accelerate's `iteration`). Shuffling draws a permutation from
  * Philox(seed + epoch): identical on every rank for the same seed and epoch.
  *
- * Ownership: the loader borrows the dataset: free them in either order, but
- * iterate a loader only while its dataset lives. Datasets
- * own copies of their tensors. accel_batches arrays are owned by the struct.
+ * Ownership: the loader borrows the dataset: free them in either order. A
+ * dataset freed first detaches its loaders, which then refuse every call
+ * that reads it (next, len, remainder, dataset: ACCEL_ERR_STATE) and can
+ * only be freed. Datasets own copies of their tensors. accel_batches arrays are owned by the struct.
  */
 #ifndef ACCEL_DATA_H
 #define ACCEL_DATA_H

@@ -11,7 +11,9 @@
  * Ownership: accel_module_free frees the module, its children and its
  * tensors. Tied parameters (the same accel_tensor registered under two names)
  * are freed once. Freeing a model that an accelerator prepared or a dispatch
- * hooked first detaches it from them (docs/contract.md "Lifetimes").
+ * hooked first detaches it from them (docs/contract.md "Lifetimes"). A
+ * child belongs to its parent: accel_module_free of a module that has a
+ * parent is refused (ACCEL_ERR_STATE) and frees nothing; free the root.
  *
  * Defining a module of your own (see examples/custom_module.c):
  *
@@ -82,6 +84,7 @@ struct accel_module {
     void *impl;                    /* module-specific state */
     struct accel__link *links;     /* internal: who depends on it (an accelerator, a dispatch) */
     struct accel__member_index *member_index; /* internal (module.c): member names hashed */
+    uint32_t magic;                /* internal: its liveness stamp while alive (core/handle.h) */
 };
 
 /* ---- building */

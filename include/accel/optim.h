@@ -267,7 +267,10 @@ typedef double (*accel_lr_lambda_fn)(int64_t step, void *ctx);
 
 typedef struct accel_lr_scheduler accel_lr_scheduler;
 
-/* A LambdaLR over every group of opt (borrowed) with transformers'
+/* A LambdaLR over every group of opt (borrowed, either may be freed first:
+ * a scheduler whose optimizer was freed refuses step, get_lr and load_state,
+ * directly or through an accelerator, with ACCEL_ERR_STATE, and can only be
+ * freed) with transformers'
  * get_<kind>_schedule_with_warmup factor:
  *   warmup (step < warmup_steps): step / max(1, warmup_steps)
  *   constant: 1;  linear: max(0, (total - step) / max(1, total - warmup))

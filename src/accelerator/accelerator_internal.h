@@ -131,6 +131,7 @@ typedef struct accel__opt_scaler {
 } accel__opt_scaler;
 
 struct accel_accelerator {
+    uint32_t magic; /* ACCEL__MAGIC_ACCELERATOR while alive (core/handle.h) */
     accel_accelerator_opts o;
     char *project_dir;
     accel_mixed_precision mp;
@@ -209,7 +210,8 @@ struct accel_accelerator {
 };
 
 /* lookup.c */
-/* True (and the error set, naming fn) when a public entry point got acc == NULL. */
+/* True (and the error set, naming fn) when a public entry point got acc ==
+ * NULL, or an accelerator that is not live (freed: ACCEL_ERR_STATE). */
 bool accel__acc_null(const accel_accelerator *acc, const char *fn);
 /* The dtype the model's forward autocasts to: bf16 (also under fp8, as
  * Accelerate's native_amp with bf16), f16, or f32 (none). */

@@ -4,7 +4,7 @@
 #include "accelerator_internal.h"
 
 bool accel__acc_null(const accel_accelerator *acc, const char *fn) {
-    if (acc) return false;
+    if (acc) return ACCEL__DEAD(acc, ACCEL__MAGIC_ACCELERATOR, fn, "accelerator");
     accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: accelerator is NULL", fn);
     return true;
 }

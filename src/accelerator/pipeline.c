@@ -395,7 +395,7 @@ static accel_status stage_split(const accel_accelerator *acc, accel_module *mode
 
 accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int first_stage_layers,
                                                    int last_stage_layers) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: accelerator is NULL");
+    if (accel__acc_null(acc, "accel_accelerator_pipeline_set_layers")) return accel_last_status();
     if (first_stage_layers < 0 || last_stage_layers < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_pipeline_set_layers: layer counts must be "
                                ">= 0 (0: not given), got %d and %d", first_stage_layers, last_stage_layers);
@@ -417,7 +417,7 @@ accel_status accel_accelerator_pipeline_set_layers(accel_accelerator *acc, int f
 
 static accel_status check(accel_accelerator *acc, accel_module *model, accel_tensor *ids, double *loss,
                           accel__model **pm) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": accelerator is NULL");
+    if (accel__acc_null(acc, FN)) return accel_last_status();
     if (!model || !loss) return accel_set_error(ACCEL_ERR_INVALID_ARG, FN ": model or loss is NULL");
     if (!accel_tensor_check(ids, FN, "ids")) return accel_last_status();
     if (!(*pm = accel__find_model(acc, model)))

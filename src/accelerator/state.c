@@ -199,6 +199,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
         accel_dist_finalize();
         return NULL;
     }
+    acc->magic = ACCEL__MAGIC_ACCELERATOR;
     acc->o = *o;
     acc->o.mixed_precision = NULL;
     /* "" is the working directory, as os.path.join("", "checkpoints") is Accelerate's
@@ -238,7 +239,7 @@ accel_accelerator *accel_accelerator_new(const accel_accelerator_opts *opts) {
 }
 
 void accel_accelerator_free(accel_accelerator *acc) {
-    if (!acc) return;
+    if (!acc || accel__acc_null(acc, "accel_accelerator_free")) return;
     accel__tracking_detach(acc);
     /* a free returns nothing: what the releases lost is said on stderr
      * (accel_accelerator_clear first returns it) */
@@ -247,6 +248,7 @@ void accel_accelerator_free(accel_accelerator *acc) {
     accel__zero_groups_free(acc);
     accel__fp8_log_free(&acc->fp8_backward);
     accel_free(acc->project_dir);
+    acc->magic = 0;
     accel_free(acc);
     accel_dist_finalize();
 }
@@ -286,7 +288,7 @@ int accel_accelerator_gradient_accumulation_steps(const accel_accelerator *acc) 
     return accel__acc_null(acc, __func__) ? 1 : acc->accum_steps;
 }
 accel_status accel_accelerator_set_gradient_accumulation_steps(accel_accelerator *acc, int steps) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     if (steps < 1)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_set_gradient_accumulation_steps: steps must be >= 1 (got %d)", steps);
@@ -363,14 +365,14 @@ void accel_accelerator_print(const accel_accelerator *acc, const char *fmt, ...)
 }
 
 accel_status accel_accelerator_wait_for_everyone(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     return acc->world > 1 ? accel_pg_barrier(acc->pg) : ACCEL_OK;
 }
 
 /* The others' barrier in begin meets the main process's in end: from other
  * lines by design, so its call site is not compared across ranks. */
 accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     /* Unpaired, the main process's barrier in end would meet none on the
      * others (a hang); every rank makes the same calls, so each refuses. */
     if (acc->main_first_open)
@@ -382,7 +384,7 @@ accel_status accel_accelerator_main_process_first_begin(accel_accelerator *acc) 
 }
 
 accel_status accel_accelerator_main_process_first_end(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     if (!acc->main_first_open)
         return accel_set_error(ACCEL_ERR_STATE, "%s: not inside main_process_first (no _begin before it)", __func__);
     acc->main_first_open = false;
@@ -722,7 +724,7 @@ static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_pr
 }
 
 accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: accelerator is NULL");
+    if (accel__acc_null(acc, "accel_accelerator_prepare")) return accel_last_status();
     if (n < 0 || (n > 0 && !objs))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: bad object list (%d objects)", n);
     accel_status st = ACCEL_OK;
@@ -733,7 +735,7 @@ accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, cons
 }
 
 accel_status accel_accelerator_clear(accel_accelerator *acc) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_clear: accelerator is NULL");
+    if (accel__acc_null(acc, "accel_accelerator_clear")) return accel_last_status();
     accel__first_error first = {0};
     /* Optimizers first: a ZeRO optimizer's state is consolidated from its model's flat buffers. */
     while (acc->n_opts) {
@@ -781,7 +783,7 @@ accel_dtype accel_accelerator_autocast_begin(const accel_accelerator *acc) {
 }
 
 accel_status accel_accelerator_autocast_end(const accel_accelerator *acc, accel_dtype previous) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     if (accel__acc_autocast_dtype(acc) == ACCEL_F32) return ACCEL_OK;
     accel_autocast_end(previous);
     return accel_autocast_dtype() == previous ? ACCEL_OK : accel_last_status(); /* refused: not an autocast dtype */

@@ -77,9 +77,22 @@ static accel_status add(accel__tracking *tk, accel_tracker *t) {
     return ACCEL_OK;
 }
 
+/* A failed add finishes and frees t, as add does out of memory, but for a
+ * tracker already added: that one stays its accelerator's. */
 accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker *t) {
-    if (accel__acc_null(acc, "accel_accelerator_add_tracker")) return accel_last_status();
     if (!t) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_add_tracker: tracker is NULL");
+    if (!accel__tracker_take(t))
+        return accel_set_error(ACCEL_ERR_STATE,
+                               "accel_accelerator_add_tracker: tracker \"%s\" was already added to an accelerator, "
+                               "which owns it (finishes and frees it at end_training or its free): add a tracker "
+                               "once", accel_tracker_name(t));
+    if (accel__acc_null(acc, "accel_accelerator_add_tracker")) {
+        accel_status st = accel_last_status();
+        char why[256];
+        snprintf(why, sizeof why, "%s", accel_last_error());
+        (void)accel_tracker_finish(t); /* its own finish's error is not the cause */
+        return accel_set_error(st, "%s", why);
+    }
     return add(acc->tracking, t);
 }
 

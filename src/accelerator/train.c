@@ -7,7 +7,7 @@
 #include "fp8_scaling.h"
 
 accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *loss) {
-    if (!acc) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: accelerator is NULL");
+    if (accel__acc_null(acc, "accel_accelerator_backward")) return accel_last_status();
     if (!loss) return accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_backward: loss is NULL");
     /* Under pp a stage holds only its layers (the others are on meta): a
      * loss of the model's own forward is no loss of the model, and would
@@ -256,6 +256,7 @@ accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_s
     for (int i = 0; i < acc->n_scheds && !prepared; i++) prepared = acc->scheds[i] == s;
     if (!prepared)
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_scheduler_step: the scheduler was not prepared");
+    if (!accel__scheduler_alive(s, "accel_accelerator_scheduler_step")) return accel_last_status();
     if (acc->o.no_step_scheduler_with_optimizer) return accel_lr_scheduler_step(s);
     if (!acc->sync_gradients || accel_accelerator_optimizer_step_was_skipped(acc)) return ACCEL_OK;
     int n = acc->o.split_batches ? 1 : acc->world;

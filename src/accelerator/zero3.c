@@ -1364,7 +1364,8 @@ static bool own_storage(accel__model *pm, accel_tensor *t, bool copy) {
         return false;
     }
     t->flags |= ACCEL_TF_OWNS_DATA;
-    accel_tensor_free(t->grad); /* a view of the full gradient buffer */
+    accel__tensor_free_grad(t->grad, true); /* a view of the full gradient buffer */
+    g->flags |= ACCEL_TF_GRAD;
     t->grad = g;
     return true;
 }
@@ -1384,8 +1385,7 @@ typedef struct clear_loss {
  * without a gradient. */
 static void no_own_storage(accel_flat_buffer *b, int t, bool there, int *kept, clear_loss *loss) {
     accel_tensor *x = b->tensors[t];
-    accel_tensor_free(x->grad); /* a view of the full gradient buffer */
-    x->grad = NULL;
+    (void)accel_tensor_drop_grad(x); /* a view of the full gradient buffer */
     if (!there) {
         /* a parameter of the flat buffer, contiguous and persistent: cannot fail */
         (void)accel_tensor_rebind(x, NULL, false);

@@ -258,8 +258,10 @@ accel_status accel_grad_accumulate(accel_tensor *t, const accel_tensor *g) {
             return ACCEL_OK;
         }
     }
-    if (!t->grad && !(t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device)))
-        return accel_last_status();
+    if (!t->grad) {
+        if (!(t->grad = accel_tensor_new(t->dtype, t->ndim, t->shape, t->device))) return accel_last_status();
+        t->grad->flags |= ACCEL_TF_GRAD;
+    }
     accel_k_accumulate k = {.out = t->grad, .in = (accel_tensor *)g};
     accel_status st = ACCEL_KERNEL("accel_grad_accumulate", t->device, accumulate, &k);
     accel__tensor_written(t->grad);

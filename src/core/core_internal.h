@@ -87,6 +87,10 @@ bool accel__element_span(int ndim, const int64_t *shape, const int64_t *stride, 
  * taped: forget it on the tape first (accel__tape_forget); false where the
  * caller forgot a whole module's at once. */
 void accel__tensor_free_member(accel_tensor *t, bool taped);
+/* Frees a tensor's gradient g (ACCEL_TF_GRAD), which accel_tensor_free
+ * refuses: for the code that replaces or drops a .grad (the caller clears or
+ * resets the holder's pointer). taped: as accel__tensor_free_member. */
+void accel__tensor_free_grad(accel_tensor *g, bool taped);
 /* The persistent tensors ts[0..n) are about to be freed: every node of this
  * thread's tape that reads one (an input, a saved tensor, its output) drops
  * it and, if the backward reaches it, fails naming it instead of reading

@@ -214,6 +214,13 @@ static void tensor_free(accel_tensor *t, bool taped) {
         accel_set_error(ACCEL_ERR_STATE, "accel_tensor_free: not a live persistent tensor");
         return;
     }
+    if (t->flags & ACCEL_TF_GRAD) {
+        /* Its tensor frees it: freed here, the tensor's .grad would dangle. */
+        accel_set_error(ACCEL_ERR_STATE,
+                        "accel_tensor_free: the tensor is a gradient (some tensor's .grad), which its tensor "
+                        "frees: drop it with accel_tensor_drop_grad (torch's p.grad = None)");
+        return;
+    }
     if (t->flags & (ACCEL_TF_PARAM | ACCEL_TF_BUFFER)) {
         /* Its module frees it: freeing it here too would free it twice. */
         accel_set_error(ACCEL_ERR_STATE,
@@ -223,13 +230,26 @@ static void tensor_free(accel_tensor *t, bool taped) {
     }
     bool own_grad = t->grad && !(t->grad->flags & ACCEL_TF_ARENA);
     if (taped) accel__tape_forget((accel_tensor *[]){t, t->grad}, own_grad ? 2 : 1); /* one pass for both */
-    if (own_grad) tensor_free(t->grad, false);
+    if (own_grad) accel__tensor_free_grad(t->grad, false);
     free_owned(t);
     t->magic = 0;
     accel_free(t);
 }
 
 void accel_tensor_free(accel_tensor *t) { tensor_free(t, true); }
+
+void accel__tensor_free_grad(accel_tensor *g, bool taped) {
+    if (g && g->magic == ACCEL_TENSOR_MAGIC) g->flags &= ~(uint32_t)ACCEL_TF_GRAD;
+    tensor_free(g, taped);
+}
+
+accel_status accel_tensor_drop_grad(accel_tensor *t) {
+    if (!accel_tensor_check(t, "accel_tensor_drop_grad", "t")) return accel_last_status();
+    accel_tensor *g = t->grad;
+    t->grad = NULL;
+    if (g && !(g->flags & ACCEL_TF_ARENA)) accel__tensor_free_grad(g, true);
+    return ACCEL_OK;
+}
 
 void accel__tensor_free_member(accel_tensor *t, bool taped) {
     if (t && t->magic == ACCEL_TENSOR_MAGIC) t->flags &= ~(uint32_t)(ACCEL_TF_PARAM | ACCEL_TF_BUFFER);

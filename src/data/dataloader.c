@@ -9,7 +9,7 @@
 #include "data_internal.h"
 
 struct accel_dataloader {
-    accel_dataset *ds;
+    accel_dataset *ds;      /* borrowed, linked: NULL once the dataset was freed (dataset_freed) */
     accel_dataloader_opts o;
     int64_t epoch;          /* epoch of the running / next epoch */
     bool active;
@@ -18,6 +18,7 @@ struct accel_dataloader {
     int64_t *order;         /* [len] permutation (shuffle) */
     accel_batches global, shard;
     accel__link *links;     /* the accelerator that prepared it */
+    uint32_t magic;         /* ACCEL__MAGIC_DATALOADER while alive (core/handle.h) */
     accel_device place;     /* where batches go (accel__dataloader_place); cpu: host memory */
 };
 
@@ -58,11 +59,29 @@ static accel_status validate(const accel_dataloader_opts *o, const char *fn) {
     return ACCEL_OK;
 }
 
+/* The loader's link on its dataset (core/link.h): the dataset is being freed
+ * first, so the loader refuses every call that would read it (ds_alive). */
+static void dataset_freed(void *owner, void *obj) {
+    (void)obj;
+    accel_dataloader *dl = owner;
+    dl->ds = NULL; /* its link went with it */
+    dl->active = false;
+}
+
+/* False (and ACCEL_ERR_STATE naming fn) once dl's dataset was freed. */
+static bool ds_alive(const accel_dataloader *dl, const char *fn) {
+    if (dl->ds) return true;
+    accel_set_error(ACCEL_ERR_STATE, "%s: the data loader's dataset was freed before it (accel_dataset_free): it "
+                    "has no samples, so it can only be freed (free the dataset after its data loaders)", fn);
+    return false;
+}
+
 accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader_opts *o) {
     if (!ds) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_new: dataset is NULL");
         return NULL;
     }
+    if (accel__dataset_dead(ds, "accel_dataloader_new")) return NULL;
     accel_dataloader_opts defaults = accel_dataloader_opts_default(); /* NULL options: every default */
     accel_dataloader_opts r = resolve(o ? o : &defaults);
     if (validate(&r, "accel_dataloader_new")) return NULL;
@@ -78,6 +97,7 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
     accel_dataloader *dl = accel_calloc(1, sizeof *dl);
     if (!dl) return NULL;
     dl->ds = ds;
+    dl->magic = ACCEL__MAGIC_DATALOADER;
     dl->o = r;
     accel_batches_init(&dl->global);
     accel_batches_init(&dl->shard);
@@ -90,6 +110,11 @@ accel_dataloader *accel_dataloader_new(accel_dataset *ds, const accel_dataloader
         accel_free(dl);
         return NULL;
     }
+    if (accel__link_observe(accel__dataset_links(ds), dataset_freed, dl)) {
+        accel_free(dl->order);
+        accel_free(dl);
+        return NULL;
+    }
     return dl;
 }
 
@@ -98,17 +123,20 @@ accel__link **accel__dataloader_links(accel_dataloader *dl) { return &dl->links;
 void accel__dataloader_place(accel_dataloader *dl, accel_device dev) { dl->place = dev; }
 
 void accel_dataloader_free(accel_dataloader *dl) {
-    if (!dl) return;
+    if (!dl || ACCEL__DEAD(dl, ACCEL__MAGIC_DATALOADER, "accel_dataloader_free", "data loader")) return;
     accel__link_detach_all(&dl->links, dl);
+    if (dl->ds) accel__link_remove(accel__dataset_links(dl->ds), dl);
     accel_batches_free(&dl->global);
     accel_batches_free(&dl->shard);
     accel_free(dl->order);
+    dl->magic = 0;
     accel_free(dl);
 }
 
-/* True (and the error set, naming fn) when a public entry point got dl == NULL. */
+/* True (and the error set, naming fn) when a public entry point got dl ==
+ * NULL, or a data loader that is not live (freed: ACCEL_ERR_STATE). */
 static bool null_dl(const accel_dataloader *dl, const char *fn) {
-    if (dl) return false;
+    if (dl) return ACCEL__DEAD(dl, ACCEL__MAGIC_DATALOADER, fn, "data loader");
     accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dataloader is NULL", fn);
     return true;
 }
@@ -116,7 +144,9 @@ static bool null_dl(const accel_dataloader *dl, const char *fn) {
 const accel_dataloader_opts *accel_dataloader_get_opts(const accel_dataloader *dl) {
     return null_dl(dl, __func__) ? NULL : &dl->o;
 }
-accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) { return null_dl(dl, __func__) ? NULL : dl->ds; }
+accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) {
+    return null_dl(dl, __func__) || !ds_alive(dl, __func__) ? NULL : dl->ds;
+}
 
 accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
                                     bool split_batches, bool even_batches) {
@@ -191,7 +221,7 @@ static accel_status start_epoch(accel_dataloader *dl) {
 }
 
 int64_t accel_dataloader_len(const accel_dataloader *dl) {
-    if (null_dl(dl, __func__)) return -1;
+    if (null_dl(dl, __func__) || !ds_alive(dl, __func__)) return -1;
     int64_t n = accel_dataset_len(dl->ds);
     if (dl->o.batch_sampler) {
         /* A custom sampler's length is the number of batches it produces; its
@@ -255,6 +285,7 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_next: NULL argument");
         return false;
     }
+    if (null_dl(dl, "accel_dataloader_next") || !ds_alive(dl, "accel_dataloader_next")) return false;
     memset(out, 0, sizeof *out); /* no batch on every failure, the epoch's start's too */
     accel_status started = dl->active ? ACCEL_OK : start_epoch(dl);
     if (started) return not_started(dl, started);
@@ -304,7 +335,7 @@ bool accel_dataloader_end_of_dataloader(const accel_dataloader *dl) {
 }
 
 int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
-    if (null_dl(dl, __func__)) return -1;
+    if (null_dl(dl, __func__) || !ds_alive(dl, __func__)) return -1;
     if (dl->o.drop_last) return -1;
     int64_t total, n = accel_dataset_len(dl->ds);
     if (dl->o.split_batches) total = dl->o.batch_size;

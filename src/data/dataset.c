@@ -13,6 +13,8 @@ struct accel_dataset {
     accel_tensor *tensors[ACCEL_BATCH_MAX_FIELDS]; /* TensorDataset: owned contiguous copies */
     accel_dataset_get_fn get;
     void *ctx;
+    accel__link *links; /* its data loaders */
+    uint32_t magic;     /* ACCEL__MAGIC_DATASET while alive (core/handle.h) */
 };
 
 static size_t spec_bytes(const accel_field_spec *s) {
@@ -40,6 +42,7 @@ static accel_dataset *dataset_alloc(int64_t len, int n_fields, const char *fn) {
     if (!ds) return NULL;
     ds->len = len;
     ds->n_fields = n_fields;
+    ds->magic = ACCEL__MAGIC_DATASET;
     return ds;
 }
 
@@ -107,16 +110,28 @@ accel_dataset *accel_map_dataset_new(int64_t len, int n_fields, const accel_fiel
     return ds;
 }
 
+accel__link **accel__dataset_links(accel_dataset *ds) { return &ds->links; }
+
 void accel_dataset_free(accel_dataset *ds) {
-    if (!ds) return;
+    if (!ds || accel__dataset_dead(ds, "accel_dataset_free")) return;
+    accel__link_detach_all(&ds->links, ds);
     for (int f = 0; f < ds->n_fields; f++) accel_tensor_free(ds->tensors[f]);
+    ds->magic = 0;
     accel_free(ds);
 }
 
-int64_t accel_dataset_len(const accel_dataset *ds) { return ds ? ds->len : 0; }
-int accel_dataset_num_fields(const accel_dataset *ds) { return ds ? ds->n_fields : 0; }
+bool accel__dataset_dead(const accel_dataset *ds, const char *fn) {
+    return ACCEL__DEAD(ds, ACCEL__MAGIC_DATASET, fn, "dataset");
+}
+
+int64_t accel_dataset_len(const accel_dataset *ds) {
+    return ds && !accel__dataset_dead(ds, "accel_dataset_len") ? ds->len : 0;
+}
+int accel_dataset_num_fields(const accel_dataset *ds) {
+    return ds && !accel__dataset_dead(ds, "accel_dataset_num_fields") ? ds->n_fields : 0;
+}
 const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f) {
-    return ds && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
+    return ds && !accel__dataset_dead(ds, "accel_dataset_field") && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
 }
 
 accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,

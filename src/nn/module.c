@@ -4,6 +4,7 @@
 
 #include "accel/nn.h"
 #include "core/core_internal.h"
+#include "core/handle.h"
 #include "core/link.h"
 #include "family.h"
 #include "nn_internal.h"
@@ -24,6 +25,7 @@ accel_module *accel_module_new(const accel_module_ops *ops, void *impl) {
     m->ops = ops;
     m->impl = impl;
     m->training = true;
+    m->magic = ACCEL__MAGIC_MODULE;
     return m;
 }
 
@@ -124,7 +126,16 @@ static void module_free(accel_module *m, bool taped);
 /* A module freed between a forward and its backward: the tape forgets its
  * tensors (accel__tape_forget), all in one pass over the tape. */
 void accel_module_free(accel_module *m) {
-    if (!m) return;
+    if (!m || ACCEL__DEAD(m, ACCEL__MAGIC_MODULE, "accel_module_free", "module")) return;
+    if (m->parent) {
+        /* Its parent owns it (as it owns a parameter, which accel_tensor_free
+         * refuses): freed here, the parent's next forward or free read it. */
+        accel_set_error(ACCEL_ERR_STATE,
+                        "accel_module_free: module %s \"%s\" is a child of %s, which owns it: free the root of "
+                        "its tree (accel_module_free(root) frees every child)",
+                        m->ops->type_name, m->name, m->parent->ops->type_name);
+        return;
+    }
     bool live = accel__tape_live();
     accel_tensor **ts = live ? accel_malloc(2 * (size_t)count_tensors(m) * sizeof *ts + sizeof *ts) : NULL;
     int n = 0;
@@ -154,6 +165,7 @@ static void module_free(accel_module *m, bool taped) {
     else
         accel_free(m->impl);
     accel_free(m->name);
+    m->magic = 0;
     accel_free(m);
 }
 
@@ -487,6 +499,7 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
         accel_propagate_error(ACCEL_ERR_INVALID_ARG, "accel_module_call: module is NULL");
         return NULL;
     }
+    if (ACCEL__DEAD(m, ACCEL__MAGIC_MODULE, "accel_module_call", "module")) return NULL;
     if (!m->ops->forward) {
         accel_set_error(ACCEL_ERR_UNSUPPORTED,
                         "accel_module_call: %s has no single-tensor forward (use its own entry point)",
@@ -624,6 +637,7 @@ accel_state_dict *accel_module_state_dict(accel_module *root) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_state_dict: module is NULL");
         return NULL;
     }
+    if (ACCEL__DEAD(root, ACCEL__MAGIC_MODULE, "accel_module_state_dict", "module")) return NULL;
     int n = 0;
     size_t bytes = 0;
     sd_count(root, 0, &n, &bytes);

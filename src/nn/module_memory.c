@@ -46,8 +46,9 @@ static bool bind_grad(accel_tensor *t, void *g) {
             accel_tensor_free(view);
             return false;
         }
-        if (!(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
+        if (!(t->grad->flags & ACCEL_TF_ARENA)) accel__tensor_free_grad(t->grad, true);
     }
+    view->flags |= ACCEL_TF_GRAD;
     t->grad = view;
     return true;
 }
@@ -187,7 +188,8 @@ void accel_flat_params_free(accel_flat_params *fp) {
              * parameter a gradient of its own. */
             accel_tensor *g = t->grad;
             t->grad = g ? accel_tensor_clone_persistent(g, t->device) : NULL;
-            accel_tensor_free(g);
+            if (t->grad) t->grad->flags |= ACCEL_TF_GRAD;
+            accel__tensor_free_grad(g, true);
         }
         free_buffer_memory(b);
     }
@@ -197,10 +199,6 @@ void accel_flat_params_free(accel_flat_params *fp) {
 
 /* ---- devices and meta */
 
-static void drop_grad(accel_tensor *t) {
-    if (t->grad && !(t->grad->flags & ACCEL_TF_ARENA)) accel_tensor_free(t->grad);
-    t->grad = NULL;
-}
 
 accel_status accel_module_to(accel_module *root, accel_device dev) {
     if (!accel_device_available(dev)) {
@@ -224,7 +222,7 @@ accel_status accel_module_to(accel_module *root, accel_device dev) {
     for (int i = 0; i < n && st == ACCEL_OK; i++) {
         accel_tensor *t = ts[i];
         if (accel_device_eq(t->device, dev)) continue;
-        drop_grad(t);
+        (void)accel_tensor_drop_grad(t);
         st = accel_tensor_to_device_(t, dev); /* in place: every holder of t sees the move */
     }
     accel_free(ts);
@@ -240,7 +238,7 @@ accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt)
     accel_status st = ACCEL_OK;
     for (int i = 0; i < n && st == ACCEL_OK; i++) {
         if (ts[i]->device.type != ACCEL_DEV_META) continue;
-        drop_grad(ts[i]);
+        (void)accel_tensor_drop_grad(ts[i]);
         st = accel_tensor_materialize(ts[i], dev, dt < 0 ? ts[i]->dtype : (accel_dtype)dt);
     }
     accel_free(ts);

@@ -67,6 +67,7 @@ static bool begin_f32(accel__gbuf *g, accel_tensor *t, bool like) {
     if (!gr && t->dtype == ACCEL_F32) {
         t->grad = accel_tensor_new(ACCEL_F32, t->ndim, t->shape, t->device);
         if (!t->grad) return false;
+        t->grad->flags |= ACCEL_TF_GRAD;
         g->dst = t->grad;
         g->beta = 1.0f;
         return true;

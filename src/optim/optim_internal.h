@@ -5,6 +5,7 @@
 #include "accel/optim.h"
 #include "core/backend.h"
 #include "core/core_internal.h"
+#include "core/handle.h"
 #include "core/link.h"
 
 /* A contiguous f32 run of parameters and its gradient on one device: a
@@ -43,7 +44,7 @@ struct accel_optimizer {
     int n_segs, cap_segs;
     accel__segment *segs;
     int64_t steps;
-    accel__link *links;    /* the accelerator that prepared it */
+    accel__link *links;    /* the accelerator that prepared it, its schedulers (observers) */
     /* accel_optimizer_new_module's model, linked (its free tells this
      * optimizer, accel__optimizer_model_freed), else NULL; gone: set once that
      * model was freed: the segments' parameters are freed memory then, and
@@ -51,11 +52,13 @@ struct accel_optimizer {
     accel_module *model;
     bool gone;
     struct accel__offload *off; /* where the state lives when not on the segments' device (offload.c); owned */
+    uint32_t magic;             /* ACCEL__MAGIC_OPTIMIZER while alive (core/handle.h) */
 };
 
 /* Whether opt's parameters can be read: false + ACCEL_ERR_STATE naming fn
- * once the model it was made over (accel_optimizer_new_module) was freed
- * before it (a NULL opt: true, the caller's own check names it). */
+ * when opt is not a live optimizer (freed), or once the model it was made
+ * over (accel_optimizer_new_module) was freed before it (a NULL opt: true,
+ * the caller's own check names it). */
 bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn);
 /* accel_optimizer_new_module's link on its model (core/link.h): the model
  * is being freed (owner: the optimizer, obj: the model). */
@@ -64,6 +67,10 @@ void accel__optimizer_model_freed(void *owner, void *obj);
 /* The links of an optimizer / a scheduler (core/link.h). */
 accel__link **accel__optimizer_links(accel_optimizer *opt);
 accel__link **accel__scheduler_links(accel_lr_scheduler *s);
+/* False (and ACCEL_ERR_STATE naming fn) when s (not NULL) is not a live
+ * scheduler (freed), or once its optimizer was freed: its lrs are gone, so s
+ * can only be freed. */
+bool accel__scheduler_alive(const accel_lr_scheduler *s, const char *fn);
 
 /* The device a segment's parameters, gradients and state live on. */
 accel_device accel__seg_device(const accel__segment *s);

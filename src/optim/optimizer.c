@@ -34,7 +34,9 @@ accel_optimizer *accel_optimizer_new(accel_optim_kind kind) {
         return NULL;
     }
     accel_optimizer *opt = accel_calloc(1, sizeof *opt);
-    if (opt) opt->kind = kind;
+    if (!opt) return NULL;
+    opt->kind = kind;
+    opt->magic = ACCEL__MAGIC_OPTIMIZER;
     return opt;
 }
 
@@ -48,6 +50,7 @@ void accel__optimizer_model_freed(void *owner, void *obj) {
 }
 
 bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn) {
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, fn, "optimizer")) return false;
     if (!opt || !opt->gone) return true;
     accel_set_error(ACCEL_ERR_STATE, "%s: the optimizer's model was freed before it (accel_module_free): its "
                     "parameters are gone, so it can only be freed (free the model after its optimizer, or make "
@@ -56,13 +59,14 @@ bool accel__optimizer_usable(const accel_optimizer *opt, const char *fn) {
 }
 
 void accel_optimizer_free(accel_optimizer *opt) {
-    if (!opt) return;
+    if (!opt || ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_free", "optimizer")) return;
     if (opt->model) accel__link_remove(&opt->model->links, opt);
     accel__link_detach_all(&opt->links, opt);
     for (int i = 0; i < opt->n_segs; i++) accel__seg_free_state(opt, &opt->segs[i]);
     accel__offload_free(opt->off);
     accel_free(opt->segs);
     accel_free(opt->groups);
+    opt->magic = 0;
     accel_free(opt);
 }
 
@@ -440,9 +444,10 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
 /* ---- accessors */
 
 /* A query's handle: NULL gives the neutral value and sets the error (docs/contract.md). */
+/* Whether opt is a live optimizer; else the error, naming fn. */
 static bool queried(const accel_optimizer *opt, const char *fn) {
     if (!opt) accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
-    return opt != NULL;
+    return opt && !ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, fn, "optimizer");
 }
 
 int accel_optimizer_num_groups(const accel_optimizer *opt) {
@@ -459,6 +464,7 @@ int64_t accel_optimizer_step_count(const accel_optimizer *opt) {
 }
 
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_get_lr", "optimizer")) return NAN;
     if (!opt || group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: no param group %d", group);
         return NAN;
@@ -468,6 +474,7 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
 
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) {
     if (!opt) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_set_lr: optimizer is NULL");
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_set_lr", "optimizer")) return accel_last_status();
     /* -1 is every group; -2 (an index computed wrong) set them all too, silently */
     if (group < -1 || group >= opt->n_groups)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,

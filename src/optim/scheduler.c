@@ -6,7 +6,7 @@
 #include "optim_internal.h"
 
 struct accel_lr_scheduler {
-    accel_optimizer *opt;        /* borrowed */
+    accel_optimizer *opt;        /* borrowed, linked: NULL once the optimizer was freed (opt_freed) */
     accel_sched_kind kind;
     int64_t warmup, total;
     accel_lr_lambda_fn fn;       /* ACCEL_SCHED_LAMBDA */
@@ -15,6 +15,7 @@ struct accel_lr_scheduler {
     int n_groups;
     double *base_lrs;            /* [n_groups] */
     accel__link *links;          /* the accelerator that prepared it */
+    uint32_t magic;              /* ACCEL__MAGIC_SCHEDULER while alive (core/handle.h) */
 };
 
 static const char *SCHED_NAMES[] = {"constant", "constant_with_warmup", "linear", "cosine", "lambda"};
@@ -60,6 +61,22 @@ static accel_status apply(accel_lr_scheduler *s) {
     return ACCEL_OK;
 }
 
+/* The scheduler's link on its optimizer (core/link.h): the optimizer is
+ * being freed, so the scheduler refuses every call that would set or read
+ * its lrs (accel__scheduler_alive). */
+static void opt_freed(void *owner, void *obj) {
+    (void)obj;
+    ((accel_lr_scheduler *)owner)->opt = NULL; /* its link went with it */
+}
+
+bool accel__scheduler_alive(const accel_lr_scheduler *s, const char *fn) {
+    if (ACCEL__DEAD(s, ACCEL__MAGIC_SCHEDULER, fn, "scheduler")) return false;
+    if (s->opt) return true;
+    accel_set_error(ACCEL_ERR_STATE, "%s: the scheduler's optimizer was freed before it (accel_optimizer_free): "
+                    "it has no lr to set, so it can only be freed (free the optimizer after its scheduler)", fn);
+    return false;
+}
+
 static accel_lr_scheduler *make(accel_optimizer *opt, accel_sched_kind kind, int64_t warmup,
                                 int64_t total, accel_lr_lambda_fn fn, void *ctx) {
     if (!opt || opt->n_groups == 0) {
@@ -76,11 +93,13 @@ static accel_lr_scheduler *make(accel_optimizer *opt, accel_sched_kind kind, int
     accel_lr_scheduler *s = accel_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->base_lrs = accel_malloc((size_t)opt->n_groups * sizeof *s->base_lrs);
-    if (!s->base_lrs) {
+    if (!s->base_lrs || accel__link_observe(&opt->links, opt_freed, s)) {
+        accel_free(s->base_lrs);
         accel_free(s);
         return NULL;
     }
     s->opt = opt;
+    s->magic = ACCEL__MAGIC_SCHEDULER;
     s->kind = kind;
     s->warmup = warmup;
     s->total = total;
@@ -117,14 +136,17 @@ accel_lr_scheduler *accel_lr_scheduler_lambda(accel_optimizer *opt, accel_lr_lam
 accel__link **accel__scheduler_links(accel_lr_scheduler *s) { return &s->links; }
 
 void accel_lr_scheduler_free(accel_lr_scheduler *s) {
-    if (!s) return;
+    if (!s || ACCEL__DEAD(s, ACCEL__MAGIC_SCHEDULER, "accel_lr_scheduler_free", "scheduler")) return;
     accel__link_detach_all(&s->links, s);
+    if (s->opt) accel__link_remove(&s->opt->links, s);
     accel_free(s->base_lrs);
+    s->magic = 0;
     accel_free(s);
 }
 
 accel_status accel_lr_scheduler_step(accel_lr_scheduler *s) {
     if (!s) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_step: scheduler is NULL");
+    if (!accel__scheduler_alive(s, "accel_lr_scheduler_step")) return accel_last_status();
     s->last_epoch++;
     if (apply(s) == ACCEL_OK) return ACCEL_OK;
     s->last_epoch--; /* refused: the step did not happen */
@@ -136,12 +158,13 @@ double accel_lr_scheduler_get_lr(const accel_lr_scheduler *s, int group) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_get_lr: scheduler is NULL");
         return NAN;
     }
+    if (!accel__scheduler_alive(s, "accel_lr_scheduler_get_lr")) return NAN;
     return accel_optimizer_get_lr(s->opt, group);
 }
 
 int64_t accel_lr_scheduler_last_epoch(const accel_lr_scheduler *s) {
     if (!s) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_last_epoch: scheduler is NULL");
-    return s ? s->last_epoch : 0;
+    return s && !ACCEL__DEAD(s, ACCEL__MAGIC_SCHEDULER, "accel_lr_scheduler_last_epoch", "scheduler") ? s->last_epoch : 0;
 }
 
 int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out) {
@@ -149,6 +172,7 @@ int accel_lr_scheduler_state(accel_lr_scheduler *s, accel_named_state **out) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_state: NULL argument");
         return -1;
     }
+    if (ACCEL__DEAD(s, ACCEL__MAGIC_SCHEDULER, "accel_lr_scheduler_state", "scheduler")) return -1;
     int n = 1 + s->n_groups;
     accel_named_state *e = accel_calloc((size_t)n, sizeof *e);
     if (!e) return -1;
@@ -187,6 +211,7 @@ accel_status accel_lr_scheduler_load_state(accel_lr_scheduler *s, int n,
                                            const accel_named_state *st) {
     if (!s || n < 0 || (n > 0 && !st))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_lr_scheduler_load_state: NULL argument");
+    if (!accel__scheduler_alive(s, "accel_lr_scheduler_load_state")) return accel_last_status();
     /* Every entry is checked before any is kept: a bad one left the entries
      * before it loaded. The ranges are the optimizer's (accel_optimizer_load_state):
      * a last_epoch of 1e300 was cast to int64 (undefined), -3 or 2.5 kept, and

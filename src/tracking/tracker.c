@@ -20,6 +20,7 @@ struct accel_tracker {
     const accel_tracker_ops *ops;
     void *ctx;
     bool builtin;
+    bool added; /* an accelerator owns it (accel__tracker_take) */
 };
 
 static const struct builtin {
@@ -111,6 +112,12 @@ accel_status accel_tracker_log(accel_tracker *t, int n, const accel_value *value
     if (!t) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_log: tracker is NULL");
     accel_status st = accel__values_check("accel_tracker_log", n, values);
     return st || !t->ops->log ? st : t->ops->log(t->ctx, n, values, step);
+}
+
+bool accel__tracker_take(accel_tracker *t) {
+    if (t->added) return false;
+    t->added = true;
+    return true;
 }
 
 accel_status accel_tracker_finish(accel_tracker *t) {

@@ -21,6 +21,10 @@ void accel__warnv(const char *fmt, va_list ap);
  * kinds known. */
 accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 
+/* An accelerator takes t (accel_accelerator_add_tracker): false when one
+ * already did, which then finishes and frees it (a second owner would again). */
+bool accel__tracker_take(accel_tracker *t);
+
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
 /* fd locked for this tracker: an exclusive flock of path (a file or a
