@@ -100,7 +100,8 @@ typedef struct accel_accelerator_opts {
      * for "fp8": a field set here wins over its ACCELERATE_FP8_<NAME> (or
      * ACCEL_FP8_<NAME>) variable, a zero / NULL field reads it, else
      * Accelerate's default. Bad values fail accel_accelerator_new naming the
-     * field (or the variable) and the value. Booleans are tri-state:
+     * field (or the variable) and the value: a field whatever mixed_precision
+     * is, a variable under "fp8" alone. Booleans are tri-state:
      * ACCEL_TRUE, ACCEL_FALSE, 0 = unset. */
     const char *fp8_backend;           /* BACKEND: "TE" (any case); AO and MSAMP refused */
     const char *fp8_format;            /* FORMAT: "HYBRID" (E5M2 gradients; default) or "E4M3"; E5M2 refused */

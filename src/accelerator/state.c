@@ -110,13 +110,13 @@ static accel_status accept_fp8(const accel_accelerator_opts *o, bool cpu_env, co
 /* s: the option's text, or that of the variable `var` (NULL: the option's). */
 static accel_status parse_precision(const char *s, const char *var, const accel_accelerator_opts *o,
                                     accel_mixed_precision *out, accel__fp8_recipe *fp8) {
+    bool is_fp8 = s && !strcasecmp(s, "fp8");
+    if (accel__fp8_recipe_resolve(o, is_fp8, fp8) != ACCEL_OK) return accel_last_status();
     if (!s || !strcasecmp(s, "no")) *out = ACCEL_MP_NO;
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
-    else if (!strcasecmp(s, "fp8")) {
-        if (accel__fp8_recipe_resolve(o, fp8) != ACCEL_OK) return accel_last_status();
-        *out = ACCEL_MP_FP8;
-    } else
+    else if (is_fp8) *out = ACCEL_MP_FP8;
+    else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_new: %s%sUnknown mixed_precision mode: %s. Choose between "
                                "['no', 'fp8', 'fp16', 'bf16']",
