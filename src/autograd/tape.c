@@ -53,6 +53,11 @@ void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {
     tl_ready_ctx = ctx;
 }
 
+accel_grad_ready_fn accel__grad_ready_hook(void **ctx) {
+    *ctx = tl_ready_ctx;
+    return tl_ready_fn;
+}
+
 /* The tape of the current arena generation (empty after a step reset). */
 static tape *current_tape(void) {
     uint32_t gen = accel_arena_generation(accel_step_arena());

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 
+#include "accel/autograd.h"
 #include "accel/core.h"
 
 /* Whether the user chose the kernels' thread count: OMP_NUM_THREADS is set
@@ -166,6 +167,9 @@ void *accel__set_replayed(void *p);
  * the grad-ready hook), once it knows which leaves it will reach, before any
  * node runs: there accel__leaf_in_pass tells them apart. NULL: none. */
 void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx);
+/* This thread's grad-ready hook (accel_set_grad_ready_hook) and its ctx:
+ * the accelerator's backward keeps a user's and calls it beside its own. */
+accel_grad_ready_fn accel__grad_ready_hook(void **ctx);
 /* Whether leaf t gets a gradient in the backward walk now beginning (read
  * from the pass-begin hook): a leaf no recorded node uses (an expert no
  * token chose) gets none, and its grad-ready hook never fires. */
