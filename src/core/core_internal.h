@@ -11,9 +11,15 @@
  * (even to a value OpenMP ignores) or accel_set_num_threads was called. */
 bool accel__num_threads_chosen(void);
 /* Caps accel_num_threads() at n in every thread (the kernels' pools) and sets
- * the calling thread's OpenMP default to n (oneDNN and plain `omp parallel`
- * regions), without counting as the user's choice. */
+ * every thread's OpenMP default to n (oneDNN and plain `omp parallel`
+ * regions; each thread at its accel__threads_follow), without counting as
+ * the user's choice. */
 void accel__cap_num_threads(int n);
+/* Applies to the calling thread the count last chosen for every thread
+ * (accel_set_num_threads, the cap), once per choice: called where a thread
+ * begins library work (its step arena, accel_num_threads). Not inside a
+ * parallel region. */
+void accel__threads_follow(void);
 
 /* accel_set_error with a va_list (status.c): the entry the plug-ins' host
  * table carries (backends/plugin.h). */
