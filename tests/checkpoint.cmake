@@ -42,7 +42,8 @@ set_tests_properties(accelerator_save_model_enospc PROPERTIES TIMEOUT 120 SKIP_R
                      PASS_REGULAR_EXPRESSION "enospc-ok" ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # save_model and save_state into a mount point (a tmpfs in a private mount
-# namespace; root only, skipped otherwise) fail at once naming it.
+# namespace; root only, skipped otherwise) fail at once naming it; io's weight
+# writers write it in place; a mount inside the directory is refused by all.
 add_test(NAME accelerator_save_mount_point
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/run_save_mount_point.sh ${CMAKE_CURRENT_BINARY_DIR}/save_mount_point
                  $<TARGET_FILE:checkpoint_kill_points>)

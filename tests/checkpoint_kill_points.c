@@ -710,7 +710,8 @@ static int enospc(const char *root) {
  * a mount point, so save_model and save_state into DIR, or through a link to
  * it, fail at once naming it, before writing anything beside it (they used to
  * stage the whole save on the parent's filesystem, then fail the exchange);
- * into OUTER they fail naming OUTER/data, before anything changes. */
+ * io's weight writers write DIR in place; into OUTER all fail naming
+ * OUTER/data, before anything changes. */
 static int mount_point(const char *dir, const char *outer) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     o.mixed_precision = "no";
@@ -730,6 +731,37 @@ static int mount_point(const char *dir, const char *outer) {
         accel_clear_error();
         CHECK_MSG(no_leftover(dir), "save %d staged beside the mount point", i);
     }
+    /* io's writers (accel_save_sharded's family, save_pretrained) into the
+     * mount point itself write in place, as transformers' save_pretrained
+     * does (they refused it too): the user's files stay, and the previous
+     * save's weights files go once the new save's are written (one file over
+     * shards, shards over one file, the other format over both); through a
+     * link to it as well, and nothing is staged beside it */
+    char extra[700];
+    snprintf(extra, sizeof extra, "%s/extra", dir);
+    put(dir, "README.md", "my notes\n");
+    CHECK(mkdir(extra, 0755) == 0);
+    put(extra, "tokenizer.json", "{}\n");
+    for (int id = 1; id <= 3; id++) {
+        mark_model(m, id);
+        accel_status s = accel_save_module(id == 2 ? link : dir, m, id == 2 ? 1 << 30 : 64);
+        CHECK_MSG(s == ACCEL_OK, "accel_save_module %d into %s: %s", id, dir, accel_last_error());
+        CHECK_MSG(model_id_in(dir, 2) == id, "%s does not hold save %d alone", dir, id);
+        CHECK_MSG(no_leftover(dir), "accel_save_module %d staged beside the mount point", id);
+    }
+    accel_state_dict *sd = accel_module_state_dict(m);
+    const char *names[6];
+    accel_tensor *ts[6];
+    for (int i = 0; sd && i < 6; i++) names[i] = sd->entries[i].name, ts[i] = sd->entries[i].t;
+    CHECK(sd && sd->n == 6 && accel_save_sharded_as(dir, 6, names, ts, 1 << 30, ACCEL_WEIGHTS_PYTORCH) == ACCEL_OK);
+    accel_state_dict_free(sd);
+    DIR *d = opendir(dir);
+    int weights = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        weights += !strncmp(e->d_name, "model", 5) || !strncmp(e->d_name, "pytorch_model", 13);
+    if (d) closedir(d);
+    CHECK_MSG(weights == 1 && holds(dir, "README.md", "my notes\n"), "%s: %d weights files beside pytorch_model.bin, "
+              "or the README lost", dir, weights - 1);
     unlink(link);
     /* outer/data, a mount inside the directory saved into: refused by name,
      * its file intact (it was copied into the new directory and removed from
@@ -737,9 +769,10 @@ static int mount_point(const char *dir, const char *outer) {
     char data[700];
     snprintf(data, sizeof data, "%s/data", outer);
     put(data, "train.bin", "mine\n");
-    for (int i = 0; i < 2; i++) {
-        accel_status s = i ? accel_accelerator_save_state(acc, outer, NULL, 0)
-                           : accel_accelerator_save_model(acc, m, outer, NULL);
+    for (int i = 0; i < 3; i++) { /* io's writers too: the mount inside is no mount point they write in place */
+        accel_status s = i == 2 ? accel_save_module(outer, m, 64)
+                         : i    ? accel_accelerator_save_state(acc, outer, NULL, 0)
+                                : accel_accelerator_save_model(acc, m, outer, NULL);
         CHECK_MSG(s == ACCEL_ERR_IO, "save %d into %s: %d %s", i, outer, (int)s, accel_last_error());
         CHECK_STR_CONTAINS(accel_last_error(), "is a mount point");
         CHECK_STR_CONTAINS(accel_last_error(), data);

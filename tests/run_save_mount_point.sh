@@ -1,6 +1,7 @@
 #!/bin/sh
 # save_model and save_state into a mount point, or into a directory holding
-# one, fail at once naming it, writing nothing beside it: tmpfs mounts on DIR
+# one, fail at once naming it, writing nothing beside it (io's weight writers
+# write the mount point itself in place, and refuse the other): tmpfs mounts on DIR
 # and on DIR.outer/data in a private mount namespace (needs root; skipped with
 # 77 otherwise), then `checkpoint_kill_points mount-point DIR DIR.outer`.
 dir=$1

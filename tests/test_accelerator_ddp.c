@@ -315,6 +315,27 @@ static void test_collectives_torch_edges(void) {
     int off = 0;
     for (int i = 0; m && i < 64; i++) off += ((float *)m->data)[i] != (xs_all[i] * 0.1f) / (float)N;
     CHECK_MSG(m && off == 0, "%d of 64 elements differ from (sum * 0.1f) / N", off);
+    /* float64 in double (not the f32 of the pointwise kernels); bfloat16
+     * rounded after each of the two, as torch's ops store it (the sums of
+     * these values are exact) */
+    double ds[64], ds_all[64] = {0};
+    uint16_t bs[64];
+    float bs_all[64] = {0};
+    for (int i = 0; i < 64; i++) {
+        ds[i] = 0.375 * (i + 1) + R;
+        bs[i] = accel_f32_to_bf16((float)(i + 1 + R));
+        for (int r = 0; r < N; r++) ds_all[i] += 0.375 * (i + 1) + r, bs_all[i] += (float)(i + 1 + r);
+    }
+    accel_tensor *md = accel_accelerator_reduce(A, accel_from_data(ACCEL_F64, 1, (int64_t[]){64}, ds), "mean", 0.1);
+    accel_tensor *mb = accel_accelerator_reduce(A, accel_from_data(ACCEL_BF16, 1, (int64_t[]){64}, bs), "mean", 0.1);
+    int off_d = 0, off_b = 0;
+    for (int i = 0; md && mb && i < 64; i++) {
+        off_d += ((double *)md->data)[i] != ds_all[i] * 0.1 / N;
+        uint16_t times = accel_f32_to_bf16(bs_all[i] * 0.1f);
+        off_b += ((uint16_t *)mb->data)[i] != accel_f32_to_bf16(accel_bf16_to_f32(times) / (float)N);
+    }
+    CHECK_MSG(md && mb && off_d == 0 && off_b == 0, "of 64 elements %d (float64) and %d (bfloat16) differ from "
+              "torch's `x *= 0.1; x /= N`", off_d, off_b);
     /* pad_index: what the dtype holds exactly (Accelerate's wraps or turns
      * the padded ranks' result float or int64), and a dim in range, both
      * refused on every rank before the collective, each naming its value. */

@@ -8,6 +8,9 @@
  *     (accel_save_module of the gathered model), byte for byte, sharded by
  *     max_shard_size too; merging a sharded checkpoint gives the same file;
  *   - bad checkpoints fail naming the file, unit or parameter;
+ *   - a checkpoint whose model `accel merge-weights --remove_checkpoint_dir`
+ *     took out is refused saying so, and passed over by the automatic resume
+ *     and total_limit;
  *   - `save DIR` / `resume DIR`: one launch trains and saves on N processes,
  *     another resumes on M != N (resharding at load): losses and final weights
  *     equal the uninterrupted run within tolerance;
@@ -28,6 +31,7 @@
 #include "accel/dist.h"
 #include "accelerator/accelerator_internal.h" /* the state-dict type, the merge */
 #include "check.h"
+#include "sibling_exe.h"
 #include "tiny_llama.h"
 #include "core/core_internal.h" /* accel__tensor_write_bytes */
 #include "io/checkpoint_marker.h"     /* accel__marker_write */
@@ -672,6 +676,54 @@ static void test_bad_checkpoints(void) {
     A->fsdp.full_state_dict = false;
 }
 
+/* `accel merge-weights CKPT/pytorch_model_fsdp_0 OUT --remove_checkpoint_dir`
+ * (Accelerate's way to export a SHARDED_STATE_DICT save) removes that
+ * folder, the rest of the checkpoint left (optimizer, random states). Its
+ * marker listed the removed rank files: load_state then said a rank file was
+ * missing, as of a save that never finished. Now the marker says what went
+ * where: load_state refuses the checkpoint saying so, the automatic resume
+ * skips it for the one before, and total_limit neither counts nor deletes it. */
+static void test_merged_checkpoint_passed_over(void) {
+    char project[600], ck[3][700], out[600], path[800], cmd[16384], accel[4096 + 32];
+    path_of(project, sizeof project, "merged_project");
+    path_of(out, sizeof out, "merged_out");
+    for (int i = 0; i < 3; i++) snprintf(ck[i], sizeof ck[i], "%s/checkpoints/checkpoint_%d", project, i);
+    char *project_dir = A->project_dir;
+    A->project_dir = project;
+    A->o.automatic_checkpoint_naming = true;
+    A->o.total_limit = 2;
+    run r = start(false, 5, 33);
+    for (int step = 0; step < 2; step++) { /* checkpoint_0 after one step, checkpoint_1 after two */
+        train_step(r.m, r.o, false, step);
+        CHECK_MSG(accel_accelerator_save_state(A, NULL, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    }
+    if (R == 0 && sibling_exe("accel", accel, sizeof accel)) {
+        snprintf(cmd, sizeof cmd, "'%s' merge-weights '%s/pytorch_model_fsdp_0' '%s' --remove_checkpoint_dir", accel,
+                 ck[1], out);
+        CHECK_MSG(system(cmd) == 0, "%s", cmd);
+        snprintf(path, sizeof path, "%s/pytorch_model_fsdp_0", ck[1]);
+        CHECK_MSG(access(path, F_OK) != 0, "%s is still there", path);
+        snprintf(path, sizeof path, "%s/optimizer_0/sharded_index.json", ck[1]);
+        CHECK_MSG(access(path, F_OK) == 0, "%s was removed with the model", path);
+    }
+    if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
+    expect_load_error(ck[1], "checkpoint_1 is no longer a complete checkpoint: pytorch_model_fsdp_0 was removed "
+                             "(`accel merge-weights --remove_checkpoint_dir` merged it into ");
+    if (R == 0) CHECK_STR_CONTAINS(accel_last_error(), "merged_out/model.safetensors)");
+    accel_resume_point at;
+    CHECK_MSG(accel_accelerator_load_state(A, NULL, &at) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(at.optimizer_steps == 1, "the automatic resume loaded a checkpoint of %lld steps, not checkpoint_0's 1",
+              (long long)at.optimizer_steps);
+    train_step(r.m, r.o, false, 1);
+    CHECK_MSG(accel_accelerator_save_state(A, NULL, NULL, 0) == ACCEL_OK, "%s", accel_last_error());
+    for (int i = 0; R == 0 && i < 3; i++) /* two complete checkpoints (0, 2): none over the limit */
+        CHECK_MSG(access(ck[i], F_OK) == 0, "total_limit 2 deleted %s", ck[i]);
+    finish(&r);
+    A->o.automatic_checkpoint_naming = false;
+    A->o.total_limit = 0;
+    A->project_dir = project_dir;
+}
+
 /* ---------------------------------------------------------------- across world sizes */
 
 /* `save DIR`: the uninterrupted run's losses and final weights, and a
@@ -779,6 +831,7 @@ int main(int argc, char **argv) {
         RUN(test_save_model_equals_ddp);
         RUN(test_save_16bit_settings);
         RUN(test_bad_checkpoints);
+        RUN(test_merged_checkpoint_passed_over);
         RUN(test_zero_size_parameter);
         if (N > 1) CHECK(accel_pg_barrier(A->pg) == ACCEL_OK);
         if (R == 0 && getenv("ACCEL_Z3_KEEP")) printf("kept %s\n", ROOT);

@@ -7,15 +7,18 @@
  * while holding the tmp's lock holds up the next one only until it dies
  * (path keeps its old text meanwhile), one stopped mid-write only for
  * ACCEL_WRITE_STALL_TIMEOUT seconds of no progress (an error naming path
- * and the writer's pid), one writing on as long as it takes; a symbolic link to
+ * and the writer's pid), one writing on as long as it takes; a writer that
+ * waited keeps the mode the file has after the one it waited for; a symbolic link to
  * the user's file, a hard link to it, or a FIFO is refused by an error
  * naming the tmp, the file it points at untouched and path's old text kept
  * (the writer followed the link and truncated the user's file; a FIFO took
  * the bytes and was renamed over path); a path that is a directory is an
  * error too, nothing left behind. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -301,6 +304,66 @@ static void test_path_is_directory(void) {
     rmdir(path);
 }
 
+/* Whether process pid has path open (Linux's /proc/<pid>/fd). */
+static bool has_open(pid_t pid, const char *path) {
+    char fds[64], link[64 + 256], to[256];
+    snprintf(fds, sizeof fds, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(fds);
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        snprintf(link, sizeof link, "%s/%s", fds, e->d_name);
+        ssize_t n = readlink(link, to, sizeof to - 1);
+        found = n > 0 && (to[n] = 0, !strcmp(to, path));
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* A writer that waited for another keeps the mode of the file it replaces
+ * as that one left it: the first writer here (the writer's protocol by
+ * hand: the marked tmp, locked, renamed over path) makes path private
+ * (0600); the second, which looked at path (0644) before it waited, made it
+ * readable by everyone again. */
+static void test_waiter_keeps_mode_it_replaces(void) {
+    char path[96], tmp[96], buf[256], err[512];
+    if (access("/proc/self/fd", R_OK) != 0) {
+        printf("skip: no /proc/self/fd to see the second writer wait\n");
+        return;
+    }
+    put(at(path, sizeof path, "private.json"), "{\"v\": 1}");
+    at(tmp, sizeof tmp, "private.json.tmp");
+    CHECK(chmod(path, 0644) == 0);
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    fflush(NULL);
+    pid_t first = fork();
+    if (first == 0) {
+        char c;
+        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, S_ISVTX | 0600);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(fd, "{\"v\": 3}", 8) != 8 || write(ready[1], "x", 1) != 1 ||
+            read(go[0], &c, 1) != 1 || fchmod(fd, 0600) != 0 || rename(tmp, path) != 0)
+            _exit(1);
+        _exit(0); /* the lock goes with the process */
+    }
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    pid_t second = fork();
+    if (second == 0) _exit(save(path, err, sizeof err) == ACCEL_OK ? 0 : 1);
+    /* the second writer has the tmp open once it looked at path and waits for the lock */
+    for (int i = 0; i < 10000 && !has_open(second, tmp); i++) usleep(1000);
+    CHECK_MSG(has_open(second, tmp), "the second writer never opened %s", tmp);
+    CHECK(write(go[1], "x", 1) == 1);
+    int st = 0;
+    CHECK(waitpid(first, &st, 0) == first && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(waitpid(second, &st, 0) == second && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_MSG(strstr(text_of(path, buf, sizeof buf), "\"v\": 2") != NULL, "path now %s", buf);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0 && (sb.st_mode & 07777) == 0600, "mode %o, want the first writer's 0600",
+              (unsigned)sb.st_mode & 07777);
+    for (int i = 0; i < 2; i++) close(ready[i]), close(go[i]);
+    unlink(path);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_afile_hostile_%d", (int)getpid());
     CHECK(mkdir(g_dir, 0700) == 0);
@@ -308,6 +371,7 @@ int main(void) {
     RUN(test_user_tmp_kept);
     RUN(test_killed_writer_mid_write);
     RUN(test_stopped_writer);
+    RUN(test_waiter_keeps_mode_it_replaces);
     RUN(test_tmp_symlink_refused);
     RUN(test_tmp_hardlink_refused);
     RUN(test_tmp_fifo_refused);

@@ -4,7 +4,8 @@
  * hf_bert_nsp, hf_*_mc): the class, tree (the pooler, the tied decoder) and
  * state_dict order, the logits within 1e-5, the loss and every gradient
  * within 1e-5 relative; the head each config's architectures picks (the
- * pre-training one only when asked for); a pre-training checkpoint into the
+ * pre-training one only when asked for); gradient checkpointing on
+ * pre-training's cls; a pre-training checkpoint into the
  * next sentence head (transformers' logits); save_pretrained and back, also
  * through the dispatched loader with the encoder on disk
  * (ACCEL_BERT_SAVED=PREFIX keeps PREFIX_<fixture> for
@@ -173,6 +174,32 @@ static void test_against_transformers(void) {
     accel_module *seq = accel_bert_from_pretrained("data/hf_bert_pretrain", ACCEL_CPU_DEVICE);
     CHECK(seq && !strcmp(seq->ops->type_name, "BertForSequenceClassification"));
     accel_module_free(seq);
+}
+
+/* Gradient checkpointing set on BertForPreTraining's cls (its masked LM
+ * forward recomputed in backward, as any module's under a module call):
+ * the prediction logits come out of a checkpoint node, and the loss and
+ * every gradient still match transformers'. */
+static void test_pretraining_head_checkpointed(void) {
+    const fixture *f = &FIXTURES[0];
+    accel_safetensors *st = accel_safetensors_open("data/hf_bert_pretrain/expected.safetensors");
+    accel_module *m = accel_bert_from_pretrained_head(f->dir, f->head, 0, ACCEL_CPU_DEVICE);
+    CHECK_MSG(m && st, "%s: %s", f->dir, accel_last_error());
+    if (!m || !st) goto out;
+    CHECK(accel_module_set_gradient_checkpointing(accel_module_find(m, "cls"), true) == ACCEL_OK);
+    inputs in = load_inputs(st);
+    accel_tensor *logits = NULL, *nsp = NULL;
+    accel_tensor *loss = accel_bert_pretraining_loss(m, in.ids, in.tt, in.mask, in.labels, in.nsp_labels, &logits, &nsp);
+    CHECK_MSG(loss && logits, "%s", accel_last_error());
+    CHECK_MSG(logits && logits->grad_fn && !strcmp(logits->grad_fn->op, "checkpoint"),
+              "the prediction logits come from '%s', not a checkpoint",
+              logits && logits->grad_fn ? logits->grad_fn->op : "no node");
+    accel_step_reset();
+    check_loss_and_grads(m, f, st, &in);
+    free_inputs(&in);
+out:
+    accel_module_free(m);
+    accel_safetensors_close(st);
 }
 
 /* The pre-training checkpoint into the next sentence head: its pooler and
@@ -456,6 +483,7 @@ int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/accel_bert_pretrain_XXXXXX");
     CHECK(mkdtemp(g_tmp) != NULL);
     RUN(test_against_transformers);
+    RUN(test_pretraining_head_checkpointed);
     RUN(test_pretraining_into_nsp);
     RUN(test_save_round_trip);
     RUN(test_pretraining_bf16_accelerator);

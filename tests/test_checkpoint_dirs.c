@@ -294,6 +294,7 @@ static void test_larger_model_refused_zero3(void) {
         accel_status s = accel_accelerator_load_state(acc[0], dir, NULL);
         CHECK_MSG(s == ACCEL_ERR_FORMAT, "%s: load_state -> %d: %s", SDT[k], (int)s, accel_last_error());
         CHECK_STR_CONTAINS(accel_last_error(), "2.weight, which the model does not have");
+        CHECK_STR_CONTAINS(accel_last_error(), k ? "sharded_index.json lists 2." : "model.safetensors holds 2.");
         accel_clear_error();
         for (int big = 0; big < 2; big++) {
             CHECK(accel_accelerator_clear(acc[big]) == ACCEL_OK);

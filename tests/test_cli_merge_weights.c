@@ -500,6 +500,23 @@ static void test_zero3_nothing_to_merge(void) {
     CHECK(access(shard, F_OK) != 0);
 }
 
+/* A folder holding the rank files and a completion marker of its own (no
+ * save_state lays a checkpoint out so, but a marker there lists those
+ * files): --remove_checkpoint_dir removes the marker with them, before them,
+ * and then the folder, as Accelerate's rmtree removes it; the marker was
+ * left listing the removed files, and the folder with it. */
+static void test_zero3_own_marker_removed(void) {
+    char dir[PATH_MAX + 64], marker[PATH_MAX + 96], args[3 * PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/own_marker", TMP);
+    CHECK(mkdir(dir, 0755) == 0 && zero3_index_folder(dir) &&
+          zero3_index_write(dir, ZERO3_INDEX_OK, strlen(ZERO3_INDEX_OK)));
+    snprintf(marker, sizeof marker, "%s/accel_checkpoint.json", dir);
+    spit(marker, "{\"files\": {}}"); /* sizes only (a marker from before checksums), listing nothing */
+    snprintf(args, sizeof args, "merge-weights %s %s/own_marker_out --remove_checkpoint_dir", dir, TMP);
+    CHECK(run(args) == 0);
+    CHECK_MSG(access(dir, F_OK) != 0, "%s is still there", dir);
+}
+
 /* The sharded fixture's index and shards copied into TMP/sub. */
 static bool add_hf_shards(const char *sub) {
     char cmd[2 * PATH_MAX + 64];
@@ -563,6 +580,7 @@ int main(void) {
     RUN(test_zero3_second_model_named);
     RUN(test_zero3_nothing_to_merge);
     RUN(test_zero3_beside_hf_index);
+    RUN(test_zero3_own_marker_removed);
     char rm[PATH_MAX + 16];
     snprintf(rm, sizeof rm, "rm -rf %s", TMP);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", TMP);

@@ -20,7 +20,9 @@
  *   - no two threads are ever inside the backend at once (each of its entry
  *     points checks): polling, waiting for or failing streamed work while
  *     the communication thread runs host-buffer work leaves the backend to
- *     it until it is done. */
+ *     it until it is done;
+ *   - a dtype the backend's table says it cannot reduce is refused before
+ *     the call, naming the backend. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -169,6 +171,9 @@ static accel_status fake_reduce_scatter(accel_pg *pg, const void *send, void *re
     return issue(pg, (fake_op){.kind = OP_REDUCE_SCATTER, .send = send, .recv = recv, .count = count});
 }
 
+/* What the fake adds (run_op's floats): float32 alone. */
+static bool fake_reducible(accel_dtype dt) { return dt == ACCEL_F32; }
+
 static bool fake_takes(accel_pg *pg, const void *send, const void *recv) {
     (void)pg;
     return on_dev(recv) && (!send || on_dev(send));
@@ -250,6 +255,7 @@ static const accel__backend FAKE = {
     .finalize = fake_finalize,
     .barrier = fake_barrier,
     .all_reduce = fake_all_reduce,
+    .reducible = fake_reducible,
     .broadcast = fake_broadcast,
     .all_gatherv = fake_all_gatherv,
     .reduce_scatter = fake_reduce_scatter,
@@ -475,6 +481,28 @@ static void test_one_thread_in_backend(void) {
     accel_pg_free(pg);
 }
 
+/* A backend that reduces fewer dtypes than accel__reduce (nccl: no int16,
+ * as torch's ProcessGroupNCCL) says so in its table: another dtype is
+ * refused before the backend sees the call, synchronous or not, naming the
+ * backend and what it reduces; the group goes on. */
+static void test_reducible_per_backend(void) {
+    fake f;
+    accel_pg *pg = fake_group(&f, 30, false);
+    int16_t host[N] = {0};
+    CHECK(accel_pg_all_reduce(pg, host, N, ACCEL_I16, ACCEL_REDUCE_SUM) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_pg_all_reduce: cannot reduce int16 on the fake backend (it reduces "
+                                           "float32)");
+    CHECK(accel_pg_reduce_scatter(pg, g_dev[0], g_dev[1], N / 2, ACCEL_I16, ACCEL_REDUCE_SUM) == ACCEL_ERR_DTYPE);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot reduce int16 on the fake backend");
+    CHECK(accel_pg_all_reduce_async(pg, g_dev[0], N, ACCEL_F64, ACCEL_REDUCE_MAX) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "cannot reduce float64 on the fake backend");
+    CHECK(f.n_log == 0);
+    accel_clear_error();
+    fill(g_dev[0], 1);
+    CHECK(accel_pg_all_reduce(pg, g_dev[0], N, ACCEL_F32, ACCEL_REDUCE_SUM) == ACCEL_OK && all_equal(g_dev[0], 2));
+    accel_pg_free(pg);
+}
+
 int main(void) {
     alarm(120); /* a wait that never returns fails here, not at ctest's timeout */
     RUN(test_issue_order_and_wait);
@@ -483,5 +511,6 @@ int main(void) {
     RUN(test_timeout);
     RUN(test_free_before_wait);
     RUN(test_one_thread_in_backend);
+    RUN(test_reducible_per_backend);
     return check_summary();
 }

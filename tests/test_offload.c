@@ -118,12 +118,62 @@ static void test_disk_dtype_conversion(void) {
     CHECK(s.bytes_resident == (4 * 8 + 8 + 8 * 3 + 3) * 4);
 }
 
+/* Whether a node of the graph that made t still holds a tensor on meta (an
+ * offloaded weight the tape should have forgotten). */
+static bool graph_holds_meta(const accel_tensor *t, int depth) {
+    const accel_node *n = t ? t->grad_fn : NULL;
+    if (!n || depth > 16) return false;
+    for (int k = 0; k < 4; k++)
+        if (n->saved[k] && n->saved[k]->device.type == ACCEL_DEV_META) return true;
+    for (int k = 0; k < n->n_inputs; k++)
+        if (n->inputs[k] && (n->inputs[k]->device.type == ACCEL_DEV_META || graph_holds_meta(n->inputs[k], depth + 1)))
+            return true;
+    return false;
+}
+
+/* Backward through offloaded weights is refused naming one (they went back
+ * to meta after their forward), the tape holding none of them: per module (":disk", each Linear's hook
+ * drops its two), per preload block (the Sequential's hook drops all four
+ * at once, in one pass over the tape), and beside a resident layer. */
+static void test_backward_refused(void) {
+    accel_manual_seed(5);
+    accel_module *orig = toy();
+    CHECK(accel_save_module(g_dir, orig, 1 << 30) == ACCEL_OK);
+    accel_module_free(orig);
+    const char *const pre[] = {"Sequential"};
+    struct { const char *spec; int n_preload; } cases[] = {{":disk", 0}, {":disk", 1}, {"0:cpu,2:disk", 0}};
+    bool prev = accel_set_grad_enabled(true);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        accel_module *m = skeleton();
+        accel_device_map *map = accel_device_map_parse(cases[k].spec);
+        accel_load_opts lo = {.preload_classes = pre, .n_preload = cases[k].n_preload};
+        accel_dispatched *d = accel_load_checkpoint_and_dispatch(m, g_dir, map, NULL, NULL, &lo);
+        CHECK_MSG(d != NULL, "%s: %s", cases[k].spec, accel_last_error());
+        accel_tensor *y = d ? accel_module_call(m, accel_from_floats(ACCEL_SHAPE(2, 4), X)) : NULL;
+        CHECK_MSG(y != NULL, "%s: %s", cases[k].spec, accel_last_error());
+        CHECK_MSG(!graph_holds_meta(y, 0), "%s (preload %d): the tape reads an offloaded weight", cases[k].spec,
+                  cases[k].n_preload);
+        CHECK(y && accel_backward(accel_sum(y, 0, NULL, false)) == ACCEL_ERR_STATE);
+        CHECK_STR_CONTAINS(accel_last_error(), "'linear' of this graph reads \"weight\", whose data went to meta "
+                                               "after its forward");
+        accel_clear_error();
+        accel_tensor *w0 = accel_module_get_tensor(m, "0.weight");
+        CHECK(w0 && (w0->device.type == ACCEL_DEV_META) == (cases[k].spec[0] == ':'));
+        accel_step_reset();
+        accel_dispatched_free(d);
+        accel_module_free(m);
+        accel_device_map_free(map);
+    }
+    accel_set_grad_enabled(prev);
+}
+
 int main(void) {
     accel_set_grad_enabled(false); /* inference only */
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_offload_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
     RUN(test_offload_maps);
     RUN(test_disk_dtype_conversion);
+    RUN(test_backward_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);

@@ -1,4 +1,5 @@
-/* safetensors reader/writer, checkpoints, size strings. Corrupt files are
+/* safetensors reader/writer, checkpoints, size strings, the directory
+ * writers' refusal of a file where the directory goes. Corrupt files are
  * written byte by byte into a mkdtemp() folder. */
 #include <dirent.h>
 #include <jansson.h>
@@ -7,7 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "accel/io.h"
+#include "accel/accel.h"
+#include "accel/bert.h"
 #include "check.h"
 #include "test_files.h"
 
@@ -402,8 +404,53 @@ static void test_sharded(void) {
     CHECK(!exists(tmp_path("sharded/model-00001-of-00009.safetensors")));
     CHECK(count_files(dir, "model-") == 3);
     for (int i = 0; i < 4; i++) accel_tensor_free(t[i]);
-    CHECK(accel_save_sharded(tmp_path("rt.safetensors"), 0, NULL, NULL, 10) == ACCEL_ERR_INVALID_ARG);
+}
+
+/* st and the last error are fn's refusal of file, a file where a directory belongs. */
+static void refused_file(const char *fn, accel_status st, const char *file) {
+    char want[320];
+    snprintf(want, sizeof want, "%s: Provided path (%s) should be a directory, not a file", fn, file);
+    CHECK_MSG(st == ACCEL_ERR_IO && strstr(accel_last_error(), want), "%s: status %d: %s", fn, (int)st,
+              accel_last_error());
     accel_clear_error();
+}
+
+/* Every directory writer given an existing file refuses it alike:
+ * ACCEL_ERR_IO, Accelerate's "Provided path (...) should be a directory, not
+ * a file", the file kept and nothing made beside it (save_sharded and the
+ * save_pretrained writers said ACCEL_ERR_INVALID_ARG, save_state and
+ * save_model ACCEL_ERR_IO). */
+static void test_directory_writers_refuse_a_file(void) {
+    char file[256], staged[256];
+    snprintf(file, sizeof file, "%s", tmp_path("a_file"));
+    snprintf(staged, sizeof staged, "%s", tmp_path(".a_file.accel-staging"));
+    write_file(file, "keep me", 7);
+    accel_tensor *t = filled(4, 0);
+    const char *name = "w";
+    accel_module *lin = accel_linear_new(2, 2, true, ACCEL_CPU_DEVICE, ACCEL_F32);
+    accel_llama_config lc = accel_llama_config_default();
+    lc.vocab_size = 16, lc.hidden_size = 8, lc.intermediate_size = 16, lc.num_hidden_layers = 1;
+    lc.num_attention_heads = 2, lc.num_key_value_heads = 2, lc.max_position_embeddings = 16;
+    accel_module *llama = accel_llama_new(&lc, ACCEL_CPU_DEVICE);
+    accel_bert_config bc = accel_bert_config_default();
+    bc.vocab_size = 16, bc.hidden_size = 8, bc.num_hidden_layers = 1, bc.num_attention_heads = 2;
+    bc.intermediate_size = 16, bc.max_position_embeddings = 16;
+    accel_module *bert = accel_bert_new(&bc, ACCEL_CPU_DEVICE);
+    CHECK_MSG(t && lin && llama && bert, "%s", accel_last_error());
+    refused_file("accel_save_sharded", accel_save_sharded(file, 1, &name, &t, 0), file);
+    refused_file("accel_save_sharded", accel_save_sharded_as(file, 1, &name, &t, 0, ACCEL_WEIGHTS_PYTORCH), file);
+    refused_file("accel_save_sharded", accel_save_module(file, lin, 0), file);
+    refused_file("accel_save_pretrained", accel_save_pretrained(llama, file, 0), file);
+    refused_file("accel_bert_save_pretrained", accel_bert_save_pretrained(bert, file, 0), file);
+    char *s = read_text(file);
+    CHECK_MSG(s && !strcmp(s, "keep me"), "the file now %s", s ? s : "(gone)");
+    free(s);
+    CHECK(!exists(staged));
+    accel_module_free(bert);
+    accel_module_free(llama);
+    accel_module_free(lin);
+    accel_tensor_free(t);
+    unlink(file);
 }
 
 static void expect_ck_error(const char *path, const char *needle) {
@@ -555,6 +602,7 @@ int main(void) {
     RUN(test_python_verdicts);
     RUN(test_corrupt_files);
     RUN(test_sharded);
+    RUN(test_directory_writers_refuse_a_file);
     RUN(test_index_errors);
     RUN(test_hf_checkpoints);
     RUN(test_parse_size);

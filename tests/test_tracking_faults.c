@@ -1,12 +1,15 @@
 /* The trackers under faults and hostile input: a failed CSV rewrite (its tmp
- * name taken, the file size limit reached) and logging after it, long
+ * name taken, the file size limit reached, the log gone from its directory)
+ * and logging after it, a run stopped holding the trackers' locks, long
  * non-ASCII text tags, hparams.yml strings that YAML would read as something
  * else. Every file written must stay readable by its peer's parser. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -438,6 +441,124 @@ static void test_csv_two_runs_one_directory(void) {
     rm_rf(dir);
 }
 
+/* The run's log.csv removed, or replaced by another program's file, while
+ * the run logs: a widening finds no name in the directory for its file and
+ * fails as the other failed widenings do ("cannot rewrite <log> with the new
+ * columns: <why>"); the file called log.csv now, another's, is left byte for
+ * byte (rewritten under that name with this run's rows, it was lost). */
+static void test_csv_widen_log_gone(void) {
+    for (int replaced = 0; replaced < 2; replaced++) {
+        char *dir, path[512], tmp[520], other[530];
+        accel_tracker *t = csv_one_row(&dir, path, tmp);
+        if (replaced) {
+            snprintf(other, sizeof other, "%s.other", path);
+            FILE *f = fopen(other, "w");
+            CHECK(f && fputs("not this run's\n", f) >= 0 && fclose(f) == 0);
+            CHECK(rename(other, path) == 0);
+        } else CHECK(unlink(path) == 0);
+        CHECK(accel_tracker_log(t, 2, AB, 1) == ACCEL_ERR_IO);
+        const char *err = accel_last_error();
+        CHECK_MSG(strstr(err, "csv tracker: cannot rewrite ") && strstr(err, path) &&
+                      strstr(err, "with the new columns: it is no longer this run's log and no name in"),
+                  "replaced %d: %s", replaced, err);
+        accel_clear_error();
+        char *s = slurp(path);
+        if (replaced) CHECK_MSG(s && !strcmp(s, "not this run's\n"), "log.csv now %s", s ? s : "(gone)");
+        else CHECK_MSG(!s, "log.csv made again: %s", s);
+        free(s);
+        CHECK(!exists(tmp));
+        CHECK(accel_tracker_finish(t) == ACCEL_OK);
+        rm_rf(dir);
+    }
+}
+
+/* ---------------------------------------------------------------- locks */
+
+/* A process that takes an flock of each of paths (files or directories) and
+ * stops itself, as a run stopped by SIGSTOP, a debugger or a frozen
+ * container holding the trackers' locks; its pid, once stopped. */
+static pid_t stopped_holder(int n, const char *const *paths) {
+    fflush(NULL);
+    pid_t kid = fork();
+    if (kid == 0) {
+        for (int i = 0; i < n; i++) {
+            int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+            if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+        }
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    int ws = 0;
+    CHECK(waitpid(kid, &ws, WUNTRACED) == kid && WIFSTOPPED(ws));
+    return kid;
+}
+
+static void end_holder(pid_t kid) {
+    int ws = 0;
+    CHECK(kill(kid, SIGKILL) == 0 && waitpid(kid, &ws, 0) == kid);
+}
+
+/* The last error is a lock's timeout naming path and the stopped holder (its
+ * pid from /proc/locks: Linux; "another process" without it). */
+static void check_held_by(pid_t kid, const char *path) {
+    char want[64];
+    snprintf(want, sizeof want, access("/proc/locks", R_OK) == 0 ? "pid %d (stopped)" : "another process", (int)kid);
+    const char *err = accel_last_error();
+    CHECK_MSG(accel_last_status() == ACCEL_ERR_TIMEOUT && strstr(err, path) && strstr(err, want) &&
+                  strstr(err, "no progress") && strstr(err, "ACCEL_WRITE_STALL_TIMEOUT"),
+              "%s", err);
+    accel_clear_error();
+}
+
+/* A run stopped holding a lock that other runs' trackers take: log.jsonl's
+ * (appenders take turns on it) or the run directory's (csv trackers hold it
+ * to start and to widen). A blocking flock hung every other run's log there
+ * with no word; now the wait goes on while the holder makes progress and
+ * fails after ACCEL_WRITE_STALL_TIMEOUT seconds without, ACCEL_ERR_TIMEOUT
+ * naming it, nothing written; with the holder gone the same calls go
+ * through. A csv row that does not widen takes no lock (log.csv is this
+ * run's alone): it is written beside a holder of log.csv and of the
+ * directory. */
+static void test_stopped_run_holding_locks(void) {
+    CHECK(setenv("ACCEL_WRITE_STALL_TIMEOUT", "0.3", 1) == 0);
+    char *dir = temp_dir(), run[512], jsonl[530], csv[530];
+    snprintf(run, sizeof run, "%s/p", dir);
+    snprintf(jsonl, sizeof jsonl, "%s/log.jsonl", run);
+    snprintf(csv, sizeof csv, "%s/log.csv", run);
+    accel_tracker *j = accel_tracker_open("jsonl", "p", dir), *c = accel_tracker_open("csv", "p", dir);
+    CHECK(j && c);
+    CHECK(accel_tracker_log(j, 1, A1, 0) == ACCEL_OK && accel_tracker_log(c, 1, A1, 0) == ACCEL_OK);
+
+    pid_t kid = stopped_holder(1, (const char *[]){jsonl});
+    CHECK(accel_tracker_log(j, 1, A1, 1) == ACCEL_ERR_TIMEOUT);
+    check_held_by(kid, jsonl);
+    end_holder(kid);
+    CHECK_MSG(accel_tracker_log(j, 1, A1, 2) == ACCEL_OK, "%s", accel_last_error());
+
+    kid = stopped_holder(2, (const char *[]){run, csv});
+    CHECK_MSG(accel_tracker_log(c, 1, A1, 1) == ACCEL_OK, "a row of log.csv's width: %s", accel_last_error());
+    CHECK(accel_tracker_log(c, 2, AB, 2) == ACCEL_ERR_TIMEOUT); /* a widening */
+    CHECK_STR_CONTAINS(accel_last_error(), "csv tracker: cannot rewrite ");
+    check_held_by(kid, run);
+    CHECK(!accel_tracker_open("csv", "p", dir)); /* another run starting there */
+    check_held_by(kid, run);
+    end_holder(kid);
+    CHECK_MSG(accel_tracker_log(c, 2, AB, 3) == ACCEL_OK, "%s", accel_last_error());
+    accel_tracker *c2 = accel_tracker_open("csv", "p", dir); /* c's log.csv moved aside to log.1.csv */
+    CHECK_MSG(c2 != NULL, "%s", accel_last_error());
+    CHECK(accel_tracker_finish(c2) == ACCEL_OK);
+    CHECK(accel_tracker_finish(j) == ACCEL_OK && accel_tracker_finish(c) == ACCEL_OK);
+    CHECK(unsetenv("ACCEL_WRITE_STALL_TIMEOUT") == 0);
+    char *s = slurp(jsonl);
+    CHECK_MSG(s && !strcmp(s, "{\"step\":0,\"a\":1.0}\n{\"step\":2,\"a\":1.0}\n"), "log.jsonl: %s", s);
+    free(s);
+    snprintf(csv, sizeof csv, "%s/log.1.csv", run);
+    s = slurp(csv);
+    CHECK_MSG(s && !strcmp(s, "step,a,b\n0,1.0,\n1,1.0,\n3,2.0,3.0\n"), "log.1.csv: %s", s);
+    free(s);
+    rm_rf(dir);
+}
+
 int main(void) {
     RUN(test_tb_long_text_tag);
     RUN(test_hparams_yml_quotes_as_pyyaml);
@@ -451,6 +572,8 @@ int main(void) {
     RUN(test_csv_widen_reuses_killed_writers_tmp);
     RUN(test_csv_widen_fails_file_too_large);
     RUN(test_csv_two_runs_one_directory);
+    RUN(test_csv_widen_log_gone);
+    RUN(test_stopped_run_holding_locks);
     accel_thread_cleanup();
     return check_summary();
 }

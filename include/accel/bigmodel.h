@@ -410,7 +410,8 @@ const char *accel_dispatched_placement(const accel_dispatched *d, const char *te
  * tensor-parallel slices: accel_save_module's refusal) is refused with
  * ACCEL_ERR_STATE, nothing written (accel_accelerator_save_model gathers
  * them). Crash-safe as accel_save_sharded (io.h): the weights and
- * config.json are swapped in together, the rest of dir kept. */
+ * config.json are swapped in together, the rest of dir kept (a dir that is
+ * itself a mount point: written in place, config.json after the weights). */
 accel_status accel_save_pretrained(accel_module *llama, const char *dir, int64_t max_shard_bytes);
 /* from_pretrained: dir's config.json, the model built on meta, then
  * accel_load_checkpoint_and_dispatch(dir, map, strategy, max_memory, opts)

@@ -182,8 +182,12 @@ typedef enum accel_weights_format {
  * and swapped in with one rename, so that killed or out of space at any
  * point it holds the previous save or the new one, never a mix of shards
  * (docs/io.md). Hence refused, before anything is written: dir being the
- * working directory or holding it (ACCEL_ERR_INVALID_ARG), a mount point or
- * holding one (ACCEL_ERR_IO). */
+ * working directory or holding it (ACCEL_ERR_INVALID_ARG), or holding a mount
+ * point (ACCEL_ERR_IO). A dir that is itself a mount point (a Docker volume's
+ * root), which no rename replaces, is written in place instead, as
+ * transformers writes it: each file whole, the index last, then the earlier
+ * save's weights files removed; not crash-safe as a whole (a kill mid-save
+ * can leave a mix of shards: docs/io.md says what it leaves). */
 accel_status accel_save_sharded(const char *dir, int n, const char *const *names,
                                 accel_tensor *const *tensors, int64_t max_shard_bytes);
 /* The same in either format: ACCEL_WEIGHTS_PYTORCH writes "pytorch_model.bin" or

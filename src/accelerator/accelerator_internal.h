@@ -438,10 +438,16 @@ accel_status accel__zero3_remove_sharded(const char *sub);
  * another rank failed (its error is reported there)". Collective. */
 accel_status accel__ranks_agree(accel_accelerator *acc, accel_status mine, const char *op);
 
-/* A tensor in f (path) that no entry of sd names (a checkpoint of a larger
- * model: a layer more) refused by name (ACCEL_ERR_FORMAT), as torch's
- * load_state_dict(strict) refuses unexpected keys. Counted first (f holds one
- * tensor per entry that is no tied alias), searched only when f holds more. */
+/* name, which path holds (verb "holds": a tensor of a model file) or lists
+ * ("lists": an entry of ZeRO-3's sharded index), refused by name
+ * (ACCEL_ERR_FORMAT: "<path> <verb> <name>, which the model does not have")
+ * when no entry of sd has it: a checkpoint of a larger model (a layer more),
+ * as torch's load_state_dict(strict) refuses unexpected keys. */
+accel_status accel__refuse_unexpected_name(const accel_state_dict *sd, const char *path, const char *verb,
+                                           const char *name);
+/* Each tensor of f (path) through accel__refuse_unexpected_name. Counted
+ * first (f holds one tensor per entry that is no tied alias), searched only
+ * when f holds more. */
 accel_status accel__refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd);
 
 /* staging.c: collectives on device memory (docs/dist.md "Device buffers").

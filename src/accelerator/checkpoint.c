@@ -376,18 +376,21 @@ static bool loads_entry(const accel_state_dict *sd, int i, bool pp) {
     return !sd->entries[i].is_tied_alias && !(pp && sd->entries[i].t->device.type == ACCEL_DEV_META);
 }
 
+accel_status accel__refuse_unexpected_name(const accel_state_dict *sd, const char *path, const char *verb,
+                                           const char *name) {
+    for (int i = 0; i < sd->n; i++)
+        if (!strcmp(sd->entries[i].name, name)) return ACCEL_OK;
+    return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD_STATE ": %s %s %s, which the model does not have (a checkpoint "
+                           "of another model?; nothing was loaded)", path, verb, name);
+}
+
 accel_status accel__refuse_unexpected(accel_safetensors *f, const char *path, const accel_state_dict *sd) {
     int own = 0, n = accel_safetensors_count(f);
     for (int i = 0; i < sd->n; i++) own += !sd->entries[i].is_tied_alias;
-    for (int k = 0; n > own && k < n; k++) {
-        const char *name = accel_safetensors_at(f, k)->name;
-        int i = 0;
-        while (i < sd->n && strcmp(sd->entries[i].name, name)) i++;
-        if (i == sd->n)
-            return accel_set_error(ACCEL_ERR_FORMAT, "accel_accelerator_load_state: %s holds %s, which the model "
-                                   "does not have (a checkpoint of another model?; nothing was loaded)", path, name);
-    }
-    return ACCEL_OK;
+    accel_status s = ACCEL_OK;
+    for (int k = 0; !s && n > own && k < n; k++)
+        s = accel__refuse_unexpected_name(sd, path, "holds", accel_safetensors_at(f, k)->name);
+    return s;
 }
 
 /* Every tensor of sd that a load reads present in f (path) with the shape it

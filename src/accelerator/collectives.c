@@ -201,24 +201,37 @@ static bool check_reduction(const char *fn, const char *reduction) {
     return false;
 }
 
-/* c[i] = c[i] * f (mul) or c[i] / f, elementwise, each result rounded to c's
- * dtype as torch's `x *= scale` and `x /= N` round it: in float for the
- * 16- and 32-bit floats (torch's opmath, the scalar made float), in double
- * for float64. One pass per operation, as torch stores between the two. */
-static accel_status scale_in_place(accel_tensor *c, double f, bool mul) {
-    const bool in_float = c->dtype != ACCEL_F64;
-    int64_t n = accel_numel(c), idx[ACCEL_MAX_DIMS];
-    for (int64_t i = 0; i < n; i++) {
-        int64_t rest = i;
-        for (int d = c->ndim - 1; d >= 0; d--) {
-            idx[d] = rest % c->shape[d];
-            rest /= c->shape[d];
-        }
-        double x = accel_get(c, idx);
-        double y = in_float ? (double)(mul ? (float)x * (float)f : (float)x / (float)f) : (mul ? x * f : x / f);
-        if (accel_set(c, idx, y) != ACCEL_OK) return accel_last_status();
+/* float64's c *= scale, then c /= n, in double, as torch's ops on float64
+ * compute: the pointwise kernels compute in f32 (core/kernels.h), so the
+ * elements go to the host and back, once each way. */
+static accel_status rescale_f64(accel_tensor *c, double scale, int n) {
+    size_t count = (size_t)accel_numel(c), bytes = count * sizeof(double);
+    double *x = accel_malloc(bytes ? bytes : 1);
+    if (!x) return accel_last_status();
+    accel_status st = accel__tensor_read_bytes(c, 0, x, bytes);
+    for (size_t i = 0; st == ACCEL_OK && i < count; i++) x[i] = x[i] * scale / n;
+    if (st == ACCEL_OK) st = accel__tensor_write_bytes(c, 0, x, bytes);
+    accel_free(x);
+    return st;
+}
+
+/* c *= scale, then c /= n, each result rounded to c's dtype as torch's
+ * `x *= scale` and `x /= N` round it: one kernel pass each on c's device,
+ * in float for the 16- and 32-bit floats (torch's opmath, the scalar made
+ * float), as torch stores between the two; in double for float64. A factor
+ * of 1 is skipped. */
+static accel_status rescale(accel_tensor *c, double scale, int n, const char *fn) {
+    if (scale == 1.0 && n == 1) return ACCEL_OK;
+    if (c->dtype == ACCEL_F64) return rescale_f64(c, scale, n);
+    if (scale != 1.0) {
+        accel_k_unary mul = {.out = c, .x = c, .op = ACCEL_U_MUL_SCALAR, .p = scale};
+        if (ACCEL_KERNEL(fn, c->device, unary, &mul) != ACCEL_OK) return accel_last_status();
     }
-    return ACCEL_OK;
+    if (n == 1) return ACCEL_OK;
+    accel_tensor *divisor = accel_empty_on(ACCEL_F32, 0, NULL, c->device);
+    if (!divisor || accel_fill_(divisor, n) != ACCEL_OK) return accel_last_status();
+    accel_k_binary div = {.out = c, .a = c, .b = divisor, .op = ACCEL_B_DIV};
+    return ACCEL_KERNEL(fn, c->device, binary, &div);
 }
 
 accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, const char *reduction,
@@ -251,8 +264,7 @@ accel_tensor *accel_accelerator_reduce(accel_accelerator *acc, accel_tensor *t, 
     }
     /* Upstream applies scale on XLA only (all_reduce(op, [t], scale)); accel
      * applies it on every device, as XLA does: times scale, then / N. */
-    if (scale != 1.0 && scale_in_place(c, scale, true)) return NULL;
-    if (is_mean && acc->world > 1 && scale_in_place(c, acc->world, false)) return NULL;
+    if (rescale(c, scale, is_mean ? acc->world : 1, fn) != ACCEL_OK) return NULL;
     if (!t->ndim) return accel_reshape(c, 0, NULL);
     return c;
 }
@@ -264,6 +276,13 @@ double accel_accelerator_reduce_scalar(accel_accelerator *acc, double v, const c
     if (!t || accel_fill_(t, v) != ACCEL_OK) return NAN;
     accel_tensor *r = accel_accelerator_reduce(acc, t, reduction, 1.0);
     return r ? accel_item(r) : NAN;
+}
+
+/* Whether v is a value of the integer or bool dtype dt, exactly (bool: 0 or 1). */
+static bool int_value_of(accel_dtype dt, double v) {
+    double lo = 0, hi = 2; /* bool */
+    if (dt != ACCEL_BOOL) accel__int_dtype_range(dt, &lo, &hi);
+    return v == trunc(v) && v >= lo && v < hi;
 }
 
 accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, accel_tensor *t, int dim,
@@ -281,13 +300,10 @@ accel_tensor *accel_accelerator_pad_across_processes(accel_accelerator *acc, acc
      * `zeros + pad_index` wraps 300 to 44 in uint8, or makes the padded ranks'
      * result float (0.5) or int64 (a bool's): the ranks then disagree. Checked
      * on every rank, before the collective. */
-    if (!accel_dtype_is_float(t->dtype)) {
-        accel_tensor *v = accel_full(t->dtype, 0, NULL, pad_index);
-        if (!v || accel_item(v) != pad_index) {
-            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: pad_index %g does not fit a tensor of %s (an integer dtype takes "
-                            "an integer in its range, bool 0 or 1)", fn, pad_index, accel_dtype_name(t->dtype));
-            return NULL;
-        }
+    if (!accel_dtype_is_float(t->dtype) && !int_value_of(t->dtype, pad_index)) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: pad_index %g does not fit a tensor of %s (an integer dtype takes "
+                        "an integer in its range, bool 0 or 1)", fn, pad_index, accel_dtype_name(t->dtype));
+        return NULL;
     }
     if (acc->world == 1) return accel_alias(t);
     int64_t size = t->shape[dim];

@@ -11,7 +11,6 @@
 #include "accelerator/accelerator_internal.h"
 #include "accelerator/strategy.h"
 #include "accelerator/tracking_internal.h"
-#include "core/staged_dir.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 #include "nn/family.h"
@@ -249,12 +248,10 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
      * does not rewrite) that replaces dir in one rename: killed or out of
      * space at any point, dir holds the previous model or the new one. */
     accel_weights_format fmt = o.no_safe_serialization ? ACCEL_WEIGHTS_PYTORCH : ACCEL_WEIGHTS_SAFETENSORS;
-    char tmp[8400], real[PATH_MAX];
-    accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
-    dir = real;
-    accel__staged_path(dir, tmp, sizeof tmp);
-    accel__staging sg = {.carry = accel__not_weights, .lock = -1}; /* all but the weights of either format */
-    if (!st && acc->rank == 0) st = accel__staged_begin(dir, tmp, &sg, "accel_accelerator_save_model");
+    accel__weights_save ws; /* every rank's names; rank 0 stages (a mount point refused: see docs/accelerator.md) */
+    accel_status begun = accel__weights_begin(&ws, dir, !st && acc->rank == 0, false, "accel_accelerator_save_model");
+    if (!st) st = begun;
+    const char *tmp = ws.to;
     if (gathered) { /* the real weights, gathered unit by unit (collective: every rank joins) */
         accel_status st2 = pm->strat->save_model(acc, pm, tmp, max, st != ACCEL_OK);
         if (!st) st = st2;
@@ -271,8 +268,8 @@ accel_status accel_accelerator_save_model_with(accel_accelerator *acc, accel_mod
         if (!st) st = rel;
     }
     if (acc->rank == 0) {
-        if (!st) st = accel__staged_commit(tmp, dir, &sg, "accel_accelerator_save_model");
-        if (st) accel__staged_abort(tmp, &sg);
+        if (!st) st = accel__weights_commit(&ws, "accel_accelerator_save_model");
+        if (st) accel__weights_abort(&ws);
     }
     return accel__ranks_agree(acc, st, "accel_accelerator_save_model");
 }

@@ -1134,17 +1134,14 @@ accel_status accel__zero3_save_optimizer_state(accel_accelerator *acc, int i, co
  * (aliases included in both). */
 static accel_status refuse_unexpected_entries(const sharded_index *ix, const accel_state_dict *sd) {
     if (json_array_size(ix->state_dict) <= (size_t)sd->n) return ACCEL_OK;
+    accel_status st = ACCEL_OK;
     size_t k;
     json_t *e;
     json_array_foreach(ix->state_dict, k, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
-        int i = 0;
-        while (name && i < sd->n && strcmp(sd->entries[i].name, name)) i++;
-        if (name && i == sd->n)
-            return accel_set_error(ACCEL_ERR_FORMAT, FN_LOAD ": %s lists %s, which the model does not have (a "
-                                   "checkpoint of another model?; nothing was loaded)", ix->path, name);
+        if (!st && name) st = accel__refuse_unexpected_name(sd, ix->path, "lists", name);
     }
-    return ACCEL_OK;
+    return st;
 }
 
 accel_status accel__zero3_load_model_state(accel_accelerator *acc, int i, const char *dir) {

@@ -214,7 +214,7 @@ static void forget(accel_tensor *const *ts, int n, accel_backward_fn why) {
 
 void accel__tape_forget(accel_tensor *const *ts, int n) { forget(ts, n, freed_backward); }
 
-void accel__tape_forget_data(accel_tensor *t) { forget(&t, 1, dropped_backward); }
+void accel__tape_forget_data(accel_tensor *const *ts, int n) { forget(ts, n, dropped_backward); }
 
 bool accel__grad_first_is_step(const accel_tensor *t) {
     return t->requires_grad && !t->grad && (t->grad_fn || (t->flags & ACCEL_TF_ARENA));

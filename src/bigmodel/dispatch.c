@@ -38,7 +38,7 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
     }
     for (int i = 0; i < c->n; i++) {
         if (accel__off_bring_in(c->d, c->idx[i], c->exec) != ACCEL_OK) {
-            while (i-- > 0) accel__off_drop(c->d, c->idx[i]);
+            accel__off_drop(c->d, c->idx, i);
             return accel_last_status();
         }
     }
@@ -52,7 +52,7 @@ static accel_status hook_pre(accel_module *m, accel_tensor **x, void *ctx) {
 
 static accel_status hook_post(accel_module *m, accel_tensor **y, void *ctx) {
     hook_ctx *c = ctx;
-    for (int i = 0; i < c->n; i++) accel__off_drop(c->d, c->idx[i]);
+    accel__off_drop(c->d, c->idx, c->n);
     if (c->have_in && y && *y && !accel_device_eq((*y)->device, c->in_dev)) {
         accel_tensor *moved = accel_to_device(*y, c->in_dev);
         if (!moved) return accel_last_status();

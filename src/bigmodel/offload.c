@@ -27,10 +27,17 @@ int accel__off_add(accel_dispatched *d, accel_tensor *t, const char *name, accel
     if (d->n_off == d->cap_off) {
         int cap = d->cap_off ? d->cap_off * 2 : 64;
         accel__off_entry *e = accel_malloc(sizeof *e * (size_t)cap);
-        if (!e) return -1;
+        accel_tensor **dropping = accel_malloc(sizeof *dropping * (size_t)cap);
+        if (!e || !dropping) {
+            accel_free(e);
+            accel_free(dropping);
+            return -1;
+        }
         if (d->n_off) memcpy(e, d->off, sizeof *e * (size_t)d->n_off);
         accel_free(d->off);
+        accel_free(d->dropping);
         d->off = e;
+        d->dropping = dropping;
         d->cap_off = cap;
     }
     char *nm = accel_strdup(name);
@@ -109,14 +116,28 @@ accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev) {
     return ACCEL_OK;
 }
 
-void accel__off_drop(accel_dispatched *d, int i) {
-    accel__off_entry *e = &d->off[i];
-    if (e->refs <= 0 || --e->refs > 0) return;
-    d->onload_now -= (int64_t)((size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype));
-    accel_tensor_to_meta(e->t);
-    accel_free(e->scratch);
-    e->scratch = NULL;
-    if (e->kind == ACCEL__OFF_DISK && e->src_file_pages) accel__release_pages(e->src, e->src_bytes);
+void accel__off_drop(accel_dispatched *d, const int *idx, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        accel__off_entry *e = &d->off[idx[i]];
+        if (e->refs > 0 && --e->refs == 0) {
+            e->dropping = true;
+            d->dropping[k++] = e->t;
+        }
+    }
+    /* the graph that read them forgets them first, while their headers
+     * still say where they were (a node's stand-in output copies them) */
+    accel__tape_forget_data(d->dropping, k);
+    for (int i = 0; i < n; i++) {
+        accel__off_entry *e = &d->off[idx[i]];
+        if (!e->dropping) continue;
+        e->dropping = false;
+        d->onload_now -= (int64_t)((size_t)accel_numel(e->t) * accel_dtype_size(e->t->dtype));
+        accel__tensor_drop_data(e->t);
+        accel_free(e->scratch);
+        e->scratch = NULL;
+        if (e->kind == ACCEL__OFF_DISK && e->src_file_pages) accel__release_pages(e->src, e->src_bytes);
+    }
 }
 
 void accel__off_free_all(accel_dispatched *d) {
@@ -128,7 +149,9 @@ void accel__off_free_all(accel_dispatched *d) {
         accel_free(e->name);
     }
     accel_free(d->off);
+    accel_free(d->dropping);
     d->off = NULL;
+    d->dropping = NULL;
     d->n_off = d->cap_off = 0;
     d->onload_now = 0;
 }

@@ -26,6 +26,7 @@ typedef struct accel__off_entry {
                                the checkpoint made and keeps: a torch file's strided tensor) */
     void *scratch;          /* converted host copy while brought in onto the cpu (dtype differs) */
     int refs;               /* active hooks using it */
+    bool dropping;          /* inside accel__off_drop: its last use ended, it goes to meta */
 } accel__off_entry;
 
 /* Where each state-dict name was placed (for accel_dispatched_placement). */
@@ -41,6 +42,7 @@ struct accel_dispatched {
     accel_device main;
     int n_off, cap_off;
     accel__off_entry *off;
+    accel_tensor **dropping; /* cap_off long: accel__off_drop's list of the tensors it sends to meta */
     int n_placed;
     accel__placed *placed;
     int n_preload;
@@ -67,9 +69,10 @@ int accel__off_find(const accel_dispatched *d, const accel_tensor *t);
  * chunks (core/host_stage.h), converted chunk by chunk with no host copy of
  * the tensor; nested uses are counted. */
 accel_status accel__off_bring_in(accel_dispatched *d, int i, accel_device dev);
-/* Drops one use; at zero the tensor goes back to meta and its pages leave
- * this process. */
-void accel__off_drop(accel_dispatched *d, int i);
+/* Drops one use of each of the n entries idx[0..n); at zero a tensor goes
+ * back to meta and its pages leave this process. The tape forgets those
+ * tensors in one pass (accel__tape_forget_data), not one pass each. */
+void accel__off_drop(accel_dispatched *d, const int *idx, int n);
 /* Frees every entry (tensors back on meta, host copies freed). */
 void accel__off_free_all(accel_dispatched *d);
 /* Releases the pages of [p, p+n) of a read-only file mapping from this

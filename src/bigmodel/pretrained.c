@@ -35,9 +35,6 @@ accel_status accel__save_pretrained(const char *fn, accel_module *m, const char 
                                     accel__config_writer config, const void *cfg) {
     const char *away = accel__module_values_away(m); /* (ZeRO-3's pieces, tensor-parallel slices) */
     if (away) return accel_set_error(ACCEL_ERR_STATE, "%s: %s", fn, away);
-    if (accel__is_file(dir))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: provided path (%s) should be a directory, not a file", fn,
-                               dir);
     accel_state_dict *sd = accel_module_state_dict(m);
     if (!sd) return accel_last_status();
     const char **names = accel_calloc((size_t)sd->n + 1, sizeof *names);

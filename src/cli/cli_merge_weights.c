@@ -18,6 +18,7 @@
  * atomic; `--remove_checkpoint_dir` deletes the shards and the index only
  * after it succeeded. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,30 +159,37 @@ static int check_shards(accel_checkpoint *ck, const char *dir) {
     return 0;
 }
 
-/* When dir (or, for a pytorch_model_fsdp_<i>/ given itself, its parent) is a
- * save_state checkpoint, the files merged (those under sub, the sharded
- * model's directory) are checked against its marker. 0 when intact or when
- * there is no marker. */
-static int verify_marker(const char *dir, const char *sub) {
-    char at[4096], name[4096], marker[8192];
-    const char *only = NULL;
-    snprintf(at, sizeof at, "%s", dir);
+/* The save_state checkpoint whose marker lists the sharded model's files
+ * (those under sub): dir, or, for a pytorch_model_fsdp_<i>/ given itself, its
+ * parent, into at, and the model's folder there into only ("": dir itself
+ * holds both the marker and the rank files, and the marker's every file is
+ * checked); both 4096 bytes. false when neither has a marker. */
+static bool checkpoint_of(const char *dir, const char *sub, char *at, char *only) {
+    char marker[8192];
+    snprintf(at, 4096, "%s", dir);
     size_t n = strlen(at);
     while (n > 1 && at[n - 1] == '/') at[--n] = 0;
     snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
     if (accel__is_file(marker)) {
-        if (strcmp(sub, dir)) only = sub + strlen(dir) + 1; /* "pytorch_model_fsdp_0" */
-    } else {
-        char *slash = strrchr(at, '/');
-        snprintf(name, sizeof name, "%s", slash ? slash + 1 : at);
-        if (!slash) snprintf(at, sizeof at, ".");
-        else if (slash == at) at[1] = 0;
-        else *slash = 0;
-        snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
-        if (!accel__is_file(marker)) return 0;
-        only = name;
+        snprintf(only, 4096, "%s", strcmp(sub, dir) ? sub + strlen(dir) + 1 : ""); /* "pytorch_model_fsdp_0" */
+        return true;
     }
-    if (accel__marker_check(at, true, only, "accel merge-weights") == ACCEL_OK) return 0;
+    char *slash = strrchr(at, '/');
+    snprintf(only, 4096, "%s", slash ? slash + 1 : at);
+    if (!slash) snprintf(at, 4096, ".");
+    else if (slash == at) at[1] = 0;
+    else *slash = 0;
+    snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
+    return accel__is_file(marker);
+}
+
+/* The files merged, those under sub, checked against the marker of the
+ * save_state checkpoint holding them (checkpoint_of). 0 when intact or when
+ * there is no marker. */
+static int verify_marker(const char *dir, const char *sub) {
+    char at[4096], only[4096];
+    if (!checkpoint_of(dir, sub, at, only)) return 0;
+    if (accel__marker_check(at, true, *only ? only : NULL, "accel merge-weights") == ACCEL_OK) return 0;
     fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
     return 1;
 }
@@ -253,9 +261,31 @@ static int sharded_beside_index(const char *dir, const char *sub) {
     return 1;
 }
 
+/* Before --remove_checkpoint_dir removes a save_state checkpoint's model
+ * folder sub: the checkpoint's marker no longer lists its files and says
+ * where the model went (accel__marker_drop), so that a load names why the
+ * checkpoint is no longer a whole state (its optimizer and random states
+ * stay) rather than a missing rank file, and the automatic resume and
+ * total_limit pass it over. Accelerate, which has no marker, removes the
+ * folder alone too. A folder holding its marker itself is no save_state's
+ * model: its marker goes with it. Error set. */
+static accel_status drop_from_marker(const char *dir, const char *sub, const char *out_dir, bool unsafe) {
+    char at[4096], only[4096], marker[8192], out[PATH_MAX], why[PATH_MAX + 128];
+    if (!checkpoint_of(dir, sub, at, only)) return ACCEL_OK;
+    if (!*only) {
+        snprintf(marker, sizeof marker, "%s/%s", at, ACCEL__MARKER);
+        if (unlink(marker) == 0 || errno == ENOENT) return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_IO, "cannot remove %s: %s", marker, strerror(errno));
+    }
+    /* the output's absolute path: the load that reads the note runs from anywhere */
+    snprintf(why, sizeof why, "`accel merge-weights --remove_checkpoint_dir` merged it into %s/%s",
+             realpath(out_dir, out) ? out : out_dir, merged_name(unsafe));
+    return accel__marker_drop(at, only, why, "accel merge-weights");
+}
+
 /* A SHARDED_STATE_DICT model directory `sub` into out_dir/model.safetensors
  * (unsafe: pytorch_model.bin). */
-static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool remove) {
+static int merge_sharded(const char *dir, const char *sub, const char *out_dir, bool unsafe, bool remove) {
     int n = 0;
     bool created;
     if (make_out_dir(out_dir, &created)) return 1;
@@ -264,7 +294,7 @@ static int merge_sharded(const char *sub, const char *out_dir, bool unsafe, bool
         drop_out_dir(out_dir, created);
         return 1;
     }
-    if (remove && accel__zero3_remove_sharded(sub)) {
+    if (remove && (drop_from_marker(dir, sub, out_dir, unsafe) || accel__zero3_remove_sharded(sub))) {
         fprintf(stderr, "accel merge-weights: error: %s\n", accel_last_error());
         return 1;
     }
@@ -329,7 +359,7 @@ int accel_cli_merge_weights(int argc, char **argv) {
     if (sharded && (sharded_beside_index(dir, sub) || verify_marker(dir, sub))) return 1;
     if (sharded) {
         note_other_models(dir, sub);
-        return merge_sharded(sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
+        return merge_sharded(dir, sub, out_dir, unsafe, vals[cli_idx(OPTS, NOPTS, "remove_checkpoint_dir")] != NULL);
     }
     char index[4096];
     int indexed = has_index(dir, index, sizeof index);

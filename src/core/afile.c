@@ -213,6 +213,22 @@ static accel_status open_failed(const accel__afile *f, const char *path, int err
     return accel_set_error(ACCEL_ERR_IO, "cannot create %s: %s", f->tmp, strerror(err));
 }
 
+/* What a write of path (whose target is target) replaces: f->replaces, and
+ * the mode, owner and group it keeps, of the file there now; a target that
+ * is no regular file refused, naming it. */
+static accel_status take_target(accel__afile *f, const char *path, const char *target) {
+    struct stat old;
+    f->replaces = stat(target, &old) == 0;
+    if (!f->replaces) return ACCEL_OK;
+    if (!S_ISREG(old.st_mode))
+        return accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s is %s, not a file: not replaced", path, target,
+                               accel__file_kind(old.st_mode));
+    f->mode = old.st_mode & 07777 & ~(mode_t)SCRATCH_MARK;
+    f->uid = old.st_uid;
+    f->gid = old.st_gid;
+    return ACCEL_OK;
+}
+
 static void afile_release(accel__afile *f) {
     if (f->fd >= 0) close(f->fd);
     if (f->lock >= 0) close(f->lock); /* the next writer's turn */
@@ -227,18 +243,9 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     char target[4096], tmp[4096 + 8];
     double stall_s;
     if (accel__afile_target(path, target, sizeof target) || accel__afile_scratch(target, tmp, sizeof tmp) ||
-        accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s) != ACCEL_OK)
+        accel__write_stall_timeout(&stall_s) != ACCEL_OK)
         return accel_last_status();
-    struct stat old;
-    if (stat(target, &old) == 0) {
-        if (!S_ISREG(old.st_mode))
-            return accel_set_error(ACCEL_ERR_IO, "cannot write %s: %s is %s, not a file: not replaced", path, target,
-                                   accel__file_kind(old.st_mode));
-        f->replaces = true;
-        f->mode = old.st_mode & 07777 & ~(mode_t)SCRATCH_MARK;
-        f->uid = old.st_uid;
-        f->gid = old.st_gid;
-    }
+    if (take_target(f, path, target)) return accel_last_status(); /* refused before a scratch file is made */
     f->path = accel_strdup(target);
     f->tmp = accel_strdup(tmp);
     if (!f->path || !f->tmp) {
@@ -248,7 +255,10 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     lock_holder who = {0, '?'};
     bool foreign = false, created = false;
     f->lock = lock_tmp(f->tmp, stall_s, &who, &foreign, &created);
-    if (f->lock >= 0) f->fd = open(f->tmp, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    /* the target again, now that no other writer can replace it: the one this writer waited for may have, and its
+     * file's mode and owner are the ones to keep (the first look's would undo a chmod it made) */
+    accel_status refused = f->lock >= 0 ? take_target(f, path, target) : ACCEL_OK;
+    if (f->lock >= 0 && !refused) f->fd = open(f->tmp, O_RDWR | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
     /* the replaced file's mode from the start: a private file's bytes never sit in a readable scratch file */
     if (f->fd >= 0 && f->replaces && fchmod(f->fd, f->mode | SCRATCH_MARK) != 0) {
         int err = errno;
@@ -259,7 +269,7 @@ accel_status accel__afile_open(accel__afile *f, const char *path) {
     if (f->fd < 0) {
         int err = errno;
         if (f->lock >= 0 && created) unlink(f->tmp); /* ours, made just now: nothing of it left behind */
-        accel_status st = open_failed(f, path, err, foreign, who, stall_s);
+        accel_status st = refused ? refused : open_failed(f, path, err, foreign, who, stall_s);
         afile_release(f);
         return st;
     }
@@ -327,6 +337,10 @@ accel_status accel__afile_write_all(const char *path, const void *data, size_t n
 
 bool accel__afile_is_scratch(const struct stat *sb) {
     return S_ISREG(sb->st_mode) && (sb->st_mode & SCRATCH_MARK) && sb->st_uid == geteuid();
+}
+
+accel_status accel__write_stall_timeout(double *seconds) {
+    return accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, seconds);
 }
 
 int accel__flock_wait(int fd, double stall_s, long *holder_pid, bool *holder_stopped) {

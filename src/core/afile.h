@@ -45,9 +45,10 @@ bool accel__ckpt_fault(const char *step);
  * whose directory does not exist or is not writable (the scratch file is
  * made there), a target that is a directory, a FIFO or a device: an error
  * naming it, nothing written. A file replaced keeps its permission bits
- * (set on the scratch file at open: a 0600 file's bytes are never readable
- * by others, even mid-write) and its owner and group where this process may
- * give them (root; a group of ours), as writing it in place would; a new
+ * (those it has when this writer's turn comes, after any writer it waited
+ * for; set on the scratch file at open: a 0600 file's bytes are never
+ * readable by others, even mid-write) and its owner and group where this
+ * process may give them (root; a group of ours), as writing it in place would; a new
  * file is created 0644 less the umask. Hard links are not kept: the target
  * is a new file, its other names keep the old bytes (atomic replacement
  * cannot write through them).
@@ -95,6 +96,11 @@ const char *accel__file_kind(mode_t mode);
  * being written, or a killed write's (the mark below, on a regular file
  * of ours). Never a finished file: the mark goes just before the rename. */
 bool accel__afile_is_scratch(const struct stat *sb);
+
+/* ACCEL_WRITE_STALL_TIMEOUT, the seconds every wait below allows a lock's
+ * holder that makes no progress (default 60, in (0, 1e6]): the atomic
+ * writer's, the staged saves', the trackers'. Its value refused by name. */
+accel_status accel__write_stall_timeout(double *seconds);
 
 /* An exclusive flock on fd (a file or a directory another accel process
  * locks too: a staged save's parent), waited for as the writers above wait

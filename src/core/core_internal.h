@@ -45,6 +45,9 @@ static inline uint64_t accel__read_le(const unsigned char *p, int bytes) {
     return v;
 }
 
+/* The values of the integer dtype dt, as doubles: trunc(v) in [*lo, *hi);
+ * false (nothing set) for a floating dtype or bool. */
+bool accel__int_dtype_range(accel_dtype dt, double *lo, double *hi);
 /* Element i of a contiguous buffer of dtype dt, as double / stored from double. */
 double accel__load_elem(const void *p, accel_dtype dt, size_t i);
 void accel__store_elem(void *p, accel_dtype dt, size_t i, double v);
@@ -84,10 +87,15 @@ void accel__tensor_free_member(accel_tensor *t, bool taped);
  * it and, if the backward reaches it, fails naming it instead of reading
  * freed memory (PyTorch's graph holds a reference; here the owner decides). */
 void accel__tape_forget(accel_tensor *const *ts, int n);
-/* The persistent tensor t loses its data (moved to meta) and keeps its
- * header: the same for the nodes that read it, whose backward fails saying
- * its data went after the forward. */
-void accel__tape_forget_data(accel_tensor *t);
+/* The persistent tensors ts[0..n) are about to lose their data (moved to
+ * meta) and keep their headers: the same for the nodes that read one, whose
+ * backward fails saying its data went after the forward. One pass over the
+ * tape for all n (a dispatch hook drops a block's offloaded weights at once). */
+void accel__tape_forget_data(accel_tensor *const *ts, int n);
+/* Moves persistent t to meta (its data freed or unmapped, its header kept)
+ * without looking at the tape: for a caller that did accel__tape_forget_data
+ * on t first (accel_tensor_to_meta does both). */
+void accel__tensor_drop_data(accel_tensor *t);
 /* Whether this thread's tape holds nodes (false without a step arena: it
  * makes none). */
 bool accel__tape_live(void);

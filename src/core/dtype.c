@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "accel/core.h"
+#include "core/core_internal.h"
 #include "core/dtype_elem.h"
 
 typedef struct dtype_info {
@@ -22,6 +23,17 @@ static const dtype_info DTYPES[ACCEL_DTYPE_COUNT] = {
 };
 
 static bool valid(accel_dtype dt) { return (unsigned)dt < ACCEL_DTYPE_COUNT; }
+
+bool accel__int_dtype_range(accel_dtype dt, double *lo, double *hi) {
+    switch (dt) {
+    case ACCEL_I64: *lo = -0x1p63, *hi = 0x1p63; return true;
+    case ACCEL_I32: *lo = -0x1p31, *hi = 0x1p31; return true;
+    case ACCEL_I16: *lo = -0x1p15, *hi = 0x1p15; return true;
+    case ACCEL_I8: *lo = -0x1p7, *hi = 0x1p7; return true;
+    case ACCEL_U8: *lo = 0, *hi = 0x1p8; return true;
+    default: return false;
+    }
+}
 
 size_t accel_dtype_size(accel_dtype dt) { return valid(dt) ? DTYPES[dt].size : 0; }
 const char *accel_dtype_name(accel_dtype dt) { return valid(dt) ? DTYPES[dt].name : "invalid"; }

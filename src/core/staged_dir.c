@@ -14,7 +14,6 @@
 
 #include "core/afile.h"
 #include "core/core_internal.h"
-#include "core/env.h"
 #include "core/staged_dir.h"
 
 #define PATHN 4096
@@ -195,12 +194,18 @@ static accel_status refuse_cwd(const char *dir, const char *op) {
                            "save into a subdirectory, or change directory first", op, dir, cwd);
 }
 
+bool accel__is_mount_point(const char *dir) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    struct stat d;
+    split_path(dir, parent, base);
+    return lstat(dir, &d) == 0 && S_ISDIR(d.st_mode) && mount_root(dir, &d, parent);
+}
+
 /* A mount point cannot be swapped with a sibling (the rename crosses
  * filesystems, or the mount is busy): said before anything is written,
  * rather than after the whole save was staged on the parent's filesystem. */
 static accel_status refuse_mount_point(const char *dir, const char *parent, const char *op) {
-    struct stat d;
-    if (lstat(dir, &d) != 0 || !S_ISDIR(d.st_mode) || !mount_root(dir, &d, parent)) return ACCEL_OK;
+    if (!accel__is_mount_point(dir)) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_IO, "%s: %s is a mount point (another filesystem than its parent %s, or a bind "
                            "mount): the save is written beside it and swapped in with one rename, which cannot move "
                            "a mount point; save into a subdirectory of it", op, dir, parent);
@@ -225,7 +230,7 @@ static accel_status refuse_non_directory(const char *dir, const char *op) {
  * staged sibling found once the lock is held is a dead save's. */
 static accel_status lock_parent(const char *dir, const char *parent, accel__staging *sg, const char *op) {
     double stall_s;
-    if (accel__env_double("ACCEL_WRITE_STALL_TIMEOUT", 60, 0, 1e6, &stall_s)) return accel_last_status();
+    if (accel__write_stall_timeout(&stall_s)) return accel_last_status();
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 && errno == EACCES) return ACCEL_OK; /* a parent we may write but not read (mode -wx): unguarded */
     if (fd < 0) return accel_set_error(ACCEL_ERR_IO, "%s: cannot open %s: %s", op, parent, strerror(errno));
@@ -284,6 +289,14 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, accel__stagin
     }
     if (s) accel__staged_abort(tmp, sg); /* ours (any leftover went above): a failed begin leaves nothing */
     return s;
+}
+
+accel_status accel__staged_begin_in_place(const char *dir, accel__staging *sg, const char *op) {
+    char parent[PATHN + 64], base[PATHN + 64];
+    split_path(dir, parent, base);
+    sg->lock = -1;
+    sg->held = false; /* nothing staged: abort removes nothing */
+    return lock_parent(dir, parent, sg, op);
 }
 
 /* fsync of every directory of tree, so that the entries made in them (files

@@ -53,6 +53,15 @@ typedef struct accel__staging {
  * trees; a mount point inside refused by name) into tmp, so what the save does
  * not rewrite survives the swap. */
 accel_status accel__staged_begin(const char *dir, const char *tmp, accel__staging *sg, const char *op);
+/* Whether dir is a directory that is the root of a mount (statx's mount
+ * root, or st_dev differing from its parent's: a Docker volume, a bind
+ * mount), which no rename can replace. */
+bool accel__is_mount_point(const char *dir);
+/* A save written into dir itself instead (io's weight writers on a mount
+ * point, io_internal.h accel__weights_begin): the lock accel__staged_begin
+ * takes on dir's parent, so that two such saves take turns; nothing is
+ * staged or refused. accel__staged_abort(dir, sg) releases it. */
+accel_status accel__staged_begin_in_place(const char *dir, accel__staging *sg, const char *op);
 /* The commit point: every directory of tmp fsynced (the entries made in
  * them), then tmp takes dir's name (renameat2 EXCHANGE when dir exists, whose
  * previous content is then removed, but for what a writer made in dir while
@@ -61,7 +70,8 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, accel__stagin
  * parent, releases the lock. On failure the lock stays: abort. */
 accel_status accel__staged_commit(const char *tmp, const char *dir, accel__staging *sg, const char *op);
 /* A failed save's tmp removed (when begin made it and no commit published
- * it), the lock released; harmless after a commit. */
+ * it), the lock released; harmless after a commit, and all there is to end
+ * an in-place save. */
 void accel__staged_abort(const char *tmp, accel__staging *sg);
 
 #endif

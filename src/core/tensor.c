@@ -361,12 +361,16 @@ accel_status accel_tensor_to_meta(accel_tensor *t) {
     if (t->flags & ACCEL_TF_ARENA) /* its data is the step pool's: meta would leave its readers none */
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tensor_to_meta: t is a step tensor (only a persistent "
                                "tensor moves to meta)");
-    accel__tape_forget_data(t); /* a graph that read it cannot backpropagate through it any more */
+    accel__tape_forget_data(&t, 1); /* a graph that read it cannot backpropagate through it any more */
+    accel__tensor_drop_data(t);
+    return ACCEL_OK;
+}
+
+void accel__tensor_drop_data(accel_tensor *t) {
     free_owned(t);
     t->flags &= ~(uint32_t)(ACCEL_TF_OWNS_DATA | ACCEL_TF_MMAP);
     t->data = NULL;
     t->device = ACCEL_META_DEVICE;
-    return ACCEL_OK;
 }
 
 /* ---- step tensors */
@@ -412,16 +416,8 @@ accel_tensor *accel_zeros(accel_dtype dt, int ndim, const int64_t *shape) {
  * ("value cannot be converted to type int32_t without overflow"). Floating
  * dtypes and bool take any value. */
 static accel_status check_value_fits(accel_dtype dt, double v, const char *op) {
-    double lo, hi; /* trunc(v) in [lo, hi) */
-    switch (dt) {
-    case ACCEL_I64: lo = -0x1p63, hi = 0x1p63; break;
-    case ACCEL_I32: lo = -0x1p31, hi = 0x1p31; break;
-    case ACCEL_I16: lo = -0x1p15, hi = 0x1p15; break;
-    case ACCEL_I8: lo = -0x1p7, hi = 0x1p7; break;
-    case ACCEL_U8: lo = 0, hi = 0x1p8; break;
-    default: return ACCEL_OK;
-    }
-    if (trunc(v) >= lo && trunc(v) < hi) return ACCEL_OK;
+    double lo, hi;
+    if (!accel__int_dtype_range(dt, &lo, &hi) || (trunc(v) >= lo && trunc(v) < hi)) return ACCEL_OK;
     return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: value %g cannot be converted to %s without overflow", op, v,
                            accel_dtype_name(dt));
 }

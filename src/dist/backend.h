@@ -102,6 +102,10 @@ typedef struct accel__backend {
     /* In place; count elements of dt (a reducible dtype). */
     accel_status (*all_reduce)(accel_pg *pg, void *buf, size_t count, accel_dtype dt,
                                accel_reduce_op op);
+    /* Optional (NULL => accel__dtype_reducible, what accel__reduce adds):
+     * the dtypes all_reduce and reduce_scatter take; dist.c refuses any
+     * other on every rank before the call, naming the backend. */
+    bool (*reducible)(accel_dtype dt);
     accel_status (*broadcast)(accel_pg *pg, void *buf, size_t bytes, int root);
     /* Rank k contributes bytes[k] (send has bytes[rank]); recv gets them in
      * rank order. root < 0: every rank receives; else only root (recv may be

@@ -639,6 +639,21 @@ static accel_status exec_call(accel_pg *pg, const call *c) {
 
 /* ---------------------------------------------------------------- validation */
 
+static bool reducible_on(const accel__backend *be, accel_dtype dt) {
+    return be->reducible ? be->reducible(dt) : accel__dtype_reducible(dt);
+}
+
+/* dt is not one be reduces: the error names both and what be reduces. */
+static accel_status refuse_unreducible(const accel__backend *be, accel_dtype dt, const char *fn) {
+    char takes[128] = "";
+    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++)
+        if (reducible_on(be, (accel_dtype)d))
+            snprintf(takes + strlen(takes), sizeof takes - strlen(takes), "%s%s", *takes ? ", " : "",
+                     accel_dtype_name((accel_dtype)d));
+    return accel_set_error(ACCEL_ERR_DTYPE, "%s: cannot reduce %s on the %s backend (it reduces %s)", fn,
+                           accel_dtype_name(dt), be->name, takes);
+}
+
 static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
     if (!pg) return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: process group is NULL", fn);
     memcpy(c->label, tl_label, sizeof c->label);
@@ -647,9 +662,8 @@ static accel_status check_call(accel_pg *pg, call *c, const char *fn) {
     if (c->kind < K_BARRIER) {
         if ((unsigned)c->dt >= ACCEL_DTYPE_COUNT)
             return accel_set_error(ACCEL_ERR_DTYPE, "%s: invalid dtype %d", fn, (int)c->dt);
-        if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && !accel__dtype_reducible(c->dt))
-            return accel_set_error(ACCEL_ERR_DTYPE, "%s: cannot reduce %s (supported: float32, bfloat16, float16, "
-                                   "float64, int64, int32, int16, int8, uint8)", fn, accel_dtype_name(c->dt));
+        if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && !reducible_on(pg->be, c->dt))
+            return refuse_unreducible(pg->be, c->dt, fn);
         if ((c->kind == K_ALL_REDUCE || c->kind == K_REDUCE_SCATTER) && (unsigned)c->op > ACCEL_REDUCE_MIN)
             return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: invalid reduce op %d", fn, (int)c->op);
         if (c->count > ((size_t)1 << 40))

@@ -254,6 +254,13 @@ static bool nccl_type(accel_dtype dt, ncclDataType_t *t) {
     }
 }
 
+/* NCCL has no 16-bit integer: int16 is refused before the call, as torch's
+ * ProcessGroupNCCL refuses it (its ncclDataType map has no Short). */
+static bool nccl_reducible(accel_dtype dt) {
+    ncclDataType_t t;
+    return nccl_type(dt, &t);
+}
+
 static ncclRedOp_t nccl_op(accel_reduce_op op) {
     switch (op) {
     case ACCEL_REDUCE_AVG: return ncclAvg;
@@ -442,6 +449,7 @@ const accel__backend accel__backend_nccl = {
     .finalize = nccl_finalize,
     .barrier = nccl_barrier,
     .all_reduce = nccl_all_reduce,
+    .reducible = nccl_reducible,
     .broadcast = nccl_broadcast,
     .all_gatherv = nccl_all_gatherv,
     .reduce_scatter = nccl_reduce_scatter,

@@ -149,6 +149,22 @@ static accel_status check_file(const char *dir, const char *name, const json_t *
     return ACCEL_OK;
 }
 
+/* An entry accel__marker_drop took out that this check reaches (under
+ * `only`, or holding it; every entry without `only`): refused saying why. */
+static accel_status check_removed(json_t *root, const char *dir, const char *only, const char *op) {
+    json_t *removed = json_object_get(root, "removed"), *why;
+    if (!removed) return ACCEL_OK;
+    if (!json_is_object(removed))
+        return accel_set_error(ACCEL_ERR_FORMAT, "%s: %s/%s: \"removed\" is not an object", op, dir, ACCEL__MARKER);
+    const char *name;
+    json_object_foreach(removed, name, why) {
+        if (wanted(name, only) || (only && wanted(only, name)))
+            return accel_set_error(ACCEL_ERR_FORMAT, "%s: %s is no longer a complete checkpoint: %s was removed (%s)",
+                                   op, dir, name, json_is_string(why) ? json_string_value(why) : "no reason given");
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__marker_check(const char *dir, bool checksums, const char *only, const char *op) {
     char path[PATHN + 64];
     if (!accel__is_dir(dir)) return accel_set_error(ACCEL_ERR_IO, "%s: Tried to find %s but folder does not exist", op, dir);
@@ -166,6 +182,7 @@ accel_status accel__marker_check(const char *dir, bool checksums, const char *on
     if (!s && sums && !json_is_object(sums))
         s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s: \"crc32c\" is not an object", op, path);
     if (!s) s = check_self(root, dir, op);
+    if (!s) s = check_removed(root, dir, only, op);
     const char *name;
     json_t *size;
     json_object_foreach(files, name, size) {
@@ -182,6 +199,36 @@ accel_status accel__marker_check(const char *dir, bool checksums, const char *on
         else if (wanted(name, only))
             s = check_file(dir, name, size, sum, checksums, op);
     }
+    json_decref(root);
+    return s;
+}
+
+accel_status accel__marker_drop(const char *dir, const char *entry, const char *why, const char *op) {
+    char path[PATHN + 64], self[9];
+    snprintf(path, sizeof path, "%s/%s", dir, ACCEL__MARKER);
+    json_t *root = accel__json_load_file(path);
+    if (!root) return accel_last_status(); /* names the file */
+    json_t *files = json_object_get(root, "files"), *sums = json_object_get(root, "crc32c"),
+           *removed = json_object_get(root, "removed");
+    accel_status s = check_self(root, dir, op);
+    if (!s && (!json_is_object(files) || (sums && !json_is_object(sums)) || (removed && !json_is_object(removed))))
+        s = accel_set_error(ACCEL_ERR_FORMAT, "%s: %s: \"files\", \"crc32c\" or \"removed\" is not an object", op,
+                            path);
+    if (!s && !removed && json_object_set_new(root, "removed", removed = json_object()))
+        s = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", op);
+    const char *name;
+    json_t *size;
+    void *next;
+    json_object_foreach_safe(files, next, name, size) {
+        if (s || !wanted(name, entry)) continue;
+        if (sums) json_object_del(sums, name);
+        json_object_del(files, name); /* name is files' own key: deleted last */
+    }
+    json_object_del(root, "marker_crc32c");
+    if (!s && (json_object_set_new(removed, entry, json_string(why)) || !marker_sum(root, self) ||
+               json_object_set_new(root, "marker_crc32c", json_string(self))))
+        s = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", op);
+    if (!s) s = accel__json_save_file(path, root);
     json_decref(root);
     return s;
 }

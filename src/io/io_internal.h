@@ -5,6 +5,8 @@
 #define ACCEL_IO_INTERNAL_H
 
 #include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -13,6 +15,7 @@
 #include "accel/io.h"
 
 #include "core/afile.h"
+#include "core/staged_dir.h"
 
 /* Hands t's bytes (row-major, dense) to sink in order: a contiguous CPU
  * tensor's straight from its memory, another device's through a host staging
@@ -31,12 +34,41 @@ bool accel__is_weights_file(accel_weights_format format, const char *name);
  * those of its format, and an older save's model.safetensors beside a new
  * pytorch_model.bin would be the one a load reads). */
 bool accel__not_weights(const char *name, void *ctx);
-/* What write(ctx, tmp) writes (the weights, a config.json), as dir's whole
- * new content beside what accel__not_weights carries over: written into a
- * staged sibling of dir and swapped in (core/staged_dir.h: dir created when
- * missing; the refusals of accel__staged_begin; the lock on dir's parent),
- * so that a save killed or failing at any point leaves dir as it was or as
- * the save made it. op names the caller in errors. */
+/* A save of weights into dir (weights_save.c): accel_save_sharded's family
+ * and save_pretrained (accel__save_staged), accel_accelerator_save_model.
+ * Staged: written into dir's staged sibling and swapped in whole
+ * (core/staged_dir.h: dir created when missing; the refusals of
+ * accel__staged_begin; the lock on dir's parent), carrying over all but the
+ * weights (accel__not_weights), so that a save killed or failing at any point
+ * leaves dir as it was or as the save made it. In place, where the caller
+ * allows it and dir is itself a mount point (a Docker volume's root: no
+ * rename replaces it, and transformers' save_pretrained writes there): the
+ * files are written into dir one by one, each whole (the atomic writer), the
+ * index last, then the previous save's other weights files removed
+ * (accel__write_sharded); the lock is taken, nothing else refused (a mount
+ * inside dir is never touched). Not crash-safe as a whole: docs/io.md says
+ * what a kill leaves. */
+typedef struct accel__weights_save {
+    char dir[PATH_MAX];     /* dir resolved (accel__staged_resolve): a link to it kept, the directory replaced */
+    char to[PATH_MAX + 32]; /* where the files go: dir's staged sibling, or dir itself when in_place */
+    bool in_place;
+    accel__staging sg;
+} accel__weights_save;
+/* ws for dir, and with `stage` (the process that writes: a job's rank 0)
+ * begun; without it only the names (the other ranks write into `to` too).
+ * in_place_on_mount: a mount point is written in place instead of refused. */
+accel_status accel__weights_begin(accel__weights_save *ws, const char *dir, bool stage, bool in_place_on_mount,
+                                  const char *op);
+/* The staged save swapped in (accel__staged_commit), or the in-place one's
+ * directory fsynced and its lock released; on failure: abort. */
+accel_status accel__weights_commit(accel__weights_save *ws, const char *op);
+/* A failed save's staged directory removed, the lock released (an in-place
+ * save's files stay as written). */
+void accel__weights_abort(accel__weights_save *ws);
+/* What write(ctx, to) writes (the weights, a config.json), as dir's whole
+ * new content beside what accel__not_weights carries over, through
+ * accel__weights_begin (in place on a mount point) and commit. op names the
+ * caller in errors. */
 typedef accel_status (*accel__dir_writer)(void *ctx, const char *dir);
 accel_status accel__save_staged(const char *dir, const char *op, accel__dir_writer write, void *ctx);
 

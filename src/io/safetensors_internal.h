@@ -50,10 +50,11 @@ typedef accel_status (*accel__tensor_ready_fn)(void *ctx, const accel_tensor *t)
 accel_status accel__safetensors_save_with(const char *path, int n, const char *const *names,
                                           accel_tensor *const *tensors, int n_meta, const accel_kv *meta,
                                           accel__tensor_ready_fn ready, void *ctx);
-/* accel_save_sharded_as's files written into dir in place, with `ready` as
- * above: dir is a staged save's directory, which holds no weights (stale
- * shards are not looked for); callers stage it (accel__save_staged, or
- * save_model's own staging). */
+/* accel_save_sharded_as's files written into dir, with `ready` as above:
+ * each file whole (the atomic writer), the index last, then every other
+ * weights file of either format in dir removed (a previous save's: none in
+ * a staged directory; on a mount point written in place, those of the save
+ * it replaces). Callers stage dir (accel__weights_begin). */
 accel_status accel__write_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
                                   int64_t max_shard_bytes, accel_weights_format format, accel__tensor_ready_fn ready,
                                   void *ctx);

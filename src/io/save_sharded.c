@@ -1,6 +1,10 @@
 /* src/io/save_sharded.c — save_pretrained-style sharded checkpoints (safetensors or torch.save files),
- * crash-safe: the directory is written aside and swapped in whole (core/staged_dir.h), so that a save
- * killed or failing at any point leaves the previous weights or the new ones, never a mix of shards. */
+ * crash-safe: the directory is written aside and swapped in whole (weights_save.c, core/staged_dir.h), so
+ * that a save killed or failing at any point leaves the previous weights or the new ones, never a mix of
+ * shards; on a mount point, which cannot be swapped, written in place (io_internal.h accel__weights_save). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +14,6 @@
 #include "accel/io.h"
 #include "accel/nn.h"
 #include "core/afile.h"
-#include "core/staged_dir.h"
 #include "io/io_internal.h"
 #include "io/safetensors_internal.h"
 #include "nn/nn_internal.h"
@@ -114,6 +117,32 @@ static accel_status write_shard(accel_weights_format format, const char *dir, co
     return st;
 }
 
+/* After a save's own files (k shards of w's format, 1: the single file):
+ * every other weights file of either format in dir removed, an older save's
+ * (shards of another count, the single file a sharded save replaces, the
+ * other format's files a load would read first). A staged directory holds
+ * none (they are not carried over); written in place (a mount point), they
+ * go only now, the new index written: until then the old index finds its
+ * own shards. A file that stays is an error: a load could read it instead. */
+static accel_status remove_stale(const char *dir, const weights_names *w, int k) {
+    DIR *d = opendir(dir);
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "accel_save_sharded: cannot list %s: %s", dir, strerror(errno));
+    accel_status st = ACCEL_OK;
+    for (struct dirent *e; !st && (e = readdir(d));) {
+        int a, b;
+        const char *f = e->d_name;
+        bool ours = k <= 1 ? !strcmp(f, w->single)
+                           : !strcmp(f, w->index) || (is_shard_name(w, f, &a, &b) && b == k && a >= 1 && a <= k);
+        bool weights = accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, f) ||
+                       accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, f); /* not a scratch file: the writer's */
+        if (ours || !weights || unlinkat(dirfd(d), f, 0) == 0 || errno == ENOENT) continue;
+        st = accel_set_error(ACCEL_ERR_IO, "accel_save_sharded: cannot remove %s/%s, a previous save's weights file "
+                             "(a load could read it instead of the new save's): %s", dir, f, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
 accel_status accel__write_sharded(const char *dir, int n, const char *const *names, accel_tensor *const *tensors,
                                   int64_t max_shard_bytes, accel_weights_format format, accel__tensor_ready_fn ready,
                                   void *ctx) {
@@ -135,6 +164,7 @@ accel_status accel__write_sharded(const char *dir, int n, const char *const *nam
     if (k <= 1) {
         for (int i = 0; i < n; i++) shard_of[i] = 0;
         st = write_shard(format, dir, w->single, n, names, tensors, shard_of, 0, sub_names, sub_t, src);
+        if (!st) st = remove_stale(dir, w, k);
         goto out;
     }
     json_t *wm = json_object();
@@ -155,6 +185,7 @@ accel_status accel__write_sharded(const char *dir, int n, const char *const *nam
         accel_free(ip);
         json_decref(root);
     }
+    if (!st) st = remove_stale(dir, w, k);
     json_decref(wm);
 out:
     accel_free(shard_of);
@@ -173,18 +204,6 @@ bool accel__not_weights(const char *name, void *ctx) {
     }
     return !accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, name) &&
            !accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, name);
-}
-
-accel_status accel__save_staged(const char *dir, const char *op, accel__dir_writer write, void *ctx) {
-    char tmp[8400], real[PATH_MAX];
-    accel__staged_resolve(dir, real, sizeof real); /* a link to the directory: the directory is replaced, the link kept */
-    accel__staged_path(real, tmp, sizeof tmp);
-    accel__staging sg = {.carry = accel__not_weights, .lock = -1};
-    accel_status st = accel__staged_begin(real, tmp, &sg, op);
-    if (!st) st = write(ctx, tmp);
-    if (!st) st = accel__staged_commit(tmp, real, &sg, op);
-    if (st) accel__staged_abort(tmp, &sg);
-    return st;
 }
 
 /* accel_save_sharded's arguments, for the staged writer. */
@@ -206,9 +225,6 @@ static accel_status save_sharded(const char *dir, int n, const char *const *name
     if (!dir || n < 0 || (n > 0 && (!names || !tensors)) || max_shard_bytes < 0 ||
         (format != ACCEL_WEIGHTS_SAFETENSORS && format != ACCEL_WEIGHTS_PYTORCH))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_save_sharded: bad arguments");
-    if (accel__is_file(dir))
-        return accel_set_error(ACCEL_ERR_INVALID_ARG,
-                               "accel_save_sharded: provided path (%s) should be a directory, not a file", dir);
     for (int i = 0; i < n; i++) /* before the staging: a bad tensor touches nothing (accel__write_sharded checks again) */
         if (!accel_tensor_check(tensors[i], "accel_save_sharded", names[i] ? names[i] : "tensor"))
             return accel_last_status();

@@ -787,12 +787,13 @@ static accel_tensor *head_on(accel_module *m, accel_tensor *h, accel_tensor *poo
     accel_module *head = m->children[1 - base_index(c)];
     if (c->head == ACCEL_BERT_PRETRAINING) {
         /* BertPreTrainingHeads takes both outputs, both inside its hooks (a
-         * preload block's brings in seq_relationship's weights too); the
-         * head is never checkpointed: its forward runs as is */
+         * preload block's brings in seq_relationship's weights too); its
+         * forward (the masked LM's) checkpointed when set on it, as a
+         * module call's is */
         accel_tensor *x = h;
         if (accel_module_enter(head, &x) != ACCEL_OK) return NULL;
         *second = x ? accel_module_call(head->children[1], pooled) : NULL; /* cls.seq_relationship */
-        accel_tensor *y = *second ? head->ops->forward(head, x) : NULL;
+        accel_tensor *y = *second ? accel__module_forward(head, x) : NULL;
         return accel_module_exit(head, &y) == ACCEL_OK ? y : NULL;
     }
     accel_tensor *y = has_pooler(c) ? pooled : h;

@@ -467,6 +467,8 @@ accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn 
     return accel_activation_checkpoint(body, ctx, x, collect_params(m, params, 0), params);
 }
 
+accel_tensor *accel__module_forward(accel_module *m, accel_tensor *x) { return accel__module_run(m, ops_forward, m, x); }
+
 accel_status accel_module_set_gradient_checkpointing(accel_module *m, bool enable) {
     if (!m) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_set_gradient_checkpointing: module is NULL");
     /* a model checkpoints its blocks (the family table), any other module itself */
@@ -492,7 +494,7 @@ accel_tensor *accel_module_call(accel_module *m, accel_tensor *x) {
         return NULL;
     }
     if (enter(m, &x, __func__) != ACCEL_OK) return NULL;
-    accel_tensor *y = accel__module_run(m, ops_forward, m, x);
+    accel_tensor *y = accel__module_forward(m, x);
     /* Even after a failed forward: the post hook undoes what the pre hook set
      * up (autocast, brought-in weights), which later calls must not inherit. */
     return accel_module_exit(m, &y) == ACCEL_OK ? y : NULL;

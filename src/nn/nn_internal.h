@@ -98,6 +98,10 @@ accel_tensor *accel__new_param(accel_module *m, const char *name, accel_dtype dt
 /* Runs body(ctx, x) for module m: under accel_activation_checkpoint with m's
  * parameters when m->gradient_checkpointing, else as is. */
 accel_tensor *accel__module_run(accel_module *m, accel_activation_checkpoint_fn body, void *ctx, accel_tensor *x);
+/* m's own forward on x through accel__module_run, m's hooks not run: for a
+ * module whose caller runs its hooks around more than this forward
+ * (BertPreTrainingHeads: seq_relationship inside them too). */
+accel_tensor *accel__module_forward(accel_module *m, accel_tensor *x);
 
 /* Sets gradient checkpointing on every decoder layer of m when m is a causal
  * LM root or its model of the architecture table (LlamaForCausalLM,

@@ -1,13 +1,15 @@
-/* Directories and whole-record appends for the trackers (whole files are
+/* Directories, locks and whole-record appends for the trackers (whole files are
  * replaced through core/afile.h's writer). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/afile.h"
 #include "tracking/tracking_internal.h"
 
 accel_status accel__mkdirs(const char *path) {
@@ -31,11 +33,25 @@ accel_status accel__mkdirs(const char *path) {
     return ACCEL_OK;
 }
 
-accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n) {
-    /* one appender at a time (another run's tracker appending to the same file): the end found here stays the
-     * end until this record is written or cut off again, so the cut never takes another's record with it */
-    bool locked = flock(fd, LOCK_EX) == 0;
-    accel_status st = ACCEL_OK;
+accel_status accel__tracker_lock(int fd, const char *who, const char *path) {
+    double stall_s;
+    if (accel__write_stall_timeout(&stall_s)) return accel_last_status();
+    long pid = 0;
+    bool stopped = false;
+    /* -1: flock itself failed (a file system without locks: ENOLCK, EOPNOTSUPP): unlocked */
+    if (accel__flock_wait(fd, stall_s, &pid, &stopped) <= 0) return ACCEL_OK;
+    char holder[64] = "another process";
+    if (pid) snprintf(holder, sizeof holder, "pid %ld%s", pid, stopped ? " (stopped)" : "");
+    return accel_set_error(ACCEL_ERR_TIMEOUT, "%s: %s is locked by %s, which has made no progress for %g s "
+                           "(ACCEL_WRITE_STALL_TIMEOUT): resume or end it", who, path, holder, stall_s);
+}
+
+accel_status accel__append_whole(int fd, bool shared, const char *who, const char *to, const char *path,
+                                 const void *buf, size_t n) {
+    /* shared: one appender at a time (another run's tracker appending to the same file): the end found here stays
+     * the end until this record is written or cut off again, so the cut never takes another's record with it */
+    accel_status st = shared ? accel__tracker_lock(fd, who, path) : ACCEL_OK;
+    if (st) return st;
     off_t end = lseek(fd, 0, SEEK_END);
     if (end < 0) st = accel_set_error(ACCEL_ERR_IO, "%s: cannot seek %s: %s", who, path, strerror(errno));
     for (size_t done = 0; !st && done < n;) {
@@ -49,6 +65,6 @@ accel_status accel__append_whole(int fd, const char *who, const char *to, const 
             else st = accel_set_error(ACCEL_ERR_IO, "%s: cannot write %s%s: %s", who, to, path, strerror(e));
         } else done += (size_t)w;
     }
-    if (locked) flock(fd, LOCK_UN);
+    if (shared) flock(fd, LOCK_UN);
     return st;
 }

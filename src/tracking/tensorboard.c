@@ -93,7 +93,7 @@ static FILE *records_open(records *r) {
  * is cut off again, so the file stays a sequence of whole records. */
 static accel_status records_commit(records *r, accel_status st, int fd, const char *path) {
     if (fclose(r->m) && !st) st = accel_set_error(ACCEL_ERR_OOM, "tensorboard tracker: out of memory for an event");
-    if (!st) st = accel__append_whole(fd, "tensorboard tracker", "an event to ", path, r->buf, r->len);
+    if (!st) st = accel__append_whole(fd, false, "tensorboard tracker", "an event to ", path, r->buf, r->len);
     free(r->buf);
     return st;
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -248,7 +247,7 @@ static accel_status jsonl_log(void *ctx, int n, const accel_value *values, int64
         return accel_set_error(ACCEL_ERR_OOM, "jsonl tracker: out of memory");
     }
     withnl[len] = '\n';
-    accel_status st = accel__append_whole(r->fd, "jsonl tracker", "", r->path, withnl, len + 1);
+    accel_status st = accel__append_whole(r->fd, true, "jsonl tracker", "", r->path, withnl, len + 1);
     free(withnl);
     return st;
 }
@@ -305,18 +304,20 @@ static accel_status csv_move_aside(const char *run_dir) {
 }
 
 /* The run directory locked against the other csv trackers in it (an flock
- * on it): each holds it while it renames a log there, moving one aside
+ * on it, accel__tracker_lock: ACCEL_ERR_TIMEOUT behind a stopped holder):
+ * each holds it while it renames a log there, moving one aside
  * (csv_move_aside and the new log.csv's creation) or replacing its own
  * widened (csv_widen), so that one never renames the file another is about
- * to replace. The fd to close; -1 where it cannot be locked (a file system
- * without flock: unlocked, as the atomic writer). */
-static int dir_lock(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
-        close(fd);
-        fd = -1;
+ * to replace. *fd to close after; -1 where the directory cannot be opened
+ * (mode -wx: unlocked, as a file system without flock). */
+static accel_status dir_lock(const char *dir, int *fd) {
+    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    accel_status st = *fd >= 0 ? accel__tracker_lock(*fd, "csv tracker", dir) : ACCEL_OK;
+    if (st) {
+        close(*fd);
+        *fd = -1;
     }
-    return fd;
+    return st;
 }
 
 static void dir_unlock(int fd) {
@@ -327,8 +328,8 @@ void *accel__csv_open(const char *run_dir) {
     csv *c = accel_calloc(1, sizeof *c);
     if (!c) return NULL;
     /* A new file each run: columns are known only for what this run wrote. */
-    int lock = dir_lock(run_dir);
-    if (csv_move_aside(run_dir) || !(c->r = run_file_open(run_dir, "log.csv", true))) {
+    int lock;
+    if (dir_lock(run_dir, &lock) || csv_move_aside(run_dir) || !(c->r = run_file_open(run_dir, "log.csv", true))) {
         dir_unlock(lock);
         accel_free(c);
         return NULL;
@@ -360,8 +361,9 @@ static void csv_header(FILE *f, const csv *c) {
     fputc('\n', f);
 }
 
-/* Why a widening failed: the writer's own error (its status and words, which
- * name the file) under the csv tracker's. */
+/* Why a widening failed (its status and words: the atomic writer's error,
+ * which names the file it writes, the directory's lock timing out,
+ * csv_own_path's) under the csv tracker's words, which name the log. */
 static accel_status csv_widen_failed(const run_file *r, accel_status st) {
     char why[1024];
     snprintf(why, sizeof why, "%s", accel_last_error());
@@ -394,11 +396,12 @@ static bool csv_copy_widened(const csv *c, FILE *in, FILE *out, int added) {
  * became), r->path set to that.
  * An error where no name in the directory is it any more (removed, or moved
  * elsewhere): rewritten under log.csv, it replaced the other run's live log,
- * and the rows it logged went to a file no longer in the directory. */
+ * and the rows it logged went to a file no longer in the directory. Its
+ * errors are the reason under csv_widen_failed's words, which name r->path. */
 static accel_status csv_own_path(run_file *r) {
     struct stat mine, sb;
     if (fstat(r->fd, &mine) != 0)
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: cannot stat %s: %s", r->path, strerror(errno));
+        return accel_set_error(ACCEL_ERR_IO, "cannot stat it: %s", strerror(errno));
     if (stat(r->path, &sb) == 0 && sb.st_dev == mine.st_dev && sb.st_ino == mine.st_ino) return ACCEL_OK;
     DIR *d = opendir(r->dir);
     char path[sizeof r->path];
@@ -408,9 +411,8 @@ static accel_status csv_own_path(run_file *r) {
                 sb.st_dev == mine.st_dev && sb.st_ino == mine.st_ino;
     if (d) closedir(d);
     if (!found)
-        return accel_set_error(ACCEL_ERR_IO, "csv tracker: %s is no longer this run's log and no name in %s "
-                               "is (it was removed or moved elsewhere): the new columns cannot be written; the "
-                               "row is not logged", r->path, r->dir);
+        return accel_set_error(ACCEL_ERR_IO, "it is no longer this run's log and no name in %s is (it was "
+                               "removed or moved elsewhere); the row is not logged", r->dir);
     memcpy(r->path, path, sizeof path);
     return ACCEL_OK;
 }
@@ -426,7 +428,7 @@ static accel_status csv_own_path(run_file *r) {
 static accel_status csv_widen_locked(csv *c, int added) {
     run_file *r = c->r;
     accel_status st = csv_own_path(r);
-    if (st) return st;
+    if (st) return csv_widen_failed(r, st);
     int in_fd = dup(r->fd);
     FILE *in = in_fd >= 0 && lseek(in_fd, 0, SEEK_SET) == 0 ? fdopen(in_fd, "r") : NULL;
     if (!in) {
@@ -467,8 +469,10 @@ static accel_status csv_widen_locked(csv *c, int added) {
 
 static accel_status csv_widen(csv *c, int added) {
     run_file *r = c->r;
-    int lock = dir_lock(r->dir);
-    accel_status st = csv_widen_locked(c, added);
+    int lock;
+    accel_status st = dir_lock(r->dir, &lock);
+    if (st) return csv_widen_failed(r, st);
+    st = csv_widen_locked(c, added);
     dir_unlock(lock);
     return st;
 }
@@ -530,7 +534,7 @@ static accel_status csv_append(csv *c, int n, const accel_value *values, int64_t
     if (!c->has_header) csv_header(m, c);
     csv_row(m, c, n, values, step);
     accel_status st = fclose(m) ? accel_set_error(ACCEL_ERR_OOM, "csv tracker: out of memory")
-                                : accel__append_whole(c->r->fd, "csv tracker", "", c->r->path, buf, len);
+                                : accel__append_whole(c->r->fd, false, "csv tracker", "", c->r->path, buf, len);
     free(buf);
     if (!st) c->has_header = true;
     return st;

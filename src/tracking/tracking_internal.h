@@ -23,13 +23,29 @@ accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
+/* fd locked for this tracker: an exclusive flock of path (a file or a
+ * directory other runs' trackers lock too), waited for as the atomic writer
+ * waits for another (core/afile.h: accel__flock_wait) as long as its holder
+ * makes progress; a blocking flock hung every other run's log, with no word,
+ * behind a run stopped holding it (SIGSTOP, a debugger, a frozen container).
+ * ACCEL_OK once held, or where the file system keeps no locks (unlocked, as
+ * the atomic writer); past ACCEL_WRITE_STALL_TIMEOUT seconds without
+ * progress ACCEL_ERR_TIMEOUT "<who>: <path> is locked by pid N (stopped)...".
+ * Released by flock(fd, LOCK_UN) or by closing fd. */
+accel_status accel__tracker_lock(int fd, const char *who, const char *path);
 /* Appends buf[0..n) to fd (path's, named in errors after who and `to`, e.g.
  * "an event to ", or "") whole or not
  * at all: a write cut short (a full disk) is cut off again, so the file
  * stays a sequence of whole records (half a record stayed behind, and a
  * reader lost everything after it, or the next record was glued to it).
- * Appenders of one file (two runs' trackers in one directory) take turns
- * (an flock on fd), so the cut never reaches another's record. */
-accel_status accel__append_whole(int fd, const char *who, const char *to, const char *path, const void *buf, size_t n);
+ * shared: other runs append to the file too (log.jsonl, which every run
+ * logging to the directory opens for appending): the appenders take turns
+ * (accel__tracker_lock on fd), so the cut never reaches another's record. A
+ * file only this tracker writes takes no lock, so that a stopped run holds
+ * up no other: the csv log (a new file each run, moved aside when another
+ * starts, replaced only by its own run's widening) and tensorboard's events
+ * file (created O_EXCL, named by time, host, pid and a counter). */
+accel_status accel__append_whole(int fd, bool shared, const char *who, const char *to, const char *path,
+                                 const void *buf, size_t n);
 
 #endif
