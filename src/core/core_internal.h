@@ -184,6 +184,12 @@ void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx);
 /* This thread's grad-ready hook (accel_set_grad_ready_hook) and its ctx:
  * the accelerator's backward keeps a user's and calls it beside its own. */
 accel_grad_ready_fn accel__grad_ready_hook(void **ctx);
+/* A generator's state read and restored as the draws move it (atomically,
+ * field by field): another thread may draw from the default generator
+ * meanwhile (a checkpoint records where it was; a recompute puts back the
+ * forward's state). Not atomic as a pair, as seeding is not (core.h). */
+accel_rng accel__rng_get(const accel_rng *r);
+void accel__rng_set(accel_rng *r, accel_rng v);
 /* Whether leaf t gets a gradient in the backward walk now beginning (read
  * from the pass-begin hook): a leaf no recorded node uses (an expert no
  * token chose) gets none, and its grad-ready hook never fires. */
