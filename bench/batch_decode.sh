@@ -100,7 +100,8 @@ OUT=${OUT:-bench/results/batch_decode.md}
   echo
   echo "accel_llama_loss_ex + backward, no optimizer: $(sed -n 's/^shape //p' "$T/step") (hidden 512, f32);"
   echo "plain: no mask; padded: row b's first b T / 8 positions masked (left padding: the fused attention's"
-  echo "key range); holed: as many zeros a row with one kept key before them (explicit scores). Medians of"
+  echo "key range); holed: as many zeros a row with one kept key before them (explicit scores); packed: no"
+  echo "mask, four sequences a row with no_cache (the fused attention's key start per query). Medians of"
   echo "interleaved rounds; the ratios are medians of same-round ratios to plain."
   echo
   echo "| kind | fwd + bwd ms | CPU ms |"

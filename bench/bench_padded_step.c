@@ -10,7 +10,8 @@
  *             row's first kept key (a 0 between ones: the explicit scores);
  *   - packed: no mask, each row four sequences of T / 4 (position ids
  *             restarting at 0) with no_cache (transformers' use_cache=False:
- *             each sequence attends within itself, the explicit scores).
+ *             each sequence attends within itself: on the CPU the fused
+ *             attention with a key start per query).
  *
  *     bench_padded_step [--steps N] [--warmup W] [--batch B] [--seq T]
  *                       [--hidden C] [--layers L] [--heads H] [--ffn F] [--vocab V]

@@ -3,7 +3,7 @@
 # host, so any host access to tensor memory above src/backends/ shows up as a
 # crash. Same binaries; ACCEL_DEFAULT_DEVICE makes every tensor the tests
 # create live on hostless:0.
-foreach(t ops_attention ops_attention_blocked ops_attention_strided sdpa_padded ops_conv ops_pad ops_errors ops_fused ops_loss ops_matmul ops_nn ops_perf_paths
+foreach(t ops_attention ops_attention_blocked ops_attention_strided sdpa_padded sdpa_packed ops_conv ops_pad ops_errors ops_fused ops_loss ops_matmul ops_nn ops_perf_paths
           ops_pointwise ops_reduce ops_shape ops_compare llama_numerics)
   add_test(NAME ${t}_hostless COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(${t}_hostless PROPERTIES TIMEOUT 300

@@ -51,8 +51,8 @@ if(EXISTS /proc/cpuinfo)
   endif()
 endif()
 foreach(lvl ${_isa_levels})
-  set(_isa_tests cpu_dispatch ops_matmul ops_fused gemm_packed pair_pack gemm_providers ops_attention_lowp ops_attention_strided optim
-      openblas_core conv_dnnl)
+  set(_isa_tests cpu_dispatch ops_matmul ops_fused gemm_packed pair_pack gemm_providers ops_attention_lowp ops_attention_strided sdpa_packed
+      optim openblas_core conv_dnnl)
   if(NOT lvl STREQUAL "baseline") # the memory model's paths at baseline are avx2's (no bf16 units either)
     list(APPEND _isa_tests training_memory)
   endif()

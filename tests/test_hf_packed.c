@@ -197,7 +197,7 @@ static accel_tensor *packed_attention_loss(accel_tensor *const *in, int n, void 
     (void)n;
     const int64_t *start = ctx;
     accel__pad_mask pm;
-    if (accel__pad_mask_make(&pm, NULL, start, 1, 2, 6, 6, 0, 2, ACCEL_F32, in[0]->device) != ACCEL_OK) return NULL;
+    if (accel__pad_mask_make(&pm, NULL, start, 1, 6, 6, 0, 2, ACCEL_F32, in[0]->device) != ACCEL_OK) return NULL;
     return gc_weighted_sum(accel__masked_attention_pad(in[0], in[1], in[2], 0, 2, &pm, true, 0.0, 0.0, 0.0, NULL,
                                                        true));
 }

@@ -317,11 +317,11 @@ static void test_host_pad(void) {
                              .position_ids = i64_matrix(2, 4, pos)};
     accel_tensor *want = accel__llama_forward_last(m, &in, NULL);
     accel_llama_inputs ids_only = {.ids = in.ids};
-    CHECK(same_bits(want, accel__llama_forward_last(m, &ids_only, &(accel__pad_host){mask, pos})));
-    CHECK(!accel__llama_forward_last(m, &ids_only, &(accel__pad_host){bad, pos}));
+    CHECK(same_bits(want, accel__llama_forward_last(m, &ids_only, &(accel__pad_host){.mask = mask, .positions = pos})));
+    CHECK(!accel__llama_forward_last(m, &ids_only, &(accel__pad_host){.mask = bad, .positions = pos}));
     CHECK_STR_CONTAINS(accel_last_error(), "attention_mask[0][3] is 3");
     accel_clear_error();
-    CHECK(!accel__llama_forward_last(m, &in, &(accel__pad_host){mask, pos}));
+    CHECK(!accel__llama_forward_last(m, &in, &(accel__pad_host){.mask = mask, .positions = pos}));
     CHECK_STR_CONTAINS(accel_last_error(), "given twice");
     accel_clear_error();
     accel_step_reset();

@@ -242,8 +242,9 @@ static void test_window_padding(void) {
 }
 
 /* A padding mask made once (accel__pad_mask_make) is the one each call
- * makes from keep, bit for bit; one made for another window, position or
- * grouping refused. */
+ * makes from keep, bit for bit, for any grouping of query heads (one mask
+ * of the T positions, repeated over the G heads of a kv head); one made
+ * for another window or position refused. */
 static void test_shared_mask(void) {
     pcase c = {2, 4, 2, 5, 8, 4, {3, 8, 0, 6}};
     accel_tensor *q = gc_randn(61, ACCEL_SHAPE(c.B, c.H, c.Tq, c.D)),
@@ -251,7 +252,7 @@ static void test_shared_mask(void) {
                  *v = gc_randn(63, ACCEL_SHAPE(c.B, c.Hkv, c.Tk, c.D));
     uint8_t *keep = keep_of(&c);
     accel__pad_mask pm;
-    CHECK(accel__pad_mask_make(&pm, keep, NULL, c.B, 2, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
+    CHECK(accel__pad_mask_make(&pm, keep, NULL, c.B, c.Tq, c.Tk, 3, 4, ACCEL_F32, q->device) == ACCEL_OK);
     accel_tensor *a = accel__masked_attention_pad(q, k, v, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false),
                  *b = accel__masked_attention(q, k, v, 3, 4, keep, true, 0.0, 0.0, 0.0, NULL, false);
     CHECK(a && b && fx_compare("shared mask", a, b, 0.0, 0.0) == 0);
@@ -259,7 +260,9 @@ static void test_shared_mask(void) {
     CHECK_STR_CONTAINS(accel_last_error(), "made for another window");
     CHECK(!accel__masked_attention_pad(q, k, v, 2, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false));
     accel_tensor *k1 = accel_slice(k, 1, 0, 1, 1), *v1 = accel_slice(v, 1, 0, 1, 1); /* G 4, not 2 */
-    CHECK(!accel__masked_attention_pad(q, k1, v1, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false));
+    accel_tensor *a1 = accel__masked_attention_pad(q, k1, v1, 3, 4, &pm, true, 0.0, 0.0, 0.0, NULL, false),
+                 *b1 = accel__masked_attention(q, k1, v1, 3, 4, keep, true, 0.0, 0.0, 0.0, NULL, false);
+    CHECK(a1 && b1 && fx_compare("shared mask, G 4", a1, b1, 0.0, 0.0) == 0);
     accel_clear_error();
     accel_step_reset();
     free(keep);

@@ -163,6 +163,10 @@ typedef struct accel_backend {
      * valid keys); false: accel__sdpa_padded refuses, and the decoders take
      * the explicit scores for a padded batch. */
     bool sdpa_key_range;
+    /* True when the sdpa kernels honour dims' key_start (packed sequences'
+     * first key per query); false: accel__sdpa_packed refuses, and the
+     * decoders take the explicit scores for packed sequences. */
+    bool sdpa_key_start;
     accel_gemm_c16 gemm_c16; /* the bf16/f16 C its gemm writes (0: none, f32 only) */
     /* mixed_precision='fp8' (backends/fp8.h); NULL: the device has none. */
     const struct accel__fp8_ops *fp8;

@@ -410,7 +410,10 @@ typedef struct accel_k_mse_backward {
  * key_range [B, 2] (host memory; NULL: none): batch row b sees keys
  * [lo, hi) = [key_range[2 b], key_range[2 b + 1]) only, beside the causal
  * mask (a padded batch's valid keys); only a backend with sdpa_key_range
- * (backend.h) reads it.
+ * (backend.h) reads it. key_start [B, Tq] (host memory; NULL: none): query
+ * i of batch row b sees no key before key_start[b Tq + i] either (0 <= it
+ * <= Tk; packed sequences: the first token of the query's), as the causal
+ * mask hides those after it; only a backend with sdpa_key_start reads it.
  * qs, ks, vs, os: element strides of q, k, v and o over batch, head and row
  * (each row's D or Dv elements contiguous, rows at least a row apart), so
  * the kernels read q, k, v as the projections left them ([B, T, H, D] seen
@@ -421,6 +424,7 @@ typedef struct accel_k_sdpa_dims {
     float scale;
     bool causal;
     const int64_t *key_range;
+    const int32_t *key_start;
     int64_t qs[3], ks[3], vs[3], os[3];
 } accel_k_sdpa_dims;
 

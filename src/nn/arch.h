@@ -220,9 +220,12 @@ accel_status accel__rope_check(const accel_llama_config *c, const char *who);
 /* A padded batch's attention_mask [B, cache length + T] and position ids
  * [B, T] as host int64 (either NULL: none), checked as accel_llama_forward_ex
  * checks the tensors: generation keeps them on the host, and a decode step
- * then neither uploads them nor reads them back. */
+ * then neither uploads them nor reads them back. seq_start [B, T]: the
+ * packed sequences of the positions as the forward finds them under
+ * no_cache (each query's first token), where the caller found them already
+ * (the loss, for its labels); NULL: the forward finds them. */
 typedef struct accel__pad_host {
-    const int64_t *mask, *positions;
+    const int64_t *mask, *positions, *seq_start;
 } accel__pad_host;
 
 /* accel_llama_forward with the head on the last position only: logits

@@ -648,20 +648,25 @@ static bool sdpa_numerics(const accel__arch *a) { return !a->score_softcap; }
 
 /* Whether attention module attn of li takes the explicit scores
  * (attention_masked.h) on dev with window W: for the window, soft-capping,
- * GPT-2's dropout while training, and a padded batch the fused kernel does
- * not take (*ranged false). *ranged: a padded batch whose rows each keep one
- * run of keys (left or right padding), on a device whose fused kernel reads
- * key ranges, with the SDPA's rule for a query that sees no key (a left
- * pad's 0; Gemma 2's eager attention gives the mean of the values). */
+ * GPT-2's dropout while training, and a padded batch or packed sequences
+ * the fused kernel does not take (*ranged, *packed false). *ranged: a padded
+ * batch whose rows each keep one run of keys (left or right padding), on a
+ * device whose fused kernel reads key ranges, with the SDPA's rule for a
+ * query that sees no key (a left pad's 0; Gemma 2's eager attention gives
+ * the mean of the values). *packed: packed sequences on a device whose fused
+ * kernel reads a key start per query (every query sees its own key: no
+ * rule to choose, the numerics of an unpacked call). */
 static bool explicit_scores(const accel_module *attn, const layer_impl *li, const pad_state *pad, int64_t W,
-                            accel_device dev, bool *ranged) {
+                            accel_device dev, bool *ranged, bool *packed) {
     const accel__arch *a = li->arch;
     const uint8_t *keep = pad ? pad->keep : NULL;
+    const int64_t *starts = pad ? pad->seq_start : NULL;
     bool drop = a->dropouts && attn->training && li->cfg->attn_pdrop > 0;
     bool cap = a->score_softcap && li->cfg->attn_logit_softcapping > 0;
-    bool packed = pad && pad->seq_start; /* a key start per query: no fused kernel reads one */
-    *ranged = keep && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
-    return (W || cap || drop || (keep && !*ranged) || packed) && dev.type != ACCEL_DEV_META;
+    *ranged = keep && !starts && pad->key_range && sdpa_numerics(a) && accel__sdpa_key_range_on(dev);
+    *packed = starts && !keep && accel__sdpa_key_start_on(dev);
+    bool fused = (!keep || *ranged) && (!starts || *packed);
+    return (W || cap || drop || !fused) && dev.type != ACCEL_DEV_META;
 }
 
 static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, accel_tensor *x, int64_t pos,
@@ -720,15 +725,15 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
     double cap = a->score_softcap ? c->attn_logit_softcapping : 0.0;
     double drop = a->dropouts && attn->training ? c->attn_pdrop : 0.0; /* GPT-2's attn_dropout, Phi's attention_dropout */
     accel_rng *drop_rng = sharded_dropout_rng(c); /* the probabilities of this rank's heads */
-    bool ranged, expl = explicit_scores(attn, li, pad, W, x->device, &ranged);
+    bool ranged, packed, expl = explicit_scores(attn, li, pad, W, x->device, &ranged, &packed);
     bool sdpa = sdpa_numerics(a);
     /* the explicit scores' padding mask: the forward's for this window when it fits (made once,
      * pad_masks_once), else this layer's own; NULL without padding or packing */
     accel__pad_mask own = {0};
     const accel__pad_mask *pm = pad && expl && (pad->keep || pad->seq_start) ? &pad->masks[W != 0] : NULL;
     if (pm && q && k && !accel__pad_mask_fits(pm, q, k, pos, W, sdpa)) {
-        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[1] / k->shape[1], q->shape[2],
-                                 k->shape[2], pos, W, accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
+        if (accel__pad_mask_make(&own, pad->keep, pad->seq_start, q->shape[0], q->shape[2], k->shape[2], pos, W,
+                                 accel__scores_dtype(q, sdpa), q->device) != ACCEL_OK)
             return NULL;
         pm = &own;
     }
@@ -738,6 +743,7 @@ static accel_tensor *attention_body(accel_module *attn, const layer_impl *li, ac
                       : expl   ? accel__masked_attention_pad(q, k, v, pos, W, pm, sdpa, scale, cap, drop, drop_rng,
                                                              sdpa)
                       : ranged ? accel__sdpa_padded(q, k, v, pad->key_range, scale)
+                      : packed ? accel__sdpa_packed(q, k, v, pad->seq_start, scale)
                                : accel__sdpa_heads_last(q, k, v, true, scale);
     if (o && (cp || expl)) o = accel_transpose(o, 1, 2);
     if (!o) return NULL;
@@ -1304,8 +1310,11 @@ static accel_status pad_read(const accel_llama_inputs *in, const accel__pad_host
         bool plain = true;
         for (int64_t i = 0; plain && i < B * T; i++) plain = p[i] == pos + i % T;
         pad->positions = plain ? NULL : p;
-        /* transformers detects packing only without a mask (even one of ones) and without a cache */
-        if (in->no_cache && !in->attention_mask && !hp->mask && packed_starts(p, B, T, &pad->seq_start) != ACCEL_OK)
+        /* transformers detects packing only without a mask (even one of ones) and without a cache; the
+         * loss found them already */
+        pad->seq_start = hp->seq_start;
+        if (!hp->seq_start && in->no_cache && !in->attention_mask && !hp->mask &&
+            packed_starts(p, B, T, &pad->seq_start) != ACCEL_OK)
             return accel_last_status();
         if (!plain) {
             pad->rope_len = 0;
@@ -1362,12 +1371,11 @@ static accel_status pad_masks_once(accel_module *llama, int64_t B, int64_t T, in
     for (int i = 0; i < layers->n_children; i++) {
         const layer_impl *li = layers->children[i]->impl;
         int64_t W = layer_window(li, pos + T);
-        bool ranged;
-        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged) ||
+        bool ranged, packed;
+        if (!explicit_scores(layers->children[i]->children[LAYER_ATTN], li, pad, W, dev, &ranged, &packed) ||
             pad->masks[W != 0].mask)
             continue;
-        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B,
-                                               li->heads / li->kv_heads, T, pos + T, pos, W,
+        accel_status st = accel__pad_mask_make(&pad->masks[W != 0], pad->keep, pad->seq_start, B, T, pos + T, pos, W,
                                                accel__scores_dtype_of(dt, sdpa_numerics(li->arch)), dev);
         if (st != ACCEL_OK) return st;
     }
@@ -1566,8 +1574,8 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
     const int64_t *m = in->attention_mask
                            ? host_ints(in->attention_mask, B, T, "attention_mask", "without a cache [B, T] as ids:", true)
                            : NULL;
-    /* packed sequences (no_cache, positions that restart, no mask): the positions read once, the labels
-     * -100 at each sequence's first token */
+    /* packed sequences (no_cache, positions that restart, no mask): the positions read once and their
+     * sequences found once, for the forward and the labels (-100 at each sequence's first token) */
     bool packing = in->no_cache && in->position_ids && !in->attention_mask;
     const int64_t *p = packing ? host_ints(in->position_ids, B, T, "position_ids", "[B, T] as ids:", false) : NULL;
     const int64_t *starts = NULL;
@@ -1581,18 +1589,22 @@ accel_tensor *accel_llama_loss_ex(accel_module *llama, const accel_llama_inputs 
         return NULL;
     }
     accel__moe_aux *outer = balance ? accel__moe_aux_collect(aux) : NULL;
-    accel_tensor *loss = cp && cp->pg && !in->attention_mask && !in->position_ids
-                             ? accel__decoder_cp_loss(llama, cp, ids) /* else the forward's refusal */
-                         : in->attention_mask /* the forward reads the host copy m, not the tensor again */
-                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids,
-                                                                                      .position_ids = in->position_ids},
-                                                          false, &(accel__pad_host){.mask = m}),
-                                           masked_labels(ids, m, NULL))
-                         : starts /* and the positions p */
-                             ? labels_loss(llama, forward(llama, &(accel_llama_inputs){.ids = ids, .no_cache = true},
-                                                          false, &(accel__pad_host){.positions = p}),
-                                           masked_labels(ids, NULL, starts))
-                             : accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
+    accel_tensor *loss;
+    if (cp && cp->pg && !in->attention_mask && !in->position_ids) {
+        loss = accel__decoder_cp_loss(llama, cp, ids); /* else the forward's refusal */
+    } else if (in->attention_mask) { /* the forward reads the host copy m, not the tensor again */
+        loss = labels_loss(llama,
+                           forward(llama, &(accel_llama_inputs){.ids = ids, .position_ids = in->position_ids}, false,
+                                   &(accel__pad_host){.mask = m}),
+                           masked_labels(ids, m, NULL));
+    } else if (packing) { /* the forward takes p and its sequences as found here (none restarting: it looks again) */
+        accel_tensor *logits = forward(llama, &(accel_llama_inputs){.ids = ids, .no_cache = true}, false,
+                                       &(accel__pad_host){.positions = p, .seq_start = starts});
+        loss = starts ? labels_loss(llama, logits, masked_labels(ids, NULL, starts))
+                      : accel__causal_lm_loss(llama, logits, ids);
+    } else {
+        loss = accel__causal_lm_loss(llama, accel_llama_forward_ex(llama, in), ids);
+    }
     if (balance) {
         accel__moe_aux_collect(outer);
         accel_tensor *lb = loss ? accel__moe_aux_loss(aux, loss) : NULL;

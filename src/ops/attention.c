@@ -164,10 +164,47 @@ static bool key_range_of(const char *OP, const int64_t *key_range, const sdpa_di
     return true;
 }
 
+bool accel__sdpa_key_start_on(accel_device dev) {
+    const accel_backend *be = accel__backend_of(dev);
+    return dev.type == ACCEL_DEV_META || (be && be->sdpa_key_start);
+}
+
+/* key_start [B, Tq] checked (0 <= each <= Tk) and copied to the step arena
+ * as the kernels' int32, where the backward reads it; *out NULL for none. */
+static bool key_start_of(const char *OP, const int64_t *key_start, const sdpa_dims *d, accel_device dev,
+                         const int32_t **out) {
+    *out = NULL;
+    if (!key_start || dev.type == ACCEL_DEV_META) return true;
+    if (!accel__sdpa_key_start_on(dev)) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a key start per query (packed sequences) is not implemented on %s",
+                        OP, accel_device_type_name(dev.type));
+        return false;
+    }
+    if (d->Tk > INT32_MAX) {
+        accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: a key start per query takes at most %d keys, got %lld", OP,
+                        INT32_MAX, (long long)d->Tk);
+        return false;
+    }
+    int32_t *s = accel_arena_alloc(accel_step_arena(), (size_t)(d->B * d->Tq + 1) * sizeof *s, 64);
+    if (!s) return false;
+    for (int64_t i = 0; i < d->B * d->Tq; i++) {
+        if (key_start[i] < 0 || key_start[i] > d->Tk) {
+            accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: key_start of batch row %lld, query %lld is %lld: it must lie "
+                            "within 0 and the %lld keys", OP, (long long)(i / d->Tq), (long long)(i % d->Tq),
+                            (long long)key_start[i], (long long)d->Tk);
+            return false;
+        }
+        s[i] = (int32_t)key_start[i];
+    }
+    *out = s;
+    return true;
+}
+
 /* accel_sdpa, its output [B, H, Tq, Dv], or with heads_last [B, Tq, H, Dv]
- * (accel__sdpa_heads_last); key_range as accel__sdpa_padded's (NULL: none). */
+ * (accel__sdpa_heads_last); key_range as accel__sdpa_padded's, key_start
+ * as accel__sdpa_packed's (NULL: none). */
 static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale,
-                          bool heads_last, const int64_t *key_range) {
+                          bool heads_last, const int64_t *key_range, const int64_t *key_start) {
     static const char *OP = "accel_sdpa";
     accel_tensor *in[3] = {q, k, v};
     accel_device dev;
@@ -176,7 +213,9 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
     if (idt < 0) return NULL;
     accel_dtype dt = (accel_dtype)idt;
     sdpa_dims dims;
-    if (!sdpa_shapes(q, k, v, &dims) || !key_range_of(OP, key_range, &dims, dev, &dims.key_range)) return NULL;
+    if (!sdpa_shapes(q, k, v, &dims) || !key_range_of(OP, key_range, &dims, dev, &dims.key_range) ||
+        !key_start_of(OP, key_start, &dims, dev, &dims.key_start))
+        return NULL;
     dims.causal = causal;
     dims.scale = (float)(scale > 0.0 ? scale : 1.0 / sqrt((double)(dims.D ? dims.D : 1)));
     int64_t oshape[4] = {dims.B, dims.H, dims.Tq, dims.Dv}, bthd[4] = {dims.B, dims.Tq, dims.H, dims.Dv};
@@ -229,14 +268,19 @@ static accel_tensor *sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, boo
 }
 
 accel_tensor *accel_sdpa(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
-    return sdpa(q, k, v, causal, scale, false, NULL);
+    return sdpa(q, k, v, causal, scale, false, NULL, NULL);
 }
 
 accel_tensor *accel__sdpa_heads_last(accel_tensor *q, accel_tensor *k, accel_tensor *v, bool causal, double scale) {
-    return sdpa(q, k, v, causal, scale, true, NULL);
+    return sdpa(q, k, v, causal, scale, true, NULL, NULL);
 }
 
 accel_tensor *accel__sdpa_padded(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_range,
                                  double scale) {
-    return sdpa(q, k, v, true, scale, true, key_range);
+    return sdpa(q, k, v, true, scale, true, key_range, NULL);
+}
+
+accel_tensor *accel__sdpa_packed(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_start,
+                                 double scale) {
+    return sdpa(q, k, v, true, scale, true, NULL, key_start);
 }

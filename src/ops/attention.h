@@ -25,6 +25,20 @@ bool accel__sdpa_key_range_on(accel_device dev);
 accel_tensor *accel__sdpa_padded(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_range,
                                  double scale);
 
+/* Whether dev's sdpa kernels read a key start per query (accel__sdpa_packed
+ * runs there). */
+bool accel__sdpa_key_start_on(accel_device dev);
+
+/* accel__sdpa_heads_last, causal, with query i of batch row b seeing no key
+ * before key_start[b Tq + i] (host int64 [B, Tq], 0 <= each <= Tk, copied):
+ * packed sequences, each query within its own, as transformers' mask of
+ * find_packed_sequence_indices gives. A query that then sees no key gets 0,
+ * as in accel__sdpa_padded. On a backend whose sdpa kernels read key
+ * starts (backend.h: sdpa_key_start; the CPU's), refused elsewhere.
+ * Differentiable. */
+accel_tensor *accel__sdpa_packed(accel_tensor *q, accel_tensor *k, accel_tensor *v, const int64_t *key_start,
+                                 double scale);
+
 /* (rope.c) accel_rope_freqs over x [B, H, T, D] whose row b's position t is
  * pos[b T + t] (host, >= 0; position ids that differ between the rows of a
  * padded batch). */

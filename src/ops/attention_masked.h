@@ -36,15 +36,18 @@ typedef struct accel__scores_opts {
     double cap;           /* soft-capping cap tanh(s / cap) when > 0 (Gemma2) */
     double drop;          /* dropout probability on the probabilities (0: none) */
     accel_rng *drop_rng;  /* its generator (NULL: the default one) */
-    accel_tensor *live;   /* [B, 1, R, 1]: 0 zeroes row r's probabilities (a query that sees no key); NULL: none */
+    accel_tensor *live;   /* [B, 1, R or T, 1] as the mask: 0 zeroes a row's probabilities (a query that sees no
+                           * key); NULL: none */
     bool upcast;          /* bf16/f16: compute in f32 as torch's SDPA (below) */
 } accel__scores_opts;
 
 /* softmax(q k^T scale (soft-capped) + mask) v over explicit scores, the
  * probabilities zeroed where live is 0 and dropped out: q [B, Hkv, R, D]
  * (R rows per key/value head), k, v [B, Hkv, S, D], mask additive,
- * broadcast to [B, Hkv, R, S] (made the scores' dtype and device; NULL:
- * none) -> [B, Hkv, R, D]. Where q's dtype (the autocast's when on) is
+ * broadcast to [B, Hkv, R, S], or [B, 1, T, S] with T > 1 rows that R is a
+ * multiple of, repeated over each T rows (the G query heads of a key/value
+ * head share one mask of their T positions), made the scores' dtype and
+ * device (NULL: none) -> [B, Hkv, R, D]; live likewise. Where q's dtype (the autocast's when on) is
  * bf16/f16: with o->upcast as torch's SDPA computes them, q, k, v rounded
  * to that dtype and made f32, everything in f32 with the autocast off, the
  * output rounded once to that dtype; without, as transformers' eager
@@ -61,14 +64,15 @@ accel_dtype accel__scores_dtype(const accel_tensor *q, bool upcast);
 accel_dtype accel__scores_dtype_of(accel_dtype compute, bool upcast);
 
 /* A padded batch's additive mask for accel__masked_attention_pad, made
- * once for every layer of the same window W, grouped-query factor G
- * (heads / kv heads), first query position pos, dtype and device (a
- * forward's layers share it; each made its own, on the host, and uploaded
- * it): mask [B, 1, G T, S] and live [B, 1, G T, 1] (NULL when every query
- * row sees a key), as accel__masked_attention's keep gives them. The dtype
- * is the scores' (accel__scores_dtype). */
+ * once for every layer of the same window W, first query position pos,
+ * dtype and device (a forward's layers share it; each made its own, on the
+ * host, and uploaded it): mask [B, 1, T, S] and live [B, 1, T, 1] (NULL
+ * when every query row sees a key), as accel__masked_attention's keep gives
+ * them, one for the T positions that every query head's rows repeat (not G
+ * copies for the G query heads of a key/value head). The dtype is the
+ * scores' (accel__scores_dtype). */
 typedef struct accel__pad_mask {
-    int64_t W, G, pos;
+    int64_t W, pos;
     accel_dtype dt;
     accel_device dev;
     accel_tensor *mask, *live;
@@ -78,8 +82,8 @@ typedef struct accel__pad_mask {
  * NULL: none): query t of row b also sees no key before start[b T + t]
  * (the first token of its packed sequence), queries at pos .. pos + T - 1
  * (step tensors). */
-accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, const int64_t *start, int64_t B, int64_t G,
-                                  int64_t T, int64_t S, int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
+accel_status accel__pad_mask_make(accel__pad_mask *pm, const uint8_t *keep, const int64_t *start, int64_t B, int64_t T,
+                                  int64_t S, int64_t pos, int64_t W, accel_dtype dt, accel_device dev);
 /* Whether pm was made for q [B, H, T, D] and k [B, Hkv, S, D] at pos and
  * W, in the dtype of their scores with upcast. */
 bool accel__pad_mask_fits(const accel__pad_mask *pm, const accel_tensor *q, const accel_tensor *k, int64_t pos,

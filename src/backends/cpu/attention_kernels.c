@@ -392,8 +392,9 @@ static accel_status call_tiles(const accel_tensor *const *t, int n, const accel_
  * rounding to dt. */
 static accel__score_block score_block(const accel_k_sdpa_dims *d, int64_t b, int64_t i0, int64_t nq, int64_t kend,
                                       float scale, void *lp, accel_dtype dt) {
+    const int32_t *starts = d->key_start ? d->key_start + b * d->Tq + i0 : NULL;
     return (accel__score_block){.rows = nq, .kend = kend, .n0 = i0 + d->Tk - d->Tq + 1, .k0 = first_key(d, b),
-                                .causal = d->causal, .scale = scale, .lp = lp, .dt = dt, .chunk = KC};
+                                .starts = starts, .causal = d->causal, .scale = scale, .lp = lp, .dt = dt, .chunk = KC};
 }
 
 /* `floats` floats of a thread's scratch at base (64-byte pieces), the
@@ -564,6 +565,7 @@ static void sdpa_reference(const accel_k_sdpa_dims *d, const float *q, const flo
             const float *qi = q + (bh * d->Tq + i) * d->D;
             float *oi = o + (bh * d->Tq + i) * d->Dv;
             int64_t L = last_key(d, i), j0 = first_key(d, b);
+            if (d->key_start && d->key_start[b * d->Tq + i] > j0) j0 = d->key_start[b * d->Tq + i];
             if (d->key_range && L >= d->key_range[2 * b + 1]) L = d->key_range[2 * b + 1] - 1;
             double m = -INFINITY, s = 0.0;
             for (int64_t j = j0; j <= L; j++) {

@@ -18,18 +18,24 @@
 #include "cpu_kernels.h"
 #include "vec_math.h"
 
+/* The first key row r of b sees: k0, or the row's start past it. */
+static inline int64_t row_first(const accel__score_block *b, int64_t r) {
+    return b->starts && b->starts[r] > b->k0 ? b->starts[r] : b->k0;
+}
+
 /* The end of the keys row r of b sees: its first n0 + r under the causal
  * mask (within 0 and kend), all kend otherwise; 0 when none lies at or past
- * k0 (the row sees no key). */
+ * its first (the row sees no key). */
 static inline int64_t row_keys(const accel__score_block *b, int64_t r) {
     int64_t n = b->causal ? b->n0 + r : b->kend;
     n = n < 0 ? 0 : n < b->kend ? n : b->kend;
-    return n > b->k0 ? n : 0;
+    return n > row_first(b, r) ? n : 0;
 }
 
-/* The keys below k0 of a row that sees some (n > 0) masked: -inf scores. */
-static inline void mask_below(const accel__score_block *b, float *sr, int64_t n) {
-    for (int64_t j = 0; n && j < b->k0; j++) sr[j] = -INFINITY;
+/* The keys before its first of row r, which sees some (n > 0), masked:
+ * -inf scores. */
+static inline void mask_below(const accel__score_block *b, int64_t r, float *sr, int64_t n) {
+    for (int64_t j = 0, first = row_first(b, r); n && j < first; j++) sr[j] = -INFINITY;
 }
 
 /* Columns the vector loops of a row of n visible keys run over: n rounded
@@ -69,7 +75,7 @@ ACCEL__VEC_MATH void accel__cpu_softmax_rows(const accel__score_block *b, float 
         float *sr = s + r * lds;
         int64_t n = row_keys(b, r), w = n ? row_span(b, n) : 0;
         for (int64_t j = n; j < w; j++) sr[j] = -INFINITY;
-        mask_below(b, sr, n);
+        mask_below(b, r, sr, n);
         lse[r] = n ? b->scale * accel__vec_row_max(sr, w) : -INFINITY; /* the row's max for now */
     }
     for (int64_t r = 0; r < b->rows; r++) {
@@ -103,7 +109,7 @@ ACCEL__VEC_MATH void accel__cpu_probs_rows(const accel__score_block *b, float *p
         float *row = p + r * ldp, *sr = s + r * lds, l = lse[r];
         int64_t n = row_keys(b, r), w = n ? row_span(b, n) : 0;
         for (int64_t j = n; j < w; j++) sr[j] = -INFINITY;
-        mask_below(b, sr, n);
+        mask_below(b, r, sr, n);
 #pragma omp simd
         for (int64_t j = 0; j < w; j++) row[j] = accel__expf(b->scale * sr[j] - l);
         zero_from(row, w, b->kend);

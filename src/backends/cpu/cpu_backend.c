@@ -162,6 +162,7 @@ const accel_backend accel__cpu_backend = {
     .host_addressable = true,
     .sdpa_strided = true,
     .sdpa_key_range = true,
+    .sdpa_key_start = true,
     .gemm_c16 = ACCEL_GEMM_C16_ANY,
     .mem = {
         .alloc = cpu_alloc,

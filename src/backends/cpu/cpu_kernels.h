@@ -217,8 +217,10 @@ int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
  * kernels below, compiled per ISA variant (attention_rows.c): `rows` rows
  * of kend columns; row r sees its first min(kend, max(0, n0 + r)) keys
  * under the causal mask (`causal`), all kend otherwise (n0 unused), less
- * its first k0 (a padded row's masked keys: a row whose keys all lie below
- * k0 sees none); the scores are multiplied by scale > 0. Each row is computed over its keys
+ * its first k0 (a padded row's masked keys) and, with starts (rows of
+ * them; NULL: none), its first starts[r] (the keys before a packed
+ * sequence's first token): a row whose keys all lie below those sees none;
+ * the scores are multiplied by scale > 0. Each row is computed over its keys
  * rounded up to 16 (the masked scores among them set to -inf in the score
  * rows), and its columns past those are zeros. With lp each finished row is
  * also rounded to dt (bf16 or f16) into lp, chunk-major: chunk j holds keys
@@ -226,6 +228,7 @@ int accel__cpu_sdpa_measure(accel_dtype dt, int64_t Tk, int64_t D);
  * element rows j (the layout the tile GEMMs read). */
 typedef struct accel__score_block {
     int64_t rows, kend, n0, k0;
+    const int32_t *starts;
     bool causal;
     float scale;
     void *lp;

@@ -498,6 +498,7 @@ static const accel_backend hostless_backend = {
     .host_addressable = false,
     .sdpa_strided = true, /* the CPU kernels */
     .sdpa_key_range = true, /* the CPU kernels */
+    .sdpa_key_start = true, /* the CPU kernels */
     /* The CPU kernels write any; a GPU's stand-in takes the ops' GPU path
      * (cuBLASLt's: cuda_backend.c), so that its figures are a GPU's. */
     .gemm_c16 = ACCEL_GEMM_C16_SAME,
