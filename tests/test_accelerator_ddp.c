@@ -463,6 +463,37 @@ static void test_no_sync_nests(void) {
     accel_module_free(m);
 }
 
+static int user_ready_calls;
+static void user_ready(accel_tensor *leaf, void *ctx) {
+    (void)leaf;
+    user_ready_calls += ctx == &user_ready_calls;
+}
+
+/* A grad-ready hook the user set is theirs: the accelerator's backward calls
+ * it for every leaf beside the data-parallel one (which still syncs) and
+ * leaves it set (it dropped it: a later plain backward never called it) */
+static void test_user_grad_ready_hook_kept(void) {
+    accel_manual_seed(7);
+    accel_module *m = mlp();
+    accel_optimizer *opt = sgd(m, 0.1);
+    CHECK(accel_accelerator_prepare(A, m, opt) == ACCEL_OK);
+    accel_set_grad_ready_hook(user_ready, &user_ready_calls);
+    user_ready_calls = 0;
+    CHECK(grads_synced(m, opt));
+    CHECK_MSG(user_ready_calls == 4, "the accelerator's backward called the user's hook %d times (4 leaves)",
+              user_ready_calls);
+    user_ready_calls = 0;
+    float xs[4] = {1, 2, 3, 4};
+    CHECK(accel_backward(accel_sum_all(accel_module_call(m, accel_from_floats(ACCEL_SHAPE(1, 4), xs)))) == ACCEL_OK);
+    accel_step_reset();
+    CHECK_MSG(user_ready_calls == 4, "a plain backward after it called the user's hook %d times (4 leaves)",
+              user_ready_calls);
+    accel_set_grad_ready_hook(NULL, NULL);
+    CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
+    accel_optimizer_free(opt);
+    accel_module_free(m);
+}
+
 static void test_process_helpers(void) {
     accel_process_split sp = accel_accelerator_split_between_processes(A, 17);
     int64_t q = 17 / N, r = 17 % N;
@@ -535,6 +566,7 @@ int main(void) {
     RUN(test_collectives_torch_edges);
     RUN(test_scheduler_and_clip);
     RUN(test_no_sync_nests);
+    RUN(test_user_grad_ready_hook_kept);
     RUN(test_process_helpers);
     accel_accelerator_free(A);
     accel_thread_cleanup();

@@ -1,5 +1,7 @@
 /* Core: dtypes, conversions, tensors, arenas, errors, RNG, printing. */
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
 
 #include "accel/accel.h"
 #include "check.h"
@@ -466,6 +468,29 @@ static void test_zero_fills(void) {
     accel_step_reset();
 }
 
+static void *threads_seen(void *out) {
+    accel_tensor *t = accel_zeros(ACCEL_F32, ACCEL_SHAPE(4)); /* a library call: no accel_num_threads first */
+    ((int *)out)[0] = omp_get_max_threads();                   /* what this thread's regions and oneDNN use */
+    ((int *)out)[1] = accel_num_threads();
+    accel_tensor_free(t);
+    accel_thread_cleanup();
+    return NULL;
+}
+
+/* accel_set_num_threads holds for every thread of the process, as
+ * torch.set_num_threads: OpenMP's count is per thread, and a thread made
+ * before or after the call ran its kernels at OMP_NUM_THREADS' count while
+ * accel_num_threads() said otherwise. */
+static void test_num_threads_every_thread(void) {
+    int before = accel_num_threads(), want = before == 3 ? 2 : 3, seen[2] = {0, 0};
+    CHECK(accel_set_num_threads(want) == ACCEL_OK && omp_get_max_threads() == want);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, threads_seen, seen) == 0 && pthread_join(th, NULL) == 0);
+    CHECK_MSG(seen[0] == want && seen[1] == want, "another thread runs %d threads, says %d (set: %d)", seen[0],
+              seen[1], want);
+    CHECK(accel_set_num_threads(before) == ACCEL_OK && accel_num_threads() == before);
+}
+
 int main(void) {
     RUN(test_bf16_f16_rounding);
     RUN(test_dtype_names);
@@ -486,5 +511,6 @@ int main(void) {
     RUN(test_print);
     RUN(test_null_generators);
     RUN(test_null_queries);
+    RUN(test_num_threads_every_thread);
     return check_summary();
 }

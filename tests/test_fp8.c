@@ -370,7 +370,7 @@ static void test_refused(void) {
 static void test_recipe_options(void) {
     accel_accelerator_opts o = accel_accelerator_opts_default();
     accel__fp8_recipe r;
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK);
     CHECK(r.hybrid && r.margin == 0 && r.history_len == 1024 && !r.use_max && !r.during_eval && !r.deferred_update);
 
     setenv("ACCELERATE_FP8_FORMAT", "E4M3", 1);
@@ -380,15 +380,15 @@ static void test_recipe_options(void) {
     setenv("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "on", 1);
     setenv("ACCELERATE_FP8_INTERVAL", "bad", 1);
     o.fp8_interval = 2; /* the field wins: the bad variable is not read */
-    CHECK_MSG(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK, "%s", accel_last_error());
+    CHECK_MSG(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK, "%s", accel_last_error());
     CHECK(!r.hybrid && r.margin == 3 && r.history_len == 16 && r.use_max && r.during_eval);
 
     o.fp8_format = "hybrid", o.fp8_margin = -1, o.fp8_amax_history_len = 8, o.fp8_amax_compute_algo = "most_recent";
     o.fp8_use_autocast_during_eval = ACCEL_FALSE, o.fp8_backend = "te";
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK);
     CHECK(r.hybrid && r.margin == 0 && r.history_len == 8 && !r.use_max && !r.during_eval);
     o.fp8_margin = 2;
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK && r.margin == 2);
+    CHECK(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK && r.margin == 2);
     const char *const VARS[] = {"FORMAT", "MARGIN", "AMAX_HISTORY_LEN", "AMAX_COMPUTE_ALGO", "USE_AUTOCAST_DURING_EVAL",
                                 "INTERVAL"};
     for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++) {
@@ -416,18 +416,18 @@ static void test_recipe_options(void) {
          "fp8_override_linear_precision[0]=3 is not ACCEL_TRUE (1), ACCEL_FALSE (-1) or 0"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
-        CHECK_MSG(accel__fp8_recipe_resolve(&BAD[i].o, &r) == BAD[i].st, "case %zu", i);
+        CHECK_MSG(accel__fp8_recipe_resolve(&BAD[i].o, true, &r) == BAD[i].st, "case %zu", i);
         CHECK_STR_CONTAINS(accel_last_error(), BAD[i].msg);
         accel_clear_error();
     }
     /* override_linear_precision: the variable, and an explicit false over it */
     setenv("ACCELERATE_FP8_OVERRIDE_DGRAD", "1", 1);
     o = accel_accelerator_opts_default();
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK);
     CHECK(!r.high_precision[ACCEL__FP8_FPROP] && r.high_precision[ACCEL__FP8_DGRAD] &&
           !r.high_precision[ACCEL__FP8_WGRAD]);
     o.fp8_override_linear_precision[1] = ACCEL_FALSE, o.fp8_override_linear_precision[2] = ACCEL_TRUE;
-    CHECK(accel__fp8_recipe_resolve(&o, &r) == ACCEL_OK);
+    CHECK(accel__fp8_recipe_resolve(&o, true, &r) == ACCEL_OK);
     CHECK(!r.high_precision[ACCEL__FP8_DGRAD] && r.high_precision[ACCEL__FP8_WGRAD]);
     unsetenv("ACCELERATE_FP8_OVERRIDE_DGRAD");
 
@@ -452,6 +452,27 @@ static void test_recipe_options(void) {
     CHECK(accel_accelerator_new(&bad) == NULL);
     CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_new: fp8_amax_history_len=-1 must be");
     accel_clear_error();
+
+    /* a bad field is refused whatever the precision (as TERecipeKwargs when
+     * made); the variables are read for fp8 alone: a stray one does not fail
+     * another precision */
+    static const char *const OTHER[] = {NULL, "no", "bf16", "fp16"};
+    for (int i = 0; i < 4; i++) {
+        accel_accelerator_opts m = {.mixed_precision = OTHER[i], .fp8_margin = -7};
+        CHECK_MSG(accel_accelerator_new(&m) == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG, "%s",
+                  OTHER[i] ? OTHER[i] : "NULL");
+        CHECK_STR_CONTAINS(accel_last_error(), "accel_accelerator_new: fp8_margin=-7 must be an integer in [0, ");
+        accel_clear_error();
+    }
+    setenv("ACCELERATE_FP8_MARGIN", "-7", 1);
+    accel_accelerator_opts bf16 = {.mixed_precision = "bf16"};
+    accel_accelerator *acc = accel_accelerator_new(&bf16);
+    CHECK_MSG(acc != NULL, "%s", accel_last_error());
+    accel_accelerator_free(acc);
+    CHECK(accel_accelerator_new(&fp8) == NULL);
+    CHECK_STR_CONTAINS(accel_last_error(), "ACCELERATE_FP8_MARGIN=-7 must be an integer");
+    accel_clear_error();
+    unsetenv("ACCELERATE_FP8_MARGIN");
 }
 
 /* A model with fp8-eligible Linears on the cpu is refused at prepare (no

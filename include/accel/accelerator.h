@@ -100,7 +100,8 @@ typedef struct accel_accelerator_opts {
      * for "fp8": a field set here wins over its ACCELERATE_FP8_<NAME> (or
      * ACCEL_FP8_<NAME>) variable, a zero / NULL field reads it, else
      * Accelerate's default. Bad values fail accel_accelerator_new naming the
-     * field (or the variable) and the value. Booleans are tri-state:
+     * field (or the variable) and the value: a field whatever mixed_precision
+     * is, a variable under "fp8" alone. Booleans are tri-state:
      * ACCEL_TRUE, ACCEL_FALSE, 0 = unset. */
     const char *fp8_backend;           /* BACKEND: "TE" (any case); AO and MSAMP refused */
     const char *fp8_format;            /* FORMAT: "HYBRID" (E5M2 gradients; default) or "E4M3"; E5M2 refused */
@@ -342,16 +343,20 @@ accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool de
  *
  *     accel_accelerator_prepare(acc, model, opt, train_dl, eval_dl, sched);
  *
+ * As Accelerate's, in two passes: the models and data loaders, then the
+ * optimizers, then the schedulers, each in the call's order (so
+ * prepare(opt, model) is prepare(model, opt), which ZeRO needs).
+ *
  * Data loaders are sharded in place (their shuffle seed is rank 0's), models
  * flattened/wrapped, optimizers and schedulers registered. Under tensor
  * parallelism a model's plan replaces its parameters with their slices: an
- * optimizer made over the whole model and given after it in the same call
+ * optimizer made over the whole model and given in the same call
  * is re-targeted to them (prepared alone later, it is not). A data loader that
  * is not prepared is not sharded (as in Accelerate): on N processes every
  * process iterates all of it, and gather_for_metrics returns every sample N
  * times. Preparing an object twice returns ACCEL_OK and does nothing; an
  * object prepared by another accelerator is refused (ACCEL_ERR_STATE). On a
- * failure the objects before the failing one stay prepared. The macro maps
+ * failure the objects taken before the failing one stay prepared. The macro maps
  * each argument by its type (C11 _Generic); C++ or longer lists use the array
  * form. */
 typedef enum accel_prepare_kind {

@@ -421,7 +421,9 @@ bool accel_reference_kernels(void);
 double accel_now_seconds(void); /* monotonic */
 /* Number of threads kernels use (OpenMP). */
 int accel_num_threads(void);
-/* n >= 1; anything else is refused (the count is unchanged). */
+/* n >= 1; anything else is refused (the count is unchanged). For every
+ * thread of the process (as torch.set_num_threads), not only the caller:
+ * another thread takes it at its next library call. */
 accel_status accel_set_num_threads(int n);
 
 #ifdef __cplusplus

@@ -152,6 +152,11 @@ struct accel_accelerator {
 
     accel__model models[ACCEL__MAX_PREPARED];
     int n_models;
+    /* the grad-ready hook the user had set (accel_set_grad_ready_hook) when
+     * the backward now running began: called after the strategies' for every
+     * leaf, and set back at its end (model.c) */
+    accel_grad_ready_fn user_ready;
+    void *user_ready_ctx;
     accel_optimizer *opts[ACCEL__MAX_PREPARED];
     /* optimizer i's state private to the strategy, NULL while the optimizer
      * is the user's as it was (strategy.h: prepare_optimizer, optimizer_model) */

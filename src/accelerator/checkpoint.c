@@ -451,8 +451,8 @@ static accel_status save_rank_state(accel_accelerator *acc, const char *dir) {
     const char *names[4 + 2 * ACCEL__MAX_PREPARED];
     accel_tensor *ts[4 + 2 * ACCEL__MAX_PREPARED] = {0};
     int n = 0;
-    accel_rng *r = accel_default_rng();
-    int64_t rng[2] = {(int64_t)r->seed, (int64_t)r->offset};
+    accel_rng r = accel__rng_get(accel_default_rng());
+    int64_t rng[2] = {(int64_t)r.seed, (int64_t)r.offset};
     int64_t step[2] = {acc->step, acc->sync_gradients};
     double scaler[2] = {acc->scale, (double)acc->growth_tracker};
     int64_t dls[ACCEL__MAX_PREPARED][3];
@@ -564,11 +564,7 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir, sav
         if (tps->saved[i]) s = read_i64(f, TP_RNG_NAMES[i], tps->rng[i], 2);
     }
     if (!s) {
-        if (own) {
-            accel_rng *r = accel_default_rng();
-            r->seed = (uint64_t)rng[0];
-            r->offset = (uint64_t)rng[1];
-        }
+        if (own) accel__rng_set(accel_default_rng(), (accel_rng){(uint64_t)rng[0], (uint64_t)rng[1]});
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
         acc->scale = scaler[0];
@@ -587,17 +583,17 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir, sav
  * have (they keep their own generator), they do not. Then the models' tp
  * streams, from the group's seed. Collective over the tp group. */
 static accel_status tp_streams_restore(accel_accelerator *acc, const saved_tp_streams *tps) {
-    accel_rng *r = accel_default_rng();
+    accel_rng r = accel__rng_get(accel_default_rng());
     if (acc->mesh.size[ACCEL__MESH_TP] > 1) {
         accel_pg *tp = accel__mesh_group(&acc->mesh, ACCEL__MESH_TP);
-        int64_t v[2] = {(int64_t)r->seed, (int64_t)r->offset};
+        int64_t v[2] = {(int64_t)r.seed, (int64_t)r.offset};
         accel_status s = tp ? accel_pg_broadcast(tp, v, 2, ACCEL_I64, 0) : accel_last_status();
         if (s) return s;
-        r->seed = (uint64_t)v[0];
-        r->offset = (uint64_t)v[1];
+        r = (accel_rng){(uint64_t)v[0], (uint64_t)v[1]};
+        accel__rng_set(accel_default_rng(), r);
     }
     for (int i = 0; i < acc->n_models; i++)
-        if (tps->saved[i]) restore_tp_rng(acc, accel__tp_dropout_rng(acc->models[i].m), tps->rng[i], r->seed);
+        if (tps->saved[i]) restore_tp_rng(acc, accel__tp_dropout_rng(acc->models[i].m), tps->rng[i], r.seed);
     return ACCEL_OK;
 }
 

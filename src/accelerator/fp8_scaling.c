@@ -18,10 +18,10 @@ static const char FN[] = "accel_accelerator_new";
 
 /* One recipe option's text: the field's when set (*who = its name), else
  * ACCEL_FP8_<env> or ACCELERATE_FP8_<env> (*who = the variable set); NULL
- * when neither. who: 48 bytes. */
+ * when neither or env is NULL (the fields alone checked). who: 48 bytes. */
 static const char *fp8_text(const char *field, const char *field_name, const char *env, char *who) {
     snprintf(who, 48, "%s", field_name);
-    if (field) return field;
+    if (field || !env) return field;
     static const char *const PREFIX[] = {"ACCEL_FP8_", "ACCELERATE_FP8_"};
     for (int i = 0; i < 2; i++) {
         snprintf(who, 48, "%s%s", PREFIX[i], env);
@@ -69,20 +69,23 @@ static accel_status fp8_bool(int field, const char *field_name, const char *env,
     return accel__parse_bool(FN, who, fp8_text(NULL, field_name, env, who), out);
 }
 
-static accel_status fp8_strings(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
+/* ENV(name): the variable's suffix, or NULL when the variables are not read. */
+#define ENV(name) (read_env ? (name) : NULL)
+
+static accel_status fp8_strings(const accel_accelerator_opts *o, bool read_env, accel__fp8_recipe *r) {
     char who[48];
-    const char *backend = fp8_text(o->fp8_backend, "fp8_backend", "BACKEND", who);
+    const char *backend = fp8_text(o->fp8_backend, "fp8_backend", ENV("BACKEND"), who);
     if (backend && strcasecmp(backend, "te"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s=%s is not supported: accel runs TransformerEngine's "
                                "recipe (TE)", FN, who, backend);
-    const char *fmt = fp8_text(o->fp8_format, "fp8_format", "FORMAT", who);
+    const char *fmt = fp8_text(o->fp8_format, "fp8_format", ENV("FORMAT"), who);
     if (fmt && !strcasecmp(fmt, "E5M2"))
         return accel_set_error(ACCEL_ERR_UNSUPPORTED, "%s: %s=%s: pure E5M2 training is not supported (use HYBRID "
                                "or E4M3, as TransformerEngine)", FN, who, fmt);
     if (fmt && strcasecmp(fmt, "HYBRID") && strcasecmp(fmt, "E4M3"))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%s: choose HYBRID or E4M3", FN, who, fmt);
     r->hybrid = !fmt || !strcasecmp(fmt, "HYBRID");
-    const char *algo = fp8_text(o->fp8_amax_compute_algo, "fp8_amax_compute_algo", "AMAX_COMPUTE_ALGO", who);
+    const char *algo = fp8_text(o->fp8_amax_compute_algo, "fp8_amax_compute_algo", ENV("AMAX_COMPUTE_ALGO"), who);
     if (algo && strcasecmp(algo, "max") && strcasecmp(algo, "most_recent"))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: %s=%s: choose 'max' or 'most_recent'", FN, who, algo);
     r->use_max = algo && !strcasecmp(algo, "max");
@@ -91,30 +94,32 @@ static accel_status fp8_strings(const accel_accelerator_opts *o, accel__fp8_reci
 
 /* override_linear_precision (fprop, dgrad, wgrad): each true runs that GEMM
  * of the fp8 Linear in higher precision (ops/fp8_linear.h). */
-static accel_status fp8_overrides(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
+static accel_status fp8_overrides(const accel_accelerator_opts *o, bool read_env, accel__fp8_recipe *r) {
     static const char *const GEMM[ACCEL__FP8_GEMMS] = {"FPROP", "DGRAD", "WGRAD"};
     for (int i = 0; i < ACCEL__FP8_GEMMS; i++) {
         char field[48], env[16];
         snprintf(field, sizeof field, "fp8_override_linear_precision[%d]", i);
         snprintf(env, sizeof env, "OVERRIDE_%s", GEMM[i]);
-        if (fp8_bool(o->fp8_override_linear_precision[i], field, env, &r->high_precision[i]))
+        if (fp8_bool(o->fp8_override_linear_precision[i], field, ENV(env), &r->high_precision[i]))
             return accel_last_status();
     }
     return ACCEL_OK;
 }
 
-accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, accel__fp8_recipe *r) {
+accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, bool read_env, accel__fp8_recipe *r) {
     *r = accel__fp8_recipe_default();
     int interval = 1;
-    if (fp8_strings(o, r) || fp8_overrides(o, r) ||
-        fp8_bool(o->fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", "USE_AUTOCAST_DURING_EVAL",
+    if (fp8_strings(o, read_env, r) || fp8_overrides(o, read_env, r) ||
+        fp8_bool(o->fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", ENV("USE_AUTOCAST_DURING_EVAL"),
                  &r->during_eval) ||
-        fp8_int(o->fp8_interval, "fp8_interval", "INTERVAL", 1, &interval) ||
-        fp8_int(o->fp8_amax_history_len, "fp8_amax_history_len", "AMAX_HISTORY_LEN", 1, &r->history_len))
+        fp8_int(o->fp8_interval, "fp8_interval", ENV("INTERVAL"), 1, &interval) ||
+        fp8_int(o->fp8_amax_history_len, "fp8_amax_history_len", ENV("AMAX_HISTORY_LEN"), 1, &r->history_len))
         return accel_last_status();
     if (o->fp8_margin == -1) return ACCEL_OK; /* margin 0 whatever the variable says */
-    return fp8_int(o->fp8_margin, "fp8_margin", "MARGIN", 0, &r->margin);
+    return fp8_int(o->fp8_margin, "fp8_margin", ENV("MARGIN"), 0, &r->margin);
 }
+
+#undef ENV
 
 /* ---------------------------------------------------------------- a model's state
  *

@@ -18,9 +18,12 @@
  * as an explicit TERecipeKwargs over the launcher's variables); a bad value
  * is an error naming the field or the variable and the value (INVALID_ARG;
  * UNSUPPORTED for values Accelerate takes and accel does not run: backends
- * other than TE, fp8_format E5M2). Called by
+ * other than TE, fp8_format E5M2). read_env false checks the fields alone:
+ * accel_accelerator_new refuses a bad fp8_* field whatever mixed_precision
+ * says (as TERecipeKwargs does when made) but reads the variables only for
+ * "fp8" (a stray ACCELERATE_FP8_* does not fail a bf16 run). Called by
  * accel_accelerator_new before its device check, and by the tests. */
-accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, accel__fp8_recipe *r);
+accel_status accel__fp8_recipe_resolve(const accel_accelerator_opts *o, bool read_env, accel__fp8_recipe *r);
 
 /* A prepared fp8 model's scaling state, made once at prepare and freed with
  * the model's preparation (no allocation in a step): its metas, the buffer

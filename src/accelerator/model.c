@@ -447,8 +447,9 @@ static void grad_ready(accel_tensor *leaf, void *ctx) {
     accel_accelerator *acc = ctx;
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
-        if (pm->strat->grad_ready(acc, pm, leaf)) return;
+        if (pm->strat->grad_ready(acc, pm, leaf)) break;
     }
+    if (acc->user_ready) acc->user_ready(leaf, acc->user_ready_ctx);
 }
 
 static void pass_begin(void *ctx) {
@@ -459,6 +460,9 @@ static void pass_begin(void *ctx) {
     }
 }
 
+/* A grad-ready hook the user set stays theirs: kept while the strategies'
+ * runs (each leaf reaches both) and set back at the end, as torch's
+ * post-accumulate-grad hooks live beside DDP's reducer. */
 void accel__backward_begin(accel_accelerator *acc) {
     acc->backward_scale = acc->scale; /* fp16: what the gradients of this backward are scaled by */
     bool any = false;
@@ -466,6 +470,7 @@ void accel__backward_begin(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         any |= pm->strat->begin_backward(acc, pm);
     }
+    acc->user_ready = accel__grad_ready_hook(&acc->user_ready_ctx);
     if (any) {
         accel_set_grad_ready_hook(grad_ready, acc);
         accel__set_pass_begin_hook(pass_begin, acc);
@@ -473,7 +478,8 @@ void accel__backward_begin(accel_accelerator *acc) {
 }
 
 accel_status accel__backward_end(accel_accelerator *acc) {
-    accel_set_grad_ready_hook(NULL, NULL);
+    accel_set_grad_ready_hook(acc->user_ready, acc->user_ready_ctx);
+    acc->user_ready = NULL, acc->user_ready_ctx = NULL;
     accel__set_pass_begin_hook(NULL, NULL);
     accel_status first = ACCEL_OK;
     for (int i = 0; i < acc->n_models; i++) {

@@ -110,13 +110,13 @@ static accel_status accept_fp8(const accel_accelerator_opts *o, bool cpu_env, co
 /* s: the option's text, or that of the variable `var` (NULL: the option's). */
 static accel_status parse_precision(const char *s, const char *var, const accel_accelerator_opts *o,
                                     accel_mixed_precision *out, accel__fp8_recipe *fp8) {
+    bool is_fp8 = s && !strcasecmp(s, "fp8");
+    if (accel__fp8_recipe_resolve(o, is_fp8, fp8) != ACCEL_OK) return accel_last_status();
     if (!s || !strcasecmp(s, "no")) *out = ACCEL_MP_NO;
     else if (!strcasecmp(s, "bf16")) *out = ACCEL_MP_BF16;
     else if (!strcasecmp(s, "fp16")) *out = ACCEL_MP_FP16;
-    else if (!strcasecmp(s, "fp8")) {
-        if (accel__fp8_recipe_resolve(o, fp8) != ACCEL_OK) return accel_last_status();
-        *out = ACCEL_MP_FP8;
-    } else
+    else if (is_fp8) *out = ACCEL_MP_FP8;
+    else
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_accelerator_new: %s%sUnknown mixed_precision mode: %s. Choose between "
                                "['no', 'fp8', 'fp16', 'bf16']",
@@ -698,15 +698,16 @@ static accel_status prepare_one(accel_accelerator *acc, const accel_preparable *
 }
 
 /* Model objs[i]: under tensor parallelism the plan replaces its parameters
- * with their slices, so the optimizers after it in the call, made over the
- * whole model as Accelerate's prepare(model, optimizer) expects, are
- * re-targeted to the slices before their own prepare (tp.c). */
+ * with their slices, so the optimizers of the call (prepared after every
+ * model: accel_accelerator_prepare_array's passes), made over the whole
+ * model as Accelerate's prepare(model, optimizer) expects, are re-targeted
+ * to the slices before their own prepare (tp.c). */
 static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_preparable *objs, int i, int n) {
     accel_module *m = objs[i].obj;
     int **where = accel_calloc((size_t)n, sizeof *where);
     accel_status st = where ? ACCEL_OK : accel_last_status();
     bool fresh = !accel__find_model(acc, m);
-    for (int j = i + 1; fresh && !st && j < n; j++)
+    for (int j = 0; fresh && !st && j < n; j++)
         if (objs[j].kind == ACCEL_PREPARE_OPTIMIZER && objs[j].obj)
             st = accel__tp_segment_entries(acc, m, objs[j].obj, &where[j]);
     /* every rank into the model's prepare, or none */
@@ -716,21 +717,34 @@ static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_pr
     /* The optimizers follow the model's parameters also when its prepare
      * failed after the tensor-parallel plan cut them (it frees each whole
      * weight as its slice replaces it): else they would name freed tensors. */
-    for (int j = i + 1; where && j < n; j++)
+    for (int j = 0; where && j < n; j++)
         if (where[j]) accel__first_error_note(&first, accel__tp_retarget_optimizer(m, objs[j].obj, where[j]));
     for (int j = 0; where && j < n; j++) accel_free(where[j]);
     accel_free(where);
     return accel__first_error_return(&first);
 }
 
+/* The pass of prepare that takes an object of kind k: models and data
+ * loaders first, then optimizers, then schedulers (an unknown kind first:
+ * its refusal comes before anything is prepared). */
+static int prepare_pass(accel_prepare_kind k) {
+    return k == ACCEL_PREPARE_OPTIMIZER ? 1 : k == ACCEL_PREPARE_SCHEDULER ? 2 : 0;
+}
+
+/* Accelerate's prepare(*args) takes its arguments in two passes, models and
+ * data loaders before optimizers and schedulers, so prepare(opt, model) is
+ * prepare(model, opt): an optimizer under ZeRO needs its model prepared
+ * first, a scheduler its optimizer. Within a pass, the call's order. */
 accel_status accel_accelerator_prepare_array(accel_accelerator *acc, int n, const accel_preparable *objs) {
     if (accel__acc_null(acc, "accel_accelerator_prepare")) return accel_last_status();
     if (n < 0 || (n > 0 && !objs))
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_prepare: bad object list (%d objects)", n);
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < n && !st; i++)
-        st = objs[i].kind == ACCEL_PREPARE_MODEL && objs[i].obj ? prepare_model_of_call(acc, objs, i, n)
-                                                                : prepare_one(acc, &objs[i]);
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < n && !st; i++)
+            if (prepare_pass(objs[i].kind) == pass)
+                st = objs[i].kind == ACCEL_PREPARE_MODEL && objs[i].obj ? prepare_model_of_call(acc, objs, i, n)
+                                                                        : prepare_one(acc, &objs[i]);
     return st;
 }
 

@@ -53,6 +53,11 @@ void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {
     tl_ready_ctx = ctx;
 }
 
+accel_grad_ready_fn accel__grad_ready_hook(void **ctx) {
+    *ctx = tl_ready_ctx;
+    return tl_ready_fn;
+}
+
 /* The tape of the current arena generation (empty after a step reset). */
 static tape *current_tape(void) {
     uint32_t gen = accel_arena_generation(accel_step_arena());
@@ -459,8 +464,8 @@ typedef struct leaf_stamp {
 /* Re-runs the checkpointed function as it ran in the forward (same RNG state,
  * autocast and replayed pointer, grad on), from xs. The caller has given it a tape of its own. */
 static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
-    accel_rng *rng = accel_default_rng(), now = *rng;
-    *rng = c->rng;
+    accel_rng *rng = accel_default_rng(), now = accel__rng_get(rng);
+    accel__rng_set(rng, c->rng);
     accel_dtype autocast = accel_autocast_begin(c->autocast);
     bool grad = accel_set_grad_enabled(true);
     void *replayed = accel__set_replayed(c->replayed);
@@ -468,7 +473,7 @@ static accel_tensor *recompute(const checkpoint_ctx *c, accel_tensor *xs) {
     accel__set_replayed(replayed);
     accel_set_grad_enabled(grad);
     accel_autocast_end(autocast);
-    *rng = now;
+    accel__rng_set(rng, now);
     if (!ys && accel_last_status() == ACCEL_OK)
         accel_set_error(ACCEL_ERR_STATE, "accel_activation_checkpoint: the recomputed forward returned NULL");
     return ys;
@@ -564,7 +569,7 @@ accel_tensor *accel_activation_checkpoint(accel_activation_checkpoint_fn fn, voi
     checkpoint_ctx *c = accel_arena_alloc(a, sizeof *c, 8);
     accel_tensor **more = accel_arena_alloc(a, (size_t)(n_params ? n_params : 1) * sizeof *more, 8);
     if (!c || !more) return NULL;
-    *c = (checkpoint_ctx){fn, ctx, *accel_default_rng(), accel_autocast_dtype(), tl_replayed};
+    *c = (checkpoint_ctx){fn, ctx, accel__rng_get(accel_default_rng()), accel_autocast_dtype(), tl_replayed};
     for (int i = 0; i < n_params; i++) more[i] = params[i];
     /* The forward's intermediates are freed at once: only the output is kept
      * (a tensor of the node's own; y may be x itself, or a parameter). */

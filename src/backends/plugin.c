@@ -236,8 +236,8 @@ static accel_status load_index(int i) {
     int state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);
     if (state == UNTRIED || state == LOADING) {
         pthread_mutex_lock(&g_lock);
-        if (g_slot[i].state == UNTRIED) {
-            g_slot[i].state = LOADING; /* a re-entry from init sees it and returns */
+        if (__atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE) == UNTRIED) {
+            __atomic_store_n(&g_slot[i].state, LOADING, __ATOMIC_RELEASE); /* a re-entry from init sees it and returns */
             load_slot(i);
         }
         state = __atomic_load_n(&g_slot[i].state, __ATOMIC_ACQUIRE);

@@ -255,6 +255,7 @@ void accel_arena_reset(accel_arena *a) {
 static _Thread_local accel_arena *tl_step_arena;
 
 accel_arena *accel_step_arena(void) {
+    accel__threads_follow(); /* every op's outputs come from here: the thread's count follows the process's */
     if (!tl_step_arena) {
         accel_arena *a = accel_arena_create(4u << 20);
         ACCEL_ASSERT(a != NULL);

@@ -4,15 +4,22 @@
 
 #include <stdarg.h>
 
+#include "accel/autograd.h"
 #include "accel/core.h"
 
 /* Whether the user chose the kernels' thread count: OMP_NUM_THREADS is set
  * (even to a value OpenMP ignores) or accel_set_num_threads was called. */
 bool accel__num_threads_chosen(void);
 /* Caps accel_num_threads() at n in every thread (the kernels' pools) and sets
- * the calling thread's OpenMP default to n (oneDNN and plain `omp parallel`
- * regions), without counting as the user's choice. */
+ * every thread's OpenMP default to n (oneDNN and plain `omp parallel`
+ * regions; each thread at its accel__threads_follow), without counting as
+ * the user's choice. */
 void accel__cap_num_threads(int n);
+/* Applies to the calling thread the count last chosen for every thread
+ * (accel_set_num_threads, the cap), once per choice: called where a thread
+ * begins library work (its step arena, accel_num_threads). Not inside a
+ * parallel region. */
+void accel__threads_follow(void);
 
 /* accel_set_error with a va_list (status.c): the entry the plug-ins' host
  * table carries (backends/plugin.h). */
@@ -190,6 +197,15 @@ void *accel__set_replayed(void *p);
  * the grad-ready hook), once it knows which leaves it will reach, before any
  * node runs: there accel__leaf_in_pass tells them apart. NULL: none. */
 void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx);
+/* This thread's grad-ready hook (accel_set_grad_ready_hook) and its ctx:
+ * the accelerator's backward keeps a user's and calls it beside its own. */
+accel_grad_ready_fn accel__grad_ready_hook(void **ctx);
+/* A generator's state read and restored as the draws move it (atomically,
+ * field by field): another thread may draw from the default generator
+ * meanwhile (a checkpoint records where it was; a recompute puts back the
+ * forward's state). Not atomic as a pair, as seeding is not (core.h). */
+accel_rng accel__rng_get(const accel_rng *r);
+void accel__rng_set(accel_rng *r, accel_rng v);
 /* Whether leaf t gets a gradient in the backward walk now beginning (read
  * from the pass-begin hook): a leaf no recorded node uses (an expert no
  * token chose) gets none, and its grad-ready hook never fires. */

@@ -14,8 +14,31 @@ double accel_now_seconds(void) {
 
 static atomic_bool g_chosen; /* accel_set_num_threads was called */
 static atomic_int g_cap;     /* accel__cap_num_threads's (0: none) */
+/* The count chosen for every thread (accel_set_num_threads's n, or the cap;
+ * 0: none, each thread keeps OpenMP's own) and its generation: OpenMP's
+ * count is a per-thread setting, so each thread applies a new choice itself
+ * at its next library call that asks (accel__threads_follow), as PyTorch's
+ * count holds for every thread of the process. */
+static atomic_int g_count;
+static atomic_uint g_gen;
+static _Thread_local unsigned tl_gen;
+
+void accel__threads_follow(void) {
+    unsigned gen = atomic_load_explicit(&g_gen, memory_order_acquire);
+    if (tl_gen == gen || omp_in_parallel()) return; /* inside a region: its team's size is set */
+    tl_gen = gen;
+    int n = atomic_load(&g_count);
+    if (n > 0) omp_set_num_threads(n);
+}
+
+static void threads_choose(int n) {
+    atomic_store(&g_count, n);
+    atomic_fetch_add_explicit(&g_gen, 1, memory_order_release);
+    accel__threads_follow();
+}
 
 int accel_num_threads(void) {
+    accel__threads_follow();
     int n = omp_get_max_threads(), cap = atomic_load(&g_cap);
     return cap > 0 && cap < n ? cap : n;
 }
@@ -24,7 +47,7 @@ accel_status accel_set_num_threads(int n) {
     if (n <= 0) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_set_num_threads: n must be >= 1, got %d", n);
     atomic_store(&g_chosen, true);
     atomic_store(&g_cap, 0);
-    omp_set_num_threads(n);
+    threads_choose(n);
     return ACCEL_OK;
 }
 
@@ -49,5 +72,5 @@ bool accel__num_threads_chosen(void) {
 
 void accel__cap_num_threads(int n) {
     atomic_store(&g_cap, n);
-    omp_set_num_threads(n);
+    threads_choose(n);
 }

@@ -21,6 +21,15 @@ static uint64_t seed_of(const accel_rng *r) { return __atomic_load_n(&r->seed, _
 
 static accel_rng default_rng = {0, 0};
 
+accel_rng accel__rng_get(const accel_rng *r) {
+    return (accel_rng){seed_of(r), __atomic_load_n(&r->offset, __ATOMIC_RELAXED)};
+}
+
+void accel__rng_set(accel_rng *r, accel_rng v) {
+    __atomic_store_n(&r->seed, v.seed, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->offset, v.offset, __ATOMIC_RELAXED);
+}
+
 accel_rng *accel_default_rng(void) { return &default_rng; }
 void accel_manual_seed(uint64_t seed) { (void)accel_rng_init(&default_rng, seed); }
 

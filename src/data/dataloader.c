@@ -6,6 +6,7 @@
 
 #include "accel/data.h"
 #include "accel/ops.h"
+#include "core/core_internal.h"
 #include "data_internal.h"
 
 struct accel_dataloader {
@@ -31,7 +32,7 @@ accel_dataloader_opts accel_dataloader_opts_default(void) {
 static accel_dataloader_opts resolve(const accel_dataloader_opts *given) {
     accel_dataloader_opts o = *given;
     if (o.batch_size == 0 && !o.batch_sampler) o.batch_size = 1;
-    if (o.seed == 0) o.seed = accel_default_rng()->seed;
+    if (o.seed == 0) o.seed = accel__rng_get(accel_default_rng()).seed;
     if (o.num_processes == 0) o.num_processes = 1;
     return o;
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "arch.h"
+#include "core/core_internal.h"
 #include "decoder_cp.h"
 #include "decoder_pipeline.h"
 #include "nn_internal.h"
@@ -246,7 +247,7 @@ static accel_status parallelize_layer(accel_module *layer, int i, const accel__a
 static void seed_dropout_stream(accel__decoder_root *root, int tp_rank, bool sequence_parallel) {
     root->tp_rng.on = true;
     root->tp_rng.seq_split = sequence_parallel;
-    accel_rng_init(&root->tp_rng.rng, accel__tp_dropout_seed(accel_default_rng()->seed, tp_rank));
+    accel_rng_init(&root->tp_rng.rng, accel__tp_dropout_seed(accel__rng_get(accel_default_rng()).seed, tp_rank));
 }
 
 accel_status accel_llama_parallelize(accel_module *llama, accel_pg *pg, bool sequence_parallel) {

@@ -50,8 +50,18 @@ static int env_int(const char *name, int fallback) {
     return fallback;
 }
 
-int accel_process_index(void) { return who.attached ? who.rank : env_int("RANK", 0); }
-int accel_process_count(void) { return who.attached ? who.world : env_int("WORLD_SIZE", 1); }
+/* who as attached (its lock: an accelerator made or freed on another thread
+ * meanwhile), or the launcher's variable name's value. */
+static int who_or_env(bool rank, const char *name, int fallback) {
+    pthread_mutex_lock(&lock);
+    bool attached = who.attached;
+    int v = rank ? who.rank : who.world;
+    pthread_mutex_unlock(&lock);
+    return attached ? v : env_int(name, fallback);
+}
+
+int accel_process_index(void) { return who_or_env(true, "RANK", 0); }
+int accel_process_count(void) { return who_or_env(false, "WORLD_SIZE", 1); }
 
 static const char *level_name(accel_log_level level) {
     switch (level) {
