@@ -470,7 +470,7 @@ void accel__backward_begin(accel_accelerator *acc) {
         accel__model *pm = &acc->models[i];
         any |= pm->strat->begin_backward(acc, pm);
     }
-    acc->user_ready = accel__grad_ready_hook(&acc->user_ready_ctx);
+    accel__grad_ready_hook(&acc->user_ready, &acc->user_ready_ctx);
     if (any) {
         accel_set_grad_ready_hook(grad_ready, acc);
         accel__set_pass_begin_hook(pass_begin, acc);

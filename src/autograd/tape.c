@@ -53,9 +53,9 @@ void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx) {
     tl_ready_ctx = ctx;
 }
 
-accel_grad_ready_fn accel__grad_ready_hook(void **ctx) {
+void accel__grad_ready_hook(void (**fn)(accel_tensor *leaf, void *ctx), void **ctx) {
+    *fn = tl_ready_fn;
     *ctx = tl_ready_ctx;
-    return tl_ready_fn;
 }
 
 /* The tape of the current arena generation (empty after a step reset). */

@@ -4,7 +4,6 @@
 
 #include <stdarg.h>
 
-#include "accel/autograd.h"
 #include "accel/core.h"
 
 /* Whether the user chose the kernels' thread count: OMP_NUM_THREADS is set
@@ -197,9 +196,10 @@ void *accel__set_replayed(void *p);
  * the grad-ready hook), once it knows which leaves it will reach, before any
  * node runs: there accel__leaf_in_pass tells them apart. NULL: none. */
 void accel__set_pass_begin_hook(void (*fn)(void *ctx), void *ctx);
-/* This thread's grad-ready hook (accel_set_grad_ready_hook) and its ctx:
- * the accelerator's backward keeps a user's and calls it beside its own. */
-accel_grad_ready_fn accel__grad_ready_hook(void **ctx);
+/* This thread's grad-ready hook (accel_set_grad_ready_hook, an
+ * accel_grad_ready_fn) and its ctx: the accelerator's backward keeps a
+ * user's and calls it beside its own. */
+void accel__grad_ready_hook(void (**fn)(accel_tensor *leaf, void *ctx), void **ctx);
 /* A generator's state read and restored as the draws move it (atomically,
  * field by field): another thread may draw from the default generator
  * meanwhile (a checkpoint records where it was; a recompute puts back the
