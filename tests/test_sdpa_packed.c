@@ -20,6 +20,7 @@
 #include "ops/attention.h"
 #include "ops/attention_masked.h"
 #include "ops_fixture.h"
+#include "sdpa_reference.h"
 
 typedef struct kcase {
     int64_t B, H, Hkv, Tq, Tk, D;
@@ -48,40 +49,16 @@ static void starts_of(kcase *c, int64_t mean) {
     }
 }
 
-/* The attention of q [B, H, Tq, D], k, v [B, Hkv, Tk, D] (host floats) with
- * query i at position Tk - Tq + i seeing key j where start <= j <= its
- * position, in double: o [B, H, Tq, D], a row that sees no key 0. */
-static void reference(const kcase *c, const float *q, const float *k, const float *v, float *o) {
-    int64_t G = c->H / c->Hkv, D = c->D;
-    double *p = malloc(sizeof(double) * (size_t)c->Tk);
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < c->H; h++)
-            for (int64_t i = 0; i < c->Tq; i++) {
-                const float *qi = q + ((b * c->H + h) * c->Tq + i) * D;
-                const float *kh = k + (b * c->Hkv + h / G) * c->Tk * D, *vh = v + (b * c->Hkv + h / G) * c->Tk * D;
-                int64_t qpos = c->Tk - c->Tq + i, first = c->start[b * c->Tq + i];
-                double m = -INFINITY, s = 0.0;
-                for (int64_t j = 0; j < c->Tk; j++) {
-                    double dot = 0.0;
-                    for (int64_t e = 0; e < D; e++) dot += (double)qi[e] * kh[j * D + e];
-                    p[j] = j >= first && j <= qpos ? dot / sqrt((double)D) : -INFINITY;
-                    m = fmax(m, p[j]);
-                }
-                for (int64_t j = 0; j < c->Tk; j++) s += p[j] = m == -INFINITY ? 0.0 : exp(p[j] - m);
-                float *oi = o + ((b * c->H + h) * c->Tq + i) * D;
-                for (int64_t e = 0; e < D; e++) {
-                    double acc = 0.0;
-                    for (int64_t j = 0; s > 0.0 && j < c->Tk; j++) acc += p[j] / s * vh[j * D + e];
-                    oi[e] = (float)acc;
-                }
-            }
-    free(p);
+/* Query i at position qpos of batch row b sees key j where its start <= j
+ * <= qpos (c: the kcase). */
+static bool packed_sees(const void *ctx, int64_t b, int64_t i, int64_t qpos, int64_t j) {
+    const kcase *c = ctx;
+    return j >= c->start[b * c->Tq + i] && j <= qpos;
 }
 
-static float *floats_of(const accel_tensor *t) {
-    float *f = malloc(sizeof(float) * (size_t)accel_numel(t));
-    accel_to_floats(t, f);
-    return f;
+/* The attention in double with c's starts (sdpa_reference): a row that sees no key 0. */
+static void reference(const kcase *c, const float *q, const float *k, const float *v, float *o) {
+    sdpa_reference((sdpa_dims){c->B, c->H, c->Hkv, c->Tq, c->Tk, c->D}, q, k, v, packed_sees, c, true, o);
 }
 
 /* The fused op's output as [B, H, Tq, D] (it gives [B, Tq, H, D]). */
@@ -97,20 +74,6 @@ static accel_tensor *explicit_of(accel_tensor *q, accel_tensor *k, accel_tensor 
                              accel__scores_dtype(q, true), q->device) != ACCEL_OK)
         return NULL;
     return accel__masked_attention_pad(q, k, v, c->Tk - c->Tq, 0, &pm, true, 0.0, 0.0, 0.0, NULL, true);
-}
-
-/* out [0..2]: persistent copies of q, k, v's gradients of gc_weighted_sum(o),
- * their grads zeroed after. */
-static void grads_of(accel_tensor *o, accel_tensor *const *in, accel_tensor **out) {
-    CHECK(o && accel_backward(gc_weighted_sum(o)) == ACCEL_OK);
-    for (int i = 0; i < 3; i++) {
-        out[i] = in[i]->grad ? accel_tensor_clone_persistent(in[i]->grad, ACCEL_CPU_DEVICE) : NULL;
-        if (in[i]->grad) accel_zero_(in[i]->grad);
-    }
-}
-
-static void free3(accel_tensor **t) {
-    for (int i = 0; i < 3; i++) accel_tensor_free(t[i]);
 }
 
 /* Row i of batch row b sees no key: its start lies past its position. */

@@ -20,6 +20,7 @@
 #include "ops/attention.h"
 #include "ops/attention_masked.h"
 #include "ops_fixture.h"
+#include "sdpa_reference.h"
 
 typedef struct pcase {
     int64_t B, H, Hkv, Tq, Tk, D;
@@ -34,63 +35,31 @@ static uint8_t *keep_of(const pcase *c) {
     return keep;
 }
 
-/* The attention of q [B, H, Tq, D], k, v [B, Hkv, Tk, D] (host floats) with
- * query i at position Tk - Tq + i seeing key j where keep, j <= its
- * position and (W) j > its position - W, in double: o [B, H, Tq, D], a row
- * that sees no key 0 (unseen_zero) or the mean of all Tk values. */
-static void reference(const pcase *c, const float *q, const float *k, const float *v, const uint8_t *keep, int64_t W,
-                      bool unseen_zero, float *o) {
-    int64_t G = c->H / c->Hkv, D = c->D;
-    double *p = malloc(sizeof(double) * (size_t)c->Tk);
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < c->H; h++)
-            for (int64_t i = 0; i < c->Tq; i++) {
-                const float *qi = q + ((b * c->H + h) * c->Tq + i) * D;
-                const float *kh = k + (b * c->Hkv + h / G) * c->Tk * D, *vh = v + (b * c->Hkv + h / G) * c->Tk * D;
-                int64_t qpos = c->Tk - c->Tq + i;
-                double m = -INFINITY, s = 0.0;
-                for (int64_t j = 0; j < c->Tk; j++) {
-                    bool see = keep[b * c->Tk + j] && j <= qpos && (!W || j > qpos - W);
-                    double dot = 0.0;
-                    for (int64_t e = 0; e < D; e++) dot += (double)qi[e] * kh[j * D + e];
-                    p[j] = see ? dot / sqrt((double)D) : -INFINITY;
-                    m = fmax(m, p[j]);
-                }
-                bool none = m == -INFINITY;
-                for (int64_t j = 0; j < c->Tk; j++) s += p[j] = none ? 1.0 : exp(p[j] - m);
-                float *oi = o + ((b * c->H + h) * c->Tq + i) * D;
-                for (int64_t e = 0; e < D; e++) {
-                    double acc = 0.0;
-                    for (int64_t j = 0; j < c->Tk; j++) acc += p[j] / s * vh[j * D + e];
-                    oi[e] = none && unseen_zero ? 0.0f : (float)acc;
-                }
-            }
-    free(p);
+typedef struct padded_mask {
+    const uint8_t *keep; /* [B, Tk] */
+    int64_t Tk, W;
+} padded_mask;
+
+/* Query at qpos of batch row b sees key j where keep, j <= qpos and (W) j >
+ * qpos - W. */
+static bool padded_sees(const void *ctx, int64_t b, int64_t i, int64_t qpos, int64_t j) {
+    const padded_mask *pm = ctx;
+    (void)i;
+    return pm->keep[b * pm->Tk + j] && j <= qpos && (!pm->W || j > qpos - pm->W);
 }
 
-static float *floats_of(const accel_tensor *t) {
-    float *f = malloc(sizeof(float) * (size_t)accel_numel(t));
-    accel_to_floats(t, f);
-    return f;
+/* The attention in double with c's kept keys, causal and (W) a window
+ * (sdpa_reference): a row that sees no key 0 (unseen_zero) or the mean of
+ * all Tk values. */
+static void reference(const pcase *c, const float *q, const float *k, const float *v, const uint8_t *keep, int64_t W,
+                      bool unseen_zero, float *o) {
+    padded_mask pm = {keep, c->Tk, W};
+    sdpa_reference((sdpa_dims){c->B, c->H, c->Hkv, c->Tq, c->Tk, c->D}, q, k, v, padded_sees, &pm, unseen_zero, o);
 }
 
 /* The fused op's output as [B, H, Tq, D] (it gives [B, Tq, H, D]). */
 static accel_tensor *fused(accel_tensor *q, accel_tensor *k, accel_tensor *v, const pcase *c) {
     return accel_transpose(accel__sdpa_padded(q, k, v, c->range, 0.0), 1, 2);
-}
-
-/* out [0..2]: persistent copies of q, k, v's gradients of gc_weighted_sum(o),
- * their grads zeroed after. */
-static void grads_of(accel_tensor *o, accel_tensor *const *in, accel_tensor **out) {
-    CHECK(o && accel_backward(gc_weighted_sum(o)) == ACCEL_OK);
-    for (int i = 0; i < 3; i++) {
-        out[i] = in[i]->grad ? accel_tensor_clone_persistent(in[i]->grad, ACCEL_CPU_DEVICE) : NULL;
-        if (in[i]->grad) accel_zero_(in[i]->grad);
-    }
-}
-
-static void free3(accel_tensor **t) {
-    for (int i = 0; i < 3; i++) accel_tensor_free(t[i]);
 }
 
 /* Row i of batch row b sees no key under c's range and the causal mask. */
