@@ -4,6 +4,7 @@
  * loader, a tracker added twice, a scheduler stepped after its optimizer was
  * freed, and every handle freed twice or used after its free. Meant for ASan:
  * before these checks each one was a use-after-free or a double free. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -218,6 +219,44 @@ static void test_handles_freed_twice(void) {
     release_held();
 }
 
+/* A query given a NULL handle returns its neutral value and sets the error
+ * naming itself (docs/contract.md's queries row): these returned the value
+ * alone, or named another function ("accel_module_state_dict: ...") or a
+ * param group. A tensor query (accel_numel(NULL)) stays silent: a chain's
+ * NULL keeps its cause. */
+#define NULL_QUERY(expr, neutral, fn)                                                                        \
+    do {                                                                                                    \
+        accel_clear_error();                                                                                \
+        CHECK_MSG((expr) == (neutral) && accel_last_status() == ACCEL_ERR_INVALID_ARG, "%s: %s", #expr,     \
+                  accel_last_error());                                                                      \
+        CHECK_STR_CONTAINS(accel_last_error(), fn);                                                         \
+        CHECK_STR_CONTAINS(accel_last_error(), "NULL");                                                     \
+    } while (0)
+
+static void test_null_handle_queries(void) {
+    NULL_QUERY(accel_dataset_len(NULL), 0, "accel_dataset_len");
+    NULL_QUERY(accel_dataset_num_fields(NULL), 0, "accel_dataset_num_fields");
+    NULL_QUERY(accel_dataset_field(NULL, 0), NULL, "accel_dataset_field");
+    NULL_QUERY(accel_dataloader_position(NULL), 0, "accel_dataloader_position");
+    NULL_QUERY(accel_dataloader_active(NULL), false, "accel_dataloader_active");
+    NULL_QUERY(accel_dataloader_end_of_dataloader(NULL), false, "accel_dataloader_end_of_dataloader");
+    NULL_QUERY(accel_optimizer_hparams(NULL, 0), NULL, "accel_optimizer_hparams: optimizer");
+    NULL_QUERY(isnan(accel_optimizer_get_lr(NULL, 0)), true, "accel_optimizer_get_lr: optimizer");
+    NULL_QUERY(accel_accelerator_get_tracker(NULL, "jsonl"), NULL, "accel_accelerator_get_tracker");
+    NULL_QUERY(accel_tracker_name(NULL), NULL, "accel_tracker_name");
+    NULL_QUERY(accel_progress_count(NULL), 0, "accel_progress_count");
+    NULL_QUERY(accel_module_num_params(NULL), -1, "accel_module_num_params: module");
+    accel_tensor **ps = (accel_tensor **)&ps;
+    NULL_QUERY(accel_module_parameters(NULL, &ps), -1, "accel_module_parameters: module");
+    CHECK(ps == NULL);
+    accel_dataset *ds = dataset();
+    accel_clear_error();
+    CHECK(accel_dataset_field(ds, 7) == NULL && accel_last_status() == ACCEL_ERR_INVALID_ARG); /* it said nothing */
+    CHECK_STR_CONTAINS(accel_last_error(), "accel_dataset_field: no field 7 (the dataset has 2)");
+    accel_dataset_free(ds);
+    accel_clear_error();
+}
+
 int main(void) {
     RUN(test_child_module_free_refused);
     RUN(test_grad_free_refused);
@@ -225,6 +264,7 @@ int main(void) {
     RUN(test_tracker_added_twice);
     RUN(test_scheduler_of_freed_optimizer);
     RUN(test_handles_freed_twice);
+    RUN(test_null_handle_queries);
     accel_thread_cleanup();
     return check_summary();
 }

@@ -206,7 +206,12 @@ accel_status accel_accelerator_log(accel_accelerator *acc, int n, const accel_va
 }
 
 accel_tracker *accel_accelerator_get_tracker(accel_accelerator *acc, const char *name) {
-    if (!acc || !name || acc->rank != 0) return NULL;
+    if (accel__acc_null(acc, __func__)) return NULL;
+    if (!name) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_accelerator_get_tracker: name is NULL");
+        return NULL;
+    }
+    if (acc->rank != 0) return NULL;
     for (int i = 0; i < acc->tracking->n; i++)
         if (!strcmp(accel_tracker_name(acc->tracking->trackers[i]), name)) return acc->tracking->trackers[i];
     return NULL;

@@ -329,10 +329,10 @@ accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
     return ACCEL_OK;
 }
 
-bool accel_dataloader_active(const accel_dataloader *dl) { return dl && dl->active; }
+bool accel_dataloader_active(const accel_dataloader *dl) { return !null_dl(dl, __func__) && dl->active; }
 
 bool accel_dataloader_end_of_dataloader(const accel_dataloader *dl) {
-    return dl && dl->active && dl->pos >= dl->shard.n;
+    return !null_dl(dl, __func__) && dl->active && dl->pos >= dl->shard.n;
 }
 
 int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
@@ -345,7 +345,9 @@ int64_t accel_dataloader_remainder(const accel_dataloader *dl) {
     return n % total;
 }
 
-int64_t accel_dataloader_position(const accel_dataloader *dl) { return dl && dl->active ? dl->pos : 0; }
+int64_t accel_dataloader_position(const accel_dataloader *dl) {
+    return !null_dl(dl, __func__) && dl->active ? dl->pos : 0;
+}
 
 accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
     if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;

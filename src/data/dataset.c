@@ -124,14 +124,22 @@ bool accel__dataset_dead(const accel_dataset *ds, const char *fn) {
     return ACCEL__DEAD(ds, ACCEL__MAGIC_DATASET, fn, "dataset");
 }
 
-int64_t accel_dataset_len(const accel_dataset *ds) {
-    return ds && !accel__dataset_dead(ds, "accel_dataset_len") ? ds->len : 0;
+/* A dataset a query cannot read: NULL or freed (the error set, naming fn). */
+static bool unusable(const accel_dataset *ds, const char *fn) {
+    if (!ds) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: dataset is NULL", fn);
+        return true;
+    }
+    return accel__dataset_dead(ds, fn);
 }
-int accel_dataset_num_fields(const accel_dataset *ds) {
-    return ds && !accel__dataset_dead(ds, "accel_dataset_num_fields") ? ds->n_fields : 0;
-}
+
+int64_t accel_dataset_len(const accel_dataset *ds) { return unusable(ds, __func__) ? 0 : ds->len; }
+int accel_dataset_num_fields(const accel_dataset *ds) { return unusable(ds, __func__) ? 0 : ds->n_fields; }
 const accel_field_spec *accel_dataset_field(const accel_dataset *ds, int f) {
-    return ds && !accel__dataset_dead(ds, "accel_dataset_field") && f >= 0 && f < ds->n_fields ? &ds->specs[f] : NULL;
+    if (unusable(ds, __func__)) return NULL;
+    if (f >= 0 && f < ds->n_fields) return &ds->specs[f];
+    accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataset_field: no field %d (the dataset has %d)", f, ds->n_fields);
+    return NULL;
 }
 
 accel_status accel__dataset_collate(accel_dataset *ds, int64_t n, const int64_t *idx,

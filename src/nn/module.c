@@ -699,14 +699,19 @@ int accel__module_unique_tensors(accel_module *root, bool params_only, accel_ten
 }
 
 int accel_module_parameters(accel_module *root, accel_tensor ***out) {
-    if (!out) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parameters: out is NULL");
+    if (out) *out = NULL;
+    if (!root || !out) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_parameters: %s is NULL", root ? "out" : "module");
         return -1;
     }
     return accel__module_unique_tensors(root, true, out);
 }
 
 int64_t accel_module_num_params(accel_module *root) {
+    if (!root) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_module_num_params: module is NULL");
+        return -1;
+    }
     accel_tensor **ts;
     int n = accel__module_unique_tensors(root, false, &ts);
     if (n < 0) return -1;

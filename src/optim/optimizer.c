@@ -465,7 +465,11 @@ int64_t accel_optimizer_step_count(const accel_optimizer *opt) {
 
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
     if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_get_lr", "optimizer")) return NAN;
-    if (!opt || group < 0 || group >= opt->n_groups) {
+    if (!opt) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: optimizer is NULL");
+        return NAN;
+    }
+    if (group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: no param group %d", group);
         return NAN;
     }
@@ -491,7 +495,12 @@ accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) 
 }
 
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {
-    if (!opt || group < 0 || group >= opt->n_groups) {
+    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_hparams", "optimizer")) return NULL;
+    if (!opt) {
+        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_hparams: optimizer is NULL");
+        return NULL;
+    }
+    if (group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_hparams: no param group %d", group);
         return NULL;
     }

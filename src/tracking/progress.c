@@ -141,7 +141,10 @@ void accel_progress_set_postfix(accel_progress *p, const char *fmt, ...) {
     va_end(ap);
 }
 
-int64_t accel_progress_count(const accel_progress *p) { return p ? p->n : 0; }
+int64_t accel_progress_count(const accel_progress *p) {
+    if (!p) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_progress_count: progress is NULL");
+    return p ? p->n : 0;
+}
 
 void accel_progress_close(accel_progress *p) {
     if (!p) return;

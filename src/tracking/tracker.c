@@ -76,7 +76,10 @@ accel_tracker *accel_tracker_open(const char *name, const char *project, const c
     return t;
 }
 
-const char *accel_tracker_name(const accel_tracker *t) { return t ? t->ops->name : NULL; }
+const char *accel_tracker_name(const accel_tracker *t) {
+    if (!t) accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_tracker_name: tracker is NULL");
+    return t ? t->ops->name : NULL;
+}
 void *accel_tracker_context(const accel_tracker *t) { return t && !t->builtin ? t->ctx : NULL; }
 
 /* Keys and strings are text, as Python's str in Accelerate: a tag that is
