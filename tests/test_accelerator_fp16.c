@@ -315,6 +315,31 @@ static void test_fp16_two_optimizers(void) {
     gan_free(&g);
 }
 
+/* Under ZeRO, two optimizers over the halves of one prepared model (a GAN in
+ * one module): the model's gradients are one flat buffer, unscaled once for
+ * both (each optimizer's unscale divided the whole buffer: the second
+ * half's gradients by the scale squared, its weight stayed 0.5). */
+static void test_fp16_two_optimizers_one_zero_model(void) {
+    accel_accelerator_opts o = accel_accelerator_opts_default();
+    o.mixed_precision = "fp16", o.init_scale = 65536, o.growth_interval = 1, o.zero_stage = 1;
+    gan g = {.acc = accel_accelerator_new(&o)};
+    CHECK_MSG(g.acc != NULL, "%s", accel_last_error());
+    for (int k = 0; k < 2; k++) {
+        g.m[k] = accel_linear_new(4, 1, false, ACCEL_CPU_DEVICE, ACCEL_F32);
+        accel_fill_(accel_module_get_tensor(g.m[k], "weight"), 0.5);
+        g.o[k] = accel_optimizer_new_module(ACCEL_OPTIM_SGD, g.m[k], &(accel_optim_hparams){.lr = 0.1});
+    }
+    accel_module *both = accel_sequential_new(2, (accel_module *[]){g.m[0], g.m[1]});
+    CHECK_MSG(accel_accelerator_prepare(g.acc, both, g.o[0], g.o[1]) == ACCEL_OK, "%s", accel_last_error());
+    gan_backward(&g, false);
+    for (int k = 0; k < 2; k++) CHECK(accel_accelerator_optimizer_step(g.acc, g.o[k]) == ACCEL_OK);
+    for (int k = 0; k < 2; k++) CHECK_CLOSE(gan_weight(&g, k), 0.49996, 0, 1e-7);
+    accel_step_reset();
+    accel_accelerator_free(g.acc);
+    for (int k = 0; k < 2; k++) accel_optimizer_free(g.o[k]);
+    accel_module_free(both);
+}
+
 /* An inf in one of an optimizer's gradients, the others clean, skips its
  * step: the check of each gradient adds to the one flag of the optimizer
  * (a check that set it to its own verdict let a later clean gradient, the
@@ -438,6 +463,7 @@ int main(void) {
     if (N == 1) RUN(test_bf16_forward);
     if (N == 1) RUN(test_fp16_scale_float32);
     RUN(test_fp16_two_optimizers);
+    RUN(test_fp16_two_optimizers_one_zero_model);
     RUN(test_fp16_step_retried);
     RUN(test_fp16_inf_in_one_gradient);
     RUN(test_fp16_unscale_needs_optimizer);

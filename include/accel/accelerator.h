@@ -343,7 +343,7 @@ accel_status accel_set_seed(const accel_accelerator *acc, uint64_t seed, bool de
  *
  *     accel_accelerator_prepare(acc, model, opt, train_dl, eval_dl, sched);
  *
- * As Accelerate's, in two passes: the models and data loaders, then the
+ * As Accelerate's, in passes: the models and data loaders, then the
  * optimizers, then the schedulers, each in the call's order (so
  * prepare(opt, model) is prepare(model, opt), which ZeRO needs).
  *

@@ -90,7 +90,8 @@ accel_status accel_backward_with(accel_tensor *out, accel_tensor *grad);
  * pass is complete (no later node will add to it). Data-parallel training uses
  * this to start gradient all-reduces while backward goes on; a hook set here
  * stays set through accel_accelerator_backward, which calls it for each leaf
- * after its own (as torch's post-accumulate-grad hooks beside DDP's). One per
+ * before its own (it sees the local gradient, and what it changes is what is
+ * reduced; as torch's post-accumulate-grad hooks beside DDP's). One per
  * thread; NULL removes it. */
 typedef void (*accel_grad_ready_fn)(accel_tensor *leaf, void *ctx);
 void accel_set_grad_ready_hook(accel_grad_ready_fn fn, void *ctx);

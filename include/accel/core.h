@@ -270,7 +270,10 @@ accel_tensor *accel_tensor_clone_persistent(const accel_tensor *src, accel_devic
  * tensor frees it, and accel_tensor_drop_grad drops it. */
 void accel_tensor_free(accel_tensor *t);
 /* torch's `t.grad = None`: frees t's gradient (a step one dies with its
- * step) and leaves t without one; the next backward makes a new one. */
+ * step) and leaves t without one; the next backward makes a new one. A
+ * prepared model's parameter is refused (ACCEL_ERR_STATE): its gradient is a
+ * view into the model's gradient buffer, which the data-parallel reduction
+ * reads; accel_accelerator_zero_grad clears it. */
 accel_status accel_tensor_drop_grad(accel_tensor *t);
 /* Re-point a persistent tensor at other memory (used to flatten parameters into
  * one buffer). Copies the current contents when copy is true. Frees the old

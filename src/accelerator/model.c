@@ -443,13 +443,16 @@ accel_status accel__model_release(accel_accelerator *acc, accel__model *pm) {
 
 /* ---------------------------------------------------------------- backward */
 
+/* The user's hook first: it sees the leaf's whole local gradient, and what it
+ * changes there is what the strategy then reduces (after, an all-reduce of
+ * the bucket may be averaging that memory in place on another thread). */
 static void grad_ready(accel_tensor *leaf, void *ctx) {
     accel_accelerator *acc = ctx;
+    if (acc->user_ready) acc->user_ready(leaf, acc->user_ready_ctx);
     for (int i = 0; i < acc->n_models; i++) {
         accel__model *pm = &acc->models[i];
         if (pm->strat->grad_ready(acc, pm, leaf)) break;
     }
-    if (acc->user_ready) acc->user_ready(leaf, acc->user_ready_ctx);
 }
 
 static void pass_begin(void *ctx) {
@@ -461,7 +464,7 @@ static void pass_begin(void *ctx) {
 }
 
 /* A grad-ready hook the user set stays theirs: kept while the strategies'
- * runs (each leaf reaches both) and set back at the end, as torch's
+ * runs (each leaf reaches both, the user's first) and set back at the end, as torch's
  * post-accumulate-grad hooks live beside DDP's reducer. */
 void accel__backward_begin(accel_accelerator *acc) {
     acc->backward_scale = acc->scale; /* fp16: what the gradients of this backward are scaled by */

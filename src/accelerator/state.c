@@ -725,13 +725,13 @@ static accel_status prepare_model_of_call(accel_accelerator *acc, const accel_pr
 }
 
 /* The pass of prepare that takes an object of kind k: models and data
- * loaders first, then optimizers, then schedulers (an unknown kind first:
- * its refusal comes before anything is prepared). */
+ * loaders first (an unknown kind with them, refused in its turn), then
+ * optimizers, then schedulers. */
 static int prepare_pass(accel_prepare_kind k) {
     return k == ACCEL_PREPARE_OPTIMIZER ? 1 : k == ACCEL_PREPARE_SCHEDULER ? 2 : 0;
 }
 
-/* Accelerate's prepare(*args) takes its arguments in two passes, models and
+/* Accelerate's prepare(*args) takes its arguments in passes, models and
  * data loaders before optimizers and schedulers, so prepare(opt, model) is
  * prepare(model, opt): an optimizer under ZeRO needs its model prepared
  * first, a scheduler its optimizer. Within a pass, the call's order. */

@@ -134,6 +134,7 @@ static accel_status open_log_with(accel_accelerator *acc, const char *project_na
     for (int i = 0; accel_tracker_builtin(i) && !st; i++) {
         if (!(tk->want & 1u << i)) continue;
         accel_tracker *t = accel_tracker_open(accel_tracker_builtin(i), project_name, acc->project_dir);
+        if (t) (void)accel__tracker_take(t); /* the accelerator's: added elsewhere again, refused */
         st = t ? add(tk, t) : accel_last_status();
         failed = i;
     }

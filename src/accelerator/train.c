@@ -111,7 +111,9 @@ static void unscale(inf_check *c, accel_tensor *g, float inv) {
  * dividing every prepared model's gradients at each optimizer's step divided
  * a GAN's twice); an inf/nan noted for its step. The gradients of an
  * optimizer re-targeted to a ZeRO model are that model's (the shard this
- * rank holds, where the strategy shards them), else its parameters'. A rank
+ * rank holds, where the strategy shards them), else its parameters'; the
+ * ZeRO model's every optimizer then counts them unscaled, with one inf/nan
+ * verdict (an overflow in either half of one flat buffer skips both). A rank
  * that holds only a gradient shard, a tp slice or a pipeline stage's
  * gradients cannot tell alone, so the ranks agree on inf (a stage that
  * stepped while another skipped drifted apart, its loss scale too; Megatron
@@ -148,21 +150,28 @@ static accel_status unscale_optimizer(accel_accelerator *acc, int i) {
         st = accel_pg_all_reduce(acc->pg, &v, 1, ACCEL_I32, ACCEL_REDUCE_MAX);
         c.inf = st || v != 0; /* a broken group: no step rather than diverge, and say why */
     }
-    sc->found_inf = c.inf;
-    sc->unscaled = true;
+    /* the gradients divided are the model's, all of them, under ZeRO: every optimizer of that model (a
+     * module holding a GAN's two halves) takes the verdict, so none divides them again */
+    for (int j = 0; j < acc->n_opts; j++)
+        if (j == i || (pm && accel__optimizer_model(acc, j) == pm)) {
+            acc->scaler_of[j].found_inf = c.inf;
+            acc->scaler_of[j].unscaled = true;
+        }
     return st;
 }
 
 /* Accelerate's unscale_gradients(): every prepared optimizer's gradients.
  * None prepared under fp16 is refused: nothing would be divided, and the
- * caller would read (or step with) gradients 65536 times too large. */
+ * caller would read (or step with) gradients 65536 times too large. An
+ * optimizer whose model was freed holds none and is passed over. */
 static accel_status unscale_all(accel_accelerator *acc, const char *fn) {
     if (acc->mp == ACCEL_MP_FP16 && !acc->n_opts)
         return accel_set_error(ACCEL_ERR_STATE, "%s: fp16 unscales the gradients of the prepared optimizers "
                                "(GradScaler.unscale_(optimizer)), and none was prepared: prepare the optimizer "
                                "that steps them", fn);
     accel_status st = ACCEL_OK;
-    for (int i = 0; i < acc->n_opts && !st; i++) st = unscale_optimizer(acc, i);
+    for (int i = 0; i < acc->n_opts && !st; i++)
+        if (!acc->opts[i]->gone) st = unscale_optimizer(acc, i); /* a freed model's: no gradients left */
     return st;
 }
 
@@ -246,8 +255,11 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
     } else {
         st = accel_optimizer_zero_grad(opt);
     }
-    acc->scaler_of[i].unscaled = acc->scaler_of[i].found_inf = false; /* nothing of them is unscaled now */
-    return st;
+    if (st) return st;
+    for (int j = 0; j < acc->n_opts; j++) /* nothing of them is unscaled now: a ZeRO model's, all its optimizers' */
+        if (j == i || (pm && accel__optimizer_model(acc, j) == pm))
+            acc->scaler_of[j].unscaled = acc->scaler_of[j].found_inf = false;
+    return ACCEL_OK;
 }
 
 accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_scheduler *s) {
@@ -258,7 +270,10 @@ accel_status accel_accelerator_scheduler_step(accel_accelerator *acc, accel_lr_s
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_scheduler_step: the scheduler was not prepared");
     if (!accel__scheduler_alive(s, "accel_accelerator_scheduler_step")) return accel_last_status();
     if (acc->o.no_step_scheduler_with_optimizer) return accel_lr_scheduler_step(s);
-    if (!acc->sync_gradients || accel_accelerator_optimizer_step_was_skipped(acc)) return ACCEL_OK;
+    /* AcceleratedScheduler: its own optimizer's skip (any prepared one's when its optimizer is not prepared) */
+    int oi = find_opt(acc, accel__scheduler_optimizer(s));
+    bool skipped = oi >= 0 ? acc->scaler_of[oi].skipped : accel_accelerator_optimizer_step_was_skipped(acc);
+    if (!acc->sync_gradients || skipped) return ACCEL_OK;
     int n = acc->o.split_batches ? 1 : acc->world;
     accel_status st = ACCEL_OK;
     for (int k = 0; k < n && !st; k++) st = accel_lr_scheduler_step(s);

@@ -246,6 +246,14 @@ void accel__tensor_free_grad(accel_tensor *g, bool taped) {
 accel_status accel_tensor_drop_grad(accel_tensor *t) {
     if (!accel_tensor_check(t, "accel_tensor_drop_grad", "t")) return accel_last_status();
     accel_tensor *g = t->grad;
+    /* a persistent gradient without memory of its own is a view into a prepared model's gradient buffer: dropped,
+     * the next backward made a gradient of its own, and the data-parallel reduction and clipping, which read the
+     * buffer, went on with the old one while the optimizer stepped with the new, unreduced one */
+    if (g && !(g->flags & (ACCEL_TF_ARENA | ACCEL_TF_OWNS_DATA)))
+        return accel_set_error(ACCEL_ERR_STATE, "accel_tensor_drop_grad: %s's gradient is a view into a prepared "
+                               "model's gradient buffer, which the data-parallel reduction reads: clear it with "
+                               "accel_accelerator_zero_grad (or accel_optimizer_zero_grad), not by dropping it",
+                               t->name ? t->name : "the tensor");
     t->grad = NULL;
     if (g && !(g->flags & ACCEL_TF_ARENA)) accel__tensor_free_grad(g, true);
     return ACCEL_OK;

@@ -71,6 +71,8 @@ accel__link **accel__scheduler_links(accel_lr_scheduler *s);
  * scheduler (freed), or once its optimizer was freed: its lrs are gone, so s
  * can only be freed. */
 bool accel__scheduler_alive(const accel_lr_scheduler *s, const char *fn);
+/* The optimizer s steps (borrowed), NULL once it was freed. */
+accel_optimizer *accel__scheduler_optimizer(const accel_lr_scheduler *s);
 
 /* The device a segment's parameters, gradients and state live on. */
 accel_device accel__seg_device(const accel__segment *s);

@@ -69,6 +69,8 @@ static void opt_freed(void *owner, void *obj) {
     ((accel_lr_scheduler *)owner)->opt = NULL; /* its link went with it */
 }
 
+accel_optimizer *accel__scheduler_optimizer(const accel_lr_scheduler *s) { return s->opt; }
+
 bool accel__scheduler_alive(const accel_lr_scheduler *s, const char *fn) {
     if (ACCEL__DEAD(s, ACCEL__MAGIC_SCHEDULER, fn, "scheduler")) return false;
     if (s->opt) return true;
