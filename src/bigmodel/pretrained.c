@@ -51,7 +51,8 @@ accel_status accel__save_pretrained(const char *fn, accel_module *m, const char 
         names[n] = e->name;
         ts[n++] = e->t;
     }
-    /* the weights and config.json swapped in together: never new weights under the old config */
+    /* the weights and config.json swapped in together: never new weights under the old config (but onto a
+     * mount point, written in place: docs/io.md) */
     pretrained_files pf = {n, names, ts, max_shard_bytes > 0 ? max_shard_bytes : DEFAULT_SHARD_BYTES, config, cfg};
     if (st == ACCEL_OK) st = accel__save_staged(dir, fn, write_pretrained, &pf);
     accel_free(names);

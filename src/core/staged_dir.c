@@ -291,12 +291,17 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, accel__stagin
     return s;
 }
 
+/* The lock is the mount point's own, not its parent's: the parent lies on
+ * another filesystem, and each container sharing a volume sees its own. */
 accel_status accel__staged_begin_in_place(const char *dir, accel__staging *sg, const char *op) {
-    char parent[PATHN + 64], base[PATHN + 64];
-    split_path(dir, parent, base);
     sg->lock = -1;
-    sg->held = false; /* nothing staged: abort removes nothing */
-    return lock_parent(dir, parent, sg, op);
+    sg->held = false; /* nothing staged */
+    return lock_parent(dir, dir, sg, op);
+}
+
+void accel__staged_release(accel__staging *sg) {
+    sg->held = false;
+    unlock_parent(sg);
 }
 
 /* fsync of every directory of tree, so that the entries made in them (files

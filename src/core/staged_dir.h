@@ -58,10 +58,14 @@ accel_status accel__staged_begin(const char *dir, const char *tmp, accel__stagin
  * mount), which no rename can replace. */
 bool accel__is_mount_point(const char *dir);
 /* A save written into dir itself instead (io's weight writers on a mount
- * point, io_internal.h accel__weights_begin): the lock accel__staged_begin
- * takes on dir's parent, so that two such saves take turns; nothing is
- * staged or refused. accel__staged_abort(dir, sg) releases it. */
+ * point, io_internal.h accel__weights_begin): a lock as accel__staged_begin
+ * takes, on dir itself (a mount point's parent is another filesystem, and
+ * each container sharing the volume sees its own), so that two such saves
+ * take turns; nothing is staged or refused. accel__staged_release releases
+ * it (never accel__staged_abort, which is given a directory to remove). */
 accel_status accel__staged_begin_in_place(const char *dir, accel__staging *sg, const char *op);
+/* The lock of a save in place released; nothing removed. */
+void accel__staged_release(accel__staging *sg);
 /* The commit point: every directory of tmp fsynced (the entries made in
  * them), then tmp takes dir's name (renameat2 EXCHANGE when dir exists, whose
  * previous content is then removed, but for what a writer made in dir while

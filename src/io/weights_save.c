@@ -22,11 +22,15 @@ accel_status accel__weights_begin(accel__weights_save *ws, const char *dir, bool
 accel_status accel__weights_commit(accel__weights_save *ws, const char *op) {
     if (!ws->in_place) return accel__staged_commit(ws->to, ws->dir, &ws->sg, op);
     accel__fsync_dir(ws->dir); /* the files renamed into it */
-    accel__staged_abort(ws->to, &ws->sg); /* nothing staged: the lock released */
+    accel__staged_release(&ws->sg);
     return ACCEL_OK;
 }
 
-void accel__weights_abort(accel__weights_save *ws) { accel__staged_abort(ws->to, &ws->sg); }
+/* In place, ws->to is the user's directory: only the lock is released. */
+void accel__weights_abort(accel__weights_save *ws) {
+    if (ws->in_place) accel__staged_release(&ws->sg);
+    else accel__staged_abort(ws->to, &ws->sg);
+}
 
 accel_status accel__save_staged(const char *dir, const char *op, accel__dir_writer write, void *ctx) {
     accel__weights_save ws;

@@ -38,8 +38,13 @@ accel_status accel__tracker_lock(int fd, const char *who, const char *path) {
     if (accel__write_stall_timeout(&stall_s)) return accel_last_status();
     long pid = 0;
     bool stopped = false;
-    /* -1: flock itself failed (a file system without locks: ENOLCK, EOPNOTSUPP): unlocked */
-    if (accel__flock_wait(fd, stall_s, &pid, &stopped) <= 0) return ACCEL_OK;
+    int r = accel__flock_wait(fd, stall_s, &pid, &stopped);
+    if (r == 0) return ACCEL_OK;
+    if (r < 0) { /* flock itself failed: a file system without locks (unlocked, as the atomic writer), else named */
+        int err = errno;
+        if (err == ENOLCK || err == EOPNOTSUPP) return ACCEL_OK;
+        return accel_set_error(ACCEL_ERR_IO, "%s: cannot lock %s: %s", who, path, strerror(err));
+    }
     char holder[64] = "another process";
     if (pid) snprintf(holder, sizeof holder, "pid %ld%s", pid, stopped ? " (stopped)" : "");
     return accel_set_error(ACCEL_ERR_TIMEOUT, "%s: %s is locked by %s, which has made no progress for %g s "
