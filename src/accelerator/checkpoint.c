@@ -567,8 +567,10 @@ static accel_status load_rank_state(accel_accelerator *acc, const char *dir, sav
         if (own) accel__rng_set(accel_default_rng(), (accel_rng){(uint64_t)rng[0], (uint64_t)rng[1]});
         acc->step = step[0];
         acc->sync_gradients = step[1] != 0;
-        acc->scale = scaler[0];
+        acc->scale = acc->backward_scale = scaler[0];
         acc->growth_tracker = (int64_t)scaler[1];
+        for (int i = 0; i < acc->n_opts; i++) /* the loaded state's gradients are no backward's of this run */
+            acc->scaler_of[i] = (accel__opt_scaler){0};
     }
     accel_tensor_free(sc);
     accel_safetensors_close(f);

@@ -196,13 +196,18 @@ static void update_scale(accel_accelerator *acc, bool found_inf) {
     }
 }
 
-/* gradient_clipping (DeepSpeed config): the optimizer's model under ZeRO, else every prepared model. */
+/* gradient_clipping (DeepSpeed config): the optimizer's model under ZeRO,
+ * else every prepared model. A NaN norm without an error is a model whose
+ * overflow skips another optimizer's step (fp16, clip_grad_norm's rule):
+ * passed over, the slot cleared first so that only this call's error counts. */
 static accel_status clip_for(accel_accelerator *acc, int i) {
     accel__model *om = accel__optimizer_model(acc, i);
     for (int m = 0; m < acc->n_models; m++) {
         accel__model *pm = &acc->models[m];
         if (om && om != pm) continue;
-        if (isnan(accel_accelerator_clip_grad_norm(acc, pm->m, acc->clip, 2.0))) return accel_last_status();
+        accel_clear_error();
+        if (isnan(accel_accelerator_clip_grad_norm(acc, pm->m, acc->clip, 2.0)) && accel_last_status())
+            return accel_last_status();
     }
     return ACCEL_OK;
 }
