@@ -126,6 +126,8 @@ static void test_tracker_added_twice(void) {
         CHECK(accel_accelerator_add_tracker(a, t) == ACCEL_OK);
         CHECK(accel_accelerator_add_tracker(b, t) == ACCEL_ERR_STATE);
         CHECK_STR_CONTAINS(accel_last_error(), "tracker \"counting\" was already added");
+        CHECK(accel_tracker_finish(t) == ACCEL_ERR_STATE && g_finishes == 0); /* the accelerator's to finish */
+        CHECK_STR_CONTAINS(accel_last_error(), "was added to an accelerator");
         CHECK(accel_accelerator_end_training(a) == ACCEL_OK);
         if (two) accel_accelerator_free(b);
         accel_accelerator_free(a);

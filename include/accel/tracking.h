@@ -182,7 +182,8 @@ void *accel_tracker_context(const accel_tracker *t);
 /* Keys must be non-empty; strings non-NULL. */
 accel_status accel_tracker_store_init_configuration(accel_tracker *t, int n, const accel_value *config);
 accel_status accel_tracker_log(accel_tracker *t, int n, const accel_value *values, int64_t step);
-/* Finishes (flush, close) and frees. NULL is a no-op. */
+/* Finishes (flush, close) and frees. NULL is a no-op. A tracker added to an
+ * accelerator is its: refused (ACCEL_ERR_STATE), nothing freed. */
 accel_status accel_tracker_finish(accel_tracker *t);
 /* The i-th built-in tracker's name ("tensorboard", "jsonl", "csv"), NULL past the last. */
 const char *accel_tracker_builtin(int i);

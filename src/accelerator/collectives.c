@@ -163,7 +163,7 @@ static accel_status gather_packed(accel_pg *pg, int n, accel_tensor *const *c, a
 accel_status accel_accelerator_gather_for_metrics_n(accel_accelerator *acc, int n, accel_tensor *const *ts,
                                                     accel_tensor **outs) {
     static const char fn[] = "accel_accelerator_gather_for_metrics_n";
-    if (accel__acc_null(acc, fn)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, fn)) return accel_last_status();
     if (n < 1 || !ts || !outs)
         return accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: needs n >= 1 tensors and an outs array (n %d, ts %s, outs %s)",
                                fn, n, ts ? "set" : "NULL", outs ? "set" : "NULL");
@@ -343,12 +343,12 @@ accel_tensor *accel_accelerator_broadcast(accel_accelerator *acc, accel_tensor *
 
 accel_status accel_accelerator_gather_object(accel_accelerator *acc, const void *data, size_t len, void **out,
                                              size_t *lens) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     return accel_pg_all_gather_bytes(acc->pg, data, len, out, lens);
 }
 
 accel_status accel_accelerator_broadcast_object(accel_accelerator *acc, void **data, size_t *len,
                                                 int from_process) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     return accel_pg_broadcast_bytes(acc->pg, data, len, from_process);
 }

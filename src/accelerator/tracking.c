@@ -67,7 +67,7 @@ void accel__tracking_detach(accel_accelerator *acc) {
 static accel_status add(accel__tracking *tk, accel_tracker *t) {
     accel_tracker **grown = accel_calloc((size_t)tk->n + 1, sizeof *grown);
     if (!grown) {
-        accel_tracker_finish(t);
+        accel__tracker_finish(t);
         return accel_last_status();
     }
     if (tk->n) memcpy(grown, tk->trackers, (size_t)tk->n * sizeof *grown);
@@ -90,7 +90,7 @@ accel_status accel_accelerator_add_tracker(accel_accelerator *acc, accel_tracker
         accel_status st = accel_last_status();
         char why[256];
         snprintf(why, sizeof why, "%s", accel_last_error());
-        (void)accel_tracker_finish(t); /* its own finish's error is not the cause */
+        (void)accel__tracker_finish(t); /* its own finish's error is not the cause */
         return accel_set_error(st, "%s", why);
     }
     return add(acc->tracking, t);
@@ -122,7 +122,7 @@ void accel__tracking_resumed(accel_accelerator *acc, const char *dir, const acce
 /* The trackers init_trackers opened (those after the first `had`) closed:
  * its failure keeps none of them, so the call made again opens each once. */
 static void close_opened(accel__tracking *tk, int had) {
-    while (tk->n > had) accel_tracker_finish(tk->trackers[--tk->n]);
+    while (tk->n > had) accel__tracker_finish(tk->trackers[--tk->n]);
 }
 
 /* Opens the log_with trackers. One that cannot be (an unwritable or missing
@@ -226,7 +226,7 @@ accel_status accel_accelerator_end_training(accel_accelerator *acc) {
         char name[128];
         snprintf(name, sizeof name, "%s", accel_tracker_name(tk->trackers[i])); /* finish frees the tracker */
         unsigned long mark = accel__error_mark();
-        accel_status s = accel_tracker_finish(tk->trackers[i]);
+        accel_status s = accel__tracker_finish(tk->trackers[i]);
         if (s) s = accel__callback_failed(s, mark, "accel_accelerator_end_training: the finish of tracker '%s'", name);
         accel__first_error_note(&first, s);
     }

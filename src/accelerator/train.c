@@ -39,7 +39,7 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
 }
 
 accel_status accel_accelerator_accumulate(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     accel_dataloader *dl = accel__active_dataloader(acc);
     if (!acc->o.no_sync_with_dataloader && dl && accel_dataloader_end_of_dataloader(dl)) {
         acc->step = 0;
@@ -176,7 +176,7 @@ static accel_status unscale_all(accel_accelerator *acc, const char *fn) {
 }
 
 accel_status accel_accelerator_unscale_gradients(accel_accelerator *acc) {
-    if (accel__acc_null(acc, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (accel__acc_null(acc, __func__)) return accel_last_status();
     return unscale_all(acc, __func__);
 }
 

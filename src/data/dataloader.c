@@ -151,7 +151,7 @@ accel_dataset *accel_dataloader_dataset(const accel_dataloader *dl) {
 
 accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int process_index,
                                     bool split_batches, bool even_batches) {
-    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (null_dl(dl, __func__)) return accel_last_status();
     accel_dataloader_opts o = dl->o;
     o.num_processes = num_processes;
     o.process_index = process_index;
@@ -166,7 +166,7 @@ accel_status accel_dataloader_shard(accel_dataloader *dl, int num_processes, int
 }
 
 accel_status accel_dataloader_set_seed(accel_dataloader *dl, uint64_t seed) {
-    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (null_dl(dl, __func__)) return accel_last_status();
     dl->o.seed = seed;
     return ACCEL_OK;
 }
@@ -317,7 +317,7 @@ bool accel_dataloader_next(accel_dataloader *dl, accel_batch *out) {
 int64_t accel_dataloader_epoch(const accel_dataloader *dl) { return null_dl(dl, __func__) ? 0 : dl->epoch; }
 
 accel_status accel_dataloader_set_epoch(accel_dataloader *dl, int64_t epoch) {
-    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (null_dl(dl, __func__)) return accel_last_status();
     /* INT64_MAX has no next epoch: the epoch's end incremented it past int64 (undefined) */
     if (epoch < 0 || epoch == INT64_MAX)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
@@ -350,7 +350,7 @@ int64_t accel_dataloader_position(const accel_dataloader *dl) {
 }
 
 accel_status accel_dataloader_skip_first_batches(accel_dataloader *dl, int64_t n) {
-    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (null_dl(dl, __func__)) return accel_last_status();
     if (n < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,
                                "accel_dataloader_skip_first_batches: n must be >= 0 (got %lld)", (long long)n);
@@ -366,7 +366,7 @@ accel_dataloader_state accel_dataloader_get_state(const accel_dataloader *dl) {
 }
 
 accel_status accel_dataloader_set_state(accel_dataloader *dl, const accel_dataloader_state *st) {
-    if (null_dl(dl, __func__)) return ACCEL_ERR_INVALID_ARG;
+    if (null_dl(dl, __func__)) return accel_last_status();
     if (!st) return accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_dataloader_set_state: state is NULL");
     if (st->epoch < 0 || st->epoch == INT64_MAX || st->position < 0)
         return accel_set_error(ACCEL_ERR_INVALID_ARG,

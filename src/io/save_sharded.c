@@ -126,7 +126,7 @@ static accel_status write_shard(accel_weights_format format, const char *dir, co
  * own shards. A file that stays is an error: a load could read it instead. */
 static accel_status remove_stale(const char *dir, const weights_names *w, int k) {
     DIR *d = opendir(dir);
-    if (!d) return accel_set_error(ACCEL_ERR_IO, "accel_save_sharded: cannot list %s: %s", dir, strerror(errno));
+    if (!d) return accel_set_error(ACCEL_ERR_IO, "cannot list %s: %s", dir, strerror(errno));
     accel_status st = ACCEL_OK;
     for (struct dirent *e; !st && (e = readdir(d));) {
         int a, b;
@@ -136,7 +136,7 @@ static accel_status remove_stale(const char *dir, const weights_names *w, int k)
         bool weights = accel__is_weights_file(ACCEL_WEIGHTS_SAFETENSORS, f) ||
                        accel__is_weights_file(ACCEL_WEIGHTS_PYTORCH, f); /* not a scratch file: the writer's */
         if (ours || !weights || unlinkat(dirfd(d), f, 0) == 0 || errno == ENOENT) continue;
-        st = accel_set_error(ACCEL_ERR_IO, "accel_save_sharded: cannot remove %s/%s, a previous save's weights file "
+        st = accel_set_error(ACCEL_ERR_IO, "cannot remove %s/%s, a previous save's weights file "
                              "(a load could read it instead of the new save's): %s", dir, f, strerror(errno));
     }
     closedir(d);

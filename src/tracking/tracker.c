@@ -123,11 +123,19 @@ bool accel__tracker_take(accel_tracker *t) {
     return true;
 }
 
-accel_status accel_tracker_finish(accel_tracker *t) {
+accel_status accel__tracker_finish(accel_tracker *t) {
     if (!t) return ACCEL_OK;
     accel_status st = t->ops->finish ? t->ops->finish(t->ctx) : ACCEL_OK;
     accel_free(t);
     return st;
+}
+
+accel_status accel_tracker_finish(accel_tracker *t) {
+    if (t && t->added)
+        return accel_set_error(ACCEL_ERR_STATE, "accel_tracker_finish: tracker \"%s\" was added to an accelerator, "
+                               "which finishes and frees it (accel_accelerator_end_training or its free): finishing "
+                               "it here too freed it twice", t->ops->name);
+    return accel__tracker_finish(t);
 }
 
 /* ---------------------------------------------------------------- JSON */

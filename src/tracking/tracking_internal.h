@@ -24,6 +24,9 @@ accel_status accel__values_check(const char *fn, int n, const accel_value *v);
 /* An accelerator takes t (accel_accelerator_add_tracker): false when one
  * already did, which then finishes and frees it (a second owner would again). */
 bool accel__tracker_take(accel_tracker *t);
+/* accel_tracker_finish for its owner (the accelerator that took it), which
+ * the public call refuses once a tracker is added. */
+accel_status accel__tracker_finish(accel_tracker *t);
 
 /* mkdir -p; ACCEL_ERR_IO naming the path. */
 accel_status accel__mkdirs(const char *path);
