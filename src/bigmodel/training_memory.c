@@ -683,12 +683,13 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
                       gbuf_native(eK, v, false);
         return;
     }
-    double GT_S = d->H / d->Hkv * d->T * d->T;
+    double GT_S = d->H / d->Hkv * d->T * d->T, T_S = d->T * d->T;
     bool up = upcasts(fwd);
     /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
-     * RoPE's output); the mask [G T, S] in the arena, as a tensor, in the
-     * scores' dtype (q's, or f32 where they upcast) */
-    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * GT_S + 4 * GT_S;
+     * RoPE's output); the mask [T, S] in the arena, as a tensor, in the
+     * scores' dtype (q's, or f32 where they upcast), shared by a kv head's G
+     * query heads through a view */
+    fwd->bytes += dense(eQ, q, !q_view || d->H == 1) + 4 * T_S + 4 * T_S;
     if (up) {
         upcast_scores_step(fwd, bwd, q, kk, v);
         return;
