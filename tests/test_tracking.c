@@ -875,10 +875,13 @@ static void test_init_trackers_store_retry(void) {
     o.project_dir = dir;
     accel_accelerator *acc = accel_accelerator_new(&o);
     static const accel_tracker_ops ops = {"remote", flaky_config, my_log, my_finish};
-    counts k = {0};
+    static const accel_tracker_ops first = {"first", my_config, my_log, my_finish};
+    counts k = {0}, k0 = {0};
+    CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&first, &k0)) == ACCEL_OK);
     CHECK(accel_accelerator_add_tracker(acc, accel_tracker_new(&ops, &k)) == ACCEL_OK);
     g_store_fails = 1;
     CHECK(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_ERR_IO);
+    CHECK(k0.configs == N_CONFIG); /* the tracker before the failing one took it */
     CHECK_STR_CONTAINS(accel_last_error(), "the store_init_configuration of tracker 'remote' failed: tracker "
                                            "service unreachable (the call does not count: fix it and call "
                                            "init_trackers again)");
@@ -886,10 +889,11 @@ static void test_init_trackers_store_retry(void) {
     g_store_fails = 0;
     CHECK_MSG(accel_accelerator_init_trackers(acc, "exp", N_CONFIG, CONFIG) == ACCEL_OK, "%s", accel_last_error());
     CHECK(accel_accelerator_get_tracker(acc, "jsonl") && k.configs == N_CONFIG);
+    CHECK_MSG(k0.configs == N_CONFIG, "the retry stored the config again into a tracker that took it (%d)", k0.configs);
     CHECK(accel_accelerator_init_trackers(acc, "exp", 0, NULL) == ACCEL_ERR_STATE);
     accel_clear_error();
     accel_accelerator_free(acc);
-    CHECK(k.finishes == 1);
+    CHECK(k.finishes == 1 && k0.finishes == 1);
     rm_rf(dir);
 }
 

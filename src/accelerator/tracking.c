@@ -176,10 +176,11 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
     /* a failure (a tracker not opened, a config not stored) does not count
      * the call and keeps none of the trackers it opened: made again, it opens
      * and stores afresh (it was refused as already initialized) */
-    int had = tk->n;
+    int had = tk->n, i = tk->stored < had ? tk->stored : 0; /* the user's trackers that took it already: not again */
     accel_status st = open_log_with(acc, project_name);
-    for (int i = 0; i < tk->n && !st && n > 0; i++) st = store_config(tk->trackers[i], n, config);
+    while (!st && n > 0 && i < tk->n && !(st = store_config(tk->trackers[i], n, config))) i++;
     if (st) {
+        tk->stored = i < had ? i : had; /* trackers[i] failed (or none was reached); the opened ones are closed */
         close_opened(tk, had);
         return st;
     }

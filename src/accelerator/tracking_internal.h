@@ -15,6 +15,7 @@ typedef struct accel__custom {
 typedef struct accel__tracking {
     unsigned want;            /* log_with: bit i = accel_tracker_builtin(i) */
     bool initialized;         /* init_trackers ran */
+    int stored;               /* trackers[0, stored) (added by the user) took the config of a failed init_trackers */
     int n;
     accel_tracker **trackers; /* the main process's (custom ones on every rank) */
     int n_objs;
