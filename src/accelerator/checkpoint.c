@@ -810,9 +810,10 @@ static accel_status load_pinned(accel_accelerator *acc, const char *dir, saved_t
     char path[2 * PATHN];
     accel_status s = ACCEL_OK;
     accel_progress *bar = files_bar(acc, "load_state");
-    /* Every plain model file, every optimizer that loads itself and the
-     * registered blobs' sizes checked before any is loaded: a later object's
-     * mismatch leaves the earlier ones as they were. */
+    /* Every plain model file, every optimizer that loads itself, the
+     * schedulers' optimizers and the registered blobs' sizes checked before
+     * any is loaded: a later object's mismatch leaves the earlier ones as
+     * they were. */
     bool pp = acc->par.size[ACCEL__MESH_PP] > 1;
     for (int i = 0; i < acc->n_models && !s; i++) {
         numbered(path, sizeof path, dir, "model", i);
@@ -820,6 +821,8 @@ static accel_status load_pinned(accel_accelerator *acc, const char *dir, saved_t
             s = load_model_file(path, acc->models[i].m, pp, false);
     }
     for (int i = 0; i < acc->n_opts && !s; i++) s = check_opt_first(acc, i, dir);
+    for (int i = 0; i < acc->n_scheds && !s; i++) /* a scheduler whose optimizer was freed refuses its load */
+        if (!accel__scheduler_alive(acc->scheds[i], FN_LOAD_STATE)) s = accel_last_status();
     if (!s) s = accel__custom_check(acc, dir);
     s = accel__ranks_agree(acc, s, FN_LOAD_STATE);
     /* Each model and optimizer ends agreed: some loads have collectives of
