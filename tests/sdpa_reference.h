@@ -11,6 +11,7 @@
 #include "accel/accel.h"
 #include "check.h"
 #include "gradcheck.h"
+#include "ops_fixture.h"
 
 /* The shapes of a case: q [B, H, Tq, D], k and v [B, Hkv, Tk, D]. */
 typedef struct sdpa_dims {
@@ -67,6 +68,16 @@ static inline void grads_of(accel_tensor *o, accel_tensor *const *in, accel_tens
         out[i] = in[i]->grad ? accel_tensor_clone_persistent(in[i]->grad, ACCEL_CPU_DEVICE) : NULL;
         if (in[i]->grad) accel_zero_(in[i]->grad);
     }
+}
+
+/* o (a fused op's output run just now) against want, then its gradients into
+ * g (grads_of) against g_want: the checks labelled what and `of`. */
+static inline void sdpa_check_against(const char *what, const char *of, accel_tensor *o, accel_tensor *want,
+                                      accel_tensor *const *in, accel_tensor **g, accel_tensor *const *g_want) {
+    CHECK_MSG(fx_compare(what, o, want, 1e-5, 1e-6) == 0, "%s: %s", what, of);
+    grads_of(o, in, g);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(fx_compare(what, g[i], g_want[i], 1e-4, 1e-5) == 0, "%s: %s, grad %d", what, of, i);
 }
 
 static inline void free3(accel_tensor **t) {

@@ -112,11 +112,8 @@ static void check_case(const kcase *c, const char *what) {
     check_unseen_zero(c, g[0], what, "dq");
     /* the reference kernels (the forward's; the backward has one path) */
     bool prev = accel_set_reference_kernels(true);
-    accel_tensor *orf = fused(q, k, v, c);
-    CHECK_MSG(fx_compare(what, orf, wt, 1e-5, 1e-6) == 0, "%s: reference kernels", what);
-    grads_of(orf, in, gr);
+    sdpa_check_against(what, "reference kernels", fused(q, k, v, c), wt, in, gr, ge);
     accel_set_reference_kernels(prev);
-    for (int i = 0; i < 3; i++) CHECK_MSG(fx_compare(what, gr[i], ge[i], 1e-4, 1e-5) == 0, "%s: ref grad %d", what, i);
     /* bf16 (the native tiles or the f32 tiles' widening) against f32 */
     accel_tensor *ob =
         fused(accel_to_dtype(q, ACCEL_BF16), accel_to_dtype(k, ACCEL_BF16), accel_to_dtype(v, ACCEL_BF16), c);
