@@ -11,6 +11,7 @@
 
 #include "io/checkpoint_marker.h"
 #include "core/checksum.h"
+#include "core/core_internal.h"
 #include "core/staged_dir.h"
 #include "io/io_internal.h"
 
@@ -225,6 +226,9 @@ accel_status accel__marker_drop(const char *dir, const char *entry, const char *
         json_object_del(files, name); /* name is files' own key: deleted last */
     }
     json_object_del(root, "marker_crc32c");
+    if (!s && !accel__is_utf8(why)) /* JSON holds UTF-8 alone (jansson's json_string made NULL: "out of memory") */
+        s = accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: cannot note in %s where %s went: its words are not UTF-8 (a "
+                            "path in another encoding); nothing changed", op, path, entry);
     if (!s && (json_object_set_new(removed, entry, json_string(why)) || !marker_sum(root, self) ||
                json_object_set_new(root, "marker_crc32c", json_string(self))))
         s = accel_set_error(ACCEL_ERR_OOM, "%s: out of memory", op);
