@@ -423,11 +423,14 @@ accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module 
  * fp16 (GradScaler.step then update, as Accelerate's optimizer step calls
  * them): unscales this optimizer's gradients (unless done since its last
  * step), skips its step when they hold an inf/nan, then updates the scale;
- * with several optimizers each unscales and skips on its own gradients, and
- * the scale is updated after each one's step. A step that fails (an error
- * returned) leaves its gradients unscaled and the scale as they were: made
- * again, it steps with them as they are. zero_grad clears the optimizer's
- * gradients, and with them its unscaled state. */
+ * with several optimizers each unscales and skips on its own gradients (the
+ * optimizers of one ZeRO model together: its gradients are one buffer, one
+ * inf/nan verdict), and the scale is updated after each one's step. A step
+ * that fails (an error returned) leaves its gradients unscaled and the scale
+ * as they were: made again, it steps with them as they are (where the
+ * ranks' agreement on inf/nan failed, that counts as one found: made again,
+ * the step is skipped). zero_grad clears the optimizer's gradients, and with
+ * them its unscaled state. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
 accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step
