@@ -114,6 +114,14 @@ static void unscale(inf_check *c, accel_tensor *g, float inv) {
     if (!c->found || ACCEL_KERNEL("accel_accelerator_unscale_gradients", g->device, unscale, &k)) c->inf = true;
 }
 
+/* The unscaled state of optimizer i's gradients, and of every other
+ * optimizer's that shares them (those of pm, i's ZeRO model: one buffer). */
+static void set_unscaled(accel_accelerator *acc, int i, const accel__model *pm, bool unscaled, bool found_inf) {
+    for (int j = 0; j < acc->n_opts; j++)
+        if (j == i || (pm && accel__optimizer_model(acc, j) == pm))
+            acc->scaler_of[j].unscaled = unscaled, acc->scaler_of[j].found_inf = found_inf;
+}
+
 /* GradScaler.unscale_(optimizer i): its gradients divided by the scale their
  * backward multiplied them by, once until its step (torch's per-optimizer
  * stage: the unscale or step of another optimizer leaves them alone, where
@@ -161,11 +169,7 @@ static accel_status unscale_optimizer(accel_accelerator *acc, int i) {
     }
     /* the gradients divided are the model's, all of them, under ZeRO: every optimizer of that model (a
      * module holding a GAN's two halves) takes the verdict, so none divides them again */
-    for (int j = 0; j < acc->n_opts; j++)
-        if (j == i || (pm && accel__optimizer_model(acc, j) == pm)) {
-            acc->scaler_of[j].found_inf = c.inf;
-            acc->scaler_of[j].unscaled = true;
-        }
+    set_unscaled(acc, i, pm, true, c.inf);
     return st;
 }
 
@@ -270,9 +274,7 @@ accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer
         st = accel_optimizer_zero_grad(opt);
     }
     if (st) return st;
-    for (int j = 0; j < acc->n_opts; j++) /* nothing of them is unscaled now: a ZeRO model's, all its optimizers' */
-        if (j == i || (pm && accel__optimizer_model(acc, j) == pm))
-            acc->scaler_of[j].unscaled = acc->scaler_of[j].found_inf = false;
+    set_unscaled(acc, i, pm, false, false); /* nothing of them is unscaled now: a ZeRO model's, all its optimizers' */
     return ACCEL_OK;
 }
 
