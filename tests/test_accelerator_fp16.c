@@ -304,16 +304,10 @@ static void test_fp16_two_optimizers(void) {
     for (int k = 0; k < 2; k++) gan_check_stepped(&g, k);
     gan_free(&g);
 
-    /* gradients unscaled, then cleared without a step: the next backward's are unscaled again; a backward onto
-     * unscaled gradients, neither stepped nor cleared, is refused (it added scaled ones to them silently) */
+    /* gradients unscaled, then cleared without a step: the next backward's are unscaled again */
     g = gan_new();
     gan_backward(&g, false);
     CHECK(accel_accelerator_unscale_gradients(g.acc) == ACCEL_OK);
-    accel_tensor *x = accel_full(ACCEL_F32, ACCEL_SHAPE(2, 4), 0.01);
-    CHECK(accel_accelerator_backward(g.acc, accel_sum_all(accel_module_call(g.m[0], x))) == ACCEL_ERR_STATE);
-    CHECK_STR_CONTAINS(accel_last_error(), "optimizer 0's gradients were unscaled");
-    accel_clear_error();
-    accel_step_reset();
     for (int k = 0; k < 2; k++) CHECK(accel_accelerator_zero_grad(g.acc, g.o[k]) == ACCEL_OK);
     gan_backward(&g, false);
     for (int k = 0; k < 2; k++) CHECK(accel_accelerator_optimizer_step(g.acc, g.o[k]) == ACCEL_OK);

@@ -430,8 +430,7 @@ accel_status accel_accelerator_no_sync_end(accel_accelerator *acc, accel_module 
  * as they were: made again, it steps with them as they are (where the
  * ranks' agreement on inf/nan failed, that counts as one found: made again,
  * the step is skipped). zero_grad clears the optimizer's gradients, and with
- * them its unscaled state; a backward onto unscaled gradients, neither
- * stepped nor zeroed, is refused (ACCEL_ERR_STATE). */
+ * them its unscaled state. */
 accel_status accel_accelerator_optimizer_step(accel_accelerator *acc, accel_optimizer *opt);
 accel_status accel_accelerator_zero_grad(accel_accelerator *acc, accel_optimizer *opt);
 /* AcceleratedScheduler.step (§5.2): only on sync steps whose optimizer step

@@ -17,15 +17,6 @@ accel_status accel_accelerator_backward(accel_accelerator *acc, accel_tensor *lo
                                "(pp_size %d): a stage holds only its layers, so train with "
                                "accel_accelerator_pipeline_step, which runs every micro-batch's forward and backward "
                                "(docs/parallelism.md)", acc->par.size[ACCEL__MESH_PP]);
-    /* fp16: an optimizer's gradients unscaled (clip_grad_norm, unscale_gradients) and neither stepped nor zeroed:
-     * this backward's gradients, scaled, would be added to them and its step divide none (torch's GradScaler
-     * raises at such a second unscale_; here the step took the mix silently) */
-    for (int i = 0; acc->mp == ACCEL_MP_FP16 && i < acc->n_opts; i++)
-        if (acc->scaler_of[i].unscaled)
-            return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_backward: optimizer %d's gradients were "
-                                   "unscaled (clip_grad_norm or unscale_gradients) and neither stepped nor zeroed: "
-                                   "this backward's, scaled by the loss scale, would be added to them; unscale or "
-                                   "clip on sync steps (sync_gradients), then step or zero_grad", i);
     accel_tensor *l = loss;
     if (acc->accum_steps > 1) l = accel_mul_scalar(l, 1.0 / acc->accum_steps);
     if (acc->mp == ACCEL_MP_FP16) l = accel_mul_scalar(l, acc->scale);
