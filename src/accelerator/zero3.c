@@ -1385,7 +1385,7 @@ typedef struct clear_loss {
  * without a gradient. */
 static void no_own_storage(accel_flat_buffer *b, int t, bool there, int *kept, clear_loss *loss) {
     accel_tensor *x = b->tensors[t];
-    (void)accel_tensor_drop_grad(x); /* a view of the full gradient buffer */
+    accel__tensor_drop_grad(x); /* a view of the full gradient buffer */
     if (!there) {
         /* a parameter of the flat buffer, contiguous and persistent: cannot fail */
         (void)accel_tensor_rebind(x, NULL, false);

@@ -97,6 +97,10 @@ void accel__tensor_free_member(accel_tensor *t, bool taped);
  * refuses: for the code that replaces or drops a .grad (the caller clears or
  * resets the holder's pointer). taped: as accel__tensor_free_member. */
 void accel__tensor_free_grad(accel_tensor *g, bool taped);
+/* t's gradient dropped whatever it is (a flat-buffer view too, which the
+ * public accel_tensor_drop_grad refuses): for the library moving or
+ * unsharding a prepared model's tensors, which rebinds the views itself. */
+void accel__tensor_drop_grad(accel_tensor *t);
 /* The persistent tensors ts[0..n) are about to be freed: every node of this
  * thread's tape that reads one (an input, a saved tensor, its output) drops
  * it and, if the backward reaches it, fails naming it instead of reading

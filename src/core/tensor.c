@@ -243,6 +243,12 @@ void accel__tensor_free_grad(accel_tensor *g, bool taped) {
     tensor_free(g, taped);
 }
 
+void accel__tensor_drop_grad(accel_tensor *t) {
+    accel_tensor *g = t->grad;
+    t->grad = NULL;
+    if (g && !(g->flags & ACCEL_TF_ARENA)) accel__tensor_free_grad(g, true);
+}
+
 accel_status accel_tensor_drop_grad(accel_tensor *t) {
     if (!accel_tensor_check(t, "accel_tensor_drop_grad", "t")) return accel_last_status();
     accel_tensor *g = t->grad;
@@ -254,8 +260,7 @@ accel_status accel_tensor_drop_grad(accel_tensor *t) {
                                "model's gradient buffer, which the data-parallel reduction reads: clear it with "
                                "accel_accelerator_zero_grad (or accel_optimizer_zero_grad), not by dropping it",
                                t->name ? t->name : "the tensor");
-    t->grad = NULL;
-    if (g && !(g->flags & ACCEL_TF_ARENA)) accel__tensor_free_grad(g, true);
+    accel__tensor_drop_grad(t);
     return ACCEL_OK;
 }
 

@@ -222,7 +222,7 @@ accel_status accel_module_to(accel_module *root, accel_device dev) {
     for (int i = 0; i < n && st == ACCEL_OK; i++) {
         accel_tensor *t = ts[i];
         if (accel_device_eq(t->device, dev)) continue;
-        (void)accel_tensor_drop_grad(t);
+        accel__tensor_drop_grad(t);
         st = accel_tensor_to_device_(t, dev); /* in place: every holder of t sees the move */
     }
     accel_free(ts);
@@ -238,7 +238,7 @@ accel_status accel_module_to_empty(accel_module *root, accel_device dev, int dt)
     accel_status st = ACCEL_OK;
     for (int i = 0; i < n && st == ACCEL_OK; i++) {
         if (ts[i]->device.type != ACCEL_DEV_META) continue;
-        (void)accel_tensor_drop_grad(ts[i]);
+        accel__tensor_drop_grad(ts[i]);
         st = accel_tensor_materialize(ts[i], dev, dt < 0 ? ts[i]->dtype : (accel_dtype)dt);
     }
     accel_free(ts);
