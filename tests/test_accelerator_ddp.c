@@ -463,15 +463,40 @@ static void test_no_sync_nests(void) {
     accel_module_free(m);
 }
 
+/* The first parameter's gradient (the [8, 4] weight: 32 floats) after an accelerator backward of this rank's input. */
+static void first_grad(accel_module *m, accel_optimizer *opt, float *out) {
+    accel_optimizer_zero_grad(opt);
+    float xs[4] = {(float)R + 1, 1, 2, 3 - (float)R};
+    accel_tensor *y = accel_module_call(m, accel_from_floats(ACCEL_SHAPE(1, 4), xs));
+    CHECK(accel_accelerator_backward(A, accel_sum_all(y)) == ACCEL_OK);
+    accel_tensor **ps;
+    accel_module_parameters(m, &ps);
+    if (ps[0]->grad && accel_numel(ps[0]->grad) == 32) accel_to_floats(ps[0]->grad, out);
+    else CHECK_MSG(false, "the first parameter's gradient is not [8, 4]");
+    accel_free(ps);
+    accel_step_reset();
+}
+
 static int user_ready_calls;
 static void user_ready(accel_tensor *leaf, void *ctx) {
     (void)leaf;
     user_ready_calls += ctx == &user_ready_calls;
 }
 
+/* A hook that changes each leaf's gradient on this rank alone (+ R + 1):
+ * what it changes is what the data-parallel reduction averages ((N + 1) / 2
+ * more on every element). Not told apart here: the hook run after the
+ * strategy's within one leaf's call (that passes this too, measured). */
+static void user_ready_shift(accel_tensor *leaf, void *ctx) {
+    (void)ctx;
+    float *g = leaf->grad->data;
+    for (int64_t k = 0; k < accel_numel(leaf->grad); k++) g[k] += (float)(R + 1);
+}
+
 /* A grad-ready hook the user set is theirs: the accelerator's backward calls
- * it for every leaf beside the data-parallel one (which still syncs) and
- * leaves it set (it dropped it: a later plain backward never called it) */
+ * it for every leaf before the data-parallel one (which still syncs, and
+ * reduces what the hook changed) and leaves it set (it dropped it: a later
+ * plain backward never called it) */
 static void test_user_grad_ready_hook_kept(void) {
     accel_manual_seed(7);
     accel_module *m = mlp();
@@ -488,7 +513,15 @@ static void test_user_grad_ready_hook_kept(void) {
     accel_step_reset();
     CHECK_MSG(user_ready_calls == 4, "a plain backward after it called the user's hook %d times (4 leaves)",
               user_ready_calls);
+    float plain[32] = {0}, shifted[32] = {0};
+    first_grad(m, opt, plain);
+    accel_set_grad_ready_hook(user_ready_shift, NULL);
+    first_grad(m, opt, shifted);
     accel_set_grad_ready_hook(NULL, NULL);
+    for (int k = 0; k < 32; k++)
+        CHECK_MSG(fabsf(shifted[k] - plain[k] - (float)(N + 1) / 2) < 1e-5f,
+                  "element %d: %g, %g without the hook: the hook's change was not the one reduced", k, shifted[k],
+                  plain[k]);
     CHECK_MSG(accel_accelerator_clear(A) == ACCEL_OK, "%s", accel_last_error());
     accel_optimizer_free(opt);
     accel_module_free(m);

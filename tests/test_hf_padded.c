@@ -184,7 +184,6 @@ static void test_families(void) {
     for (size_t k = 0; k < sizeof NAMES / sizeof *NAMES; k++) run(NAMES[k]);
 }
 
-/* Equal bytes of two logits tensors. */
 /* A failed accel_llama_new chained into the forward, the loss or generation: the cause is the message (it
  * was "accel_llama_config_of: not a causal LM"; the chain rule, docs/contract.md); nothing pending: named. */
 static void test_null_model_chain(void) {

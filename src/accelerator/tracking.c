@@ -175,8 +175,9 @@ accel_status accel_accelerator_init_trackers(accel_accelerator *acc, const char 
         return accel_set_error(ACCEL_ERR_STATE, "accel_accelerator_init_trackers: trackers were already initialized");
     /* a failure (a tracker not opened, a config not stored) does not count
      * the call and keeps none of the trackers it opened: made again, it opens
-     * and stores afresh (it was refused as already initialized) */
-    int had = tk->n, i = tk->stored < had ? tk->stored : 0; /* the user's trackers that took it already: not again */
+     * them afresh (it was refused as already initialized) and stores the
+     * config into every tracker but the user's that took it already */
+    int had = tk->n, i = tk->stored; /* (<= had: the trackers only grow, the opened ones closed on failure) */
     accel_status st = open_log_with(acc, project_name);
     while (!st && n > 0 && i < tk->n && !(st = store_config(tk->trackers[i], n, config))) i++;
     if (st) {

@@ -2,7 +2,7 @@
  * optimizer, scheduler, accelerator, data loader and dataset each keep a
  * uint32_t magic: their kind's stamp below from creation to their free,
  * which clears it first, as a tensor keeps ACCEL_TENSOR_MAGIC. Their public
- * entry points check it (ACCEL__LIVE), so a handle freed twice or used after
+ * entry points check it (ACCEL__DEAD), so a handle freed twice or used after
  * its free is an error naming the call (ACCEL_ERR_STATE), not glibc's abort
  * or a read of freed memory. Best effort, as the tensor's: memory that a
  * new allocation reused may hold anything, a stamp too. */

@@ -74,8 +74,8 @@ void accel__staged_release(accel__staging *sg);
  * parent, releases the lock. On failure the lock stays: abort. */
 accel_status accel__staged_commit(const char *tmp, const char *dir, accel__staging *sg, const char *op);
 /* A failed save's tmp removed (when begin made it and no commit published
- * it), the lock released; harmless after a commit, and all there is to end
- * an in-place save. */
+ * it), the lock released; harmless after a commit. (An in-place save ends
+ * with accel__staged_release.) */
 void accel__staged_abort(const char *tmp, accel__staging *sg);
 
 #endif

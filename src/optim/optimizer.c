@@ -443,8 +443,8 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt) {
 
 /* ---- accessors */
 
-/* A query's handle: NULL gives the neutral value and sets the error (docs/contract.md). */
-/* Whether opt is a live optimizer; else the error, naming fn. */
+/* Whether opt is a live optimizer; else the error, naming fn (a query then
+ * gives its neutral value: docs/contract.md). */
 static bool queried(const accel_optimizer *opt, const char *fn) {
     if (!opt) accel_set_error(ACCEL_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
     return opt && !ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, fn, "optimizer");
@@ -464,11 +464,7 @@ int64_t accel_optimizer_step_count(const accel_optimizer *opt) {
 }
 
 double accel_optimizer_get_lr(const accel_optimizer *opt, int group) {
-    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_get_lr", "optimizer")) return NAN;
-    if (!opt) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: optimizer is NULL");
-        return NAN;
-    }
+    if (!queried(opt, "accel_optimizer_get_lr")) return NAN;
     if (group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_get_lr: no param group %d", group);
         return NAN;
@@ -495,11 +491,7 @@ accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr) 
 }
 
 accel_optim_hparams *accel_optimizer_hparams(accel_optimizer *opt, int group) {
-    if (ACCEL__DEAD(opt, ACCEL__MAGIC_OPTIMIZER, "accel_optimizer_hparams", "optimizer")) return NULL;
-    if (!opt) {
-        accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_hparams: optimizer is NULL");
-        return NULL;
-    }
+    if (!queried(opt, "accel_optimizer_hparams")) return NULL;
     if (group < 0 || group >= opt->n_groups) {
         accel_set_error(ACCEL_ERR_INVALID_ARG, "accel_optimizer_hparams: no param group %d", group);
         return NULL;
