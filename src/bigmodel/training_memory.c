@@ -683,7 +683,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
                       gbuf_native(eK, v, false);
         return;
     }
-    double GT_S = d->H / d->Hkv * d->T * d->T, T_S = d->T * d->T;
+    double T_S = d->T * d->T;
     bool up = upcasts(fwd);
     /* forward: q made contiguous (a copy of GPT-2's view; an alias node of
      * RoPE's output); the mask [T, S] in the arena, as a tensor, in the
@@ -694,7 +694,7 @@ static void attention_step(ledger *fwd, ledger *bwd, accel_dtype q, accel_dtype 
         upcast_scores_step(fwd, bwd, q, kk, v);
         return;
     }
-    fwd->bytes += q == ACCEL_F32 ? 0 : GT_S * esz(q);
+    fwd->bytes += q == ACCEL_F32 ? 0 : T_S * esz(q); /* the mask in q's dtype: one [T, S] too */
     scores_step(fwd, bwd, q, kk, v, d->Hkv == 1, false, fwd->f->attn_pdrop > 0);
 }
 
